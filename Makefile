@@ -1,0 +1,44 @@
+# Every target creates or reuses .venv and installs what it needs by itself.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+# Pytest markers that never run by default: GPU tests, and long runs.
+BASE_MARKERS := not slow and not gpu
+
+.PHONY: venv demo test lint bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# constraints.txt pins torch to the local CPU build (2.13.0); see README.
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/scape profiles list
+	$(BIN)/scape collective --hardware dgx-h100 --gpus 8 --op all_reduce --algo ring --sizes 1KiB..1GiB
+	$(BIN)/scape collective --hardware vista-gh200 --gpus 32 --op all_reduce --algo auto --sizes 1MiB..4GiB
+	$(BIN)/scape collective --hardware dgx-h100 --gpus 1024 --op all_reduce --algo auto --sizes 1GiB
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+# Network-namespace tests need root and ip/tc; run them when we can and say so when we cannot.
+test: lint
+	@if [ "$$(id -u)" = "0" ] && command -v ip >/dev/null 2>&1 && command -v tc >/dev/null 2>&1; then \
+	  echo "make test: root and ip/tc found: netbed tests included"; \
+	  markers="$(BASE_MARKERS)"; \
+	else \
+	  echo "make test: SKIPPING netbed tests (they need root and the ip/tc commands)"; \
+	  markers="$(BASE_MARKERS) and not netbed"; \
+	fi; \
+	$(BIN)/python -m pytest -m "$$markers"
+
+bench: $(STAMP)
+	$(BIN)/python bench/collectives_scale.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,3 @@
+import typer
+
+app = typer.Typer()

@@ -1,0 +1,20 @@
+"""Profiles: hardware and model facts as sourced TOML data, read into frozen dataclasses."""
+
+from profiles.errors import ProfileError, UserError
+from profiles.hardware import HardwareProfile
+from profiles.loader import KINDS, check_profile, find, load_hardware, load_model, names
+from profiles.models import ModelProfile, count_params
+
+__all__ = [
+    "KINDS",
+    "HardwareProfile",
+    "ModelProfile",
+    "ProfileError",
+    "UserError",
+    "check_profile",
+    "count_params",
+    "find",
+    "load_hardware",
+    "load_model",
+    "names",
+]

@@ -1,0 +1,173 @@
+"""Hardware profiles: GPUs, the intra-node tier, NICs and the fat tree (DESIGN sections 6, 8)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from profiles.errors import ProfileError
+from profiles.schema import Field, require_tables, validate_table
+
+SOURCE = Field(str, nonempty=True)
+
+GPU_FIELDS = {
+    "model": Field(str, nonempty=True),
+    "peak_bf16_tflops": Field(float, gt=0),
+    "memory_GB": Field(float, gt=0),
+    "hbm_bw_GBps": Field(float, gt=0),
+    "source": SOURCE,
+}
+NODE_FIELDS = {"gpus_per_node": Field(int, ge=1, le=1024), "source": SOURCE}
+INTRA_FIELDS = {
+    "kind": Field(str, choices=("nvlink", "pcie", "none")),
+    "bw_GBps": Field(float, ge=0),
+    "efficiency": Field(float, gt=0, le=1),
+    "latency_us": Field(float, ge=0),
+    "source": SOURCE,
+}
+NIC_FIELDS = {
+    "nics_per_node": Field(int, ge=1, le=64),
+    "bw_Gbps": Field(float, gt=0),
+    "efficiency": Field(float, gt=0, le=1),
+    "latency_us": Field(float, ge=0),
+    "source": SOURCE,
+}
+FABRIC_FIELDS = {
+    "topology": Field(str, choices=("fat-tree",)),
+    "nodes_per_leaf": Field(int, ge=1),
+    "oversubscription": Field(float, ge=1),
+    "switch_latency_us": Field(float, ge=0),
+    "source": SOURCE,
+}
+REFERENCE_FIELDS = {
+    "ring_allreduce_busbw_GBps": Field(float, gt=0),
+    "ring_allreduce_gpus": Field(int, ge=2),
+    "source": SOURCE,
+}
+TOP_FIELDS = {"name": Field(str, nonempty=True), "description": Field(str, nonempty=True)}
+
+
+@dataclass(frozen=True)
+class Gpu:
+    model: str
+    peak_bf16_tflops: float  # dense BF16, per GPU
+    memory_GB: float
+    hbm_bw_GBps: float
+    source: str
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Node:
+    gpus_per_node: int
+    source: str
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class IntraNode:
+    """The GPU-to-GPU tier inside a node (NVLink/NVSwitch or PCIe), per GPU per direction."""
+
+    kind: str
+    bw_GBps: float  # line rate
+    efficiency: float  # fraction of line rate a collective achieves
+    latency_us: float  # per ring step
+    source: str
+    sources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def effective_Bps(self) -> float:
+        return self.bw_GBps * 1e9 * self.efficiency
+
+
+@dataclass(frozen=True)
+class Nic:
+    nics_per_node: int
+    bw_Gbps: float  # line rate per NIC per direction
+    efficiency: float
+    latency_us: float  # one hop through a single leaf switch
+    source: str
+    sources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def effective_Bps(self) -> float:
+        return self.bw_Gbps * 1e9 / 8 * self.efficiency
+
+
+@dataclass(frozen=True)
+class Fabric:
+    topology: str
+    nodes_per_leaf: int
+    oversubscription: float  # leaf downlink / uplink bandwidth
+    switch_latency_us: float  # per extra switch when a path crosses the spine
+    source: str
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Published measurements the model is checked against; never used as model inputs."""
+
+    ring_allreduce_busbw_GBps: float | None
+    ring_allreduce_gpus: int | None
+    source: str
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    name: str
+    description: str
+    gpu: Gpu
+    node: Node
+    intra_node: IntraNode
+    nic: Nic
+    fabric: Fabric
+    reference: Reference | None
+    path: str
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.node.gpus_per_node
+
+
+def parse_hardware(path: Path | str, doc: dict[str, Any]) -> HardwareProfile:
+    """Validate a parsed TOML document and build a `HardwareProfile`."""
+    tables = {"gpu", "node", "intra_node", "nic", "fabric"}
+    require_tables(path, doc, required=tables, optional={"reference"})
+    top = {k: v for k, v in doc.items() if not isinstance(v, dict)}
+    top_values, _ = validate_table(path, "", top, TOP_FIELDS)
+
+    def build(cls, table, fields):
+        values, sources = validate_table(path, table, doc[table], fields)
+        return cls(**values, sources=sources)
+
+    hw = HardwareProfile(
+        name=top_values["name"],
+        description=top_values["description"],
+        gpu=build(Gpu, "gpu", GPU_FIELDS),
+        node=build(Node, "node", NODE_FIELDS),
+        intra_node=build(IntraNode, "intra_node", INTRA_FIELDS),
+        nic=build(Nic, "nic", NIC_FIELDS),
+        fabric=build(Fabric, "fabric", FABRIC_FIELDS),
+        reference=build(Reference, "reference", REFERENCE_FIELDS) if "reference" in doc else None,
+        path=str(path),
+    )
+    _cross_check(path, hw)
+    return hw
+
+
+def _cross_check(path, hw: HardwareProfile) -> None:
+    g, intra, nic = hw.node.gpus_per_node, hw.intra_node, hw.nic
+    if (intra.kind == "none") != (g == 1):
+        raise ProfileError(
+            f"{path}: [intra_node] kind: 'none' exactly when gpus_per_node = 1 "
+            f"(got kind={intra.kind!r}, gpus_per_node={g})"
+        )
+    if intra.kind != "none" and intra.bw_GBps <= 0:
+        raise ProfileError(f"{path}: [intra_node] bw_GBps: must be > 0 for kind {intra.kind!r}")
+    if g % nic.nics_per_node:
+        raise ProfileError(
+            f"{path}: [nic] nics_per_node: must divide gpus_per_node ({g}), got {nic.nics_per_node}"
+        )

@@ -1,0 +1,125 @@
+"""Find, read and validate profile files (TOML, read with stdlib `tomllib`)."""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from profiles.errors import ProfileError
+from profiles.hardware import HardwareProfile, parse_hardware
+from profiles.models import ModelProfile, parse_model
+
+ROOT = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str  # "hardware" or "model"
+    folder: str  # folder under profiles/
+    parse: Callable[[Path | str, dict[str, Any]], Any]
+
+
+KINDS = {
+    "hardware": Kind("hardware", "hardware", parse_hardware),
+    "model": Kind("model", "models", parse_model),
+}
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ProfileError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise ProfileError(f"{path}: is a directory, not a TOML file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(f"{path}: not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ProfileError(f"{path}: not valid TOML: not UTF-8 text ({exc.reason})") from None
+
+
+def _parse(kind: Kind, path: Path) -> Any:
+    doc = read_toml(path)
+    profile = kind.parse(path, doc)
+    if profile.name != path.stem:
+        raise ProfileError(
+            f"{path}: name: must equal the file name {path.stem!r}, got {profile.name!r}"
+        )
+    return profile
+
+
+def names(kind: str) -> list[str]:
+    """Names of the embedded profiles of one kind, sorted."""
+    return sorted(p.stem for p in (ROOT / KINDS[kind].folder).glob("*.toml"))
+
+
+def _resolve(kind: Kind, name_or_path: str | Path) -> Path:
+    text = str(name_or_path)
+    if text.endswith(".toml") or "/" in text:
+        path = Path(text)
+        if not path.is_absolute() and not path.exists():
+            path = ROOT / text if (ROOT / text).exists() else path
+        if not path.exists():
+            raise ProfileError(f"{text}: no such profile file")
+        return path.resolve()
+    path = ROOT / kind.folder / f"{text}.toml"
+    if not path.exists():
+        known = ", ".join(names(kind.name)) or "none"
+        raise ProfileError(f"unknown {kind.name} profile {text!r}; known: {known}")
+    return path
+
+
+@lru_cache(maxsize=64)
+def _load_cached(kind_name: str, path: Path) -> Any:
+    return _parse(KINDS[kind_name], path)
+
+
+def load_hardware(name_or_path: str | Path) -> HardwareProfile:
+    """A hardware profile by embedded name (`dgx-h100`) or by path to a TOML file."""
+    kind = KINDS["hardware"]
+    return _load_cached(kind.name, _resolve(kind, name_or_path))
+
+
+def load_model(name_or_path: str | Path) -> ModelProfile:
+    """A model profile by embedded name (`llama-7b`) or by path to a TOML file."""
+    kind = KINDS["model"]
+    return _load_cached(kind.name, _resolve(kind, name_or_path))
+
+
+def kind_of(path: Path, doc: dict[str, Any]) -> Kind:
+    """Tell a hardware from a model profile: by its folder, else by its tables."""
+    for kind in KINDS.values():
+        if path.resolve().parent.name == kind.folder:
+            return kind
+    if "arch" in doc:
+        return KINDS["model"]
+    if "gpu" in doc or "nic" in doc:
+        return KINDS["hardware"]
+    raise ProfileError(
+        f"{path}: cannot tell the profile kind: a hardware profile has [gpu], [node], "
+        "[intra_node], [nic] and [fabric]; a model profile has [arch]"
+    )
+
+
+def check_profile(path: str | Path) -> tuple[str, Any]:
+    """Validate any profile file; returns (kind name, profile). Raises `ProfileError`."""
+    path = Path(path)
+    kind = kind_of(path, read_toml(path))
+    return kind.name, _parse(kind, path)
+
+
+def find(name: str) -> tuple[str, Any]:
+    """A profile of any kind by name (`dgx-h100`, `llama-7b`, `hardware/dgx-h100`) or path."""
+    if name.endswith(".toml"):
+        return check_profile(name if Path(name).exists() else ROOT / name)
+    folder, _, stem = name.rpartition("/")
+    for kind in KINDS.values():
+        if folder in ("", kind.folder) and (ROOT / kind.folder / f"{stem}.toml").exists():
+            return kind.name, _load_cached(kind.name, ROOT / kind.folder / f"{stem}.toml")
+    known = ", ".join(n for k in KINDS for n in names(k))
+    raise ProfileError(f"unknown profile {name!r}; known: {known}")

@@ -1,0 +1,136 @@
+"""Model profiles: architecture numbers, and the parameter count computed from them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from profiles.errors import ProfileError
+from profiles.schema import Field, require_tables, validate_table
+
+ARCH_FIELDS = {
+    "n_layers": Field(int, ge=1),
+    "d_model": Field(int, ge=1),
+    "n_heads": Field(int, ge=1),
+    "n_kv_heads": Field(int, ge=1),
+    "d_ff": Field(int, ge=1),
+    "vocab_size": Field(int, ge=2),
+    "seq_len": Field(int, ge=1),
+    "tied_embeddings": Field(bool),
+    "source": Field(str, nonempty=True),
+    "assumed": Field(str, required=False),
+}
+REFERENCE_FIELDS = {
+    "n_params": Field(int, ge=1),
+    "tolerance": Field(float, ge=0, le=0.5, required=False),
+    "source": Field(str, nonempty=True),
+}
+TOP_FIELDS = {
+    "name": Field(str, nonempty=True),
+    "description": Field(str, nonempty=True),
+    "family": Field(str, choices=("gpt", "llama")),
+}
+
+
+@dataclass(frozen=True)
+class Arch:
+    n_layers: int
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    d_ff: int
+    vocab_size: int
+    seq_len: int
+    tied_embeddings: bool
+    source: str
+    assumed: str | None
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    name: str
+    description: str
+    family: str
+    arch: Arch
+    reference_params: int | None
+    reference_tolerance: float
+    reference_source: str | None
+    path: str
+
+    @property
+    def n_params(self) -> int:
+        return count_params(self.family, self.arch)
+
+
+def _gpt_layer(a: Arch) -> int:
+    h, f = a.d_model, a.d_ff
+    norms = 2 * 2 * h  # two LayerNorms, weight and bias
+    attn = h * 3 * h + 3 * h + h * h + h  # fused QKV and output projection, with biases
+    mlp = h * f + f + f * h + h  # GELU MLP with biases
+    return norms + attn + mlp
+
+
+def _llama_layer(a: Arch) -> int:
+    h, f = a.d_model, a.d_ff
+    kv = a.n_kv_heads * a.head_dim  # width of K and V (grouped-query attention)
+    norms = 2 * h  # two RMSNorms, weight only
+    attn = h * h + 2 * h * kv + h * h  # q, k, v, o; no biases
+    mlp = 3 * h * f  # SwiGLU: gate, up, down
+    return norms + attn + mlp
+
+
+def count_params(family: str, a: Arch) -> int:
+    """Parameter count from the architecture numbers (GPT-2/Megatron or Llama layout)."""
+    head = 0 if a.tied_embeddings else a.vocab_size * a.d_model
+    embed = a.vocab_size * a.d_model
+    if family == "gpt":
+        positions = a.seq_len * a.d_model  # learned position embeddings
+        final_norm = 2 * a.d_model
+        return embed + positions + a.n_layers * _gpt_layer(a) + final_norm + head
+    final_norm = a.d_model  # llama: rotary positions carry no parameters
+    return embed + a.n_layers * _llama_layer(a) + final_norm + head
+
+
+def parse_model(path: Path | str, doc: dict[str, Any]) -> ModelProfile:
+    """Validate a parsed TOML document and build a `ModelProfile`."""
+    require_tables(path, doc, required={"arch"}, optional={"reference"})
+    top = {k: v for k, v in doc.items() if not isinstance(v, dict)}
+    top_values, _ = validate_table(path, "", top, TOP_FIELDS)
+    arch_values, _ = validate_table(path, "arch", doc["arch"], ARCH_FIELDS)
+    arch = Arch(**arch_values)
+    if arch.d_model % arch.n_heads:
+        raise ProfileError(
+            f"{path}: [arch] n_heads: must divide d_model ({arch.d_model}), got {arch.n_heads}"
+        )
+    if arch.n_heads % arch.n_kv_heads:
+        raise ProfileError(
+            f"{path}: [arch] n_kv_heads: must divide n_heads ({arch.n_heads}), "
+            f"got {arch.n_kv_heads}"
+        )
+    ref = None
+    if "reference" in doc:
+        ref, _ = validate_table(path, "reference", doc["reference"], REFERENCE_FIELDS)
+    model = ModelProfile(
+        name=top_values["name"],
+        description=top_values["description"],
+        family=top_values["family"],
+        arch=arch,
+        reference_params=ref["n_params"] if ref else None,
+        reference_tolerance=(ref["tolerance"] if ref and ref["tolerance"] is not None else 0.01),
+        reference_source=ref["source"] if ref else None,
+        path=str(path),
+    )
+    if model.reference_params is not None:
+        rel = abs(model.n_params - model.reference_params) / model.reference_params
+        if rel > model.reference_tolerance:
+            raise ProfileError(
+                f"{path}: [reference] n_params: computed {model.n_params:,} parameters from "
+                f"[arch], {rel:.1%} away from the reference {model.reference_params:,} "
+                f"(tolerance {model.reference_tolerance:.1%})"
+            )
+    return model

@@ -1,0 +1,145 @@
+"""Run collectives on a topology in simpy time; one or several at once, sharing links.
+
+`collective_time` is the library call behind `scape collective`: the time, algbw and busbw
+(nccl-tests definitions) of one collective. `run` simulates any number of collectives with
+start times and GPU groups, so concurrent ones slow each other down as max-min fairness says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+from profiles import HardwareProfile, UserError
+from simulator.collectives import ALGORITHMS, AUTO, BUS_FACTOR, Phase
+from simulator.flows import FlowNetwork
+from simulator.network import Topology, build_topology
+
+
+@dataclass(frozen=True)
+class Request:
+    """One collective to run: `size_bytes` in nccl-tests convention, on `group` (default all)."""
+
+    op: str
+    algo: str
+    size_bytes: float
+    group: np.ndarray | None = None
+    start_s: float = 0.0
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class Span:
+    """A phase of a collective on the timeline."""
+
+    collective: str
+    phase: str
+    start_s: float
+    end_s: float
+    bytes: float  # bytes moved by all flows of the phase
+
+
+@dataclass(frozen=True)
+class Result:
+    name: str
+    op: str
+    algo: str
+    size_bytes: float
+    ranks: int
+    start_s: float
+    end_s: float
+
+    @property
+    def time_s(self) -> float:
+        return self.end_s - self.start_s
+
+    @property
+    def algbw_GBps(self) -> float:
+        return self.size_bytes / self.time_s / 1e9 if self.time_s > 0 else float("inf")
+
+    @property
+    def busbw_GBps(self) -> float:
+        return self.algbw_GBps * BUS_FACTOR[self.op](self.ranks)
+
+    def as_dict(self) -> dict:
+        return {
+            "op": self.op,
+            "algo": self.algo,
+            "ranks": self.ranks,
+            "size_bytes": int(self.size_bytes),
+            "time_s": self.time_s,
+            "algbw_GBps": self.algbw_GBps,
+            "busbw_GBps": self.busbw_GBps,
+        }
+
+
+@dataclass
+class Simulation:
+    results: list[Result] = field(default_factory=list)
+    timeline: list[Span] = field(default_factory=list)
+    rate_changes: int = 0
+
+
+def check_request(op: str, algo: str, size_bytes: float) -> None:
+    if op not in ALGORITHMS:
+        raise UserError(f"unknown op {op!r}; choose one of: {', '.join(ALGORITHMS)}")
+    if algo != AUTO and algo not in ALGORITHMS[op]:
+        choices = ", ".join([*ALGORITHMS[op], AUTO])
+        raise UserError(f"no algorithm {algo!r} for {op}; choose one of: {choices}")
+    if not size_bytes > 0:
+        raise UserError(f"size must be a positive number of bytes, got {size_bytes!r}")
+
+
+def phases_of(topo: Topology, req: Request, group: np.ndarray) -> list[Phase]:
+    check_request(req.op, req.algo, req.size_bytes)
+    return ALGORITHMS[req.op][req.algo](topo, float(req.size_bytes), group)
+
+
+def run(topo: Topology, requests: list[Request]) -> Simulation:
+    """Simulate `requests` together; each starts at its `start_s` and runs its phases in order."""
+    env = simpy.Environment()
+    net = FlowNetwork(env, topo.capacity())
+    sim = Simulation()
+    everyone = np.arange(topo.gpus)
+
+    def collective(i: int, req: Request):
+        group = everyone if req.group is None else np.asarray(req.group, dtype=np.int64)
+        phases = phases_of(topo, req, group)
+        name = req.name or f"{req.op}#{i}"
+        yield env.timeout(req.start_s)
+        for phase in phases:
+            t0 = env.now
+            if phase.latency_s > 0:
+                yield env.timeout(phase.latency_s)
+            yield simpy.AllOf(env, [net.transfer(d) for d in phase.demands])
+            sim.timeline.append(Span(name, phase.name, t0, env.now, phase.total_bytes))
+        sim.results.append(
+            Result(name, req.op, req.algo, req.size_bytes, len(group), req.start_s, env.now)
+        )
+
+    for i, req in enumerate(requests):
+        env.process(collective(i, req))
+    env.run()
+    sim.rate_changes = net.rate_changes
+    order = {(req.name or f"{req.op}#{i}"): i for i, req in enumerate(requests)}
+    sim.results.sort(key=lambda r: order[r.name])
+    return sim
+
+
+def collective_time(
+    hw: HardwareProfile | Topology, gpus: int, op: str, algo: str, size_bytes: float
+) -> Result:
+    """Time, algbw and busbw of one collective over `gpus` GPUs; `auto` picks the fastest."""
+    check_request(op, algo, size_bytes)
+    if gpus < 2:
+        raise UserError(f"a collective needs at least 2 GPUs, got {gpus}")
+    topo = hw if isinstance(hw, Topology) else build_topology(hw, gpus)
+    algos = list(ALGORITHMS[op]) if algo == AUTO else [algo]
+    best = None
+    for name in algos:
+        (res,) = run(topo, [Request(op, name, size_bytes, name=name)]).results
+        if best is None or res.time_s < best.time_s:
+            best = res
+    return best

@@ -1,0 +1,69 @@
+"""What a collective algorithm produces: phases of concurrent flows (DESIGN section 6).
+
+Sizes follow nccl-tests (PERFORMANCE.md): S is the total array size in bytes, the same S whose
+algbw = S / t is reported; for all_gather and reduce_scatter it is the gathered (full) array, for
+all_to_all the send buffer of one rank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.network import Demand, Topology
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Flows that move concurrently after `steps` one-hop latencies.
+
+    A pipelined or repeated algorithm step is folded into one phase: its latency term is
+    steps * (largest one-hop latency of its flows) and each flow carries the bytes of all steps.
+    """
+
+    name: str
+    steps: int
+    demands: tuple[Demand, ...]
+
+    @property
+    def latency_s(self) -> float:
+        return self.steps * max((d.hop_latency_s for d in self.demands), default=0.0)
+
+    @property
+    def total_bytes(self) -> float:
+        return sum(d.total_bytes for d in self.demands)
+
+
+# An algorithm: (topology, size in bytes, group of GPU ids) -> phases, run one after another.
+Builder = Callable[[Topology, float, np.ndarray], list[Phase]]
+
+# nccl-tests bus bandwidth factors: busbw = algbw * factor(n).
+BUS_FACTOR: dict[str, Callable[[int], float]] = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+}
+
+
+def ring_channels(topo: Topology, group: np.ndarray) -> np.ndarray:
+    """Ring orders over `group`, one per channel: [channels, len(group)] GPU ids.
+
+    Within one node a single ring suffices (channels share the same ports). Across nodes, as
+    NCCL does, one channel per NIC the members use: channel c rotates each node's members so
+    that it enters the node on NIC c and leaves on NIC c-1, so every NIC carries one channel.
+    """
+    m = topo.node_groups(group)  # [nodes, members]
+    if m.shape[0] == 1:
+        return m
+    n_nic = len(np.unique(topo.nic_of(m[0])))
+    block = m.shape[1] // n_nic  # members per NIC
+    return np.stack([np.roll(m, -c * block, axis=1).reshape(-1) for c in range(n_nic)])
+
+
+def ring_demand(topo: Topology, name: str, rings: np.ndarray, bytes_each: float) -> Demand:
+    """Every member of each ring (row of `rings`) sends `bytes_each` to the next member."""
+    return topo.pairs(name, rings.reshape(-1), np.roll(rings, -1, axis=1).reshape(-1), bytes_each)

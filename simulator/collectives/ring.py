@@ -1,0 +1,35 @@
+"""Ring reduce-scatter, all-gather and all-reduce (NCCL's ring algorithm).
+
+Uncontended, with per-GPU bandwidth B and one-hop latency alpha, all-reduce takes exactly
+2(P-1)*alpha + 2(P-1)/P * S/B; reduce-scatter and all-gather take half of that.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.collectives.base import Phase, ring_channels, ring_demand
+from simulator.network import Topology
+
+
+def _phases(topo: Topology, size: float, group: np.ndarray, names: tuple[str, ...]):
+    """One ring pass (P-1 steps of S/P per rank) per name; the passes share their flows."""
+    p = len(group)
+    if p < 2:
+        return []
+    rings = ring_channels(topo, group)  # [channels, p]
+    per_step = size / (rings.shape[0] * p)  # bytes each flow moves per ring step
+    demand = ring_demand(topo, "ring", rings, per_step * (p - 1))
+    return [Phase(name, p - 1, (demand,)) for name in names]
+
+
+def reduce_scatter(topo: Topology, size: float, group: np.ndarray) -> list[Phase]:
+    return _phases(topo, size, group, ("reduce-scatter",))
+
+
+def all_gather(topo: Topology, size: float, group: np.ndarray) -> list[Phase]:
+    return _phases(topo, size, group, ("all-gather",))
+
+
+def all_reduce(topo: Topology, size: float, group: np.ndarray) -> list[Phase]:
+    return _phases(topo, size, group, ("reduce-scatter", "all-gather"))
