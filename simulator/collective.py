@@ -143,3 +143,27 @@ def collective_time(
         if best is None or res.time_s < best.time_s:
             best = res
     return best
+
+
+def sweep(
+    hw: HardwareProfile, gpus: int, op: str, algo: str, sizes: list[int]
+) -> list[Result]:
+    """`collective_time` for each size, on one topology (validated once, up front)."""
+    for size in sizes:
+        check_request(op, algo, size)
+    if gpus < 2:
+        raise UserError(f"a collective needs at least 2 GPUs, got {gpus}")
+    topo = build_topology(hw, gpus)
+    return [collective_time(topo, gpus, op, algo, size) for size in sizes]
+
+
+def describe(topo: Topology) -> str:
+    """One line on the topology a result was simulated on."""
+    text = (
+        f"{topo.gpus} GPUs of {topo.name}: {topo.nodes} node(s) x {topo.gpus_per_node} GPU(s), "
+        f"intra-node {topo.intra_Bps / 1e9:.1f} GB/s per GPU, "
+        f"{topo.nics_per_node} NIC(s)/node x {topo.nic_Bps / 1e9:.1f} GB/s"
+    )
+    if topo.nodes > 1:
+        text += f", {topo.leaves} leaf switch(es) of {topo.nodes_per_leaf} nodes"
+    return text + " (effective rates)"

@@ -1,0 +1,48 @@
+"""Render result tables (pandas DataFrames) as an aligned text table, CSV or JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+
+from profiles import UserError
+
+FORMATS = ("table", "csv", "json")
+
+
+def check_format(fmt: str, allowed: tuple[str, ...] = FORMATS) -> str:
+    if fmt not in allowed:
+        raise UserError(f"unknown format {fmt!r}; choose one of: {', '.join(allowed)}")
+    return fmt
+
+
+def _clean(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    return value
+
+
+def render(df: pd.DataFrame, fmt: str, *, floatfmt: dict[str, str] | None = None,
+           header: str = "") -> str:
+    """The frame as `table` (aligned text, with `header` lines prefixed by '#'), `csv`, `json`."""
+    check_format(fmt)
+    if fmt == "json":
+        rows = [{k: _clean(v) for k, v in row.items()} for row in df.to_dict(orient="records")]
+        return json.dumps(rows, indent=2)
+    if fmt == "csv":
+        return df.to_csv(index=False).rstrip("\n")
+    floatfmt = floatfmt or {}
+    cells = {
+        col: [floatfmt[col].format(v) if col in floatfmt else str(v) for v in df[col]]
+        for col in df.columns
+    }
+    widths = {c: max(len(c), *(len(x) for x in cells[c])) if len(df) else len(c) for c in cells}
+    lines = [f"# {line}" for line in header.splitlines()]
+    lines.append("  ".join(c.rjust(widths[c]) for c in df.columns))
+    for i in range(len(df)):
+        lines.append("  ".join(cells[c][i].rjust(widths[c]) for c in df.columns))
+    return "\n".join(lines)

@@ -1,0 +1,66 @@
+"""Byte sizes as people write them: `1KiB`, `4MB`, `1e9`, and ranges `1KiB..8GiB`.
+
+Binary prefixes (KiB, MiB, GiB, TiB) and the bare letters (K, M, G, T, as nccl-tests reads
+them) are powers of 1024; decimal ones (KB, MB, GB, TB) are powers of 1000.
+"""
+
+from __future__ import annotations
+
+import re
+
+from profiles import UserError
+
+_PREFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_DECIMAL = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+_SIZE = re.compile(r"^\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_size(text: str) -> int:
+    """Bytes in `text`; a positive whole number of bytes or a UserError naming the text."""
+    match = _SIZE.match(text)
+    if not match:
+        raise UserError(f"cannot read size {text!r}: write a positive number with an optional "
+                        "unit, e.g. 4096, 1KiB, 8MiB, 1GB")
+    number, unit = float(match.group(1)), match.group(2)
+    u = unit.upper()
+    if u in _DECIMAL and unit[-1] == "B" and not unit.endswith("iB"):
+        factor = _DECIMAL[u]
+    elif u.endswith("IB") and u[:-2] in _PREFIX and u[:-2]:
+        factor = _PREFIX[u[:-2]]
+    elif u in _PREFIX or u == "B":
+        factor = _PREFIX.get(u, 1)
+    else:
+        raise UserError(f"cannot read size {text!r}: unknown unit {unit!r} "
+                        "(use B, KiB, MiB, GiB, TiB, K, M, G, KB, MB, GB)")
+    size = number * factor
+    if size <= 0:
+        raise UserError(f"size {text!r} must be positive")
+    if size != int(size):
+        raise UserError(f"size {text!r} must be a whole number of bytes")
+    return int(size)
+
+
+def parse_sizes(text: str) -> list[int]:
+    """`1KiB,1MiB,1GiB` (a list) or `1KiB..8GiB` (doubling from the first to the last)."""
+    text = text.strip()
+    if ".." in text:
+        lo_text, _, hi_text = text.partition("..")
+        lo, hi = parse_size(lo_text), parse_size(hi_text)
+        if hi < lo:
+            raise UserError(f"size range {text!r} ends below its start")
+        sizes = [lo]
+        while sizes[-1] * 2 <= hi:
+            sizes.append(sizes[-1] * 2)
+        return sizes
+    parts = [p for p in text.split(",") if p.strip()]
+    if not parts:
+        raise UserError("no sizes given: write e.g. 1KiB,1MiB or 1KiB..1GiB")
+    return [parse_size(p) for p in parts]
+
+
+def format_bytes(n: float) -> str:
+    """Shortest exact binary form when there is one (`1GiB`), else bytes."""
+    for unit, factor in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= factor and n % factor == 0:
+            return f"{int(n // factor)}{unit}"
+    return f"{int(n)}B"
