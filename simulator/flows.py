@@ -17,7 +17,7 @@ from simulator.network import Demand
 
 # Relative slack when comparing times and residual capacities: float rounding, not physics.
 REL_EPS = 1e-12
-FINISH_SLACK = 1e-9
+TIE = 1e-9
 
 
 def maxmin_rates(capacity: np.ndarray, demands: list[Demand]) -> np.ndarray:
@@ -99,18 +99,19 @@ class FlowNetwork:
             a.rate = r
         self._generation += 1
         if self.active:
-            wait = min(a.remaining / a.rate for a in self.active)
-            self.env.process(self._wake(max(wait, 0.0), self._generation))
+            left = [a.remaining / a.rate for a in self.active]  # seconds to finish at these rates
+            wait = max(min(left), 0.0)
+            # Demands tied with the earliest finisher end with it: float rounding would leave
+            # them a few bytes in 1e9 short, which is not a difference worth another event.
+            due = [a for a, t in zip(self.active, left, strict=True) if t <= wait * (1 + TIE)]
+            self.env.process(self._wake(wait, self._generation, due))
 
-    def _wake(self, wait: float, generation: int):
+    def _wake(self, wait: float, generation: int, due: list[_Active]):
         yield self.env.timeout(wait)
         if generation != self._generation:
             return  # rates changed since this wake-up was planned
         self._advance()
-        # Flows tied with the earliest finisher end with it: float rounding leaves them a few
-        # bytes in 1e9 short, which is not a difference in time worth another event.
-        finished = [a for a in self.active if a.remaining <= FINISH_SLACK * a.demand.bytes_each]
-        for a in finished:
+        for a in due:
             self.active.remove(a)
             a.done.succeed()
         self._reschedule()

@@ -1,0 +1,42 @@
+"""Shared helpers: hand-made topologies whose closed forms are easy to write down."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.collective import Request, run
+from simulator.network import Topology
+
+
+def topo(
+    gpus: int,
+    *,
+    g: int = 1,
+    k: int = 1,
+    leaf: int = 1024,
+    intra: float = 0.0,
+    nic: float = 10e9,
+    up: float | None = None,
+    a_intra: float = 0.0,
+    a_nic: float = 0.0,
+    a_switch: float = 0.0,
+) -> Topology:
+    """A topology with G GPUs and K NICs per node; uplinks non-blocking unless `up` is given."""
+    return Topology(
+        gpus=gpus, gpus_per_node=g, nics_per_node=k, nodes_per_leaf=leaf,
+        intra_Bps=intra, nic_Bps=nic, uplink_Bps=up if up is not None else leaf * k * nic,
+        intra_latency_s=a_intra, nic_latency_s=a_nic, switch_latency_s=a_switch,
+    )
+
+
+def time_of(t: Topology, op: str, algo: str, size: float, group=None) -> float:
+    (res,) = run(t, [Request(op, algo, size, group=None if group is None else np.array(group))]
+                 ).results
+    return res.time_s
+
+
+@pytest.fixture
+def approx():
+    """Exact up to float rounding."""
+    return lambda value: pytest.approx(value, rel=1e-12, abs=1e-15)

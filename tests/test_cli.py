@@ -1,0 +1,111 @@
+"""CLI smoke tests over every profile, and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cli import app
+from profiles import load_hardware, names
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def scape(capsys, *args: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as info:
+        app(args=list(args))
+    out, err = capsys.readouterr()
+    return info.value.code, out, err
+
+
+@pytest.mark.parametrize("name", names("hardware"))
+def test_collective_json_over_every_hardware(capsys, name):
+    g = load_hardware(name).node.gpus_per_node
+    gpus = max(2, g) * 4
+    code, out, _ = scape(capsys, "collective", "--hardware", name, "--gpus", str(gpus),
+                         "--sizes", "1MiB,1GiB", "--format", "json")
+    assert code == 0
+    rows = json.loads(out)
+    assert [r["size_bytes"] for r in rows] == [2**20, 2**30]
+    for r in rows:
+        assert r["time_s"] > 0 and r["algbw_GBps"] > 0 and r["busbw_GBps"] > 0
+        assert r["algbw_GBps"] == pytest.approx(r["size_bytes"] / r["time_s"] / 1e9)
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "reduce_scatter", "all_gather", "broadcast",
+                                "all_to_all"])
+def test_collective_table_and_csv(capsys, op):
+    code, out, _ = scape(capsys, "collective", "-H", "dgx-h100", "-g", "16", "--op", op,
+                         "--sizes", "1KiB..1MiB")
+    assert code == 0
+    lines = [ln for ln in out.splitlines() if not ln.startswith("#")]
+    assert lines[0].split() == ["size_bytes", "size", "time_us", "algbw_GBps", "busbw_GBps",
+                                "algo"]
+    assert len(lines) == 1 + 11  # 1KiB doubling to 1MiB
+    code, out, _ = scape(capsys, "collective", "-H", "dgx-h100", "-g", "16", "--op", op,
+                         "--sizes", "1KiB,1MiB", "--format", "csv")
+    assert code == 0 and out.splitlines()[0].startswith("op,algo,ranks,size_bytes,time_s")
+
+
+@pytest.mark.parametrize("kind_name", [f"hardware/{n}" for n in names("hardware")]
+                         + [f"models/{n}" for n in names("model")])
+def test_profiles_show_and_check_every_profile(capsys, kind_name):
+    code, out, _ = scape(capsys, "profiles", "show", kind_name)
+    assert code == 0 and "source" in out
+    code, out, _ = scape(capsys, "profiles", "show", kind_name, "--format", "json")
+    assert code == 0 and json.loads(out)["name"] == kind_name.split("/")[1]
+    code, out, _ = scape(capsys, "profiles", "check", str(REPO / "profiles" / f"{kind_name}.toml"))
+    assert code == 0 and out.startswith("ok:")
+
+
+def test_profiles_list(capsys):
+    code, out, _ = scape(capsys, "profiles", "list", "--format", "json")
+    assert code == 0
+    assert {r["name"] for r in json.loads(out)} == set(names("hardware")) | set(names("model"))
+
+
+BAD = [
+    (["collective", "-H", "dgx-h100", "--gpus", "0"], "at least 2 GPUs"),
+    (["collective", "-H", "dgx-h100", "--gpus", "8", "--op", "foo"], "unknown op 'foo'"),
+    (["collective", "-H", "dgx-h100", "--gpus", "8", "--sizes", "-5"], "must be positive"),
+    (["collective", "-H", "nope", "--gpus", "8"], "unknown hardware profile 'nope'"),
+    (["collective", "-H", "dgx-h100", "--gpus", "12"], "multiple of the node size"),
+    (["collective", "-H", "dgx-h100", "--gpus", "x"], "--gpus"),
+    (["collective", "--gpus", "8"], "Missing option"),
+    (["collective", "-H", "dgx-h100", "-g", "8", "--format", "xml"], "unknown format"),
+    (["collective", "-H", "dgx-h100", "-g", "8", "--algo", "tree", "--op", "all_gather"],
+     "no algorithm 'tree'"),
+    (["profiles", "show", "gpt-9"], "unknown profile 'gpt-9'"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), BAD)
+def test_user_errors_are_one_line_exit_2(capsys, args, message):
+    code, _out, err = scape(capsys, *args)
+    assert code == 2
+    assert err.count("\n") == 1 and message in err and "Traceback" not in err
+
+
+def test_profiles_check_malformed_file(capsys, tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[gpu\nmodel = 'x'\n")
+    code, _, err = scape(capsys, "profiles", "check", str(bad))
+    assert code == 2 and err.count("\n") == 1 and "not valid TOML" in err and str(bad) in err
+
+
+@pytest.mark.parametrize("launcher", [[sys.executable, "cli.py"],
+                                      [str(Path(sys.executable).parent / "scape")]])
+def test_entry_points(launcher):
+    if not Path(launcher[0]).exists():
+        pytest.skip(f"{launcher[0]} not installed (run through make test)")
+    ok = subprocess.run([*launcher, "collective", "-H", "vista-gh200", "-g", "32", "--sizes",
+                         "1GiB", "--format", "json"], cwd=REPO, capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)[0]["size_bytes"] == 2**30
+    bad = subprocess.run([*launcher, "collective", "-H", "vista-gh200", "-g", "0"], cwd=REPO,
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr

@@ -1,0 +1,229 @@
+"""Collective algorithms: closed forms on uncontended topologies, exact small timelines,
+contention between concurrent collectives, and monotonicity properties."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from profiles import UserError, load_hardware
+from simulator.collective import Request, Span, collective_time, run
+from simulator.collectives import ALGORITHMS
+from simulator.collectives.tree import btree_parents, depth, dtree_parents
+from tests.conftest import time_of, topo
+
+S = 2**30
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 7, 32, 100])
+def test_ring_allreduce_closed_form_one_gpu_per_node(p, approx):
+    a, b = 5e-6, 47e9
+    t = topo(p, nic=b, a_nic=a)
+    assert time_of(t, "all_reduce", "ring", S) == approx(2 * (p - 1) * a + 2 * (p - 1) / p * S / b)
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_ring_allreduce_closed_form_inside_one_node(p, approx):
+    a, b = 3.4e-6, 360e9
+    t = topo(p, g=p, k=1, intra=b, a_intra=a)
+    assert time_of(t, "all_reduce", "ring", S) == approx(2 * (p - 1) * a + 2 * (p - 1) / p * S / b)
+
+
+@pytest.mark.parametrize("op", ["reduce_scatter", "all_gather"])
+def test_ring_half_collectives_closed_form(op, approx):
+    p, a, b = 16, 2e-6, 25e9
+    t = topo(p, nic=b, a_nic=a)
+    assert time_of(t, op, "ring", S) == approx((p - 1) * a + (p - 1) / p * S / b)
+
+
+def test_ring_uses_every_nic_of_a_node(approx):
+    # 4 nodes x 8 GPUs, 8 NICs each: 8 channels, each NIC carries one; per ring step a node
+    # sends S/P over 8 NICs, while each GPU's NVLink port carries 7 of 8 channel flows.
+    g, k, n = 8, 8, 4
+    p, b_nic, b_nvl = g * n, 50e9, 400e9
+    t = topo(p, g=g, k=k, nic=b_nic, intra=b_nvl)
+    step = max(S / (k * p) / b_nic, (k - 1) * S / (k * p) / b_nvl)
+    assert time_of(t, "all_reduce", "ring", S) == approx(2 * (p - 1) * step)
+
+
+def test_broadcast_closed_form(approx):
+    p, a, b = 6, 1e-6, 20e9
+    assert time_of(topo(p, nic=b, a_nic=a), "broadcast", "ring", S) == approx((p - 1) * a + S / b)
+
+
+def test_all_to_all_closed_form(approx):
+    # One GPU per node: each NIC sends P-1 flows of S/P; (P-1) latencies.
+    p, a, b = 5, 1e-6, 20e9
+    assert time_of(topo(p, nic=b, a_nic=a), "all_to_all", "pairwise", S) == approx(
+        (p - 1) * a + (p - 1) * (S / p) / b)
+
+
+def test_hierarchical_closed_form(approx):
+    g, k, n = 4, 2, 3  # 3 nodes of 4 GPUs with 2 NICs each
+    p, bi, bn, ai, an = g * n, 200e9, 20e9, 1e-6, 5e-6
+    t = topo(p, g=g, k=k, intra=bi, nic=bn, a_intra=ai, a_nic=an)
+    intra = 2 * ((g - 1) * ai + (g - 1) / g * S / bi)
+    # G inter-node rings of S/G; G/K rings share each NIC.
+    inter = 2 * ((n - 1) * an + (n - 1) / n * (S / g) / (bn * k / g))
+    assert time_of(t, "all_reduce", "hierarchical", S) == approx(intra + inter)
+
+
+@pytest.mark.parametrize(("p", "g"), [(6, 1), (8, 8)])
+def test_hierarchical_degenerates_to_ring(p, g, approx):
+    t = topo(p, g=g, k=1, intra=100e9, nic=10e9, a_intra=1e-6, a_nic=3e-6)
+    ring = time_of(t, "all_reduce", "ring", S)
+    assert time_of(t, "all_reduce", "hierarchical", S) == approx(ring)
+
+
+def test_btree_matches_nccl_layout():
+    # NCCL's in-order binary tree of 8 ranks: 0 <- 4 <- {2, 6}, 2 <- {1, 3}, 6 <- {5, 7}.
+    assert list(btree_parents(8)) == [-1, 2, 4, 2, 0, 6, 4, 6]
+    assert depth(btree_parents(8)) == 3
+    one, two = dtree_parents(4)
+    assert list(one) == [-1, 2, 0, 2]
+    assert list(two) == [1, 3, 1, -1]  # mirror of tree one: rank r plays 3 - r
+
+
+def test_tree_allreduce_exact_four_ranks(approx):
+    # Trees over 4 nodes (see test above): ranks 1 and 2 each send 4 flows of S/2
+    # (up in both trees, down to two children in one), so time = S/2 / (B/4) = 2S/B;
+    # latency 2 * depth 2 = 4 hops.
+    a, b = 2e-6, 10e9
+    t = topo(4, nic=b, a_nic=a)
+    assert time_of(t, "all_reduce", "tree", S) == approx(4 * a + 2 * S / b)
+
+
+def test_ring_allreduce_timeline_three_ranks(approx):
+    a, b = 1e-6, 10e9
+    t1 = 2 * a + 2 / 3 * S / b
+    sim = run(topo(3, nic=b, a_nic=a), [Request("all_reduce", "ring", S, name="ar")])
+    assert sim.timeline == [
+        Span("ar", "reduce-scatter", 0.0, approx(t1), approx(3 * 2 / 3 * S)),
+        Span("ar", "all-gather", approx(t1), approx(2 * t1), approx(3 * 2 / 3 * S)),
+    ]
+
+
+def test_two_rank_allreduces_timeline_concurrent(approx):
+    # Same 2 ranks, second starts when the first is halfway through its first phase.
+    b = 10.0
+    t = topo(2, nic=b)
+    s = 40.0  # each phase moves 20 bytes per flow
+    sim = run(t, [Request("all_reduce", "ring", s, name="A"),
+                  Request("all_reduce", "ring", s, start_s=1.0, name="B")])
+    # A alone 0-1 (10 of 20 bytes), shared at 5 B/s: A's RS ends at 3; A's AG and B's RS
+    # then share: both have 20 and 10 left... B's RS ends at 5 (10 at 5 B/s), A's AG has 10
+    # left, B's AG starts with 20: shared until A ends at 7; B has 10 left alone: ends at 8.
+    assert [(s.collective, s.phase, s.start_s, s.end_s) for s in sim.timeline] == [
+        ("A", "reduce-scatter", 0.0, approx(3.0)),
+        ("B", "reduce-scatter", 1.0, approx(5.0)),
+        ("A", "all-gather", approx(3.0), approx(7.0)),
+        ("B", "all-gather", approx(5.0), approx(8.0)),
+    ]
+
+
+def test_concurrent_collectives_on_disjoint_ranks_do_not_interact(approx):
+    t = topo(4, nic=10e9, a_nic=1e-6)
+    alone = time_of(t, "all_reduce", "ring", S, group=[0, 1])
+    sim = run(t, [Request("all_reduce", "ring", S, group=np.array([0, 1]), name="x"),
+                  Request("all_reduce", "ring", S, group=np.array([2, 3]), name="y")])
+    assert [r.time_s for r in sim.results] == [approx(alone), approx(alone)]
+
+
+def test_concurrent_collectives_sharing_links_slow_each_other(approx):
+    a, b, p = 1e-6, 10e9, 4
+    t = topo(p, nic=b, a_nic=a)
+    sim = run(t, [Request("all_reduce", "ring", S, name="x"),
+                  Request("all_reduce", "ring", S, name="y")])
+    # Same links, same start: each gets half the bandwidth for the whole run.
+    expected = 2 * (p - 1) * a + 2 * (p - 1) / p * S / (b / 2)
+    assert [r.time_s for r in sim.results] == [approx(expected), approx(expected)]
+
+
+def test_auto_picks_the_fastest():
+    hw = load_hardware("dgx-h100")
+    for size in (1024, S):
+        auto = collective_time(hw, 1024, "all_reduce", "auto", size)
+        each = [collective_time(hw, 1024, "all_reduce", a, size).time_s
+                for a in ALGORITHMS["all_reduce"]]
+        assert auto.time_s == min(each)
+        assert auto.algo in ALGORITHMS["all_reduce"]
+
+
+def test_busbw_definitions():
+    res = collective_time(topo(4, nic=10e9), 4, "all_reduce", "ring", S)
+    assert res.algbw_GBps == pytest.approx(S / res.time_s / 1e9)
+    assert res.busbw_GBps == pytest.approx(res.algbw_GBps * 2 * 3 / 4)
+    assert res.busbw_GBps == pytest.approx(10.0)  # equals the link rate when uncontended
+
+
+def test_bad_requests_are_user_errors():
+    t = topo(4)
+    with pytest.raises(UserError, match="unknown op"):
+        collective_time(t, 4, "all_sum", "ring", S)
+    with pytest.raises(UserError, match="no algorithm 'tree' for all_gather"):
+        collective_time(t, 4, "all_gather", "tree", S)
+    with pytest.raises(UserError, match="positive"):
+        collective_time(t, 4, "all_reduce", "ring", -5)
+    with pytest.raises(UserError, match="at least 2 GPUs"):
+        collective_time(t, 1, "all_reduce", "ring", S)
+    with pytest.raises(UserError, match="multiple of the node size"):
+        topo(12, g=8, k=8, intra=1e9)
+
+
+# ---- properties ----
+OPS = [(op, algo) for op, algos in ALGORITHMS.items() for algo in algos]
+shapes = st.sampled_from([(1, 1, 2), (1, 1, 5), (4, 2, 2), (4, 4, 3), (8, 8, 2), (2, 1, 4)])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    shape=shapes,
+    op_algo=st.sampled_from(OPS),
+    size=st.integers(1, 2**32),
+    bw=st.floats(1e8, 1e12),
+    factor=st.floats(1.0, 100.0),
+    alpha=st.floats(0, 1e-4),
+    leaf=st.integers(1, 4),
+)
+def test_more_bandwidth_is_never_slower(shape, op_algo, size, bw, factor, alpha, leaf):
+    g, k, n = shape
+    def t(scale):
+        return topo(g * n, g=g, k=k, leaf=leaf, intra=8 * bw * scale, nic=bw * scale,
+                    up=bw * scale, a_intra=alpha / 2, a_nic=alpha)
+    slow = time_of(t(1.0), *op_algo, size)
+    fast = time_of(t(factor), *op_algo, size)
+    assert fast <= slow * (1 + 1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    shape=shapes,
+    op_algo=st.sampled_from(OPS),
+    size=st.integers(1, 2**32),
+    extra=st.integers(0, 2**32),
+    alpha=st.floats(0, 1e-4),
+)
+def test_more_bytes_is_never_faster(shape, op_algo, size, extra, alpha):
+    g, k, n = shape
+    t = topo(g * n, g=g, k=k, leaf=2, intra=300e9, nic=40e9, up=60e9, a_intra=1e-6, a_nic=alpha)
+    assert time_of(t, *op_algo, size + extra) >= time_of(t, *op_algo, size) * (1 - 1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    p=st.integers(2, 64),
+    single_node=st.booleans(),
+    size=st.integers(1, 2**34),
+    bw=st.floats(1e8, 1e12),
+    alpha=st.floats(0, 1e-4),
+    op=st.sampled_from(["all_reduce", "reduce_scatter", "all_gather"]),
+)
+def test_ring_busbw_never_exceeds_link_bandwidth(p, single_node, size, bw, alpha, op):
+    if single_node:
+        t = topo(p, g=p, k=1, intra=bw, nic=bw / 10, a_intra=alpha)
+    else:
+        t = topo(p, nic=bw, a_nic=alpha)
+    res = collective_time(t, p, op, "ring", size)
+    assert res.busbw_GBps * 1e9 <= bw * (1 + 1e-9)

@@ -1,0 +1,129 @@
+"""Profiles: every embedded file is valid and sourced; validation errors name file and key."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from profiles import ProfileError, check_profile, load_hardware, load_model, names
+from profiles.loader import ROOT
+
+HW_FILE = ROOT / "hardware" / "dgx-h100.toml"
+MODEL_FILE = ROOT / "models" / "llama-7b.toml"
+
+
+def test_embedded_profiles_are_present():
+    assert names("hardware") == ["commodity-100gbe", "dgx-a100", "dgx-h100", "vista-gh200"]
+    assert names("model") == [
+        "gpt-345m", "llama-1.8b", "llama-500m", "llama-70b", "llama-7b", "tiny-gpt",
+    ]
+
+
+@pytest.mark.parametrize("name", names("hardware"))
+def test_hardware_profiles_load_with_sources(name):
+    hw = load_hardware(name)
+    assert hw.name == name
+    for table in (hw.gpu, hw.node, hw.intra_node, hw.nic, hw.fabric):
+        assert table.source.strip()
+    assert (hw.intra_node.kind == "none") == (hw.node.gpus_per_node == 1)
+
+
+def test_issue_hardware_facts():
+    vista, h100, a100 = (load_hardware(n) for n in ("vista-gh200", "dgx-h100", "dgx-a100"))
+    assert (vista.node.gpus_per_node, vista.nic.nics_per_node, vista.nic.bw_Gbps) == (1, 1, 400)
+    assert vista.fabric.nodes_per_leaf == 32
+    assert (h100.node.gpus_per_node, h100.intra_node.bw_GBps) == (8, 450)
+    assert (h100.nic.nics_per_node, h100.nic.bw_Gbps) == (8, 400)
+    assert (a100.node.gpus_per_node, a100.intra_node.bw_GBps) == (8, 300)
+    assert (a100.nic.nics_per_node, a100.nic.bw_Gbps) == (8, 200)
+    commodity = load_hardware("commodity-100gbe")
+    assert commodity.nic.bw_Gbps == 100
+
+
+def test_parameter_counts_match_published_ones():
+    assert load_model("llama-7b").n_params == 6_738_415_616  # HF Llama-2-7b-hf
+    assert load_model("llama-70b").n_params == 68_976_648_192  # HF Llama-2-70b-hf
+    # GPT-2 medium layout by hand: 12 h^2 + 13 h per layer, embeddings, positions, final norm.
+    h, n_layers, vocab, seq = 1024, 24, 50304, 1024
+    expected = n_layers * (12 * h * h + 13 * h) + vocab * h + seq * h + 2 * h
+    assert load_model("gpt-345m").n_params == expected
+
+
+@pytest.mark.parametrize("name", names("model"))
+def test_model_profiles_load(name):
+    model = load_model(name)
+    assert model.arch.d_model % model.arch.n_heads == 0
+    assert model.n_params > 0
+
+
+def _broken(tmp_path: Path, src: Path, old: str, new: str, folder: str) -> Path:
+    text = src.read_text()
+    assert re.search(old, text, flags=re.M), f"fixture pattern {old!r} not in {src.name}"
+    out = tmp_path / folder / src.name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(re.sub(old, new, text, count=1, flags=re.M))
+    return out
+
+
+HW_CASES = [
+    (r"^bw_Gbps = 400\.0", "bw_GBps = 50.0", r"\[nic\] bw_GBps: wrong unit.*bw_Gbps"),
+    (r"^bw_Gbps = 400\.0", 'bw_Gbps = "400 Gb/s"', r"\[nic\] bw_Gbps: expected a number"),
+    (r"^bw_Gbps = 400\.0", "bw_Gbps = -400.0", r"\[nic\] bw_Gbps: must be > 0"),
+    (r"^efficiency = 0\.94.*$", "efficiency = 1.5", r"\[nic\] efficiency: must be <= 1"),
+    (r"^nics_per_node = 8.*$", "nics_per_node = 8\nspeed = 3", r"\[nic\] speed: unknown key"),
+    (r"^nics_per_node = 8.*$", "", r"\[nic\] nics_per_node: missing required key"),
+    (r"^nics_per_node = 8.*$", "nics_per_node = 3", r"\[nic\] nics_per_node: must divide"),
+    (r"^kind = \"nvlink\"", 'kind = "none"', r"\[intra_node\] kind"),
+    (r"^kind = \"nvlink\"", 'kind = "hyperlink"', r"\[intra_node\] kind: must be one of"),
+    (r"^\[fabric\]", "[fabrics]", r"\[fabrics\]: unknown table"),
+    (r"^name = \"dgx-h100\"", 'name = "other"', r"name: must equal the file name"),
+    (r"^gpus_per_node = 8", "gpus_per_node = 8.5", r"\[node\] gpus_per_node: expected an int"),
+    (r"^oversubscription = 1\.0", "oversubscription = 0.5", r"oversubscription: must be >= 1"),
+    (r"^\[gpu\]", "[gpu\n", r"not valid TOML"),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "message"), HW_CASES)
+def test_hardware_validation_names_file_and_key(tmp_path, old, new, message):
+    bad = _broken(tmp_path, HW_FILE, old, new, "hardware")
+    with pytest.raises(ProfileError, match=message) as info:
+        check_profile(bad)
+    assert str(bad) in str(info.value)
+
+
+MODEL_CASES = [
+    (r"^n_heads = 32.*$", "n_heads = 33", r"\[arch\] n_heads: must divide d_model"),
+    (r"^n_layers = 32.*$", "n_layers = 33", r"\[reference\] n_params: computed"),
+    (r"^family = \"llama\"", 'family = "mamba"', r"family: must be one of"),
+    (r"^vocab_size = 32000.*$", "", r"\[arch\] vocab_size: missing required key"),
+    (r"^tied_embeddings = false.*$", 'tied_embeddings = "no"', r"tied_embeddings: expected bool"),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "message"), MODEL_CASES)
+def test_model_validation_names_file_and_key(tmp_path, old, new, message):
+    bad = _broken(tmp_path, MODEL_FILE, old, new, "models")
+    with pytest.raises(ProfileError, match=message) as info:
+        check_profile(bad)
+    assert str(bad) in str(info.value)
+
+
+def test_unknown_names_list_known_ones():
+    with pytest.raises(ProfileError, match=r"unknown hardware profile 'nope'; known: .*dgx-h100"):
+        load_hardware("nope")
+    with pytest.raises(ProfileError, match="unknown model profile"):
+        load_model("gpt-5")
+
+
+def test_check_tells_kind_from_content(tmp_path):
+    copy = tmp_path / "elsewhere" / "dgx-h100.toml"
+    copy.parent.mkdir()
+    copy.write_text(HW_FILE.read_text())
+    kind, hw = check_profile(copy)
+    assert (kind, hw.name) == ("hardware", "dgx-h100")
+    odd = tmp_path / "odd.toml"
+    odd.write_text('name = "odd"\n')
+    with pytest.raises(ProfileError, match="cannot tell the profile kind"):
+        check_profile(odd)
