@@ -128,8 +128,9 @@ class Topology:
     # ---- demands ----
     def pairs(self, name: str, src: np.ndarray, dst: np.ndarray, bytes_each: float) -> Demand:
         """Compile point-to-point flows src[i] -> dst[i] (GPU ids) into a Demand."""
-        src = np.asarray(src, dtype=np.int64)
-        dst = np.asarray(dst, dtype=np.int64)
+        # int32: GPU and link ids fit, and integer division is twice as fast as on int64.
+        src = np.asarray(src, dtype=np.int32)
+        dst = np.asarray(dst, dtype=np.int32)
         if src.shape != dst.shape or src.ndim != 1:
             raise ValueError("src and dst must be 1-D arrays of equal length")
         if np.any(src == dst):
@@ -138,8 +139,8 @@ class Topology:
         ns, nd = self.node_of(src), self.node_of(dst)
         intra = ns == nd
         inter = ~intra
-        ls, ld = self.leaf_of_node(ns), self.leaf_of_node(nd)
-        cross = inter & (ls != ld)
+        ls, ld = self.leaf_of_node(ns[inter]), self.leaf_of_node(nd[inter])
+        cross = ls != ld  # among inter-node flows
         ids = np.concatenate(
             [
                 off["intra_tx"] + src[intra],
