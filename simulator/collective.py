@@ -97,6 +97,17 @@ def phases_of(topo: Topology, req: Request, group: np.ndarray) -> list[Phase]:
     return ALGORITHMS[req.op][req.algo](topo, float(req.size_bytes), group)
 
 
+def _check_group(topo: Topology, group) -> np.ndarray:
+    group = np.asarray(group, dtype=np.int64)
+    if group.ndim != 1 or len(group) == 0:
+        raise UserError("a collective's group must be a non-empty list of GPU ids")
+    if group.min() < 0 or group.max() >= topo.gpus:
+        raise UserError(f"a collective's group has GPU ids outside 0..{topo.gpus - 1}")
+    if len(np.unique(group)) != len(group):
+        raise UserError("a collective's group lists a GPU twice")
+    return group
+
+
 def run(topo: Topology, requests: list[Request]) -> Simulation:
     """Simulate `requests` together; each starts at its `start_s` and runs its phases in order."""
     env = simpy.Environment()
@@ -105,7 +116,7 @@ def run(topo: Topology, requests: list[Request]) -> Simulation:
     everyone = np.arange(topo.gpus)
 
     def collective(i: int, req: Request):
-        group = everyone if req.group is None else np.asarray(req.group, dtype=np.int64)
+        group = everyone if req.group is None else _check_group(topo, req.group)
         phases = phases_of(topo, req, group)
         name = req.name or f"{req.op}#{i}"
         yield env.timeout(req.start_s)
@@ -136,6 +147,8 @@ def collective_time(
     if gpus < 2:
         raise UserError(f"a collective needs at least 2 GPUs, got {gpus}")
     topo = hw if isinstance(hw, Topology) else build_topology(hw, gpus)
+    if topo.gpus != gpus:
+        raise ValueError(f"topology has {topo.gpus} GPUs, asked for {gpus}")
     algos = list(ALGORITHMS[op]) if algo == AUTO else [algo]
     best = None
     for name in algos:
@@ -159,10 +172,12 @@ def sweep(
 
 def describe(topo: Topology) -> str:
     """One line on the topology a result was simulated on."""
+    intra = ""
+    if topo.gpus_per_node > 1:
+        intra = f"intra-node {topo.intra_Bps / 1e9:.1f} GB/s per GPU, "
     text = (
         f"{topo.gpus} GPUs of {topo.name}: {topo.nodes} node(s) x {topo.gpus_per_node} GPU(s), "
-        f"intra-node {topo.intra_Bps / 1e9:.1f} GB/s per GPU, "
-        f"{topo.nics_per_node} NIC(s)/node x {topo.nic_Bps / 1e9:.1f} GB/s"
+        f"{intra}{topo.nics_per_node} NIC(s)/node x {topo.nic_Bps / 1e9:.1f} GB/s"
     )
     if topo.nodes > 1:
         text += f", {topo.leaves} leaf switch(es) of {topo.nodes_per_leaf} nodes"

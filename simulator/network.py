@@ -151,13 +151,7 @@ class Topology:
                 off["leaf_down"] + ld[cross],
             ]
         )
-        latency = 0.0
-        if intra.any():
-            latency = self.intra_latency_s
-        if inter.any():
-            latency = max(latency, self.nic_latency_s)
-        if cross.any():
-            latency = max(latency, self.nic_latency_s + 2 * self.switch_latency_s)
+        latency = self._hop_latency(intra.any(), inter.any(), cross.any())
         return self._demand(name, ids, bytes_each, len(src), latency)
 
     def all_pairs(self, name: str, group: np.ndarray, bytes_each: float) -> Demand:
@@ -187,14 +181,19 @@ class Topology:
         load[off["leaf_up"] : off["leaf_up"] + self.leaves] += leaf_load
         load[off["leaf_down"] : off["leaf_down"] + self.leaves] += leaf_load
         links = np.flatnonzero(load)
-        latency = 0.0
-        if same_node.any():
-            latency = self.intra_latency_s
-        if other_node.any():
-            latency = max(latency, self.nic_latency_s)
-        if other_leaf.any():
-            latency = max(latency, self.nic_latency_s + 2 * self.switch_latency_s)
+        latency = self._hop_latency(same_node.any(), other_node.any(), other_leaf.any())
         return Demand(name, links, load[links], float(bytes_each), p * (p - 1), latency)
+
+    def _hop_latency(self, intra: bool, inter: bool, cross_leaf: bool) -> float:
+        """Largest one-hop latency among flows inside a node, between nodes, across leaves."""
+        candidates = [0.0]
+        if intra:
+            candidates.append(self.intra_latency_s)
+        if inter:
+            candidates.append(self.nic_latency_s)
+        if cross_leaf:
+            candidates.append(self.nic_latency_s + 2 * self.switch_latency_s)
+        return max(candidates)
 
     def _demand(self, name, ids, bytes_each, n_flows, latency) -> Demand:
         counts = np.bincount(ids, minlength=self.n_links)

@@ -105,6 +105,23 @@ def test_ring_allreduce_timeline_three_ranks(approx):
     ]
 
 
+def test_hierarchical_timeline_two_nodes_of_two(approx):
+    # 2 nodes x 2 GPUs, 1 NIC per node. Intra phases: 1 step, S/2 per flow at B_i.
+    # Inter phases: 2 rings (one per local rank) share each node's NIC: S/4 per flow at B_n/2.
+    ai, an, bi, bn = 1e-6, 4e-6, 100e9, 10e9
+    t = topo(4, g=2, k=1, intra=bi, nic=bn, a_intra=ai, a_nic=an)
+    intra = ai + (S / 2) / bi
+    inter = an + (S / 4) / (bn / 2)
+    sim = run(t, [Request("all_reduce", "hierarchical", S, name="h")])
+    ends = np.cumsum([intra, inter, inter, intra])
+    assert [(s.phase, s.start_s, s.end_s) for s in sim.timeline] == [
+        ("intra reduce-scatter", 0.0, approx(ends[0])),
+        ("inter reduce-scatter", approx(ends[0]), approx(ends[1])),
+        ("inter all-gather", approx(ends[1]), approx(ends[2])),
+        ("intra all-gather", approx(ends[2]), approx(ends[3])),
+    ]
+
+
 def test_two_rank_allreduces_timeline_concurrent(approx):
     # Same 2 ranks, second starts when the first is halfway through its first phase.
     b = 10.0
@@ -170,6 +187,9 @@ def test_bad_requests_are_user_errors():
         collective_time(t, 1, "all_reduce", "ring", S)
     with pytest.raises(UserError, match="multiple of the node size"):
         topo(12, g=8, k=8, intra=1e9)
+    for group, message in (([0, 9], "outside"), ([1, 1], "twice"), ([], "non-empty")):
+        with pytest.raises(UserError, match=message):
+            run(t, [Request("all_reduce", "ring", S, group=np.array(group, dtype=int))])
 
 
 # ---- properties ----

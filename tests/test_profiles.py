@@ -85,14 +85,6 @@ HW_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("old", "new", "message"), HW_CASES)
-def test_hardware_validation_names_file_and_key(tmp_path, old, new, message):
-    bad = _broken(tmp_path, HW_FILE, old, new, "hardware")
-    with pytest.raises(ProfileError, match=message) as info:
-        check_profile(bad)
-    assert str(bad) in str(info.value)
-
-
 MODEL_CASES = [
     (r"^n_heads = 32.*$", "n_heads = 33", r"\[arch\] n_heads: must divide d_model"),
     (r"^n_layers = 32.*$", "n_layers = 33", r"\[reference\] n_params: computed"),
@@ -102,9 +94,13 @@ MODEL_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("old", "new", "message"), MODEL_CASES)
-def test_model_validation_names_file_and_key(tmp_path, old, new, message):
-    bad = _broken(tmp_path, MODEL_FILE, old, new, "models")
+CASES = [(HW_FILE, "hardware", *c) for c in HW_CASES] + [
+    (MODEL_FILE, "models", *c) for c in MODEL_CASES]
+
+
+@pytest.mark.parametrize(("src", "folder", "old", "new", "message"), CASES)
+def test_validation_names_file_and_key(tmp_path, src, folder, old, new, message):
+    bad = _broken(tmp_path, src, old, new, folder)
     with pytest.raises(ProfileError, match=message) as info:
         check_profile(bad)
     assert str(bad) in str(info.value)
