@@ -40,6 +40,12 @@ FABRIC_FIELDS = {
     "switch_latency_us": Field(float, ge=0),
     "source": SOURCE,
 }
+COMPUTE_FIELDS = {
+    "mfu": Field(float, gt=0, le=1),
+    "mem_efficiency": Field(float, gt=0, le=1),
+    "interference": Field(float, ge=0, le=1),
+    "source": SOURCE,
+}
 REFERENCE_FIELDS = {
     "ring_allreduce_busbw_GBps": Field(float, gt=0),
     "ring_allreduce_gpus": Field(int, ge=2),
@@ -106,6 +112,17 @@ class Fabric:
 
 
 @dataclass(frozen=True)
+class Compute:
+    """How fast the GPU computes: uncalibrated defaults until `calibrate compute` measures them."""
+
+    mfu: float  # model FLOPs utilization of forward and backward
+    mem_efficiency: float  # fraction of HBM bandwidth memory-bound kernels reach
+    interference: float  # fractional compute slowdown while communication overlaps it
+    source: str
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Reference:
     """Published measurements the model is checked against; never used as model inputs."""
 
@@ -124,6 +141,7 @@ class HardwareProfile:
     intra_node: IntraNode
     nic: Nic
     fabric: Fabric
+    compute: Compute
     reference: Reference | None
     path: str
 
@@ -134,7 +152,7 @@ class HardwareProfile:
 
 def parse_hardware(path: Path | str, doc: dict[str, Any]) -> HardwareProfile:
     """Validate a parsed TOML document and build a `HardwareProfile`."""
-    tables = {"gpu", "node", "intra_node", "nic", "fabric"}
+    tables = {"gpu", "node", "intra_node", "nic", "fabric", "compute"}
     require_tables(path, doc, required=tables, optional={"reference"})
     top = {k: v for k, v in doc.items() if not isinstance(v, dict)}
     top_values, _ = validate_table(path, "", top, TOP_FIELDS)
@@ -151,6 +169,7 @@ def parse_hardware(path: Path | str, doc: dict[str, Any]) -> HardwareProfile:
         intra_node=build(IntraNode, "intra_node", INTRA_FIELDS),
         nic=build(Nic, "nic", NIC_FIELDS),
         fabric=build(Fabric, "fabric", FABRIC_FIELDS),
+        compute=build(Compute, "compute", COMPUTE_FIELDS),
         reference=build(Reference, "reference", REFERENCE_FIELDS) if "reference" in doc else None,
         path=str(path),
     )

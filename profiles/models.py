@@ -66,6 +66,11 @@ class ModelProfile:
     def n_params(self) -> int:
         return count_params(self.family, self.arch)
 
+    @property
+    def layer_params(self) -> int:
+        """Parameters of one transformer layer."""
+        return LAYER_PARAMS[self.family](self.arch)
+
 
 def _gpt_layer(a: Arch) -> int:
     h, f = a.d_model, a.d_ff
@@ -84,6 +89,9 @@ def _llama_layer(a: Arch) -> int:
     return norms + attn + mlp
 
 
+LAYER_PARAMS = {"gpt": _gpt_layer, "llama": _llama_layer}
+
+
 def count_params(family: str, a: Arch) -> int:
     """Parameter count from the architecture numbers (GPT-2/Megatron or Llama layout)."""
     head = 0 if a.tied_embeddings else a.vocab_size * a.d_model
@@ -93,7 +101,7 @@ def count_params(family: str, a: Arch) -> int:
         final_norm = 2 * a.d_model
         return embed + positions + a.n_layers * _gpt_layer(a) + final_norm + head
     final_norm = a.d_model  # llama: rotary positions carry no parameters
-    return embed + a.n_layers * _llama_layer(a) + final_norm + head
+    return embed + a.n_layers * LAYER_PARAMS[family](a) + final_norm + head
 
 
 def parse_model(path: Path | str, doc: dict[str, Any]) -> ModelProfile:

@@ -7,7 +7,7 @@ start times and GPU groups, so concurrent ones slow each other down as max-min f
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import simpy
@@ -15,7 +15,7 @@ import simpy
 from profiles import HardwareProfile, UserError
 from simulator.collectives import ALGORITHMS, AUTO, BUS_FACTOR, Phase
 from simulator.flows import FlowNetwork
-from simulator.network import Topology, build_topology
+from simulator.network import Demand, Topology, build_topology
 
 
 @dataclass(frozen=True)
@@ -108,6 +108,17 @@ def _check_group(topo: Topology, group) -> np.ndarray:
     return group
 
 
+def execute(env: simpy.Environment, net: FlowNetwork, phases: list[Phase], name: str,
+            timeline: list[Span]):
+    """A simpy process body: run `phases` one after another on `net`, logging a span each."""
+    for phase in phases:
+        t0 = env.now
+        if phase.latency_s > 0:
+            yield env.timeout(phase.latency_s)
+        yield simpy.AllOf(env, [net.transfer(d) for d in phase.demands])
+        timeline.append(Span(name, phase.name, t0, env.now, phase.total_bytes))
+
+
 def run(topo: Topology, requests: list[Request]) -> Simulation:
     """Simulate `requests` together; each starts at its `start_s` and runs its phases in order."""
     env = simpy.Environment()
@@ -120,12 +131,7 @@ def run(topo: Topology, requests: list[Request]) -> Simulation:
         phases = phases_of(topo, req, group)
         name = req.name or f"{req.op}#{i}"
         yield env.timeout(req.start_s)
-        for phase in phases:
-            t0 = env.now
-            if phase.latency_s > 0:
-                yield env.timeout(phase.latency_s)
-            yield simpy.AllOf(env, [net.transfer(d) for d in phase.demands])
-            sim.timeline.append(Span(name, phase.name, t0, env.now, phase.total_bytes))
+        yield from execute(env, net, phases, name, sim.timeline)
         sim.results.append(
             Result(name, req.op, req.algo, req.size_bytes, len(group), req.start_s, env.now)
         )
@@ -182,3 +188,59 @@ def describe(topo: Topology) -> str:
     if topo.nodes > 1:
         text += f", {topo.leaves} leaf switch(es) of {topo.nodes_per_leaf} nodes"
     return text + " (effective rates)"
+
+
+def _merge(name: str, demands: list[Demand]) -> Demand:
+    """Identical concurrent demands of several groups as one: loads add up on shared links."""
+    if len(demands) == 1:
+        return demands[0]
+    links, inverse = np.unique(np.concatenate([d.links for d in demands]), return_inverse=True)
+    load = np.bincount(inverse, weights=np.concatenate([d.load for d in demands]))
+    return Demand(name, links, load, demands[0].bytes_each, sum(d.n_flows for d in demands),
+                  max(d.hop_latency_s for d in demands))
+
+
+class PhaseCache:
+    """Phases of collectives run by several equal groups at once, built once per shape.
+
+    Every algorithm's flows carry bytes in proportion to the collective's size, so phases built
+    for 1 byte scale to any size; a training step issues the same collective on the same groups
+    many times (one per gradient bucket), and each costs a multiplication, not a rebuild.
+    """
+
+    def __init__(self, topo: Topology):
+        self.topo = topo
+        self._unit: dict[tuple, list[Phase]] = {}
+        self._fastest: dict[tuple, str] = {}
+
+    def phases(self, op: str, algo: str, groups: list[np.ndarray], size: float) -> list[Phase]:
+        if algo == AUTO:
+            algo = self.fastest(op, groups, size)
+        key = (op, algo, tuple(hash(g.tobytes()) for g in groups))
+        if key not in self._unit:
+            per_group = [ALGORITHMS[op][algo](self.topo, 1.0, g) for g in groups]
+            self._unit[key] = [
+                Phase(ph.name, ph.steps, tuple(
+                    _merge(d.name, [pg[i].demands[j] for pg in per_group])
+                    for j, d in enumerate(ph.demands)))
+                for i, ph in enumerate(per_group[0])
+            ]
+        return [
+            Phase(ph.name, ph.steps,
+                  tuple(replace(d, bytes_each=d.bytes_each * size) for d in ph.demands))
+            for ph in self._unit[key]
+        ]
+
+    def fastest(self, op: str, groups: list[np.ndarray], size: float) -> str:
+        """The registered algorithm that finishes `op` of `size` bytes first, run alone."""
+        key = (op, size, tuple(hash(g.tobytes()) for g in groups))
+        if key not in self._fastest:
+            times = {}
+            for algo in ALGORITHMS[op]:
+                env = simpy.Environment()
+                net = FlowNetwork(env, self.topo.capacity())
+                env.process(execute(env, net, self.phases(op, algo, groups, size), algo, []))
+                env.run()
+                times[algo] = env.now
+            self._fastest[key] = min(times, key=times.get)
+        return self._fastest[key]

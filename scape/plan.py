@@ -1,0 +1,315 @@
+"""Communication plans: what each scheme sends and computes per step (DESIGN sections 3-5).
+
+Torch-free: the simulator imports this module, and the runtime executes exactly these plans.
+
+Size convention (nccl-tests, PERFORMANCE.md): a CommOp's `size_bytes` is the total array size S
+of the collective: the full array for all_reduce and broadcast, the full (gathered) array for
+reduce_scatter and all_gather, one rank's send buffer for all_to_all. Bytes a rank puts on the
+wire follow from S: all_reduce 2(P-1)/P*S, reduce_scatter and all_gather (P-1)/P*S,
+all_to_all (P-1)/P*S, broadcast S (root).
+
+N parameters, P data-parallel ranks, density d = 1 - sparsity, k = d*N.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from profiles import UserError
+
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all")
+# When an op starts and what waits for it:
+#   backward:       split in `buckets`, each launched when backward has produced its gradients;
+#                   the optimizer update waits for all of them.
+#   after_backward: launched when backward (and the step's pre-communication kernels) end;
+#                   the update waits for it.
+#   after_update:   launched after the update; the next step's forward waits for it.
+#   next_forward:   launched after the update; the next step's forward waits for it bucket by
+#                   bucket, so it overlaps that forward (Megatron's overlap_param_gather).
+#   next_step:      launched after the update; waited for only when the next step packs its
+#                   gradients, after its backward (SCAPE's mask all-gather, DESIGN section 5).
+PHASES = ("backward", "after_backward", "after_update", "next_forward", "next_step")
+# Kernels run on the compute stream: before communication (`pre`), as the update, or after it.
+KERNEL_STAGES = ("pre", "update", "post")
+INDEX_BYTES = 4  # int32 indices
+
+
+@dataclass(frozen=True)
+class CommOp:
+    name: str
+    collective: str
+    size_bytes: float  # nccl-tests S, see module docstring
+    phase: str
+    buckets: int = 1  # equal parts, launched one after another as they become ready
+
+    def wire_bytes(self, world: int) -> float:
+        """Bytes one rank sends for this op (the bandwidth term of DESIGN section 4)."""
+        p = world
+        factor = {
+            "all_reduce": 2 * (p - 1) / p,
+            "reduce_scatter": (p - 1) / p,
+            "all_gather": (p - 1) / p,
+            "all_to_all": (p - 1) / p,
+            "broadcast": 1.0,
+        }[self.collective]
+        return factor * self.size_bytes
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A compression or optimizer kernel over `elements` values, on the compute stream."""
+
+    name: str
+    kind: str  # a key of simulator.compute.KERNEL_BYTES
+    elements: float
+    stage: str = "pre"
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    ops: tuple[CommOp, ...]
+    kernels: tuple[Kernel, ...]
+
+    def wire_bytes(self, world: int) -> float:
+        return sum(op.wire_bytes(world) for op in self.ops)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A scheme's steady state: step kinds and the fraction of steps each takes."""
+
+    scheme: str
+    steps: tuple[tuple[float, StepPlan], ...]
+
+    def wire_bytes(self, world: int) -> float:
+        """Bytes one rank sends per step, averaged over step kinds."""
+        return sum(w * s.wire_bytes(world) for w, s in self.steps)
+
+
+@dataclass(frozen=True)
+class Dtypes:
+    grad_bytes: int = 2  # gradients as reduced (bf16 in Megatron unless grad_reduce_in_fp32)
+    param_bytes: int = 2  # parameters as all-gathered by the distributed optimizer (bf16)
+
+
+@dataclass(frozen=True)
+class SchemeConfig:
+    """A scheme and its options; `validate` says what is wrong in one line."""
+
+    scheme: str
+    optimizer: str = "adams"  # adamw | adams
+    sparsity: float = 0.0
+    bits: int = 8
+    bucket_bytes: float = 40e6 * 2  # Megatron-like 40M-element buckets of bf16 gradients
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = False
+    # SCAPE options (DESIGN section 5)
+    score: str = "m"  # m | m_over_sqrt_v
+    error_feedback: bool = True
+    update_scope: str = "masked"  # masked | all
+    refresh_every: int = 0  # 0: never a dense refresh step
+    quant_block: int = 2048  # values per fp32 scale in block quantization
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def density(self) -> float:
+        return 1.0 - self.sparsity
+
+    def validate(self) -> SchemeConfig:
+        if self.scheme not in SCHEMES:
+            raise UserError(f"unknown scheme {self.scheme!r}; choose one of: {scheme_names()}")
+        if self.optimizer not in ("adamw", "adams"):
+            raise UserError(f"optimizer must be adamw or adams, got {self.optimizer!r}")
+        if not 0.0 <= self.sparsity < 1.0:
+            raise UserError(f"sparsity must be in [0, 1), got {self.sparsity}")
+        if self.bits not in (1, 4, 8, 16, 32):
+            raise UserError(f"bits must be one of 1, 4, 8, 16, 32, got {self.bits}")
+        if self.score not in ("m", "m_over_sqrt_v"):
+            raise UserError(f"score must be m or m_over_sqrt_v, got {self.score!r}")
+        if self.update_scope not in ("masked", "all"):
+            raise UserError(f"update_scope must be masked or all, got {self.update_scope!r}")
+        if self.refresh_every < 0:
+            raise UserError(f"refresh_every must be >= 0, got {self.refresh_every}")
+        if self.bucket_bytes <= 0:
+            raise UserError(f"bucket size must be positive, got {self.bucket_bytes}")
+        return self
+
+
+def _buckets(size: float, cfg: SchemeConfig) -> int:
+    """Equal buckets of at most `bucket_bytes`; Megatron uses one bucket when it does not
+    overlap (bucket_size None): pass bucket_bytes=inf for that."""
+    return max(1, math.ceil(size / cfg.bucket_bytes))
+
+
+def _grad_phase(cfg: SchemeConfig) -> str:
+    return "backward" if cfg.overlap_grad_reduce else "after_backward"
+
+
+def _param_phase(cfg: SchemeConfig) -> str:
+    return "next_forward" if cfg.overlap_param_gather else "after_update"
+
+
+def _optimizer(cfg: SchemeConfig, elements: float) -> Kernel:
+    return Kernel(f"{cfg.optimizer} update", f"optimizer_{cfg.optimizer}", elements, "update")
+
+
+def dense_ddp(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
+    """Full gradient all-reduce, bucketed and overlapped with backward; every rank updates N."""
+    size = n * dt.grad_bytes
+    op = CommOp("grad all-reduce", "all_reduce", size, _grad_phase(cfg), _buckets(size, cfg))
+    return Plan(cfg.scheme, ((1.0, StepPlan((op,), (_optimizer(cfg, n),))),))
+
+
+def dense_zero1(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
+    """Megatron distributed optimizer: gradient reduce-scatter, shard update, param all-gather."""
+    g, p = n * dt.grad_bytes, n * dt.param_bytes
+    ops = (
+        CommOp("grad reduce-scatter", "reduce_scatter", g, _grad_phase(cfg), _buckets(g, cfg)),
+        CommOp("param all-gather", "all_gather", p, _param_phase(cfg), _buckets(p, cfg)),
+    )
+    return Plan(cfg.scheme, ((1.0, StepPlan(ops, (_optimizer(cfg, n / world),))),))
+
+
+def quantized(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
+    """Two-phase b-bit block quantization with error feedback (1-bit Adam, ZeRO++ qgZ).
+
+    Each rank quantizes its gradient plus residual, all-to-all sends shard j to rank j, which
+    dequantizes, averages, requantizes its shard; an all-gather returns the quantized shards.
+    Scales: one fp32 per `quant_block` values. bits >= gradient width: plain dense-ddp.
+    """
+    if cfg.bits >= 8 * dt.grad_bytes:
+        return dense_ddp(cfg, n, world, dt)
+    payload = n * cfg.bits / 8 + math.ceil(n / cfg.quant_block) * 4
+    ops = (
+        CommOp("quantized all-to-all", "all_to_all", payload, "after_backward"),
+        CommOp("quantized all-gather", "all_gather", payload, "after_backward"),
+    )
+    kernels = (
+        Kernel("quantize grad + residual", "quantize", n, "pre"),
+        Kernel("dequantize received shards", "dequantize", n, "pre"),
+        Kernel("requantize reduced shard", "quantize", n / world, "pre"),
+        Kernel("dequantize gathered", "dequantize", n, "update"),
+        _optimizer(cfg, n),
+    )
+    return Plan(cfg.scheme, ((1.0, StepPlan(ops, kernels)),))
+
+
+def topk(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
+    """DGC-style local top-k of gradient + residual; values and int32 indices all-gathered."""
+    if cfg.sparsity == 0:
+        return dense_ddp(cfg, n, world, dt)
+    k = cfg.density * n
+    ops = (CommOp("top-k all-gather", "all_gather", world * k * (dt.grad_bytes + INDEX_BYTES),
+                  "after_backward"),)
+    kernels = (
+        Kernel("select top-k (threshold)", "select", n, "pre"),
+        Kernel("pack values+indices", "pack", k, "pre"),
+        Kernel("scatter-add gathered", "scatter_add", world * k, "update"),
+        _optimizer(cfg, n),
+    )
+    return Plan(cfg.scheme, ((1.0, StepPlan(ops, kernels)),))
+
+
+def scalecom(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
+    """ScaleCom CLT-k: a cyclic leader's top-k indices are broadcast; everyone's values at those
+    indices are all-reduced; low-pass filtered error feedback keeps the rest."""
+    if cfg.sparsity == 0:
+        return dense_ddp(cfg, n, world, dt)
+    k = cfg.density * n
+    ops = (
+        CommOp("leader indices broadcast", "broadcast", k * INDEX_BYTES, "after_backward"),
+        CommOp("CLT-k values all-reduce", "all_reduce", k * dt.grad_bytes, "after_backward"),
+    )
+    kernels = (
+        Kernel("leader select top-k (threshold)", "select", n, "pre"),
+        Kernel("pack values", "pack", k, "pre"),
+        Kernel("low-pass error feedback", "error_feedback", n, "update"),
+        _optimizer(cfg, n),
+    )
+    return Plan(cfg.scheme, ((1.0, StepPlan(ops, kernels)),))
+
+
+def mask_bytes(n: int, world: int, k: float) -> float:
+    """SCAPE mask all-gather size: per shard, int32 indices or a bitmap, whichever is smaller."""
+    per_rank = min(k / world * INDEX_BYTES, math.ceil(n / world / 8))
+    return world * per_rank
+
+
+def scape(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
+    """SCAPE (DESIGN section 5): AdamS with first-moment masks chosen per shard.
+
+    A sparse step: pack the k gradient values on last step's mask, reduce-scatter the compact
+    buffer (each rank gets the k/P values of its shard), update the shard, choose the next mask
+    on the shard (O(N/P) threshold selection on |m|), all-gather the mask asynchronously (waited
+    for at the next step's pack), all-gather parameters (compact k values when only masked
+    coordinates change, dense otherwise). A dense refresh step every `refresh_every` steps is a
+    dense-zero1 step; sparsity 0 is dense-zero1 exactly.
+    """
+    cfg = replace(cfg, optimizer="adams")
+    if cfg.sparsity == 0:
+        return dense_zero1(cfg, n, world, dt)
+    k = cfg.density * n
+    param_size = k * dt.param_bytes if cfg.update_scope == "masked" else n * dt.param_bytes
+    ops = (
+        CommOp("compact grad reduce-scatter", "reduce_scatter", k * dt.grad_bytes,
+               "after_backward"),
+        CommOp("param all-gather", "all_gather", param_size, _param_phase(cfg),
+               _buckets(param_size, cfg)),
+        CommOp("mask all-gather", "all_gather", mask_bytes(n, world, k), "next_step"),
+    )
+    kernels = [Kernel("pack on mask", "pack", k, "pre")]
+    if cfg.error_feedback:
+        kernels.append(Kernel("error feedback", "error_feedback", n, "pre"))
+    kernels += [
+        _optimizer(cfg, n / world),
+        Kernel("select next mask (threshold on shard)", "select", n / world, "post"),
+    ]
+    sparse = StepPlan(ops, tuple(kernels))
+    if cfg.refresh_every <= 1:
+        return Plan(cfg.scheme, ((1.0, sparse),))
+    dense = dense_zero1(cfg, n, world, dt).steps[0][1]
+    r = cfg.refresh_every
+    return Plan(cfg.scheme, ((1 - 1 / r, sparse), (1 / r, dense)))
+
+
+Builder = Callable[[SchemeConfig, int, int, Dtypes], Plan]
+SCHEMES: dict[str, Builder] = {
+    "dense-ddp": dense_ddp,
+    "dense-zero1": dense_zero1,
+    "quantized": quantized,
+    "topk": topk,
+    "scalecom": scalecom,
+    "scape": scape,
+}
+# Names people use for the paper's baselines: Megatron's distributed optimizer with each update.
+ALIASES: dict[str, dict] = {
+    "dense-adamw": {"scheme": "dense-zero1", "optimizer": "adamw"},
+    "dense-adams": {"scheme": "dense-zero1", "optimizer": "adams"},
+}
+
+
+def scheme_names() -> str:
+    return ", ".join([*SCHEMES, *ALIASES])
+
+
+def make_config(name: str, **options) -> SchemeConfig:
+    """A validated SchemeConfig from a scheme name or alias and options (None means default)."""
+    base = dict(ALIASES.get(name, {"scheme": name}))
+    base.update({k: v for k, v in options.items() if v is not None})
+    return SchemeConfig(**base).validate()
+
+
+def plan(cfg: SchemeConfig, n_params: int, world: int, dtypes: Dtypes | None = None) -> Plan:
+    """The communication plan of `cfg` for N parameters over `world` data-parallel ranks."""
+    cfg.validate()
+    if world < 1:
+        raise UserError(f"world size must be at least 1, got {world}")
+    if n_params < 1:
+        raise UserError(f"parameter count must be positive, got {n_params}")
+    result = SCHEMES[cfg.scheme](cfg, n_params, world, dtypes or Dtypes())
+    if world == 1:  # one rank talks to nobody: keep the kernels, drop the collectives
+        steps = tuple((w, StepPlan((), s.kernels)) for w, s in result.steps)
+        result = Plan(result.scheme, steps)
+    return result

@@ -1,0 +1,72 @@
+"""Kernel time models: forward/backward from FLOPs, memory-bound kernels from bytes moved.
+
+Forward FLOPs per token follow Narayanan et al. 2021 (Megatron-LM, SC'21, section 5.1):
+2 FLOPs per multiply-accumulate over every weight matrix (the layers and the logit layer) plus
+the attention score and value products, 2 * 2 * s * h per layer per token (Megatron counts the
+full s x s product). Backward costs twice the forward. Time = FLOPs / (peak BF16 * MFU), with
+the MFU a profile value (uncalibrated until `scape calibrate compute` measures it).
+
+Memory-bound kernels (optimizer updates, selection, packing, quantization) take
+bytes moved / (HBM bandwidth * memory efficiency); bytes per element are counted below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from profiles import HardwareProfile, ModelProfile
+
+# HBM bytes read + written per element, counted from each kernel's loads and stores
+# (fp32 master weights, gradients and optimizer state; bf16 model weights).
+KERNEL_BYTES: dict[str, float] = {
+    # AdamW: read w, g, m, v (4 x 4 B); write w, m, v (3 x 4 B) and the bf16 copy (2 B).
+    "optimizer_adamw": 30.0,
+    # AdamS: no second-moment state: read w, g, m; write w, m and the bf16 copy.
+    "optimizer_adams": 22.0,
+    # Threshold selection: a sampled threshold, then one pass reading |x| and writing a mask
+    # byte, one pass compacting: about 3 reads of 4 B.
+    "select": 12.0,
+    # Pack k values at k int32 indices: read index and value, write value (per packed element).
+    "pack": 12.0,
+    # Scatter-add gathered (value, index) pairs into a dense fp32 buffer: read 8 B, RMW 8 B.
+    "scatter_add": 16.0,
+    # Quantize: read fp32 gradient and residual, write the residual and the b-bit code.
+    "quantize": 13.0,
+    # Dequantize: read the code, write fp32.
+    "dequantize": 5.0,
+    # Error feedback: read gradient and residual, write residual (and the sent part).
+    "error_feedback": 12.0,
+}
+COMPRESSION_KINDS = frozenset(KERNEL_BYTES) - {"optimizer_adamw", "optimizer_adams"}
+
+
+@dataclass(frozen=True)
+class ComputeTimes:
+    """Per micro-batch forward and backward times of one GPU, per layer chunk."""
+
+    fwd_s: float
+    bwd_s: float
+    flops_per_step_per_gpu: float  # forward + backward, all micro-batches
+
+
+def forward_flops_per_token(model: ModelProfile, seq_len: int) -> float:
+    a = model.arch
+    matmul = 2 * (a.n_layers * model.layer_params + a.vocab_size * a.d_model)
+    attention = 2 * 2 * a.n_layers * seq_len * a.d_model
+    return matmul + attention
+
+
+def fwd_bwd(
+    model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_len: int, tp: int = 1,
+    grad_accum: int = 1,
+) -> ComputeTimes:
+    """Forward and backward time of one micro-batch on one GPU (tensor parallel degree `tp`)."""
+    tokens = micro_batch * seq_len
+    fwd_flops = forward_flops_per_token(model, seq_len) * tokens / tp
+    rate = hw.gpu.peak_bf16_tflops * 1e12 * hw.compute.mfu  # FLOP/s achieved
+    return ComputeTimes(fwd_flops / rate, 2 * fwd_flops / rate, 3 * fwd_flops * grad_accum)
+
+
+def kernel_time(kind: str, elements: float, hw: HardwareProfile) -> float:
+    """Seconds for a memory-bound kernel over `elements` values."""
+    return KERNEL_BYTES[kind] * elements / (hw.gpu.hbm_bw_GBps * 1e9 * hw.compute.mem_efficiency)

@@ -1,0 +1,289 @@
+"""One training step of one scheme as simpy processes (DESIGN section 6).
+
+A compute stream (forward and backward layer chunk by layer chunk, then the scheme's kernels and
+the optimizer update) and a communication stream (the plan's collectives, one at a time, FIFO,
+as NCCL runs them on one stream) share a simpy clock; collectives move their bytes over the
+shared flow network. The step is the steady state: the ops a scheme launches at the end of a
+step for the next one (`next_forward`, `next_step`) are the previous step's, launched at t=0.
+
+- `backward` ops are split in buckets; bucket i is launched when backward has produced the
+  gradients of its share of the layers (the last layer first), on the last micro-batch.
+- `next_forward` ops (parameter all-gather with overlap) gate the forward chunk by chunk.
+- `next_step` ops (SCAPE's mask all-gather) gate the pack, after backward: they cost step time
+  only where they outlast forward and backward.
+- While the communication stream is busy, a compute chunk that starts is slowed by the
+  hardware profile's `interference` factor.
+- Tensor parallelism of degree t inside a node divides per-GPU compute by t and adds, per layer
+  and micro-batch, two all-reduces of the activations in forward and two in backward
+  (Megatron-LM, Shoeybi et al. 2019, section 3), blocking on the compute stream and simulated on
+  the node's own links.
+
+Breakdown: compute (forward, backward, optimizer), compression (the scheme's other kernels),
+tensor-parallel communication, exposed data-parallel communication (compute stream idle,
+waiting), overlapped communication (communication busy while compute runs).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+from profiles import HardwareProfile, ModelProfile, UserError
+from scape.plan import Dtypes, Plan, SchemeConfig, StepPlan, plan
+from simulator.collective import PhaseCache, Span, execute
+from simulator.compute import COMPRESSION_KINDS, fwd_bwd, kernel_time
+from simulator.flows import FlowNetwork
+from simulator.network import Topology, build_topology
+
+DEFAULT_ALGO = "auto"  # per collective and size, the fastest registered algorithm
+
+
+@dataclass(frozen=True)
+class StepConfig:
+    model: ModelProfile
+    hardware: HardwareProfile
+    gpus: int
+    scheme: SchemeConfig
+    micro_batch: int = 1
+    seq_len: int | None = None  # default: the model profile's
+    grad_accum: int = 1
+    tp: int = 1
+    dtypes: Dtypes = field(default_factory=Dtypes)
+    algo: str = DEFAULT_ALGO
+    chunks: int | None = None  # layer chunks for gradient release; default: one per layer
+
+    @property
+    def seq(self) -> int:
+        return self.seq_len or self.model.arch.seq_len
+
+    @property
+    def dp(self) -> int:
+        return self.gpus // self.tp
+
+    def validate(self) -> StepConfig:
+        self.scheme.validate()
+        g = self.hardware.node.gpus_per_node
+        if self.gpus < 1:
+            raise UserError(f"gpus must be at least 1, got {self.gpus}")
+        if self.tp < 1 or g % self.tp or self.tp > min(g, self.gpus):
+            raise UserError(f"tensor-parallel degree must divide the {g} GPUs of a "
+                            f"{self.hardware.name} node, got --tp {self.tp}")
+        if self.model.arch.n_heads % self.tp:
+            raise UserError(f"tensor-parallel degree {self.tp} must divide the "
+                            f"{self.model.arch.n_heads} attention heads of {self.model.name}")
+        if self.gpus % self.tp:
+            raise UserError(f"gpus ({self.gpus}) must be a multiple of --tp {self.tp}")
+        for name, value in (("micro-batch", self.micro_batch), ("grad-accum", self.grad_accum),
+                            ("seq-len", self.seq)):
+            if value < 1:
+                raise UserError(f"{name} must be at least 1, got {value}")
+        build_topology(self.hardware, self.gpus)  # the GPU count must fill whole nodes
+        return self
+
+
+@dataclass
+class StepResult:
+    step_time_s: float
+    compute_s: float
+    compression_s: float
+    tp_comm_s: float
+    exposed_comm_s: float
+    overlapped_comm_s: float
+    bytes_per_gpu: float  # data-parallel bytes one GPU sends per step, plus tensor-parallel
+    spans: list[Span]
+    kinds: list[tuple[float, float]] = field(default_factory=list)  # (weight, step time)
+
+    def as_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k not in ("spans", "kinds")}
+
+
+class _Stream:
+    """A stream with busy intervals, so overlap can be measured afterwards."""
+
+    def __init__(self, env: simpy.Environment, name: str):
+        self.env, self.name = env, name
+        self.lock = simpy.Resource(env, capacity=1)
+        self.busy: list[tuple[float, float]] = []
+
+    def is_busy(self) -> bool:
+        return self.lock.count > 0
+
+
+def _busy_overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """Total time both lists of disjoint intervals cover."""
+    total = 0.0
+    for s1, e1 in a:
+        for s2, e2 in b:
+            total += max(0.0, min(e1, e2) - max(s1, s2))
+    return total
+
+
+def _union_length(intervals: list[tuple[float, float]]) -> float:
+    total, end = 0.0, -math.inf
+    for s, e in sorted(intervals):
+        if e > end:
+            total += e - max(s, end)
+            end = e
+    return total
+
+
+class _StepSim:
+    def __init__(self, cfg: StepConfig, topo: Topology, cache: PhaseCache, step: StepPlan):
+        self.cfg, self.topo, self.cache, self.step = cfg, topo, cache, step
+        self.env = simpy.Environment()
+        self.net = FlowNetwork(self.env, topo.capacity())
+        self.compute = _Stream(self.env, "compute")
+        self.comm = _Stream(self.env, "comm")
+        self.spans: list[Span] = []
+        self.groups = [np.arange(r, cfg.gpus, cfg.tp) for r in range(cfg.tp)]
+        self.times = fwd_bwd(cfg.model, cfg.hardware, cfg.micro_batch, cfg.seq, cfg.tp,
+                             cfg.grad_accum)
+        self.n_chunks = cfg.chunks or cfg.model.arch.n_layers
+        self.compute_s = self.compression_s = self.tp_s = 0.0
+        self.tp_layer_s = self._tp_allreduce_s()
+
+    # ---- communication ----
+    def _tp_allreduce_s(self) -> float:
+        """One activation all-reduce of a tensor-parallel group, on its node's links alone."""
+        cfg = self.cfg
+        if cfg.tp == 1:
+            return 0.0
+        size = cfg.micro_batch * cfg.seq * cfg.model.arch.d_model * cfg.dtypes.param_bytes
+        node = build_topology(cfg.hardware, cfg.tp)
+        env = simpy.Environment()
+        net = FlowNetwork(env, node.capacity())
+        phases = PhaseCache(node).phases("all_reduce", self.cfg.algo, [np.arange(cfg.tp)], size)
+        env.process(execute(env, net, phases, "tp", []))
+        env.run()
+        return env.now
+
+    def _comm(self, name: str, collective: str, size: float):
+        """Run one collective on the comm stream (FIFO) over every data-parallel group."""
+        with self.comm.lock.request() as req:
+            yield req
+            t0 = self.env.now
+            phases = self.cache.phases(collective, self.cfg.algo, self.groups, size)
+            yield from execute(self.env, self.net, phases, name, [])
+            self.comm.busy.append((t0, self.env.now))
+            self.spans.append(Span("comm", name, t0, self.env.now, size))
+
+    def _launch(self, op, bucket_sizes=None) -> list[simpy.Process]:
+        sizes = bucket_sizes or [op.size_bytes / op.buckets] * op.buckets
+        label = (lambda i: f"{op.name} [{i + 1}/{len(sizes)}]") if len(sizes) > 1 else (
+            lambda i: op.name)
+        return [self.env.process(self._comm(label(i), op.collective, s))
+                for i, s in enumerate(sizes)]
+
+    # ---- compute ----
+    def _work(self, name: str, seconds: float, kind: str):
+        """Occupy the compute stream; slowed while the comm stream is busy."""
+        if seconds <= 0:
+            return
+        if self.comm.is_busy():
+            seconds *= 1 + self.cfg.hardware.compute.interference
+        t0 = self.env.now
+        yield self.env.timeout(seconds)
+        self.compute.busy.append((t0, self.env.now))
+        self.spans.append(Span("compute", name, t0, self.env.now, 0.0))
+        if kind == "compute":
+            self.compute_s += self.env.now - t0
+        elif kind == "compression":
+            self.compression_s += self.env.now - t0
+        else:
+            self.tp_s += self.env.now - t0
+
+    def _kernels(self, stage: str):
+        for k in self.step.kernels:
+            if k.stage == stage:
+                kind = "compression" if k.kind in COMPRESSION_KINDS else "compute"
+                yield from self._work(k.name, kernel_time(k.kind, k.elements, self.cfg.hardware),
+                                      kind)
+
+    def run(self) -> float:
+        self.env.process(self._compute())
+        self.env.run()
+        return self.env.now
+
+    def _compute(self):
+        cfg, ops = self.cfg, self.step.ops
+        carried = {ph: [p for op in ops if op.phase == ph for p in self._launch(op)]
+                   for ph in ("next_forward", "next_step")}
+        fwd_chunk = self.times.fwd_s / self.n_chunks
+        bwd_chunk = self.times.bwd_s / self.n_chunks
+        tp_per_chunk = 2 * self.tp_layer_s * cfg.model.arch.n_layers / self.n_chunks
+        backward_ops = [op for op in ops if op.phase == "backward"]
+        in_flight: list[simpy.Process] = []
+        for mb in range(cfg.grad_accum):
+            for c in range(self.n_chunks):
+                if mb == 0 and carried["next_forward"]:
+                    # parameter buckets arrive in forward order; chunk c needs its share
+                    gate = carried["next_forward"]
+                    need = math.ceil((c + 1) * len(gate) / self.n_chunks)
+                    yield simpy.AllOf(self.env, gate[:need])
+                yield from self._work(f"forward mb{mb}", fwd_chunk, "compute")
+                yield from self._work("tp all-reduce (fwd)", tp_per_chunk, "tp")
+            for c in range(self.n_chunks):
+                yield from self._work(f"backward mb{mb}", bwd_chunk, "compute")
+                yield from self._work("tp all-reduce (bwd)", tp_per_chunk, "tp")
+                if mb == cfg.grad_accum - 1:
+                    for op in backward_ops:
+                        ready = math.floor((c + 1) * op.buckets / self.n_chunks)
+                        done = math.floor(c * op.buckets / self.n_chunks)
+                        for _ in range(done, ready):
+                            in_flight += self._launch(op, [op.size_bytes / op.buckets])
+        yield simpy.AllOf(self.env, carried["next_step"])  # the mask, before packing
+        yield from self._kernels("pre")
+        for op in ops:
+            if op.phase == "after_backward":
+                in_flight += self._launch(op)
+        yield simpy.AllOf(self.env, in_flight)
+        yield from self._kernels("update")
+        yield from self._kernels("post")
+        yield simpy.AllOf(self.env, [p for op in ops if op.phase == "after_update"
+                                     for p in self._launch(op)])
+        yield simpy.AllOf(self.env, carried["next_forward"])
+
+
+def simulate_step(
+    cfg: StepConfig, cache: PhaseCache | None = None, the_plan: Plan | None = None
+) -> StepResult:
+    """Simulate one steady-state step of `cfg`; step kinds (dense refresh) are averaged.
+
+    `the_plan` replaces the scheme's own plan (to study a variant); `cache` lets several
+    simulations on the same topology share built collectives.
+    """
+    cfg.validate()
+    topo = build_topology(cfg.hardware, cfg.gpus)
+    cache = cache or PhaseCache(topo)
+    if the_plan is None:
+        the_plan = plan(cfg.scheme, math.ceil(cfg.model.n_params / cfg.tp), cfg.dp, cfg.dtypes)
+    totals = dict.fromkeys(("step", "compute", "compression", "tp", "exposed", "overlap"), 0.0)
+    spans: list[Span] = []
+    kinds = []
+    for weight, step in the_plan.steps:
+        sim = _StepSim(cfg, topo, cache, step)
+        t = sim.run()
+        busy = _union_length(sim.compute.busy)
+        comm = _union_length(sim.comm.busy)
+        overlap = _busy_overlap(sim.compute.busy, sim.comm.busy)
+        for key, value in (("step", t), ("compute", sim.compute_s),
+                           ("compression", sim.compression_s), ("tp", sim.tp_s),
+                           ("exposed", t - busy), ("overlap", min(overlap, comm))):
+            totals[key] += weight * value
+        kinds.append((weight, t))
+        if not spans:
+            spans = sim.spans  # the trace shows the most frequent step kind
+    tp_bytes = 0.0
+    if cfg.tp > 1:  # 4 all-reduces per layer per micro-batch, ring bytes 2(t-1)/t * S
+        size = cfg.micro_batch * cfg.seq * cfg.model.arch.d_model * cfg.dtypes.param_bytes
+        tp_bytes = (4 * cfg.model.arch.n_layers * cfg.grad_accum
+                    * 2 * (cfg.tp - 1) / cfg.tp * size)
+    return StepResult(
+        step_time_s=totals["step"], compute_s=totals["compute"],
+        compression_s=totals["compression"], tp_comm_s=totals["tp"],
+        exposed_comm_s=totals["exposed"], overlapped_comm_s=totals["overlap"],
+        bytes_per_gpu=the_plan.wire_bytes(cfg.dp) + tp_bytes, spans=spans, kinds=kinds,
+    )
