@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import pandas as pd
 import typer
@@ -14,11 +14,17 @@ try:  # recent typer vendors click
 except ImportError:  # older typer depends on click itself
     from click import exceptions as click_exc
 
-from profiles import UserError, check_profile, find, load_hardware, names
+from profiles import UserError, check_profile, find, load_hardware, load_model, names
 from reports.tables import check_format, render
+from scape.plan import Dtypes
 from simulator.collective import describe, sweep
+from simulator.compare import DEFAULT_SCHEMES, compare, parse_scheme
 from simulator.network import build_topology
+from simulator.step import StepConfig, simulate_step
+from simulator.trace import write_trace
 from simulator.units import format_bytes, parse_sizes
+
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 
 class App(typer.Typer):
@@ -132,6 +138,142 @@ def collective(
               "sizes in nccl-tests convention; GB/s = 1e9 bytes/s")
     print(render(table, "table", header=header, floatfmt={
         "time_us": "{:.1f}", "algbw_GBps": "{:.2f}", "busbw_GBps": "{:.2f}"}))
+
+
+def _dtype(name: str, flag: str) -> int:
+    if name not in DTYPE_BYTES:
+        raise UserError(f"{flag} must be one of {', '.join(DTYPE_BYTES)}, got {name!r}")
+    return DTYPE_BYTES[name]
+
+
+def _step_config(model, hardware, gpus, scheme, micro_batch, seq_len, grad_accum, tp,
+                 grad_dtype, param_dtype, algo, scheme_options, global_batch) -> StepConfig:
+    base = parse_scheme("dense-adams")
+    options = {k: v for k, v in scheme_options.items() if v is not None}
+    base = replace(base, **options).validate()
+    return StepConfig(
+        model=load_model(model), hardware=load_hardware(hardware), gpus=gpus,
+        scheme=parse_scheme(scheme, base), micro_batch=micro_batch, seq_len=seq_len,
+        grad_accum=grad_accum, tp=tp, global_batch=global_batch,
+        dtypes=Dtypes(_dtype(grad_dtype, "--grad-dtype"), _dtype(param_dtype, "--param-dtype")),
+        algo=algo,
+    ).validate()
+
+
+STEP_OPTS = {
+    "model": typer.Option(..., "--model", "-m", help="model profile name or path"),
+    "hardware": typer.Option(..., "--hardware", "-H", help="hardware profile name or path"),
+    "gpus": typer.Option(..., "--gpus", "-g", help="GPUs in the job"),
+}
+
+
+def _scheme_options(sparsity, bits, optimizer, overlap_grad, overlap_param, bucket_mb,
+                    update_scope, refresh_every, error_feedback, score) -> dict:
+    return {
+        "sparsity": sparsity, "bits": bits, "optimizer": optimizer,
+        "overlap_grad_reduce": overlap_grad, "overlap_param_gather": overlap_param,
+        "bucket_bytes": bucket_mb * 1e6 if bucket_mb is not None else None,
+        "update_scope": update_scope, "refresh_every": refresh_every,
+        "error_feedback": error_feedback, "score": score,
+    }
+
+
+@app.command()
+def simulate(
+    model: str = STEP_OPTS["model"], hardware: str = STEP_OPTS["hardware"],
+    gpus: int = STEP_OPTS["gpus"],
+    scheme: str = typer.Option("dense-adams", "--scheme", "-s",
+                               help="dense-adamw|dense-adams|dense-ddp|dense-zero1|quantized|"
+                                    "topk|scalecom|scape, or NAME:VALUE (scape:0.99)"),
+    sparsity: float = typer.Option(None, "--sparsity", help="fraction not sent, in [0, 1)"),
+    bits: int = typer.Option(None, "--bits", help="quantized: 1, 4, 8, 16 or 32"),
+    optimizer: str = typer.Option(None, "--optimizer", help="adamw|adams"),
+    micro_batch: int = typer.Option(1, "--micro-batch"),
+    seq_len: int = typer.Option(None, "--seq-len", help="default: the model profile's"),
+    grad_accum: int = typer.Option(1, "--grad-accum"),
+    global_batch: int = typer.Option(None, "--global-batch",
+                                     help="sequences per step; sets grad-accum"),
+    tp: int = typer.Option(1, "--tp", help="tensor-parallel degree inside a node"),
+    grad_dtype: str = typer.Option("bf16", "--grad-dtype", help="bf16|fp32"),
+    param_dtype: str = typer.Option("bf16", "--param-dtype", help="bf16|fp32"),
+    overlap_grad: bool = typer.Option(None, "--overlap-grad/--no-overlap-grad"),
+    overlap_param: bool = typer.Option(None, "--overlap-param/--no-overlap-param"),
+    bucket_mb: float = typer.Option(None, "--bucket-mb", help="gradient bucket size, MB"),
+    update_scope: str = typer.Option(None, "--update-scope", help="scape: masked|all"),
+    refresh_every: int = typer.Option(None, "--refresh-every", help="scape: dense step every R"),
+    error_feedback: bool = typer.Option(None, "--error-feedback/--no-error-feedback"),
+    score: str = typer.Option(None, "--score", help="scape: m|m_over_sqrt_v"),
+    algo: str = typer.Option("auto", "--algo", help="collective algorithm, or auto"),
+    trace: str = typer.Option(None, "--trace", help="write a Chrome trace JSON (Perfetto)"),
+    fmt: str = typer.Option("table", "--format", help="table|json"),
+):
+    """Simulate one training step: step time, breakdown and bytes per GPU."""
+    check_format(fmt, ("table", "json"))
+    opts = _scheme_options(sparsity, bits, optimizer, overlap_grad, overlap_param, bucket_mb,
+                           update_scope, refresh_every, error_feedback, score)
+    cfg = _step_config(model, hardware, gpus, scheme, micro_batch, seq_len, grad_accum, tp,
+                       grad_dtype, param_dtype, algo, opts, global_batch)
+    result = simulate_step(cfg)
+    if trace:
+        write_trace(trace, result.spans, f"{model} on {gpus} x {hardware}: {scheme}")
+    row = {"model": model, "hardware": hardware, "gpus": gpus, "scheme": scheme,
+           "sparsity": cfg.scheme.sparsity, **result.as_dict()}
+    if fmt == "json":
+        print(json.dumps(row, indent=2))
+        return
+    print(f"# {scheme} on {describe(build_topology(cfg.hardware, gpus))}")
+    print(f"# {model}: micro-batch {micro_batch} x seq {cfg.seq}, grad-accum {cfg.accum}, "
+          f"tp {tp}, data-parallel {cfg.dp}")
+    for key in ("step_time_s", "compute_s", "compression_s", "tp_comm_s", "exposed_comm_s",
+                "overlapped_comm_s"):
+        print(f"{key:>20}  {row[key] * 1e3:12.3f} ms")
+    print(f"{'bytes_per_gpu':>20}  {row['bytes_per_gpu'] / 1e9:12.4f} GB")
+    if trace:
+        print(f"# trace: {trace} (open in https://ui.perfetto.dev)")
+
+
+@app.command("compare")
+def compare_cmd(
+    model: str = STEP_OPTS["model"], hardware: str = STEP_OPTS["hardware"],
+    gpus: int = STEP_OPTS["gpus"],
+    schemes: str = typer.Option(",".join(DEFAULT_SCHEMES), "--schemes",
+                                help="comma-separated NAME or NAME:VALUE"),
+    baseline: str = typer.Option("dense-adams", "--baseline"),
+    micro_batch: int = typer.Option(1, "--micro-batch"),
+    seq_len: int = typer.Option(None, "--seq-len"),
+    grad_accum: int = typer.Option(1, "--grad-accum"),
+    global_batch: int = typer.Option(None, "--global-batch"),
+    tp: int = typer.Option(1, "--tp"),
+    grad_dtype: str = typer.Option("bf16", "--grad-dtype"),
+    param_dtype: str = typer.Option("bf16", "--param-dtype"),
+    overlap_grad: bool = typer.Option(None, "--overlap-grad/--no-overlap-grad"),
+    overlap_param: bool = typer.Option(None, "--overlap-param/--no-overlap-param"),
+    bucket_mb: float = typer.Option(None, "--bucket-mb"),
+    algo: str = typer.Option("auto", "--algo"),
+    fmt: str = typer.Option("table", "--format", help="table|csv|json"),
+):
+    """Every scheme side by side with its speedup over the baseline."""
+    check_format(fmt)
+    opts = _scheme_options(None, None, None, overlap_grad, overlap_param, bucket_mb,
+                           None, None, None, None)
+    cfg = _step_config(model, hardware, gpus, baseline, micro_batch, seq_len, grad_accum, tp,
+                       grad_dtype, param_dtype, algo, opts, global_batch)
+    df = compare(cfg, [s for s in schemes.split(",") if s.strip()], baseline)
+    if fmt != "table":
+        print(render(df, fmt))
+        return
+    shown = df[["scheme", "step_time_s", "compute_s", "compression_s", "exposed_comm_s",
+                "overlapped_comm_s", "bytes_per_gpu", "speedup"]].copy()
+    for col in ("step_time_s", "compute_s", "compression_s", "exposed_comm_s",
+                "overlapped_comm_s"):
+        shown[col.replace("_s", "_ms")] = shown.pop(col) * 1e3
+    shown["GB_per_gpu"] = shown.pop("bytes_per_gpu") / 1e9
+    shown["speedup"] = shown.pop("speedup")
+    header = (f"{model} on {describe(build_topology(cfg.hardware, gpus))}\n"
+              f"micro-batch {micro_batch} x seq {cfg.seq}, grad-accum {cfg.accum}, tp {tp}; "
+              f"speedup = {baseline} step time / scheme step time")
+    print(render(shown, "table", header=header, floatfmt={
+        c: "{:.3f}" for c in shown.columns if c != "scheme"}))
 
 
 if __name__ == "__main__":

@@ -49,7 +49,8 @@ class StepConfig:
     scheme: SchemeConfig
     micro_batch: int = 1
     seq_len: int | None = None  # default: the model profile's
-    grad_accum: int = 1
+    grad_accum: int = 1  # ignored when global_batch is given
+    global_batch: int | None = None  # sequences per step over all data-parallel ranks
     tp: int = 1
     dtypes: Dtypes = field(default_factory=Dtypes)
     algo: str = DEFAULT_ALGO
@@ -62,6 +63,13 @@ class StepConfig:
     @property
     def dp(self) -> int:
         return self.gpus // self.tp
+
+    @property
+    def accum(self) -> int:
+        """Micro-batches per step: from the global batch when given."""
+        if self.global_batch is None:
+            return self.grad_accum
+        return self.global_batch // (self.micro_batch * self.dp)
 
     def validate(self) -> StepConfig:
         self.scheme.validate()
@@ -81,6 +89,12 @@ class StepConfig:
             if value < 1:
                 raise UserError(f"{name} must be at least 1, got {value}")
         build_topology(self.hardware, self.gpus)  # the GPU count must fill whole nodes
+        if self.global_batch is not None:
+            per_step = self.micro_batch * self.dp
+            if self.global_batch < per_step or self.global_batch % per_step:
+                raise UserError(
+                    f"global batch {self.global_batch} does not split into micro-batches of "
+                    f"{self.micro_batch} over {self.dp} data-parallel ranks")
         return self
 
 
@@ -140,7 +154,7 @@ class _StepSim:
         self.spans: list[Span] = []
         self.groups = [np.arange(r, cfg.gpus, cfg.tp) for r in range(cfg.tp)]
         self.times = fwd_bwd(cfg.model, cfg.hardware, cfg.micro_batch, cfg.seq, cfg.tp,
-                             cfg.grad_accum)
+                             cfg.accum)
         self.n_chunks = cfg.chunks or cfg.model.arch.n_layers
         self.compute_s = self.compression_s = self.tp_s = 0.0
         self.tp_layer_s = self._tp_allreduce_s()
@@ -216,7 +230,7 @@ class _StepSim:
         tp_per_chunk = 2 * self.tp_layer_s * cfg.model.arch.n_layers / self.n_chunks
         backward_ops = [op for op in ops if op.phase == "backward"]
         in_flight: list[simpy.Process] = []
-        for mb in range(cfg.grad_accum):
+        for mb in range(cfg.accum):
             for c in range(self.n_chunks):
                 if mb == 0 and carried["next_forward"]:
                     # parameter buckets arrive in forward order; chunk c needs its share
@@ -228,7 +242,7 @@ class _StepSim:
             for c in range(self.n_chunks):
                 yield from self._work(f"backward mb{mb}", bwd_chunk, "compute")
                 yield from self._work("tp all-reduce (bwd)", tp_per_chunk, "tp")
-                if mb == cfg.grad_accum - 1:
+                if mb == cfg.accum - 1:
                     for op in backward_ops:
                         ready = math.floor((c + 1) * op.buckets / self.n_chunks)
                         done = math.floor(c * op.buckets / self.n_chunks)
@@ -279,7 +293,7 @@ def simulate_step(
     tp_bytes = 0.0
     if cfg.tp > 1:  # 4 all-reduces per layer per micro-batch, ring bytes 2(t-1)/t * S
         size = cfg.micro_batch * cfg.seq * cfg.model.arch.d_model * cfg.dtypes.param_bytes
-        tp_bytes = (4 * cfg.model.arch.n_layers * cfg.grad_accum
+        tp_bytes = (4 * cfg.model.arch.n_layers * cfg.accum
                     * 2 * (cfg.tp - 1) / cfg.tp * size)
     return StepResult(
         step_time_s=totals["step"], compute_s=totals["compute"],

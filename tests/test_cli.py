@@ -109,3 +109,60 @@ def test_entry_points(launcher):
     bad = subprocess.run([*launcher, "collective", "-H", "vista-gh200", "-g", "0"], cwd=REPO,
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+
+
+def test_simulate_json_and_trace(capsys, tmp_path):
+    trace = tmp_path / "step.json"
+    code, out, _ = scape(capsys, "simulate", "-m", "llama-1.8b", "-H", "vista-gh200", "-g",
+                         "32", "-s", "scape:0.99", "--micro-batch", "8", "--global-batch",
+                         "1024", "--trace", str(trace), "--format", "json")
+    assert code == 0
+    row = json.loads(out)
+    for key in ("step_time_s", "compute_s", "exposed_comm_s", "bytes_per_gpu"):
+        assert row[key] >= 0
+    assert row["step_time_s"] >= row["compute_s"] and row["sparsity"] == 0.99
+    assert json.loads(trace.read_text())["traceEvents"]
+
+
+def test_sparsity_flag_reaches_the_scheme(capsys):
+    rows = {}
+    for s in ("0.9", "0.99"):
+        code, out, _ = scape(capsys, "simulate", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16",
+                             "-s", "scape", "--sparsity", s, "--format", "json")
+        assert code == 0
+        rows[s] = json.loads(out)
+    assert rows["0.9"]["sparsity"] == 0.9 and rows["0.99"]["sparsity"] == 0.99
+    assert rows["0.99"]["bytes_per_gpu"] < rows["0.9"]["bytes_per_gpu"]
+
+
+def test_compare_has_speedup_over_baseline(capsys):
+    code, out, _ = scape(capsys, "compare", "-m", "gpt-345m", "-H", "vista-gh200", "-g", "32",
+                         "--schemes", "dense-adams,scape:0.99,topk:0.9", "--format", "json")
+    assert code == 0
+    rows = {r["scheme"]: r for r in json.loads(out)}
+    assert rows["dense-adams"]["speedup"] == 1.0
+    for r in rows.values():
+        assert r["speedup"] == pytest.approx(rows["dense-adams"]["step_time_s"] / r["step_time_s"])
+
+
+STEP_BAD = [
+    (["simulate", "-m", "llama-1.8b", "-H", "vista-gh200", "-g", "32", "-s", "scape",
+      "--sparsity", "1.0"], "sparsity must be in [0, 1)"),
+    (["simulate", "-m", "llama-1.8b", "-H", "dgx-h100", "-g", "33"], "multiple of the node size"),
+    (["simulate", "-m", "llama-1.8b", "-H", "vista-gh200", "-g", "33", "--micro-batch", "8",
+      "--global-batch", "1024"], "does not split"),
+    (["simulate", "-m", "llama-1.8b", "-H", "dgx-h100", "-g", "16", "-s", "nope"],
+     "unknown scheme 'nope'"),
+    (["simulate", "-m", "llama-1.8b", "-H", "dgx-h100", "-g", "16", "--tp", "3"],
+     "tensor-parallel degree must divide"),
+    (["compare", "-m", "llama-1.8b", "-H", "dgx-h100", "-g", "16", "--schemes", "scape:x"],
+     "cannot read 'scape:x'"),
+    (["simulate", "-m", "gpt-9", "-H", "dgx-h100", "-g", "16"], "unknown model profile"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), STEP_BAD)
+def test_step_user_errors_are_one_line_exit_2(capsys, args, message):
+    code, _out, err = scape(capsys, *args)
+    assert code == 2
+    assert err.count("\n") == 1 and message in err and "Traceback" not in err

@@ -1,0 +1,73 @@
+"""Every scheme side by side on one model and cluster, with speedup over a baseline."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pandas as pd
+
+from profiles import UserError
+from scape.plan import ALIASES, SchemeConfig, make_config
+from simulator.collective import PhaseCache
+from simulator.network import build_topology
+from simulator.step import StepConfig, simulate_step
+
+# The default line-up: the paper's baselines, the other families at their usual settings.
+DEFAULT_SCHEMES = (
+    "dense-adamw", "dense-adams", "dense-ddp", "quantized:8", "topk:0.99", "scalecom:0.99",
+    "scape:0.9", "scape:0.99",
+)
+BITS_SCHEMES = ("quantized",)  # NAME:VALUE gives bits; for the others it gives sparsity
+SPARSE_SCHEMES = ("topk", "scalecom", "scape")
+DEFAULT_SPARSITY = 0.99  # the SCAPE paper's headline setting, when none is given
+
+
+def parse_scheme(spec: str, base: SchemeConfig | None = None) -> SchemeConfig:
+    """`scape:0.99` (sparsity), `quantized:4` (bits), `dense-adams`: a validated config.
+
+    Options of `base` (overlap, buckets, SCAPE options) carry over; name and value replace.
+    """
+    name, _, value = spec.strip().partition(":")
+    opts = {}
+    if value:
+        try:
+            number = float(value)
+        except ValueError:
+            raise UserError(f"cannot read {spec!r}: write NAME or NAME:VALUE, e.g. scape:0.99, "
+                            "quantized:4") from None
+        opts["bits" if name in BITS_SCHEMES else "sparsity"] = (
+            int(number) if name in BITS_SCHEMES else number)
+    cfg = make_config(name, **opts)
+    base = base or cfg
+    keep = {"scheme": cfg.scheme, **opts}
+    if name in ALIASES:  # dense-adamw / dense-adams name their optimizer
+        keep["optimizer"] = cfg.optimizer
+    if cfg.scheme in SPARSE_SCHEMES and "sparsity" not in opts and base.sparsity == 0:
+        keep["sparsity"] = DEFAULT_SPARSITY
+    if cfg.scheme not in SPARSE_SCHEMES:
+        keep["sparsity"] = 0.0  # dense and quantized schemes send everything
+    return replace(base, **keep).validate()
+
+
+def compare(base: StepConfig, specs: list[str], baseline: str) -> pd.DataFrame:
+    """One row per scheme: step time, breakdown, bytes per GPU, speedup over `baseline`."""
+    if not specs:
+        raise UserError("no schemes to compare")
+    names = [s.strip() for s in specs]
+    if baseline not in names:
+        names.append(baseline)
+        specs = [*specs, baseline]
+    cache = PhaseCache(build_topology(base.hardware, base.gpus))
+    rows = []
+    for name, spec in zip(names, specs, strict=True):
+        scheme = parse_scheme(spec, base.scheme)
+        result = simulate_step(replace(base, scheme=scheme), cache=cache)
+        rows.append({
+            "scheme": name, "sparsity": scheme.sparsity,
+            "bits": scheme.bits if scheme.scheme == "quantized" else None,
+            **result.as_dict(),
+        })
+    df = pd.DataFrame(rows)
+    ref = df.loc[df["scheme"] == baseline, "step_time_s"].iloc[0]
+    df["speedup"] = ref / df["step_time_s"]
+    return df
