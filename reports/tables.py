@@ -46,3 +46,18 @@ def render(df: pd.DataFrame, fmt: str, *, floatfmt: dict[str, str] | None = None
     for i in range(len(df)):
         lines.append("  ".join(cells[c][i].rjust(widths[c]) for c in df.columns))
     return "\n".join(lines)
+
+
+def markdown(df: pd.DataFrame, floatfmt: str = "{:.3f}") -> str:
+    """A GitHub-flavoured Markdown table (floats formatted, None/NaN as empty cells)."""
+    def cell(v) -> str:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return ""
+        text = floatfmt.format(v) if isinstance(v, float) else str(v)
+        return text.replace("|", "\\|")
+
+    lines = ["| " + " | ".join(map(str, df.columns)) + " |",
+             "|" + "|".join("---" for _ in df.columns) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |"
+              for row in df.itertuples(index=False)]
+    return "\n".join(lines)
