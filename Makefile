@@ -19,9 +19,9 @@ venv: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/scape profiles list
-	$(BIN)/scape collective --hardware dgx-h100 --gpus 8 --op all_reduce --algo ring --sizes 1KiB..1GiB
-	$(BIN)/scape collective --hardware vista-gh200 --gpus 32 --op all_reduce --algo auto --sizes 1MiB..4GiB
-	$(BIN)/scape collective --hardware dgx-h100 --gpus 1024 --op all_reduce --algo auto --sizes 1GiB
+	$(BIN)/scape collective --hardware dgx-h100 --gpus 8 --op all_reduce --algo ring --sizes 1MiB..1GiB
+	$(BIN)/scape compare --model llama-1.8b --hardware vista-gh200 --gpus 32 --micro-batch 8 --global-batch 1024
+	$(BIN)/scape reproduce --out out/reproduce
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -39,6 +39,7 @@ test: lint
 
 bench: $(STAMP)
 	$(BIN)/python bench/collectives_scale.py
+	$(BIN)/python bench/step_scale.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
