@@ -21,6 +21,7 @@ from scape.plan import Dtypes
 from simulator.collective import describe, sweep
 from simulator.compare import DEFAULT_SCHEMES, compare, parse_scheme
 from simulator.network import build_topology
+from simulator.planner import PLAN_SCHEMES, PlanRequest, best_without, plan_training
 from simulator.step import StepConfig, simulate_step
 from simulator.trace import write_trace
 from simulator.units import format_bytes, parse_sizes
@@ -275,6 +276,66 @@ def compare_cmd(
               f"speedup = {baseline} step time / scheme step time")
     print(render(shown, "table", header=header, floatfmt={
         c: "{:.3f}" for c in shown.columns if c != "scheme"}))
+
+
+def _progress(description: str):
+    """A rich progress bar on stderr (quiet when stderr is not a terminal)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    return Progress(f"[bold]{description}", BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+
+
+@app.command("plan")
+def plan_cmd(
+    model: str = STEP_OPTS["model"],
+    tokens: float = typer.Option(..., "--tokens", "-t", help="tokens to train on, e.g. 1e12"),
+    hardware: str = typer.Option(..., "--hardware", "-H", help="one or more, comma-separated"),
+    max_gpus: int = typer.Option(4096, "--max-gpus"),
+    deadline_hours: float = typer.Option(None, "--deadline-hours"),
+    budget_usd: float = typer.Option(None, "--budget-usd"),
+    price: float = typer.Option(None, "--price-per-gpu-hour",
+                                help="USD; default: each hardware profile's [price]"),
+    global_batch: int = typer.Option(None, "--global-batch",
+                                     help="sequences per step; default: the model profile's"),
+    schemes: str = typer.Option(",".join(PLAN_SCHEMES), "--schemes"),
+    grad_dtype: str = typer.Option("bf16", "--grad-dtype"),
+    param_dtype: str = typer.Option("bf16", "--param-dtype"),
+    top: int = typer.Option(10, "--top", help="plans to print"),
+    fmt: str = typer.Option("table", "--format", help="table|csv|json"),
+):
+    """Search GPU counts, schemes, micro-batching and tensor parallelism for a training run."""
+    check_format(fmt)
+    req = PlanRequest(
+        load_model(model), tokens, tuple(load_hardware(h) for h in hardware.split(",") if h),
+        max_gpus=max_gpus, deadline_hours=deadline_hours, budget_usd=budget_usd,
+        price_per_gpu_hour=price, global_batch=global_batch,
+        schemes=tuple(s.strip() for s in schemes.split(",") if s.strip()),
+        dtypes=Dtypes(_dtype(grad_dtype, "--grad-dtype"), _dtype(param_dtype, "--param-dtype")),
+    ).validate()
+    with _progress("simulating plans") as bar:
+        task = bar.add_task("plans", total=None)
+        df = plan_training(req, progress_total=lambda n: bar.update(task, total=n),
+                           progress=lambda n: bar.advance(task, n))
+    shown = df.head(top)
+    if fmt != "table":
+        print(render(shown, fmt))
+        return
+    cols = ["hardware", "gpus", "scheme", "tp", "micro_batch", "grad_accum", "recompute",
+            "memory_GB", "step_time_s", "tokens_per_s", "hours", "gpu_hours", "cost_usd",
+            "bottleneck"]
+    header = (f"{model}, {tokens:.3g} tokens, global batch {req.batch} x seq {req.seq}; "
+              f"{len(df)} feasible plans, ranked by time to train then cost")
+    print(render(shown[cols], "table", header=header, floatfmt={
+        "memory_GB": "{:.1f}", "step_time_s": "{:.3f}", "tokens_per_s": "{:,.0f}",
+        "hours": "{:,.1f}", "gpu_hours": "{:,.0f}", "cost_usd": "{:,.0f}"}))
+    best, rest = df.iloc[0], best_without(df)
+    if rest is not None and best["scheme"].startswith("scape"):
+        print(f"# best plan without SCAPE: {rest['gpus']} x {rest['hardware']}, {rest['scheme']}"
+              f", tp {rest['tp']}: {rest['hours']:,.1f} h, ${rest['cost_usd']:,.0f} "
+              f"({rest['hours'] / best['hours']:.2f}x the time, "
+              f"{rest['cost_usd'] / best['cost_usd']:.2f}x the cost of the top plan)")
 
 
 @app.command()

@@ -46,6 +46,7 @@ COMPUTE_FIELDS = {
     "interference": Field(float, ge=0, le=1),
     "source": SOURCE,
 }
+PRICE_FIELDS = {"usd_per_gpu_hour": Field(float, gt=0), "source": SOURCE}
 REFERENCE_FIELDS = {
     "ring_allreduce_busbw_GBps": Field(float, gt=0),
     "ring_allreduce_gpus": Field(int, ge=2),
@@ -123,6 +124,13 @@ class Compute:
 
 
 @dataclass(frozen=True)
+class Price:
+    usd_per_gpu_hour: float  # on-demand list price
+    source: str
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Reference:
     """Published measurements the model is checked against; never used as model inputs."""
 
@@ -144,6 +152,7 @@ class HardwareProfile:
     compute: Compute
     reference: Reference | None
     path: str
+    price: Price | None = None
 
     @property
     def gpus_per_node(self) -> int:
@@ -153,7 +162,7 @@ class HardwareProfile:
 def parse_hardware(path: Path | str, doc: dict[str, Any]) -> HardwareProfile:
     """Validate a parsed TOML document and build a `HardwareProfile`."""
     tables = {"gpu", "node", "intra_node", "nic", "fabric", "compute"}
-    require_tables(path, doc, required=tables, optional={"reference"})
+    require_tables(path, doc, required=tables, optional={"reference", "price"})
     top = {k: v for k, v in doc.items() if not isinstance(v, dict)}
     top_values, _ = validate_table(path, "", top, TOP_FIELDS)
 
@@ -172,6 +181,7 @@ def parse_hardware(path: Path | str, doc: dict[str, Any]) -> HardwareProfile:
         compute=build(Compute, "compute", COMPUTE_FIELDS),
         reference=build(Reference, "reference", REFERENCE_FIELDS) if "reference" in doc else None,
         path=str(path),
+        price=build(Price, "price", PRICE_FIELDS) if "price" in doc else None,
     )
     _cross_check(path, hw)
     return hw

@@ -26,6 +26,10 @@ REFERENCE_FIELDS = {
     "tolerance": Field(float, ge=0, le=0.5, required=False),
     "source": Field(str, nonempty=True),
 }
+TRAINING_FIELDS = {
+    "global_batch": Field(int, ge=1),
+    "source": Field(str, nonempty=True),
+}
 TOP_FIELDS = {
     "name": Field(str, nonempty=True),
     "description": Field(str, nonempty=True),
@@ -61,6 +65,8 @@ class ModelProfile:
     reference_tolerance: float
     reference_source: str | None
     path: str
+    global_batch: int | None = None  # sequences per step in the model's usual training
+    global_batch_source: str | None = None
 
     @property
     def n_params(self) -> int:
@@ -106,7 +112,7 @@ def count_params(family: str, a: Arch) -> int:
 
 def parse_model(path: Path | str, doc: dict[str, Any]) -> ModelProfile:
     """Validate a parsed TOML document and build a `ModelProfile`."""
-    require_tables(path, doc, required={"arch"}, optional={"reference"})
+    require_tables(path, doc, required={"arch"}, optional={"reference", "training"})
     top = {k: v for k, v in doc.items() if not isinstance(v, dict)}
     top_values, _ = validate_table(path, "", top, TOP_FIELDS)
     arch_values, _ = validate_table(path, "arch", doc["arch"], ARCH_FIELDS)
@@ -123,6 +129,9 @@ def parse_model(path: Path | str, doc: dict[str, Any]) -> ModelProfile:
     ref = None
     if "reference" in doc:
         ref, _ = validate_table(path, "reference", doc["reference"], REFERENCE_FIELDS)
+    training = {"global_batch": None, "source": None}
+    if "training" in doc:
+        training, _ = validate_table(path, "training", doc["training"], TRAINING_FIELDS)
     model = ModelProfile(
         name=top_values["name"],
         description=top_values["description"],
@@ -132,6 +141,8 @@ def parse_model(path: Path | str, doc: dict[str, Any]) -> ModelProfile:
         reference_tolerance=(ref["tolerance"] if ref and ref["tolerance"] is not None else 0.01),
         reference_source=ref["source"] if ref else None,
         path=str(path),
+        global_batch=training["global_batch"],
+        global_batch_source=training["source"],
     )
     if model.reference_params is not None:
         rel = abs(model.n_params - model.reference_params) / model.reference_params

@@ -29,6 +29,10 @@ def maxmin_rates(capacity: np.ndarray, demands: list[Demand]) -> np.ndarray:
     rates = np.zeros(n)
     if n == 0:
         return rates
+    if n == 1:  # alone: the most loaded link sets the rate
+        d = demands[0]
+        rates[0] = np.min(capacity[d.links] / d.load)
+        return rates
     crossed = np.zeros(len(capacity), dtype=bool)
     for d in demands:
         crossed[d.links] = True

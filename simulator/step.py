@@ -55,6 +55,7 @@ class StepConfig:
     dtypes: Dtypes = field(default_factory=Dtypes)
     algo: str = DEFAULT_ALGO
     chunks: int | None = None  # layer chunks for gradient release; default: one per layer
+    recompute: bool = False  # full activation recomputation: backward re-runs the forward
 
     @property
     def seq(self) -> int:
@@ -127,11 +128,15 @@ class _Stream:
 
 
 def _busy_overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
-    """Total time both lists of disjoint intervals cover."""
-    total = 0.0
-    for s1, e1 in a:
-        for s2, e2 in b:
-            total += max(0.0, min(e1, e2) - max(s1, s2))
+    """Total time both lists of disjoint intervals cover (a two-pointer sweep)."""
+    a, b = sorted(a), sorted(b)
+    total, i, j = 0.0, 0, 0
+    while i < len(a) and j < len(b):
+        total += max(0.0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
     return total
 
 
@@ -226,7 +231,8 @@ class _StepSim:
         carried = {ph: [p for op in ops if op.phase == ph for p in self._launch(op)]
                    for ph in ("next_forward", "next_step")}
         fwd_chunk = self.times.fwd_s / self.n_chunks
-        bwd_chunk = self.times.bwd_s / self.n_chunks
+        bwd_s = self.times.bwd_s + (self.times.fwd_s if cfg.recompute else 0.0)
+        bwd_chunk = bwd_s / self.n_chunks
         tp_per_chunk = 2 * self.tp_layer_s * cfg.model.arch.n_layers / self.n_chunks
         backward_ops = [op for op in ops if op.phase == "backward"]
         in_flight: list[simpy.Process] = []

@@ -1,0 +1,74 @@
+"""GPU memory per scheme: weights, gradients, optimizer state, scheme state, activations.
+
+Activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
+Transformer Models", section 4): with flash attention (no s x s score tensors) and sequence
+parallelism, a layer keeps about 34*s*b*h/t bytes in 16-bit training; with full recomputation
+only its 2*s*b*h-byte input (plus one layer's working set during its recomputation). The logit
+layer keeps s*b*V fp32 values per micro-batch, split over tensor-parallel ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from profiles import ModelProfile
+from scape.plan import INDEX_BYTES, Dtypes, SchemeConfig
+
+# Bytes of the fp32 optimizer state per parameter: master weights and moments.
+OPTIMIZER_STATE_BYTES = {"adamw": 12, "adams": 8}  # AdamS keeps no second moment
+SHARDED = frozenset({"dense-zero1", "scape"})  # schemes whose optimizer state is sharded (ZeRO-1)
+RESIDUAL_SCHEMES = frozenset({"quantized", "topk", "scalecom"})  # fp32 error feedback buffers
+# CUDA context, NCCL buffers and allocator fragmentation: plan with 90% of the GPU's memory.
+USABLE_FRACTION = 0.90
+
+
+@dataclass(frozen=True)
+class MemoryUse:
+    weights: float
+    grads: float
+    optimizer: float
+    scheme_state: float
+    activations: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.grads + self.optimizer + self.scheme_state + self.activations
+
+    def as_dict(self) -> dict[str, float]:
+        return {**self.__dict__, "total": self.total}
+
+
+def memory_use(
+    model: ModelProfile, scheme: SchemeConfig, dp: int, tp: int, micro_batch: int,
+    seq_len: int, dtypes: Dtypes, recompute: bool = False,
+) -> MemoryUse:
+    """Bytes one GPU holds at its peak (end of forward of its micro-batch)."""
+    a = model.arch
+    n = model.n_params / tp  # parameters this GPU's tensor-parallel shard holds
+    optimizer = "adams" if scheme.scheme == "scape" else scheme.optimizer
+    state = OPTIMIZER_STATE_BYTES[optimizer] * n
+    if scheme.scheme in SHARDED:
+        state /= dp
+    extra = 0.0
+    if scheme.scheme in RESIDUAL_SCHEMES and (scheme.sparsity > 0 or scheme.scheme == "quantized"):
+        extra = 4 * n
+    if scheme.scheme == "scape" and scheme.sparsity > 0:
+        k = scheme.density * n
+        mask = min(k * INDEX_BYTES, n / 8)  # the whole mask, gathered on every rank
+        compact = k * dtypes.grad_bytes  # the packed gradient buffer
+        residual = 4 * n if scheme.error_feedback else 0.0
+        extra = mask + compact + residual
+    sbh = seq_len * micro_batch * a.d_model
+    if recompute:
+        per_layer = 2 * sbh / tp
+        working = 34 * sbh / tp  # one layer's activations while it is recomputed
+    else:
+        per_layer, working = 34 * sbh / tp, 0.0
+    logits = 4 * seq_len * micro_batch * a.vocab_size / tp
+    return MemoryUse(
+        weights=dtypes.param_bytes * n,
+        grads=dtypes.grad_bytes * n,
+        optimizer=state,
+        scheme_state=extra,
+        activations=a.n_layers * per_layer + working + logits,
+    )

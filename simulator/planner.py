@@ -1,0 +1,238 @@
+"""Capacity planning: search GPU counts, schemes, micro-batching and tensor parallelism for a
+training run of T tokens; keep what fits in memory and meets the deadline or budget; rank by
+time to train and cost."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field, replace
+
+import pandas as pd
+
+from profiles import HardwareProfile, ModelProfile, UserError
+from scape.plan import Dtypes
+from simulator.collective import PhaseCache
+from simulator.compare import parse_scheme
+from simulator.memory import USABLE_FRACTION, memory_use
+from simulator.network import build_topology
+from simulator.step import StepConfig, simulate_step
+
+PLAN_SCHEMES = (
+    "dense-adamw", "dense-adams", "dense-ddp", "quantized:8", "quantized:4", "topk:0.99",
+    "scalecom:0.99", "scape:0.9", "scape:0.99",
+)
+MICRO_BATCHES = (1, 2, 4, 8)
+SCAPE_FAMILY = "scape"
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    model: ModelProfile
+    tokens: float
+    hardware: tuple[HardwareProfile, ...]
+    max_gpus: int = 4096
+    deadline_hours: float | None = None
+    budget_usd: float | None = None
+    price_per_gpu_hour: float | None = None  # overrides every profile's price
+    global_batch: int | None = None  # default: the model profile's
+    seq_len: int | None = None
+    schemes: tuple[str, ...] = PLAN_SCHEMES
+    dtypes: Dtypes = field(default_factory=Dtypes)
+    workers: int | None = None  # processes; default: every core
+
+    @property
+    def batch(self) -> int:
+        return self.global_batch or self.model.global_batch or 0
+
+    @property
+    def seq(self) -> int:
+        return self.seq_len or self.model.arch.seq_len
+
+    def validate(self) -> PlanRequest:
+        if not self.tokens > 0:
+            raise UserError(f"tokens must be positive, got {self.tokens:g}")
+        if self.max_gpus < 1:
+            raise UserError(f"max-gpus must be at least 1, got {self.max_gpus}")
+        if self.deadline_hours is not None and self.budget_usd is not None:
+            raise UserError("give either a deadline or a budget, not both")
+        if self.deadline_hours is not None and not self.deadline_hours > 0:
+            raise UserError(f"deadline must be positive, got {self.deadline_hours:g} h")
+        if self.budget_usd is not None and not self.budget_usd > 0:
+            raise UserError(f"budget must be positive, got ${self.budget_usd:g}")
+        if self.price_per_gpu_hour is not None and not self.price_per_gpu_hour > 0:
+            raise UserError(f"price per GPU-hour must be positive, got {self.price_per_gpu_hour}")
+        if self.batch < 1:
+            raise UserError(f"model {self.model.name} has no default global batch; "
+                            "give --global-batch")
+        for hw in self.hardware:
+            if self.price_per_gpu_hour is None and hw.price is None:
+                raise UserError(f"hardware {hw.name} has no [price] in its profile; "
+                                "give --price-per-gpu-hour")
+        for spec in self.schemes:
+            parse_scheme(spec)
+        return self
+
+    def price(self, hw: HardwareProfile) -> float:
+        return self.price_per_gpu_hour or hw.price.usd_per_gpu_hour
+
+
+@dataclass(frozen=True)
+class Candidate:
+    hardware: HardwareProfile
+    gpus: int
+    scheme: str
+    tp: int
+    micro_batch: int
+    recompute: bool
+    memory_GB: float
+
+    def step_config(self, req: PlanRequest) -> StepConfig:
+        dp = self.gpus // self.tp
+        return StepConfig(
+            req.model, self.hardware, self.gpus, parse_scheme(self.scheme),
+            micro_batch=self.micro_batch, seq_len=req.seq, global_batch=req.batch, tp=self.tp,
+            dtypes=req.dtypes, recompute=self.recompute,
+        ) if dp else None
+
+
+def gpu_counts(hw: HardwareProfile, max_gpus: int) -> list[int]:
+    """Whole nodes, doubling: G, 2G, 4G, ... up to max_gpus."""
+    g = hw.node.gpus_per_node
+    counts, n = [], g
+    while n <= max_gpus:
+        counts.append(n)
+        n *= 2
+    return counts
+
+
+def candidates(req: PlanRequest) -> tuple[list[Candidate], Counter]:
+    """Every configuration that fits in memory and splits the global batch; why others fail."""
+    kept, why = [], Counter()
+    heads = req.model.arch.n_heads
+    for hw in req.hardware:
+        usable = hw.gpu.memory_GB * 1e9 * USABLE_FRACTION
+        counts = gpu_counts(hw, req.max_gpus)
+        if not counts:
+            why[f"{hw.name}: max-gpus below one node ({hw.node.gpus_per_node} GPUs)"] += 1
+        for gpus in counts:
+            for tp in (t for t in (1, 2, 4, 8) if hw.node.gpus_per_node % t == 0
+                       and heads % t == 0 and t <= gpus):
+                dp = gpus // tp
+                for mb in MICRO_BATCHES:
+                    if req.batch % (mb * dp):
+                        why["global batch does not split over the data-parallel ranks"] += 1
+                        continue
+                    for spec in req.schemes:
+                        scheme = parse_scheme(spec)
+                        for recompute in (False, True):
+                            use = memory_use(req.model, scheme, dp, tp, mb, req.seq, req.dtypes,
+                                             recompute)
+                            if use.total <= usable:
+                                kept.append(Candidate(hw, gpus, spec, tp, mb, recompute,
+                                                      use.total / 1e9))
+                                break
+                        else:
+                            why[f"does not fit in {hw.name} memory "
+                                f"({usable / 1e9:.0f} GB usable per GPU)"] += 1
+    return kept, why
+
+
+_CACHES: dict[tuple, PhaseCache] = {}
+
+
+def _evaluate(args: tuple[Candidate, PlanRequest]) -> dict:
+    cand, req = args
+    cfg = cand.step_config(req)
+    key = (cand.hardware.name, cand.gpus)
+    if key not in _CACHES:
+        _CACHES.clear()  # one topology at a time per worker keeps memory flat
+        _CACHES[key] = PhaseCache(build_topology(cand.hardware, cand.gpus))
+    r = simulate_step(cfg, cache=_CACHES[key])
+    steps = req.tokens / (req.batch * req.seq)
+    hours = steps * r.step_time_s / 3600
+    shares = {"compute": r.compute_s, "network (exposed data-parallel comm)": r.exposed_comm_s,
+              "tensor-parallel comm": r.tp_comm_s, "compression kernels": r.compression_s}
+    return {
+        "hardware": cand.hardware.name, "gpus": cand.gpus, "scheme": cand.scheme,
+        "tp": cand.tp, "dp": cand.gpus // cand.tp, "micro_batch": cand.micro_batch,
+        "grad_accum": cfg.accum, "recompute": cand.recompute, "memory_GB": cand.memory_GB,
+        "step_time_s": r.step_time_s, "tokens_per_s": req.batch * req.seq / r.step_time_s,
+        "hours": hours, "gpu_hours": hours * cand.gpus,
+        "cost_usd": hours * cand.gpus * req.price(cand.hardware),
+        "bottleneck": max(shares, key=shares.get),
+        "exposed_comm_share": r.exposed_comm_s / r.step_time_s,
+    }
+
+
+def evaluate_all(req: PlanRequest, cands: list[Candidate],
+                 progress: Callable[[int], None] | None = None) -> pd.DataFrame:
+    """Simulate every candidate, over every core; `progress(n)` after each one."""
+    # Same topology together, so each worker builds each topology's collectives once.
+    cands = sorted(cands, key=lambda c: (c.hardware.name, c.gpus, c.tp))
+    workers = req.workers or os.cpu_count() or 1
+    rows = []
+    if workers == 1 or len(cands) < 8:
+        for c in cands:
+            rows.append(_evaluate((c, req)))
+            if progress:
+                progress(1)
+    else:
+        chunk = max(1, math.ceil(len(cands) / (workers * 4)))
+        with ProcessPoolExecutor(workers) as pool:
+            for row in pool.map(_evaluate, [(c, req) for c in cands], chunksize=chunk):
+                rows.append(row)
+                if progress:
+                    progress(1)
+    return pd.DataFrame(rows)
+
+
+def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None = None,
+                  progress: Callable[[int], None] | None = None) -> pd.DataFrame:
+    """Feasible plans ranked by time to train, then cost. Raises UserError when none is."""
+    req.validate()
+    cands, why = candidates(req)
+    if not cands:
+        reasons = "; ".join(f"{n} configurations: {r}" for r, n in why.most_common(3))
+        raise UserError(f"no configuration of {req.model.name} fits ({reasons}); relax: more "
+                        "GPUs (--max-gpus), GPUs with more memory, or a smaller global batch "
+                        "(pipeline parallelism is not modeled)")
+    if progress_total:
+        progress_total(len(cands))
+    df = evaluate_all(req, cands, progress)
+    df = df.sort_values(["hours", "cost_usd"], kind="stable").reset_index(drop=True)
+    if req.deadline_hours is not None:
+        ok = df[df["hours"] <= req.deadline_hours]
+        if ok.empty:
+            best = df.iloc[0]
+            raise UserError(
+                f"no plan trains {req.tokens:.3g} tokens within {req.deadline_hours:g} h: the "
+                f"fastest takes {best['hours']:.1f} h ({best['gpus']} x {best['hardware']}, "
+                f"{best['scheme']}); relax --deadline-hours or raise --max-gpus")
+        df = ok
+    if req.budget_usd is not None:
+        ok = df[df["cost_usd"] <= req.budget_usd]
+        if ok.empty:
+            cheapest = df.sort_values("cost_usd").iloc[0]
+            raise UserError(
+                f"no plan trains {req.tokens:.3g} tokens for ${req.budget_usd:,.0f}: the "
+                f"cheapest costs ${cheapest['cost_usd']:,.0f} ({cheapest['gpus']} x "
+                f"{cheapest['hardware']}, {cheapest['scheme']}); relax --budget-usd")
+        df = ok
+    return df.reset_index(drop=True)
+
+
+def best_without(df: pd.DataFrame, family: str = SCAPE_FAMILY) -> pd.Series | None:
+    """The top plan whose scheme is not of `family` (to say how far the winner is from it)."""
+    rest = df[~df["scheme"].str.startswith(family)]
+    return None if rest.empty else rest.iloc[0]
+
+
+def with_hardware_price(hw: HardwareProfile, usd: float) -> HardwareProfile:
+    """A copy of `hw` with another price (for tests and what-if questions)."""
+    from profiles.hardware import Price
+
+    return replace(hw, price=Price(usd, "given by the user"))
