@@ -22,6 +22,8 @@ demo: $(STAMP)
 	$(BIN)/scape collective --hardware dgx-h100 --gpus 8 --op all_reduce --algo ring --sizes 1MiB..1GiB
 	$(BIN)/scape compare --model llama-1.8b --hardware vista-gh200 --gpus 32 --micro-batch 8 --global-batch 1024
 	$(BIN)/scape reproduce --out out/reproduce
+	$(BIN)/scape report scaling --model llama-1.8b --hardware vista-gh200 --quick --out out/scaling
+	@echo "demo: reports in out/reproduce/reproduce.md and out/scaling/scaling.html"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -40,6 +42,7 @@ test: lint
 bench: $(STAMP)
 	$(BIN)/python bench/collectives_scale.py
 	$(BIN)/python bench/step_scale.py
+	$(BIN)/python bench/scaling_sweep.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -284,7 +284,8 @@ def _progress(description: str):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     return Progress(f"[bold]{description}", BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+                    TimeElapsedColumn(), console=Console(stderr=True), transient=True,
+                    disable=not sys.stderr.isatty())
 
 
 @app.command("plan")
@@ -336,6 +337,29 @@ def plan_cmd(
               f", tp {rest['tp']}: {rest['hours']:,.1f} h, ${rest['cost_usd']:,.0f} "
               f"({rest['hours'] / best['hours']:.2f}x the time, "
               f"{rest['cost_usd'] / best['cost_usd']:.2f}x the cost of the top plan)")
+
+
+report_app = typer.Typer(help="Report builders.", no_args_is_help=True)
+app.add_typer(report_app, name="report")
+
+
+@report_app.command("scaling")
+def report_scaling(
+    model: str = STEP_OPTS["model"], hardware: str = STEP_OPTS["hardware"],
+    out: str = typer.Option("out/scaling", "--out", help="folder for the report"),
+    quick: bool = typer.Option(False, "--quick", help="a small sweep (for demos)"),
+    workers: int = typer.Option(None, "--workers", help="processes; default: every core"),
+):
+    """What-if sweeps (GPUs, NIC bandwidth, sparsity, model size) as Markdown + HTML + CSV."""
+    from reports.scaling import write_report as scaling_report
+
+    with _progress("simulating steps") as bar:
+        task = bar.add_task("steps", total=None)
+        files = scaling_report(model, hardware, Path(out), quick, workers,
+                               progress_total=lambda n: bar.update(task, total=n),
+                               progress=lambda n: bar.advance(task, n))
+    print(f"report: {files['html']} (self-contained) and {files['markdown']}; "
+          f"figures and CSVs in {Path(out)}/")
 
 
 @app.command()

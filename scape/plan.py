@@ -102,7 +102,7 @@ class SchemeConfig:
     optimizer: str = "adams"  # adamw | adams
     sparsity: float = 0.0
     bits: int = 8
-    bucket_bytes: float = 40e6 * 2  # Megatron-like 40M-element buckets of bf16 gradients
+    bucket_bytes: float | None = None  # None: Megatron's default, see _buckets
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = False
     # SCAPE options (DESIGN section 5)
@@ -132,15 +132,18 @@ class SchemeConfig:
             raise UserError(f"update_scope must be masked or all, got {self.update_scope!r}")
         if self.refresh_every < 0:
             raise UserError(f"refresh_every must be >= 0, got {self.refresh_every}")
-        if self.bucket_bytes <= 0:
+        if self.bucket_bytes is not None and not self.bucket_bytes > 0:
             raise UserError(f"bucket size must be positive, got {self.bucket_bytes}")
         return self
 
 
-def _buckets(size: float, cfg: SchemeConfig) -> int:
-    """Equal buckets of at most `bucket_bytes`; Megatron uses one bucket when it does not
-    overlap (bucket_size None): pass bucket_bytes=inf for that."""
-    return max(1, math.ceil(size / cfg.bucket_bytes))
+def _buckets(size: float, elem_bytes: int, cfg: SchemeConfig, world: int) -> int:
+    """Equal buckets of at most `bucket_bytes`. By default Megatron-Core's: max(40M, 1M x DP)
+    elements (megatron/core/distributed/distributed_data_parallel_config.py, bucket_size), so
+    large data-parallel groups get few, large buckets. Megatron uses one bucket when it does not
+    overlap: pass bucket_bytes=inf for that."""
+    limit = cfg.bucket_bytes or max(40e6, 1e6 * world) * elem_bytes
+    return max(1, math.ceil(size / limit))
 
 
 def _grad_phase(cfg: SchemeConfig) -> str:
@@ -158,7 +161,8 @@ def _optimizer(cfg: SchemeConfig, elements: float) -> Kernel:
 def dense_ddp(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
     """Full gradient all-reduce, bucketed and overlapped with backward; every rank updates N."""
     size = n * dt.grad_bytes
-    op = CommOp("grad all-reduce", "all_reduce", size, _grad_phase(cfg), _buckets(size, cfg))
+    op = CommOp("grad all-reduce", "all_reduce", size, _grad_phase(cfg),
+                _buckets(size, dt.grad_bytes, cfg, world))
     return Plan(cfg.scheme, ((1.0, StepPlan((op,), (_optimizer(cfg, n),))),))
 
 
@@ -166,8 +170,10 @@ def dense_zero1(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
     """Megatron distributed optimizer: gradient reduce-scatter, shard update, param all-gather."""
     g, p = n * dt.grad_bytes, n * dt.param_bytes
     ops = (
-        CommOp("grad reduce-scatter", "reduce_scatter", g, _grad_phase(cfg), _buckets(g, cfg)),
-        CommOp("param all-gather", "all_gather", p, _param_phase(cfg), _buckets(p, cfg)),
+        CommOp("grad reduce-scatter", "reduce_scatter", g, _grad_phase(cfg),
+               _buckets(g, dt.grad_bytes, cfg, world)),
+        CommOp("param all-gather", "all_gather", p, _param_phase(cfg),
+               _buckets(p, dt.param_bytes, cfg, world)),
     )
     return Plan(cfg.scheme, ((1.0, StepPlan(ops, (_optimizer(cfg, n / world),))),))
 
@@ -256,7 +262,7 @@ def scape(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
         CommOp("compact grad reduce-scatter", "reduce_scatter", k * dt.grad_bytes,
                "after_backward"),
         CommOp("param all-gather", "all_gather", param_size, _param_phase(cfg),
-               _buckets(param_size, cfg)),
+               _buckets(param_size, dt.param_bytes, cfg, world)),
         CommOp("mask all-gather", "all_gather", mask_bytes(n, world, k), "next_step"),
     )
     kernels = [Kernel("pack on mask", "pack", k, "pre")]

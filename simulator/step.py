@@ -230,28 +230,30 @@ class _StepSim:
         cfg, ops = self.cfg, self.step.ops
         carried = {ph: [p for op in ops if op.phase == ph for p in self._launch(op)]
                    for ph in ("next_forward", "next_step")}
-        fwd_chunk = self.times.fwd_s / self.n_chunks
         bwd_s = self.times.bwd_s + (self.times.fwd_s if cfg.recompute else 0.0)
-        bwd_chunk = bwd_s / self.n_chunks
-        tp_per_chunk = 2 * self.tp_layer_s * cfg.model.arch.n_layers / self.n_chunks
+        tp_total = 2 * self.tp_layer_s * cfg.model.arch.n_layers  # per pass, per micro-batch
         backward_ops = [op for op in ops if op.phase == "backward"]
         in_flight: list[simpy.Process] = []
+        gate = carried["next_forward"]
         for mb in range(cfg.accum):
-            for c in range(self.n_chunks):
-                if mb == 0 and carried["next_forward"]:
-                    # parameter buckets arrive in forward order; chunk c needs its share
-                    gate = carried["next_forward"]
-                    need = math.ceil((c + 1) * len(gate) / self.n_chunks)
-                    yield simpy.AllOf(self.env, gate[:need])
-                yield from self._work(f"forward mb{mb}", fwd_chunk, "compute")
-                yield from self._work("tp all-reduce (fwd)", tp_per_chunk, "tp")
-            for c in range(self.n_chunks):
-                yield from self._work(f"backward mb{mb}", bwd_chunk, "compute")
-                yield from self._work("tp all-reduce (bwd)", tp_per_chunk, "tp")
-                if mb == cfg.accum - 1:
+            last = mb == cfg.accum - 1
+            # Layer chunks matter only where something waits on them: the first forward
+            # (parameter buckets arrive chunk by chunk) and the last backward (gradient buckets
+            # leave chunk by chunk). Other micro-batches run as one piece each.
+            fwd_parts = self.n_chunks if (mb == 0 and gate) else 1
+            for c in range(fwd_parts):
+                if mb == 0 and gate:
+                    yield simpy.AllOf(self.env, gate[:math.ceil((c + 1) * len(gate) / fwd_parts)])
+                yield from self._work(f"forward mb{mb}", self.times.fwd_s / fwd_parts, "compute")
+                yield from self._work("tp all-reduce (fwd)", tp_total / fwd_parts, "tp")
+            bwd_parts = self.n_chunks if last else 1
+            for c in range(bwd_parts):
+                yield from self._work(f"backward mb{mb}", bwd_s / bwd_parts, "compute")
+                yield from self._work("tp all-reduce (bwd)", tp_total / bwd_parts, "tp")
+                if last:
                     for op in backward_ops:
-                        ready = math.floor((c + 1) * op.buckets / self.n_chunks)
-                        done = math.floor(c * op.buckets / self.n_chunks)
+                        ready = math.floor((c + 1) * op.buckets / bwd_parts)
+                        done = math.floor(c * op.buckets / bwd_parts)
                         for _ in range(done, ready):
                             in_flight += self._launch(op, [op.size_bytes / op.buckets])
         yield simpy.AllOf(self.env, carried["next_step"])  # the mask, before packing

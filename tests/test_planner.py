@@ -1,0 +1,82 @@
+"""Capacity planning: every plan respects every constraint; infeasible requests say what to
+relax; bad inputs are one-line errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from profiles import UserError, load_hardware, load_model
+from simulator.compare import parse_scheme
+from simulator.memory import USABLE_FRACTION, memory_use
+from simulator.planner import PlanRequest, best_without, plan_training
+from tests.test_cli import scape
+
+H100, A100 = load_hardware("dgx-h100"), load_hardware("dgx-a100")
+
+
+def request(**kw):
+    base = dict(model=load_model("gpt-345m"), tokens=1e9, hardware=(H100, A100), max_gpus=16,
+                workers=1, schemes=("dense-adams", "dense-ddp", "scape:0.99"))
+    base.update(kw)
+    return PlanRequest(**base)
+
+
+def test_plans_respect_every_constraint():
+    req = request(deadline_hours=10.0)
+    df = plan_training(req)
+    assert not df.empty
+    assert list(df["hours"]) == sorted(df["hours"])
+    for row in df.itertuples():
+        hw = {"dgx-h100": H100, "dgx-a100": A100}[row.hardware]
+        g = hw.node.gpus_per_node
+        assert row.gpus <= req.max_gpus and row.gpus % g == 0
+        assert g % row.tp == 0 and req.model.arch.n_heads % row.tp == 0
+        assert row.micro_batch * row.dp * row.grad_accum == req.batch
+        use = memory_use(req.model, parse_scheme(row.scheme), row.dp, row.tp, row.micro_batch,
+                         req.seq, req.dtypes, row.recompute)
+        assert use.total <= hw.gpu.memory_GB * 1e9 * USABLE_FRACTION
+        assert row.memory_GB == pytest.approx(use.total / 1e9)
+        assert row.hours <= 10.0
+        assert row.cost_usd == pytest.approx(row.hours * row.gpus * hw.price.usd_per_gpu_hour)
+        steps = req.tokens / (req.batch * req.seq)
+        assert row.hours == pytest.approx(steps * row.step_time_s / 3600)
+
+
+def test_budget_is_respected_and_price_override_applies():
+    df = plan_training(request(budget_usd=50.0, price_per_gpu_hour=1.0))
+    assert not df.empty and (df["cost_usd"] <= 50.0).all()
+    assert df["cost_usd"].iloc[0] == pytest.approx(df["gpu_hours"].iloc[0] * 1.0)
+
+
+def test_best_without_scape():
+    df = plan_training(request())
+    rest = best_without(df)
+    assert rest is not None and not rest["scheme"].startswith("scape")
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"deadline_hours": 1e-4}, "relax --deadline-hours"),
+    ({"budget_usd": 1e-3}, "relax --budget-usd"),
+    ({"model": load_model("llama-70b"), "hardware": (load_hardware("commodity-100gbe"),),
+      "max_gpus": 8}, "no configuration of llama-70b fits"),
+    ({"tokens": 0}, "tokens must be positive"),
+    ({"deadline_hours": 5.0, "budget_usd": 5.0}, "either a deadline or a budget"),
+])
+def test_infeasible_requests_say_what_to_relax(kw, message):
+    with pytest.raises(UserError, match=message):
+        plan_training(request(**kw))
+
+
+def test_plan_cli_and_errors(capsys):
+    code, out, _ = scape(capsys, "plan", "-m", "gpt-345m", "--tokens", "1e9", "-H", "dgx-h100",
+                         "--max-gpus", "8", "--schemes", "dense-adams,scape:0.99", "--format",
+                         "json", "--top", "3")
+    assert code == 0 and out.count('"scheme"') == 3
+    for args, message in (
+        (["plan", "-m", "gpt-345m", "--tokens", "0", "-H", "dgx-h100"], "tokens must be"),
+        (["plan", "-m", "gpt-345m", "--tokens", "1e12", "-H", "dgx-h100", "--max-gpus", "8",
+          "--schemes", "scape:0.99", "--deadline-hours", "0.001"], "relax --deadline-hours"),
+        (["plan", "-m", "gpt-345m", "--tokens", "1e9", "-H", "dgx-z"], "unknown hardware"),
+    ):
+        code, _out, err = scape(capsys, *args)
+        assert code == 2 and err.count("\n") == 1 and message in err

@@ -1,0 +1,34 @@
+"""`scape report scaling`: figures render headless; the reports link every figure and CSV."""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+from reports.scaling import write_report
+from tests.test_cli import scape
+
+
+def test_scaling_report_links_every_figure_and_csv(tmp_path):
+    files = write_report("gpt-345m", "dgx-h100", tmp_path, quick=True, workers=1)
+    md = files["markdown"].read_text()
+    html = files["html"].read_text()
+    pngs = sorted(p.name for p in tmp_path.glob("*.png"))
+    csvs = sorted(p.name for p in tmp_path.glob("*.csv"))
+    assert len(pngs) == 5 and len(csvs) == 6
+    for png in tmp_path.glob("*.png"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md_links = set(re.findall(r"\]\(([^)]+)\)", md))
+    assert md_links == set(pngs) | set(csvs)
+    assert set(re.findall(r'href="([^"]+)"', html)) == set(csvs)
+    assert html.count('src="data:image/png;base64,') == len(pngs)  # self-contained images
+    df = pd.read_csv(files["all_csv"])
+    base = df[(df["scheme"] == "dense-adams") & df["fits"]]
+    assert (base["speedup_vs_dense_adams"] == 1.0).all()
+
+
+def test_report_cli(capsys, tmp_path):
+    code, out, _ = scape(capsys, "report", "scaling", "-m", "gpt-345m", "-H", "vista-gh200",
+                         "--quick", "--workers", "1", "--out", str(tmp_path))
+    assert code == 0 and "scaling.html" in out and (tmp_path / "scaling.html").exists()
