@@ -202,11 +202,16 @@ def quantized(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
     return Plan(cfg.scheme, ((1.0, StepPlan(ops, kernels)),))
 
 
+def kept(density: float, n: float) -> int:
+    """How many of n values a sparsifier keeps: round(d * n), at least one."""
+    return max(1, round(density * n))
+
+
 def topk(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
     """DGC-style local top-k of gradient + residual; values and int32 indices all-gathered."""
     if cfg.sparsity == 0:
         return dense_ddp(cfg, n, world, dt)
-    k = cfg.density * n
+    k = kept(cfg.density, n)
     ops = (CommOp("top-k all-gather", "all_gather", world * k * (dt.grad_bytes + INDEX_BYTES),
                   "after_backward"),)
     kernels = (
@@ -223,7 +228,7 @@ def scalecom(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
     indices are all-reduced; low-pass filtered error feedback keeps the rest."""
     if cfg.sparsity == 0:
         return dense_ddp(cfg, n, world, dt)
-    k = cfg.density * n
+    k = kept(cfg.density, n)
     ops = (
         CommOp("leader indices broadcast", "broadcast", k * INDEX_BYTES, "after_backward"),
         CommOp("CLT-k values all-reduce", "all_reduce", k * dt.grad_bytes, "after_backward"),
@@ -239,7 +244,7 @@ def scalecom(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
 
 def mask_bytes(n: int, world: int, k: float) -> float:
     """SCAPE mask all-gather size: per shard, int32 indices or a bitmap, whichever is smaller."""
-    per_rank = min(k / world * INDEX_BYTES, math.ceil(n / world / 8))
+    per_rank = min(k / world * INDEX_BYTES, math.ceil(math.ceil(n / world) / 8))
     return world * per_rank
 
 
@@ -256,26 +261,27 @@ def scape(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
     cfg = replace(cfg, optimizer="adams")
     if cfg.sparsity == 0:
         return dense_zero1(cfg, n, world, dt)
-    k = cfg.density * n
+    k = kept(cfg.density, math.ceil(n / world)) * world  # the same count on every shard
+    mask = CommOp("mask all-gather", "all_gather", mask_bytes(n, world, k), "next_step")
     param_size = k * dt.param_bytes if cfg.update_scope == "masked" else n * dt.param_bytes
     ops = (
         CommOp("compact grad reduce-scatter", "reduce_scatter", k * dt.grad_bytes,
                "after_backward"),
         CommOp("param all-gather", "all_gather", param_size, _param_phase(cfg),
                _buckets(param_size, dt.param_bytes, cfg, world)),
-        CommOp("mask all-gather", "all_gather", mask_bytes(n, world, k), "next_step"),
+        mask,
     )
+    select = Kernel("select next mask (threshold on shard)", "select", n / world, "post")
     kernels = [Kernel("pack on mask", "pack", k, "pre")]
     if cfg.error_feedback:
         kernels.append(Kernel("error feedback", "error_feedback", n, "pre"))
-    kernels += [
-        _optimizer(cfg, n / world),
-        Kernel("select next mask (threshold on shard)", "select", n / world, "post"),
-    ]
+    kernels += [_optimizer(cfg, n / world), select]
     sparse = StepPlan(ops, tuple(kernels))
     if cfg.refresh_every <= 1:
         return Plan(cfg.scheme, ((1.0, sparse),))
-    dense = dense_zero1(cfg, n, world, dt).steps[0][1]
+    zero1 = dense_zero1(cfg, n, world, dt).steps[0][1]
+    # a refresh step is dense, and still chooses and gathers the next mask
+    dense = StepPlan((*zero1.ops, mask), (*zero1.kernels, select))
     r = cfg.refresh_every
     return Plan(cfg.scheme, ((1 - 1 / r, sparse), (1 / r, dense)))
 
