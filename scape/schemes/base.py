@@ -1,0 +1,94 @@
+"""What every runtime scheme shares: the flat buffers, the optimizer state, timing, and the
+plan it must follow (scape/plan.py; on CPU the wire carries fp32 gradients and parameters)."""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+
+import torch
+
+from scape.adams import Hyper, adams_update_
+from scape.adamw import adamw_update_
+from scape.comm import Comm
+from scape.plan import Dtypes, Plan, SchemeConfig, plan
+from scape.sharding import FlatParams
+
+RUNTIME_DTYPES = Dtypes(grad_bytes=4, param_bytes=4)  # fp32 master buffers on the wire
+
+
+class Updater:
+    """AdamW or AdamS state over a flat range of `n` fp32 values."""
+
+    def __init__(self, kind: str, n: int):
+        self.kind = kind
+        self.m = torch.zeros(n)
+        self.v = torch.zeros(n) if kind == "adamw" else None
+
+    def update(self, p: torch.Tensor, g: torch.Tensor, step: int, h: Hyper, lr: float) -> None:
+        if self.kind == "adamw":
+            adamw_update_(p, g, self.m, self.v, step, h, lr)
+        else:
+            adams_update_(p, g, self.m, step, h, lr)
+
+    def state(self) -> dict:
+        return {"m": self.m, "v": self.v}
+
+    def load(self, state: dict) -> None:
+        self.m.copy_(state["m"])
+        if self.v is not None:
+            self.v.copy_(state["v"])
+
+
+class Scheme:
+    """A data-parallel update: reads the model's .grad, communicates, updates the master
+    weights and writes them back to the model. `step` returns local kernel timings."""
+
+    multiple = 1  # the flat buffer pads to world * multiple
+
+    def __init__(self, cfg: SchemeConfig, params: list[torch.nn.Parameter], comm: Comm,
+                 hyper: Hyper):
+        self.cfg, self.comm, self.hyper = cfg, comm, hyper
+        self.world, self.rank = comm.world, comm.rank
+        self.flat = FlatParams(params, self.world, self.multiple)
+        self.t = 0  # steps taken
+        self.times: dict[str, float] = {}
+
+    @property
+    def n(self) -> int:
+        return self.flat.padded
+
+    def plan(self) -> Plan:
+        return plan(self.cfg, self.n, self.world, RUNTIME_DTYPES)
+
+    @contextmanager
+    def timed(self, key: str):
+        t0 = time.perf_counter()
+        yield
+        self.times[key] = self.times.get(key, 0.0) + time.perf_counter() - t0
+
+    def step(self, lr: float | None = None) -> dict[str, float]:
+        self.t += 1
+        self.times = {}
+        self._step(self.hyper.lr if lr is None else lr)
+        self.flat.push_params()
+        return self.times
+
+    def _step(self, lr: float) -> None:
+        raise NotImplementedError
+
+    # ---- checkpoint ----
+    def state_dict(self) -> dict:
+        return {"t": self.t, "master": self.flat.master.clone(), **self._state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.t = state["t"]
+        self.flat.master.copy_(state["master"])
+        self.flat.push_params()
+        self._load(state)
+
+    def _state(self) -> dict:
+        return {}
+
+    def _load(self, state: dict) -> None:
+        pass

@@ -1,0 +1,54 @@
+"""ScaleCom (Chen et al., NeurIPS 2020): cyclic local top-k (CLT-k). At step t the leader,
+rank (t-1) mod P, picks the top-k indices of its gradient + residual and broadcasts them; every
+rank's values at those indices are all-reduced, so the reduction stays an all-reduce of k
+values. The unsent part enters a low-pass filtered residual:
+e <- (1 - beta) * e + beta * (acc - sent), beta = `lowpass_beta` (SchemeConfig.extra, default
+0.1, an assumption: the value the paper recommends was not checked)."""
+
+from __future__ import annotations
+
+import torch
+
+from scape.plan import kept
+from scape.schemes.base import Scheme, Updater
+from scape.select import top_k_indices
+
+DEFAULT_BETA = 0.1
+
+
+class ScaleCom(Scheme):
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.opt = Updater(self.cfg.optimizer, self.n)
+        self.residual = torch.zeros(self.n)
+        self.k = kept(self.cfg.density, self.n)
+        self.beta = float(self.cfg.extra.get("lowpass_beta", DEFAULT_BETA))
+
+    def _step(self, lr: float) -> None:
+        g, k = self.flat.pull_grads(), self.k
+        acc = g + self.residual
+        leader = (self.t - 1) % self.world
+        idx = torch.empty(k, dtype=torch.int32)
+        if self.rank == leader:
+            with self.timed("select"):
+                idx.copy_(top_k_indices(acc.abs(), k))
+        self.comm.broadcast("leader indices broadcast", idx, leader)
+        idx = idx.long()
+        with self.timed("pack"):
+            values = acc[idx]
+        self.comm.all_reduce("CLT-k values all-reduce", values)
+        with self.timed("pack"):
+            unsent = acc
+            unsent[idx] = 0
+            self.residual.mul_(1 - self.beta).add_(unsent, alpha=self.beta)
+            dense = torch.zeros(self.n)
+            dense[idx] = values / self.world
+        with self.timed("update"):
+            self.opt.update(self.flat.master, dense, self.t, self.hyper, lr)
+
+    def _state(self) -> dict:
+        return {**self.opt.state(), "residual": self.residual}
+
+    def _load(self, state: dict) -> None:
+        self.opt.load(state)
+        self.residual = state["residual"].clone()

@@ -1,0 +1,164 @@
+"""The training loop used by `scape train` and `validate`: per-step timings of forward and
+backward, the scheme's kernels, each collective and the waits; JSONL logs; checkpoints of
+model, optimizer and scheme state from which a resumed run continues exactly."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import time
+import zlib
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from profiles import load_model
+from scape.adams import Hyper
+from scape.comm import Comm
+from scape.plan import SchemeConfig
+from scape.schemes import make_scheme
+from scape.train.data import batch
+from scape.train.model import GPT
+
+WIRE = {"all_reduce": lambda p: 2 * (p - 1) / p, "reduce_scatter": lambda p: (p - 1) / p,
+        "all_gather": lambda p: (p - 1) / p, "all_to_all": lambda p: (p - 1) / p,
+        "broadcast": lambda p: 1.0}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    model: str = "tiny-gpt"
+    scheme: SchemeConfig = field(default_factory=lambda: SchemeConfig("dense-zero1"))
+    steps: int = 100
+    micro_batch: int = 16
+    seq_len: int | None = None
+    lr: float = 1e-3
+    warmup_steps: int = 20
+    min_lr_ratio: float = 0.1
+    hyper: Hyper = field(default_factory=Hyper)
+    seed: int = 0
+    eval_every: int = 50
+    eval_batches: int = 8
+    out: str | None = None  # logs, checkpoints and summary
+    checkpoint_every: int = 0  # 0: only at the end
+    resume: bool = False
+    timeout_s: float = 60.0
+    threads: int = 1  # torch threads per rank
+    checksum: bool = False  # record a CRC of the parameters after every step (tests)
+
+    def lr_at(self, t: int) -> float:
+        """Linear warmup, then cosine decay to min_lr_ratio * lr (steps are 1-based)."""
+        if t <= self.warmup_steps:
+            return self.lr * t / max(1, self.warmup_steps)
+        frac = (t - self.warmup_steps) / max(1, self.steps - self.warmup_steps)
+        cos = 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
+        return self.lr * (self.min_lr_ratio + (1 - self.min_lr_ratio) * cos)
+
+
+def init_distributed(timeout_s: float) -> None:
+    """Join the process group torchrun (or a test) described in the environment."""
+    if dist.is_initialized() or int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return
+    dist.init_process_group("gloo" if not torch.cuda.is_available() else "nccl",
+                            timeout=timedelta(seconds=timeout_s))
+
+
+@torch.no_grad()
+def evaluate(model: GPT, cfg: TrainConfig, seq: int) -> float:
+    model.eval()
+    losses = [model(*batch("val", 10**6 + i, 0, cfg.micro_batch, seq, cfg.seed)).item()
+              for i in range(cfg.eval_batches)]
+    model.train()
+    return sum(losses) / len(losses)
+
+
+def _ckpt_path(out: Path, rank: int) -> Path:
+    return out / "checkpoint" / f"rank{rank}.pt"
+
+
+def train(cfg: TrainConfig, steps_this_run: int | None = None) -> dict:
+    """Run (or resume) training on this process's rank; returns rank 0's summary."""
+    torch.set_num_threads(cfg.threads)
+    init_distributed(cfg.timeout_s)
+    comm = Comm()
+    rank, world = comm.rank, comm.world
+    profile = load_model(cfg.model)
+    seq = cfg.seq_len or profile.arch.seq_len
+    torch.manual_seed(cfg.seed)  # identical initial weights on every rank
+    model = GPT(profile)
+    scheme = make_scheme(cfg.scheme, list(model.parameters()), comm, cfg.hyper)
+    out = Path(cfg.out) if cfg.out else None
+    if cfg.resume and out and _ckpt_path(out, rank).exists():
+        scheme.load_state_dict(torch.load(_ckpt_path(out, rank), weights_only=False))
+    log_file = open(out / "log.jsonl", "a") if out and rank == 0 else None  # noqa: SIM115
+    rows, last = [], cfg.steps if steps_this_run is None else min(
+        cfg.steps, scheme.t + steps_this_run)
+    try:
+        while scheme.t < last:
+            t = scheme.t + 1
+            x, y = batch("train", t, rank, cfg.micro_batch, seq, cfg.seed)
+            t0 = time.perf_counter()
+            loss = model(x, y)
+            loss.backward()
+            fwd_bwd = time.perf_counter() - t0
+            kernels = scheme.step(cfg.lr_at(t))
+            step_s = time.perf_counter() - t0
+            model.zero_grad(set_to_none=True)
+            records = comm.take()
+            row = {
+                "step": t, "loss": loss.item(), "lr": cfg.lr_at(t), "step_s": step_s,
+                "fwd_bwd_s": fwd_bwd, **{f"{k}_s": v for k, v in kernels.items()},
+                "comm_s": sum(r.seconds for r in records),
+                "wait_s": sum(r.wait_seconds for r in records),
+                "bytes": sum(r.size_bytes * WIRE[r.collective](world) for r in records),
+                "collectives": [(r.name, r.collective, r.size_bytes) for r in records],
+            }
+            if cfg.checksum:
+                row["param_crc"] = zlib.crc32(scheme.flat.master.numpy().tobytes())
+            if cfg.eval_every and (t % cfg.eval_every == 0 or t == cfg.steps) and rank == 0:
+                row["val_loss"] = evaluate(model, cfg, seq)
+            rows.append(row)
+            if log_file:
+                log_file.write(json.dumps(row) + "\n")
+            if out and cfg.checkpoint_every and t % cfg.checkpoint_every == 0:
+                save_checkpoint(scheme, out, rank)
+        if out:
+            save_checkpoint(scheme, out, rank)
+    finally:
+        if log_file:
+            log_file.close()
+    summary = summarize(rows, cfg, world, scheme)
+    if out and rank == 0:
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return {"summary": summary, "rows": rows, "scheme": scheme, "model": model}
+
+
+def save_checkpoint(scheme, out: Path, rank: int) -> None:
+    path = _ckpt_path(out, rank)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(scheme.state_dict(), tmp)
+    tmp.replace(path)
+
+
+def summarize(rows: list[dict], cfg: TrainConfig, world: int, scheme) -> dict:
+    if not rows:
+        return {}
+    tail = rows[-min(10, len(rows)):]
+    vals = [r["val_loss"] for r in rows if "val_loss" in r]
+    keys = sorted({k for r in rows for k in r if k.endswith("_s") and k != "step_s"})
+    return {
+        "model": cfg.model, "scheme": cfg.scheme.scheme, "sparsity": cfg.scheme.sparsity,
+        "bits": cfg.scheme.bits, "world": world, "steps": rows[-1]["step"],
+        "final_train_loss": sum(r["loss"] for r in tail) / len(tail),
+        "final_val_loss": vals[-1] if vals else None,
+        "median_step_s": statistics.median(r["step_s"] for r in rows),
+        "breakdown_median_s": {k: statistics.median(r.get(k, 0.0) for r in rows) for k in keys},
+        "bytes_per_step": statistics.median(r["bytes"] for r in rows),
+        "config": {**asdict(cfg), "scheme": asdict(cfg.scheme)},
+    }
