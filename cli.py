@@ -362,6 +362,57 @@ def report_scaling(
           f"figures and CSVs in {Path(out)}/")
 
 
+@app.command("train")
+def train_cmd(
+    model: str = typer.Option("tiny-gpt", "--model", "-m"),
+    scheme: str = typer.Option("dense-adams", "--scheme", "-s",
+                               help="NAME or NAME:VALUE, as in simulate"),
+    sparsity: float = typer.Option(None, "--sparsity"),
+    bits: int = typer.Option(None, "--bits"),
+    optimizer: str = typer.Option(None, "--optimizer", help="adamw|adams"),
+    update_scope: str = typer.Option(None, "--update-scope", help="scape: masked|all"),
+    refresh_every: int = typer.Option(None, "--refresh-every"),
+    error_feedback: bool = typer.Option(None, "--error-feedback/--no-error-feedback"),
+    score: str = typer.Option(None, "--score", help="scape: m|m_over_sqrt_v"),
+    steps: int = typer.Option(100, "--steps"),
+    nprocs: int = typer.Option(2, "--nprocs", help="ranks on this machine"),
+    backend: str = typer.Option("gloo", "--backend", help="gloo|nccl"),
+    micro_batch: int = typer.Option(16, "--micro-batch"),
+    seq_len: int = typer.Option(None, "--seq-len"),
+    lr: float = typer.Option(1e-3, "--lr"),
+    seed: int = typer.Option(0, "--seed"),
+    eval_every: int = typer.Option(50, "--eval-every"),
+    timeout: float = typer.Option(60.0, "--timeout", help="seconds a peer may be late"),
+    resume: bool = typer.Option(False, "--resume", help="continue from OUT/checkpoint"),
+    out: str = typer.Option(None, "--out", help="logs, checkpoints, summary"),
+    fmt: str = typer.Option("table", "--format", help="table|json"),
+):
+    """Train a model with a scheme on torch.distributed ranks (torchrun), and report."""
+    check_format(fmt, ("table", "json"))
+    from scape.train.launch import launch, under_torchrun
+    from scape.train.loop import TrainConfig, train
+
+    load_model(model)
+    opts = _scheme_options(sparsity, bits, optimizer, None, None, None, update_scope,
+                           refresh_every, error_feedback, score)
+    base = replace(parse_scheme("dense-adams"), **{k: v for k, v in opts.items() if v is not None})
+    cfg = TrainConfig(model=model, scheme=parse_scheme(scheme, base.validate()), steps=steps,
+                      micro_batch=micro_batch, seq_len=seq_len, lr=lr, seed=seed,
+                      eval_every=eval_every, timeout_s=timeout, resume=resume, out=out)
+    summary = train(cfg)["summary"] if under_torchrun() else launch(cfg, nprocs, backend)
+    if fmt == "json":
+        print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))
+        return
+    print(f"# {model}, {scheme} on {summary['world']} rank(s), {summary['steps']} steps")
+    val = summary["final_val_loss"]
+    print(f"final_train_loss  {summary['final_train_loss']:.4f}")
+    print(f"final_val_loss    {val:.4f}" if val is not None else "final_val_loss    -")
+    print(f"median_step_s     {summary['median_step_s'] * 1e3:.2f} ms")
+    for key, value in summary["breakdown_median_s"].items():
+        print(f"  {key:<15} {value * 1e3:.2f} ms")
+    print(f"bytes_per_step    {summary['bytes_per_step']:,.0f} (sent per rank)")
+
+
 @app.command()
 def reproduce(
     out: str = typer.Option("out/reproduce", "--out", help="folder for the report"),

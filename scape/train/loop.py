@@ -64,8 +64,8 @@ def init_distributed(timeout_s: float) -> None:
     """Join the process group torchrun (or a test) described in the environment."""
     if dist.is_initialized() or int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return
-    dist.init_process_group("gloo" if not torch.cuda.is_available() else "nccl",
-                            timeout=timedelta(seconds=timeout_s))
+    backend = os.environ.get("SCAPE_BACKEND", "gloo")
+    dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
 
 
 @torch.no_grad()

@@ -1,0 +1,65 @@
+"""Launch `scape train` ranks with torchrun on this machine, or run in place when already
+started by torchrun (multi-node use: run `scape train` under torchrun on every node)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from profiles import UserError
+from scape.train.loop import TrainConfig
+
+
+def under_torchrun() -> bool:
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(cfg: TrainConfig, nprocs: int, backend: str = "gloo") -> dict:
+    """Run training on `nprocs` local ranks; returns rank 0's summary or raises UserError."""
+    if nprocs < 1:
+        raise UserError(f"nprocs must be at least 1, got {nprocs}")
+    if backend not in ("gloo", "nccl"):
+        raise UserError(f"backend must be gloo or nccl, got {backend!r}")
+    if backend == "nccl":
+        raise UserError("the nccl backend needs the CUDA runtime, which is not built yet; "
+                        "use --backend gloo")
+    if cfg.steps < 1:
+        raise UserError(f"steps must be at least 1, got {cfg.steps}")
+    out = Path(cfg.out or tempfile.mkdtemp(prefix="scape-train-"))
+    out.mkdir(parents=True, exist_ok=True)
+    cfg_dict = {**asdict(cfg), "out": str(out)}
+    config_file = out / "config.json"
+    config_file.write_text(json.dumps(cfg_dict, indent=2))
+    for stale in [*out.glob("error_rank*.txt"), out / "summary.json"]:
+        stale.unlink(missing_ok=True)
+    env = {**os.environ, "SCAPE_BACKEND": backend, "OMP_NUM_THREADS": str(cfg.threads)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
+           "--nproc-per-node", str(nprocs), "--master-addr", "127.0.0.1",
+           "--master-port", str(free_port()), "--max-restarts", "0",
+           "-m", "scape.train.worker", str(config_file)]
+    t0 = time.perf_counter()
+    with open(out / "launcher.log", "w") as log:
+        proc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    errors = sorted(out.glob("error_rank*.txt"))
+    if proc.returncode != 0 or not (out / "summary.json").exists():
+        if errors:
+            first = errors[0]
+            raise UserError(f"training failed after {time.perf_counter() - t0:.1f} s: "
+                            f"{first.stem.removeprefix('error_')}: {first.read_text().strip()}")
+        raise UserError(f"training failed (exit code {proc.returncode}): a rank ended without "
+                        f"a report (crashed?); see {out / 'launcher.log'}")
+    return json.loads((out / "summary.json").read_text())
