@@ -69,8 +69,11 @@ class Comm:
                          lambda a: dist.all_reduce(t, async_op=a))
 
     def reduce_scatter(self, name: str, out: torch.Tensor, inp: torch.Tensor):
+        # reduce_scatter_single replaces the deprecated reduce_scatter_tensor where it exists
+        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
         def fn(a):
-            return dist.reduce_scatter_tensor(out, inp, async_op=a)
+            return scatter(out, inp, async_op=a)
         if self.world == 1:
             out.copy_(inp)
         return self._run(name, "reduce_scatter", nbytes(inp), fn)

@@ -93,6 +93,8 @@ def train(cfg: TrainConfig, steps_this_run: int | None = None) -> dict:
     model = GPT(profile)
     scheme = make_scheme(cfg.scheme, list(model.parameters()), comm, cfg.hyper)
     out = Path(cfg.out) if cfg.out else None
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
     if cfg.resume and out and _ckpt_path(out, rank).exists():
         scheme.load_state_dict(torch.load(_ckpt_path(out, rank), weights_only=False))
     log_file = open(out / "log.jsonl", "a") if out and rank == 0 else None  # noqa: SIM115

@@ -1,0 +1,234 @@
+"""The real optimizer on gloo, 2-3 ranks on CPU (marker `dist`): compression off equals dense,
+ranks stay bitwise identical, bytes follow the plan, SCAPE's masks behave as DESIGN section 5
+says, resume is exact, and dead or missing peers end in a clear error, not a hang."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from scape.plan import make_config
+from tests.dist_util import free_port, run_ranks
+
+pytestmark = pytest.mark.dist
+REPO = Path(__file__).resolve().parents[1]
+SPECS = [
+    ("dense-ddp", {}), ("dense-adams", {}), ("dense-adamw", {}),
+    ("dense-ddp", {"optimizer": "adamw"}),
+    ("quantized", {"bits": 8}), ("quantized", {"bits": 4}), ("quantized", {"bits": 1}),
+    ("quantized", {"bits": 32}), ("topk", {"sparsity": 0.99}), ("topk", {"sparsity": 0.0}),
+    ("scalecom", {"sparsity": 0.99}), ("scalecom", {"sparsity": 0.0}),
+    ("scape", {"sparsity": 0.9}), ("scape", {"sparsity": 0.99}),
+    ("scape", {"sparsity": 0.99, "update_scope": "all", "error_feedback": False}),
+    ("scape", {"sparsity": 0.99, "refresh_every": 3, "score": "m_over_sqrt_v"}),
+    ("scape", {"sparsity": 0.0}), ("scape", {"sparsity": 1e-9}),
+]
+STEPS = 5
+
+
+def _config(name, opts, **kw):
+    from scape.train.loop import TrainConfig
+
+    return TrainConfig(scheme=make_config(name, **opts), steps=STEPS, micro_batch=4, seq_len=32,
+                       eval_every=0, checksum=True, timeout_s=30, **kw)
+
+
+def _run_specs(specs):
+    import torch.distributed as dist
+
+    from scape.train.loop import train
+
+    out = {}
+    for name, opts in specs:
+        r = train(_config(name, opts))
+        s = r["scheme"]
+        out[(name, tuple(sorted(opts.items())))] = {
+            "losses": [row["loss"] for row in r["rows"]],
+            "crc": [row["param_crc"] for row in r["rows"]],
+            "master": s.flat.master.clone(),
+            "records": [row["collectives"] for row in r["rows"]],
+            "plan": s.plan(),
+            "dense_steps": [t for t in range(1, STEPS + 1) if getattr(s, "is_dense", None)
+                            and s.is_dense(t)],
+            "history": [m.clone() for m in getattr(s, "history", [])],
+            "chosen": [m.clone() for m in getattr(s, "chosen", [])],
+        }
+        dist.barrier()
+    return out
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    results = run_ranks(_run_specs, 2, (SPECS,), tmp_path_factory.mktemp("two"))
+    for r in results:
+        assert "error" not in r, r.get("trace")
+    return results
+
+
+def _key(name, opts):
+    return (name, tuple(sorted(opts.items())))
+
+
+def test_ranks_hold_identical_parameters_after_every_step(two_ranks):
+    a, b = two_ranks
+    for key in a:
+        assert a[key]["crc"] == b[key]["crc"], key
+        assert torch.equal(a[key]["master"], b[key]["master"]), key
+
+
+@pytest.mark.parametrize(("off", "dense"), [
+    (("topk", {"sparsity": 0.0}), ("dense-ddp", {})),
+    (("scalecom", {"sparsity": 0.0}), ("dense-ddp", {})),
+    (("quantized", {"bits": 32}), ("dense-ddp", {})),
+    (("scape", {"sparsity": 0.0}), ("dense-adams", {})),
+    # SCAPE's sparse code path with a full mask (density 1 - 1e-9 rounds to every element)
+    (("scape", {"sparsity": 1e-9}), ("dense-adams", {})),
+])
+def test_compression_off_matches_dense(two_ranks, off, dense):
+    got, ref = two_ranks[0][_key(*off)], two_ranks[0][_key(*dense)]
+    assert got["losses"] == pytest.approx(ref["losses"], abs=1e-6)
+    assert torch.allclose(got["master"], ref["master"], atol=1e-6, rtol=0)
+
+
+def test_bytes_follow_the_plan(two_ranks):
+    from scape.plan import Plan
+
+    for key, res in two_ranks[0].items():
+        plan: Plan = res["plan"]
+        kinds = [s for _, s in plan.steps]
+        sparse = kinds[0]
+        dense = kinds[1] if len(kinds) > 1 else None
+        for t, records in enumerate(res["records"], start=1):
+            if t in res["dense_steps"] and key[1] and dict(key[1]).get("sparsity", 0) > 0:
+                if dense is None:  # the first (dense) step of SCAPE without refresh
+                    continue
+                step = dense
+            else:
+                step = sparse
+            counted: dict[str, int] = {}
+            for name, collective, size in records:
+                counted[name] = counted.get(name, 0) + size
+                assert collective in {op.collective for op in step.ops if op.name == name}
+            assert counted == {op.name: pytest.approx(op.size_bytes) for op in step.ops}, (
+                key, t)
+
+
+def test_scape_sends_no_second_moment(two_ranks):
+    res = two_ranks[0][_key("scape", {"sparsity": 0.99})]
+    names = {name for step in res["records"] for name, _, _ in step}
+    assert names == {"grad reduce-scatter", "param all-gather", "compact grad reduce-scatter",
+                     "mask all-gather"}
+
+
+def _run_masks():
+    import torch.distributed as dist
+
+    from scape.train.loop import train
+
+    r = train(_config("scape", {"sparsity": 0.99}))
+    s = r["scheme"]
+    dist.barrier()
+    return {"history": [m.clone() for m in s.history], "chosen": [m.clone() for m in s.chosen]}
+
+
+def test_scape_masks_identical_and_one_step_late(tmp_path):
+    ranks = run_ranks(_run_masks, 3, (), tmp_path)
+    for r in ranks:
+        assert "error" not in r, r.get("trace")
+    # every rank uses the same global mask at every sparse step
+    for step in range(len(ranks[0]["history"])):
+        for r in ranks[1:]:
+            assert torch.equal(r["history"][step], ranks[0]["history"][step])
+    # the mask used at step t+1 is the union of the shards' choices at step t
+    for t, used in enumerate(ranks[0]["history"], start=1):  # used at step t + 1
+        chosen = torch.cat([r["chosen"][t - 1] for r in ranks])
+        assert torch.equal(used, chosen)
+    assert len(ranks[0]["history"]) == STEPS - 1  # step 1 is dense
+
+
+def _run_resume(out: str, split: bool):
+    import torch.distributed as dist
+
+    from scape.train.loop import train
+
+    cfg = _config("scape", {"sparsity": 0.99}, out=out)
+    if split:
+        train(cfg, steps_this_run=3)
+        dist.barrier()
+        from dataclasses import replace
+
+        r = train(replace(cfg, resume=True))
+    else:
+        r = train(cfg)
+    dist.barrier()
+    return {"crc": [row["param_crc"] for row in r["rows"]],
+            "losses": [row["loss"] for row in r["rows"]],
+            "master": r["scheme"].flat.master.clone()}
+
+
+def test_resume_continues_exactly(tmp_path):
+    whole = run_ranks(_run_resume, 2, (str(tmp_path / "a"), False), tmp_path / "ra")
+    split = run_ranks(_run_resume, 2, (str(tmp_path / "b"), True), tmp_path / "rb")
+    for w, s in zip(whole, split, strict=True):
+        assert "error" not in w and "error" not in s, (w.get("trace"), s.get("trace"))
+        assert s["crc"] == w["crc"][3:]  # the resumed run made steps 4 and 5
+        assert s["losses"] == w["losses"][3:]
+        assert torch.equal(s["master"], w["master"])
+
+
+def _cli(*args, env=None, timeout=120):
+    return subprocess.run([sys.executable, "cli.py", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def test_train_cli_json(tmp_path):
+    r = _cli("train", "--scheme", "scape:0.99", "--steps", "6", "--nprocs", "2",
+             "--micro-batch", "4", "--seq-len", "32", "--eval-every", "3", "--out",
+             str(tmp_path), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    for key in ("final_train_loss", "final_val_loss", "median_step_s", "bytes_per_step"):
+        assert summary[key] is not None and summary[key] > 0
+    assert (tmp_path / "log.jsonl").read_text().count("\n") == 6
+
+
+def test_dead_rank_ends_every_rank_with_a_clear_error(tmp_path):
+    t0 = time.perf_counter()
+    r = _cli("train", "--steps", "50", "--nprocs", "2", "--micro-batch", "2", "--seq-len", "32",
+             "--timeout", "10", "--out", str(tmp_path),
+             env={"SCAPE_FAULT_RANK": "1", "SCAPE_FAULT_STEP": "3"})
+    elapsed = time.perf_counter() - t0
+    assert r.returncode != 0
+    assert r.stderr.count("\n") == 1 and "training failed" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    assert elapsed < 10 + 30  # the timeout plus start-up, never a hang
+
+
+def _lonely():
+    from scape.train.loop import init_distributed
+
+    t0 = time.perf_counter()
+    try:
+        init_distributed(3.0)
+    except Exception as exc:  # the peer never arrives
+        from scape.train.worker import describe_failure
+
+        return {"message": describe_failure(exc, 3.0), "elapsed": time.perf_counter() - t0}
+    return {"message": None, "elapsed": time.perf_counter() - t0}
+
+
+def test_missing_peer_times_out_with_a_clear_error():
+    env = dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="2")
+    code = ("import json, tests.test_dist as t; print(json.dumps(t._lonely()))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                       timeout=60, env={**os.environ, **env})
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    assert result["message"] and "did not arrive" in result["message"]
+    assert result["elapsed"] < 3.0 + 10
