@@ -31,10 +31,14 @@ class DenseDDP(Scheme):
         self.opt.load(state)
 
 
-def zero1_step(scheme: Scheme, opt: Updater, lr: float) -> None:
-    """Reduce-scatter the gradient, update this rank's shard, all-gather the parameters."""
+def zero1_step(scheme: Scheme, opt: Updater, lr: float,
+               residual: torch.Tensor | None = None) -> None:
+    """Reduce-scatter the gradient (plus a residual not yet sent, if given), update this
+    rank's shard, all-gather the parameters."""
     flat, rank = scheme.flat, scheme.rank
     g = flat.pull_grads()
+    if residual is not None:
+        g.add_(residual)
     g_shard = torch.empty(flat.shard_size)  # [n / P] fp32
     scheme.comm.reduce_scatter("grad reduce-scatter", g_shard, g)
     g_shard.div_(scheme.world)

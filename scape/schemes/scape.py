@@ -56,9 +56,9 @@ class Scape(Scheme):
     def _step(self, lr: float) -> None:
         if self.cfg.sparsity == 0 or self.is_dense(self.t):
             self._wait_mask()
-            zero1_step(self, self.opt, lr)
+            zero1_step(self, self.opt, lr, self.residual)  # sends what was held back, too
             if self.residual is not None:
-                self.residual.zero_()  # everything was sent
+                self.residual.zero_()
             grads = None
         else:
             grads = self._sparse_step(lr)
