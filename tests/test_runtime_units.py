@@ -1,0 +1,130 @@
+"""Runtime building blocks on one process: AdamS against an independent reference loop,
+AdamW against torch.optim.AdamW, exact O(n) selection, quantization round trips, flat shards,
+and `scape train` input errors."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from scape.adams import AdamS, Hyper, adams_update_
+from scape.adamw import adamw_update_
+from scape.schemes.quantized import dequantize, payload_bytes, quantize
+from scape.select import top_k_exact, top_k_indices
+from scape.sharding import FlatParams
+from tests.test_cli import scape
+
+
+def reference_adams(w, grads, lr, b1, b2, eps, wd, bias_correction):
+    """AdamS written out element by element in float64 (arXiv 2505.16363, Algorithm 1)."""
+    w = [float(x) for x in w]
+    m = [0.0] * len(w)
+    for t, g in enumerate(grads, start=1):
+        for i in range(len(w)):
+            m_prev = m[i] / (1 - b1 ** (t - 1)) if bias_correction and t > 1 else m[i]
+            v = b2 * m_prev**2 + (1 - b2) * g[i] ** 2
+            m[i] = b1 * m[i] + (1 - b1) * g[i]
+            m_hat = m[i] / (1 - b1**t) if bias_correction else m[i]
+            w[i] = w[i] * (1 - lr * wd) - lr * m_hat / (math.sqrt(v) + eps)
+    return w
+
+
+@pytest.mark.parametrize("bias_correction", [True, False])
+def test_adams_matches_reference_loop(bias_correction):
+    rng = np.random.default_rng(0)
+    w0 = rng.normal(size=7)
+    grads = [rng.normal(size=7) for _ in range(6)]
+    p = torch.nn.Parameter(torch.tensor(w0, dtype=torch.float64))
+    opt = AdamS([p], lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1,
+                bias_correction=bias_correction)
+    for g in grads:
+        p.grad = torch.tensor(g)
+        opt.step()
+    ref = reference_adams(w0, grads, 1e-2, 0.9, 0.95, 1e-8, 0.1, bias_correction)
+    assert p.detach().numpy() == pytest.approx(np.array(ref), rel=1e-12, abs=1e-14)
+    assert set(opt.state[p]) == {"step", "exp_avg"}  # no second-moment state
+
+
+def test_adamw_update_matches_torch():
+    torch.manual_seed(0)
+    p1 = torch.nn.Parameter(torch.randn(50, dtype=torch.float64))
+    ref = torch.optim.AdamW([p1], lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    p2 = p1.detach().clone()
+    m, v = torch.zeros_like(p2), torch.zeros_like(p2)
+    h = Hyper(lr=1e-2, weight_decay=0.1)
+    for t in range(1, 6):
+        g = torch.randn(50, dtype=torch.float64)
+        p1.grad = g.clone()
+        ref.step()
+        adamw_update_(p2, g, m, v, t, h)
+    assert torch.allclose(p1.detach(), p2, rtol=1e-12, atol=1e-14)
+
+
+def test_adams_update_on_a_subset_equals_full_update_there():
+    torch.manual_seed(1)
+    p, g, m = torch.randn(100), torch.randn(100), torch.randn(100)
+    idx = torch.tensor([3, 17, 42, 99])
+    p_full, m_full = p.clone(), m.clone()
+    adams_update_(p_full, g, m_full, 4, Hyper())
+    p_sel, m_sel = p[idx].clone(), m[idx].clone()
+    adams_update_(p_sel, g[idx], m_sel, 4, Hyper())
+    assert torch.equal(p_sel, p_full[idx]) and torch.equal(m_sel, m_full[idx])
+
+
+@pytest.mark.parametrize(("n", "k"), [(10, 3), (1000, 1), (300_000, 2_999), (1_000_000, 50_000)])
+def test_selection_is_exact_with_ties(n, k):
+    torch.manual_seed(n)
+    score = torch.randn(n).abs()
+    score[:: max(1, n // 100)] = score[0]  # many ties
+    got = top_k_indices(score, k)
+    assert got.numel() == k and torch.equal(got, got.sort().values)
+    threshold = score[got].min()
+    assert (score > threshold).sum() <= k <= (score >= threshold).sum()
+    assert torch.equal(got, top_k_exact(score, k))
+    # reference: stable sort by descending score, lowest index first among ties
+    order = sorted(range(n), key=lambda i: (-score[i].item(), i))[:k] if n <= 1000 else None
+    if order is not None:
+        assert got.tolist() == sorted(order)
+
+
+@pytest.mark.parametrize("bits", [1, 4, 8])
+def test_quantization_round_trip(bits):
+    torch.manual_seed(bits)
+    x = torch.randn(4096)
+    payload, deq = quantize(x, bits, 512)
+    assert payload.dtype == torch.uint8 and payload.numel() == payload_bytes(4096, bits, 512)
+    assert torch.equal(dequantize(payload, 4096, bits, 512), deq)
+    blocks = x.view(-1, 512)
+    if bits == 1:
+        assert torch.equal(torch.sign(deq), torch.where(x >= 0, 1.0, -1.0))
+    else:
+        step = blocks.abs().amax(1, keepdim=True) / {8: 127, 4: 7}[bits]
+        assert ((deq.view(-1, 512) - blocks).abs() <= step / 2 + 1e-6).all()
+
+
+def test_flat_params_pad_shard_and_write_back():
+    layer = torch.nn.Linear(5, 3)  # 18 parameters
+    flat = FlatParams(list(layer.parameters()), world=4, multiple=2)
+    assert (flat.numel, flat.padded, flat.shard_size) == (18, 24, 6)
+    assert torch.equal(flat.master[:15], layer.weight.detach().reshape(-1))
+    assert torch.count_nonzero(flat.master[18:]) == 0
+    flat.master[:18] = torch.arange(18.0)
+    flat.push_params()
+    assert torch.equal(layer.bias.detach(), torch.tensor([15.0, 16.0, 17.0]))
+    assert torch.equal(flat.shard(flat.master, 2), flat.master[12:18])
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--scheme", "scape", "--sparsity", "1.0"], "sparsity must be in [0, 1)"),
+    (["--scheme", "topk", "--sparsity", "-0.1"], "sparsity must be in [0, 1)"),
+    (["--scheme", "quantized", "--bits", "3"], "bits must be one of"),
+    (["--scheme", "zip"], "unknown scheme 'zip'"),
+    (["--nprocs", "0"], "nprocs must be at least 1"),
+    (["--model", "gpt-9"], "unknown model profile"),
+])
+def test_train_bad_inputs(capsys, args, message):
+    code, _out, err = scape(capsys, "train", *args)
+    assert code == 2 and err.count("\n") == 1 and message in err and "Traceback" not in err
