@@ -169,6 +169,13 @@ def _plt():
     return plt
 
 
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    _plt().close(fig)
+    return path
+
+
 def fig_speedup_vs_gpus(df: pd.DataFrame, path: Path, title: str) -> Path:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 4.5))
@@ -182,10 +189,7 @@ def fig_speedup_vs_gpus(df: pd.DataFrame, path: Path, title: str) -> Path:
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def fig_breakdown(df: pd.DataFrame, path: Path, title: str) -> Path:
@@ -203,10 +207,7 @@ def fig_breakdown(df: pd.DataFrame, path: Path, title: str) -> Path:
     ax.set_title(f"{title}: step breakdown at {largest} GPUs")
     ax.tick_params(axis="x", rotation=30)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def fig_heatmap(df: pd.DataFrame, path: Path, title: str) -> Path:
@@ -224,10 +225,7 @@ def fig_heatmap(df: pd.DataFrame, path: Path, title: str) -> Path:
     ax.set_ylabel("NIC Gb/s per NIC")
     ax.set_title(f"{title}: SCAPE 99% speedup over dense AdamS")
     fig.colorbar(im, ax=ax)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def fig_line(df: pd.DataFrame, sweep: str, x: str, xlabel: str, path: Path, title: str,
@@ -243,10 +241,7 @@ def fig_line(df: pd.DataFrame, sweep: str, x: str, xlabel: str, path: Path, titl
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def write_report(model: str, hardware: str, out: Path, quick: bool = False,

@@ -92,3 +92,24 @@ class Scheme:
 
     def _load(self, state: dict) -> None:
         pass
+
+
+class ResidualScheme(Scheme):
+    """Schemes that end with the same averaged gradient on every rank and update all N
+    parameters (DDP-like), keeping an fp32 residual of what they have not sent yet."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.opt = Updater(self.cfg.optimizer, self.n)
+        self.residual = torch.zeros(self.n)  # [n]
+
+    def apply(self, grad: torch.Tensor, lr: float) -> None:
+        with self.timed("update"):
+            self.opt.update(self.flat.master, grad, self.t, self.hyper, lr)
+
+    def _state(self) -> dict:
+        return {**self.opt.state(), "residual": self.residual}
+
+    def _load(self, state: dict) -> None:
+        self.opt.load(state)
+        self.residual = state["residual"].clone()

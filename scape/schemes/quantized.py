@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from scape.schemes.base import Scheme, Updater
+from scape.schemes.base import ResidualScheme
 
 LEVELS = {8: 127, 4: 7}
 
@@ -70,12 +70,10 @@ def _unpack_nibbles(codes: torch.Tensor) -> torch.Tensor:
     return torch.stack([codes >> 4, codes & 15], dim=1).reshape(-1)
 
 
-class Quantized(Scheme):
+class Quantized(ResidualScheme):
     def __init__(self, cfg, params, comm, hyper):
         self.multiple = cfg.quant_block  # every shard holds whole blocks
         super().__init__(cfg, params, comm, hyper)
-        self.opt = Updater(cfg.optimizer, self.n)
-        self.residual = torch.zeros(self.n)  # [n] what quantization lost, sent later
         self.shard_residual = torch.zeros(self.flat.shard_size)  # [n / P] the same, reduced
 
     def _step(self, lr: float) -> None:
@@ -98,14 +96,11 @@ class Quantized(Scheme):
         self.comm.all_gather("quantized all-gather", gathered, payload)
         with self.timed("quantize"):
             full = torch.cat([dequantize(c, shard, bits, block) for c in gathered.view(p, -1)])
-        with self.timed("update"):
-            self.opt.update(self.flat.master, full, self.t, self.hyper, lr)
+        self.apply(full, lr)
 
     def _state(self) -> dict:
-        return {**self.opt.state(), "residual": self.residual,
-                "shard_residual": self.shard_residual}
+        return {**super()._state(), "shard_residual": self.shard_residual}
 
     def _load(self, state: dict) -> None:
-        self.opt.load(state)
-        self.residual = state["residual"].clone()
+        super()._load(state)
         self.shard_residual = state["shard_residual"].clone()

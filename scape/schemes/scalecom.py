@@ -10,17 +10,15 @@ from __future__ import annotations
 import torch
 
 from scape.plan import kept
-from scape.schemes.base import Scheme, Updater
+from scape.schemes.base import ResidualScheme
 from scape.select import top_k_indices
 
 DEFAULT_BETA = 0.1
 
 
-class ScaleCom(Scheme):
+class ScaleCom(ResidualScheme):
     def __init__(self, *args):
         super().__init__(*args)
-        self.opt = Updater(self.cfg.optimizer, self.n)
-        self.residual = torch.zeros(self.n)
         self.k = kept(self.cfg.density, self.n)
         self.beta = float(self.cfg.extra.get("lowpass_beta", DEFAULT_BETA))
 
@@ -43,12 +41,4 @@ class ScaleCom(Scheme):
             self.residual.mul_(1 - self.beta).add_(unsent, alpha=self.beta)
             dense = torch.zeros(self.n)
             dense[idx] = values / self.world
-        with self.timed("update"):
-            self.opt.update(self.flat.master, dense, self.t, self.hyper, lr)
-
-    def _state(self) -> dict:
-        return {**self.opt.state(), "residual": self.residual}
-
-    def _load(self, state: dict) -> None:
-        self.opt.load(state)
-        self.residual = state["residual"].clone()
+        self.apply(dense, lr)

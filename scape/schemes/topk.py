@@ -7,15 +7,13 @@ from __future__ import annotations
 import torch
 
 from scape.plan import kept
-from scape.schemes.base import Scheme, Updater
+from scape.schemes.base import ResidualScheme
 from scape.select import top_k_indices
 
 
-class TopK(Scheme):
+class TopK(ResidualScheme):
     def __init__(self, *args):
         super().__init__(*args)
-        self.opt = Updater(self.cfg.optimizer, self.n)
-        self.residual = torch.zeros(self.n)
         self.k = kept(self.cfg.density, self.n)
 
     def _step(self, lr: float) -> None:
@@ -35,12 +33,4 @@ class TopK(Scheme):
             for chunk in gathered.view(self.world, 2 * k):
                 dense.index_add_(0, chunk[k:].long(), chunk[:k].view(torch.float32))
             dense.div_(self.world)
-        with self.timed("update"):
-            self.opt.update(self.flat.master, dense, self.t, self.hyper, lr)
-
-    def _state(self) -> dict:
-        return {**self.opt.state(), "residual": self.residual}
-
-    def _load(self, state: dict) -> None:
-        self.opt.load(state)
-        self.residual = state["residual"].clone()
+        self.apply(dense, lr)
