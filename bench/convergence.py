@@ -51,6 +51,10 @@ def main() -> int:
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--no-variants", action="store_true")
+    parser.add_argument("--runs", help='JSON list of [scheme, {options}] instead of the '
+                        'default line-up, e.g. \'[["scape", {"sparsity": 0.99}]]\'')
+    parser.add_argument("--append", action="store_true",
+                        help="add these runs to an existing table.csv instead of replacing it")
     parser.add_argument("--out", default="reports/convergence")
     args = parser.parse_args()
     out = Path(args.out)
@@ -58,7 +62,16 @@ def main() -> int:
     base = TrainConfig(steps=args.steps, micro_batch=args.micro_batch, seq_len=args.seq_len,
                        lr=args.lr, eval_every=max(1, args.steps // 10), warmup_steps=50)
     runs = RUNS + (() if args.no_variants else VARIANTS)
+    if args.runs:
+        runs = tuple((name, opts) for name, opts in json.loads(args.runs))
     rows, curves = [], {}
+    if args.append and (out / "table.csv").exists():
+        old = pd.read_csv(out / "table.csv")
+        rows = old.drop(columns=["gap_vs_dense_adams_pct"]).to_dict("records")
+        for tag in old["run"]:
+            run_dir = out / "runs" / tag.replace(" ", "_").replace("=", "-")
+            log = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
+            curves[tag] = [(r["step"], r["loss"], r.get("val_loss")) for r in log]
     for name, opts in runs:
         tag = label(name, opts)
         run_dir = out / "runs" / tag.replace(" ", "_").replace("=", "-")
@@ -70,6 +83,7 @@ def main() -> int:
         rows.append({"run": tag, "final_val_loss": summary["final_val_loss"],
                      "final_train_loss": summary["final_train_loss"],
                      "bytes_per_step": summary["bytes_per_step"],
+                     "mean_bytes_per_step": summary.get("mean_bytes_per_step"),
                      "median_step_ms": summary["median_step_s"] * 1e3,
                      "wall_s": time.perf_counter() - t0})
         print(f"{tag:<45} val {summary['final_val_loss']:.4f}  "
@@ -78,10 +92,12 @@ def main() -> int:
     ref = df.loc[df["run"] == "dense-adams", "final_val_loss"].iloc[0]
     df["gap_vs_dense_adams_pct"] = (df["final_val_loss"] / ref - 1) * 100
     df.to_csv(out / "table.csv", index=False)
-    command = "python bench/convergence.py " + " ".join(sys.argv[1:])
-    (out / "command.txt").write_text(command + "\n")
+    command = "python bench/convergence.py " + " ".join(
+        f"'{a}'" if " " in a or "{" in a else a for a in sys.argv[1:])
+    with open(out / "command.txt", "a" if args.append else "w") as fh:
+        fh.write(command + "\n")
     (out / "table.md").write_text(
-        f"# Convergence study\n\n`{command}`: tiny-gpt, {args.nprocs} ranks (gloo), "
+        f"# Convergence study\n\nCommands: see command.txt. tiny-gpt, {args.nprocs} ranks (gloo), "
         f"{args.steps} steps, micro-batch {args.micro_batch} x {args.seq_len} bytes per rank, "
         f"lr {args.lr} (warmup 50, cosine to 10%).\n\n"
         + markdown(df, "{:.4f}") + "\n\n![loss curves](loss_curves.png)\n")

@@ -162,5 +162,6 @@ def summarize(rows: list[dict], cfg: TrainConfig, world: int, scheme) -> dict:
         "median_step_s": statistics.median(r["step_s"] for r in rows),
         "breakdown_median_s": {k: statistics.median(r.get(k, 0.0) for r in rows) for k in keys},
         "bytes_per_step": statistics.median(r["bytes"] for r in rows),
+        "mean_bytes_per_step": statistics.fmean(r["bytes"] for r in rows),
         "config": {**asdict(cfg), "scheme": asdict(cfg.scheme)},
     }
