@@ -32,10 +32,14 @@ RUNS = (
 )
 # SCAPE readings at 99% (DESIGN section 5 options), to choose the defaults
 VARIANTS = (
-    ("scape", {"sparsity": 0.99, "error_feedback": False}),
-    ("scape", {"sparsity": 0.99, "update_scope": "all"}),
+    ("scape", {"sparsity": 0.9, "error_feedback": True}),
+    ("scape", {"sparsity": 0.99, "error_feedback": True}),
+    ("scape", {"sparsity": 0.99, "update_scope": "all", "error_feedback": True}),
+    ("scape", {"sparsity": 0.99, "refresh_every": 10, "error_feedback": True}),
+    ("scape", {"sparsity": 0.99, "score": "m_over_sqrt_v", "error_feedback": True}),
     ("scape", {"sparsity": 0.99, "refresh_every": 10}),
-    ("scape", {"sparsity": 0.99, "score": "m_over_sqrt_v"}),
+    ("scape", {"sparsity": 0.99, "refresh_every": 4}),
+    ("scape", {"sparsity": 0.9, "refresh_every": 10}),
 )
 
 
@@ -112,7 +116,9 @@ def _figure(curves: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 5))
+    for ax in (ax1, ax2):
+        ax.set_prop_cycle(color=plt.cm.tab20.colors)
     for tag, pts in curves.items():
         steps = [s for s, _, _ in pts]
         losses = pd.Series([loss for _, loss, _ in pts]).rolling(25, min_periods=1).mean()
@@ -124,7 +130,7 @@ def _figure(curves: dict, path: Path) -> None:
     for ax in (ax1, ax2):
         ax.set_xlabel("step")
         ax.grid(True, alpha=0.3)
-    ax2.legend(fontsize=7)
+    ax2.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
