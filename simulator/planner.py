@@ -9,7 +9,7 @@ import os
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import pandas as pd
 
@@ -91,12 +91,11 @@ class Candidate:
     memory_GB: float
 
     def step_config(self, req: PlanRequest) -> StepConfig:
-        dp = self.gpus // self.tp
         return StepConfig(
             req.model, self.hardware, self.gpus, parse_scheme(self.scheme),
             micro_batch=self.micro_batch, seq_len=req.seq, global_batch=req.batch, tp=self.tp,
             dtypes=req.dtypes, recompute=self.recompute,
-        ) if dp else None
+        )
 
 
 def gpu_counts(hw: HardwareProfile, max_gpus: int) -> list[int]:
@@ -229,10 +228,3 @@ def best_without(df: pd.DataFrame, family: str = SCAPE_FAMILY) -> pd.Series | No
     """The top plan whose scheme is not of `family` (to say how far the winner is from it)."""
     rest = df[~df["scheme"].str.startswith(family)]
     return None if rest.empty else rest.iloc[0]
-
-
-def with_hardware_price(hw: HardwareProfile, usd: float) -> HardwareProfile:
-    """A copy of `hw` with another price (for tests and what-if questions)."""
-    from profiles.hardware import Price
-
-    return replace(hw, price=Price(usd, "given by the user"))

@@ -247,3 +247,11 @@ def test_ring_busbw_never_exceeds_link_bandwidth(p, single_node, size, bw, alpha
         t = topo(p, nic=bw, a_nic=alpha)
     res = collective_time(t, p, op, "ring", size)
     assert res.busbw_GBps * 1e9 <= bw * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("name", ["dgx-h100", "dgx-a100"])
+def test_ring_busbw_within_10pct_of_published_reference(name):
+    hw = load_hardware(name)
+    ref = hw.reference
+    res = collective_time(hw, ref.ring_allreduce_gpus, "all_reduce", "ring", S)
+    assert abs(res.busbw_GBps / ref.ring_allreduce_busbw_GBps - 1) <= 0.10

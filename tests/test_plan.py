@@ -83,3 +83,18 @@ def test_one_rank_sends_nothing():
 def test_bad_options(name, opts, message):
     with pytest.raises(UserError, match=message):
         make_config(name, **opts)
+
+
+def test_every_plan_uses_known_collectives_phases_and_kernels():
+    from scape.plan import COLLECTIVES, KERNEL_STAGES, PHASES
+    from simulator.compute import KERNEL_BYTES
+
+    for spec in ("dense-ddp", "dense-adamw", "quantized", "topk", "scalecom", "scape"):
+        for opts in ({}, {"sparsity": 0.9}, {"bits": 4}, {"refresh_every": 5, "sparsity": 0.99}):
+            if ("bits" in opts and spec != "quantized") or (spec.startswith("dense") and opts):
+                continue
+            for _, step in plan(make_config(spec, **opts), N, P, DT).steps:
+                assert all(op.collective in COLLECTIVES and op.phase in PHASES
+                           for op in step.ops)
+                assert all(k.kind in KERNEL_BYTES and k.stage in KERNEL_STAGES
+                           for k in step.kernels)
