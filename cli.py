@@ -374,6 +374,8 @@ def train_cmd(
     refresh_every: int = typer.Option(None, "--refresh-every"),
     error_feedback: bool = typer.Option(None, "--error-feedback/--no-error-feedback"),
     score: str = typer.Option(None, "--score", help="scape: m|m_over_sqrt_v"),
+    unmasked_moment: str = typer.Option(None, "--unmasked-moment",
+                                        help="scape: frozen|local (m off the mask)"),
     steps: int = typer.Option(100, "--steps"),
     nprocs: int = typer.Option(2, "--nprocs", help="ranks on this machine"),
     backend: str = typer.Option("gloo", "--backend", help="gloo|nccl"),
@@ -396,6 +398,10 @@ def train_cmd(
     opts = _scheme_options(sparsity, bits, optimizer, None, None, None, update_scope,
                            refresh_every, error_feedback, score)
     base = replace(parse_scheme("dense-adams"), **{k: v for k, v in opts.items() if v is not None})
+    if unmasked_moment is not None:
+        if unmasked_moment not in ("frozen", "local"):
+            raise UserError(f"--unmasked-moment must be frozen or local, got {unmasked_moment!r}")
+        base = replace(base, extra={**base.extra, "unmasked_moment": unmasked_moment})
     cfg = TrainConfig(model=model, scheme=parse_scheme(scheme, base.validate()), steps=steps,
                       micro_batch=micro_batch, seq_len=seq_len, lr=lr, seed=seed,
                       eval_every=eval_every, timeout_s=timeout, resume=resume, out=out)

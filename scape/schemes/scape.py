@@ -47,6 +47,10 @@ class Scape(Scheme):
         self.history: list[torch.Tensor] = []  # masks used, per step (tests read it)
         self.chosen: list[torch.Tensor] = []  # masks chosen, per step (tests read it)
         self.dense_warmup = int(self.cfg.extra.get("dense_warmup_steps", 0))
+        # "local": off the mask, the owner's first moment follows its own (unsynchronized)
+        # gradient, so the next selection sees where gradient mass builds up; "frozen"
+        # (default): m changes only where the synchronized gradient arrives.
+        self.unmasked_moment = self.cfg.extra.get("unmasked_moment", "frozen")
 
     def is_dense(self, t: int) -> bool:
         r = self.cfg.refresh_every
@@ -89,6 +93,12 @@ class Scape(Scheme):
         mine.div_(self.world)
         local = mask[rank * self.k_shard : (rank + 1) * self.k_shard] - rank * shard
         p_shard, m_shard = flat.shard(flat.master, rank), self.opt.m
+        if self.unmasked_moment == "local" and self.cfg.update_scope == "masked":
+            with self.timed("update"):
+                off = torch.ones(shard, dtype=torch.bool)
+                off[local] = False
+                b1 = self.hyper.beta1
+                m_shard[off] = m_shard[off] * b1 + flat.shard(g, rank)[off] * (1 - b1)
         with self.timed("update"):
             if self.cfg.update_scope == "masked":
                 p_sel, m_sel = p_shard[local], m_shard[local]
