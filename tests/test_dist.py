@@ -115,7 +115,8 @@ def test_bytes_follow_the_plan(two_ranks):
             else:
                 step = sparse
             counted: dict[str, int] = {}
-            for name, collective, size in records:
+            for name, collective, size, seconds, wait in records:
+                assert seconds >= 0 and wait >= 0
                 counted[name] = counted.get(name, 0) + size
                 assert collective in {op.collective for op in step.ops if op.name == name}
             assert counted == {op.name: pytest.approx(op.size_bytes) for op in step.ops}, (
@@ -124,7 +125,7 @@ def test_bytes_follow_the_plan(two_ranks):
 
 def test_scape_sends_no_second_moment(two_ranks):
     res = two_ranks[0][_key("scape", {"sparsity": 0.99})]
-    names = {name for step in res["records"] for name, _, _ in step}
+    names = {record[0] for step in res["records"] for record in step}
     assert names == {"grad reduce-scatter", "param all-gather", "compact grad reduce-scatter",
                      "mask all-gather"}
 

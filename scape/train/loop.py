@@ -118,7 +118,9 @@ def train(cfg: TrainConfig, steps_this_run: int | None = None) -> dict:
                 "comm_s": sum(r.seconds for r in records),
                 "wait_s": sum(r.wait_seconds for r in records),
                 "bytes": sum(r.size_bytes * WIRE[r.collective](world) for r in records),
-                "collectives": [(r.name, r.collective, r.size_bytes) for r in records],
+                # name, collective, bytes (plan convention), seconds to issue/complete, wait
+                "collectives": [(r.name, r.collective, r.size_bytes, r.seconds, r.wait_seconds)
+                                for r in records],
             }
             if cfg.checksum:
                 row["param_crc"] = zlib.crc32(scheme.flat.master.numpy().tobytes())
