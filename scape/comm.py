@@ -45,6 +45,7 @@ class Comm:
     """Collectives over the default process group (or one rank alone: a no-op world)."""
 
     log: list[Record] = field(default_factory=list)
+    sync: bool = False  # on GPUs: wait for the device so times cover the work, not its launch
 
     @property
     def world(self) -> int:
@@ -59,6 +60,8 @@ class Comm:
         self.log.append(record)
         t0 = time.perf_counter()
         work = fn(async_op) if self.world > 1 else None
+        if self.sync and not async_op:
+            torch.cuda.synchronize()
         record.seconds = time.perf_counter() - t0
         if async_op:
             return Handle(work, record)

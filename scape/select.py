@@ -21,9 +21,9 @@ def top_k_exact(score: torch.Tensor, k: int) -> torch.Tensor:
     """Indices (int64, ascending) of exactly k largest entries; ties by lowest index."""
     n = score.numel()
     if k >= n:
-        return torch.arange(n)
+        return torch.arange(n, device=score.device)
     if k <= 0:
-        return torch.empty(0, dtype=torch.long)
+        return torch.empty(0, dtype=torch.long, device=score.device)
     threshold = torch.kthvalue(score, n - k + 1).values  # k-th largest
     above = torch.nonzero(score > threshold).squeeze(1)
     if above.numel() < k:
@@ -38,7 +38,7 @@ def top_k_indices(score: torch.Tensor, k: int) -> torch.Tensor:
     if k < MIN_SAMPLED_K or n <= 4 * SAMPLE or k * SLACK >= n / 2:
         return top_k_exact(score, k)
     gen = torch.Generator().manual_seed(n * 31 + k)
-    sample = score[torch.randint(0, n, (SAMPLE,), generator=gen)]
+    sample = score[torch.randint(0, n, (SAMPLE,), generator=gen, device="cpu").to(score.device)]
     keep = min(SAMPLE - 1, int(SAMPLE * SLACK * k / n) + 1)  # sample ranks above the estimate
     estimate = torch.kthvalue(sample, SAMPLE - keep).values
     candidates = torch.nonzero(score > estimate).squeeze(1)  # ascending

@@ -124,7 +124,14 @@ def test_flat_params_pad_shard_and_write_back():
     (["--scheme", "zip"], "unknown scheme 'zip'"),
     (["--nprocs", "0"], "nprocs must be at least 1"),
     (["--model", "gpt-9"], "unknown model profile"),
+    (["--backend", "mpi"], "backend must be gloo or nccl"),
 ])
 def test_train_bad_inputs(capsys, args, message):
     code, _out, err = scape(capsys, "train", *args)
     assert code == 2 and err.count("\n") == 1 and message in err and "Traceback" not in err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_nccl_without_gpus_is_a_clear_error(capsys):
+    code, _out, err = scape(capsys, "train", "--backend", "nccl", "--nprocs", "2")
+    assert code == 2 and "needs one GPU per rank: 2 asked, 0 found" in err

@@ -65,6 +65,8 @@ class Scheme:
     def timed(self, key: str):
         t0 = time.perf_counter()
         yield
+        if self.flat.master.is_cuda:
+            torch.cuda.synchronize()  # asynchronous kernels: time them finished
         self.times[key] = self.times.get(key, 0.0) + time.perf_counter() - t0
 
     def step(self, lr: float | None = None) -> dict[str, float]:

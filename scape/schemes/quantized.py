@@ -50,15 +50,16 @@ def payload_bytes(n: int, bits: int, block: int) -> int:
     return n * bits // 8 + n // block * 4
 
 
-_SHIFTS = torch.arange(7, -1, -1, dtype=torch.uint8)
+def _shifts(device) -> torch.Tensor:
+    return torch.arange(7, -1, -1, dtype=torch.uint8, device=device)  # MSB first
 
 
 def _pack_bits(b: torch.Tensor) -> torch.Tensor:
-    return (b.view(-1, 8).to(torch.uint8) << _SHIFTS).sum(dim=1, dtype=torch.uint8)
+    return (b.view(-1, 8).to(torch.uint8) << _shifts(b.device)).sum(dim=1, dtype=torch.uint8)
 
 
 def _unpack_bits(codes: torch.Tensor) -> torch.Tensor:
-    return ((codes.unsqueeze(1) >> _SHIFTS) & 1).bool().reshape(-1)
+    return ((codes.unsqueeze(1) >> _shifts(codes.device)) & 1).bool().reshape(-1)
 
 
 def _pack_nibbles(q: torch.Tensor) -> torch.Tensor:

@@ -39,6 +39,7 @@ def batch(split: str, step: int, rank: int, micro_batch: int, seq_len: int, seed
     data = corpus(split)
     key = zlib.crc32(f"{seed}:{split}:{step}:{rank}".encode())  # same in every process
     gen = torch.Generator().manual_seed(key)
-    start = torch.randint(0, data.numel() - seq_len - 1, (micro_batch,), generator=gen)
+    start = torch.randint(0, data.numel() - seq_len - 1, (micro_batch,), generator=gen,
+                          device="cpu")
     rows = torch.stack([data[s : s + seq_len + 1] for s in start.tolist()]).long()
     return rows[:, :-1], rows[:, 1:]

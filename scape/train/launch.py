@@ -35,8 +35,12 @@ def launch(cfg: TrainConfig, nprocs: int, backend: str = "gloo") -> dict:
     if backend not in ("gloo", "nccl"):
         raise UserError(f"backend must be gloo or nccl, got {backend!r}")
     if backend == "nccl":
-        raise UserError("the nccl backend needs the CUDA runtime, which is not built yet; "
-                        "use --backend gloo")
+        import torch
+
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if gpus < nprocs:
+            raise UserError(f"--backend nccl needs one GPU per rank: {nprocs} asked, "
+                            f"{gpus} found")
     if cfg.steps < 1:
         raise UserError(f"steps must be at least 1, got {cfg.steps}")
     out = Path(cfg.out or tempfile.mkdtemp(prefix="scape-train-"))

@@ -60,18 +60,27 @@ class TrainConfig:
         return self.lr * (self.min_lr_ratio + (1 - self.min_lr_ratio) * cos)
 
 
-def init_distributed(timeout_s: float) -> None:
-    """Join the process group torchrun (or a test) described in the environment."""
-    if dist.is_initialized() or int(os.environ.get("WORLD_SIZE", "1")) <= 1:
-        return
+def init_distributed(timeout_s: float) -> torch.device:
+    """Join the process group torchrun (or a test) described in the environment; returns the
+    device this rank computes on (its GPU under nccl: every tensor the runtime makes goes
+    there through torch's default device)."""
     backend = os.environ.get("SCAPE_BACKEND", "gloo")
-    dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+    device = torch.device("cpu")
+    if backend == "nccl":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+        torch.set_default_device(device)
+    if not dist.is_initialized() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+    return device
 
 
 @torch.no_grad()
 def evaluate(model: GPT, cfg: TrainConfig, seq: int) -> float:
     model.eval()
-    losses = [model(*batch("val", 10**6 + i, 0, cfg.micro_batch, seq, cfg.seed)).item()
+    device = next(model.parameters()).device
+    losses = [model(*(b.to(device) for b in batch("val", 10**6 + i, 0, cfg.micro_batch, seq,
+                                                    cfg.seed))).item()
               for i in range(cfg.eval_batches)]
     model.train()
     return sum(losses) / len(losses)
@@ -84,8 +93,8 @@ def _ckpt_path(out: Path, rank: int) -> Path:
 def train(cfg: TrainConfig, steps_this_run: int | None = None) -> dict:
     """Run (or resume) training on this process's rank; returns rank 0's summary."""
     torch.set_num_threads(cfg.threads)
-    init_distributed(cfg.timeout_s)
-    comm = Comm()
+    device = init_distributed(cfg.timeout_s)
+    comm = Comm(sync=device.type == "cuda")
     rank, world = comm.rank, comm.world
     profile = load_model(cfg.model)
     seq = cfg.seq_len or profile.arch.seq_len
@@ -96,17 +105,21 @@ def train(cfg: TrainConfig, steps_this_run: int | None = None) -> dict:
     if out:
         out.mkdir(parents=True, exist_ok=True)
     if cfg.resume and out and _ckpt_path(out, rank).exists():
-        scheme.load_state_dict(torch.load(_ckpt_path(out, rank), weights_only=False))
+        scheme.load_state_dict(torch.load(_ckpt_path(out, rank), weights_only=False,
+                                          map_location=device))
     log_file = open(out / "log.jsonl", "a") if out and rank == 0 else None  # noqa: SIM115
     rows, last = [], cfg.steps if steps_this_run is None else min(
         cfg.steps, scheme.t + steps_this_run)
     try:
         while scheme.t < last:
             t = scheme.t + 1
-            x, y = batch("train", t, rank, cfg.micro_batch, seq, cfg.seed)
+            x, y = (b.to(device) for b in batch("train", t, rank, cfg.micro_batch, seq,
+                                                  cfg.seed))
             t0 = time.perf_counter()
             loss = model(x, y)
             loss.backward()
+            if device.type == "cuda":
+                torch.cuda.synchronize()  # GPU kernels are asynchronous: time them finished
             fwd_bwd = time.perf_counter() - t0
             kernels = scheme.step(cfg.lr_at(t))
             step_s = time.perf_counter() - t0
@@ -123,7 +136,7 @@ def train(cfg: TrainConfig, steps_this_run: int | None = None) -> dict:
                                 for r in records],
             }
             if cfg.checksum:
-                row["param_crc"] = zlib.crc32(scheme.flat.master.numpy().tobytes())
+                row["param_crc"] = zlib.crc32(scheme.flat.master.cpu().numpy().tobytes())
             if cfg.eval_every and (t % cfg.eval_every == 0 or t == cfg.steps) and rank == 0:
                 row["val_loss"] = evaluate(model, cfg, seq)
             rows.append(row)
