@@ -156,12 +156,12 @@ def test_scape_masks_identical_and_one_step_late(tmp_path):
     assert len(ranks[0]["history"]) == STEPS - 1  # step 1 is dense
 
 
-def _run_resume(out: str, split: bool):
+def _run_resume(out: str, split: bool, name: str, opts: dict):
     import torch.distributed as dist
 
     from scape.train.loop import train
 
-    cfg = _config("scape", {"sparsity": 0.99}, out=out)
+    cfg = _config(name, opts, out=out)
     if split:
         train(cfg, steps_this_run=3)
         dist.barrier()
@@ -176,9 +176,14 @@ def _run_resume(out: str, split: bool):
             "master": r["scheme"].flat.master.clone()}
 
 
-def test_resume_continues_exactly(tmp_path):
-    whole = run_ranks(_run_resume, 2, (str(tmp_path / "a"), False), tmp_path / "ra")
-    split = run_ranks(_run_resume, 2, (str(tmp_path / "b"), True), tmp_path / "rb")
+@pytest.mark.parametrize(("name", "opts"), [
+    ("scape", {"sparsity": 0.99, "error_feedback": True}),
+    ("quantized", {"bits": 4}),
+    ("scalecom", {"sparsity": 0.99}),
+])
+def test_resume_continues_exactly(tmp_path, name, opts):
+    whole = run_ranks(_run_resume, 2, (str(tmp_path / "a"), False, name, opts), tmp_path / "ra")
+    split = run_ranks(_run_resume, 2, (str(tmp_path / "b"), True, name, opts), tmp_path / "rb")
     for w, s in zip(whole, split, strict=True):
         assert "error" not in w and "error" not in s, (w.get("trace"), s.get("trace"))
         assert s["crc"] == w["crc"][3:]  # the resumed run made steps 4 and 5
