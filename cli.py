@@ -148,17 +148,26 @@ def _dtype(name: str, flag: str) -> int:
     return DTYPE_BYTES[name]
 
 
+def _dtypes(grad_dtype: str, param_dtype: str) -> Dtypes:
+    return Dtypes(_dtype(grad_dtype, "--grad-dtype"), _dtype(param_dtype, "--param-dtype"))
+
+
+def _scheme(spec: str, scheme_options: dict, extra: dict | None = None):
+    """A scheme from NAME[:VALUE] and the flags given (None: the scheme's default)."""
+    options = {k: v for k, v in scheme_options.items() if v is not None}
+    base = replace(parse_scheme("dense-adams"), **options)
+    if extra:
+        base = replace(base, extra={**base.extra, **extra})
+    return parse_scheme(spec, base.validate())
+
+
 def _step_config(model, hardware, gpus, scheme, micro_batch, seq_len, grad_accum, tp,
                  grad_dtype, param_dtype, algo, scheme_options, global_batch) -> StepConfig:
-    base = parse_scheme("dense-adams")
-    options = {k: v for k, v in scheme_options.items() if v is not None}
-    base = replace(base, **options).validate()
     return StepConfig(
         model=load_model(model), hardware=load_hardware(hardware), gpus=gpus,
-        scheme=parse_scheme(scheme, base), micro_batch=micro_batch, seq_len=seq_len,
+        scheme=_scheme(scheme, scheme_options), micro_batch=micro_batch, seq_len=seq_len,
         grad_accum=grad_accum, tp=tp, global_batch=global_batch,
-        dtypes=Dtypes(_dtype(grad_dtype, "--grad-dtype"), _dtype(param_dtype, "--param-dtype")),
-        algo=algo,
+        dtypes=_dtypes(grad_dtype, param_dtype), algo=algo,
     ).validate()
 
 
@@ -313,7 +322,7 @@ def plan_cmd(
         max_gpus=max_gpus, deadline_hours=deadline_hours, budget_usd=budget_usd,
         price_per_gpu_hour=price, global_batch=global_batch,
         schemes=tuple(s.strip() for s in schemes.split(",") if s.strip()),
-        dtypes=Dtypes(_dtype(grad_dtype, "--grad-dtype"), _dtype(param_dtype, "--param-dtype")),
+        dtypes=_dtypes(grad_dtype, param_dtype),
     ).validate()
     with _progress("simulating plans") as bar:
         task = bar.add_task("plans", total=None)
@@ -397,12 +406,10 @@ def train_cmd(
     load_model(model)
     opts = _scheme_options(sparsity, bits, optimizer, None, None, None, update_scope,
                            refresh_every, error_feedback, score)
-    base = replace(parse_scheme("dense-adams"), **{k: v for k, v in opts.items() if v is not None})
-    if unmasked_moment is not None:
-        if unmasked_moment not in ("frozen", "local"):
-            raise UserError(f"--unmasked-moment must be frozen or local, got {unmasked_moment!r}")
-        base = replace(base, extra={**base.extra, "unmasked_moment": unmasked_moment})
-    cfg = TrainConfig(model=model, scheme=parse_scheme(scheme, base.validate()), steps=steps,
+    if unmasked_moment not in (None, "frozen", "local"):
+        raise UserError(f"--unmasked-moment must be frozen or local, got {unmasked_moment!r}")
+    extra = {"unmasked_moment": unmasked_moment} if unmasked_moment else None
+    cfg = TrainConfig(model=model, scheme=_scheme(scheme, opts, extra), steps=steps,
                       micro_batch=micro_batch, seq_len=seq_len, lr=lr, seed=seed,
                       eval_every=eval_every, timeout_s=timeout, resume=resume, out=out)
     summary = train(cfg)["summary"] if under_torchrun() else launch(cfg, nprocs, backend)
