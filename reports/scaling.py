@@ -10,9 +10,7 @@ memory without recomputation, else the smallest with full recomputation.
 from __future__ import annotations
 
 import base64
-import os
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -21,11 +19,10 @@ import pandas as pd
 from profiles import HardwareProfile, ModelProfile, UserError, load_hardware, load_model
 from reports.tables import markdown
 from scape.plan import Dtypes
-from simulator.collective import PhaseCache
+from simulator.batch import parallel_map, simulate_cached
 from simulator.compare import parse_scheme
 from simulator.memory import USABLE_FRACTION, memory_use
-from simulator.network import build_topology
-from simulator.step import StepConfig, simulate_step
+from simulator.step import StepConfig
 
 BASELINE = "dense-adams"
 SCHEMES = ("dense-adams", "dense-ddp", "quantized:8", "topk:0.99", "scalecom:0.99",
@@ -99,9 +96,6 @@ def _step_config(p: Point) -> StepConfig | None:
                       seq_len=seq, global_batch=batch, tp=tp, recompute=recompute)
 
 
-_CACHE: dict[tuple, PhaseCache] = {}
-
-
 def evaluate(p: Point) -> dict:
     cfg = _step_config(p)
     row = {"sweep": p.sweep, "model": p.model.name, "hardware": p.hardware.name,
@@ -109,11 +103,7 @@ def evaluate(p: Point) -> dict:
            "sparsity": parse_scheme(p.scheme).sparsity}
     if cfg is None:
         return {**row, "fits": False}
-    key = (p.hardware.name, p.nic_Gbps, p.gpus)
-    if key not in _CACHE:
-        _CACHE.clear()
-        _CACHE[key] = PhaseCache(build_topology(cfg.hardware, p.gpus))
-    r = simulate_step(cfg, cache=_CACHE[key])
+    r = simulate_cached(cfg)
     return {**row, "fits": True, "tp": cfg.tp, "grad_accum": cfg.accum,
             "recompute": cfg.recompute, **r.as_dict()}
 
@@ -133,21 +123,8 @@ def points(model: ModelProfile, hw: HardwareProfile, sweep: Sweep) -> list[Point
 def run_sweep(pts: list[Point], workers: int | None = None,
               progress: Callable[[int], None] | None = None) -> pd.DataFrame:
     """Every point, over every core (same topology together so caches are reused)."""
-    pts = sorted(pts, key=lambda p: (p.hardware.name, p.nic_Gbps, p.gpus))
-    workers = workers or os.cpu_count() or 1
-    rows = []
-    if workers == 1:
-        for p in pts:
-            rows.append(evaluate(p))
-            if progress:
-                progress(1)
-    else:
-        with ProcessPoolExecutor(workers) as pool:
-            for row in pool.map(evaluate, pts, chunksize=max(1, len(pts) // (workers * 8))):
-                rows.append(row)
-                if progress:
-                    progress(1)
-    df = pd.DataFrame(rows)
+    pts = sorted(pts, key=lambda p: (p.hardware.name, p.nic_Gbps, p.gpus))  # topology together
+    df = pd.DataFrame(parallel_map(evaluate, pts, workers, progress))
     base = df[df["scheme"] == BASELINE].set_index(["model", "gpus", "nic_Gbps"])["step_time_s"]
     base = base[~base.index.duplicated()]
     keys = list(zip(df["model"], df["gpus"], df["nic_Gbps"], strict=True))

@@ -4,22 +4,18 @@ time to train and cost."""
 
 from __future__ import annotations
 
-import math
-import os
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 import pandas as pd
 
 from profiles import HardwareProfile, ModelProfile, UserError
 from scape.plan import Dtypes
-from simulator.collective import PhaseCache
+from simulator.batch import parallel_map, simulate_cached
 from simulator.compare import parse_scheme
 from simulator.memory import USABLE_FRACTION, memory_use
-from simulator.network import build_topology
-from simulator.step import StepConfig, simulate_step
+from simulator.step import StepConfig
 
 PLAN_SCHEMES = (
     "dense-adamw", "dense-adams", "dense-ddp", "quantized:8", "quantized:4", "topk:0.99",
@@ -140,17 +136,10 @@ def candidates(req: PlanRequest) -> tuple[list[Candidate], Counter]:
     return kept, why
 
 
-_CACHES: dict[tuple, PhaseCache] = {}
-
-
 def _evaluate(args: tuple[Candidate, PlanRequest]) -> dict:
     cand, req = args
     cfg = cand.step_config(req)
-    key = (cand.hardware.name, cand.gpus)
-    if key not in _CACHES:
-        _CACHES.clear()  # one topology at a time per worker keeps memory flat
-        _CACHES[key] = PhaseCache(build_topology(cand.hardware, cand.gpus))
-    r = simulate_step(cfg, cache=_CACHES[key])
+    r = simulate_cached(cfg)
     steps = req.tokens / (req.batch * req.seq)
     hours = steps * r.step_time_s / 3600
     shares = {"compute": r.compute_s, "network (exposed data-parallel comm)": r.exposed_comm_s,
@@ -170,23 +159,9 @@ def _evaluate(args: tuple[Candidate, PlanRequest]) -> dict:
 def evaluate_all(req: PlanRequest, cands: list[Candidate],
                  progress: Callable[[int], None] | None = None) -> pd.DataFrame:
     """Simulate every candidate, over every core; `progress(n)` after each one."""
-    # Same topology together, so each worker builds each topology's collectives once.
-    cands = sorted(cands, key=lambda c: (c.hardware.name, c.gpus, c.tp))
-    workers = req.workers or os.cpu_count() or 1
-    rows = []
-    if workers == 1 or len(cands) < 8:
-        for c in cands:
-            rows.append(_evaluate((c, req)))
-            if progress:
-                progress(1)
-    else:
-        chunk = max(1, math.ceil(len(cands) / (workers * 4)))
-        with ProcessPoolExecutor(workers) as pool:
-            for row in pool.map(_evaluate, [(c, req) for c in cands], chunksize=chunk):
-                rows.append(row)
-                if progress:
-                    progress(1)
-    return pd.DataFrame(rows)
+    cands = sorted(cands, key=lambda c: (c.hardware.name, c.gpus, c.tp))  # topology together
+    return pd.DataFrame(parallel_map(_evaluate, [(c, req) for c in cands], req.workers,
+                                     progress))
 
 
 def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None = None,

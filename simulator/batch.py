@@ -1,0 +1,50 @@
+"""Many step simulations at once: over every core, reusing each topology's collectives.
+
+The planner and the scaling report both simulate hundreds of steps; items that share a
+topology are handed out together, and each worker keeps the collectives of the topology it is
+on (one at a time, so memory stays flat).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
+
+from simulator.collective import PhaseCache
+from simulator.network import Topology, build_topology
+from simulator.step import StepConfig, StepResult, simulate_step
+
+_CACHE: dict[Topology, PhaseCache] = {}
+
+
+def simulate_cached(cfg: StepConfig) -> StepResult:
+    """`simulate_step`, reusing the collectives built for the last topology in this process."""
+    topo = build_topology(cfg.hardware, cfg.gpus)  # a frozen dataclass of numbers: a key
+    if topo not in _CACHE:
+        _CACHE.clear()
+        _CACHE[topo] = PhaseCache(topo)
+    return simulate_step(cfg, cache=_CACHE[topo])
+
+
+def parallel_map(fn: Callable, items: Iterable, workers: int | None = None,
+                 progress: Callable[[int], None] | None = None) -> list:
+    """[fn(x) for x in items], in order, on `workers` processes (default: every core);
+    `progress(1)` after each item. Sort items by topology first to reuse caches."""
+    items = list(items)
+    workers = workers or os.cpu_count() or 1
+    results = []
+    if workers == 1 or len(items) < 8:
+        for r in map(fn, items):
+            results.append(r)
+            if progress:
+                progress(1)
+        return results
+    chunk = max(1, math.ceil(len(items) / (workers * 4)))
+    with ProcessPoolExecutor(workers) as pool:
+        for r in pool.map(fn, items, chunksize=chunk):
+            results.append(r)
+            if progress:
+                progress(1)
+    return results
