@@ -119,6 +119,14 @@ def execute(env: simpy.Environment, net: FlowNetwork, phases: list[Phase], name:
         timeline.append(Span(name, phase.name, t0, env.now, phase.total_bytes))
 
 
+def time_alone(topo: Topology, phases: list[Phase]) -> float:
+    """Seconds `phases` take on `topo` with nothing else on its links."""
+    env = simpy.Environment()
+    env.process(execute(env, FlowNetwork(env, topo.capacity()), phases, "alone", []))
+    env.run()
+    return env.now
+
+
 def run(topo: Topology, requests: list[Request]) -> Simulation:
     """Simulate `requests` together; each starts at its `start_s` and runs its phases in order."""
     env = simpy.Environment()
@@ -235,12 +243,7 @@ class PhaseCache:
         """The registered algorithm that finishes `op` of `size` bytes first, run alone."""
         key = (op, size, tuple(hash(g.tobytes()) for g in groups))
         if key not in self._fastest:
-            times = {}
-            for algo in ALGORITHMS[op]:
-                env = simpy.Environment()
-                net = FlowNetwork(env, self.topo.capacity())
-                env.process(execute(env, net, self.phases(op, algo, groups, size), algo, []))
-                env.run()
-                times[algo] = env.now
+            times = {algo: time_alone(self.topo, self.phases(op, algo, groups, size))
+                     for algo in ALGORITHMS[op]}
             self._fastest[key] = min(times, key=times.get)
         return self._fastest[key]

@@ -33,7 +33,7 @@ import simpy
 
 from profiles import HardwareProfile, ModelProfile, UserError
 from scape.plan import Dtypes, Plan, SchemeConfig, StepPlan, plan
-from simulator.collective import PhaseCache, Span, execute
+from simulator.collective import PhaseCache, Span, execute, time_alone
 from simulator.compute import COMPRESSION_KINDS, fwd_bwd, kernel_time
 from simulator.flows import FlowNetwork
 from simulator.network import Topology, build_topology
@@ -172,12 +172,8 @@ class _StepSim:
             return 0.0
         size = cfg.micro_batch * cfg.seq * cfg.model.arch.d_model * cfg.dtypes.param_bytes
         node = build_topology(cfg.hardware, cfg.tp)
-        env = simpy.Environment()
-        net = FlowNetwork(env, node.capacity())
-        phases = PhaseCache(node).phases("all_reduce", self.cfg.algo, [np.arange(cfg.tp)], size)
-        env.process(execute(env, net, phases, "tp", []))
-        env.run()
-        return env.now
+        return time_alone(node, PhaseCache(node).phases("all_reduce", cfg.algo,
+                                                        [np.arange(cfg.tp)], size))
 
     def _comm(self, name: str, collective: str, size: float):
         """Run one collective on the comm stream (FIFO) over every data-parallel group."""
