@@ -34,6 +34,15 @@ PHASES = ("backward", "after_backward", "after_update", "next_forward", "next_st
 # Kernels run on the compute stream: before communication (`pre`), as the update, or after it.
 KERNEL_STAGES = ("pre", "update", "post")
 INDEX_BYTES = 4  # int32 indices
+# Bytes one rank puts on the wire per byte of S (the bandwidth terms of nccl-tests; they are
+# also nccl-tests' busbw factors).
+WIRE_FACTOR: dict[str, Callable[[int], float]] = {
+    "all_reduce": lambda p: 2 * (p - 1) / p,
+    "reduce_scatter": lambda p: (p - 1) / p,
+    "all_gather": lambda p: (p - 1) / p,
+    "all_to_all": lambda p: (p - 1) / p,
+    "broadcast": lambda p: 1.0,
+}
 
 
 @dataclass(frozen=True)
@@ -46,15 +55,7 @@ class CommOp:
 
     def wire_bytes(self, world: int) -> float:
         """Bytes one rank sends for this op (the bandwidth term of DESIGN section 4)."""
-        p = world
-        factor = {
-            "all_reduce": 2 * (p - 1) / p,
-            "reduce_scatter": (p - 1) / p,
-            "all_gather": (p - 1) / p,
-            "all_to_all": (p - 1) / p,
-            "broadcast": 1.0,
-        }[self.collective]
-        return factor * self.size_bytes
+        return WIRE_FACTOR[self.collective](world) * self.size_bytes
 
 
 @dataclass(frozen=True)

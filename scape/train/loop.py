@@ -20,14 +20,10 @@ import torch.distributed as dist
 from profiles import load_model
 from scape.adams import Hyper
 from scape.comm import Comm
-from scape.plan import SchemeConfig
+from scape.plan import WIRE_FACTOR, SchemeConfig
 from scape.schemes import make_scheme
 from scape.train.data import batch
 from scape.train.model import GPT
-
-WIRE = {"all_reduce": lambda p: 2 * (p - 1) / p, "reduce_scatter": lambda p: (p - 1) / p,
-        "all_gather": lambda p: (p - 1) / p, "all_to_all": lambda p: (p - 1) / p,
-        "broadcast": lambda p: 1.0}
 
 
 @dataclass(frozen=True)
@@ -130,7 +126,7 @@ def train(cfg: TrainConfig, steps_this_run: int | None = None) -> dict:
                 "fwd_bwd_s": fwd_bwd, **{f"{k}_s": v for k, v in kernels.items()},
                 "comm_s": sum(r.seconds for r in records),
                 "wait_s": sum(r.wait_seconds for r in records),
-                "bytes": sum(r.size_bytes * WIRE[r.collective](world) for r in records),
+                "bytes": sum(r.size_bytes * WIRE_FACTOR[r.collective](world) for r in records),
                 # name, collective, bytes (plan convention), seconds to issue/complete, wait
                 "collectives": [(r.name, r.collective, r.size_bytes, r.seconds, r.wait_seconds)
                                 for r in records],

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from scape.plan import WIRE_FACTOR
 from simulator.network import Demand, Topology
 
 
@@ -39,14 +40,8 @@ class Phase:
 # An algorithm: (topology, size in bytes, group of GPU ids) -> phases, run one after another.
 Builder = Callable[[Topology, float, np.ndarray], list[Phase]]
 
-# nccl-tests bus bandwidth factors: busbw = algbw * factor(n).
-BUS_FACTOR: dict[str, Callable[[int], float]] = {
-    "all_reduce": lambda n: 2 * (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "all_to_all": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-}
+# nccl-tests bus bandwidth factors: busbw = algbw * factor(n), the per-rank wire factors.
+BUS_FACTOR: dict[str, Callable[[int], float]] = WIRE_FACTOR
 
 
 def ring_channels(topo: Topology, group: np.ndarray) -> np.ndarray:
