@@ -21,7 +21,7 @@ from reports.tables import markdown
 from scape.plan import Dtypes
 from simulator.batch import parallel_map, simulate_cached
 from simulator.compare import parse_scheme
-from simulator.memory import USABLE_FRACTION, memory_use
+from simulator.memory import memory_use, usable_bytes
 from simulator.step import StepConfig
 
 BASELINE = "dense-adams"
@@ -65,7 +65,7 @@ def layout(model: ModelProfile, hw: HardwareProfile, scheme: str, gpus: int, seq
     """(tensor-parallel degree, recompute): the smallest degree inside a node that fits
     without recomputation, else the smallest that fits with it; None if nothing fits."""
     cfg = parse_scheme(scheme)
-    usable = hw.gpu.memory_GB * 1e9 * USABLE_FRACTION
+    usable = usable_bytes(hw)
     degrees = [tp for tp in (1, 2, 4, 8) if hw.node.gpus_per_node % tp == 0
                and model.arch.n_heads % tp == 0 and tp <= gpus and batch % (gpus // tp) == 0]
     for recompute in (False, True):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from profiles import ModelProfile
+from profiles import HardwareProfile, ModelProfile
 from scape.plan import INDEX_BYTES, Dtypes, SchemeConfig
 
 # Bytes of the fp32 optimizer state per parameter: master weights and moments.
@@ -20,6 +20,11 @@ SHARDED = frozenset({"dense-zero1", "scape"})  # schemes whose optimizer state i
 RESIDUAL_SCHEMES = frozenset({"quantized", "topk", "scalecom"})  # fp32 error feedback buffers
 # CUDA context, NCCL buffers and allocator fragmentation: plan with 90% of the GPU's memory.
 USABLE_FRACTION = 0.90
+
+
+def usable_bytes(hw: HardwareProfile) -> float:
+    """Bytes of one GPU's memory a plan may fill."""
+    return hw.gpu.memory_GB * 1e9 * USABLE_FRACTION
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from profiles import HardwareProfile, ModelProfile, UserError
 from scape.plan import Dtypes
 from simulator.batch import parallel_map, simulate_cached
 from simulator.compare import parse_scheme
-from simulator.memory import USABLE_FRACTION, memory_use
+from simulator.memory import memory_use, usable_bytes
 from simulator.step import StepConfig
 
 PLAN_SCHEMES = (
@@ -109,7 +109,7 @@ def candidates(req: PlanRequest) -> tuple[list[Candidate], Counter]:
     kept, why = [], Counter()
     heads = req.model.arch.n_heads
     for hw in req.hardware:
-        usable = hw.gpu.memory_GB * 1e9 * USABLE_FRACTION
+        usable = usable_bytes(hw)
         counts = gpu_counts(hw, req.max_gpus)
         if not counts:
             why[f"{hw.name}: max-gpus below one node ({hw.node.gpus_per_node} GPUs)"] += 1

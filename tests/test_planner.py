@@ -7,7 +7,7 @@ import pytest
 
 from profiles import UserError, load_hardware, load_model
 from simulator.compare import parse_scheme
-from simulator.memory import USABLE_FRACTION, memory_use
+from simulator.memory import memory_use, usable_bytes
 from simulator.planner import PlanRequest, best_without, plan_training
 from tests.test_cli import scape
 
@@ -34,7 +34,7 @@ def test_plans_respect_every_constraint():
         assert row.micro_batch * row.dp * row.grad_accum == req.batch
         use = memory_use(req.model, parse_scheme(row.scheme), row.dp, row.tp, row.micro_batch,
                          req.seq, req.dtypes, row.recompute)
-        assert use.total <= hw.gpu.memory_GB * 1e9 * USABLE_FRACTION
+        assert use.total <= usable_bytes(hw)
         assert row.memory_GB == pytest.approx(use.total / 1e9)
         assert row.hours <= 10.0
         assert row.cost_usd == pytest.approx(row.hours * row.gpus * hw.price.usd_per_gpu_hour)
