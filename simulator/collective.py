@@ -13,7 +13,7 @@ import numpy as np
 import simpy
 
 from profiles import HardwareProfile, UserError
-from simulator.collectives import ALGORITHMS, AUTO, BUS_FACTOR, Phase
+from simulator.collectives import ALGORITHMS, AUTO, BUS_FACTOR, Phase, auto_candidates
 from simulator.flows import FlowNetwork
 from simulator.network import Demand, Topology, build_topology
 
@@ -163,7 +163,7 @@ def collective_time(
     topo = hw if isinstance(hw, Topology) else build_topology(hw, gpus)
     if topo.gpus != gpus:
         raise ValueError(f"topology has {topo.gpus} GPUs, asked for {gpus}")
-    algos = list(ALGORITHMS[op]) if algo == AUTO else [algo]
+    algos = auto_candidates(op) if algo == AUTO else [algo]
     best = None
     for name in algos:
         (res,) = run(topo, [Request(op, name, size_bytes, name=name)]).results
@@ -244,6 +244,6 @@ class PhaseCache:
         key = (op, size, tuple(hash(g.tobytes()) for g in groups))
         if key not in self._fastest:
             times = {algo: time_alone(self.topo, self.phases(op, algo, groups, size))
-                     for algo in ALGORITHMS[op]}
+                     for algo in auto_candidates(op)}
             self._fastest[key] = min(times, key=times.get)
         return self._fastest[key]

@@ -28,12 +28,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(cfg: TrainConfig, nprocs: int, backend: str = "gloo") -> dict:
-    """Run training on `nprocs` local ranks; returns rank 0's summary or raises UserError."""
+def launch(cfg: TrainConfig, nprocs: int, backend: str = "gloo", netbed=None) -> dict:
+    """Run training on `nprocs` local ranks; returns rank 0's summary or raises UserError.
+
+    With `netbed` (a scape.netbed.NetbedSpec), every rank runs in its own network namespace
+    behind a shaped link, as its own node (env rendezvous, gloo bound to the veth)."""
     if nprocs < 1:
         raise UserError(f"nprocs must be at least 1, got {nprocs}")
     if backend not in ("gloo", "nccl"):
         raise UserError(f"backend must be gloo or nccl, got {backend!r}")
+    if netbed is not None and backend != "gloo":
+        raise UserError("--netbed runs ranks on this machine's CPU: use --backend gloo")
     if backend == "nccl":
         import torch
 
@@ -51,19 +56,44 @@ def launch(cfg: TrainConfig, nprocs: int, backend: str = "gloo") -> dict:
     for stale in [*out.glob("error_rank*.txt"), out / "summary.json"]:
         stale.unlink(missing_ok=True)
     env = {**os.environ, "SCAPE_BACKEND": backend, "OMP_NUM_THREADS": str(cfg.threads)}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
-           "--nproc-per-node", str(nprocs), "--master-addr", "127.0.0.1",
-           "--master-port", str(free_port()), "--max-restarts", "0",
-           "-m", "scape.train.worker", str(config_file)]
     t0 = time.perf_counter()
-    with open(out / "launcher.log", "w") as log:
-        proc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    returncode = run_ranks(["scape.train.worker", str(config_file)], nprocs, netbed, env,
+                           out / "launcher.log", cfg.timeout_s * 2 + 60 + 60 * cfg.steps)
     errors = sorted(out.glob("error_rank*.txt"))
-    if proc.returncode != 0 or not (out / "summary.json").exists():
+    if returncode != 0 or not (out / "summary.json").exists():
         if errors:
             first = errors[0]
             raise UserError(f"training failed after {time.perf_counter() - t0:.1f} s: "
                             f"{first.stem.removeprefix('error_')}: {first.read_text().strip()}")
-        raise UserError(f"training failed (exit code {proc.returncode}): a rank ended without "
+        raise UserError(f"training failed (exit code {returncode}): a rank ended without "
                         f"a report (crashed?); see {out / 'launcher.log'}")
     return json.loads((out / "summary.json").read_text())
+
+
+def run_ranks(module_args: list[str], nprocs: int, netbed, env: dict, log: Path,
+              timeout_s: float) -> int:
+    """Run `python -m <module_args>` on `nprocs` ranks: under torchrun on this machine, or one
+    rank per network namespace of a shaped testbed (`netbed`, a NetbedSpec). Returns the first
+    non-zero exit code, or 0."""
+    if netbed is not None:
+        from scape.netbed import Netbed
+
+        with Netbed(netbed, nprocs) as bed:
+            codes = bed.run([sys.executable, "-m", *module_args], timeout_s=timeout_s, env=env,
+                            log=log)
+        return next((c for c in codes if c), 0)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
+           "--nproc-per-node", str(nprocs), "--master-addr", "127.0.0.1",
+           "--master-port", str(free_port()), "--max-restarts", "0", "-m", *module_args]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            return proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.terminate()  # torchrun passes SIGTERM on to the ranks it started
+            proc.wait()
+            return 124
+        except BaseException:
+            proc.terminate()
+            proc.wait()
+            raise

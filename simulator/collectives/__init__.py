@@ -9,11 +9,22 @@ ALGORITHMS: dict[str, dict[str, Builder]] = {
         "tree": tree.all_reduce,
         "hierarchical": hierarchical.all_reduce,
     },
-    "reduce_scatter": {"ring": ring.reduce_scatter, "hierarchical": hierarchical.reduce_scatter},
+    "reduce_scatter": {"ring": ring.reduce_scatter, "hierarchical": hierarchical.reduce_scatter,
+                       "via_all_reduce": ring.all_reduce},
     "all_gather": {"ring": ring.all_gather, "hierarchical": hierarchical.all_gather},
-    "broadcast": {"ring": broadcast.broadcast},
+    "broadcast": {"ring": broadcast.broadcast, "flat": broadcast.flat},
     "all_to_all": {"pairwise": alltoall.all_to_all},
 }
 AUTO = "auto"  # pick the fastest registered algorithm for each size
+# How some backends implement a collective (gloo over TCP, as `scape calibrate` identifies
+# it: reduce-scatter as a full all-reduce, a flat broadcast), never a choice `auto` makes.
+BACKEND_ONLY: frozenset[tuple[str, str]] = frozenset(
+    {("reduce_scatter", "via_all_reduce"), ("broadcast", "flat")})
 
-__all__ = ["ALGORITHMS", "AUTO", "BUS_FACTOR", "Builder", "Phase"]
+
+def auto_candidates(op: str) -> list[str]:
+    """The algorithms `auto` chooses among for `op`."""
+    return [a for a in ALGORITHMS[op] if (op, a) not in BACKEND_ONLY]
+
+__all__ = ["ALGORITHMS", "AUTO", "BACKEND_ONLY", "BUS_FACTOR", "Builder", "Phase",
+           "auto_candidates"]

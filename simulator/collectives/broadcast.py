@@ -26,3 +26,13 @@ def broadcast(topo: Topology, size: float, group: np.ndarray) -> list[Phase]:
         size / rings.shape[0],
     )
     return [Phase("broadcast", p - 1, (demand,))]
+
+
+def flat(topo: Topology, size: float, group: np.ndarray) -> list[Phase]:
+    """Flat broadcast (gloo's over TCP, as `scape calibrate` finds it): the root sends all S
+    bytes to every other member at once, so its link carries (P-1)*S; one latency."""
+    p = len(group)
+    if p < 2:
+        return []
+    demand = topo.pairs("flat broadcast", np.repeat(group[:1], p - 1), group[1:], size)
+    return [Phase("broadcast", 1, (demand,))]

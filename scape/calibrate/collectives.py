@@ -1,0 +1,135 @@
+"""Collective microbenchmarks over torch.distributed, in nccl-tests terms (DESIGN section 7).
+
+For each collective and message size S (nccl-tests' convention, scape/plan.py): warm-up
+calls, then `repeats` timed calls, each started behind a barrier so every rank enters
+together, as ranks do after the previous step's collective. A call's time is the slowest
+rank's; the result is the median over repeats, with algbw = S / t and busbw = algbw times
+nccl-tests' bus factor (scape.plan.WIRE_FACTOR).
+
+`python -m scape.calibrate.collectives SPEC.json` is one rank (under torchrun or in a netbed
+namespace); `sweep()` launches the ranks and returns the rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+from profiles import UserError
+from scape.plan import WIRE_FACTOR
+
+OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all")
+DEFAULT_SIZES = tuple(2 ** i * 16384 for i in range(9))  # 16 KiB .. 4 MiB: what steps send
+
+
+def _call(op: str, size_bytes: int, world: int, device) -> Callable[[], None]:
+    """One call of `op` on fp32 buffers whose nccl-tests size is `size_bytes`."""
+    import torch
+    import torch.distributed as dist
+
+    n = max(world, size_bytes // 4 // world * world)  # fp32 elements, divisible by world
+    full = torch.ones(n, device=device)  # [n] fp32: the array S
+    part = torch.ones(n // world, device=device)  # [n / P] fp32: one rank's share
+    calls = {
+        "all_reduce": lambda: dist.all_reduce(full),
+        "reduce_scatter": lambda: (getattr(dist, "reduce_scatter_single", None)
+                                   or dist.reduce_scatter_tensor)(part, full),
+        "all_gather": lambda: dist.all_gather_into_tensor(full, part),
+        "broadcast": lambda: dist.broadcast(full, 0),
+        "all_to_all": lambda: dist.all_to_all_single(torch.empty_like(full), full),
+    }
+    return calls[op]
+
+
+def bench_rank(spec: dict) -> list[dict]:
+    """Run the sweep on this rank (the process group is already up); rank 0's rows."""
+    import torch
+    import torch.distributed as dist
+
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if (
+        dist.get_backend() == "nccl") else torch.device("cpu")
+    world, rank = dist.get_world_size(), dist.get_rank()
+    slowest = torch.zeros(1, dtype=torch.float64, device=device)
+    rows = []
+    for op in spec["ops"]:
+        for size in spec["sizes"]:
+            call = _call(op, size, world, device)
+            for _ in range(spec["warmup"]):
+                call()
+            times = []
+            for _ in range(spec["repeats"]):
+                dist.barrier()
+                t0 = time.perf_counter()
+                call()
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                slowest.fill_(time.perf_counter() - t0)
+                dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # untimed
+                times.append(slowest.item())
+            t = statistics.median(times)
+            if rank == 0:
+                rows.append({"op": op, "size_bytes": size, "world": world, "seconds": t,
+                             "min_s": min(times), "max_s": max(times),
+                             "algbw_GBps": size / t / 1e9,
+                             "busbw_GBps": size / t / 1e9 * WIRE_FACTOR[op](world)})
+                if spec.get("progress"):
+                    print(f"{op:15s} {size:>10d} B  {t * 1e3:9.3f} ms", file=sys.stderr,
+                          flush=True)
+    return rows
+
+
+def main() -> int:
+    spec = json.loads(Path(sys.argv[1]).read_text())
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        import torch.distributed as dist
+
+        dist.init_process_group(os.environ.get("SCAPE_BACKEND", "gloo"),
+                                timeout=timedelta(seconds=spec["timeout_s"]))
+        rows = bench_rank(spec)
+        dist.destroy_process_group()
+    except Exception as exc:  # one line per rank, never a traceback
+        Path(spec["out"], f"error_rank{rank}.txt").write_text(
+            f"{type(exc).__name__}: {exc}".splitlines()[0][:300] + "\n")
+        return 1
+    if rank == 0:
+        Path(spec["out"], "rows.json").write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+def sweep(nprocs: int, backend: str = "gloo", netbed=None, ops=OPS, sizes=DEFAULT_SIZES,
+          repeats: int = 7, warmup: int = 2, timeout_s: float = 120.0,
+          progress: bool = False) -> list[dict]:
+    """Launch the ranks (torchrun here, or one per netbed namespace) and return the rows."""
+    from scape.train.launch import run_ranks
+
+    if nprocs < 2:
+        raise UserError(f"a collective needs at least 2 ranks, got --nprocs {nprocs}")
+    unknown = set(ops) - set(OPS)
+    if unknown:
+        raise UserError(f"unknown collective(s) {sorted(unknown)}; choose from {', '.join(OPS)}")
+    out = Path(tempfile.mkdtemp(prefix="scape-calibrate-"))
+    spec = {"ops": list(ops), "sizes": [int(s) for s in sizes], "repeats": repeats,
+            "warmup": warmup, "timeout_s": timeout_s, "out": str(out), "progress": progress}
+    (out / "spec.json").write_text(json.dumps(spec))
+    env = {**os.environ, "SCAPE_BACKEND": backend, "OMP_NUM_THREADS": "1"}
+    code = run_ranks(["scape.calibrate.collectives", str(out / "spec.json")], nprocs, netbed,
+                     env, out / "launcher.log", timeout_s * 4 + 600)
+    errors = sorted(out.glob("error_rank*.txt"))
+    if errors:
+        raise UserError(f"collective sweep failed: {errors[0].stem.removeprefix('error_')}: "
+                        f"{errors[0].read_text().strip()}")
+    if code != 0 or not (out / "rows.json").exists():
+        raise UserError(f"collective sweep failed (exit code {code}); see {out}/launcher.log")
+    return json.loads((out / "rows.json").read_text())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

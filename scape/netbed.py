@@ -1,0 +1,314 @@
+"""A shaped-network testbed on one Linux machine (DESIGN section 7).
+
+Every rank lives in its own network namespace, as its own node: one veth pair joins it to a
+bridge in a separate "switch" namespace. Each rank's link is shaped in both directions (the
+rank's egress and the switch port's egress towards the rank) with netem for the delay and a
+tbf child for the rate (the layout netem's documentation gives), so a link is full duplex at
+`rate` and a message between two ranks crosses two links: one-way latency 2 x delay.
+
+Only namespaces this process creates are touched, named `scape-<pid>-...`; deleting a
+namespace deletes its veth ends and their qdiscs, so `down()` leaves nothing behind. It runs
+on normal exit, on errors, on Ctrl-C and on SIGTERM. `cleanup_stale()` removes namespaces of
+testbeds whose process is gone (a `kill -9`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from profiles import UserError
+
+PREFIX = "scape-"
+SUBNET = "10.77.0"  # private; exists only inside the namespaces a testbed creates
+PORT = 29500
+_UNITS = {"kbit": 1e-3, "mbit": 1.0, "gbit": 1e3}
+
+
+@dataclass(frozen=True)
+class NetbedSpec:
+    rate_mbit: float  # per link, per direction
+    delay_ms: float = 0.0  # per link, per direction (needs netem in the kernel when > 0)
+
+    @classmethod
+    def parse(cls, text: str) -> NetbedSpec:
+        """`rate=200mbit,delay=1ms` (rate in kbit, mbit or gbit; delay in ms or us)."""
+        fields = {}
+        for part in filter(None, text.replace(" ", "").split(",")):
+            key, _, value = part.partition("=")
+            fields[key] = value
+        unknown = set(fields) - {"rate", "delay"}
+        if unknown or "rate" not in fields:
+            raise UserError(f"--netbed wants rate=<N>mbit[,delay=<D>ms], got {text!r}")
+        m = re.fullmatch(r"([0-9.]+)(kbit|mbit|gbit)", fields["rate"].lower())
+        if not m or float(m.group(1)) <= 0:
+            raise UserError(f"--netbed rate must look like 200mbit or 1gbit, got "
+                            f"{fields['rate']!r}")
+        rate = float(m.group(1)) * _UNITS[m.group(2)]
+        delay = 0.0
+        if "delay" in fields:
+            d = re.fullmatch(r"([0-9.]+)(ms|us)", fields["delay"].lower())
+            if not d:
+                raise UserError(f"--netbed delay must look like 1ms or 200us, got "
+                                f"{fields['delay']!r}")
+            delay = float(d.group(1)) * (1.0 if d.group(2) == "ms" else 1e-3)
+        return cls(rate, delay)
+
+    def __str__(self) -> str:
+        return f"rate={self.rate_mbit:g}mbit,delay={self.delay_ms:g}ms"
+
+    @property
+    def rate_Bps(self) -> float:
+        return self.rate_mbit * 1e6 / 8
+
+
+def check_available() -> None:
+    """Refuse in one line where namespaces cannot be built."""
+    if os.geteuid() != 0:
+        raise UserError("the netbed needs root (network namespaces and tc); run as root or "
+                        "drop --netbed")
+    missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
+    if missing:
+        raise UserError(f"the netbed needs the {' and '.join(missing)} command(s) "
+                        f"(iproute2); install iproute2 or drop --netbed")
+
+
+def _sh(*args: str) -> None:
+    proc = subprocess.run(args, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise UserError(f"netbed: `{' '.join(args)}` failed: "
+                        f"{(proc.stderr or proc.stdout).strip()[:200]}")
+
+
+def namespaces() -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def cleanup_stale() -> list[str]:
+    """Delete `scape-<pid>-*` namespaces whose creating process no longer runs."""
+    removed = []
+    for ns in namespaces():
+        m = re.fullmatch(rf"{PREFIX}(\d+)-\w+", ns)
+        if m and not Path(f"/proc/{m.group(1)}").exists():
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+            removed.append(ns)
+    return removed
+
+
+class Netbed:
+    """`with Netbed(spec, ranks) as bed:` builds the testbed and always tears it down."""
+
+    def __init__(self, spec: NetbedSpec, ranks: int):
+        if ranks < 1:
+            raise UserError(f"the netbed needs at least one rank, got {ranks}")
+        if ranks > 250:
+            raise UserError(f"the netbed addresses at most 250 ranks, got {ranks}")
+        self.spec, self.ranks = spec, ranks
+        tag = f"{PREFIX}{os.getpid()}"
+        self.switch = f"{tag}-sw"
+        self.rank_ns = [f"{tag}-r{r}" for r in range(ranks)]
+        self.created: list[str] = []
+        self._old_term = None
+
+    def address(self, rank: int) -> str:
+        return f"{SUBNET}.{rank + 1}"
+
+    # ---- up and down ----
+    def __enter__(self) -> Netbed:
+        check_available()
+        self._old_term = signal.signal(signal.SIGTERM, _raise_exit)
+        try:
+            self.up()
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.down()
+
+    def up(self) -> None:
+        for ns in (self.switch, *self.rank_ns):
+            if ns in namespaces():
+                raise UserError(f"netbed: namespace {ns} already exists")
+            _sh("ip", "netns", "add", ns)
+            self.created.append(ns)
+        _sh("ip", "-n", self.switch, "link", "add", "br0", "type", "bridge")
+        _sh("ip", "-n", self.switch, "link", "set", "br0", "up")
+        for r, ns in enumerate(self.rank_ns):
+            port = f"r{r}"
+            # created directly inside the namespaces: no name ever appears on the host
+            _sh("ip", "link", "add", "eth0", "netns", ns, "type", "veth",
+                "peer", "name", port, "netns", self.switch)
+            _sh("ip", "-n", self.switch, "link", "set", port, "master", "br0", "up")
+            _sh("ip", "-n", ns, "addr", "add", f"{self.address(r)}/24", "dev", "eth0")
+            _sh("ip", "-n", ns, "link", "set", "eth0", "up")
+            _sh("ip", "-n", ns, "link", "set", "lo", "up")
+            self._shape(ns, "eth0")  # rank -> switch
+            self._shape(self.switch, port)  # switch -> rank
+
+    def _shape(self, ns: str, dev: str) -> None:
+        spec = self.spec
+        rate_Bps = spec.rate_Bps
+        # tbf: a bucket of 0.5 ms of traffic (at least two full frames: a larger bucket lets
+        # the first bytes of every message pass at veth speed, a smaller one starves the
+        # timer at 1 Gbit/s) and a queue of 100 ms,
+        # so TCP sees a paced link, not a dropping one.
+        burst = max(2 * 1514, int(rate_Bps * 5e-4))
+        limit = max(4 * burst, int(rate_Bps * 5e-4))
+        tbf = ["tbf", "rate", f"{spec.rate_mbit * 1000:.0f}kbit", "burst", str(burst),
+               "limit", str(limit)]
+        if spec.delay_ms == 0:
+            _sh("tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "handle", "1:", *tbf)
+            return
+        netem = subprocess.run(["tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "handle",
+                                "1:", "netem", "delay", f"{spec.delay_ms * 1000:.0f}us",
+                                "limit", "100000"], capture_output=True, text=True)
+        if netem.returncode != 0:
+            why = (netem.stderr or netem.stdout).strip()
+            if "unknown" in why.lower():
+                raise UserError("netbed: this kernel has no netem qdisc (CONFIG_NET_SCH_NETEM), "
+                                "so it cannot add a delay; use delay=0ms (rate shaping with tbf "
+                                "alone) or a kernel with netem")
+            raise UserError(f"netbed: adding the netem delay failed: {why[:200]}")
+        _sh("tc", "-n", ns, "qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", *tbf)
+
+    def down(self) -> None:
+        for ns in reversed(self.created):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        self.created = []
+        if self._old_term is not None:
+            signal.signal(signal.SIGTERM, self._old_term)
+            self._old_term = None
+
+    # ---- running ranks ----
+    def command(self, rank: int, argv: Sequence[str]) -> list[str]:
+        return ["ip", "netns", "exec", self.rank_ns[rank], *argv]
+
+    def rank_env(self, rank: int, base: dict | None = None) -> dict[str, str]:
+        """torch.distributed's env:// rendezvous, one node per rank, gloo bound to the veth."""
+        return {**(base if base is not None else os.environ), "RANK": str(rank),
+                "WORLD_SIZE": str(self.ranks), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                "GROUP_RANK": str(rank), "MASTER_ADDR": self.address(0),
+                "MASTER_PORT": str(PORT), "GLOO_SOCKET_IFNAME": "eth0"}
+
+    def run(self, argv: Sequence[str], timeout_s: float, env: dict | None = None,
+            log: Path | None = None) -> list[int]:
+        """Run `argv` once per rank, each in its namespace; returns the exit codes. When one
+        rank fails, the others are ended (they would wait for it until their timeout)."""
+        out = open(log, "w") if log else subprocess.DEVNULL  # noqa: SIM115
+        procs = [subprocess.Popen(self.command(r, argv), env=self.rank_env(r, env),
+                                  stdout=out, stderr=subprocess.STDOUT)
+                 for r in range(self.ranks)]
+        try:
+            deadline = time.monotonic() + timeout_s
+            while any(p.poll() is None for p in procs):
+                failed = any(p.returncode not in (None, 0) for p in procs)
+                if failed or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+        finally:
+            for p in procs:  # ours, by pid: a rank still running after a failure or timeout
+                if p.poll() is None:
+                    p.terminate()
+            for p in procs:
+                try:
+                    p.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+            if log:
+                out.close()
+        return [p.returncode for p in procs]
+
+
+def _raise_exit(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+# ---- link measurements (`scape netbed`, tests) ----
+_PROBE = r"""
+import socket, sys, time
+mode, host, port, nbytes = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+if mode == "server":
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((host, port)); s.listen(1); c, _ = s.accept()
+    got = 0
+    while got < nbytes:
+        chunk = c.recv(1 << 20)
+        if not chunk: break
+        got += len(chunk)
+    c.sendall(b"k"); c.close()
+else:
+    for _ in range(200):
+        try:
+            c = socket.create_connection((host, port)); break
+        except OSError:
+            time.sleep(0.05)
+    c.sendall(b"x" * (64 << 10))  # slow start over before the clock starts
+    buf = b"x" * (1 << 20); t0 = time.perf_counter(); sent = 64 << 10
+    while sent < nbytes:
+        n = min(len(buf), nbytes - sent); c.sendall(buf[:n]); sent += n
+    c.recv(1); dt = time.perf_counter() - t0
+    print((nbytes - (64 << 10)) * 8 / dt / 1e6)
+"""
+
+
+def measure_throughput_mbit(bed: Netbed, src: int, dst: int, seconds: float = 2.0) -> float:
+    """TCP goodput from rank `src` to rank `dst` in Mbit/s (payload bytes, over about
+    `seconds`); the headers make it about 4% below the shaped rate at a 1500-byte MTU."""
+    nbytes = int(bed.spec.rate_Bps * seconds)
+    host = bed.address(dst)
+    server = subprocess.Popen(bed.command(dst, [sys.executable, "-c", _PROBE, "server", host,
+                                                "5201", str(nbytes)]))
+    try:
+        client = subprocess.run(bed.command(src, [sys.executable, "-c", _PROBE, "client", host,
+                                                  "5201", str(nbytes)]),
+                                capture_output=True, text=True, timeout=60 + 4 * seconds)
+        if client.returncode != 0:
+            raise UserError(f"netbed: throughput probe failed: {client.stderr.strip()[:200]}")
+        return float(client.stdout.strip())
+    finally:
+        server.wait(timeout=10) if server.poll() is None else None
+
+
+def measure_rtt_ms(bed: Netbed, src: int, dst: int, count: int = 5) -> float:
+    """Median TCP connect round trip from `src` to `dst` (a SYN and its SYN-ACK), in ms."""
+    code = (
+        "import socket,statistics,sys,time\n"
+        "s=socket.socket();s.bind((sys.argv[1],5202));s.listen(64)\n"
+        "import threading\n"
+        "threading.Thread(target=lambda:[s.accept()[0].close() for _ in range(int(sys.argv[2]))],"
+        "daemon=True).start()\n"
+        "time.sleep(30)\n")
+    server = subprocess.Popen(bed.command(dst, [sys.executable, "-c", code, bed.address(dst),
+                                                str(count + 1)]))
+    try:
+        probe = (
+            "import socket,statistics,sys,time\n"
+            "r=[]\n"
+            "for i in range(int(sys.argv[2])+1):\n"
+            "  for _ in range(200):\n"
+            "    try:\n"
+            "      t=time.perf_counter();c=socket.create_connection((sys.argv[1],5202));"
+            "r.append(time.perf_counter()-t);c.close();break\n"
+            "    except OSError: time.sleep(0.05)\n"
+            "print(statistics.median(r[1:])*1e3)\n")
+        out = subprocess.run(bed.command(src, [sys.executable, "-c", probe, bed.address(dst),
+                                               str(count)]),
+                             capture_output=True, text=True, timeout=60)
+        if out.returncode != 0:
+            raise UserError(f"netbed: latency probe failed: {out.stderr.strip()[:200]}")
+        return float(out.stdout.strip())
+    finally:
+        server.terminate()
+        server.wait()

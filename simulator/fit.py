@@ -1,0 +1,153 @@
+"""Fit a link tier's latency and bandwidth to collective measurements (DESIGN section 7).
+
+The simulator's time for a collective alone on an idle network is linear in the tier's one-hop
+latency alpha and its inverse bandwidth: t = alpha * A + S * C / B, where A (latency steps) and
+C (bytes on the busiest link per byte of S) come from the registered algorithm itself. So the fit
+uses the simulator's own algorithms, not a closed form beside them:
+
+1. For each measured (collective, S, P) and each registered algorithm of that collective, read A
+   and C off the simulator (once with alpha = 1 s and infinite bandwidth, once with alpha = 0 and
+   1 B/s).
+2. Least absolute relative error, |t_pred / t_meas - 1|, with one alpha for the tier and one
+   inverse bandwidth per collective; each collective takes the algorithm that fits it best
+   (gloo, for one, runs reduce-scatter as a full all-reduce and broadcasts flat from the root).
+3. The tier's bandwidth is the best collective's; the others carry an efficiency <= 1 against it
+   (several TCP flows through one shaped port share it less well than a ring's single flow).
+
+The topology is the testbed's: one rank per node, one link per rank, one switch.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+import numpy as np
+
+from profiles import UserError
+from simulator.collective import PhaseCache, time_alone
+from simulator.collectives import ALGORITHMS
+from simulator.network import Topology
+
+BIG = 1e30  # bytes/s: a bandwidth at which the data term vanishes
+
+
+def testbed_topology(ranks: int, link_Bps: float, latency_s: float) -> Topology:
+    """One rank per node behind one link each, all on one switch (the netbed)."""
+    return Topology(gpus=ranks, gpus_per_node=1, nics_per_node=1, nodes_per_leaf=max(2, ranks),
+                    intra_Bps=link_Bps, nic_Bps=link_Bps, uplink_Bps=link_Bps * ranks,
+                    intra_latency_s=0.0, nic_latency_s=latency_s, switch_latency_s=0.0,
+                    name="netbed")
+
+
+def coefficients(op: str, algo: str, ranks: int, size: float) -> tuple[float, float]:
+    """(A, C): simulated time = alpha * A + size * C / bandwidth for `op` alone."""
+    group = [np.arange(ranks)]
+    lat = testbed_topology(ranks, BIG, 1.0)
+    bw = testbed_topology(ranks, 1.0, 0.0)
+    a = time_alone(lat, PhaseCache(lat).phases(op, algo, group, size))
+    c = time_alone(bw, PhaseCache(bw).phases(op, algo, group, size)) / size
+    return a, c
+
+
+@dataclass(frozen=True)
+class CollectiveFit:
+    algo: str
+    efficiency: float  # of the tier's bandwidth
+    residual_median_pct: float  # |t_pred / t_meas - 1| over this collective's sizes
+    residual_max_pct: float
+
+
+@dataclass(frozen=True)
+class TierFit:
+    latency_s: float  # one hop
+    bandwidth_Bps: float  # effective, per link per direction
+    collectives: dict[str, CollectiveFit]
+    predictions: list[float]  # seconds, one per measured row, in order
+
+    @property
+    def residual_median_pct(self) -> float:
+        return statistics.median(c.residual_median_pct for c in self.collectives.values())
+
+
+def _solve(rows_a: np.ndarray, rows_c: np.ndarray, t: np.ndarray, op_idx: np.ndarray,
+           n_ops: int) -> np.ndarray:
+    """x = [alpha, gamma_0..gamma_{k-1}] (gamma = 1/bandwidth) minimizing the sum of absolute
+    relative errors (L1, by iteratively reweighted least squares): small messages on a busy
+    host have heavy-tailed times, and a few of them must not drag the bandwidth."""
+    design = np.zeros((len(t), 1 + n_ops))
+    design[:, 0] = rows_a / t
+    design[np.arange(len(t)), 1 + op_idx] = rows_c / t
+    w = np.ones(len(t))
+    for _ in range(30):
+        x = _lstsq(design * w[:, None], w)
+        if x[0] < 0:  # no negative latency: refit the bandwidths alone
+            x[0] = 0.0
+            x[1:] = _lstsq(design[:, 1:] * w[:, None], w)
+        r = np.abs(design @ x - 1)
+        w = 1 / np.sqrt(np.maximum(r, 1e-3))  # weights^2 = 1/|r|: L1
+    return x
+
+
+def _lstsq(design: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+    """Least squares with columns scaled to unit norm (seconds and seconds per byte differ
+    by ten orders of magnitude)."""
+    norms = np.linalg.norm(design, axis=0)
+    norms[norms == 0] = 1.0
+    x, *_ = np.linalg.lstsq(design / norms, rhs, rcond=None)
+    return x / norms
+
+
+def fit_tier(rows: list[dict]) -> TierFit:
+    """Fit rows of {op, size_bytes, world, seconds} (scape.calibrate.collectives)."""
+    if not rows:
+        raise UserError("no measurements to fit")
+    ops = sorted({r["op"] for r in rows})
+    unknown = set(ops) - set(ALGORITHMS)
+    if unknown:
+        raise UserError(f"cannot fit unknown collective(s) {sorted(unknown)}")
+    t = np.array([r["seconds"] for r in rows])
+    if (t <= 0).any():
+        raise UserError("measured times must be positive")
+    op_idx = np.array([ops.index(r["op"]) for r in rows])
+    sizes = np.array([float(r["size_bytes"]) for r in rows])
+    coef = {(r["op"], algo, r["world"], r["size_bytes"]):
+            coefficients(r["op"], algo, r["world"], r["size_bytes"])
+            for r in rows for algo in ALGORITHMS[r["op"]]}
+
+    def columns(choice: dict[str, str]):
+        ac = np.array([coef[(r["op"], choice[r["op"]], r["world"], r["size_bytes"])]
+                       for r in rows])
+        return ac[:, 0], ac[:, 1] * sizes  # latency steps, bytes on the busiest link
+
+    def residuals(choice, x):
+        a, c = columns(choice)
+        return (x[0] * a + x[1 + op_idx] * c) / t - 1
+
+    choice = {op: next(iter(ALGORITHMS[op])) for op in ops}
+    x = _solve(*columns(choice), t, op_idx, len(ops))
+    for _ in range(3):  # alternate: each collective's best algorithm, then a joint refit
+        for i, op in enumerate(ops):
+            best = None
+            for algo in ALGORITHMS[op]:
+                trial = {**choice, op: algo}
+                a, c = columns(trial)
+                mine = op_idx == i
+                # this collective's inverse bandwidth alone (L1), with the tier's alpha fixed
+                sub = _solve(a[mine], c[mine], t[mine], np.zeros(mine.sum(), dtype=int), 1)
+                err = np.sum(np.abs((sub[0] * a[mine] + sub[1] * c[mine]) / t[mine] - 1))
+                if best is None or err < best[0] - 1e-12:
+                    best = (err, algo)
+            choice[op] = best[1]
+        x = _solve(*columns(choice), t, op_idx, len(ops))
+    if (x[1:] <= 0).any():
+        raise UserError("the fit found a non-positive inverse bandwidth: measurements too "
+                        "noisy or too small; add larger --sizes")
+    res = residuals(choice, x)
+    best_gamma = x[1:].min()
+    fits = {op: CollectiveFit(choice[op], float(best_gamma / x[1 + i]),
+                              float(100 * np.median(np.abs(res[op_idx == i]))),
+                              float(100 * np.max(np.abs(res[op_idx == i]))))
+            for i, op in enumerate(ops)}
+    predictions = list((res + 1) * t)
+    return TierFit(float(x[0]), float(1 / best_gamma), fits, predictions)

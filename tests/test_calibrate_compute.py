@@ -1,0 +1,108 @@
+"""`scape calibrate compute` measurements, shrunk to run in seconds: the linear fit, a bench
+for every simulator kernel kind, the real model's forward and backward, the returned tables
+(valid hardware-profile tables), and ranks sharing the host."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from profiles import load_model
+from profiles.hardware import COMPUTE_FIELDS, GPU_FIELDS
+from profiles.schema import validate_table
+from scape.calibrate.compute import (
+    KERNEL_BENCH,
+    SIZES,
+    calibrate_compute,
+    fit_linear,
+    measure_concurrency,
+    measure_fwd_bwd,
+    measure_kernels,
+)
+from simulator.compute import KERNEL_BYTES, forward_flops_per_token
+
+A, B = 20e-6, 5e-9  # 20 us fixed, 5 ns per element
+
+
+def test_fit_linear_exact():
+    seconds = [A + B * n for n in SIZES]
+    a, b, residual = fit_linear(SIZES, seconds)
+    assert a == pytest.approx(A, rel=1e-9)
+    assert b == pytest.approx(B, rel=1e-9)
+    assert residual < 1e-6
+
+
+def test_fit_linear_noisy():
+    rng = np.random.default_rng(0)
+    seconds = [(A + B * n) * (1 + 0.01 * rng.standard_normal()) for n in SIZES]
+    a, b, residual = fit_linear(SIZES, seconds)
+    assert b == pytest.approx(B, rel=0.03)
+    assert a == pytest.approx(A, rel=0.2)  # A is 20% of the smallest time only
+    assert residual < 4.0
+
+
+def test_fit_linear_clips_negative_fixed_cost():
+    sizes, seconds = [10, 20, 30], [0.5, 2.0, 3.5]  # the line crosses t = 0 at n = 20/3
+    a, b, _ = fit_linear(sizes, seconds)
+    assert a == 0.0
+    ratios = [n / t for n, t in zip(sizes, seconds, strict=True)]
+    assert b == pytest.approx(sum(ratios) / sum(r * r for r in ratios))  # relative LS fit
+    assert fit_linear([8, 8], [1.0, 1.0])[:2] == (0.0, 1 / 8)  # one distinct size
+
+
+def test_every_simulator_kernel_kind_has_a_bench():
+    assert set(KERNEL_BYTES) <= set(KERNEL_BENCH)
+    assert "flat_copy" in KERNEL_BENCH
+
+
+@pytest.mark.parametrize("kind", sorted(KERNEL_BENCH))
+def test_kernel_bench_runs(kind):
+    run = KERNEL_BENCH[kind](4096, torch.device("cpu"))
+    run()
+    run()
+
+
+def test_measure_kernels_fits_positive_costs():
+    fits = measure_kernels((4096, 16384), repeats=1, kinds=["optimizer_adams", "select"])
+    assert set(fits) == {"optimizer_adams", "select"}
+    for fit in fits.values():
+        assert fit["ns_per_element"] > 0 and fit["fixed_us"] >= 0
+        assert len(fit["seconds"]) == 2
+    assert fits["select"]["density"] == 0.01
+
+
+def test_measure_fwd_bwd_tiny_gpt():
+    fb = measure_fwd_bwd("tiny-gpt", 2, repeats=2)
+    assert fb["fwd_s"] > 0 and fb["bwd_s"] > 0 and fb["total_s"] > 0
+    seq = load_model("tiny-gpt").arch.seq_len
+    assert fb["seq_len"] == seq
+    assert fb["flops"] == 3 * forward_flops_per_token(load_model("tiny-gpt"), seq) * 2 * seq
+
+
+def test_calibrate_compute_tables():
+    out = calibrate_compute("tiny-gpt", 2, max_ranks=1, device="cpu", sizes=(4096, 8192),
+                            kernel_repeats=1, fwd_bwd_repeats=1, matmul_n=128,
+                            copy_elements=2**16)
+    assert set(out) == {"gpu", "compute", "kernels", "fwd_bwd", "concurrency"}
+    assert set(out["gpu"]) == set(GPU_FIELDS)
+    assert set(out["compute"]) == set(COMPUTE_FIELDS)
+    validate_table("calibrated", "gpu", out["gpu"], GPU_FIELDS)
+    validate_table("calibrated", "compute", out["compute"], COMPUTE_FIELDS)
+    assert out["gpu"]["source"].startswith("measured by scape calibrate compute")
+    assert set(out["kernels"]) == set(KERNEL_BENCH)
+    for fit in out["kernels"].values():
+        assert set(fit) == {"fixed_us", "ns_per_element", "residual_pct"}
+    assert set(out["fwd_bwd"]) == {"model", "micro_batch", "seq_len", "fwd_s", "bwd_s",
+                                   "total_s", "flops"}
+    assert out["concurrency"] == {"ranks": [1], "slowdown": [1.0]}
+    assert json.loads(json.dumps(out)) == out  # plain floats, ints, strings and lists
+
+
+def test_measure_concurrency_two_ranks():
+    slowdown = measure_concurrency("tiny-gpt", 2, max_ranks=2, repeats=2)
+    assert len(slowdown) == 2
+    assert slowdown[0] == 1.0
+    assert slowdown[1] > 0
