@@ -17,6 +17,7 @@ except ImportError:  # older typer depends on click itself
 
 from profiles import UserError, check_profile, find, load_hardware, load_model, names
 from reports.tables import check_format, render
+from reports.validate import DEFAULT_SCHEMES as VALIDATE_SCHEMES
 from scape.plan import Dtypes
 from simulator.collective import describe, sweep
 from simulator.compare import DEFAULT_SCHEMES, compare, parse_scheme
@@ -27,6 +28,19 @@ from simulator.trace import write_trace
 from simulator.units import format_bytes, parse_sizes
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+NETBED_HELP = ("shaped-network testbed, e.g. rate=200mbit (,delay=1ms needs netem): one "
+               "network namespace per rank (root, ip, tc)")
+
+
+def _netbed(text: str | None):
+    """A NetbedSpec from --netbed, checked before any work starts (None: no testbed)."""
+    if text is None:
+        return None
+    from scape.netbed import NetbedSpec, check_available
+
+    spec = NetbedSpec.parse(text)
+    check_available()
+    return spec
 
 
 class App(typer.Typer):
@@ -396,6 +410,7 @@ def train_cmd(
     timeout: float = typer.Option(60.0, "--timeout", help="seconds a peer may be late"),
     resume: bool = typer.Option(False, "--resume", help="continue from OUT/checkpoint"),
     out: str = typer.Option(None, "--out", help="logs, checkpoints, summary"),
+    netbed: str = typer.Option(None, "--netbed", help=NETBED_HELP),
     fmt: str = typer.Option("table", "--format", help="table|json"),
 ):
     """Train a model with a scheme on torch.distributed ranks (torchrun), and report."""
@@ -412,7 +427,8 @@ def train_cmd(
     cfg = TrainConfig(model=model, scheme=_scheme(scheme, opts, extra), steps=steps,
                       micro_batch=micro_batch, seq_len=seq_len, lr=lr, seed=seed,
                       eval_every=eval_every, timeout_s=timeout, resume=resume, out=out)
-    summary = train(cfg)["summary"] if under_torchrun() else launch(cfg, nprocs, backend)
+    spec = _netbed(netbed)
+    summary = train(cfg)["summary"] if under_torchrun() else launch(cfg, nprocs, backend, spec)
     if fmt == "json":
         print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))
         return
@@ -454,3 +470,187 @@ def reproduce(
 
 if __name__ == "__main__":
     app()
+
+
+@app.command("netbed")
+def netbed_cmd(
+    netbed: str = typer.Option("rate=200mbit", "--netbed", help=NETBED_HELP),
+    nprocs: int = typer.Option(2, "--nprocs", help="ranks (namespaces) to build"),
+    seconds: float = typer.Option(2.0, "--seconds", help="length of each throughput probe"),
+    cleanup: bool = typer.Option(False, "--cleanup",
+                                 help="only remove namespaces left by killed testbeds"),
+):
+    """Build the shaped-network testbed, measure its links, and tear it down."""
+    from scape.netbed import (
+        Netbed,
+        cleanup_stale,
+        measure_rtt_ms,
+        measure_throughput_mbit,
+        namespaces,
+    )
+
+    spec = _netbed(netbed)
+    if cleanup:
+        removed = cleanup_stale()
+        print(f"removed {len(removed)} stale namespace(s): {', '.join(removed) or '-'}")
+        return
+    if nprocs < 2:
+        raise UserError(f"--nprocs must be at least 2 to measure a link, got {nprocs}")
+    with Netbed(spec, nprocs) as bed:
+        print(f"# netbed {spec}: {nprocs} namespaces {', '.join(bed.rank_ns)} behind "
+              f"{bed.switch} (bridge br0), tbf{' + netem' if spec.delay_ms else ''} "
+              f"on each link, both directions")
+        for src, dst in ((0, 1), (1, 0)):
+            mbit = measure_throughput_mbit(bed, src, dst, seconds)
+            print(f"rank {src} -> rank {dst}: {mbit:7.1f} Mbit/s TCP goodput "
+                  f"({100 * mbit / spec.rate_mbit:.1f}% of the shaped {spec.rate_mbit:g} Mbit/s)")
+        print(f"rank 0 -> rank 1: {measure_rtt_ms(bed, 0, 1):.3f} ms TCP connect round trip")
+    left = [ns for ns in namespaces() if ns.startswith(bed.switch.rsplit("-", 1)[0])]
+    print("torn down: no namespace left" if not left else f"LEFT BEHIND: {left}")
+
+
+calibrate_app = typer.Typer(help="Measure this machine and write profiles/measured/NAME.toml.",
+                            no_args_is_help=True)
+app.add_typer(calibrate_app, name="calibrate")
+
+
+@calibrate_app.command("collectives")
+def calibrate_collectives(
+    out: str = typer.Option(..., "--out", help="profile name: profiles/measured/NAME.toml"),
+    nprocs: int = typer.Option(3, "--nprocs", help="ranks"),
+    backend: str = typer.Option("gloo", "--backend", help="gloo|nccl"),
+    netbed: str = typer.Option(None, "--netbed", help=NETBED_HELP),
+    sizes: str = typer.Option(None, "--sizes", help="e.g. 16KiB..4MiB (default)"),
+    repeats: int = typer.Option(7, "--repeats", help="timed calls per size (median)"),
+    fmt: str = typer.Option("table", "--format", help="table|csv|json"),
+):
+    """Sweep every collective over message sizes (nccl-tests terms) and fit the link."""
+    check_format(fmt)
+    from scape.calibrate.collectives import DEFAULT_SIZES, calibrate
+
+    if backend not in ("gloo", "nccl"):
+        raise UserError(f"backend must be gloo or nccl, got {backend!r}")
+    if repeats < 1:
+        raise UserError(f"--repeats must be at least 1, got {repeats}")
+    spec = _netbed(netbed)
+    chosen = parse_sizes(sizes) if sizes else list(DEFAULT_SIZES)
+    print(f"calibrate collectives: {nprocs} ranks, {len(chosen)} sizes x 5 collectives ...",
+          file=sys.stderr)
+    path, fit, rows = calibrate(out, nprocs, backend, spec, chosen, repeats,
+                                progress=sys.stderr.isatty())
+    df = pd.DataFrame(rows)
+    df["predicted_s"] = fit.predictions
+    df["error_pct"] = 100 * (df["predicted_s"] / df["seconds"] - 1)
+    shown = df[["op", "size_bytes", "world", "seconds", "busbw_GBps", "predicted_s",
+                "error_pct"]]
+    header = (f"fit: latency {fit.latency_s * 1e6:.1f} us per hop, bandwidth "
+              f"{fit.bandwidth_Bps * 8 / 1e6:.1f} Mbit/s per link; " + "; ".join(
+                  f"{op} {c.algo} x{c.efficiency:.2f} (median |err| "
+                  f"{c.residual_median_pct:.1f}%)" for op, c in fit.collectives.items())
+              + f"\nwrote {path}")
+    print(render(shown, fmt, header=header, floatfmt={
+        "seconds": "{:.6f}", "busbw_GBps": "{:.4f}", "predicted_s": "{:.6f}",
+        "error_pct": "{:+.1f}"}))
+
+
+@calibrate_app.command("compute")
+def calibrate_compute_cmd(
+    out: str = typer.Option(..., "--out", help="profile name: profiles/measured/NAME.toml"),
+    model: str = typer.Option("tiny-gpt", "--model", "-m"),
+    micro_batch: int = typer.Option(16, "--micro-batch"),
+    max_ranks: int = typer.Option(3, "--max-ranks",
+                                  help="measure the slowdown of 1..N ranks sharing this host"),
+    threads: int = typer.Option(1, "--threads", help="torch threads per rank"),
+):
+    """Time forward/backward of a model and the scheme kernels; fit MFU and kernel constants."""
+    from profiles.measured import merge, path_of
+    from scape.calibrate.compute import calibrate_compute
+
+    load_model(model)
+    path_of(out)
+    for name, value in (("--micro-batch", micro_batch), ("--max-ranks", max_ranks),
+                        ("--threads", threads)):
+        if value < 1:
+            raise UserError(f"{name} must be at least 1, got {value}")
+    print(f"calibrate compute: {model} at micro-batch {micro_batch}, kernels, 1..{max_ranks} "
+          "ranks sharing the host ...", file=sys.stderr)
+    tables = calibrate_compute(model, micro_batch, max_ranks=max_ranks, threads=threads)
+    device = tables["gpu"]["model"]
+    tables["measured"] = {"device": device, "compute_model": model,
+                          "compute_micro_batch": micro_batch}
+    path = merge(out, tables, "Written by scape calibrate. Rerun it to refresh; do not edit.")
+    fb = tables["fwd_bwd"]
+    print(f"# {device}")
+    print(f"forward+backward {model} mb {micro_batch}: {fb['total_s'] * 1e3:.2f} ms "
+          f"-> MFU {tables['compute']['mfu']:.3f} of {tables['gpu']['peak_bf16_tflops']:.4f} "
+          "TFLOP/s (measured matmul peak)")
+    for kind, k in tables["kernels"].items():
+        print(f"  {kind:<16} {k['fixed_us']:9.1f} us + {k['ns_per_element']:7.3f} ns/element "
+              f"(fit residual {k['residual_pct']:.1f}%)")
+    slow = tables["concurrency"]["slowdown"]
+    print("ranks sharing the host: " + ", ".join(f"{r + 1}: x{v:.2f}"
+                                                for r, v in enumerate(slow)))
+    print(f"wrote {path}")
+
+
+@app.command("validate")
+def validate_cmd(
+    profile: str = typer.Option(..., "--profile", help="measured/NAME (from scape calibrate)"),
+    schemes: str = typer.Option(",".join(VALIDATE_SCHEMES), "--schemes",
+                                help="comma-separated NAME[:VALUE]"),
+    nprocs: str = typer.Option("2,3", "--nprocs", help="ranks, e.g. 3 or 2,3"),
+    netbed: str = typer.Option(None, "--netbed",
+                               help=NETBED_HELP + "; default: the profile's own"),
+    steps: int = typer.Option(30, "--steps", help="training steps per run (median taken)"),
+    model: str = typer.Option(None, "--model", help="default: the profile's calibrated model"),
+    micro_batch: int = typer.Option(None, "--micro-batch", help="default: the calibrated one"),
+    out: str = typer.Option(None, "--out", help="folder for CSV, JSON and PNG"),
+    fmt: str = typer.Option("table", "--format", help="table|csv|json"),
+):
+    """Run the real optimizer per scheme, simulate the same step from the profile, compare."""
+    import tempfile
+
+    from reports import validate as v
+
+    check_format(fmt)
+    hw = load_hardware(profile)
+    v.check_profile_complete(hw.path)
+    if steps < 3:
+        raise UserError(f"--steps must be at least 3 for a median, got {steps}")
+    try:
+        worlds = [int(x) for x in nprocs.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"--nprocs wants integers like 2,3, got {nprocs!r}") from None
+    if not worlds or min(worlds) < 2:
+        raise UserError(f"--nprocs must list rank counts of at least 2, got {nprocs!r}")
+    recorded = hw.measured.get("network_netbed", "")
+    spec = _netbed(netbed or (recorded if recorded.startswith("rate=") else None))
+    model = model or hw.measured.get("compute_model", "tiny-gpt")
+    micro_batch = micro_batch or int(hw.measured.get("compute_micro_batch", 16))
+    load_model(model)
+    configs = [(s, parse_scheme(s)) for s in schemes.split(",") if s.strip()]
+    dest = Path(out or f"out/validate/{Path(hw.path).stem}")
+    rows = []
+    for world in worlds:
+        for spec_text, cfg in configs:
+            predicted = v.predict(hw, model, cfg, world, micro_batch)  # fails fast, no run
+            print(f"validate: {spec_text} on {world} ranks ({spec or 'loopback'}) ...",
+                  file=sys.stderr, flush=True)
+            with tempfile.TemporaryDirectory(prefix="scape-validate-") as tmp:
+                measured = v.measure(model, cfg, world, micro_batch, steps, spec, Path(tmp))
+            rows.append(v.row(spec_text, world, spec, measured, predicted))
+    df = pd.DataFrame(rows)
+    files = v.save(df, dest, {"profile": hw.path, "model": model, "micro_batch": micro_batch,
+                              "steps": steps, "netbed": str(spec) if spec else None})
+    stats = v.summarize(df)
+    if fmt == "json":
+        print(render(df, "json"))
+        return
+    header = (f"{model}, micro-batch {micro_batch}, {steps} steps per run, profile {hw.path}\n"
+              f"median |error| {stats['median_abs_error_pct']:.1f}%, max "
+              f"{stats['max_abs_error_pct']:.1f}% over {stats['n']} runs; saved "
+              + ", ".join(str(f) for f in files))
+    cols = ["scheme", "ranks", "netbed", "measured_step_s", "predicted_step_s", "error_pct",
+            "measured_fwd_bwd_s", "measured_comm_s", "predicted_exposed_comm_s"]
+    print(render(df[cols], fmt, header=header, floatfmt={
+        c: "{:.4f}" for c in cols if c.endswith("_s")} | {"error_pct": "{:+.1f}"}))

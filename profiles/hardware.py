@@ -52,6 +52,19 @@ REFERENCE_FIELDS = {
     "ring_allreduce_gpus": Field(int, ge=2),
     "source": SOURCE,
 }
+# Tables only measured profiles carry (profiles/measured.py, `scape calibrate`).
+COLLECTIVE_FIELDS = {
+    "algo": Field(str, nonempty=True),  # how the backend runs it (a simulator algorithm)
+    "efficiency": Field(float, gt=0, le=1),  # of the tier's fitted bandwidth
+    "residual_median_pct": Field(float, ge=0),
+    "residual_max_pct": Field(float, ge=0),
+}
+KERNEL_FIELDS = {
+    "fixed_us": Field(float, ge=0),
+    "ns_per_element": Field(float, ge=0),
+    "residual_pct": Field(float, ge=0),
+}
+MEASURED_ONLY = ("measured", "collectives", "kernels", "fwd_bwd", "concurrency")
 TOP_FIELDS = {"name": Field(str, nonempty=True), "description": Field(str, nonempty=True)}
 
 
@@ -153,6 +166,12 @@ class HardwareProfile:
     reference: Reference | None
     path: str
     price: Price | None = None
+    # measured profiles only: how each collective runs, kernel constants, and the slowdown of
+    # compute when r ranks share this host (index r - 1), from `scape calibrate`
+    collectives: dict[str, dict] = field(default_factory=dict)
+    kernels: dict[str, dict] = field(default_factory=dict)
+    slowdown: tuple[float, ...] = ()
+    measured: dict = field(default_factory=dict)
 
     @property
     def gpus_per_node(self) -> int:
@@ -162,7 +181,7 @@ class HardwareProfile:
 def parse_hardware(path: Path | str, doc: dict[str, Any]) -> HardwareProfile:
     """Validate a parsed TOML document and build a `HardwareProfile`."""
     tables = {"gpu", "node", "intra_node", "nic", "fabric", "compute"}
-    require_tables(path, doc, required=tables, optional={"reference", "price"})
+    require_tables(path, doc, required=tables, optional={"reference", "price", *MEASURED_ONLY})
     top = {k: v for k, v in doc.items() if not isinstance(v, dict)}
     top_values, _ = validate_table(path, "", top, TOP_FIELDS)
 
@@ -182,9 +201,24 @@ def parse_hardware(path: Path | str, doc: dict[str, Any]) -> HardwareProfile:
         reference=build(Reference, "reference", REFERENCE_FIELDS) if "reference" in doc else None,
         path=str(path),
         price=build(Price, "price", PRICE_FIELDS) if "price" in doc else None,
+        **_measured_tables(path, doc),
     )
     _cross_check(path, hw)
     return hw
+
+
+def _measured_tables(path, doc: dict[str, Any]) -> dict[str, Any]:
+    """The calibrated tables of a measured profile, validated."""
+    out: dict[str, Any] = {"measured": dict(doc.get("measured", {}))}
+    for key, fields in (("collectives", COLLECTIVE_FIELDS), ("kernels", KERNEL_FIELDS)):
+        out[key] = {name: validate_table(path, f"{key}.{name}", table, fields)[0]
+                    for name, table in doc.get(key, {}).items()}
+    slow = doc.get("concurrency", {}).get("slowdown", [])
+    if not isinstance(slow, list) or not all(isinstance(x, int | float) and x > 0
+                                             for x in slow):
+        raise ProfileError(f"{path}: [concurrency] slowdown: must be a list of positive numbers")
+    out["slowdown"] = tuple(float(x) for x in slow)
+    return out
 
 
 def _cross_check(path, hw: HardwareProfile) -> None:

@@ -62,8 +62,10 @@ def _resolve(kind: Kind, name_or_path: str | Path) -> Path:
     text = str(name_or_path)
     if text.endswith(".toml") or "/" in text:
         path = Path(text)
+        if not text.endswith(".toml") and not path.exists():
+            path = Path(text + ".toml")  # measured/NAME names profiles/measured/NAME.toml
         if not path.is_absolute() and not path.exists():
-            path = ROOT / text if (ROOT / text).exists() else path
+            path = ROOT / path if (ROOT / path).exists() else path
         if not path.exists():
             raise ProfileError(f"{text}: no such profile file")
         return path.resolve()

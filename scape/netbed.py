@@ -164,7 +164,7 @@ class Netbed:
         # timer at 1 Gbit/s) and a queue of 100 ms,
         # so TCP sees a paced link, not a dropping one.
         burst = max(2 * 1514, int(rate_Bps * 5e-4))
-        limit = max(4 * burst, int(rate_Bps * 5e-4))
+        limit = max(4 * burst, int(rate_Bps * 0.1))
         tbf = ["tbf", "rate", f"{spec.rate_mbit * 1000:.0f}kbit", "burst", str(burst),
                "limit", str(limit)]
         if spec.delay_ms == 0:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from profiles import HardwareProfile, ModelProfile
+from profiles import HardwareProfile, ModelProfile, UserError
 
 # HBM bytes read + written per element, counted from each kernel's loads and stores
 # (fp32 master weights, gradients and optimizer state; bf16 model weights).
@@ -36,8 +36,11 @@ KERNEL_BYTES: dict[str, float] = {
     "dequantize": 5.0,
     # Error feedback: read gradient and residual, write residual (and the sent part).
     "error_feedback": 12.0,
+    # The CPU runtime's copies between model tensors and its flat fp32 buffers: read the
+    # gradient, write the flat gradient; read the master, write the parameter (4 x 4 B).
+    "flat_copy": 16.0,
 }
-COMPRESSION_KINDS = frozenset(KERNEL_BYTES) - {"optimizer_adamw", "optimizer_adams"}
+COMPRESSION_KINDS = frozenset(KERNEL_BYTES) - {"optimizer_adamw", "optimizer_adams", "flat_copy"}
 
 
 @dataclass(frozen=True)
@@ -68,5 +71,21 @@ def fwd_bwd(
 
 
 def kernel_time(kind: str, elements: float, hw: HardwareProfile) -> float:
-    """Seconds for a memory-bound kernel over `elements` values."""
+    """Seconds for a memory-bound kernel over `elements` values: the measured constants of a
+    calibrated profile where it has them, bytes moved over memory bandwidth otherwise."""
+    measured = hw.kernels.get(kind)
+    if measured is not None:
+        return measured["fixed_us"] * 1e-6 + measured["ns_per_element"] * 1e-9 * elements
     return KERNEL_BYTES[kind] * elements / (hw.gpu.hbm_bw_GBps * 1e9 * hw.compute.mem_efficiency)
+
+
+def host_slowdown(hw: HardwareProfile, ranks: int) -> float:
+    """How much slower compute runs when `ranks` ranks share one host (a CPU testbed, whose
+    profile measured it); 1 for GPUs, each of which computes alone."""
+    if not hw.slowdown:
+        return 1.0
+    if ranks > len(hw.slowdown):
+        raise UserError(f"profile {hw.name} measured compute with up to {len(hw.slowdown)} "
+                        f"ranks sharing the host, not {ranks}: rerun scape calibrate compute "
+                        f"--max-ranks {ranks}")
+    return hw.slowdown[ranks - 1]

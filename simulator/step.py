@@ -34,7 +34,7 @@ import simpy
 from profiles import HardwareProfile, ModelProfile, UserError
 from scape.plan import Dtypes, Plan, SchemeConfig, StepPlan, plan
 from simulator.collective import PhaseCache, Span, execute, time_alone
-from simulator.compute import COMPRESSION_KINDS, fwd_bwd, kernel_time
+from simulator.compute import COMPRESSION_KINDS, fwd_bwd, host_slowdown, kernel_time
 from simulator.flows import FlowNetwork
 from simulator.network import Topology, build_topology
 
@@ -163,6 +163,7 @@ class _StepSim:
         self.n_chunks = cfg.chunks or cfg.model.arch.n_layers
         self.compute_s = self.compression_s = self.tp_s = 0.0
         self.tp_layer_s = self._tp_allreduce_s()
+        self.slowdown = host_slowdown(cfg.hardware, cfg.gpus)
 
     # ---- communication ----
     def _tp_allreduce_s(self) -> float:
@@ -180,7 +181,11 @@ class _StepSim:
         with self.comm.lock.request() as req:
             yield req
             t0 = self.env.now
-            phases = self.cache.phases(collective, self.cfg.algo, self.groups, size)
+            algo, moved = self.cfg.algo, size
+            measured = self.cfg.hardware.collectives.get(collective)
+            if measured is not None:  # how this backend runs it, as calibrated
+                algo, moved = measured["algo"], size / measured["efficiency"]
+            phases = self.cache.phases(collective, algo, self.groups, moved)
             yield from execute(self.env, self.net, phases, name, [])
             self.comm.busy.append((t0, self.env.now))
             self.spans.append(Span("comm", name, t0, self.env.now, size))
@@ -197,6 +202,8 @@ class _StepSim:
         """Occupy the compute stream; slowed while the comm stream is busy."""
         if seconds <= 0:
             return
+        if kind != "tp":
+            seconds *= self.slowdown
         if self.comm.is_busy():
             seconds *= 1 + self.cfg.hardware.compute.interference
         t0 = self.env.now

@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, timedelta
 from pathlib import Path
 
 from profiles import UserError
@@ -133,3 +133,59 @@ def sweep(nprocs: int, backend: str = "gloo", netbed=None, ops=OPS, sizes=DEFAUL
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def provenance(backend: str, netbed, nprocs: int) -> dict:
+    """Where and how a calibration was measured."""
+    import platform
+    from datetime import datetime
+
+    import torch
+
+    version = torch.__version__
+    if backend == "nccl" and torch.cuda.is_available():
+        version += f", NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}"
+    return {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "host": platform.node(), "torch": version, "backend": backend,
+            "netbed": str(netbed) if netbed else "none (loopback)", "nprocs": nprocs}
+
+
+def calibrate(name: str, nprocs: int, backend: str = "gloo", netbed=None,
+              sizes=DEFAULT_SIZES, repeats: int = 7, progress: bool = False):
+    """Sweep, fit (simulator/fit.py), and write profiles/measured/<name>.toml plus the sweep
+    with its predictions as <name>.collectives.csv. Returns (path, fit, rows)."""
+    import pandas as pd
+
+    from profiles.measured import merge, path_of
+    from simulator.fit import fit_tier
+
+    path_of(name)  # a bad name fails before minutes of measuring
+    rows = sweep(nprocs, backend, netbed, sizes=sizes, repeats=repeats, progress=progress)
+    fit = fit_tier(rows)
+    prov = provenance(backend, netbed, nprocs)
+    link = f"netbed {netbed}" if netbed else f"{backend} over loopback"
+    where = f"scape calibrate collectives, {nprocs} ranks, {link}, {prov['date']}"
+    source = f"measured by {where}: least-absolute-relative-error fit (simulator/fit.py)"
+    tables = {
+        "measured": {**{f"network_{k}": v for k, v in prov.items()},
+                     "network": f"{nprocs} ranks on {link} ({backend})",
+                     "network_fit_median_residual_pct": fit.residual_median_pct},
+        "node": {"gpus_per_node": 1, "source": "one rank per node (namespace or process)"},
+        "intra_node": {"kind": "none", "bw_GBps": 0.0, "efficiency": 1.0, "latency_us": 0.0,
+                       "source": "one rank per node: no intra-node tier"},
+        "nic": {"nics_per_node": 1, "bw_Gbps": fit.bandwidth_Bps * 8 / 1e9, "efficiency": 1.0,
+                "latency_us": fit.latency_s * 1e6, "source": source},
+        "fabric": {"topology": "fat-tree", "nodes_per_leaf": 250, "oversubscription": 1.0,
+                   "switch_latency_us": 0.0,
+                   "source": "one switch (the netbed's bridge, or the host's loopback)"},
+        "collectives": {op: {"algo": c.algo, "efficiency": c.efficiency,
+                             "residual_median_pct": c.residual_median_pct,
+                             "residual_max_pct": c.residual_max_pct}
+                        for op, c in fit.collectives.items()},
+    }
+    path = merge(name, tables, f"Written by {where}. Rerun it to refresh; do not edit.")
+    df = pd.DataFrame(rows)
+    df["predicted_s"] = fit.predictions
+    df["error_pct"] = 100 * (df["predicted_s"] / df["seconds"] - 1)
+    df.to_csv(path.with_suffix(".collectives.csv"), index=False)
+    return path, fit, rows

@@ -1,0 +1,82 @@
+"""Measured profiles: `profiles/measured/<name>.toml`, written by `scape calibrate` (DESIGN
+section 7). A measured profile is a hardware profile whose numbers were measured on this
+machine (`[nic]` and `[collectives]` by `calibrate collectives`, `[gpu]`, `[compute]`,
+`[kernels]` and `[concurrency]` by `calibrate compute`), with provenance in `[measured]`.
+Each command merges its tables into the file, so the two can run in either order.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from profiles.errors import UserError
+from profiles.loader import ROOT, read_toml
+
+FOLDER = ROOT / "measured"
+NETWORK_TABLES = ("node", "intra_node", "nic", "fabric", "collectives")
+COMPUTE_TABLES = ("gpu", "compute", "kernels", "fwd_bwd", "concurrency")
+
+
+def path_of(name: str) -> Path:
+    if not name or "/" in name or name.startswith("."):
+        raise UserError(f"--out must be a plain profile name like netbed-100mbit, got {name!r}")
+    return FOLDER / f"{name}.toml"
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise ValueError(f"cannot write {v} to TOML")
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)  # a TOML basic string: JSON's escapes are TOML's
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+
+def dumps(doc: dict[str, Any]) -> str:
+    """TOML for nested dicts of scalars and lists of scalars (what profiles hold)."""
+    lines: list[str] = []
+
+    def table(prefix: str, d: dict[str, Any]) -> None:
+        scalars = {k: v for k, v in d.items() if not isinstance(v, dict)}
+        if prefix and scalars:
+            lines.append(f"\n[{prefix}]")
+        lines.extend(f"{k} = {_value(v)}" for k, v in scalars.items())
+        for k, v in d.items():
+            if isinstance(v, dict):
+                table(f"{prefix}.{k}" if prefix else k, v)
+
+    table("", doc)
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def merge(name: str, tables: dict[str, Any], header: str) -> Path:
+    """Write `tables` into profiles/measured/<name>.toml, keeping the tables other calibrate
+    commands wrote; the top keys name and description are (re)set."""
+    path = path_of(name)
+    doc = read_toml(path) if path.exists() else {}
+    measured = {**doc.get("measured", {}), **tables.pop("measured", {})}
+    doc.update(tables)
+    doc["measured"] = measured
+    doc["name"] = name
+    parts = [doc.get("measured", {}).get(k) for k in ("network", "device")]
+    doc["description"] = "Measured on this machine: " + "; ".join(p for p in parts if p)
+    top = {k: doc[k] for k in ("name", "description")}
+    rest = {k: v for k, v in doc.items() if k not in top}
+    FOLDER.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"# {header}\n" + dumps({**top, **rest}))
+    return path
+
+
+def missing_tables(path: Path) -> list[str]:
+    doc = read_toml(path)
+    return [t for t in (*NETWORK_TABLES, *COMPUTE_TABLES) if t not in doc]

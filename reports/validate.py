@@ -1,0 +1,144 @@
+"""Measured against predicted training steps (DESIGN section 7, `scape validate`).
+
+For each scheme: run the real optimizer (scape/train) for a few steps on the calibrated machine
+(optionally on the shaped-network testbed), take the median step time and its breakdown; then
+simulate the same configuration from the measured profile alone and report the error. Nothing
+measured here feeds the prediction: the profile's numbers come from `scape calibrate`, which
+times collectives and kernels, never training steps.
+
+"The same configuration" means what the CPU runtime does: fp32 gradients and parameters on the
+wire, one bucket, no overlap of communication with backward (the runtime communicates after
+backward), parameters all-gathered after the update, the flat buffer padded as the runtime pads
+it, and the runtime's copies between model tensors and its flat buffers (kernel `flat_copy`).
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+from dataclasses import replace
+from datetime import date
+from pathlib import Path
+
+import pandas as pd
+
+from profiles import HardwareProfile, UserError, load_model
+from scape.plan import Kernel, Plan, SchemeConfig, StepPlan, plan
+from simulator.step import StepConfig, StepResult, simulate_step
+
+DEFAULT_SCHEMES = ("dense-ddp", "dense-adams", "quantized:8", "topk:0.99", "scalecom:0.99",
+                   "scape:0.9", "scape:0.99")
+
+
+def runtime_config(cfg: SchemeConfig) -> SchemeConfig:
+    """The options the CPU runtime actually runs with (scape/schemes: make_scheme)."""
+    bucket = float("inf") if cfg.scheme in ("dense-zero1", "scape") else cfg.bucket_bytes
+    return replace(cfg, overlap_grad_reduce=False, overlap_param_gather=False,
+                   bucket_bytes=bucket)
+
+
+def runtime_plan(cfg: SchemeConfig, numel: int, world: int) -> Plan:
+    """The plan the runtime executes for a model of `numel` parameters, plus its copies."""
+    from scape.schemes import runtime_class
+    from scape.schemes.base import RUNTIME_DTYPES
+
+    unit = world * runtime_class(cfg).multiple
+    padded = math.ceil(numel / unit) * unit
+    base = plan(cfg, padded, world, RUNTIME_DTYPES)
+    copies = Kernel("pull grads, push params", "flat_copy", numel, "post")
+    return Plan(base.scheme, tuple((w, StepPlan(s.ops, (*s.kernels, copies)))
+                                   for w, s in base.steps))
+
+
+def predict(hw: HardwareProfile, model: str, cfg: SchemeConfig, world: int,
+            micro_batch: int, seq_len: int | None = None) -> StepResult:
+    from scape.schemes.base import RUNTIME_DTYPES
+
+    profile = load_model(model)
+    cfg = runtime_config(cfg)
+    step = StepConfig(model=profile, hardware=hw, gpus=world, scheme=cfg,
+                      micro_batch=micro_batch, seq_len=seq_len, dtypes=RUNTIME_DTYPES)
+    return simulate_step(step.validate(), the_plan=runtime_plan(cfg, profile.n_params, world))
+
+
+def measure(model: str, cfg: SchemeConfig, world: int, micro_batch: int, steps: int,
+            netbed, out: Path, seq_len: int | None = None) -> dict:
+    from scape.train.launch import launch
+    from scape.train.loop import TrainConfig
+
+    tc = TrainConfig(model=model, scheme=cfg, steps=steps, micro_batch=micro_batch,
+                     seq_len=seq_len, eval_every=0, out=str(out), warmup_steps=min(5, steps))
+    return launch(tc, world, "gloo", netbed=netbed)
+
+
+def row(spec: str, world: int, netbed, measured: dict, predicted: StepResult) -> dict:
+    m, p = measured["median_step_s"], predicted.step_time_s
+    b = measured["breakdown_median_s"]
+    kernels = sum(v for k, v in b.items() if k not in ("fwd_bwd_s", "comm_s", "wait_s"))
+    return {
+        "scheme": spec, "ranks": world, "netbed": str(netbed) if netbed else "loopback",
+        "measured_step_s": m, "predicted_step_s": p, "error_pct": 100 * (p / m - 1),
+        "measured_fwd_bwd_s": b.get("fwd_bwd_s", 0.0), "measured_comm_s": b.get("comm_s", 0.0),
+        "measured_kernels_s": kernels,
+        "predicted_compute_s": predicted.compute_s,
+        "predicted_compression_s": predicted.compression_s,
+        "predicted_exposed_comm_s": predicted.exposed_comm_s,
+        "bytes_per_step": measured["bytes_per_step"],
+    }
+
+
+def git_revision() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def summarize(df: pd.DataFrame) -> dict:
+    err = df["error_pct"].abs()
+    return {"median_abs_error_pct": float(err.median()), "max_abs_error_pct": float(err.max()),
+            "n": len(df)}
+
+
+def save(df: pd.DataFrame, out: Path, config: dict) -> list[Path]:
+    """CSV with the resolved config and git revision beside it, and a figure."""
+    import json
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    csv = out / "validate.csv"
+    df.to_csv(csv, index=False)
+    meta = out / "validate.json"
+    meta.write_text(json.dumps({**config, "git": git_revision(), "date": str(date.today()),
+                                **summarize(df)}, indent=2))
+    fig, ax = plt.subplots(figsize=(6, 6))
+    for (netbed, ranks), group in df.groupby(["netbed", "ranks"]):
+        ax.scatter(group["measured_step_s"] * 1e3, group["predicted_step_s"] * 1e3,
+                   label=f"{netbed}, {ranks} ranks", s=25)
+    hi = 1.1 * max(df["measured_step_s"].max(), df["predicted_step_s"].max()) * 1e3
+    ax.plot([0, hi], [0, hi], color="grey", lw=1)
+    ax.fill_between([0, hi], [0, 0.95 * hi], [0, 1.05 * hi], color="grey", alpha=0.15,
+                    label="±5%")
+    ax.set(xlabel="measured median step (ms)", ylabel="predicted step (ms)", xlim=(0, hi),
+           ylim=(0, hi), title="scape validate: predicted against measured")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    png = out / "validate.png"
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+    return [csv, meta, png]
+
+
+def check_profile_complete(hw_path: str) -> None:
+    from profiles.measured import missing_tables
+
+    missing = missing_tables(Path(hw_path))
+    if missing:
+        which = "collectives" if {"nic", "collectives"} & set(missing) else "compute"
+        raise UserError(f"profile {hw_path} lacks {', '.join(missing)}: run scape calibrate "
+                        f"{which} --out {Path(hw_path).stem} first")
