@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -211,14 +212,33 @@ def _measured_tables(path, doc: dict[str, Any]) -> dict[str, Any]:
     """The calibrated tables of a measured profile, validated."""
     out: dict[str, Any] = {"measured": dict(doc.get("measured", {}))}
     for key, fields in (("collectives", COLLECTIVE_FIELDS), ("kernels", KERNEL_FIELDS)):
-        out[key] = {name: validate_table(path, f"{key}.{name}", table, fields)[0]
-                    for name, table in doc.get(key, {}).items()}
+        out[key] = {}
+        for name, table in doc.get(key, {}).items():
+            curve = {k: table[k] for k in ("sizes", "seconds") if k in table}
+            scalars = {k: v for k, v in table.items() if k not in curve}
+            out[key][name] = {**validate_table(path, f"{key}.{name}", scalars, fields)[0],
+                              **_curve(path, f"{key}.{name}", curve)}
     slow = doc.get("concurrency", {}).get("slowdown", [])
     if not isinstance(slow, list) or not all(isinstance(x, int | float) and x > 0
                                              for x in slow):
         raise ProfileError(f"{path}: [concurrency] slowdown: must be a list of positive numbers")
     out["slowdown"] = tuple(float(x) for x in slow)
     return out
+
+
+def _curve(path, table: str, curve: dict) -> dict:
+    """A measured curve: `sizes` (increasing) and `seconds`, positive and of equal length."""
+    if not curve:
+        return {}
+    sizes, seconds = curve.get("sizes"), curve.get("seconds")
+    ok = (isinstance(sizes, list) and isinstance(seconds, list) and len(sizes) == len(seconds)
+          and len(sizes) >= 2 and all(isinstance(x, int | float) and x > 0
+                                      for x in [*sizes, *seconds])
+          and all(a < b for a, b in itertools.pairwise(sizes)))
+    if not ok:
+        raise ProfileError(f"{path}: [{table}] sizes/seconds: must be two lists of positive "
+                           "numbers of equal length, sizes increasing")
+    return {"sizes": tuple(sizes), "seconds": tuple(seconds)}
 
 
 def _cross_check(path, hw: HardwareProfile) -> None:

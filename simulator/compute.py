@@ -12,7 +12,10 @@ bytes moved / (HBM bandwidth * memory efficiency); bytes per element are counted
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+import numpy as np
 
 from profiles import HardwareProfile, ModelProfile, UserError
 
@@ -74,6 +77,15 @@ def kernel_time(kind: str, elements: float, hw: HardwareProfile) -> float:
     """Seconds for a memory-bound kernel over `elements` values: the measured constants of a
     calibrated profile where it has them, bytes moved over memory bandwidth otherwise."""
     measured = hw.kernels.get(kind)
+    if measured is not None and "sizes" in measured and elements > 0:
+        # the measured curve, interpolated log-log (the cost per element changes as a kernel
+        # leaves the caches, which no single line fits); past its ends, at the end's rate
+        sizes, secs = np.log(measured["sizes"]), np.log(measured["seconds"])
+        x = math.log(elements)
+        if x <= sizes[0] or x >= sizes[-1]:
+            end = 0 if x <= sizes[0] else -1
+            return math.exp(secs[end]) * elements / measured["sizes"][end]
+        return math.exp(np.interp(x, sizes, secs))
     if measured is not None:
         return measured["fixed_us"] * 1e-6 + measured["ns_per_element"] * 1e-9 * elements
     return KERNEL_BYTES[kind] * elements / (hw.gpu.hbm_bw_GBps * 1e9 * hw.compute.mem_efficiency)

@@ -89,6 +89,15 @@ def _solve(rows_a: np.ndarray, rows_c: np.ndarray, t: np.ndarray, op_idx: np.nda
     return x
 
 
+def _gamma_given_alpha(lat: np.ndarray, c: np.ndarray, t: np.ndarray) -> float:
+    """The inverse bandwidth minimizing sum |(lat + g c) / t - 1|: a weighted median of the
+    per-point solutions (t - lat) / c, weights c / t (the L1 optimum of one parameter)."""
+    sol, w = (t - lat) / c, c / t
+    order = np.argsort(sol)
+    cum = np.cumsum(w[order])
+    return float(sol[order][np.searchsorted(cum, cum[-1] / 2)])
+
+
 def _lstsq(design: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     """Least squares with columns scaled to unit norm (seconds and seconds per byte differ
     by ten orders of magnitude)."""
@@ -134,8 +143,8 @@ def fit_tier(rows: list[dict]) -> TierFit:
                 a, c = columns(trial)
                 mine = op_idx == i
                 # this collective's inverse bandwidth alone (L1), with the tier's alpha fixed
-                sub = _solve(a[mine], c[mine], t[mine], np.zeros(mine.sum(), dtype=int), 1)
-                err = np.sum(np.abs((sub[0] * a[mine] + sub[1] * c[mine]) / t[mine] - 1))
+                g = _gamma_given_alpha(x[0] * a[mine], c[mine], t[mine])
+                err = np.sum(np.abs((x[0] * a[mine] + g * c[mine]) / t[mine] - 1))
                 if best is None or err < best[0] - 1e-12:
                     best = (err, algo)
             choice[op] = best[1]

@@ -106,3 +106,8 @@ def test_measure_concurrency_two_ranks():
     assert len(slowdown) == 2
     assert slowdown[0] == 1.0
     assert slowdown[1] > 0
+
+
+def test_measure_concurrency_reports_a_failing_worker():
+    with pytest.raises(RuntimeError, match="worker 0 failed"):
+        measure_concurrency("no-such-model", 2, max_ranks=1, repeats=1, timeout_s=60)

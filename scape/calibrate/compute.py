@@ -20,6 +20,7 @@ import statistics
 import time
 import traceback
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import torch
@@ -54,6 +55,19 @@ FLAT_TENSORS = 8  # parameter tensors behind a flat_copy of n elements
 
 
 # ---- kernels: one builder per kind ----
+
+
+def _default_device(device: torch.device) -> AbstractContextManager:
+    """torch's default device set to `device`, as on an nccl rank (scape.train.loop sets it
+    there), for runtime code that allocates without naming one. Nothing on CPU: the device
+    context intercepts every torch call, which adds microseconds per op that a CPU rank,
+    running without it, does not pay."""
+    return nullcontext() if device.type == "cpu" else torch.device(device)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # asynchronous kernels: time them finished
 
 
 def _randn(n: int, device: torch.device) -> torch.Tensor:
@@ -193,7 +207,7 @@ def flat_copy_bench(n: int, device: torch.device) -> Bench:
     params = [torch.nn.Parameter(_randn(s, device)) for s in sizes]  # [n / 8] fp32 each
     for p in params:
         p.grad = torch.randn_like(p)  # [n / 8] fp32
-    with torch.device(device):  # FlatParams allocates on the default device, as on nccl ranks
+    with _default_device(device):  # FlatParams allocates on the default device
         flat = FlatParams(params, world=1)
 
     def run() -> None:
@@ -218,11 +232,6 @@ KERNEL_BENCH: dict[str, Builder] = {
 
 
 # ---- timing ----
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)  # asynchronous kernels: time them finished
 
 
 def time_call(fn: Bench, device: torch.device, repeats: int, warmup: int = 1) -> float:
@@ -274,9 +283,7 @@ def measure_kernels(sizes: Sequence[int] = SIZES, device: torch.device | str = "
         if progress:
             progress(f"kernel {kind}")
         seconds = []
-        # runtime code that allocates without a device (FlatParams, the schemes' buffers)
-        # follows torch's default device, as on an nccl rank
-        with torch.device(device):
+        with _default_device(device):
             for n in sizes:
                 bench = KERNEL_BENCH[kind](n, device)
                 seconds.append(time_call(bench, device, repeats))
@@ -351,7 +358,7 @@ def memory_gb(device: torch.device) -> float:
 # ---- forward and backward of the real model ----
 
 
-def _fwd_bwd_samples(model: GPT, profile_seq: int, micro_batch: int, device: torch.device,
+def _fwd_bwd_samples(model: GPT, seq: int, micro_batch: int, device: torch.device,
                      repeats: int, warmup: int, rank: int = 0,
                      barrier=None) -> list[tuple[float, float]]:
     """(forward s, backward s) of `repeats` steps after `warmup`, on the batches step t of
@@ -359,7 +366,7 @@ def _fwd_bwd_samples(model: GPT, profile_seq: int, micro_batch: int, device: tor
     With a barrier, every step starts when all ranks sharing it reach it."""
     samples = []
     for t in range(1, warmup + repeats + 1):
-        x, y = (b.to(device) for b in batch("train", t, rank, micro_batch, profile_seq))
+        x, y = (b.to(device) for b in batch("train", t, rank, micro_batch, seq))
         if barrier is not None:
             barrier.wait()
         _sync(device)
@@ -395,7 +402,7 @@ def measure_fwd_bwd(model_name: str, micro_batch: int, seq_len: int | None = Non
     torch.set_num_threads(threads)
     profile = load_model(model_name)
     seq = seq_len or profile.arch.seq_len
-    with torch.device(device):  # GPT.forward makes its position indices on the default device
+    with _default_device(device):  # GPT.forward makes its positions on the default device
         model, _ = _build_model(model_name, device)
         samples = _fwd_bwd_samples(model, seq, micro_batch, device, repeats, warmup=2)
     tokens = micro_batch * seq
@@ -404,7 +411,7 @@ def measure_fwd_bwd(model_name: str, micro_batch: int, seq_len: int | None = Non
         "fwd_s": statistics.median(f for f, _ in samples),
         "bwd_s": statistics.median(b for _, b in samples),
         "total_s": statistics.median(f + b for f, b in samples),
-        "flops": 3 * forward_flops_per_token(profile, seq) * tokens,
+        "flops": float(3 * forward_flops_per_token(profile, seq) * tokens),
         "tokens": tokens, "device": str(device), "threads": threads, "repeats": repeats,
     }
 
@@ -420,7 +427,7 @@ def _concurrency_worker(index: int, model_name: str, micro_batch: int, device: s
     try:
         dev = torch.device(device)
         torch.set_num_threads(threads)
-        with torch.device(dev):
+        with _default_device(dev):
             model, seq = _build_model(model_name, dev)
             _fwd_bwd_samples(model, seq, micro_batch, dev, 0, warmup=2, rank=index)
             for c, barrier in enumerate(rounds, start=1):
@@ -454,13 +461,21 @@ def measure_concurrency(model_name: str, micro_batch: int, max_ranks: int, threa
     for p in procs:
         p.start()
     medians: dict[int, list[float]] = {c: [] for c in range(1, max_ranks + 1)}
+    deadline = time.monotonic() + timeout_s
     try:
         for _ in range(max_ranks * (max_ranks + 1) // 2):  # c results in round c
-            try:
-                status, c, index, value = results.get(timeout=timeout_s)
-            except queue.Empty:
-                raise RuntimeError(f"measure_concurrency: no result within {timeout_s:g} s"
-                                   ) from None
+            while True:
+                try:
+                    status, c, index, value = results.get(timeout=1.0)
+                    break
+                except queue.Empty:
+                    # a worker that died before it could report (e.g. at import) would
+                    # leave the others waiting at a barrier: fail now, not at the timeout
+                    dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+                    if dead or time.monotonic() > deadline:
+                        raise RuntimeError(
+                            f"measure_concurrency: workers exited with {dead}" if dead else
+                            f"measure_concurrency: no result within {timeout_s:g} s") from None
             if status == "error":
                 raise RuntimeError(f"measure_concurrency: worker {index} failed:\n{value}")
             medians[c].append(value)
@@ -534,7 +549,7 @@ def calibrate_compute(model_name: str, micro_batch: int, max_ranks: int = 1,
                        f"{DENSITY}"),
         },
         "kernels": {kind: {key: fit[key] for key in ("fixed_us", "ns_per_element",
-                                                     "residual_pct")}
+                                                     "residual_pct", "sizes", "seconds")}
                     for kind, fit in kernels.items()},
         "fwd_bwd": {key: fb[key] for key in ("model", "micro_batch", "seq_len", "fwd_s", "bwd_s",
                                              "total_s", "flops")},
