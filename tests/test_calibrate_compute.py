@@ -94,7 +94,7 @@ def test_calibrate_compute_tables():
     assert out["gpu"]["source"].startswith("measured by scape calibrate compute")
     assert set(out["kernels"]) == set(KERNEL_BENCH)
     for fit in out["kernels"].values():
-        assert set(fit) == {"fixed_us", "ns_per_element", "residual_pct"}
+        assert set(fit) == {"fixed_us", "ns_per_element", "residual_pct", "sizes", "seconds"}
     assert set(out["fwd_bwd"]) == {"model", "micro_batch", "seq_len", "fwd_s", "bwd_s",
                                    "total_s", "flops"}
     assert out["concurrency"] == {"ranks": [1], "slowdown": [1.0]}
