@@ -509,6 +509,17 @@ def netbed_cmd(
     print("torn down: no namespace left" if not left else f"LEFT BEHIND: {left}")
 
 
+def _rank_counts(text: str) -> list[int]:
+    """--nprocs 3 or 2,3: rank counts of at least 2."""
+    try:
+        worlds = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"--nprocs wants integers like 2,3, got {text!r}") from None
+    if not worlds or min(worlds) < 2:
+        raise UserError(f"--nprocs must list rank counts of at least 2, got {text!r}")
+    return worlds
+
+
 calibrate_app = typer.Typer(help="Measure this machine and write profiles/measured/NAME.toml.",
                             no_args_is_help=True)
 app.add_typer(calibrate_app, name="calibrate")
@@ -517,7 +528,7 @@ app.add_typer(calibrate_app, name="calibrate")
 @calibrate_app.command("collectives")
 def calibrate_collectives(
     out: str = typer.Option(..., "--out", help="profile name: profiles/measured/NAME.toml"),
-    nprocs: int = typer.Option(3, "--nprocs", help="ranks"),
+    nprocs: str = typer.Option("2,3", "--nprocs", help="ranks, e.g. 3 or 2,3 (one fit)"),
     backend: str = typer.Option("gloo", "--backend", help="gloo|nccl"),
     netbed: str = typer.Option(None, "--netbed", help=NETBED_HELP),
     sizes: str = typer.Option(None, "--sizes", help="e.g. 16KiB..4MiB (default)"),
@@ -533,10 +544,11 @@ def calibrate_collectives(
     if repeats < 1:
         raise UserError(f"--repeats must be at least 1, got {repeats}")
     spec = _netbed(netbed)
+    worlds = _rank_counts(nprocs)
     chosen = parse_sizes(sizes) if sizes else list(DEFAULT_SIZES)
     print(f"calibrate collectives: {nprocs} ranks, {len(chosen)} sizes x 5 collectives ...",
           file=sys.stderr)
-    path, fit, rows = calibrate(out, nprocs, backend, spec, chosen, repeats,
+    path, fit, rows = calibrate(out, worlds, backend, spec, chosen, repeats,
                                 progress=sys.stderr.isatty())
     df = pd.DataFrame(rows)
     df["predicted_s"] = fit.predictions
@@ -617,12 +629,7 @@ def validate_cmd(
     v.check_profile_complete(hw.path)
     if steps < 3:
         raise UserError(f"--steps must be at least 3 for a median, got {steps}")
-    try:
-        worlds = [int(x) for x in nprocs.split(",") if x.strip()]
-    except ValueError:
-        raise UserError(f"--nprocs wants integers like 2,3, got {nprocs!r}") from None
-    if not worlds or min(worlds) < 2:
-        raise UserError(f"--nprocs must list rank counts of at least 2, got {nprocs!r}")
+    worlds = _rank_counts(nprocs)
     recorded = hw.measured.get("network_netbed", "")
     spec = _netbed(netbed or (recorded if recorded.startswith("rate=") else None))
     model = model or hw.measured.get("compute_model", "tiny-gpt")

@@ -135,7 +135,7 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-def provenance(backend: str, netbed, nprocs: int) -> dict:
+def provenance(backend: str, netbed, nprocs) -> dict:
     """Where and how a calibration was measured."""
     import platform
     from datetime import datetime
@@ -150,25 +150,28 @@ def provenance(backend: str, netbed, nprocs: int) -> dict:
             "netbed": str(netbed) if netbed else "none (loopback)", "nprocs": nprocs}
 
 
-def calibrate(name: str, nprocs: int, backend: str = "gloo", netbed=None,
+def calibrate(name: str, nprocs: list[int], backend: str = "gloo", netbed=None,
               sizes=DEFAULT_SIZES, repeats: int = 7, progress: bool = False):
-    """Sweep, fit (simulator/fit.py), and write profiles/measured/<name>.toml plus the sweep
-    with its predictions as <name>.collectives.csv. Returns (path, fit, rows)."""
+    """Sweep at each rank count in `nprocs`, fit all rows at once (simulator/fit.py), and write
+    profiles/measured/<name>.toml plus the sweep with its predictions as
+    <name>.collectives.csv. Returns (path, fit, rows)."""
     import pandas as pd
 
     from profiles.measured import merge, path_of
     from simulator.fit import fit_tier
 
     path_of(name)  # a bad name fails before minutes of measuring
-    rows = sweep(nprocs, backend, netbed, sizes=sizes, repeats=repeats, progress=progress)
+    rows = [r for p in nprocs for r in sweep(p, backend, netbed, sizes=sizes, repeats=repeats,
+                                             progress=progress)]
     fit = fit_tier(rows)
-    prov = provenance(backend, netbed, nprocs)
+    ranks = ",".join(map(str, nprocs))
+    prov = provenance(backend, netbed, ranks)
     link = f"netbed {netbed}" if netbed else f"{backend} over loopback"
-    where = f"scape calibrate collectives, {nprocs} ranks, {link}, {prov['date']}"
+    where = f"scape calibrate collectives, {ranks} ranks, {link}, {prov['date']}"
     source = f"measured by {where}: least-absolute-relative-error fit (simulator/fit.py)"
     tables = {
         "measured": {**{f"network_{k}": v for k, v in prov.items()},
-                     "network": f"{nprocs} ranks on {link} ({backend})",
+                     "network": f"{ranks} ranks on {link} ({backend})",
                      "network_fit_median_residual_pct": fit.residual_median_pct},
         "node": {"gpus_per_node": 1, "source": "one rank per node (namespace or process)"},
         "intra_node": {"kind": "none", "bw_GBps": 0.0, "efficiency": 1.0, "latency_us": 0.0,

@@ -234,13 +234,30 @@ KERNEL_BENCH: dict[str, Builder] = {
 # ---- timing ----
 
 
+FLUSH_BYTES = 32 << 20  # more than this CPU's per-core L2 (and any GPU's L2)
+_flush_buffer: dict[str, torch.Tensor] = {}
+
+
+def flush_cache(device: torch.device) -> None:
+    """Overwrite a scratch buffer larger than the cache next to the core (untimed), so the
+    next timed call starts cold, as in a training step: between two calls of a kernel (or two
+    forward passes) the rest of the step passes through the caches."""
+    key = str(device)
+    if key not in _flush_buffer:
+        _flush_buffer[key] = torch.empty(FLUSH_BYTES // 4, device=device)  # [8M] fp32
+    _flush_buffer[key].add_(1.0)
+    _sync(device)
+
+
 def time_call(fn: Bench, device: torch.device, repeats: int, warmup: int = 1) -> float:
-    """Median seconds of `repeats` calls of fn after `warmup` untimed ones."""
+    """Median seconds of `repeats` calls of fn after `warmup` untimed ones, each from a cold
+    cache (flush_cache)."""
     for _ in range(warmup):
         fn()
     _sync(device)
     samples = []
     for _ in range(repeats):
+        flush_cache(device)
         t0 = time.perf_counter()
         fn()
         _sync(device)
@@ -367,6 +384,7 @@ def _fwd_bwd_samples(model: GPT, seq: int, micro_batch: int, device: torch.devic
     samples = []
     for t in range(1, warmup + repeats + 1):
         x, y = (b.to(device) for b in batch("train", t, rank, micro_batch, seq))
+        flush_cache(device)  # the optimizer step ran in between, in training
         if barrier is not None:
             barrier.wait()
         _sync(device)
@@ -496,8 +514,8 @@ def measure_concurrency(model_name: str, micro_batch: int, max_ranks: int, threa
 def calibrate_compute(model_name: str, micro_batch: int, max_ranks: int = 1,
                       device: torch.device | str | None = None, threads: int = 1,
                       progress: Progress | None = None, sizes: Sequence[int] = SIZES,
-                      kernel_repeats: int = 5, fwd_bwd_repeats: int = 10,
-                      concurrency_repeats: int = 10, matmul_n: int | None = None,
+                      kernel_repeats: int = 9, fwd_bwd_repeats: int = 30,
+                      concurrency_repeats: int = 20, matmul_n: int | None = None,
                       copy_elements: int | None = None) -> dict:
     """Measure this device (CUDA when available, else the CPU with `threads` threads per
     rank) and return its "gpu" and "compute" profile tables, the kernel fits, the forward and

@@ -1,0 +1,96 @@
+"""The shaped-network testbed (scape/netbed.py). Tests marked `netbed` build namespaces: they
+need root and ip/tc, and `make test` runs them only where those exist."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+import scape.netbed as nb
+from profiles import UserError
+from scape.netbed import Netbed, NetbedSpec
+
+netbed = pytest.mark.netbed
+
+
+def test_spec_parses_rates_and_delays():
+    assert NetbedSpec.parse("rate=200mbit,delay=1ms") == NetbedSpec(200.0, 1.0)
+    assert NetbedSpec.parse("rate=1gbit") == NetbedSpec(1000.0, 0.0)
+    assert NetbedSpec.parse("rate=500kbit,delay=250us") == NetbedSpec(0.5, 0.25)
+    for bad in ("", "delay=1ms", "rate=fast", "rate=0mbit", "rate=1gbit,delay=soon",
+                "rate=1gbit,loss=1%"):
+        with pytest.raises(UserError):
+            NetbedSpec.parse(bad)
+
+
+def test_refuses_without_root_or_tools(monkeypatch):
+    monkeypatch.setattr(nb.os, "geteuid", lambda: 1000)
+    with pytest.raises(UserError, match="needs root"):
+        nb.check_available()
+    monkeypatch.setattr(nb.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(nb.shutil, "which", lambda tool: None if tool == "tc" else "/bin/x")
+    with pytest.raises(UserError, match="tc"):
+        nb.check_available()
+
+
+def _root_state() -> tuple[list[str], str, str]:
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    qdiscs = subprocess.run(["tc", "qdisc", "show"], capture_output=True, text=True).stdout
+    names = sorted(line.split(":")[1].strip() for line in links.splitlines())
+    return nb.namespaces(), " ".join(names), qdiscs
+
+
+@netbed
+def test_up_and_down_leave_nothing_behind():
+    before = _root_state()
+    with Netbed(NetbedSpec(100.0), 3) as bed:
+        assert set(bed.rank_ns) | {bed.switch} <= set(nb.namespaces())
+        shown = subprocess.run(["tc", "-n", bed.rank_ns[0], "qdisc", "show", "dev", "eth0"],
+                               capture_output=True, text=True).stdout
+        assert "tbf" in shown and "rate 100Mbit" in shown
+        port = subprocess.run(["tc", "-n", bed.switch, "qdisc", "show", "dev", "r2"],
+                              capture_output=True, text=True).stdout
+        assert "tbf" in port  # the switch-to-rank direction is shaped too
+    assert _root_state() == before
+
+
+@netbed
+def test_torn_down_on_error():
+    before = nb.namespaces()
+    with pytest.raises(RuntimeError), Netbed(NetbedSpec(100.0), 2):
+        raise RuntimeError("a failure inside the testbed")
+    assert nb.namespaces() == before
+
+
+@netbed
+@pytest.mark.parametrize("rate", [100.0, 400.0])
+def test_shaped_link_measures_its_rate(rate):
+    with Netbed(NetbedSpec(rate), 2) as bed:
+        mbit = nb.measure_throughput_mbit(bed, 0, 1, seconds=1.5)
+    # TCP goodput: at most the shaped rate, and within 10% of it (headers take about 4%)
+    assert 0.90 * rate <= mbit <= 1.0 * rate
+
+
+@netbed
+def test_delay_uses_netem_or_says_it_cannot():
+    before = nb.namespaces()
+    try:
+        with Netbed(NetbedSpec(100.0, 1.0), 2) as bed:
+            shown = subprocess.run(["tc", "-n", bed.rank_ns[0], "qdisc", "show", "dev", "eth0"],
+                                   capture_output=True, text=True).stdout
+            assert "netem" in shown and "tbf" in shown
+    except UserError as exc:  # kernels without sch_netem (this project's CI machines)
+        assert "no netem" in str(exc)
+    assert nb.namespaces() == before
+
+
+@netbed
+def test_stale_namespaces_of_dead_testbeds_are_removed():
+    dead = "scape-999999999-r0"  # no such process
+    subprocess.run(["ip", "netns", "add", dead], check=True)
+    try:
+        assert dead in nb.cleanup_stale()
+    finally:
+        subprocess.run(["ip", "netns", "del", dead], capture_output=True)
+    assert dead not in nb.namespaces()
