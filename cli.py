@@ -557,7 +557,8 @@ def calibrate_collectives(
                 "error_pct"]]
     header = (f"fit: latency {fit.latency_s * 1e6:.1f} us per hop, bandwidth "
               f"{fit.bandwidth_Bps * 8 / 1e6:.1f} Mbit/s per link; " + "; ".join(
-                  f"{op} {c.algo} x{c.efficiency:.2f} (median |err| "
+                  f"{op} {c.algo} x" + "/".join(f"{e:.2f}" for e in c.efficiencies)
+                  + " (median |err| "
                   f"{c.residual_median_pct:.1f}%)" for op, c in fit.collectives.items())
               + f"\nwrote {path}")
     print(render(shown, fmt, header=header, floatfmt={

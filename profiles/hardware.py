@@ -215,9 +215,20 @@ def _measured_tables(path, doc: dict[str, Any]) -> dict[str, Any]:
         out[key] = {}
         for name, table in doc.get(key, {}).items():
             curve = {k: table[k] for k in ("sizes", "seconds") if k in table}
-            scalars = {k: v for k, v in table.items() if k not in curve}
+            per_rank = {k: table[k] for k in ("ranks", "efficiencies") if k in table}
+            scalars = {k: v for k, v in table.items() if k not in curve and k not in per_rank}
             out[key][name] = {**validate_table(path, f"{key}.{name}", scalars, fields)[0],
                               **_curve(path, f"{key}.{name}", curve)}
+            if per_rank:
+                ranks, effs = per_rank.get("ranks"), per_rank.get("efficiencies")
+                if not (isinstance(ranks, list) and isinstance(effs, list)
+                        and len(ranks) == len(effs)
+                        and all(isinstance(r, int) and r >= 2 for r in ranks)
+                        and all(isinstance(e, int | float) and 0 < e <= 1 for e in effs)):
+                    raise ProfileError(f"{path}: [{key}.{name}] ranks/efficiencies: two lists "
+                                       "of equal length, rank counts >= 2, efficiencies in "
+                                       "(0, 1]")
+                out[key][name]["by_ranks"] = dict(zip(ranks, map(float, effs), strict=True))
     slow = doc.get("concurrency", {}).get("slowdown", [])
     if not isinstance(slow, list) or not all(isinstance(x, int | float) and x > 0
                                              for x in slow):

@@ -9,8 +9,9 @@ uses the simulator's own algorithms, not a closed form beside them:
    and C off the simulator (once with alpha = 1 s and infinite bandwidth, once with alpha = 0 and
    1 B/s).
 2. Least absolute relative error, |t_pred / t_meas - 1|, with one alpha for the tier and one
-   inverse bandwidth per collective; each collective takes the algorithm that fits it best
-   (gloo, for one, runs reduce-scatter as a full all-reduce and broadcasts flat from the root).
+   inverse bandwidth per collective and rank count; each collective takes the algorithm that
+   fits it best (gloo, for one, runs reduce-scatter as a full all-reduce and broadcasts flat
+   from the root).
 3. The tier's bandwidth is the best collective's; the others carry an efficiency <= 1 against it
    (several TCP flows through one shaped port share it less well than a ring's single flow).
 
@@ -53,9 +54,11 @@ def coefficients(op: str, algo: str, ranks: int, size: float) -> tuple[float, fl
 @dataclass(frozen=True)
 class CollectiveFit:
     algo: str
-    efficiency: float  # of the tier's bandwidth
+    efficiency: float  # of the tier's bandwidth, at the largest rank count measured
     residual_median_pct: float  # |t_pred / t_meas - 1| over this collective's sizes
     residual_max_pct: float
+    ranks: tuple[int, ...] = ()  # rank counts measured
+    efficiencies: tuple[float, ...] = ()  # efficiency at each of them
 
 
 @dataclass(frozen=True)
@@ -108,7 +111,11 @@ def _lstsq(design: np.ndarray, rhs: np.ndarray) -> np.ndarray:
 
 
 def fit_tier(rows: list[dict]) -> TierFit:
-    """Fit rows of {op, size_bytes, world, seconds} (scape.calibrate.collectives)."""
+    """Fit rows of {op, size_bytes, world, seconds} (scape.calibrate.collectives).
+
+    One latency for the tier; one algorithm per collective; one inverse bandwidth per
+    collective and rank count (gloo's all-gather and all-to-all reach a different share of the
+    link at 2 ranks than at 3, which no algorithm registered here explains)."""
     if not rows:
         raise UserError("no measurements to fit")
     ops = sorted({r["op"] for r in rows})
@@ -118,7 +125,9 @@ def fit_tier(rows: list[dict]) -> TierFit:
     t = np.array([r["seconds"] for r in rows])
     if (t <= 0).any():
         raise UserError("measured times must be positive")
-    op_idx = np.array([ops.index(r["op"]) for r in rows])
+    groups = sorted({(r["op"], r["world"]) for r in rows})
+    group_idx = np.array([groups.index((r["op"], r["world"])) for r in rows])
+    op_of = np.array([r["op"] for r in rows])
     sizes = np.array([float(r["size_bytes"]) for r in rows])
     coef = {(r["op"], algo, r["world"], r["size_bytes"]):
             coefficients(r["op"], algo, r["world"], r["size_bytes"])
@@ -129,34 +138,37 @@ def fit_tier(rows: list[dict]) -> TierFit:
                        for r in rows])
         return ac[:, 0], ac[:, 1] * sizes  # latency steps, bytes on the busiest link
 
-    def residuals(choice, x):
-        a, c = columns(choice)
-        return (x[0] * a + x[1 + op_idx] * c) / t - 1
-
     choice = {op: next(iter(ALGORITHMS[op])) for op in ops}
-    x = _solve(*columns(choice), t, op_idx, len(ops))
+    x = _solve(*columns(choice), t, group_idx, len(groups))
     for _ in range(3):  # alternate: each collective's best algorithm, then a joint refit
-        for i, op in enumerate(ops):
+        for op in ops:
             best = None
             for algo in ALGORITHMS[op]:
-                trial = {**choice, op: algo}
-                a, c = columns(trial)
-                mine = op_idx == i
-                # this collective's inverse bandwidth alone (L1), with the tier's alpha fixed
-                g = _gamma_given_alpha(x[0] * a[mine], c[mine], t[mine])
-                err = np.sum(np.abs((x[0] * a[mine] + g * c[mine]) / t[mine] - 1))
+                a, c = columns({**choice, op: algo})
+                err = 0.0
+                for g, (gop, _) in enumerate(groups):
+                    if gop != op:
+                        continue
+                    mine = group_idx == g
+                    # this group's inverse bandwidth alone (L1), the tier's alpha fixed
+                    gamma = _gamma_given_alpha(x[0] * a[mine], c[mine], t[mine])
+                    err += np.sum(np.abs((x[0] * a[mine] + gamma * c[mine]) / t[mine] - 1))
                 if best is None or err < best[0] - 1e-12:
                     best = (err, algo)
             choice[op] = best[1]
-        x = _solve(*columns(choice), t, op_idx, len(ops))
+        x = _solve(*columns(choice), t, group_idx, len(groups))
     if (x[1:] <= 0).any():
         raise UserError("the fit found a non-positive inverse bandwidth: measurements too "
                         "noisy or too small; add larger --sizes")
-    res = residuals(choice, x)
+    a, c = columns(choice)
+    res = (x[0] * a + x[1 + group_idx] * c) / t - 1
     best_gamma = x[1:].min()
-    fits = {op: CollectiveFit(choice[op], float(best_gamma / x[1 + i]),
-                              float(100 * np.median(np.abs(res[op_idx == i]))),
-                              float(100 * np.max(np.abs(res[op_idx == i]))))
-            for i, op in enumerate(ops)}
-    predictions = list((res + 1) * t)
-    return TierFit(float(x[0]), float(1 / best_gamma), fits, predictions)
+    fits = {}
+    for op in ops:
+        mine = [g for g, (gop, _) in enumerate(groups) if gop == op]
+        worlds = tuple(groups[g][1] for g in mine)
+        effs = tuple(float(best_gamma / x[1 + g]) for g in mine)
+        err = np.abs(res[op_of == op])
+        fits[op] = CollectiveFit(choice[op], effs[-1], float(100 * np.median(err)),
+                                 float(100 * np.max(err)), worlds, effs)
+    return TierFit(float(x[0]), float(1 / best_gamma), fits, list((res + 1) * t))

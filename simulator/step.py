@@ -184,7 +184,8 @@ class _StepSim:
             algo, moved = self.cfg.algo, size
             measured = self.cfg.hardware.collectives.get(collective)
             if measured is not None:  # how this backend runs it, as calibrated
-                algo, moved = measured["algo"], size / measured["efficiency"]
+                eff = measured.get("by_ranks", {}).get(self.cfg.dp, measured["efficiency"])
+                algo, moved = measured["algo"], size / eff
             phases = self.cache.phases(collective, algo, self.groups, moved)
             yield from execute(self.env, self.net, phases, name, [])
             self.comm.busy.append((t0, self.env.now))

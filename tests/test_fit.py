@@ -104,3 +104,18 @@ def test_measured_profile_round_trip_drives_the_simulator(tmp_path, monkeypatch)
     assert three.compute_s == pytest.approx(1.5 * two.compute_s, rel=0.01)
     with pytest.raises(UserError, match="up to 3 ranks"):
         step(4)
+
+
+def test_fit_keeps_an_efficiency_per_rank_count():
+    """A backend whose all-gather reaches 0.9 of the link at 2 ranks and 0.6 at 3."""
+    alpha, bw = 100e-6, 25e6
+    rows = synthetic(alpha, bw)
+    for r in rows:
+        if r["op"] == "all_gather" and r["world"] == 3:
+            a, c = coefficients("all_gather", "ring", 3, r["size_bytes"])
+            r["seconds"] = alpha * a + r["size_bytes"] * c / (bw * 0.6)
+    fit = fit_tier(rows)
+    gather = fit.collectives["all_gather"]
+    assert gather.ranks == (2, 3)
+    assert gather.efficiencies == pytest.approx((0.9, 0.6), rel=1e-6)
+    assert gather.residual_max_pct < 1e-6

@@ -183,7 +183,8 @@ def calibrate(name: str, nprocs: list[int], backend: str = "gloo", netbed=None,
                    "source": "one switch (the netbed's bridge, or the host's loopback)"},
         "collectives": {op: {"algo": c.algo, "efficiency": c.efficiency,
                              "residual_median_pct": c.residual_median_pct,
-                             "residual_max_pct": c.residual_max_pct}
+                             "residual_max_pct": c.residual_max_pct,
+                             "ranks": list(c.ranks), "efficiencies": list(c.efficiencies)}
                         for op, c in fit.collectives.items()},
     }
     path = merge(name, tables, f"Written by {where}. Rerun it to refresh; do not edit.")

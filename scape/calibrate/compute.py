@@ -284,6 +284,8 @@ def fit_linear(sizes: Sequence[float], seconds: Sequence[float]) -> tuple[float,
     a = (snn * st - sn * snt) / det if det > 1e-12 * sw * snn else -1.0
     b = (sw * snt - sn * st) / det if a >= 0 else snt / snn  # through the origin if clipped
     a = max(a, 0.0)
+    if b < 0:  # noise on near-equal times: no negative cost per element, a flat fit instead
+        a, b = st / sw, 0.0
     residual = max(abs(a + b * n - t) / t for n, t in zip(sizes, seconds, strict=True))
     return a, b, 100.0 * residual
 
@@ -453,7 +455,7 @@ def _concurrency_worker(index: int, model_name: str, micro_batch: int, device: s
                 if index < c:
                     samples = _fwd_bwd_samples(model, seq, micro_batch, dev, repeats, warmup=1,
                                                rank=index, barrier=barrier)
-                    results.put(("ok", c, index, statistics.median(f + b for f, b in samples)))
+                    results.put(("ok", c, index, [f + b for f, b in samples]))
     except Exception:
         results.put(("error", 0, index, traceback.format_exc()))
 
@@ -463,9 +465,10 @@ def measure_concurrency(model_name: str, micro_batch: int, max_ranks: int, threa
                         timeout_s: float = 600.0) -> list[float]:
     """Slowdown of the forward and backward when c = 1..max_ranks processes run it at once on
     this host (ranks of a CPU testbed sharing its cores): max_ranks "spawn" processes, each
-    measuring its own median per round; slowdown[c - 1] = mean over the c workers of their
-    median at c / the median at c = 1 (so slowdown[0] = 1). Steps start together behind a
-    multiprocessing.Barrier, as ranks that synchronize every step do."""
+    timing every step; slowdown[c - 1] = median over steps of the slowest of the c workers'
+    times / the median at c = 1 (so slowdown[0] = 1): data-parallel ranks wait for the
+    slowest at every collective, so contention and the skew it causes both count. Steps start
+    together behind a multiprocessing.Barrier, as ranks that synchronize every step do."""
     if max_ranks < 1:
         raise ValueError("max_ranks must be >= 1")
     ctx = mp.get_context("spawn")
@@ -478,7 +481,7 @@ def measure_concurrency(model_name: str, micro_batch: int, max_ranks: int, threa
              for i in range(max_ranks)]
     for p in procs:
         p.start()
-    medians: dict[int, list[float]] = {c: [] for c in range(1, max_ranks + 1)}
+    per_step: dict[int, list[list[float]]] = {c: [] for c in range(1, max_ranks + 1)}
     deadline = time.monotonic() + timeout_s
     try:
         for _ in range(max_ranks * (max_ranks + 1) // 2):  # c results in round c
@@ -496,7 +499,7 @@ def measure_concurrency(model_name: str, micro_batch: int, max_ranks: int, threa
                             f"measure_concurrency: no result within {timeout_s:g} s") from None
             if status == "error":
                 raise RuntimeError(f"measure_concurrency: worker {index} failed:\n{value}")
-            medians[c].append(value)
+            per_step[c].append(value)
         for p in procs:
             p.join(timeout=timeout_s)
     finally:
@@ -504,8 +507,10 @@ def measure_concurrency(model_name: str, micro_batch: int, max_ranks: int, threa
             if p.is_alive():
                 p.terminate()
                 p.join()
-    base = medians[1][0]
-    return [statistics.fmean(medians[c]) / base for c in range(1, max_ranks + 1)]
+    # Ranks in lockstep wait for the slowest: a step's time is the max over the c workers.
+    slowest = {c: statistics.median(max(step) for step in zip(*lists, strict=True))
+               for c, lists in per_step.items()}
+    return [slowest[c] / slowest[1] for c in range(1, max_ranks + 1)]
 
 
 # ---- everything, as profile tables ----
