@@ -73,8 +73,14 @@ class Scheme:
         self.t += 1
         self.times = {}
         self._step(self.hyper.lr if lr is None else lr)
-        self.flat.push_params()
+        with self.timed("copy"):
+            self.flat.push_params()
         return self.times
+
+    def pull_grads(self) -> torch.Tensor:
+        """The model's gradients in the flat buffer, timed as "copy" with push_params."""
+        with self.timed("copy"):
+            return self.flat.pull_grads()
 
     def _step(self, lr: float) -> None:
         raise NotImplementedError

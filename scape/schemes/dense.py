@@ -17,7 +17,7 @@ class DenseDDP(Scheme):
         self.buckets = op.buckets if op else 1
 
     def _step(self, lr: float) -> None:
-        g = self.flat.pull_grads()  # [n] fp32
+        g = self.pull_grads()  # [n] fp32
         for bucket in torch.tensor_split(g, self.buckets):
             self.comm.all_reduce("grad all-reduce", bucket)
         g.div_(self.world)
@@ -36,7 +36,7 @@ def zero1_step(scheme: Scheme, opt: Updater, lr: float,
     """Reduce-scatter the gradient (plus a residual not yet sent, if given), update this
     rank's shard, all-gather the parameters."""
     flat, rank = scheme.flat, scheme.rank
-    g = flat.pull_grads()
+    g = scheme.pull_grads()
     if residual is not None:
         g.add_(residual)
     g_shard = torch.empty(flat.shard_size)  # [n / P] fp32

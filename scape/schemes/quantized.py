@@ -80,7 +80,7 @@ class Quantized(ResidualScheme):
     def _step(self, lr: float) -> None:
         bits, block = self.cfg.bits, self.cfg.quant_block
         p, shard = self.world, self.flat.shard_size
-        g = self.flat.pull_grads()
+        g = self.pull_grads()
         with self.timed("quantize"):
             acc = g + self.residual
             parts = [quantize(chunk, bits, block) for chunk in acc.view(p, shard)]

@@ -23,7 +23,7 @@ class ScaleCom(ResidualScheme):
         self.beta = float(self.cfg.extra.get("lowpass_beta", DEFAULT_BETA))
 
     def _step(self, lr: float) -> None:
-        g, k = self.flat.pull_grads(), self.k
+        g, k = self.pull_grads(), self.k
         acc = g + self.residual
         leader = (self.t - 1) % self.world
         idx = torch.empty(k, dtype=torch.int32)

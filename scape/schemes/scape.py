@@ -78,7 +78,7 @@ class Scape(Scheme):
 
     def _sparse_step(self, lr: float) -> torch.Tensor:
         flat, rank, shard = self.flat, self.rank, self.flat.shard_size
-        g = flat.pull_grads()
+        g = self.pull_grads()
         acc = g if self.residual is None else g.add_(self.residual)
         self._wait_mask()
         mask = self.mask

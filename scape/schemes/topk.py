@@ -17,7 +17,7 @@ class TopK(ResidualScheme):
         self.k = kept(self.cfg.density, self.n)
 
     def _step(self, lr: float) -> None:
-        g, k = self.flat.pull_grads(), self.k
+        g, k = self.pull_grads(), self.k
         with self.timed("select"):
             acc = g + self.residual
             idx = top_k_indices(acc.abs(), k)
