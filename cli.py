@@ -537,8 +537,10 @@ def calibrate_collectives(
 ):
     """Sweep every collective over message sizes (nccl-tests terms) and fit the link."""
     check_format(fmt)
+    from profiles.measured import path_of
     from scape.calibrate.collectives import DEFAULT_SIZES, calibrate
 
+    path_of(out)
     if backend not in ("gloo", "nccl"):
         raise UserError(f"backend must be gloo or nccl, got {backend!r}")
     if repeats < 1:
@@ -621,8 +623,6 @@ def validate_cmd(
     fmt: str = typer.Option("table", "--format", help="table|csv|json"),
 ):
     """Run the real optimizer per scheme, simulate the same step from the profile, compare."""
-    import tempfile
-
     from reports import validate as v
 
     check_format(fmt)
@@ -638,16 +638,19 @@ def validate_cmd(
     load_model(model)
     configs = [(s, parse_scheme(s)) for s in schemes.split(",") if s.strip()]
     dest = Path(out or f"out/validate/{Path(hw.path).stem}")
+    dest.mkdir(parents=True, exist_ok=True)
     rows = []
     for world in worlds:
         for spec_text, cfg in configs:
             predicted = v.predict(hw, model, cfg, world, micro_batch)  # fails fast, no run
             print(f"validate: {spec_text} on {world} ranks ({spec or 'loopback'}) ...",
                   file=sys.stderr, flush=True)
-            with tempfile.TemporaryDirectory(prefix="scape-validate-") as tmp:
-                measured = v.measure(model, cfg, world, micro_batch, steps, spec, Path(tmp))
+            run_dir = dest / "runs" / f"{spec_text.replace(':', '-')}-{world}ranks"
+            measured = v.measure(model, cfg, world, micro_batch, steps, spec, run_dir)
             rows.append(v.row(spec_text, world, spec, measured, predicted))
+            pd.DataFrame(rows).to_csv(dest / "validate.partial.csv", index=False)
     df = pd.DataFrame(rows)
+    (dest / "validate.partial.csv").unlink(missing_ok=True)
     files = v.save(df, dest, {"profile": hw.path, "model": model, "micro_batch": micro_batch,
                               "steps": steps, "netbed": str(spec) if spec else None})
     stats = v.summarize(df)

@@ -43,6 +43,9 @@ VARIANTS = (
 )
 
 
+TRAIN_KEYS = ("lr", "warmup_steps")  # options of a run that belong to TrainConfig
+
+
 def label(name: str, opts: dict) -> str:
     return name + "".join(f" {k}={v}" for k, v in opts.items())
 
@@ -80,8 +83,10 @@ def main() -> int:
         tag = label(name, opts)
         run_dir = out / "runs" / tag.replace(" ", "_").replace("=", "-")
         t0 = time.perf_counter()
-        summary = launch(replace(base, scheme=make_config(name, **opts), out=str(run_dir)),
-                         args.nprocs)
+        scheme_opts = {k: v for k, v in opts.items() if k not in TRAIN_KEYS}
+        train_opts = {k: v for k, v in opts.items() if k in TRAIN_KEYS}  # e.g. a run's own lr
+        summary = launch(replace(base, scheme=make_config(name, **scheme_opts), out=str(run_dir),
+                                 **train_opts), args.nprocs)
         log = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
         curves[tag] = [(r["step"], r["loss"], r.get("val_loss")) for r in log]
         rows.append({"run": tag, "final_val_loss": summary["final_val_loss"],

@@ -172,6 +172,18 @@ def collective_time(
     return best
 
 
+def calibrated(hw: HardwareProfile, op: str, algo: str, ranks: int,
+               size: float) -> tuple[str, float]:
+    """(algorithm, bytes to simulate) for `op` on `hw`: a measured profile says how its
+    backend runs the collective and at what efficiency (scape calibrate collectives); `auto`
+    on other profiles, or an explicit algorithm, is kept as is."""
+    measured = hw.collectives.get(op)
+    if measured is None or algo != AUTO:
+        return algo, size
+    eff = measured.get("by_ranks", {}).get(ranks, measured["efficiency"])
+    return measured["algo"], size / eff
+
+
 def sweep(
     hw: HardwareProfile, gpus: int, op: str, algo: str, sizes: list[int]
 ) -> list[Result]:
@@ -181,7 +193,12 @@ def sweep(
     if gpus < 2:
         raise UserError(f"a collective needs at least 2 GPUs, got {gpus}")
     topo = build_topology(hw, gpus)
-    return [collective_time(topo, gpus, op, algo, size) for size in sizes]
+    out = []
+    for size in sizes:
+        chosen, moved = calibrated(hw, op, algo, gpus, size)
+        res = collective_time(topo, gpus, op, chosen, moved)
+        out.append(replace(res, size_bytes=size))  # algbw of the bytes asked for
+    return out
 
 
 def describe(topo: Topology) -> str:

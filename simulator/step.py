@@ -33,7 +33,7 @@ import simpy
 
 from profiles import HardwareProfile, ModelProfile, UserError
 from scape.plan import Dtypes, Plan, SchemeConfig, StepPlan, plan
-from simulator.collective import PhaseCache, Span, execute, time_alone
+from simulator.collective import PhaseCache, Span, calibrated, execute, time_alone
 from simulator.compute import COMPRESSION_KINDS, fwd_bwd, host_slowdown, kernel_time
 from simulator.flows import FlowNetwork
 from simulator.network import Topology, build_topology
@@ -181,11 +181,9 @@ class _StepSim:
         with self.comm.lock.request() as req:
             yield req
             t0 = self.env.now
-            algo, moved = self.cfg.algo, size
-            measured = self.cfg.hardware.collectives.get(collective)
-            if measured is not None:  # how this backend runs it, as calibrated
-                eff = measured.get("by_ranks", {}).get(self.cfg.dp, measured["efficiency"])
-                algo, moved = measured["algo"], size / eff
+            # how this backend runs it, where the profile was calibrated
+            algo, moved = calibrated(self.cfg.hardware, collective, self.cfg.algo,
+                                     self.cfg.dp, size)
             phases = self.cache.phases(collective, algo, self.groups, moved)
             yield from execute(self.env, self.net, phases, name, [])
             self.comm.busy.append((t0, self.env.now))

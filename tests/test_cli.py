@@ -166,3 +166,36 @@ def test_step_user_errors_are_one_line_exit_2(capsys, args, message):
     code, _out, err = scape(capsys, *args)
     assert code == 2
     assert err.count("\n") == 1 and message in err and "Traceback" not in err
+
+
+CALIBRATE_BAD = [
+    (["validate", "--profile", "measured/nope"], "no such profile"),
+    (["calibrate", "collectives", "--out", "x", "--nprocs", "1"], "at least 2"),
+    (["calibrate", "collectives", "--out", "a/b"], "plain profile name"),
+    (["calibrate", "collectives", "--out", "x", "--netbed", "rate=fast"], "--netbed rate"),
+    (["calibrate", "collectives", "--out", "x", "--backend", "mpi"], "gloo or nccl"),
+    (["calibrate", "compute", "--out", "x", "--model", "gpt-9"], "unknown model"),
+    (["calibrate", "compute", "--out", "x", "--micro-batch", "0"], "--micro-batch"),
+    (["netbed", "--netbed", "rate=1gbit", "--nprocs", "1"], "at least 2"),
+    (["train", "--netbed", "delay=1ms"], "--netbed wants"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), CALIBRATE_BAD)
+def test_calibrate_validate_netbed_errors_are_one_line_exit_2(capsys, args, message):
+    code, _out, err = scape(capsys, *args)
+    assert code == 2
+    assert err.count("\n") == 1 and message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "profiles" / "measured").glob("*.toml")))
+def test_committed_measured_profiles_load_and_simulate(capsys, path):
+    """Each measured profile is a complete hardware profile the simulator runs on, with its
+    calibrated collectives and the sweep it was fitted to beside it."""
+    hw = load_hardware(f"measured/{path.stem}")
+    assert hw.collectives and hw.kernels and hw.slowdown[0] == 1.0
+    assert path.with_suffix(".collectives.csv").exists()
+    code, out, _ = scape(capsys, "simulate", "--model", "tiny-gpt", "--hardware",
+                         f"measured/{path.stem}", "--gpus", "2", "--scheme", "scape:0.99",
+                         "--micro-batch", "16", "--format", "json")
+    assert code == 0 and json.loads(out)["step_time_s"] > 0

@@ -36,6 +36,16 @@ def describe_failure(exc: BaseException, timeout_s: float) -> str:
     return text[:200]
 
 
+def shutdown() -> None:
+    """Leave together: no rank tears its connections down while a peer still uses them (a
+    gloo peer that vanishes mid-operation can abort the other's process)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def main() -> int:
     cfg = config_from_dict(json.loads(Path(sys.argv[1]).read_text()))
     rank = int(os.environ.get("RANK", "0"))
@@ -53,6 +63,7 @@ def main() -> int:
         base.Scheme.step = dying_step
     try:
         train(cfg)
+        shutdown()
     except Exception as exc:  # one line per rank, never a traceback
         message = describe_failure(exc, cfg.timeout_s)
         print(f"rank {rank}: {message}", file=sys.stderr)
