@@ -215,7 +215,8 @@ def _measured_tables(path, doc: dict[str, Any]) -> dict[str, Any]:
         out[key] = {}
         for name, table in doc.get(key, {}).items():
             curve = {k: table[k] for k in ("sizes", "seconds") if k in table}
-            per_rank = {k: table[k] for k in ("ranks", "efficiencies") if k in table}
+            per_rank = {k: table[k] for k in ("ranks", "efficiencies", "overheads_us")
+                        if k in table}
             scalars = {k: v for k, v in table.items() if k not in curve and k not in per_rank}
             out[key][name] = {**validate_table(path, f"{key}.{name}", scalars, fields)[0],
                               **_curve(path, f"{key}.{name}", curve)}
@@ -229,6 +230,13 @@ def _measured_tables(path, doc: dict[str, Any]) -> dict[str, Any]:
                                        "of equal length, rank counts >= 2, efficiencies in "
                                        "(0, 1]")
                 out[key][name]["by_ranks"] = dict(zip(ranks, map(float, effs), strict=True))
+                over = per_rank.get("overheads_us", [0.0] * len(ranks))
+                if not (isinstance(over, list) and len(over) == len(ranks)
+                        and all(isinstance(o, int | float) and o >= 0 for o in over)):
+                    raise ProfileError(f"{path}: [{key}.{name}] overheads_us: one number >= 0 "
+                                       "per rank count")
+                out[key][name]["overhead_s"] = {r: o * 1e-6 for r, o in zip(ranks, over,
+                                                                             strict=True)}
     slow = doc.get("concurrency", {}).get("slowdown", [])
     if not isinstance(slow, list) or not all(isinstance(x, int | float) and x > 0
                                              for x in slow):

@@ -173,15 +173,16 @@ def collective_time(
 
 
 def calibrated(hw: HardwareProfile, op: str, algo: str, ranks: int,
-               size: float) -> tuple[str, float]:
-    """(algorithm, bytes to simulate) for `op` on `hw`: a measured profile says how its
-    backend runs the collective and at what efficiency (scape calibrate collectives); `auto`
-    on other profiles, or an explicit algorithm, is kept as is."""
+               size: float) -> tuple[str, float, float]:
+    """(algorithm, bytes to simulate, fixed seconds per call) for `op` on `hw`: a measured
+    profile says how its backend runs the collective, at what efficiency and with what
+    per-call overhead (scape calibrate collectives); `auto` on other profiles, or an explicit
+    algorithm, is kept as is."""
     measured = hw.collectives.get(op)
     if measured is None or algo != AUTO:
-        return algo, size
+        return algo, size, 0.0
     eff = measured.get("by_ranks", {}).get(ranks, measured["efficiency"])
-    return measured["algo"], size / eff
+    return measured["algo"], size / eff, measured.get("overhead_s", {}).get(ranks, 0.0)
 
 
 def sweep(
@@ -195,9 +196,10 @@ def sweep(
     topo = build_topology(hw, gpus)
     out = []
     for size in sizes:
-        chosen, moved = calibrated(hw, op, algo, gpus, size)
+        chosen, moved, overhead = calibrated(hw, op, algo, gpus, size)
         res = collective_time(topo, gpus, op, chosen, moved)
-        out.append(replace(res, size_bytes=size))  # algbw of the bytes asked for
+        # algbw of the bytes asked for, and the call's fixed overhead first
+        out.append(replace(res, size_bytes=size, end_s=res.end_s + overhead))
     return out
 
 

@@ -59,6 +59,7 @@ class CollectiveFit:
     residual_max_pct: float
     ranks: tuple[int, ...] = ()  # rank counts measured
     efficiencies: tuple[float, ...] = ()  # efficiency at each of them
+    overheads_s: tuple[float, ...] = ()  # fixed cost per call beyond the hop latencies
 
 
 @dataclass(frozen=True)
@@ -161,14 +162,28 @@ def fit_tier(rows: list[dict]) -> TierFit:
         raise UserError("the fit found a non-positive inverse bandwidth: measurements too "
                         "noisy or too small; add larger --sizes")
     a, c = columns(choice)
-    res = (x[0] * a + x[1 + group_idx] * c) / t - 1
-    best_gamma = x[1:].min()
+    # Last, each group's own fixed cost per call beyond alpha * steps (a backend's software
+    # overhead: thread wake-ups, bookkeeping), with its inverse bandwidth refitted; never < 0.
+    overhead = np.zeros(len(groups))
+    gamma = x[1:].copy()
+    for g in range(len(groups)):
+        mine = group_idx == g
+        fixed = x[0] * a[mine]
+        sol = _solve(np.ones(mine.sum()), c[mine], t[mine],
+                     np.zeros(mine.sum(), dtype=int), 1)
+        const, gam = sol[0], sol[1]
+        if const > fixed[0] and gam > 0:
+            overhead[g], gamma[g] = const - fixed[0], gam
+    pred = x[0] * a + overhead[group_idx] + gamma[group_idx] * c
+    res = pred / t - 1
+    best_gamma = gamma.min()
     fits = {}
     for op in ops:
         mine = [g for g, (gop, _) in enumerate(groups) if gop == op]
         worlds = tuple(groups[g][1] for g in mine)
-        effs = tuple(float(best_gamma / x[1 + g]) for g in mine)
+        effs = tuple(float(best_gamma / gamma[g]) for g in mine)
         err = np.abs(res[op_of == op])
         fits[op] = CollectiveFit(choice[op], effs[-1], float(100 * np.median(err)),
-                                 float(100 * np.max(err)), worlds, effs)
-    return TierFit(float(x[0]), float(1 / best_gamma), fits, list((res + 1) * t))
+                                 float(100 * np.max(err)), worlds, effs,
+                                 tuple(float(overhead[g]) for g in mine))
+    return TierFit(float(x[0]), float(1 / best_gamma), fits, list(pred))

@@ -182,8 +182,10 @@ class _StepSim:
             yield req
             t0 = self.env.now
             # how this backend runs it, where the profile was calibrated
-            algo, moved = calibrated(self.cfg.hardware, collective, self.cfg.algo,
-                                     self.cfg.dp, size)
+            algo, moved, overhead = calibrated(self.cfg.hardware, collective, self.cfg.algo,
+                                               self.cfg.dp, size)
+            if overhead > 0:
+                yield self.env.timeout(overhead)
             phases = self.cache.phases(collective, algo, self.groups, moved)
             yield from execute(self.env, self.net, phases, name, [])
             self.comm.busy.append((t0, self.env.now))

@@ -119,3 +119,17 @@ def test_fit_keeps_an_efficiency_per_rank_count():
     assert gather.ranks == (2, 3)
     assert gather.efficiencies == pytest.approx((0.9, 0.6), rel=1e-6)
     assert gather.residual_max_pct < 1e-6
+
+
+def test_fit_finds_a_fixed_cost_per_call():
+    """A backend that spends 2 ms per all-to-all call at 3 ranks before moving data."""
+    alpha, bw = 100e-6, 25e6
+    rows = synthetic(alpha, bw)
+    for r in rows:
+        if r["op"] == "all_to_all" and r["world"] == 3:
+            r["seconds"] += 2e-3
+    fit = fit_tier(rows)
+    a2a = fit.collectives["all_to_all"]
+    assert a2a.overheads_s[a2a.ranks.index(3)] == pytest.approx(2e-3, rel=1e-3)
+    assert a2a.overheads_s[a2a.ranks.index(2)] == pytest.approx(0.0, abs=1e-9)
+    assert fit.latency_s == pytest.approx(alpha, rel=1e-3)

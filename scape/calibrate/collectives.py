@@ -142,11 +142,15 @@ def provenance(backend: str, netbed, nprocs) -> dict:
 
     import torch
 
+    from scape.calibrate.compute import cpu_model
+
     version = torch.__version__
+    device = cpu_model()
     if backend == "nccl" and torch.cuda.is_available():
         version += f", NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}"
+        device = torch.cuda.get_device_name()
     return {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "host": platform.node(), "torch": version, "backend": backend,
+            "host": platform.node(), "device": device, "torch": version, "backend": backend,
             "netbed": str(netbed) if netbed else "none (loopback)", "nprocs": nprocs}
 
 
@@ -184,7 +188,8 @@ def calibrate(name: str, nprocs: list[int], backend: str = "gloo", netbed=None,
         "collectives": {op: {"algo": c.algo, "efficiency": c.efficiency,
                              "residual_median_pct": c.residual_median_pct,
                              "residual_max_pct": c.residual_max_pct,
-                             "ranks": list(c.ranks), "efficiencies": list(c.efficiencies)}
+                             "ranks": list(c.ranks), "efficiencies": list(c.efficiencies),
+                             "overheads_us": [o * 1e6 for o in c.overheads_s]}
                         for op, c in fit.collectives.items()},
     }
     path = merge(name, tables, f"Written by {where}. Rerun it to refresh; do not edit.")

@@ -51,6 +51,8 @@ class Scape(Scheme):
         # gradient, so the next selection sees where gradient mass builds up; "frozen"
         # (default): m changes only where the synchronized gradient arrives.
         self.unmasked_moment = self.cfg.extra.get("unmasked_moment", "frozen")
+        # True: wait for the mask all-gather at once instead of during the next forward
+        self.sync_mask = bool(self.cfg.extra.get("sync_mask", False))
 
     def is_dense(self, t: int) -> bool:
         r = self.cfg.refresh_every
@@ -141,6 +143,8 @@ class Scape(Scheme):
         gathered = torch.empty(self.world * send.numel(), dtype=send.dtype)
         handle = self.comm.all_gather("mask all-gather", gathered, send, async_op=True)
         self.pending = (handle, gathered)
+        if self.sync_mask:  # measure what overlapping the mask all-gather is worth
+            self._wait_mask()
 
     def _decode(self, gathered: torch.Tensor) -> torch.Tensor:
         """Global mask indices, shard by shard, ascending within each shard."""
