@@ -65,7 +65,7 @@ KERNEL_FIELDS = {
     "ns_per_element": Field(float, ge=0),
     "residual_pct": Field(float, ge=0),
 }
-MEASURED_ONLY = ("measured", "collectives", "kernels", "fwd_bwd", "concurrency")
+MEASURED_ONLY = ("measured", "collectives", "kernels", "fwd_bwd", "concurrency", "overlap")
 TOP_FIELDS = {"name": Field(str, nonempty=True), "description": Field(str, nonempty=True)}
 
 
@@ -173,6 +173,8 @@ class HardwareProfile:
     kernels: dict[str, dict] = field(default_factory=dict)
     slowdown: tuple[float, ...] = ()
     measured: dict = field(default_factory=dict)
+    # compute slowdown while an async collective is issued but not yet waited for, per ranks
+    async_interference: dict[int, float] = field(default_factory=dict)
 
     @property
     def gpus_per_node(self) -> int:
@@ -242,6 +244,13 @@ def _measured_tables(path, doc: dict[str, Any]) -> dict[str, Any]:
                                              for x in slow):
         raise ProfileError(f"{path}: [concurrency] slowdown: must be a list of positive numbers")
     out["slowdown"] = tuple(float(x) for x in slow)
+    overlap = doc.get("overlap", {})
+    ranks, values = overlap.get("ranks", []), overlap.get("async_interference", [])
+    if not (isinstance(ranks, list) and isinstance(values, list) and len(ranks) == len(values)
+            and all(isinstance(v, int | float) and v >= 0 for v in values)):
+        raise ProfileError(f"{path}: [overlap] ranks/async_interference: two lists of equal "
+                           "length, values >= 0")
+    out["async_interference"] = {int(r): float(v) for r, v in zip(ranks, values, strict=True)}
     return out
 
 

@@ -164,6 +164,7 @@ class _StepSim:
         self.compute_s = self.compression_s = self.tp_s = 0.0
         self.tp_layer_s = self._tp_allreduce_s()
         self.slowdown = host_slowdown(cfg.hardware, cfg.gpus)
+        self.async_pending = False  # an issued async collective not yet waited for
 
     # ---- communication ----
     def _tp_allreduce_s(self) -> float:
@@ -205,6 +206,8 @@ class _StepSim:
             return
         if kind != "tp":
             seconds *= self.slowdown
+        if self.async_pending:  # measured on backends whose async ops cost compute time
+            seconds *= 1 + self.cfg.hardware.async_interference.get(self.cfg.dp, 0.0)
         if self.comm.is_busy():
             seconds *= 1 + self.cfg.hardware.compute.interference
         t0 = self.env.now
@@ -239,6 +242,7 @@ class _StepSim:
         backward_ops = [op for op in ops if op.phase == "backward"]
         in_flight: list[simpy.Process] = []
         gate = carried["next_forward"]
+        self.async_pending = bool(carried["next_step"])
         for mb in range(cfg.accum):
             last = mb == cfg.accum - 1
             # Layer chunks matter only where something waits on them: the first forward
@@ -261,6 +265,7 @@ class _StepSim:
                         for _ in range(done, ready):
                             in_flight += self._launch(op, [op.size_bytes / op.buckets])
         yield simpy.AllOf(self.env, carried["next_step"])  # the mask, before packing
+        self.async_pending = False
         yield from self._kernels("pre")
         for op in ops:
             if op.phase == "after_backward":

@@ -48,6 +48,44 @@ def _call(op: str, size_bytes: int, world: int, device) -> Callable[[], None]:
     return calls[op]
 
 
+def async_interference(device, repeats: int = 9) -> float:
+    """How much slower compute runs while an issued asynchronous collective has not been
+    waited for yet (SCAPE's mask all-gather spans the next forward and backward): median time
+    of tiny-gpt's forward and backward behind a small async all-gather, over the same alone,
+    minus 1; the slowest rank's, as ranks wait for each other."""
+    import torch
+    import torch.distributed as dist
+
+    from profiles import load_model
+    from scape.train.data import batch
+    from scape.train.model import GPT
+
+    world = dist.get_world_size()
+    part = torch.ones(4096, device=device)  # [4096] fp32: a 16 KiB share
+    full = torch.empty(4096 * world, device=device)
+    slowest = torch.zeros(1, dtype=torch.float64, device=device)
+    model = GPT(load_model("tiny-gpt")).to(device)  # a forward and backward as in training
+    x, y = (b.to(device) for b in batch("train", 1, dist.get_rank(), 8, 128))
+
+    def work() -> float:
+        t0 = time.perf_counter()
+        model(x, y).backward()
+        model.zero_grad(set_to_none=True)
+        return time.perf_counter() - t0
+
+    times = {False: [], True: []}
+    for i in range(2 * repeats):
+        pending = bool(i % 2)  # alternate, so drift in the machine's speed hits both alike
+        dist.barrier()
+        handle = dist.all_gather_into_tensor(full, part, async_op=True) if pending else None
+        slowest.fill_(work())
+        if handle is not None:
+            handle.wait()
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        times[pending].append(slowest.item())
+    return max(0.0, statistics.median(times[True]) / statistics.median(times[False]) - 1)
+
+
 def bench_rank(spec: dict) -> list[dict]:
     """Run the sweep on this rank (the process group is already up); rank 0's rows."""
     import torch
@@ -82,6 +120,10 @@ def bench_rank(spec: dict) -> list[dict]:
                 if spec.get("progress"):
                     print(f"{op:15s} {size:>10d} B  {t * 1e3:9.3f} ms", file=sys.stderr,
                           flush=True)
+    if spec.get("interference"):
+        x = async_interference(device)
+        if rank == 0:
+            rows.append({"op": "async_interference", "value": x, "world": world})
     return rows
 
 
@@ -117,6 +159,7 @@ def sweep(nprocs: int, backend: str = "gloo", netbed=None, ops=OPS, sizes=DEFAUL
         raise UserError(f"unknown collective(s) {sorted(unknown)}; choose from {', '.join(OPS)}")
     out = Path(tempfile.mkdtemp(prefix="scape-calibrate-"))
     spec = {"ops": list(ops), "sizes": [int(s) for s in sizes], "repeats": repeats,
+            "interference": True,
             "warmup": warmup, "timeout_s": timeout_s, "out": str(out), "progress": progress}
     (out / "spec.json").write_text(json.dumps(spec))
     env = {**os.environ, "SCAPE_BACKEND": backend, "OMP_NUM_THREADS": "1"}
@@ -165,8 +208,10 @@ def calibrate(name: str, nprocs: list[int], backend: str = "gloo", netbed=None,
     from simulator.fit import fit_tier
 
     path_of(name)  # a bad name fails before minutes of measuring
-    rows = [r for p in nprocs for r in sweep(p, backend, netbed, sizes=sizes, repeats=repeats,
-                                             progress=progress)]
+    every = [r for p in nprocs for r in sweep(p, backend, netbed, sizes=sizes,
+                                              repeats=repeats, progress=progress)]
+    rows = [r for r in every if r["op"] != "async_interference"]
+    interference = {r["world"]: r["value"] for r in every if r["op"] == "async_interference"}
     fit = fit_tier(rows)
     ranks = ",".join(map(str, nprocs))
     prov = provenance(backend, netbed, ranks)
@@ -185,6 +230,9 @@ def calibrate(name: str, nprocs: list[int], backend: str = "gloo", netbed=None,
         "fabric": {"topology": "fat-tree", "nodes_per_leaf": 250, "oversubscription": 1.0,
                    "switch_latency_us": 0.0,
                    "source": "one switch (the netbed's bridge, or the host's loopback)"},
+        "overlap": {"ranks": list(interference), "async_interference": list(interference.values()),
+                    "source": f"measured by {where}: a matmul workload behind an async "
+                              "all-gather not yet waited for, against the same alone"},
         "collectives": {op: {"algo": c.algo, "efficiency": c.efficiency,
                              "residual_median_pct": c.residual_median_pct,
                              "residual_max_pct": c.residual_max_pct,
