@@ -102,7 +102,8 @@ def test_calibrate_compute_tables():
 
 
 def test_measure_concurrency_two_ranks():
-    slowdown = measure_concurrency("tiny-gpt", 2, max_ranks=2, repeats=2)
+    slowdown, alone = measure_concurrency("tiny-gpt", 2, max_ranks=2, repeats=2)
+    assert alone > 0
     assert len(slowdown) == 2
     assert slowdown[0] == 1.0
     assert slowdown[1] > 0

@@ -441,34 +441,41 @@ def measure_fwd_bwd(model_name: str, micro_batch: int, seq_len: int | None = Non
 
 def _concurrency_worker(index: int, model_name: str, micro_batch: int, device: str,
                         threads: int, repeats: int, everyone, rounds: list, results) -> None:
-    """One rank: for c = 1..max_ranks, take part in round c when index < c (the c ranks step
-    together behind rounds[c - 1]); everyone waits at `everyone` between rounds, so idle
-    workers block without using a core."""
+    """One rank: `repeats` times over, for c = 1..max_ranks, take one step in round c when
+    index < c (the c ranks step together behind rounds[c - 1]); everyone meets at `everyone`
+    between rounds, so idle workers block without using a core. Interleaving the rounds lets
+    drift in the machine's speed hit every c alike."""
     try:
         dev = torch.device(device)
         torch.set_num_threads(threads)
         with _default_device(dev):
             model, seq = _build_model(model_name, dev)
             _fwd_bwd_samples(model, seq, micro_batch, dev, 0, warmup=2, rank=index)
-            for c, barrier in enumerate(rounds, start=1):
-                everyone.wait()
+            times: dict[int, list[float]] = {c: [] for c in range(1, len(rounds) + 1)}
+            for rep in range(repeats):
+                for c, barrier in enumerate(rounds, start=1):
+                    everyone.wait()
+                    if index < c:
+                        (f, b), = _fwd_bwd_samples(model, seq, micro_batch, dev, 1, warmup=0,
+                                                   rank=index + 3 * rep, barrier=barrier)
+                        times[c].append(f + b)
+            for c, values in times.items():
                 if index < c:
-                    samples = _fwd_bwd_samples(model, seq, micro_batch, dev, repeats, warmup=1,
-                                               rank=index, barrier=barrier)
-                    results.put(("ok", c, index, [f + b for f, b in samples]))
+                    results.put(("ok", c, index, values))
     except Exception:
         results.put(("error", 0, index, traceback.format_exc()))
 
 
 def measure_concurrency(model_name: str, micro_batch: int, max_ranks: int, threads: int = 1,
                         repeats: int = 10, device: torch.device | str = "cpu",
-                        timeout_s: float = 600.0) -> list[float]:
+                        timeout_s: float = 600.0) -> tuple[list[float], float]:
     """Slowdown of the forward and backward when c = 1..max_ranks processes run it at once on
-    this host (ranks of a CPU testbed sharing its cores): max_ranks "spawn" processes, each
-    timing every step; slowdown[c - 1] = median over steps of the slowest of the c workers'
-    times / the median at c = 1 (so slowdown[0] = 1): data-parallel ranks wait for the
-    slowest at every collective, so contention and the skew it causes both count. Steps start
-    together behind a multiprocessing.Barrier, as ranks that synchronize every step do."""
+    this host (ranks of a CPU testbed sharing its cores), and the median seconds at c = 1:
+    max_ranks "spawn" processes, rounds of c = 1..max_ranks interleaved `repeats` times;
+    slowdown[c - 1] = median over steps of the slowest of the c workers' times / the median
+    at c = 1 (so slowdown[0] = 1): data-parallel ranks wait for the slowest at every
+    collective, so contention and the skew it causes both count. Steps start together behind
+    a multiprocessing.Barrier, as ranks that synchronize every step do."""
     if max_ranks < 1:
         raise ValueError("max_ranks must be >= 1")
     ctx = mp.get_context("spawn")
@@ -484,7 +491,7 @@ def measure_concurrency(model_name: str, micro_batch: int, max_ranks: int, threa
     per_step: dict[int, list[list[float]]] = {c: [] for c in range(1, max_ranks + 1)}
     deadline = time.monotonic() + timeout_s
     try:
-        for _ in range(max_ranks * (max_ranks + 1) // 2):  # c results in round c
+        for _ in range(max_ranks * (max_ranks + 1) // 2):  # c results for each c
             while True:
                 try:
                     status, c, index, value = results.get(timeout=1.0)
@@ -510,7 +517,7 @@ def measure_concurrency(model_name: str, micro_batch: int, max_ranks: int, threa
     # Ranks in lockstep wait for the slowest: a step's time is the max over the c workers.
     slowest = {c: statistics.median(max(step) for step in zip(*lists, strict=True))
                for c, lists in per_step.items()}
-    return [slowest[c] / slowest[1] for c in range(1, max_ranks + 1)]
+    return [slowest[c] / slowest[1] for c in range(1, max_ranks + 1)], slowest[1]
 
 
 # ---- everything, as profile tables ----
@@ -520,7 +527,7 @@ def calibrate_compute(model_name: str, micro_batch: int, max_ranks: int = 1,
                       device: torch.device | str | None = None, threads: int = 1,
                       progress: Progress | None = None, sizes: Sequence[int] = SIZES,
                       kernel_repeats: int = 9, fwd_bwd_repeats: int = 30,
-                      concurrency_repeats: int = 20, matmul_n: int | None = None,
+                      concurrency_repeats: int = 30, matmul_n: int | None = None,
                       copy_elements: int | None = None) -> dict:
     """Measure this device (CUDA when available, else the CPU with `threads` threads per
     rank) and return its "gpu" and "compute" profile tables, the kernel fits, the forward and
@@ -541,8 +548,12 @@ def calibrate_compute(model_name: str, micro_batch: int, max_ranks: int = 1,
                          repeats=fwd_bwd_repeats)
     if max_ranks > 1:
         say(f"{max_ranks} ranks sharing the host")
-        slowdown = measure_concurrency(model_name, micro_batch, max_ranks, threads,
-                                       concurrency_repeats, device)
+        slowdown, alone = measure_concurrency(model_name, micro_batch, max_ranks, threads,
+                                              concurrency_repeats, device)
+        # the interleaved rounds span the whole measurement: their one-rank median is the
+        # better estimate of this machine's speed (it drifts by 10-20% over minutes)
+        fb = {**fb, "fwd_s": fb["fwd_s"] * alone / fb["total_s"],
+              "bwd_s": fb["bwd_s"] * alone / fb["total_s"], "total_s": alone}
     else:
         slowdown = [1.0]
     mfu = min(1.0, fb["flops"] / fb["total_s"] / peak)
