@@ -468,9 +468,6 @@ def reproduce(
     print(f"# report: {files['report']} (assumptions, sensitivity figure, CSVs)")
 
 
-if __name__ == "__main__":
-    app()
-
 
 @app.command("netbed")
 def netbed_cmd(
@@ -665,3 +662,7 @@ def validate_cmd(
             "measured_fwd_bwd_s", "measured_comm_s", "predicted_exposed_comm_s"]
     print(render(df[cols], fmt, header=header, floatfmt={
         c: "{:.4f}" for c in cols if c.endswith("_s")} | {"error_pct": "{:+.1f}"}))
+
+
+if __name__ == "__main__":
+    app()

@@ -109,6 +109,9 @@ def test_entry_points(launcher):
     bad = subprocess.run([*launcher, "collective", "-H", "vista-gh200", "-g", "0"], cwd=REPO,
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+    helped = subprocess.run([*launcher, "--help"], cwd=REPO, capture_output=True, text=True)
+    for command in ("train", "netbed", "calibrate", "validate"):  # every command registered
+        assert command in helped.stdout
 
 
 def test_simulate_json_and_trace(capsys, tmp_path):

@@ -67,9 +67,10 @@ def test_torn_down_on_error():
 @pytest.mark.parametrize("rate", [100.0, 400.0])
 def test_shaped_link_measures_its_rate(rate):
     with Netbed(NetbedSpec(rate), 2) as bed:
-        mbit = nb.measure_throughput_mbit(bed, 0, 1, seconds=1.5)
+        # the better of two probes: a busy 2-core host can only lower a probe's goodput
+        probes = [nb.measure_throughput_mbit(bed, 0, 1, seconds=1.5) for _ in range(2)]
     # TCP goodput: at most the shaped rate, and within 10% of it (headers take about 4%)
-    assert 0.90 * rate <= mbit <= 1.0 * rate
+    assert 0.90 * rate <= max(probes) <= 1.0 * rate, probes
 
 
 @netbed
