@@ -547,11 +547,8 @@ def calibrate_collectives(
     chosen = parse_sizes(sizes) if sizes else list(DEFAULT_SIZES)
     print(f"calibrate collectives: {nprocs} ranks, {len(chosen)} sizes x 5 collectives ...",
           file=sys.stderr)
-    path, fit, rows = calibrate(out, worlds, backend, spec, chosen, repeats,
-                                progress=sys.stderr.isatty())
-    df = pd.DataFrame(rows)
-    df["predicted_s"] = fit.predictions
-    df["error_pct"] = 100 * (df["predicted_s"] / df["seconds"] - 1)
+    path, fit, df = calibrate(out, worlds, backend, spec, chosen, repeats,
+                              progress=sys.stderr.isatty())
     shown = df[["op", "size_bytes", "world", "seconds", "busbw_GBps", "predicted_s",
                 "error_pct"]]
     header = (f"fit: latency {fit.latency_s * 1e6:.1f} us per hop, bandwidth "

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import subprocess
-from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
@@ -28,13 +27,6 @@ from simulator.step import StepConfig, StepResult, simulate_step
 
 DEFAULT_SCHEMES = ("dense-ddp", "dense-adams", "quantized:8", "topk:0.99", "scalecom:0.99",
                    "scape:0.9", "scape:0.99")
-
-
-def runtime_config(cfg: SchemeConfig) -> SchemeConfig:
-    """The options the CPU runtime actually runs with (scape/schemes: make_scheme)."""
-    bucket = float("inf") if cfg.scheme in ("dense-zero1", "scape") else cfg.bucket_bytes
-    return replace(cfg, overlap_grad_reduce=False, overlap_param_gather=False,
-                   bucket_bytes=bucket)
 
 
 def runtime_plan(cfg: SchemeConfig, numel: int, world: int) -> Plan:
@@ -52,6 +44,7 @@ def runtime_plan(cfg: SchemeConfig, numel: int, world: int) -> Plan:
 
 def predict(hw: HardwareProfile, model: str, cfg: SchemeConfig, world: int,
             micro_batch: int, seq_len: int | None = None) -> StepResult:
+    from scape.schemes import runtime_config
     from scape.schemes.base import RUNTIME_DTYPES
 
     profile = load_model(model)

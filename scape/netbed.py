@@ -278,7 +278,11 @@ def measure_throughput_mbit(bed: Netbed, src: int, dst: int, seconds: float = 2.
             raise UserError(f"netbed: throughput probe failed: {client.stderr.strip()[:200]}")
         return float(client.stdout.strip())
     finally:
-        server.wait(timeout=10) if server.poll() is None else None
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # the client never connected: ours, end it
+            server.kill()
+            server.wait()
 
 
 def measure_rtt_ms(bed: Netbed, src: int, dst: int, count: int = 5) -> float:

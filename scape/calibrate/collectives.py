@@ -201,7 +201,7 @@ def calibrate(name: str, nprocs: list[int], backend: str = "gloo", netbed=None,
               sizes=DEFAULT_SIZES, repeats: int = 7, progress: bool = False):
     """Sweep at each rank count in `nprocs`, fit all rows at once (simulator/fit.py), and write
     profiles/measured/<name>.toml plus the sweep with its predictions as
-    <name>.collectives.csv. Returns (path, fit, rows)."""
+    <name>.collectives.csv. Returns (path, fit, that table as a DataFrame)."""
     import pandas as pd
 
     from profiles.measured import merge, path_of
@@ -245,4 +245,4 @@ def calibrate(name: str, nprocs: list[int], backend: str = "gloo", netbed=None,
     df["predicted_s"] = fit.predictions
     df["error_pct"] = 100 * (df["predicted_s"] / df["seconds"] - 1)
     df.to_csv(path.with_suffix(".collectives.csv"), index=False)
-    return path, fit, rows
+    return path, fit, df

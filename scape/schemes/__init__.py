@@ -33,13 +33,19 @@ def runtime_class(cfg: SchemeConfig) -> type[Scheme]:
     return DenseDDP if off else RUNTIME[cfg.scheme]
 
 
+def runtime_config(cfg: SchemeConfig) -> SchemeConfig:
+    """The options this runtime actually runs `cfg` with, so that its plan says what it does:
+    it communicates after backward and gathers parameters after the update (no overlap), and
+    ZeRO-1 and SCAPE reduce-scatter in one bucket."""
+    bucket = float("inf") if cfg.scheme in ("dense-zero1", "scape") else cfg.bucket_bytes
+    return replace(cfg, overlap_grad_reduce=False, overlap_param_gather=False,
+                   bucket_bytes=bucket)
+
+
 def make_scheme(cfg: SchemeConfig, params: list[torch.nn.Parameter], comm: Comm,
                 hyper: Hyper) -> Scheme:
-    cfg = cfg.validate()
-    if cfg.scheme in ("dense-zero1", "scape"):
-        # the runtime reduce-scatters in one bucket; its plan says so too
-        cfg = replace(cfg, bucket_bytes=float("inf"))
+    cfg = runtime_config(cfg.validate())
     return runtime_class(cfg)(cfg, params, comm, hyper)
 
 
-__all__ = ["RUNTIME", "Scheme", "make_scheme", "runtime_class"]
+__all__ = ["RUNTIME", "Scheme", "make_scheme", "runtime_class", "runtime_config"]
