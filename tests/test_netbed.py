@@ -95,3 +95,27 @@ def test_stale_namespaces_of_dead_testbeds_are_removed():
     finally:
         subprocess.run(["ip", "netns", "del", dead], capture_output=True)
     assert dead not in nb.namespaces()
+
+
+@netbed
+def test_validate_runs_real_steps_on_the_testbed_and_saves(capsys, tmp_path):
+    """One scheme, 2 ranks, a few steps on the committed 1 Gbit/s profile's testbed: the JSON
+    has the issue's keys, the error is the two times' ratio, and CSV, JSON, PNG are saved."""
+    import json
+
+    from cli import app
+
+    with pytest.raises(SystemExit) as info:
+        app(args=["validate", "--profile", "measured/netbed-1gbit", "--schemes", "dense-ddp",
+                  "--nprocs", "2", "--steps", "3", "--format", "json", "--out", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert info.value.code == 0, err
+    (row,) = json.loads(out)
+    assert row["scheme"] == "dense-ddp" and row["ranks"] == 2
+    assert row["measured_step_s"] > 0 and row["predicted_step_s"] > 0
+    assert row["error_pct"] == pytest.approx(
+        100 * (row["predicted_step_s"] / row["measured_step_s"] - 1))
+    assert row["bytes_per_step"] > 0  # the ranks really talked over the shaped link
+    for name in ("validate.csv", "validate.json", "validate.png"):
+        assert (tmp_path / name).exists()
+    assert not [ns for ns in nb.namespaces() if ns.startswith(f"scape-{nb.os.getpid()}-")]
