@@ -6,7 +6,7 @@ rank's egress and the switch port's egress towards the rank) with netem for the 
 tbf child for the rate (the layout netem's documentation gives), so a link is full duplex at
 `rate` and a message between two ranks crosses two links: one-way latency 2 x delay.
 
-Only namespaces this process creates are touched, named `scape-<pid>-...`; deleting a
+Only namespaces this process creates are touched, named `scape-<pid>-<n>-...`; deleting a
 namespace deletes its veth ends and their qdiscs, so `down()` leaves nothing behind. It runs
 on normal exit, on errors, on Ctrl-C and on SIGTERM. `cleanup_stale()` removes namespaces of
 testbeds whose process is gone (a `kill -9`).
@@ -14,6 +14,7 @@ testbeds whose process is gone (a `kill -9`).
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shutil
@@ -30,6 +31,7 @@ from profiles import UserError
 PREFIX = "scape-"
 SUBNET = "10.77.0"  # private; exists only inside the namespaces a testbed creates
 PORT = 29500
+_SERIAL = itertools.count()
 _UNITS = {"kbit": 1e-3, "mbit": 1.0, "gbit": 1e3}
 
 
@@ -97,7 +99,7 @@ def cleanup_stale() -> list[str]:
     """Delete `scape-<pid>-*` namespaces whose creating process no longer runs."""
     removed = []
     for ns in namespaces():
-        m = re.fullmatch(rf"{PREFIX}(\d+)-\w+", ns)
+        m = re.fullmatch(rf"{PREFIX}(\d+)-[\w-]+", ns)
         if m and not Path(f"/proc/{m.group(1)}").exists():
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
             removed.append(ns)
@@ -113,7 +115,8 @@ class Netbed:
         if ranks > 250:
             raise UserError(f"the netbed addresses at most 250 ranks, got {ranks}")
         self.spec, self.ranks = spec, ranks
-        tag = f"{PREFIX}{os.getpid()}"
+        # unique per testbed, so one never meets a namespace another is still tearing down
+        tag = f"{PREFIX}{os.getpid()}-{next(_SERIAL)}"
         self.switch = f"{tag}-sw"
         self.rank_ns = [f"{tag}-r{r}" for r in range(ranks)]
         self.created: list[str] = []

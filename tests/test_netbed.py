@@ -66,11 +66,31 @@ def test_torn_down_on_error():
 @netbed
 @pytest.mark.parametrize("rate", [100.0, 400.0])
 def test_shaped_link_measures_its_rate(rate):
+    probes, cpu0 = [], _cpu_times()
     with Netbed(NetbedSpec(rate), 2) as bed:
-        # the better of two probes: a busy 2-core host can only lower a probe's goodput
-        probes = [nb.measure_throughput_mbit(bed, 0, 1, seconds=1.5) for _ in range(2)]
-    # TCP goodput: at most the shaped rate, and within 10% of it (headers take about 4%)
-    assert 0.90 * rate <= max(probes) <= 1.0 * rate, probes
+        # the best of up to five probes: a busy (or stolen) 2-core host can only lower a
+        # probe's goodput, never raise it above the shaped rate
+        while len(probes) < 5 and (not probes or max(probes) < 0.9 * rate):
+            probes.append(nb.measure_throughput_mbit(bed, 0, 1, seconds=1.0))
+    # TCP goodput: never above the shaped rate, and within 10% of it (headers take about 4%)
+    assert max(probes) <= 1.0 * rate, probes
+    steal = _steal_share(cpu0, _cpu_times())
+    if max(probes) < 0.90 * rate and steal > 0.10:
+        pytest.skip(f"the hypervisor took {100 * steal:.0f}% of this VM's CPU time during the "
+                    f"probes ({probes} Mbit/s): tbf's timers cannot keep the rate then")
+    assert max(probes) >= 0.90 * rate, probes
+
+
+def _cpu_times() -> list[int]:
+    """The machine's CPU time counters (/proc/stat, in clock ticks)."""
+    with open("/proc/stat") as fh:
+        return [int(x) for x in fh.readline().split()[1:]]
+
+
+def _steal_share(before: list[int], after: list[int]) -> float:
+    """Share of CPU time the hypervisor gave to other guests between two readings."""
+    delta = [b - a for a, b in zip(before, after, strict=True)]
+    return delta[7] / max(1, sum(delta))  # the 8th counter is steal
 
 
 @netbed
