@@ -14,7 +14,6 @@ it, and the runtime's copies between model tensors and its flat buffers (kernel 
 
 from __future__ import annotations
 
-import math
 import subprocess
 from datetime import date
 from pathlib import Path
@@ -33,9 +32,9 @@ def runtime_plan(cfg: SchemeConfig, numel: int, world: int) -> Plan:
     """The plan the runtime executes for a model of `numel` parameters, plus its copies."""
     from scape.schemes import runtime_class
     from scape.schemes.base import RUNTIME_DTYPES
+    from scape.sharding import padded_size
 
-    unit = world * runtime_class(cfg).multiple
-    padded = math.ceil(numel / unit) * unit
+    padded = padded_size(numel, world, runtime_class(cfg).multiple)
     base = plan(cfg, padded, world, RUNTIME_DTYPES)
     copies = Kernel("pull grads, push params", "flat_copy", numel, "post")
     return Plan(base.scheme, tuple((w, StepPlan(s.ops, (*s.kernels, copies)))

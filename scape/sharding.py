@@ -10,12 +10,17 @@ from __future__ import annotations
 import torch
 
 
+def padded_size(numel: int, world: int, multiple: int = 1) -> int:
+    """`numel` rounded up to a multiple of world * multiple: `world` equal shards."""
+    unit = world * multiple
+    return -(-numel // unit) * unit
+
+
 class FlatParams:
     def __init__(self, params: list[torch.nn.Parameter], world: int, multiple: int = 1):
         self.params = [p for p in params if p.requires_grad]
         self.numel = sum(p.numel() for p in self.params)  # real parameters
-        unit = world * multiple
-        self.padded = -(-self.numel // unit) * unit
+        self.padded = padded_size(self.numel, world, multiple)
         self.world = world
         self.shard_size = self.padded // world
         self.master = torch.zeros(self.padded, dtype=torch.float32)  # [padded] fp32

@@ -226,7 +226,7 @@ def _lonely():
     try:
         init_distributed(3.0)
     except Exception as exc:  # the peer never arrives
-        from scape.train.worker import describe_failure
+        from scape.train.launch import describe_failure
 
         return {"message": describe_failure(exc, 3.0), "elapsed": time.perf_counter() - t0}
     return {"message": None, "elapsed": time.perf_counter() - t0}

@@ -128,6 +128,8 @@ def bench_rank(spec: dict) -> list[dict]:
 
 
 def main() -> int:
+    from scape.train.launch import write_rank_error
+
     spec = json.loads(Path(sys.argv[1]).read_text())
     rank = int(os.environ.get("RANK", "0"))
     try:
@@ -138,8 +140,7 @@ def main() -> int:
         rows = bench_rank(spec)
         dist.destroy_process_group()
     except Exception as exc:  # one line per rank, never a traceback
-        Path(spec["out"], f"error_rank{rank}.txt").write_text(
-            f"{type(exc).__name__}: {exc}".splitlines()[0][:300] + "\n")
+        write_rank_error(spec["out"], rank, exc, spec["timeout_s"])
         return 1
     if rank == 0:
         Path(spec["out"], "rows.json").write_text(json.dumps(rows, indent=1))
@@ -150,7 +151,7 @@ def sweep(nprocs: int, backend: str = "gloo", netbed=None, ops=OPS, sizes=DEFAUL
           repeats: int = 7, warmup: int = 2, timeout_s: float = 120.0,
           progress: bool = False) -> list[dict]:
     """Launch the ranks (torchrun here, or one per netbed namespace) and return the rows."""
-    from scape.train.launch import run_ranks
+    from scape.train.launch import rank_error, run_ranks
 
     if nprocs < 2:
         raise UserError(f"a collective needs at least 2 ranks, got --nprocs {nprocs}")
@@ -165,10 +166,9 @@ def sweep(nprocs: int, backend: str = "gloo", netbed=None, ops=OPS, sizes=DEFAUL
     env = {**os.environ, "SCAPE_BACKEND": backend, "OMP_NUM_THREADS": "1"}
     code = run_ranks(["scape.calibrate.collectives", str(out / "spec.json")], nprocs, netbed,
                      env, out / "launcher.log", timeout_s * 4 + 600)
-    errors = sorted(out.glob("error_rank*.txt"))
-    if errors:
-        raise UserError(f"collective sweep failed: {errors[0].stem.removeprefix('error_')}: "
-                        f"{errors[0].read_text().strip()}")
+    error = rank_error(out)
+    if error:
+        raise UserError(f"collective sweep failed: {error}")
     if code != 0 or not (out / "rows.json").exists():
         raise UserError(f"collective sweep failed (exit code {code}); see {out}/launcher.log")
     return json.loads((out / "rows.json").read_text())

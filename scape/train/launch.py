@@ -59,15 +59,39 @@ def launch(cfg: TrainConfig, nprocs: int, backend: str = "gloo", netbed=None) ->
     t0 = time.perf_counter()
     returncode = run_ranks(["scape.train.worker", str(config_file)], nprocs, netbed, env,
                            out / "launcher.log", cfg.timeout_s * 2 + 60 + 60 * cfg.steps)
-    errors = sorted(out.glob("error_rank*.txt"))
     if returncode != 0 or not (out / "summary.json").exists():
-        if errors:
-            first = errors[0]
-            raise UserError(f"training failed after {time.perf_counter() - t0:.1f} s: "
-                            f"{first.stem.removeprefix('error_')}: {first.read_text().strip()}")
+        error = rank_error(out)
+        if error:
+            raise UserError(f"training failed after {time.perf_counter() - t0:.1f} s: {error}")
         raise UserError(f"training failed (exit code {returncode}): a rank ended without "
                         f"a report (crashed?); see {out / 'launcher.log'}")
     return json.loads((out / "summary.json").read_text())
+
+
+def describe_failure(exc: BaseException, timeout_s: float) -> str:
+    """One line for a rank's failure; a timeout or a lost connection says what it means."""
+    text = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    lowered = text.lower()
+    if "timed out" in lowered or "timeout" in lowered:
+        return f"a peer did not arrive or answer within {timeout_s:g} s ({text[:160]})"
+    if "connection" in lowered or "closed" in lowered or "reset" in lowered:
+        return f"a peer went away ({text[:160]})"
+    return text[:200]
+
+
+def write_rank_error(out: str | Path, rank: int, exc: BaseException, timeout_s: float) -> str:
+    """Record this rank's failure as one line in OUT/error_rank<r>.txt (read by rank_error)."""
+    message = describe_failure(exc, timeout_s)
+    Path(out, f"error_rank{rank}.txt").write_text(message + "\n")
+    return message
+
+
+def rank_error(out: Path) -> str | None:
+    """The lowest failed rank's one-line error as "rankN: message", if any rank wrote one."""
+    errors = sorted(Path(out).glob("error_rank*.txt"))
+    if not errors:
+        return None
+    return f"{errors[0].stem.removeprefix('error_')}: {errors[0].read_text().strip()}"
 
 
 def run_ranks(module_args: list[str], nprocs: int, netbed, env: dict, log: Path,

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from scape.adams import Hyper
 from scape.plan import SchemeConfig
+from scape.train.launch import describe_failure, write_rank_error
 from scape.train.loop import TrainConfig, train
 
 
@@ -24,16 +25,6 @@ def config_from_dict(d: dict) -> TrainConfig:
     d["scheme"] = SchemeConfig(**d["scheme"])
     d["hyper"] = Hyper(**d["hyper"])
     return TrainConfig(**{f.name: d[f.name] for f in fields(TrainConfig) if f.name in d})
-
-
-def describe_failure(exc: BaseException, timeout_s: float) -> str:
-    text = f"{type(exc).__name__}: {exc}".splitlines()[0]
-    lowered = text.lower()
-    if "timed out" in lowered or "timeout" in lowered:
-        return f"a peer did not arrive or answer within {timeout_s:g} s ({text[:160]})"
-    if "connection" in lowered or "closed" in lowered or "reset" in lowered:
-        return f"a peer went away ({text[:160]})"
-    return text[:200]
 
 
 def shutdown() -> None:
@@ -65,10 +56,11 @@ def main() -> int:
         train(cfg)
         shutdown()
     except Exception as exc:  # one line per rank, never a traceback
-        message = describe_failure(exc, cfg.timeout_s)
-        print(f"rank {rank}: {message}", file=sys.stderr)
         if cfg.out:
-            Path(cfg.out, f"error_rank{rank}.txt").write_text(message + "\n")
+            message = write_rank_error(cfg.out, rank, exc, cfg.timeout_s)
+        else:
+            message = describe_failure(exc, cfg.timeout_s)
+        print(f"rank {rank}: {message}", file=sys.stderr)
         return 1
     return 0
 
