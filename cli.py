@@ -399,6 +399,11 @@ def train_cmd(
     score: str = typer.Option(None, "--score", help="scape: m|m_over_sqrt_v"),
     unmasked_moment: str = typer.Option(None, "--unmasked-moment",
                                         help="scape: frozen|local (m off the mask)"),
+    sync: str = typer.Option(None, "--sync", help="scape: gradient|momentum (what the compact "
+                             "buffer carries)"),
+    density_warmup: int = typer.Option(None, "--density-warmup",
+                                       help="scape: steps of geometric density decay from 1"),
+    select_per: str = typer.Option(None, "--select-per", help="scape: shard|tensor"),
     steps: int = typer.Option(100, "--steps"),
     nprocs: int = typer.Option(2, "--nprocs", help="ranks on this machine"),
     backend: str = typer.Option("gloo", "--backend", help="gloo|nccl"),
@@ -421,6 +426,7 @@ def train_cmd(
     load_model(model)
     opts = _scheme_options(sparsity, bits, optimizer, None, None, None, update_scope,
                            refresh_every, error_feedback, score)
+    opts.update(sync=sync, density_warmup_steps=density_warmup, select_per=select_per)
     if unmasked_moment not in (None, "frozen", "local"):
         raise UserError(f"--unmasked-moment must be frozen or local, got {unmasked_moment!r}")
     extra = {"unmasked_moment": unmasked_moment} if unmasked_moment else None

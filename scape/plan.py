@@ -113,6 +113,12 @@ class SchemeConfig:
     error_feedback: bool = False
     update_scope: str = "masked"  # masked | all
     refresh_every: int = 0  # 0: never a dense refresh step
+    # What the compact buffer carries: "gradient" (this project's first reading of DESIGN
+    # section 5) or "momentum" (each rank's error-corrected first moment, as the authors' public
+    # Megatron reducer does); the convergence study compares them.
+    sync: str = "gradient"
+    density_warmup_steps: int = 0  # geometric density schedule from 1 to d (authors' reducer)
+    select_per: str = "shard"  # shard | tensor (each tensor's part of a shard keeps its share)
     quant_block: int = 2048  # values per fp32 scale in block quantization
     extra: dict = field(default_factory=dict)
 
@@ -135,6 +141,17 @@ class SchemeConfig:
             raise UserError(f"update_scope must be masked or all, got {self.update_scope!r}")
         if self.refresh_every < 0:
             raise UserError(f"refresh_every must be >= 0, got {self.refresh_every}")
+        if self.sync not in ("gradient", "momentum"):
+            raise UserError(f"sync must be gradient or momentum, got {self.sync!r}")
+        if self.sync == "momentum" and (self.refresh_every or self.update_scope != "masked"
+                                        or self.score != "m"):
+            raise UserError("sync=momentum runs with the masked update, the |c| score and no "
+                            "refresh steps (its residual already carries everything unsent)")
+        if self.density_warmup_steps < 0:
+            raise UserError(f"density warm-up must be >= 0 steps, got "
+                            f"{self.density_warmup_steps}")
+        if self.select_per not in ("shard", "tensor"):
+            raise UserError(f"select_per must be shard or tensor, got {self.select_per!r}")
         if self.bucket_bytes is not None and not self.bucket_bytes > 0:
             raise UserError(f"bucket size must be positive, got {self.bucket_bytes}")
         return self
@@ -259,7 +276,9 @@ def scape(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
     on the shard (O(N/P) threshold selection on |m|), all-gather the mask asynchronously (waited
     for at the next step's pack), all-gather parameters (compact k values when only masked
     coordinates change, dense otherwise). A dense refresh step every `refresh_every` steps is a
-    dense-zero1 step; sparsity 0 is dense-zero1 exactly.
+    dense-zero1 step; sparsity 0 is dense-zero1 exactly. With sync=momentum the bytes are the
+    same (the buffer carries error-corrected first moments instead of gradients). The plan is
+    the steady state: steps of a density warm-up send more (k of that step's density).
     """
     cfg = replace(cfg, optimizer="adams")
     if cfg.sparsity == 0:
@@ -276,9 +295,16 @@ def scape(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
     )
     select = Kernel("select next mask (threshold on shard)", "select", n / world, "post")
     kernels = [Kernel("pack on mask", "pack", k, "pre")]
-    if cfg.error_feedback:
+    if cfg.error_feedback or cfg.sync == "momentum":
         kernels.append(Kernel("error feedback", "error_feedback", n, "pre"))
-    kernels += [_optimizer(cfg, n / world), select]
+    if cfg.sync == "momentum":
+        # the next mask is chosen from what is about to be sent; only the mask takes the
+        # AdamS step, and weight decay touches every coordinate
+        select = replace(select, stage="pre")
+        kernels += [_optimizer(cfg, k / world), Kernel("weight decay", "scale", n, "update"),
+                    select]
+    else:
+        kernels += [_optimizer(cfg, n / world), select]
     sparse = StepPlan(ops, tuple(kernels))
     if cfg.refresh_every <= 1:
         return Plan(cfg.scheme, ((1.0, sparse),))

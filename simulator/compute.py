@@ -39,6 +39,8 @@ KERNEL_BYTES: dict[str, float] = {
     "dequantize": 5.0,
     # Error feedback: read gradient and residual, write residual (and the sent part).
     "error_feedback": 12.0,
+    # Scale in place (SCAPE's weight decay over every coordinate): read and write fp32.
+    "scale": 8.0,
     # The CPU runtime's copies between model tensors and its flat fp32 buffers: read the
     # gradient, write the flat gradient; read the master, write the parameter (4 x 4 B).
     "flat_copy": 16.0,

@@ -30,6 +30,10 @@ SPECS = [
     ("scape", {"sparsity": 0.99, "refresh_every": 3, "score": "m_over_sqrt_v"}),
     ("scape", {"sparsity": 0.0}), ("scape", {"sparsity": 1e-9}),
     ("scape", {"sparsity": 0.99, "extra": {"unmasked_moment": "local"}}),
+    ("scape", {"sparsity": 0.99, "sync": "momentum"}),
+    ("scape", {"sparsity": 1e-9, "sync": "momentum"}),
+    ("scape", {"sparsity": 0.99, "sync": "momentum", "select_per": "tensor",
+               "density_warmup_steps": 3}),
 ]
 STEPS = 5
 
@@ -55,12 +59,14 @@ def _run_specs(specs):
             "crc": [row["param_crc"] for row in r["rows"]],
             "master": s.flat.master.clone(),
             "records": [row["collectives"] for row in r["rows"]],
-            "plan": s.plan(),
+            "plan": s.plan(), "config": s.cfg, "n": s.n,
             "sparsity": opts.get("sparsity", 0.0),
             "dense_steps": [t for t in range(1, STEPS + 1) if getattr(s, "is_dense", None)
                             and s.is_dense(t)],
             "history": [m.clone() for m in getattr(s, "history", [])],
             "chosen": [m.clone() for m in getattr(s, "chosen", [])],
+            "density": [s.density_at(t) for t in range(1, STEPS + 2)]
+            if hasattr(s, "density_at") else None,
         }
         dist.barrier()
     return out
@@ -92,11 +98,29 @@ def test_ranks_hold_identical_parameters_after_every_step(two_ranks):
     (("scape", {"sparsity": 0.0}), ("dense-adams", {})),
     # SCAPE's sparse code path with a full mask (density 1 - 1e-9 rounds to every element)
     (("scape", {"sparsity": 1e-9}), ("dense-adams", {})),
+    # the authors' momentum sync with a full mask is dense AdamS too
+    (("scape", {"sparsity": 1e-9, "sync": "momentum"}), ("dense-adams", {})),
 ])
 def test_compression_off_matches_dense(two_ranks, off, dense):
     got, ref = two_ranks[0][_key(*off)], two_ranks[0][_key(*dense)]
     assert got["losses"] == pytest.approx(ref["losses"], abs=1e-6)
     assert torch.allclose(got["master"], ref["master"], atol=1e-6, rtol=0)
+
+
+def _warmup_ops(res, t):
+    """A density warm-up step's ops: the plan at that step's density, and the mask all-gather
+    at the next step's (it carries the next mask)."""
+    from dataclasses import replace
+
+    from scape.plan import plan
+    from scape.schemes.base import RUNTIME_DTYPES
+
+    def at(step):
+        cfg = replace(res["config"], sparsity=1 - res["density"][step - 1])
+        return plan(cfg, res["n"], 2, RUNTIME_DTYPES).steps[0][1].ops
+
+    return [op for op in at(t) if op.name != "mask all-gather"] + [
+        op for op in at(t + 1) if op.name == "mask all-gather"]
 
 
 def test_bytes_follow_the_plan(two_ranks):
@@ -111,16 +135,17 @@ def test_bytes_follow_the_plan(two_ranks):
             if t in res["dense_steps"] and res["sparsity"] > 0:
                 if dense is None:  # the first (dense) step of SCAPE without refresh
                     continue
-                step = dense
+                ops = dense.ops
+            elif res["density"] and res["density"][t - 1 : t + 1] != res["density"][-2:]:
+                ops = _warmup_ops(res, t)
             else:
-                step = sparse
+                ops = sparse.ops
             counted: dict[str, int] = {}
             for name, collective, size, seconds, wait in records:
                 assert seconds >= 0 and wait >= 0
                 counted[name] = counted.get(name, 0) + size
-                assert collective in {op.collective for op in step.ops if op.name == name}
-            assert counted == {op.name: pytest.approx(op.size_bytes) for op in step.ops}, (
-                key, t)
+                assert collective in {op.collective for op in ops if op.name == name}
+            assert counted == {op.name: pytest.approx(op.size_bytes) for op in ops}, (key, t)
 
 
 def test_scape_sends_no_second_moment(two_ranks):
@@ -130,19 +155,23 @@ def test_scape_sends_no_second_moment(two_ranks):
                      "mask all-gather"}
 
 
-def _run_masks():
+def _run_masks(opts):
     import torch.distributed as dist
 
     from scape.train.loop import train
 
-    r = train(_config("scape", {"sparsity": 0.99}))
+    r = train(_config("scape", opts))
     s = r["scheme"]
     dist.barrier()
     return {"history": [m.clone() for m in s.history], "chosen": [m.clone() for m in s.chosen]}
 
 
-def test_scape_masks_identical_and_one_step_late(tmp_path):
-    ranks = run_ranks(_run_masks, 3, (), tmp_path)
+@pytest.mark.parametrize("opts", [
+    {"sparsity": 0.99},
+    {"sparsity": 0.99, "sync": "momentum", "select_per": "tensor"},
+])
+def test_scape_masks_identical_and_one_step_late(tmp_path, opts):
+    ranks = run_ranks(_run_masks, 3, (opts,), tmp_path)
     for r in ranks:
         assert "error" not in r, r.get("trace")
     # every rank uses the same global mask at every sparse step
@@ -178,6 +207,7 @@ def _run_resume(out: str, split: bool, name: str, opts: dict):
 
 @pytest.mark.parametrize(("name", "opts"), [
     ("scape", {"sparsity": 0.99, "error_feedback": True}),
+    ("scape", {"sparsity": 0.99, "sync": "momentum", "density_warmup_steps": 4}),
     ("quantized", {"bits": 4}),
     ("scalecom", {"sparsity": 0.99}),
 ])

@@ -198,6 +198,16 @@ def error_feedback_bench(n: int, device: torch.device) -> Bench:
     return run
 
 
+def scale_bench(n: int, device: torch.device) -> Bench:
+    """In-place scaling of n fp32 values (SCAPE sync=momentum's weight decay everywhere)."""
+    x = _randn(n, device)  # [n] fp32
+
+    def run() -> None:
+        x.mul_(0.9999)
+
+    return run
+
+
 def flat_copy_bench(n: int, device: torch.device) -> Bench:
     """Copy between the model and the flat fp32 buffers, per parameter element: every scheme's
     FlatParams.pull_grads (model .grad -> flat gradient) and push_params (master -> model),
@@ -227,6 +237,7 @@ KERNEL_BENCH: dict[str, Builder] = {
     "quantize": quantize_bench,
     "dequantize": dequantize_bench,
     "error_feedback": error_feedback_bench,
+    "scale": scale_bench,
     "flat_copy": flat_copy_bench,
 }
 

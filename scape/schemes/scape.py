@@ -15,11 +15,20 @@ Rank r owns shard r of the flat parameters and of AdamS's first moment m. Each s
 6. all-gather parameters: the k compact values (masked scope) or the whole shard (all).
 Dense steps (the first, `dense_warmup_steps`, and every `refresh_every`-th) are ZeRO-1 AdamS
 steps that update m everywhere; they also choose and gather the next mask.
+
+`sync="momentum"` follows the authors' public Megatron reducer (mz687/SCAPE_SC26,
+megatron/core/distributed/fp8_topk_adams_reducer.py, read, not copied): the buffer carries each
+rank's error-corrected first moment, the owner chooses the next mask from its local view of
+that same quantity (so unsent gradient mass moves the mask), m is zero off the mask, and weight
+decay touches every coordinate (`_momentum_step`). `density_warmup_steps` is their geometric
+density schedule; `select_per="tensor"` gives each tensor its share of k, as their per-layer
+top-k does (our shards still cut across tensors: DESIGN's partitioned selection is kept).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import torch
 
@@ -39,11 +48,16 @@ class Scape(Scheme):
         super().__init__(*args)
         shard = self.flat.shard_size
         self.opt = Updater("adams", shard)
-        self.k_shard = kept(self.cfg.density, shard)
-        self.use_bitmap = math.ceil(shard / 8) < self.k_shard * INDEX_BYTES
-        self.residual = torch.zeros(self.n) if self.cfg.error_feedback else None
+        momentum = self.cfg.sync == "momentum"
+        self.residual = (torch.zeros(self.n) if self.cfg.error_feedback or momentum
+                         else None)  # [n] fp32, what this rank has not sent yet
+        # momentum sync: first moment carried off the mask on the owner's shard (in gradient
+        # units, b1 * m / (1 - b1)), sent when its coordinate is next selected
+        self.rho = torch.zeros(shard) if momentum else None  # [n / P] fp32
+        self.segments = self._tensor_segments() if self.cfg.select_per == "tensor" else None
         self.mask: torch.Tensor | None = None  # [k] global indices in use at this step
-        self.pending: tuple[Handle, torch.Tensor] | None = None  # next mask, in flight
+        # next mask in flight: handle, receive buffer, bitmap or not
+        self.pending: tuple[Handle, torch.Tensor, bool] | None = None
         self.history: list[torch.Tensor] = []  # masks used, per step (tests read it)
         self.chosen: list[torch.Tensor] = []  # masks chosen, per step (tests read it)
         self.dense_warmup = int(self.cfg.extra.get("dense_warmup_steps", 0))
@@ -58,6 +72,30 @@ class Scape(Scheme):
         r = self.cfg.refresh_every
         return t == 1 or t <= self.dense_warmup or (r > 1 and t % r == 0)
 
+    def density_at(self, t: int) -> float:
+        """Density of the mask used at step t: geometric from 1 to d over
+        `density_warmup_steps` (the authors' reducer, `_scheduled_density`), then d."""
+        w = self.cfg.density_warmup_steps
+        if w <= 0:
+            return self.cfg.density
+        return self.cfg.density ** min(1.0, t / w)
+
+    def k_at(self, t: int) -> int:
+        """Mask coordinates per shard at step t (the same on every shard)."""
+        return kept(self.density_at(t), self.flat.shard_size)
+
+    def _tensor_segments(self) -> list[tuple[int, int]]:
+        """This rank's shard cut at parameter-tensor boundaries, as (start, end) offsets in
+        the shard; padding is left out."""
+        shard, lo = self.flat.shard_size, self.rank * self.flat.shard_size
+        segments, offset = [], 0
+        for p in self.flat.params:
+            a, b = max(offset, lo), min(offset + p.numel(), lo + shard)
+            if a < b:
+                segments.append((a - lo, b - lo))
+            offset += p.numel()
+        return segments
+
     # ---- the step ----
     def _step(self, lr: float) -> None:
         if self.cfg.sparsity == 0 or self.is_dense(self.t):
@@ -66,6 +104,9 @@ class Scape(Scheme):
             if self.residual is not None:
                 self.residual.zero_()
             grads = None
+        elif self.cfg.sync == "momentum":
+            self._momentum_step(lr)
+            return  # it chose and sent the next mask itself
         else:
             grads = self._sparse_step(lr)
         if self.cfg.sparsity > 0:
@@ -73,9 +114,9 @@ class Scape(Scheme):
 
     def _wait_mask(self) -> None:
         if self.pending is not None:
-            handle, gathered = self.pending
+            handle, gathered, bitmap = self.pending
             handle.wait()
-            self.mask = self._decode(gathered)
+            self.mask = self._decode(gathered, bitmap)
             self.pending = None
 
     def _sparse_step(self, lr: float) -> torch.Tensor:
@@ -90,10 +131,11 @@ class Scape(Scheme):
             if self.residual is not None:
                 self.residual.copy_(acc)
                 self.residual[mask] = 0  # kept for later
-        mine = torch.empty(self.k_shard)
+        k_shard = mask.numel() // self.world
+        mine = torch.empty(k_shard)
         self.comm.reduce_scatter("compact grad reduce-scatter", mine, compact)
         mine.div_(self.world)
-        local = mask[rank * self.k_shard : (rank + 1) * self.k_shard] - rank * shard
+        local = mask[rank * k_shard : (rank + 1) * k_shard] - rank * shard
         p_shard, m_shard = flat.shard(flat.master, rank), self.opt.m
         if self.unmasked_moment == "local" and self.cfg.update_scope == "masked":
             with self.timed("update"):
@@ -111,7 +153,7 @@ class Scape(Scheme):
                 g_shard[local] = mine
                 adams_update_(p_shard, g_shard, m_shard, self.t, self.hyper, lr)
         if self.cfg.update_scope == "masked":
-            values = torch.empty(self.world * self.k_shard)
+            values = torch.empty(self.world * k_shard)
             self.comm.all_gather("param all-gather", values, p_shard[local].clone())
             flat.master[mask] = values
         else:
@@ -119,6 +161,48 @@ class Scape(Scheme):
         g_synced = torch.zeros(shard)
         g_synced[local] = mine
         return g_synced
+
+    def _momentum_step(self, lr: float) -> None:
+        """Each rank sends its error-corrected first moment c = b1*m + (1-b1)*(g + residual)
+        at the mask; the owner's m becomes the average there and zero elsewhere (what it held
+        is carried in `rho` and sent when the coordinate is next selected). The AdamS gradient
+        is the one implied by the new moment, g_hat = (m_t - b1*m_{t-1}) / (1 - b1), so v is
+        rebuilt from the synchronized buffer alone. Weight decay applies everywhere (alike on
+        every rank, nothing sent); only mask coordinates take the AdamS step. Residuals are
+        kept in gradient units (c / (1 - b1)), so a full mask is dense AdamS bit for bit."""
+        flat, rank, shard, h = self.flat, self.rank, self.flat.shard_size, self.hyper
+        b1, m, rho, e = h.beta1, self.opt.m, self.rho, self.residual
+        g = self.pull_grads()  # [n] fp32, this rank's gradient
+        with self.timed("pack"):
+            e.add_(g)  # [n] gradients not yet sent
+        self._wait_mask()
+        mask = self.mask  # [k] global indices, shard by shard
+        self.history.append(mask)
+        k_shard = mask.numel() // self.world
+        local = mask[rank * k_shard : (rank + 1) * k_shard] - rank * shard  # [k / P]
+        with self.timed("select"):  # the owner's local view of |c| (up to 1 - b1)
+            score = (flat.shard(e, rank) + rho).add_(m, alpha=b1 / (1 - b1)).abs_()  # [n / P]
+        self._send_mask(score, self.k_at(self.t + 1))
+        with self.timed("pack"):
+            compact = e[mask]  # [k] fp32
+            e[mask] = 0
+        mine = torch.empty(k_shard)  # [k / P] fp32
+        self.comm.reduce_scatter("compact grad reduce-scatter", mine, compact)
+        mine.div_(self.world)
+        with self.timed("update"):
+            g_hat = rho[local].add_(mine)  # [k / P] = (m_t - b1 * m_{t-1}) / (1 - b1)
+            m_sel = m[local]  # [k / P] m_{t-1} on the mask
+            rho.add_(m, alpha=b1 / (1 - b1))  # deselected moments are carried ...
+            rho[local] = 0  # ... the mask's go into m_t
+            m.zero_()
+            flat.master.mul_(1 - lr * h.weight_decay)  # decoupled decay, on every rank alike
+            p_shard = flat.shard(flat.master, rank)
+            p_sel = p_shard[local]
+            adams_update_(p_sel, g_hat, m_sel, self.t, replace(h, weight_decay=0.0), lr)
+            p_shard[local], m[local] = p_sel, m_sel
+        values = torch.empty(self.world * k_shard)  # [k] fp32
+        self.comm.all_gather("param all-gather", values, p_shard[local].clone())
+        flat.master[mask] = values
 
     # ---- masks ----
     def _choose_mask(self, g_synced: torch.Tensor | None) -> None:
@@ -131,10 +215,32 @@ class Scape(Scheme):
                 b2 = self.hyper.beta2
                 score = score / (m.square() * b2 + g.square() * (1 - b2)).sqrt_().add_(
                     self.hyper.eps)
-            local = top_k_indices(score, self.k_shard)  # [k / P] ascending
+        self._send_mask(score, self.k_at(self.t + 1))
+
+    def _select(self, score: torch.Tensor, k: int) -> torch.Tensor:
+        """The k largest scores of the shard (ascending local indices): over the whole shard,
+        or with each tensor's part of the shard keeping its share of k (largest remainder),
+        as the authors' per-layer top-k does."""
+        if self.segments is None:
+            return top_k_indices(score, k)
+        lengths = [b - a for a, b in self.segments]
+        total = sum(lengths)
+        quota = [k * n // total for n in lengths]
+        order = sorted(range(len(lengths)), key=lambda i: -(k * lengths[i] % total))
+        for i in order[: k - sum(quota)]:
+            quota[i] += 1
+        return torch.cat([top_k_indices(score[a:b], q) + a
+                          for (a, b), q in zip(self.segments, quota, strict=True) if q])
+
+    def _send_mask(self, score: torch.Tensor, k: int) -> None:
+        """Choose the next mask on this shard and all-gather it asynchronously."""
+        shard = self.flat.shard_size
+        with self.timed("select"):
+            local = self._select(score, k)  # [k / P] ascending
         self.chosen.append(local + self.rank * shard)
+        bitmap = math.ceil(shard / 8) < k * INDEX_BYTES
         with self.timed("pack"):
-            if self.use_bitmap:
+            if bitmap:
                 bits = torch.zeros(shard, dtype=torch.bool)
                 bits[local] = True
                 send = _pack_bits(bits)  # [shard / 8] uint8
@@ -142,15 +248,15 @@ class Scape(Scheme):
                 send = local.to(torch.int32)  # [k / P]
         gathered = torch.empty(self.world * send.numel(), dtype=send.dtype)
         handle = self.comm.all_gather("mask all-gather", gathered, send, async_op=True)
-        self.pending = (handle, gathered)
+        self.pending = (handle, gathered, bitmap)
         if self.sync_mask:  # measure what overlapping the mask all-gather is worth
             self._wait_mask()
 
-    def _decode(self, gathered: torch.Tensor) -> torch.Tensor:
+    def _decode(self, gathered: torch.Tensor, bitmap: bool) -> torch.Tensor:
         """Global mask indices, shard by shard, ascending within each shard."""
         shard = self.flat.shard_size
         offsets = torch.arange(self.world).unsqueeze(1) * shard  # [P, 1]
-        if self.use_bitmap:
+        if bitmap:
             bits = _unpack_bits(gathered).view(self.world, shard)
             local = torch.stack([torch.nonzero(b).squeeze(1) for b in bits])
         else:
@@ -160,10 +266,13 @@ class Scape(Scheme):
     # ---- checkpoint ----
     def _state(self) -> dict:
         self._wait_mask()  # the next mask is part of the state
-        return {**self.opt.state(), "residual": self.residual, "mask": self.mask}
+        return {**self.opt.state(), "residual": self.residual, "mask": self.mask,
+                "rho": self.rho}
 
     def _load(self, state: dict) -> None:
         self.opt.load(state)
         if self.residual is not None:
             self.residual.copy_(state["residual"])
         self.mask = state["mask"]
+        if self.rho is not None:
+            self.rho.copy_(state["rho"])
