@@ -617,6 +617,11 @@ def validate_cmd(
     netbed: str = typer.Option(None, "--netbed",
                                help=NETBED_HELP + "; default: the profile's own"),
     steps: int = typer.Option(30, "--steps", help="training steps per run (median taken)"),
+    rounds: int = typer.Option(1, "--rounds", help="run every scheme this many times, "
+                               "interleaved; medians over rounds are compared"),
+    probe: bool = typer.Option(True, "--probe-compute/--no-probe-compute",
+                               help="time forward/backward again before each run (CPU hosts "
+                                    "drift); collectives and kernels stay as calibrated"),
     model: str = typer.Option(None, "--model", help="default: the profile's calibrated model"),
     micro_batch: int = typer.Option(None, "--micro-batch", help="default: the calibrated one"),
     out: str = typer.Option(None, "--out", help="folder for CSV, JSON and PNG"),
@@ -630,6 +635,9 @@ def validate_cmd(
     v.check_profile_complete(hw.path)
     if steps < 3:
         raise UserError(f"--steps must be at least 3 for a median, got {steps}")
+    if rounds < 1:
+        raise UserError(f"--rounds must be at least 1, got {rounds}")
+    probe = probe and bool(hw.slowdown)  # a host shared by ranks: a CPU testbed
     worlds = _rank_counts(nprocs)
     recorded = hw.measured.get("network_netbed", "")
     spec = _netbed(netbed or (recorded if recorded.startswith("rate=") else None))
@@ -639,20 +647,30 @@ def validate_cmd(
     configs = [(s, parse_scheme(s)) for s in schemes.split(",") if s.strip()]
     dest = Path(out or f"out/validate/{Path(hw.path).stem}")
     dest.mkdir(parents=True, exist_ok=True)
+    for world in worlds:  # fail fast, before any run
+        for _, cfg in configs:
+            v.predict(hw, model, cfg, world, micro_batch)
     rows = []
-    for world in worlds:
-        for spec_text, cfg in configs:
-            predicted = v.predict(hw, model, cfg, world, micro_batch)  # fails fast, no run
-            print(f"validate: {spec_text} on {world} ranks ({spec or 'loopback'}) ...",
-                  file=sys.stderr, flush=True)
-            run_dir = dest / "runs" / f"{spec_text.replace(':', '-')}-{world}ranks"
-            measured = v.measure(model, cfg, world, micro_batch, steps, spec, run_dir)
-            rows.append(v.row(spec_text, world, spec, measured, predicted))
-            pd.DataFrame(rows).to_csv(dest / "validate.partial.csv", index=False)
-    df = pd.DataFrame(rows)
+    for rnd in range(1, rounds + 1):
+        for world in worlds:
+            for spec_text, cfg in configs:
+                print(f"validate: round {rnd}/{rounds}: {spec_text} on {world} ranks "
+                      f"({spec or 'loopback'}) ...", file=sys.stderr, flush=True)
+                now, probed = (v.probe_compute(hw, model, micro_batch, world) if probe
+                               else (hw, {}))
+                predicted = v.predict(now, model, cfg, world, micro_batch)
+                run_dir = dest / "runs" / f"{spec_text.replace(':', '-')}-{world}ranks-r{rnd}"
+                measured = v.measure(model, cfg, world, micro_batch, steps, spec, run_dir)
+                rows.append({"round": rnd, **v.row(spec_text, world, spec, measured, predicted),
+                             **probed})
+                pd.DataFrame(rows).to_csv(dest / "validate.partial.csv", index=False)
+    per_round = pd.DataFrame(rows)
+    per_round.to_csv(dest / "validate.rounds.csv", index=False)
     (dest / "validate.partial.csv").unlink(missing_ok=True)
+    df = v.aggregate(per_round)
     files = v.save(df, dest, {"profile": hw.path, "model": model, "micro_batch": micro_batch,
-                              "steps": steps, "netbed": str(spec) if spec else None})
+                              "steps": steps, "rounds": rounds, "probe_compute": probe,
+                              "netbed": str(spec) if spec else None})
     stats = v.summarize(df)
     if fmt == "json":
         print(render(df, "json"))

@@ -15,6 +15,7 @@ it, and the runtime's copies between model tensors and its flat buffers (kernel 
 from __future__ import annotations
 
 import subprocess
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
@@ -51,6 +52,38 @@ def predict(hw: HardwareProfile, model: str, cfg: SchemeConfig, world: int,
     step = StepConfig(model=profile, hardware=hw, gpus=world, scheme=cfg,
                       micro_batch=micro_batch, seq_len=seq_len, dtypes=RUNTIME_DTYPES)
     return simulate_step(step.validate(), the_plan=runtime_plan(cfg, profile.n_params, world))
+
+
+def probe_compute(hw: HardwareProfile, model: str, micro_batch: int, ranks: int,
+                  repeats: int = 8) -> tuple[HardwareProfile, dict]:
+    """`hw` with its forward/backward speed and host slowdown timed again now, by the probe of
+    `scape calibrate compute` (real forward and backward steps of the model in 1..`ranks`
+    processes, rounds interleaved; never a training step). A CPU host's speed drifts by 10-20%
+    over minutes, more than the error a validation can resolve, so each run is predicted from
+    the speed the machine has when it starts; collectives and kernels stay as calibrated."""
+    from scape.calibrate.compute import measure_concurrency
+    from simulator.compute import forward_flops_per_token
+
+    profile = load_model(model)
+    seq = profile.arch.seq_len
+    slowdown, alone = measure_concurrency(model, micro_batch, ranks, repeats=repeats)
+    flops = 3 * forward_flops_per_token(profile, seq) * micro_batch * seq  # per step, per rank
+    mfu = flops / alone / (hw.gpu.peak_bf16_tflops * 1e12)
+    fresh = replace(hw, compute=replace(hw.compute, mfu=mfu),
+                    slowdown=(*slowdown, *hw.slowdown[ranks:]))
+    return fresh, {"probe_fwd_bwd_s": alone, "probe_slowdown": slowdown[-1]}
+
+
+def aggregate(rounds: pd.DataFrame) -> pd.DataFrame:
+    """One row per scheme and rank count: the median over rounds of every timing, and the
+    error of the median prediction against the median measurement."""
+    keys = ["scheme", "ranks", "netbed"]
+    numeric = [c for c in rounds.columns if c not in keys and c != "round"
+               and pd.api.types.is_numeric_dtype(rounds[c])]
+    df = rounds.groupby(keys, sort=False)[numeric].median().reset_index()
+    df["error_pct"] = 100 * (df["predicted_step_s"] / df["measured_step_s"] - 1)
+    df["rounds"] = rounds.groupby(keys, sort=False)["round"].count().to_numpy()
+    return df
 
 
 def measure(model: str, cfg: SchemeConfig, world: int, micro_batch: int, steps: int,

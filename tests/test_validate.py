@@ -1,0 +1,36 @@
+"""validate's rounds and its compute probe (reports/validate.py)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from profiles import load_hardware
+from reports import validate as v
+
+
+def test_aggregate_takes_medians_over_rounds_and_recomputes_the_error():
+    rows = pd.DataFrame([
+        {"round": r, "scheme": s, "ranks": 2, "netbed": "rate=100mbit",
+         "measured_step_s": m, "predicted_step_s": p, "error_pct": 100 * (p / m - 1)}
+        for r, s, m, p in [(1, "a", 1.0, 1.1), (2, "a", 2.0, 1.9), (3, "a", 1.2, 1.3),
+                           (1, "b", 0.5, 0.5), (2, "b", 0.7, 0.6), (3, "b", 0.6, 0.55)]])
+    df = v.aggregate(rows)
+    assert list(df["scheme"]) == ["a", "b"]
+    assert list(df["measured_step_s"]) == [1.2, 0.6]
+    assert list(df["predicted_step_s"]) == [1.3, 0.55]
+    assert list(df["error_pct"]) == pytest.approx([100 * (1.3 / 1.2 - 1), 100 * (0.55 / 0.6 - 1)])
+    assert list(df["rounds"]) == [3, 3]
+
+
+def test_probe_sets_the_predicted_forward_backward_to_the_time_measured_now():
+    hw = load_hardware("measured/netbed-400mbit")
+    fresh, probed = v.probe_compute(hw, "tiny-gpt", 2, 2, repeats=2)
+    assert probed["probe_fwd_bwd_s"] > 0 and fresh.slowdown[1] == probed["probe_slowdown"]
+    assert fresh.slowdown[0] == 1.0 and len(fresh.slowdown) == len(hw.slowdown)
+    # the simulated compute of one rank is the probed one-rank forward + backward
+    from profiles import load_model
+    from simulator.compute import fwd_bwd
+
+    times = fwd_bwd(load_model("tiny-gpt"), fresh, 2, 128)
+    assert times.fwd_s + times.bwd_s == pytest.approx(probed["probe_fwd_bwd_s"], rel=1e-9)
