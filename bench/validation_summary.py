@@ -29,8 +29,9 @@ def main() -> int:
     for folder in map(Path, args.folders):
         dest = out / folder.name
         dest.mkdir(parents=True, exist_ok=True)
-        for name in ("validate.csv", "validate.json", "validate.png"):
-            shutil.copy(folder / name, dest / name)
+        for name in ("validate.csv", "validate.json", "validate.png", "validate.rounds.csv"):
+            if (folder / name).exists():  # the per-round table: only from --rounds runs
+                shutil.copy(folder / name, dest / name)
         frames.append(pd.read_csv(folder / "validate.csv").assign(profile=folder.name))
     df = pd.concat(frames, ignore_index=True)
     err = df["error_pct"].abs()
