@@ -131,11 +131,10 @@ class Scape(Scheme):
             if self.residual is not None:
                 self.residual.copy_(acc)
                 self.residual[mask] = 0  # kept for later
-        k_shard = mask.numel() // self.world
-        mine = torch.empty(k_shard)
+        local = self._owned(mask)
+        mine = torch.empty(local.numel())
         self.comm.reduce_scatter("compact grad reduce-scatter", mine, compact)
         mine.div_(self.world)
-        local = mask[rank * k_shard : (rank + 1) * k_shard] - rank * shard
         p_shard, m_shard = flat.shard(flat.master, rank), self.opt.m
         if self.unmasked_moment == "local" and self.cfg.update_scope == "masked":
             with self.timed("update"):
@@ -153,9 +152,7 @@ class Scape(Scheme):
                 g_shard[local] = mine
                 adams_update_(p_shard, g_shard, m_shard, self.t, self.hyper, lr)
         if self.cfg.update_scope == "masked":
-            values = torch.empty(self.world * k_shard)
-            self.comm.all_gather("param all-gather", values, p_shard[local].clone())
-            flat.master[mask] = values
+            self._gather_masked(mask, local)
         else:
             self.comm.all_gather("param all-gather", flat.master, p_shard.clone())
         g_synced = torch.zeros(shard)
@@ -170,7 +167,7 @@ class Scape(Scheme):
         rebuilt from the synchronized buffer alone. Weight decay applies everywhere (alike on
         every rank, nothing sent); only mask coordinates take the AdamS step. Residuals are
         kept in gradient units (c / (1 - b1)), so a full mask is dense AdamS bit for bit."""
-        flat, rank, shard, h = self.flat, self.rank, self.flat.shard_size, self.hyper
+        flat, rank, h = self.flat, self.rank, self.hyper
         b1, m, rho, e = h.beta1, self.opt.m, self.rho, self.residual
         g = self.pull_grads()  # [n] fp32, this rank's gradient
         with self.timed("pack"):
@@ -178,15 +175,14 @@ class Scape(Scheme):
         self._wait_mask()
         mask = self.mask  # [k] global indices, shard by shard
         self.history.append(mask)
-        k_shard = mask.numel() // self.world
-        local = mask[rank * k_shard : (rank + 1) * k_shard] - rank * shard  # [k / P]
+        local = self._owned(mask)  # [k / P]
         with self.timed("select"):  # the owner's local view of |c| (up to 1 - b1)
             score = (flat.shard(e, rank) + rho).add_(m, alpha=b1 / (1 - b1)).abs_()  # [n / P]
         self._send_mask(score, self.k_at(self.t + 1))
         with self.timed("pack"):
             compact = e[mask]  # [k] fp32
             e[mask] = 0
-        mine = torch.empty(k_shard)  # [k / P] fp32
+        mine = torch.empty(local.numel())  # [k / P] fp32
         self.comm.reduce_scatter("compact grad reduce-scatter", mine, compact)
         mine.div_(self.world)
         with self.timed("update"):
@@ -200,9 +196,19 @@ class Scape(Scheme):
             p_sel = p_shard[local]
             adams_update_(p_sel, g_hat, m_sel, self.t, replace(h, weight_decay=0.0), lr)
             p_shard[local], m[local] = p_sel, m_sel
-        values = torch.empty(self.world * k_shard)  # [k] fp32
+        self._gather_masked(mask, local)
+
+    def _owned(self, mask: torch.Tensor) -> torch.Tensor:
+        """This rank's part of a global mask, as offsets in its shard ([k / P], ascending)."""
+        k_shard, r = mask.numel() // self.world, self.rank
+        return mask[r * k_shard : (r + 1) * k_shard] - r * self.flat.shard_size
+
+    def _gather_masked(self, mask: torch.Tensor, local: torch.Tensor) -> None:
+        """All-gather the owners' new parameter values at the mask into every master copy."""
+        p_shard = self.flat.shard(self.flat.master, self.rank)
+        values = torch.empty(mask.numel())  # [k] fp32
         self.comm.all_gather("param all-gather", values, p_shard[local].clone())
-        flat.master[mask] = values
+        self.flat.master[mask] = values
 
     # ---- masks ----
     def _choose_mask(self, g_synced: torch.Tensor | None) -> None:
