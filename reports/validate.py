@@ -55,7 +55,7 @@ def predict(hw: HardwareProfile, model: str, cfg: SchemeConfig, world: int,
 
 
 def probe_compute(hw: HardwareProfile, model: str, micro_batch: int, ranks: int,
-                  repeats: int = 8) -> tuple[HardwareProfile, dict]:
+                  repeats: int = 16) -> tuple[HardwareProfile, dict]:
     """`hw` with its forward/backward speed and host slowdown timed again now, by the probe of
     `scape calibrate compute` (real forward and backward steps of the model in 1..`ranks`
     processes, rounds interleaved; never a training step). A CPU host's speed drifts by 10-20%
