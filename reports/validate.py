@@ -61,13 +61,11 @@ def probe_compute(hw: HardwareProfile, model: str, micro_batch: int, ranks: int,
     processes, rounds interleaved; never a training step). A CPU host's speed drifts by 10-20%
     over minutes, more than the error a validation can resolve, so each run is predicted from
     the speed the machine has when it starts; collectives and kernels stay as calibrated."""
-    from scape.calibrate.compute import measure_concurrency
-    from simulator.compute import forward_flops_per_token
+    from scape.calibrate.compute import measure_concurrency, step_flops
 
     profile = load_model(model)
-    seq = profile.arch.seq_len
     slowdown, alone = measure_concurrency(model, micro_batch, ranks, repeats=repeats)
-    flops = 3 * forward_flops_per_token(profile, seq) * micro_batch * seq  # per step, per rank
+    flops = step_flops(profile, micro_batch, profile.arch.seq_len)  # per step, per rank
     mfu = flops / alone / (hw.gpu.peak_bf16_tflops * 1e12)
     fresh = replace(hw, compute=replace(hw.compute, mfu=mfu),
                     slowdown=(*slowdown, *hw.slowdown[ranks:]))

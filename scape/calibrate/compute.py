@@ -421,6 +421,12 @@ def _build_model(model_name: str, device: torch.device) -> tuple[GPT, int]:
     return model, profile.arch.seq_len
 
 
+def step_flops(profile, micro_batch: int, seq: int) -> float:
+    """Forward + backward FLOPs of one micro-batch: 3 x forward (the simulator's formula,
+    simulator.compute.forward_flops_per_token)."""
+    return float(3 * forward_flops_per_token(profile, seq) * micro_batch * seq)
+
+
 def measure_fwd_bwd(model_name: str, micro_batch: int, seq_len: int | None = None,
                     device: torch.device | str = "cpu", threads: int = 1,
                     repeats: int = 10) -> dict:
@@ -442,7 +448,7 @@ def measure_fwd_bwd(model_name: str, micro_batch: int, seq_len: int | None = Non
         "fwd_s": statistics.median(f for f, _ in samples),
         "bwd_s": statistics.median(b for _, b in samples),
         "total_s": statistics.median(f + b for f, b in samples),
-        "flops": float(3 * forward_flops_per_token(profile, seq) * tokens),
+        "flops": step_flops(profile, micro_batch, seq),
         "tokens": tokens, "device": str(device), "threads": threads, "repeats": repeats,
     }
 
