@@ -192,6 +192,9 @@ STEP_OPTS = {
 }
 
 
+SYNC_HELP = "scape: gradient|momentum (what the compact buffer carries)"
+
+
 def _scheme_options(sparsity, bits, optimizer, overlap_grad, overlap_param, bucket_mb,
                     update_scope, refresh_every, error_feedback, score) -> dict:
     return {
@@ -228,6 +231,7 @@ def simulate(
     refresh_every: int = typer.Option(None, "--refresh-every", help="scape: dense step every R"),
     error_feedback: bool = typer.Option(None, "--error-feedback/--no-error-feedback"),
     score: str = typer.Option(None, "--score", help="scape: m|m_over_sqrt_v"),
+    sync: str = typer.Option(None, "--sync", help=SYNC_HELP),
     algo: str = typer.Option("auto", "--algo", help="collective algorithm, or auto"),
     trace: str = typer.Option(None, "--trace", help="write a Chrome trace JSON (Perfetto)"),
     fmt: str = typer.Option("table", "--format", help="table|json"),
@@ -236,6 +240,7 @@ def simulate(
     check_format(fmt, ("table", "json"))
     opts = _scheme_options(sparsity, bits, optimizer, overlap_grad, overlap_param, bucket_mb,
                            update_scope, refresh_every, error_feedback, score)
+    opts["sync"] = sync
     cfg = _step_config(model, hardware, gpus, scheme, micro_batch, seq_len, grad_accum, tp,
                        grad_dtype, param_dtype, algo, opts, global_batch)
     result = simulate_step(cfg)
@@ -274,6 +279,7 @@ def compare_cmd(
     overlap_grad: bool = typer.Option(None, "--overlap-grad/--no-overlap-grad"),
     overlap_param: bool = typer.Option(None, "--overlap-param/--no-overlap-param"),
     bucket_mb: float = typer.Option(None, "--bucket-mb"),
+    sync: str = typer.Option(None, "--sync", help=SYNC_HELP),
     algo: str = typer.Option("auto", "--algo"),
     fmt: str = typer.Option("table", "--format", help="table|csv|json"),
 ):
@@ -281,6 +287,7 @@ def compare_cmd(
     check_format(fmt)
     opts = _scheme_options(None, None, None, overlap_grad, overlap_param, bucket_mb,
                            None, None, None, None)
+    opts["sync"] = sync
     cfg = _step_config(model, hardware, gpus, baseline, micro_batch, seq_len, grad_accum, tp,
                        grad_dtype, param_dtype, algo, opts, global_batch)
     df = compare(cfg, [s for s in schemes.split(",") if s.strip()], baseline)
@@ -399,8 +406,7 @@ def train_cmd(
     score: str = typer.Option(None, "--score", help="scape: m|m_over_sqrt_v"),
     unmasked_moment: str = typer.Option(None, "--unmasked-moment",
                                         help="scape: frozen|local (m off the mask)"),
-    sync: str = typer.Option(None, "--sync", help="scape: gradient|momentum (what the compact "
-                             "buffer carries)"),
+    sync: str = typer.Option(None, "--sync", help=SYNC_HELP),
     density_warmup: int = typer.Option(None, "--density-warmup",
                                        help="scape: steps of geometric density decay from 1"),
     select_per: str = typer.Option(None, "--select-per", help="scape: shard|tensor"),

@@ -148,6 +148,24 @@ def test_sparsity_flag_reaches_the_scheme(capsys):
     assert rows["0.99"]["bytes_per_gpu"] < rows["0.9"]["bytes_per_gpu"]
 
 
+def test_sync_flag_reaches_the_scheme(capsys):
+    """--sync momentum adds the error-feedback and decay kernels (scape/plan.py), same bytes."""
+    rows = {}
+    for sync in ("gradient", "momentum"):
+        code, out, _ = scape(capsys, "simulate", "-m", "gpt-345m", "-H", "vista-gh200", "-g",
+                             "32", "-s", "scape:0.99", "--sync", sync, "--format", "json")
+        assert code == 0
+        rows[sync] = json.loads(out)
+    assert rows["momentum"]["compression_s"] > rows["gradient"]["compression_s"]
+    assert rows["momentum"]["bytes_per_gpu"] == rows["gradient"]["bytes_per_gpu"]
+    code, out, _ = scape(capsys, "compare", "-m", "gpt-345m", "-H", "vista-gh200", "-g", "32",
+                         "--schemes", "dense-adams,scape:0.99", "--sync", "momentum",
+                         "--format", "json")
+    scape_row = next(r for r in json.loads(out) if r["scheme"] == "scape:0.99")
+    assert code == 0 and scape_row["compression_s"] == pytest.approx(
+        rows["momentum"]["compression_s"])
+
+
 def test_compare_has_speedup_over_baseline(capsys):
     code, out, _ = scape(capsys, "compare", "-m", "gpt-345m", "-H", "vista-gh200", "-g", "32",
                          "--schemes", "dense-adams,scape:0.99,topk:0.9", "--format", "json")
@@ -171,6 +189,8 @@ STEP_BAD = [
     (["compare", "-m", "llama-1.8b", "-H", "dgx-h100", "-g", "16", "--schemes", "scape:x"],
      "cannot read 'scape:x'"),
     (["simulate", "-m", "gpt-9", "-H", "dgx-h100", "-g", "16"], "unknown model profile"),
+    (["simulate", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16", "-s", "scape:0.99",
+      "--sync", "params"], "sync must be gradient or momentum"),
 ]
 
 
