@@ -23,6 +23,7 @@ from simulator.collective import describe, sweep
 from simulator.compare import DEFAULT_SCHEMES, compare, parse_scheme
 from simulator.network import build_topology
 from simulator.planner import PLAN_SCHEMES, PlanRequest, best_without, plan_training
+from simulator.schedule import run_mean
 from simulator.step import StepConfig, simulate_step
 from simulator.trace import write_trace
 from simulator.units import format_bytes, parse_sizes
@@ -193,6 +194,17 @@ STEP_OPTS = {
 
 
 SYNC_HELP = "scape: gradient|momentum (what the compact buffer carries)"
+WARMUP_HELP = ("scape: density falls geometrically from 1 to the target over W steps (the "
+               "authors' schedule)")
+RUN_STEPS_HELP = "also average the step over a run of T steps (default with --density-warmup: W)"
+
+
+def _run_steps(run_steps: int | None, density_warmup: int | None) -> int | None:
+    """Steps to average over: --run-steps, else the warm-up itself (the authors' runs stretch
+    it over most of training), else none (steady step only)."""
+    if run_steps is not None and run_steps < 1:
+        raise UserError(f"--run-steps must be positive, got {run_steps}")
+    return run_steps or density_warmup or None
 
 
 def _scheme_options(sparsity, bits, optimizer, overlap_grad, overlap_param, bucket_mb,
@@ -232,6 +244,8 @@ def simulate(
     error_feedback: bool = typer.Option(None, "--error-feedback/--no-error-feedback"),
     score: str = typer.Option(None, "--score", help="scape: m|m_over_sqrt_v"),
     sync: str = typer.Option(None, "--sync", help=SYNC_HELP),
+    density_warmup: int = typer.Option(None, "--density-warmup", help=WARMUP_HELP),
+    run_steps: int = typer.Option(None, "--run-steps", help=RUN_STEPS_HELP),
     algo: str = typer.Option("auto", "--algo", help="collective algorithm, or auto"),
     trace: str = typer.Option(None, "--trace", help="write a Chrome trace JSON (Perfetto)"),
     fmt: str = typer.Option("table", "--format", help="table|json"),
@@ -240,7 +254,8 @@ def simulate(
     check_format(fmt, ("table", "json"))
     opts = _scheme_options(sparsity, bits, optimizer, overlap_grad, overlap_param, bucket_mb,
                            update_scope, refresh_every, error_feedback, score)
-    opts["sync"] = sync
+    opts.update(sync=sync, density_warmup_steps=density_warmup)
+    steps = _run_steps(run_steps, density_warmup)
     cfg = _step_config(model, hardware, gpus, scheme, micro_batch, seq_len, grad_accum, tp,
                        grad_dtype, param_dtype, algo, opts, global_batch)
     result = simulate_step(cfg)
@@ -248,6 +263,10 @@ def simulate(
         write_trace(trace, result.spans, f"{model} on {gpus} x {hardware}: {scheme}")
     row = {"model": model, "hardware": hardware, "gpus": gpus, "scheme": scheme,
            "sparsity": cfg.scheme.sparsity, **result.as_dict()}
+    if steps:
+        mean = run_mean(cfg, steps)
+        row.update(run_steps=steps, run_mean_step_s=mean.mean_step_s,
+                   run_mean_bytes_per_gpu=mean.mean_bytes_per_gpu)
     if fmt == "json":
         print(json.dumps(row, indent=2))
         return
@@ -258,6 +277,11 @@ def simulate(
                 "overlapped_comm_s"):
         print(f"{key:>20}  {row[key] * 1e3:12.3f} ms")
     print(f"{'bytes_per_gpu':>20}  {row['bytes_per_gpu'] / 1e9:12.4f} GB")
+    if steps:
+        print(f"# averaged over a run of {steps} steps (density warm-up "
+              f"{cfg.scheme.density_warmup_steps or 0} steps):")
+        print(f"{'run_mean_step_s':>20}  {row['run_mean_step_s'] * 1e3:12.3f} ms")
+        print(f"{'run_mean_bytes':>20}  {row['run_mean_bytes_per_gpu'] / 1e9:12.4f} GB")
     if trace:
         print(f"# trace: {trace} (open in https://ui.perfetto.dev)")
 
@@ -280,6 +304,8 @@ def compare_cmd(
     overlap_param: bool = typer.Option(None, "--overlap-param/--no-overlap-param"),
     bucket_mb: float = typer.Option(None, "--bucket-mb"),
     sync: str = typer.Option(None, "--sync", help=SYNC_HELP),
+    density_warmup: int = typer.Option(None, "--density-warmup", help=WARMUP_HELP),
+    run_steps: int = typer.Option(None, "--run-steps", help=RUN_STEPS_HELP),
     algo: str = typer.Option("auto", "--algo"),
     fmt: str = typer.Option("table", "--format", help="table|csv|json"),
 ):
@@ -287,10 +313,11 @@ def compare_cmd(
     check_format(fmt)
     opts = _scheme_options(None, None, None, overlap_grad, overlap_param, bucket_mb,
                            None, None, None, None)
-    opts["sync"] = sync
+    opts.update(sync=sync, density_warmup_steps=density_warmup)
+    steps = _run_steps(run_steps, density_warmup)
     cfg = _step_config(model, hardware, gpus, baseline, micro_batch, seq_len, grad_accum, tp,
                        grad_dtype, param_dtype, algo, opts, global_batch)
-    df = compare(cfg, [s for s in schemes.split(",") if s.strip()], baseline)
+    df = compare(cfg, [s for s in schemes.split(",") if s.strip()], baseline, steps)
     if fmt != "table":
         print(render(df, fmt))
         return
@@ -304,6 +331,12 @@ def compare_cmd(
     header = (f"{model} on {describe(build_topology(cfg.hardware, gpus))}\n"
               f"micro-batch {micro_batch} x seq {cfg.seq}, grad-accum {cfg.accum}, tp {tp}; "
               f"speedup = {baseline} step time / scheme step time")
+    if steps:
+        shown["run_mean_ms"] = df["run_mean_step_s"] * 1e3
+        shown["run_GB_per_gpu"] = df["run_mean_bytes_per_gpu"] / 1e9
+        shown["run_speedup"] = df["run_speedup"]
+        header += (f"\nrun_*: averaged over a run of {steps} steps, SCAPE's density falling from 1 "
+                   f"over the first {cfg.scheme.density_warmup_steps or 0}")
     print(render(shown, "table", header=header, floatfmt={
         c: "{:.3f}" for c in shown.columns if c != "scheme"}))
 
@@ -334,6 +367,9 @@ def plan_cmd(
     grad_dtype: str = typer.Option("bf16", "--grad-dtype"),
     param_dtype: str = typer.Option("bf16", "--param-dtype"),
     top: int = typer.Option(10, "--top", help="plans to print"),
+    density_warmup_frac: float = typer.Option(
+        0.0, "--density-warmup-frac", help="scape: density warms up from 1 over this fraction "
+        "of the run's steps (the authors' scripts: 0.8-1.0); 0: the target from the start"),
     fmt: str = typer.Option("table", "--format", help="table|csv|json"),
 ):
     """Search GPU counts, schemes, micro-batching and tensor parallelism for a training run."""
@@ -343,7 +379,7 @@ def plan_cmd(
         max_gpus=max_gpus, deadline_hours=deadline_hours, budget_usd=budget_usd,
         price_per_gpu_hour=price, global_batch=global_batch,
         schemes=tuple(s.strip() for s in schemes.split(",") if s.strip()),
-        dtypes=_dtypes(grad_dtype, param_dtype),
+        dtypes=_dtypes(grad_dtype, param_dtype), density_warmup_frac=density_warmup_frac,
     ).validate()
     with _progress("simulating plans") as bar:
         task = bar.add_task("plans", total=None)
@@ -358,8 +394,16 @@ def plan_cmd(
             "bottleneck"]
     header = (f"{model}, {tokens:.3g} tokens, global batch {req.batch} x seq {req.seq}; "
               f"{len(df)} feasible plans, ranked by time to train then cost")
+    if density_warmup_frac > 0:
+        cols.insert(cols.index("step_time_s") + 1, "run_mean_step_s")
+        header += (f"\nscape: density warms up from 1 over {density_warmup_frac:.0%} of the run; "
+                   "hours use run_mean_step_s")
+    elif any(s.startswith("scape") for s in req.schemes):
+        header += ("\nscape: every step at the target density; the authors' convergence runs "
+                   "warm density up over most of the run (--density-warmup-frac 1)")
     print(render(shown[cols], "table", header=header, floatfmt={
-        "memory_GB": "{:.1f}", "step_time_s": "{:.3f}", "tokens_per_s": "{:,.0f}",
+        "memory_GB": "{:.1f}", "step_time_s": "{:.3f}", "run_mean_step_s": "{:.3f}",
+        "tokens_per_s": "{:,.0f}",
         "hours": "{:,.1f}", "gpu_hours": "{:,.0f}", "cost_usd": "{:,.0f}"}))
     best, rest = df.iloc[0], best_without(df)
     if rest is not None and best["scheme"].startswith("scape"):

@@ -222,6 +222,14 @@ def quantized(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
     return Plan(cfg.scheme, ((1.0, StepPlan(ops, kernels)),))
 
 
+def scheduled_density(density: float, t: float, warmup_steps: int) -> float:
+    """Density of SCAPE's mask at step t under the authors' geometric density warm-up
+    (mz687/SCAPE_SC26 `_scheduled_density`): d ** min(1, t / W), from 1 down to d at step W."""
+    if warmup_steps <= 0:
+        return density
+    return density ** min(1.0, t / warmup_steps)
+
+
 def kept(density: float, n: float) -> int:
     """How many of n values a sparsifier keeps: round(d * n), at least one."""
     return max(1, round(density * n))

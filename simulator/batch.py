@@ -19,13 +19,18 @@ from simulator.step import StepConfig, StepResult, simulate_step
 _CACHE: dict[Topology, PhaseCache] = {}
 
 
-def simulate_cached(cfg: StepConfig) -> StepResult:
-    """`simulate_step`, reusing the collectives built for the last topology in this process."""
+def phase_cache(cfg: StepConfig) -> PhaseCache:
+    """The collectives built for cfg's topology: kept for the last topology in this process."""
     topo = build_topology(cfg.hardware, cfg.gpus)  # a frozen dataclass of numbers: a key
     if topo not in _CACHE:
         _CACHE.clear()
         _CACHE[topo] = PhaseCache(topo)
-    return simulate_step(cfg, cache=_CACHE[topo])
+    return _CACHE[topo]
+
+
+def simulate_cached(cfg: StepConfig) -> StepResult:
+    """`simulate_step`, reusing the collectives built for the last topology in this process."""
+    return simulate_step(cfg, cache=phase_cache(cfg))
 
 
 def parallel_map(fn: Callable, items: Iterable, workers: int | None = None,

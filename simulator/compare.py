@@ -10,6 +10,7 @@ from profiles import UserError
 from scape.plan import ALIASES, SchemeConfig, make_config
 from simulator.collective import PhaseCache
 from simulator.network import build_topology
+from simulator.schedule import run_mean
 from simulator.step import StepConfig, simulate_step
 
 # The default line-up: the paper's baselines, the other families at their usual settings.
@@ -49,8 +50,13 @@ def parse_scheme(spec: str, base: SchemeConfig | None = None) -> SchemeConfig:
     return replace(base, **keep).validate()
 
 
-def compare(base: StepConfig, specs: list[str], baseline: str) -> pd.DataFrame:
-    """One row per scheme: step time, breakdown, bytes per GPU, speedup over `baseline`."""
+def compare(base: StepConfig, specs: list[str], baseline: str,
+            run_steps: int | None = None) -> pd.DataFrame:
+    """One row per scheme: step time, breakdown, bytes per GPU, speedup over `baseline`.
+
+    With `run_steps`, also the average over a run of that many steps (`run_mean_step_s`,
+    `run_mean_bytes_per_gpu`, `run_speedup`): SCAPE's density warm-up (simulator/schedule.py)
+    makes its early steps dearer than the steady one; other schemes' steps are all alike."""
     if not specs:
         raise UserError("no schemes to compare")
     names = [s.strip() for s in specs]
@@ -61,13 +67,21 @@ def compare(base: StepConfig, specs: list[str], baseline: str) -> pd.DataFrame:
     rows = []
     for name, spec in zip(names, specs, strict=True):
         scheme = parse_scheme(spec, base.scheme)
-        result = simulate_step(replace(base, scheme=scheme), cache=cache)
+        cfg = replace(base, scheme=scheme)
+        result = simulate_step(cfg, cache=cache)
         rows.append({
             "scheme": name, "sparsity": scheme.sparsity,
             "bits": scheme.bits if scheme.scheme == "quantized" else None,
             **result.as_dict(),
         })
+        if run_steps:
+            mean = run_mean(cfg, run_steps, cache)
+            rows[-1].update(run_mean_step_s=mean.mean_step_s,
+                            run_mean_bytes_per_gpu=mean.mean_bytes_per_gpu)
     df = pd.DataFrame(rows)
     ref = df.loc[df["scheme"] == baseline, "step_time_s"].iloc[0]
     df["speedup"] = ref / df["step_time_s"]
+    if run_steps:
+        ref = df.loc[df["scheme"] == baseline, "run_mean_step_s"].iloc[0]
+        df["run_speedup"] = ref / df["run_mean_step_s"]
     return df

@@ -166,6 +166,26 @@ def test_sync_flag_reaches_the_scheme(capsys):
         rows["momentum"]["compression_s"])
 
 
+def test_density_warmup_gives_run_averages(capsys):
+    """--density-warmup W averages SCAPE's step over a run (W steps unless --run-steps)."""
+    args = ("compare", "-m", "gpt-345m", "-H", "vista-gh200", "-g", "32", "--schemes",
+            "dense-adams,scape:0.99", "--density-warmup", "1000", "--format", "json")
+    code, out, _ = scape(capsys, *args)
+    rows = {r["scheme"]: r for r in json.loads(out)}
+    assert code == 0
+    assert rows["dense-adams"]["run_speedup"] == 1.0
+    assert rows["dense-adams"]["run_mean_step_s"] == rows["dense-adams"]["step_time_s"]
+    assert 1.0 < rows["scape:0.99"]["run_speedup"] < rows["scape:0.99"]["speedup"]
+    code, out, _ = scape(capsys, *args, "--run-steps", "100000")  # 1% of the run warms up
+    longer = {r["scheme"]: r for r in json.loads(out)}["scape:0.99"]
+    assert longer["run_speedup"] > rows["scape:0.99"]["run_speedup"]
+    code, out, _ = scape(capsys, "simulate", "-m", "gpt-345m", "-H", "vista-gh200", "-g", "32",
+                         "-s", "scape:0.99", "--density-warmup", "1000", "--format", "json")
+    row = json.loads(out)
+    assert code == 0 and row["run_steps"] == 1000
+    assert row["run_mean_step_s"] == pytest.approx(rows["scape:0.99"]["run_mean_step_s"])
+
+
 def test_compare_has_speedup_over_baseline(capsys):
     code, out, _ = scape(capsys, "compare", "-m", "gpt-345m", "-H", "vista-gh200", "-g", "32",
                          "--schemes", "dense-adams,scape:0.99,topk:0.9", "--format", "json")
@@ -191,6 +211,10 @@ STEP_BAD = [
     (["simulate", "-m", "gpt-9", "-H", "dgx-h100", "-g", "16"], "unknown model profile"),
     (["simulate", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16", "-s", "scape:0.99",
       "--sync", "params"], "sync must be gradient or momentum"),
+    (["compare", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16", "--run-steps", "0"],
+     "--run-steps must be positive"),
+    (["simulate", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16", "-s", "scape:0.99",
+      "--density-warmup", "-5"], "density warm-up must be >= 0"),
 ]
 
 

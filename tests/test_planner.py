@@ -42,6 +42,21 @@ def test_plans_respect_every_constraint():
         assert row.hours == pytest.approx(steps * row.step_time_s / 3600)
 
 
+def test_density_warmup_lengthens_scape_plans_only():
+    """With SCAPE's density warm-up over the run, its early steps send more: its hours grow
+    to the run-mean step (simulator/schedule.py); dense plans do not change."""
+    key = ["hardware", "gpus", "scheme", "tp", "micro_batch"]
+    steady = plan_training(request()).set_index(key)
+    warm = plan_training(request(density_warmup_frac=1.0)).set_index(key).loc[steady.index]
+    is_scape = steady.index.get_level_values("scheme").str.startswith("scape")
+    assert is_scape.any() and (~is_scape).any()
+    assert (warm["hours"][~is_scape] == steady["hours"][~is_scape]).all()
+    assert (warm["hours"][is_scape] > steady["hours"][is_scape]).all()
+    assert (warm["run_mean_step_s"] >= warm["step_time_s"]).all()
+    with pytest.raises(UserError, match="density warm-up fraction"):
+        request(density_warmup_frac=1.5).validate()
+
+
 def test_budget_is_respected_and_price_override_applies():
     df = plan_training(request(budget_usd=50.0, price_per_gpu_hour=1.0))
     assert not df.empty and (df["cost_usd"] <= 50.0).all()

@@ -34,7 +34,7 @@ import torch
 
 from scape.adams import adams_update_
 from scape.comm import Handle
-from scape.plan import INDEX_BYTES, kept
+from scape.plan import INDEX_BYTES, kept, scheduled_density
 from scape.schemes.base import Scheme, Updater
 from scape.schemes.dense import zero1_step
 from scape.schemes.quantized import _pack_bits, _unpack_bits
@@ -75,10 +75,7 @@ class Scape(Scheme):
     def density_at(self, t: int) -> float:
         """Density of the mask used at step t: geometric from 1 to d over
         `density_warmup_steps` (the authors' reducer, `_scheduled_density`), then d."""
-        w = self.cfg.density_warmup_steps
-        if w <= 0:
-            return self.cfg.density
-        return self.cfg.density ** min(1.0, t / w)
+        return scheduled_density(self.cfg.density, t, self.cfg.density_warmup_steps)
 
     def k_at(self, t: int) -> int:
         """Mask coordinates per shard at step t (the same on every shard)."""
