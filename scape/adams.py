@@ -7,13 +7,20 @@ first moment and the current gradient,
     m_t = b1 * m_{t-1} + (1 - b1) * g_t
     w  <- w * (1 - lr * wd) - lr * m_t / (sqrt(v_t) + eps)
 
-With `bias_correction` (the default, as in the authors' reference code and SCAPE's Megatron
-AdamS), m_{t-1} and m_t are divided by 1 - b1^(t-1) and 1 - b1^t. Defaults b1=0.9, b2=0.95,
-eps=1e-8, wd=0.1 (DESIGN section 5). Weight decay is decoupled, as in AdamW.
+With `bias_correction` (the default) the step is corrected as Adam corrects it, which is what
+the SCAPE authors' Megatron AdamS does (mz687/SCAPE_SC26, megatron/core/optimizer/AdamS.py,
+read, not copied): m_t is divided by 1 - b1^t and sqrt(v_t) by sqrt(1 - b2^t), with v_t built
+from the raw m_{t-1}. Without it the update is the paper's plain form above. Defaults b1=0.9,
+b2=0.95, eps=1e-8, wd=0.1 (DESIGN section 5). Weight decay is decoupled, as in AdamW.
+
+(Until 2026-11-23 this project divided m_{t-1} inside v_t by 1 - b1^(t-1) and left v_t
+uncorrected, a form neither the paper nor the authors' code uses; at step 1 it moved each
+coordinate 1/sqrt(1 - b2) = 4.5 learning rates instead of one.)
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -37,13 +44,16 @@ def adams_update_(p: torch.Tensor, g: torch.Tensor, m: torch.Tensor, step: int, 
     """
     lr = h.lr if lr is None else lr
     b1, b2 = h.beta1, h.beta2
-    prev_corr = 1 - b1 ** (step - 1) if h.bias_correction and step > 1 else 1.0
-    corr = 1 - b1**step if h.bias_correction else 1.0
-    # v_t from the previous first moment (bias-corrected) and this gradient
-    denom = (m / prev_corr).square_().mul_(b2).addcmul_(g, g, value=1 - b2).sqrt_().add_(h.eps)
+    corr1 = 1 - b1**step if h.bias_correction else 1.0  # divides m_t
+    corr2 = math.sqrt(1 - b2**step) if h.bias_correction else 1.0  # divides sqrt(v_t)
+    # v_t from the previous (raw) first moment and this gradient
+    denom = m.square().mul_(b2).addcmul_(g, g, value=1 - b2).sqrt_()
+    if corr2 != 1.0:
+        denom.div_(corr2)
+    denom.add_(h.eps)
     m.mul_(b1).add_(g, alpha=1 - b1)
     p.mul_(1 - lr * h.weight_decay)
-    p.addcdiv_(m, denom, value=-lr / corr)
+    p.addcdiv_(m, denom, value=-lr / corr1)
     return denom
 
 

@@ -19,16 +19,17 @@ from tests.test_cli import scape
 
 
 def reference_adams(w, grads, lr, b1, b2, eps, wd, bias_correction):
-    """AdamS written out element by element in float64 (arXiv 2505.16363, Algorithm 1)."""
+    """AdamS written out element by element in float64 (arXiv 2505.16363); with bias correction
+    as Adam's, m_hat = m_t / (1 - b1^t) and v_hat = v_t / (1 - b2^t), the SCAPE authors' form."""
     w = [float(x) for x in w]
     m = [0.0] * len(w)
     for t, g in enumerate(grads, start=1):
         for i in range(len(w)):
-            m_prev = m[i] / (1 - b1 ** (t - 1)) if bias_correction and t > 1 else m[i]
-            v = b2 * m_prev**2 + (1 - b2) * g[i] ** 2
+            v = b2 * m[i] ** 2 + (1 - b2) * g[i] ** 2  # from the previous, raw moment
             m[i] = b1 * m[i] + (1 - b1) * g[i]
             m_hat = m[i] / (1 - b1**t) if bias_correction else m[i]
-            w[i] = w[i] * (1 - lr * wd) - lr * m_hat / (math.sqrt(v) + eps)
+            v_hat = v / (1 - b2**t) if bias_correction else v
+            w[i] = w[i] * (1 - lr * wd) - lr * m_hat / (math.sqrt(v_hat) + eps)
     return w
 
 
@@ -46,6 +47,24 @@ def test_adams_matches_reference_loop(bias_correction):
     ref = reference_adams(w0, grads, 1e-2, 0.9, 0.95, 1e-8, 0.1, bias_correction)
     assert p.detach().numpy() == pytest.approx(np.array(ref), rel=1e-12, abs=1e-14)
     assert set(opt.state[p]) == {"step", "exp_avg"}  # no second-moment state
+
+
+@pytest.mark.parametrize("step", [1, 2, 50])
+def test_adams_bias_corrected_step_is_one_lr_for_a_steady_gradient(step):
+    """With Adam's corrections a constant gradient moves every coordinate by lr at step 1 and
+    within 30% of lr at later steps (the uncorrected m_{t-1} in v makes step 2 the largest),
+    never the 1/sqrt(1 - b2) = 4.5 lr of a v_t left uncorrected."""
+    h = Hyper(lr=1.0, weight_decay=0.0)
+    g = torch.tensor([0.3, -2.0, 1e-3], dtype=torch.float64)
+    m, p = torch.zeros(3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64)
+    for t in range(1, step + 1):
+        before = p.clone()
+        adams_update_(p, g, m, t, h)
+    moved = (before - p) / g.sign()  # in learning rates, towards -g
+    if step == 1:
+        assert moved.tolist() == pytest.approx([1.0] * 3, rel=1e-4)  # eps against 1e-3
+    else:
+        assert ((moved > 0.95) & (moved < 1.3)).all(), moved
 
 
 def test_adamw_update_matches_torch():
