@@ -43,7 +43,7 @@ VARIANTS = (
 )
 
 
-TRAIN_KEYS = ("lr", "warmup_steps")  # options of a run that belong to TrainConfig
+TRAIN_KEYS = ("lr", "warmup_steps", "seed")  # options of a run that belong to TrainConfig
 
 
 def label(name: str, opts: dict) -> str:

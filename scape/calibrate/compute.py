@@ -50,7 +50,7 @@ DENSITY = 0.01
 # contiguous values would time a plain copy.
 SPREAD = 16
 QUANT_BITS, QUANT_BLOCK = 8, 2048  # SchemeConfig defaults for quantized:8
-OPT_STEP = 2  # step > 1: AdamS takes its bias-corrected previous-moment branch
+OPT_STEP = 2  # step > 1, as in training: both bias corrections are applied
 FLAT_TENSORS = 8  # parameter tensors behind a flat_copy of n elements
 
 
