@@ -154,3 +154,30 @@ def test_train_bad_inputs(capsys, args, message):
 def test_nccl_without_gpus_is_a_clear_error(capsys):
     code, _out, err = scape(capsys, "train", "--backend", "nccl", "--nprocs", "2")
     assert code == 2 and "needs one GPU per rank: 2 asked, 0 found" in err
+
+
+def test_validation_sample_does_not_follow_the_training_seed(monkeypatch):
+    """Runs of different seeds are scored on the same held-out batches (TrainConfig.val_seed),
+    so the spread between them is the training's, not the validation sample's."""
+    from scape.train import loop
+
+    seen = []
+
+    def fake_batch(split, step, rank, micro_batch, seq_len, seed=0):
+        seen.append((split, step, seed))
+        return torch.zeros(micro_batch, seq_len, dtype=torch.long), torch.zeros(
+            micro_batch, seq_len, dtype=torch.long)
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(1))
+
+        def forward(self, x, y):
+            return self.w.sum() + 1.0
+
+    monkeypatch.setattr(loop, "batch", fake_batch)
+    for seed in (0, 7):
+        loop.evaluate(Model(), loop.TrainConfig(seed=seed, eval_batches=3, micro_batch=2), 4)
+    assert seen[:3] == seen[3:] and {s for _, _, s in seen} == {0}
+    assert all(split == "val" for split, _, _ in seen)

@@ -37,7 +37,10 @@ class TrainConfig:
     warmup_steps: int = 20
     min_lr_ratio: float = 0.1
     hyper: Hyper = field(default_factory=Hyper)
-    seed: int = 0
+    seed: int = 0  # initial weights and training batches
+    # validation batches: fixed apart from `seed`, so runs of different seeds are scored on the
+    # same held-out sample and their spread is the training's alone
+    val_seed: int = 0
     eval_every: int = 50
     eval_batches: int = 8
     out: str | None = None  # logs, checkpoints and summary
@@ -76,7 +79,7 @@ def evaluate(model: GPT, cfg: TrainConfig, seq: int) -> float:
     model.eval()
     device = next(model.parameters()).device
     losses = [model(*(b.to(device) for b in batch("val", 10**6 + i, 0, cfg.micro_batch, seq,
-                                                    cfg.seed))).item()
+                                                    cfg.val_seed))).item()
               for i in range(cfg.eval_batches)]
     model.train()
     return sum(losses) / len(losses)
