@@ -10,11 +10,11 @@ first moment and the current gradient,
 With `bias_correction` (the default) the step is corrected as Adam corrects it, which is what
 the SCAPE authors' Megatron AdamS does (mz687/SCAPE_SC26, megatron/core/optimizer/AdamS.py,
 read, not copied): m_t is divided by 1 - b1^t and sqrt(v_t) by sqrt(1 - b2^t), with v_t built
-from the raw m_{t-1}. Without it the update is the paper's plain form above. Defaults b1=0.9,
+from the raw m_{t-1}. Without it the update is the plain form above. Defaults b1=0.9,
 b2=0.95, eps=1e-8, wd=0.1 (DESIGN section 5). Weight decay is decoupled, as in AdamW.
 
 (Until 2026-11-23 this project divided m_{t-1} inside v_t by 1 - b1^(t-1) and left v_t
-uncorrected, a form neither the paper nor the authors' code uses; at step 1 it moved each
+uncorrected, a form the authors' code does not use; at step 1 it moved each
 coordinate 1/sqrt(1 - b2) = 4.5 learning rates instead of one.)
 """
 
