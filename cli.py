@@ -200,8 +200,9 @@ RUN_STEPS_HELP = "also average the step over a run of T steps (default with --de
 
 
 def _run_steps(run_steps: int | None, density_warmup: int | None) -> int | None:
-    """Steps to average over: --run-steps, else the warm-up itself (the authors' runs stretch
-    it over most of training), else none (steady step only)."""
+    """Steps to average over: --run-steps, else the warm-up itself (what the warm-up costs while
+    it lasts; the authors' scripts warm up over 10k of 100k iterations), else none (steady step
+    only)."""
     if run_steps is not None and run_steps < 1:
         raise UserError(f"--run-steps must be positive, got {run_steps}")
     return run_steps or density_warmup or None
@@ -369,7 +370,8 @@ def plan_cmd(
     top: int = typer.Option(10, "--top", help="plans to print"),
     density_warmup_frac: float = typer.Option(
         0.0, "--density-warmup-frac", help="scape: density warms up from 1 over this fraction "
-        "of the run's steps (the authors' scripts: 0.8-1.0); 0: the target from the start"),
+        "of the run's steps (the authors' scripts: 10k of 100k iterations, 0.1); 0: the "
+        "target from the start"),
     fmt: str = typer.Option("table", "--format", help="table|csv|json"),
 ):
     """Search GPU counts, schemes, micro-batching and tensor parallelism for a training run."""
@@ -400,7 +402,8 @@ def plan_cmd(
                    "hours use run_mean_step_s")
     elif any(s.startswith("scape") for s in req.schemes):
         header += ("\nscape: every step at the target density; the authors' convergence runs "
-                   "warm density up over most of the run (--density-warmup-frac 1)")
+                   "warm density up from 1 over the first 10% of the run "
+                   "(--density-warmup-frac 0.1)")
     print(render(shown[cols], "table", header=header, floatfmt={
         "memory_GB": "{:.1f}", "step_time_s": "{:.3f}", "run_mean_step_s": "{:.3f}",
         "tokens_per_s": "{:,.0f}",

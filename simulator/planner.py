@@ -45,7 +45,7 @@ class PlanRequest:
     dtypes: Dtypes = field(default_factory=Dtypes)
     workers: int | None = None  # processes; default: every core
     # SCAPE's density warm-up as a fraction of the run's steps (simulator/schedule.py); 0: the
-    # target density from the first step. The authors' scripts use 0.8-1.0.
+    # target density from the first step. The authors' scripts: 10k of 100k iterations, 0.1.
     density_warmup_frac: float = 0.0
 
     @property

@@ -2,12 +2,13 @@
 
 The SCAPE authors' runs (mz687/SCAPE_SC26, `_scheduled_density`) do not send at the target
 density from the start: the mask's density falls geometrically from 1 to d over W steps,
-d(t) = d ** min(1, t / W), and their scripts stretch W over most of the run (GPT-345M: 10k
-steps; Llama-500M: 8k after 2k). A steady-state step (`simulate_step`) then says what the last
-steps cost, not what the run costs: with W = the whole run at d = 0.01, a step sends on
-average (1 - d) / ln(1 / d) = 21% of the dense bytes. This module averages the step over the
-schedule: sum_t step(d(t)) over the warm-up by the trapezoid rule on `nodes` points of t (the
-step time is smooth in t: bytes follow d(t), a geometric curve), plus the steady steps.
+d(t) = d ** min(1, t / W); their scripts set W to 10k steps (GPT-345M; Llama-500M: 8k after
+2k) of runs of up to 100k iterations (`--train-iters 100000`). A steady-state step
+(`simulate_step`) then says what the last steps cost, not what the run costs: with W = the
+whole run at d = 0.01, a step sends on average (1 - d) / ln(1 / d) = 21% of the dense bytes.
+This module averages the step over the schedule: sum_t step(d(t)) over the warm-up by the
+trapezoid rule on `nodes` points of t (the step time is smooth in t: bytes follow d(t), a
+geometric curve), plus the steady steps.
 """
 
 from __future__ import annotations
