@@ -663,7 +663,12 @@ def calibrate_compute_cmd(
 
 @app.command("validate")
 def validate_cmd(
-    profile: str = typer.Option(..., "--profile", help="measured/NAME (from scape calibrate)"),
+    profile: str = typer.Option(None, "--profile",
+                                help="measured/NAME (from scape calibrate); with --external: "
+                                     "the cluster the data came from (default vista-gh200)"),
+    external: str = typer.Option(None, "--external",
+                                 help="predict a published data set instead of running: "
+                                      "NAME under profiles/external/ (scape-sc26)"),
     schemes: str = typer.Option(",".join(VALIDATE_SCHEMES), "--schemes",
                                 help="comma-separated NAME[:VALUE]"),
     nprocs: str = typer.Option("2,3", "--nprocs", help="ranks, e.g. 3 or 2,3"),
@@ -680,10 +685,16 @@ def validate_cmd(
     out: str = typer.Option(None, "--out", help="folder for CSV, JSON and PNG"),
     fmt: str = typer.Option("table", "--format", help="table|csv|json"),
 ):
-    """Run the real optimizer per scheme, simulate the same step from the profile, compare."""
+    """Run the real optimizer per scheme, simulate the same step from the profile, compare;
+    or, with --external, fit on a published data set's dense rows and predict the rest."""
     from reports import validate as v
 
     check_format(fmt)
+    if external is not None:
+        _validate_external(external, profile, out, fmt)
+        return
+    if profile is None:
+        raise UserError("give --profile measured/NAME (from scape calibrate) or --external NAME")
     hw = load_hardware(profile)
     v.check_profile_complete(hw.path)
     if steps < 3:
@@ -736,6 +747,27 @@ def validate_cmd(
             "measured_fwd_bwd_s", "measured_comm_s", "predicted_exposed_comm_s"]
     print(render(df[cols], fmt, header=header, floatfmt={
         c: "{:.4f}" for c in cols if c.endswith("_s")} | {"error_pct": "{:+.1f}"}))
+
+
+def _validate_external(name: str, profile: str | None, out: str | None, fmt: str) -> None:
+    from reports import external as x
+
+    table, fit, meta = x.validate_external(name, profile or x.BASE_HARDWARE)
+    dest = Path(out or f"out/validate-external/{name}")
+    files = x.write_outputs(table, fit, meta, dest)
+    stats = x.summary(table)
+    if fmt == "json":
+        print(files["json"].read_text())
+        return
+    header = (f"{name}: {x.protocol_text(fit)}\n"
+              f"predicted rows: {stats['predicted_rows']} ({stats['scape_rows']} SCAPE), "
+              f"median |error| {stats['median_abs_error_pct']:.1f}%, max "
+              f"{stats['max_abs_error_pct']:.1f}%; {len(meta['skipped'])} rows not predicted "
+              f"(listed in the JSON); saved " + ", ".join(str(f) for f in files.values()))
+    cols = ["series", "model", "gpus", "quantity", "measured_s", "predicted_s", "error_pct",
+            "fitted"]
+    print(render(table[cols], fmt, header=header, floatfmt={
+        "measured_s": "{:.3f}", "predicted_s": "{:.3f}", "error_pct": "{:+.1f}"}))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ GPU_FIELDS = {
     "peak_bf16_tflops": Field(float, gt=0),
     "memory_GB": Field(float, gt=0),
     "hbm_bw_GBps": Field(float, gt=0),
+    # CPU-GPU link per direction (NVLink-C2C, PCIe); needed to price CPU offload
+    "host_bw_GBps": Field(float, gt=0, required=False),
     "source": SOURCE,
 }
 NODE_FIELDS = {"gpus_per_node": Field(int, ge=1, le=1024), "source": SOURCE}
@@ -34,6 +36,16 @@ NIC_FIELDS = {
     "latency_us": Field(float, ge=0),
     "source": SOURCE,
 }
+# How NCCL moves bytes between nodes (DESIGN section 9). Without this table the [nic] numbers
+# are what the transport reaches (InfiniBand verbs or RoCE at the NIC's efficiency).
+TRANSPORTS = ("ib-verbs", "roce", "efa", "socket")
+TRANSPORT_FIELDS = {
+    "kind": Field(str, choices=TRANSPORTS),
+    "efficiency": Field(float, gt=0, le=1),  # of the NIC line rate, for bulk collectives
+    "latency_us": Field(float, ge=0),  # per inter-node ring step
+    "call_us": Field(float, ge=0),  # fixed cost of one inter-node collective call
+    "source": SOURCE,
+}
 FABRIC_FIELDS = {
     "topology": Field(str, choices=("fat-tree",)),
     "nodes_per_leaf": Field(int, ge=1),
@@ -45,6 +57,9 @@ COMPUTE_FIELDS = {
     "mfu": Field(float, gt=0, le=1),
     "mem_efficiency": Field(float, gt=0, le=1),
     "interference": Field(float, ge=0, le=1),
+    # host time every step pays besides forward/backward and kernels (timers, clipping,
+    # bookkeeping); absent: not modelled
+    "step_fixed_ms": Field(float, ge=0, required=False),
     "source": SOURCE,
 }
 PRICE_FIELDS = {"usd_per_gpu_hour": Field(float, gt=0), "source": SOURCE}
@@ -77,6 +92,7 @@ class Gpu:
     hbm_bw_GBps: float
     source: str
     sources: dict[str, str] = field(default_factory=dict)
+    host_bw_GBps: float | None = None
 
 
 @dataclass(frozen=True)
@@ -117,6 +133,19 @@ class Nic:
 
 
 @dataclass(frozen=True)
+class Transport:
+    """NCCL's inter-node transport: what fraction of the NIC a collective reaches through it,
+    its per-step latency, and a fixed cost per collective call."""
+
+    kind: str
+    efficiency: float
+    latency_us: float
+    call_us: float
+    source: str
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Fabric:
     topology: str
     nodes_per_leaf: int
@@ -134,6 +163,7 @@ class Compute:
     mem_efficiency: float  # fraction of HBM bandwidth memory-bound kernels reach
     interference: float  # fractional compute slowdown while communication overlaps it
     source: str
+    step_fixed_ms: float | None = None
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -175,16 +205,45 @@ class HardwareProfile:
     measured: dict = field(default_factory=dict)
     # compute slowdown while an async collective is issued but not yet waited for, per ranks
     async_interference: dict[int, float] = field(default_factory=dict)
+    transport: Transport | None = None
+    # MFU measured or fitted for particular models (model name -> MFU); others use compute.mfu
+    model_mfu: dict[str, float] = field(default_factory=dict)
+
+    def mfu_for(self, model: str) -> float:
+        return self.model_mfu.get(model, self.compute.mfu)
 
     @property
     def gpus_per_node(self) -> int:
         return self.node.gpus_per_node
 
+    @property
+    def transport_kind(self) -> str:
+        """The inter-node transport's name; "nic" where the profile gives only [nic]."""
+        return self.transport.kind if self.transport else "nic"
+
+    @property
+    def inter_node_Bps(self) -> float:
+        """Effective bytes/s of one NIC through the transport."""
+        eff = self.transport.efficiency if self.transport else self.nic.efficiency
+        return self.nic.bw_Gbps * 1e9 / 8 * eff
+
+    @property
+    def inter_node_latency_s(self) -> float:
+        return (self.transport.latency_us if self.transport else self.nic.latency_us) * 1e-6
+
+    def call_overhead_s(self, ranks: int) -> float:
+        """Fixed seconds one collective call over `ranks` GPUs pays to its transport: only
+        when the group leaves the node."""
+        if self.transport is None or ranks <= self.node.gpus_per_node:
+            return 0.0
+        return self.transport.call_us * 1e-6
+
 
 def parse_hardware(path: Path | str, doc: dict[str, Any]) -> HardwareProfile:
     """Validate a parsed TOML document and build a `HardwareProfile`."""
     tables = {"gpu", "node", "intra_node", "nic", "fabric", "compute"}
-    require_tables(path, doc, required=tables, optional={"reference", "price", *MEASURED_ONLY})
+    optional = {"reference", "price", "transport", "model_mfu", *MEASURED_ONLY}
+    require_tables(path, doc, required=tables, optional=optional)
     top = {k: v for k, v in doc.items() if not isinstance(v, dict)}
     top_values, _ = validate_table(path, "", top, TOP_FIELDS)
 
@@ -204,6 +263,9 @@ def parse_hardware(path: Path | str, doc: dict[str, Any]) -> HardwareProfile:
         reference=build(Reference, "reference", REFERENCE_FIELDS) if "reference" in doc else None,
         path=str(path),
         price=build(Price, "price", PRICE_FIELDS) if "price" in doc else None,
+        transport=(build(Transport, "transport", TRANSPORT_FIELDS) if "transport" in doc
+                   else None),
+        model_mfu=_model_mfu(path, doc.get("model_mfu")),
         **_measured_tables(path, doc),
     )
     _cross_check(path, hw)
@@ -251,6 +313,23 @@ def _measured_tables(path, doc: dict[str, Any]) -> dict[str, Any]:
         raise ProfileError(f"{path}: [overlap] ranks/async_interference: two lists of equal "
                            "length, values >= 0")
     out["async_interference"] = {int(r): float(v) for r, v in zip(ranks, values, strict=True)}
+    return out
+
+
+def _model_mfu(path, table: dict | None) -> dict[str, float]:
+    """[model_mfu]: model name = MFU in (0, 1], and a `source`."""
+    if table is None:
+        return {}
+    if not isinstance(table.get("source"), str) or not table["source"]:
+        raise ProfileError(f"{path}: [model_mfu] source: missing required key")
+    out = {}
+    for name, value in table.items():
+        if name == "source":
+            continue
+        if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value <= 1:
+            raise ProfileError(f"{path}: [model_mfu] {name}: must be a number in (0, 1], got "
+                               f"{value!r}")
+        out[name] = float(value)
     return out
 
 

@@ -77,6 +77,28 @@ class ModelProfile:
         """Parameters of one transformer layer."""
         return LAYER_PARAMS[self.family](self.arch)
 
+    def tensors(self) -> list[tuple[int, bool]]:
+        """(elements, is a norm or bias) of each parameter tensor, in Megatron-Core's order
+        (embedding, the layers, final norm, output head), fused as Megatron-Core fuses them:
+        QKV in one weight, gate and up projections in one. Sizes sum to `n_params`; per-tensor
+        schemes (the SCAPE authors' per-layer top-k, which sends norms and biases dense) need
+        them."""
+        a = self.arch
+        h, f = a.d_model, a.d_ff
+        if self.family == "gpt":
+            layer = [(h, True), (h, True), (3 * h * h, False), (3 * h, True), (h * h, False),
+                     (h, True), (h, True), (h, True), (h * f, False), (f, True),
+                     (f * h, False), (h, True)]
+            head = [(a.seq_len * h, False)]  # learned positions
+            final = [(h, True), (h, True)]
+        else:
+            kv = a.n_kv_heads * a.head_dim
+            layer = [(h, True), (h * (h + 2 * kv), False), (h * h, False), (h, True),
+                     (2 * f * h, False), (f * h, False)]
+            head, final = [], [(h, True)]
+        out = [] if a.tied_embeddings else [(a.vocab_size * h, False)]
+        return [(a.vocab_size * h, False), *head, *layer * a.n_layers, *final, *out]
+
 
 def _gpt_layer(a: Arch) -> int:
     h, f = a.d_model, a.d_ff

@@ -331,7 +331,10 @@ SCHEMES: dict[str, Builder] = {
     "topk": topk,
     "scalecom": scalecom,
     "scape": scape,
+    "scape-authors": None,  # scape/plan_authors.py, registered below (it imports this module)
 }
+# Schemes whose plan depends on the parameter tensors, not only their total.
+PER_TENSOR = frozenset({"scape-authors"})
 # Names people use for the paper's baselines: Megatron's distributed optimizer with each update.
 ALIASES: dict[str, dict] = {
     "dense-adamw": {"scheme": "dense-zero1", "optimizer": "adamw"},
@@ -350,15 +353,28 @@ def make_config(name: str, **options) -> SchemeConfig:
     return SchemeConfig(**base).validate()
 
 
-def plan(cfg: SchemeConfig, n_params: int, world: int, dtypes: Dtypes | None = None) -> Plan:
-    """The communication plan of `cfg` for N parameters over `world` data-parallel ranks."""
+def plan(cfg: SchemeConfig, n_params: int, world: int, dtypes: Dtypes | None = None,
+         tensors: list[int] | None = None, dense: list[bool] | None = None) -> Plan:
+    """The communication plan of `cfg` for N parameters over `world` data-parallel ranks.
+    `tensors` (sizes, buffer order) and `dense` (never-sparsified tensors) matter to per-tensor
+    schemes; without them the parameters are one tensor."""
     cfg.validate()
     if world < 1:
         raise UserError(f"world size must be at least 1, got {world}")
     if n_params < 1:
         raise UserError(f"parameter count must be positive, got {n_params}")
-    result = SCHEMES[cfg.scheme](cfg, n_params, world, dtypes or Dtypes())
+    if tensors is not None and sum(tensors) != n_params:
+        raise UserError(f"tensor sizes sum to {sum(tensors)}, not the {n_params} parameters")
+    if cfg.scheme in PER_TENSOR:
+        result = SCHEMES[cfg.scheme](cfg, n_params, world, dtypes or Dtypes(), tensors, dense)
+    else:
+        result = SCHEMES[cfg.scheme](cfg, n_params, world, dtypes or Dtypes())
     if world == 1:  # one rank talks to nobody: keep the kernels, drop the collectives
         steps = tuple((w, StepPlan((), s.kernels)) for w, s in result.steps)
         result = Plan(result.scheme, steps)
     return result
+
+
+from scape.plan_authors import scape_authors  # noqa: E402  (it imports the types above)
+
+SCHEMES["scape-authors"] = scape_authors

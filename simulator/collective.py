@@ -177,12 +177,13 @@ def calibrated(hw: HardwareProfile, op: str, algo: str, ranks: int,
     """(algorithm, bytes to simulate, fixed seconds per call) for `op` on `hw`: a measured
     profile says how its backend runs the collective, at what efficiency and with what
     per-call overhead (scape calibrate collectives); `auto` on other profiles, or an explicit
-    algorithm, is kept as is."""
+    algorithm, is kept as is. A profile's [transport] adds its fixed cost per call."""
+    call = hw.call_overhead_s(ranks)  # the transport's fixed cost per inter-node call
     measured = hw.collectives.get(op)
     if measured is None or algo != AUTO:
-        return algo, size, 0.0
+        return algo, size, call
     eff = measured.get("by_ranks", {}).get(ranks, measured["efficiency"])
-    return measured["algo"], size / eff, measured.get("overhead_s", {}).get(ranks, 0.0)
+    return measured["algo"], size / eff, call + measured.get("overhead_s", {}).get(ranks, 0.0)
 
 
 def sweep(

@@ -44,8 +44,19 @@ KERNEL_BYTES: dict[str, float] = {
     # The CPU runtime's copies between model tensors and its flat fp32 buffers: read the
     # gradient, write the flat gradient; read the master, write the parameter (4 x 4 B).
     "flat_copy": 16.0,
+    # A Python loop's elementwise work, already counted in bytes (scape/plan_authors.py).
+    "reducer_bytes": 1.0,
 }
-COMPRESSION_KINDS = frozenset(KERNEL_BYTES) - {"optimizer_adamw", "optimizer_adams", "flat_copy"}
+# Kinds not priced by HBM bytes: a host op's launch (CPU-side dispatch, elements = launches)
+# and a copy over the CPU-GPU link (elements = bytes).
+HOST_OP_S = 10e-6
+HOST_OP_SOURCE = ("assumption inside the cited range: 'the before-kernel total: ~5-25 us of "
+                  "CPU-side work per op' (Python, pybind11, autograd and ATen dispatch, "
+                  "cudaLaunchKernel), https://jiahuanglin.xyz/all_lessons/gpu_kernel_serving/"
+                  "18_pytorch_to_kernel.html; to be replaced by a GPU measurement")
+OTHER_KINDS = ("host_ops", "host_copy")
+COMPRESSION_KINDS = (frozenset(KERNEL_BYTES) | set(OTHER_KINDS)) - {
+    "optimizer_adamw", "optimizer_adams", "flat_copy"}
 
 
 @dataclass(frozen=True)
@@ -71,7 +82,7 @@ def fwd_bwd(
     """Forward and backward time of one micro-batch on one GPU (tensor parallel degree `tp`)."""
     tokens = micro_batch * seq_len
     fwd_flops = forward_flops_per_token(model, seq_len) * tokens / tp
-    rate = hw.gpu.peak_bf16_tflops * 1e12 * hw.compute.mfu  # FLOP/s achieved
+    rate = hw.gpu.peak_bf16_tflops * 1e12 * hw.mfu_for(model.name)  # FLOP/s achieved
     return ComputeTimes(fwd_flops / rate, 2 * fwd_flops / rate, 3 * fwd_flops * grad_accum)
 
 
@@ -90,6 +101,13 @@ def kernel_time(kind: str, elements: float, hw: HardwareProfile) -> float:
         return math.exp(np.interp(x, sizes, secs))
     if measured is not None:
         return measured["fixed_us"] * 1e-6 + measured["ns_per_element"] * 1e-9 * elements
+    if kind == "host_ops":
+        return HOST_OP_S * elements
+    if kind == "host_copy":
+        if hw.gpu.host_bw_GBps is None:
+            raise UserError(f"profile {hw.name} gives no [gpu] host_bw_GBps: cannot price "
+                            "copies between host and GPU memory (CPU offload)")
+        return elements / (hw.gpu.host_bw_GBps * 1e9 * hw.compute.mem_efficiency)
     return KERNEL_BYTES[kind] * elements / (hw.gpu.hbm_bw_GBps * 1e9 * hw.compute.mem_efficiency)
 
 

@@ -226,7 +226,7 @@ def build_topology(hw: HardwareProfile, gpus: int) -> Topology:
     """The topology of `gpus` GPUs of hardware `hw`, filled node by node, leaf by leaf."""
     g = min(hw.node.gpus_per_node, gpus) if gpus >= 1 else hw.node.gpus_per_node
     nic = hw.nic
-    uplink = hw.fabric.nodes_per_leaf * nic.nics_per_node * nic.effective_Bps
+    uplink = hw.fabric.nodes_per_leaf * nic.nics_per_node * hw.inter_node_Bps
     return Topology(
         gpus=gpus,
         gpus_per_node=g,
@@ -234,10 +234,10 @@ def build_topology(hw: HardwareProfile, gpus: int) -> Topology:
         nics_per_node=max(1, nic.nics_per_node * g // hw.node.gpus_per_node),
         nodes_per_leaf=hw.fabric.nodes_per_leaf,
         intra_Bps=hw.intra_node.effective_Bps,
-        nic_Bps=nic.effective_Bps,
+        nic_Bps=hw.inter_node_Bps,  # through the profile's transport
         uplink_Bps=uplink / hw.fabric.oversubscription,
         intra_latency_s=hw.intra_node.latency_us * 1e-6,
-        nic_latency_s=nic.latency_us * 1e-6,
+        nic_latency_s=hw.inter_node_latency_s,
         switch_latency_s=hw.fabric.switch_latency_us * 1e-6,
         name=hw.name,
     )

@@ -273,6 +273,9 @@ class _StepSim:
         yield simpy.AllOf(self.env, in_flight)
         yield from self._kernels("update")
         yield from self._kernels("post")
+        # the host's fixed work per step (a profile fitted to real steps knows it)
+        yield from self._work("fixed per-step work",
+                              (cfg.hardware.compute.step_fixed_ms or 0.0) * 1e-3, "compute")
         yield simpy.AllOf(self.env, [p for op in ops if op.phase == "after_update"
                                      for p in self._launch(op)])
         yield simpy.AllOf(self.env, carried["next_forward"])
@@ -290,7 +293,10 @@ def simulate_step(
     topo = build_topology(cfg.hardware, cfg.gpus)
     cache = cache or PhaseCache(topo)
     if the_plan is None:
-        the_plan = plan(cfg.scheme, math.ceil(cfg.model.n_params / cfg.tp), cfg.dp, cfg.dtypes)
+        tensors = cfg.model.tensors() if cfg.tp == 1 else None  # per-tensor schemes need them
+        the_plan = plan(cfg.scheme, math.ceil(cfg.model.n_params / cfg.tp), cfg.dp, cfg.dtypes,
+                        tensors=[n for n, _ in tensors] if tensors else None,
+                        dense=[d for _, d in tensors] if tensors else None)
     totals = dict.fromkeys(("step", "compute", "compression", "tp", "exposed", "overlap"), 0.0)
     spans: list[Span] = []
     kinds = []

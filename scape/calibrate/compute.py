@@ -208,6 +208,17 @@ def scale_bench(n: int, device: torch.device) -> Bench:
     return run
 
 
+def reducer_bytes_bench(n: int, device: torch.device) -> Bench:
+    """n bytes of elementwise fp32 traffic (kind `reducer_bytes`, whose elements are bytes):
+    one in-place scaling of n/8 values reads and writes 4 bytes each."""
+    x = _randn(max(1, n // 8), device)  # [n / 8] fp32
+
+    def run() -> None:
+        x.mul_(0.9999)
+
+    return run
+
+
 def flat_copy_bench(n: int, device: torch.device) -> Bench:
     """Copy between the model and the flat fp32 buffers, per parameter element: every scheme's
     FlatParams.pull_grads (model .grad -> flat gradient) and push_params (master -> model),
@@ -238,6 +249,7 @@ KERNEL_BENCH: dict[str, Builder] = {
     "dequantize": dequantize_bench,
     "error_feedback": error_feedback_bench,
     "scale": scale_bench,
+    "reducer_bytes": reducer_bytes_bench,
     "flat_copy": flat_copy_bench,
 }
 

@@ -1,0 +1,221 @@
+"""`scape validate --external NAME`: other people's measurements, predicted (DESIGN section 9).
+
+Protocol (printed with every result): the network (cost per ring step, bandwidth through the
+transport) and the compute (MFU per model, optimizer-step memory efficiency, fixed cost per step)
+are fitted ONLY on the dense AdamS rows: the computation/communication split of the dense steps,
+every model and GPU count (simulator/external_fit.py). Kernel costs of the SCAPE reducer are not
+fitted at all: they come from the hardware profile's kernel model. Every other row (SCAPE at
+every density, with and without the distributed optimizer and CPU offload; the dense step times,
+which the split sums to) is predicted by simulating the run's step on the fitted profile.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+
+from profiles import HardwareProfile, UserError, load_hardware, load_model
+from profiles.external import ExternalData, ExternalRow, load_external
+from profiles.hardware import Transport
+from scape.plan import SchemeConfig, make_config, plan
+from simulator.external_fit import DenseRow, ExternalFit, accum_of, dense_dtypes, fit_dense
+from simulator.step import StepConfig, simulate_step
+
+BASE_HARDWARE = "vista-gh200"  # the cluster the authors ran on, before the fit
+PREDICTED_QUANTITIES = ("step_ms", "compute_ms", "comm_ms")
+SERIES = re.compile(r"^(?P<scheme>adams|scape-d(?P<density>[0-9.]+))(?P<distopt>-distopt)?"
+                    r"(?P<offload>-offload)?$")
+
+
+def _git_revision() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True, cwd=Path(__file__).parent).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def scheme_of(row: ExternalRow, config: dict) -> SchemeConfig:
+    """The scheme a series ran, from its launch settings: Megatron's dense AdamS (all-reduce,
+    or the distributed optimizer), or the authors' SCAPE reducer at its density and offload
+    flags. No overlap: the scripts pass no --overlap-grad-reduce / --overlap-param-gather."""
+    m = SERIES.match(row.series)
+    if m is None:
+        raise UserError(f"{row.cite}: series {row.series!r} is not one this tool can simulate")
+    distopt = bool(config.get("use_distributed_optimizer"))
+    no_overlap = {"overlap_grad_reduce": False, "overlap_param_gather": False,
+                  "bucket_bytes": float("inf")}
+    if m["scheme"] == "adams":
+        return make_config("dense-zero1" if distopt else "dense-ddp", optimizer="adams",
+                           **no_overlap)
+    density = float(config.get("topk_adams_density", m["density"]))
+    return make_config(
+        "scape-authors", sparsity=1 - density, **no_overlap,
+        extra={"distributed_optimizer": distopt,
+               "residual_offload": bool(config.get("topk_adams_residual_cpu_offload")),
+               "param_offload": bool(config.get("topk_adams_full_param_cpu_offload"))})
+
+
+def _step_config(ext: ExternalData, row: ExternalRow, hw: HardwareProfile) -> StepConfig:
+    config = ext.config(row)
+    if config is None:
+        raise UserError(f"{row.cite}: no launch settings for {row.model} {row.series}")
+    model = load_model(row.model)
+    return StepConfig(model=model, hardware=hw, gpus=row.gpus, scheme=scheme_of(row, config),
+                      micro_batch=config["micro_batch_size"],
+                      seq_len=config["seq_length"],
+                      global_batch=config["global_batch_size"], dtypes=dense_dtypes(),
+                      algo="ring").validate()
+
+
+def dense_rows(ext: ExternalData) -> list[DenseRow]:
+    """The dense AdamS computation/communication rows: the fit's only inputs."""
+    split: dict[tuple, dict[str, float]] = {}
+    for r in ext.rows:
+        if r.quantity in ("compute_ms", "comm_ms") and SERIES.match(r.series)["scheme"] == "adams":
+            split.setdefault((r.model, r.series, r.gpus, r.table), {})[r.quantity] = r.value / 1e3
+    out = []
+    for (model, series, gpus, table), values in sorted(split.items()):
+        row = next(r for r in ext.rows if (r.model, r.series, r.gpus, r.table)
+                   == (model, series, gpus, table))
+        config = ext.config(row)
+        if config is None:
+            continue  # no launch settings: the run cannot be simulated
+        cfg = scheme_of(row, config)
+        profile = load_model(model)
+        mb = config["micro_batch_size"]
+        out.append(DenseRow(
+            key=f"{model} {series} {gpus} GPUs", model=profile, gpus=gpus,
+            accum=accum_of(config["global_batch_size"], mb, gpus), micro_batch=mb,
+            seq_len=config["seq_length"],
+            distributed_optimizer=bool(config.get("use_distributed_optimizer")),
+            plan=plan(cfg, profile.n_params, gpus, dense_dtypes()),
+            comm_s=values.get("comm_ms"), compute_s=values.get("compute_ms")))
+    return out
+
+
+def fitted_hardware(fit: ExternalFit, base: HardwareProfile, name: str) -> HardwareProfile:
+    """`base` with the fitted transport (TCP sockets: NCCL_NET=Socket) and compute."""
+    line = base.nic.bw_Gbps * 1e9 / 8
+    src = (f"fitted by `scape validate --external` on {len(fit.inputs)} dense AdamS rows "
+           "(communication and computation split) only")
+    return replace(
+        base, name=name,
+        transport=Transport("socket", fit.bandwidth_Bps / line, fit.alpha_s * 1e6, 0.0, src),
+        compute=replace(base.compute, step_fixed_ms=fit.step_fixed_s * 1e3, source=src),
+        model_mfu=dict(fit.mfu),
+        kernels={**base.kernels, "optimizer_adams": {
+            "fixed_us": 0.0, "ns_per_element": fit.optimizer_s_per_element * 1e9,
+            "residual_pct": 0.0}})
+
+
+def predict_row(ext: ExternalData, row: ExternalRow, hw: HardwareProfile) -> float:
+    """Seconds the simulator gives for `row`'s quantity."""
+    result = simulate_step(_step_config(ext, row, hw))
+    if row.quantity == "step_ms":
+        return result.step_time_s
+    if row.quantity == "comm_ms":
+        return result.exposed_comm_s
+    return result.step_time_s - result.exposed_comm_s
+
+
+def validate_external(name: str, hardware: str = BASE_HARDWARE
+                      ) -> tuple[pd.DataFrame, ExternalFit, dict]:
+    """Fit on the dense rows, predict every row that has launch settings; the table, the fit,
+    and what was left out (rows without launch settings, with why)."""
+    ext = load_external(name)
+    base = load_hardware(hardware)
+    fit = fit_dense(dense_rows(ext), base)
+    hw = fitted_hardware(fit, base, f"{base.name}-socket")
+    fitted_keys = {(r.key.rsplit(" ", 2)[0]) for r in dense_rows(ext)}
+    rows, skipped = [], []
+    for r in ext.rows:
+        if r.quantity not in PREDICTED_QUANTITIES:
+            skipped.append({"row": r.cite, "why": f"{r.quantity}: not predicted by this command"})
+            continue
+        if ext.config(r) is None:
+            skipped.append({"row": r.cite, "why": "no public launch settings (micro-batch, "
+                            "model shape) for this table"})
+            continue
+        predicted = predict_row(ext, r, hw)
+        fitted = r.quantity in ("compute_ms", "comm_ms") and f"{r.model} {r.series}" in \
+            fitted_keys
+        rows.append({"series": r.series, "model": r.model, "gpus": r.gpus,
+                     "quantity": r.quantity, "measured_s": r.value / 1e3,
+                     "predicted_s": predicted,
+                     "error_pct": 100 * (predicted / (r.value / 1e3) - 1),
+                     "fitted": fitted, "source": r.cite})
+    table = pd.DataFrame(rows)
+    meta = {"external": name, "hardware": hardware, "fitted_profile": hw.name,
+            "git_revision": _git_revision(), "skipped": skipped}
+    return table, fit, meta
+
+
+def summary(table: pd.DataFrame) -> dict:
+    held = table[~table["fitted"]]
+    err = held["error_pct"].abs()
+    return {"predicted_rows": len(held), "median_abs_error_pct": float(err.median()),
+            "max_abs_error_pct": float(err.max()),
+            "scape_rows": int(held["series"].str.startswith("scape").sum())}
+
+
+def protocol_text(fit: ExternalFit) -> str:
+    mfu = ", ".join(f"{m} {v:.3f}" for m, v in fit.mfu.items())
+    return (
+        "Fitted ONLY on the dense AdamS computation/communication rows "
+        f"({len(fit.inputs)} numbers): cost per ring step {fit.alpha_s * 1e3:.3f} ms, "
+        f"bandwidth through the transport {fit.bandwidth_Bps / 1e9:.3f} GB/s per GPU, "
+        f"MFU {mfu}, optimizer step {fit.optimizer_s_per_element * 1e12:.1f} ps per element, "
+        f"fixed cost per step {fit.step_fixed_s * 1e3:.1f} ms. Every row with fitted=false is "
+        "predicted; the SCAPE reducer's kernels come from the profile's kernel model, not from "
+        "any SCAPE measurement.")
+
+
+def write_outputs(table: pd.DataFrame, fit: ExternalFit, meta: dict, out: Path) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    files = {"csv": out / "external.csv", "json": out / "external.json",
+             "png": out / "external.png"}
+    table.to_csv(files["csv"], index=False)
+    doc = {**meta, "protocol": protocol_text(fit), "fit": {
+        "alpha_s": fit.alpha_s, "bandwidth_Bps": fit.bandwidth_Bps, "mfu": fit.mfu,
+        "optimizer_s_per_element": fit.optimizer_s_per_element,
+        "step_fixed_s": fit.step_fixed_s,
+        "inputs": list(fit.inputs), "residuals_pct": fit.residuals_pct},
+        "summary": summary(table), "rows": table.to_dict(orient="records")}
+    files["json"].write_text(json.dumps(doc, indent=1))
+    figure(table, files["png"])
+    return files
+
+
+def figure(table: pd.DataFrame, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = table[table["quantity"] == "step_ms"]
+    models = sorted(steps["model"].unique())
+    fig, axes = plt.subplots(1, len(models), figsize=(6.5 * len(models), 4.8), squeeze=False)
+    for ax, model in zip(axes[0], models, strict=True):
+        part = steps[steps["model"] == model]
+        for i, (series, g) in enumerate(part.groupby("series", sort=False)):
+            g = g.sort_values("gpus")
+            color = f"C{i}"
+            ax.plot(g["gpus"], g["measured_s"], "o", color=color, label=f"{series} measured")
+            ax.plot(g["gpus"], g["predicted_s"], "-", color=color, alpha=0.7)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("GPUs")
+        ax.set_ylabel("step time (s): dots measured, lines predicted")
+        ax.set_title(model)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
