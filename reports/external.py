@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import pandas as pd
 from profiles import HardwareProfile, UserError, load_hardware, load_model
 from profiles.external import ExternalData, ExternalRow, load_external
 from profiles.hardware import Transport
+from reports.tables import git_revision
 from scape.plan import SchemeConfig, make_config, plan
 from simulator.external_fit import DenseRow, ExternalFit, accum_of, dense_dtypes, fit_dense
 from simulator.step import StepConfig, simulate_step
@@ -30,14 +30,6 @@ BASE_HARDWARE = "vista-gh200"  # the cluster the authors ran on, before the fit
 PREDICTED_QUANTITIES = ("step_ms", "compute_ms", "comm_ms")
 SERIES = re.compile(r"^(?P<scheme>adams|scape-d(?P<density>[0-9.]+))(?P<distopt>-distopt)?"
                     r"(?P<offload>-offload)?$")
-
-
-def _git_revision() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True, cwd=Path(__file__).parent).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def scheme_of(row: ExternalRow, config: dict) -> SchemeConfig:
@@ -152,7 +144,7 @@ def validate_external(name: str, hardware: str = BASE_HARDWARE
                      "fitted": fitted, "source": r.cite})
     table = pd.DataFrame(rows)
     meta = {"external": name, "hardware": hardware, "fitted_profile": hw.name,
-            "git_revision": _git_revision(), "skipped": skipped}
+            "git_revision": git_revision(), "skipped": skipped}
     return table, fit, meta
 
 

@@ -9,14 +9,13 @@ paper's numbers.
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
 
 from profiles import HardwareProfile, load_hardware, load_model
-from reports.tables import markdown
+from reports.tables import git_revision, markdown
 from scape.plan import Dtypes, make_config
 from simulator.step import StepConfig, simulate_step
 
@@ -180,15 +179,6 @@ def sensitivity_figure(df: pd.DataFrame, path: Path) -> Path:
     return path
 
 
-def _git_revision() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True,
-                              cwd=Path(__file__).parent).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def write_report(out: Path, hardware: str = "vista-gh200") -> dict[str, Path]:
     """Predictions, assumptions, sensitivity (CSV + PNG) and a Markdown report in `out`."""
     hw = load_hardware(hardware)
@@ -211,7 +201,7 @@ def write_report(out: Path, hardware: str = "vista-gh200") -> dict[str, Path]:
     text = [
         "# SCAPE paper setting, predicted",
         "",
-        f"Hardware profile `{hardware}`, {GPUS} GPUs; git revision {_git_revision()}. "
+        f"Hardware profile `{hardware}`, {GPUS} GPUs; git revision {git_revision()}. "
         "The assumptions below were fixed from the authors' public scripts and Megatron-LM "
         "defaults before any prediction was looked at; nothing is fitted to the paper.",
         "",

@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+from pathlib import Path
 
 import pandas as pd
 
 from profiles import UserError
 
 FORMATS = ("table", "csv", "json")
+
+
+def git_revision() -> str:
+    """The short git revision of this code (not of the caller's directory), or "unknown"."""
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True, cwd=Path(__file__).parent).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
 def check_format(fmt: str, allowed: tuple[str, ...] = FORMATS) -> str:

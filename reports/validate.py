@@ -14,7 +14,6 @@ it, and the runtime's copies between model tensors and its flat buffers (kernel 
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import replace
 from datetime import date
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from profiles import HardwareProfile, UserError, load_model
+from reports.tables import git_revision
 from scape.plan import Kernel, Plan, SchemeConfig, StepPlan, plan
 from simulator.step import StepConfig, StepResult, simulate_step
 
@@ -108,14 +108,6 @@ def row(spec: str, world: int, netbed, measured: dict, predicted: StepResult) ->
         "predicted_exposed_comm_s": predicted.exposed_comm_s,
         "bytes_per_step": measured["bytes_per_step"],
     }
-
-
-def git_revision() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def summarize(df: pd.DataFrame) -> dict:
