@@ -217,11 +217,6 @@ class HardwareProfile:
         return self.node.gpus_per_node
 
     @property
-    def transport_kind(self) -> str:
-        """The inter-node transport's name; "nic" where the profile gives only [nic]."""
-        return self.transport.kind if self.transport else "nic"
-
-    @property
     def inter_node_Bps(self) -> float:
         """Effective bytes/s of one NIC through the transport."""
         eff = self.transport.efficiency if self.transport else self.nic.efficiency

@@ -1,7 +1,7 @@
 """`scape validate --external NAME`: other people's measurements, predicted (DESIGN section 9).
 
 Protocol (printed with every result): the network (cost per ring step, bandwidth through the
-transport) and the compute (MFU per model, optimizer-step memory efficiency, fixed cost per step)
+transport) and the compute (MFU per model, optimizer step per element, fixed cost per step)
 are fitted ONLY on the dense AdamS rows: the computation/communication split of the dense steps,
 every model and GPU count (simulator/external_fit.py). Kernel costs of the SCAPE reducer are not
 fitted at all: they come from the hardware profile's kernel model. Every other row (SCAPE at
@@ -65,19 +65,26 @@ def _step_config(ext: ExternalData, row: ExternalRow, hw: HardwareProfile) -> St
                       algo="ring").validate()
 
 
+def is_fit_input(ext: ExternalData, row: ExternalRow) -> bool:
+    """A dense AdamS computation or communication number of a run with launch settings."""
+    return (row.quantity in ("compute_ms", "comm_ms") and ext.config(row) is not None
+            and SERIES.match(row.series)["scheme"] == "adams")
+
+
 def dense_rows(ext: ExternalData) -> list[DenseRow]:
     """The dense AdamS computation/communication rows: the fit's only inputs."""
     split: dict[tuple, dict[str, float]] = {}
+    first: dict[tuple, ExternalRow] = {}
     for r in ext.rows:
-        if r.quantity in ("compute_ms", "comm_ms") and SERIES.match(r.series)["scheme"] == "adams":
-            split.setdefault((r.model, r.series, r.gpus, r.table), {})[r.quantity] = r.value / 1e3
+        if is_fit_input(ext, r):
+            key = (r.model, r.series, r.gpus, r.table)
+            split.setdefault(key, {})[r.quantity] = r.value / 1e3
+            first.setdefault(key, r)
     out = []
-    for (model, series, gpus, table), values in sorted(split.items()):
-        row = next(r for r in ext.rows if (r.model, r.series, r.gpus, r.table)
-                   == (model, series, gpus, table))
+    for key, values in sorted(split.items()):
+        row = first[key]
+        model, series, gpus, _ = key
         config = ext.config(row)
-        if config is None:
-            continue  # no launch settings: the run cannot be simulated
         cfg = scheme_of(row, config)
         profile = load_model(model)
         mb = config["micro_batch_size"]
@@ -124,7 +131,6 @@ def validate_external(name: str, hardware: str = BASE_HARDWARE
     base = load_hardware(hardware)
     fit = fit_dense(dense_rows(ext), base)
     hw = fitted_hardware(fit, base, f"{base.name}-socket")
-    fitted_keys = {(r.key.rsplit(" ", 2)[0]) for r in dense_rows(ext)}
     rows, skipped = [], []
     for r in ext.rows:
         if r.quantity not in PREDICTED_QUANTITIES:
@@ -135,8 +141,7 @@ def validate_external(name: str, hardware: str = BASE_HARDWARE
                             "model shape) for this table"})
             continue
         predicted = predict_row(ext, r, hw)
-        fitted = r.quantity in ("compute_ms", "comm_ms") and f"{r.model} {r.series}" in \
-            fitted_keys
+        fitted = is_fit_input(ext, r)
         rows.append({"series": r.series, "model": r.model, "gpus": r.gpus,
                      "quantity": r.quantity, "measured_s": r.value / 1e3,
                      "predicted_s": predicted,

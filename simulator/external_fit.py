@@ -29,7 +29,7 @@ import numpy as np
 from profiles import HardwareProfile, ModelProfile, UserError
 from scape.plan import Dtypes, Plan
 from simulator.compute import forward_flops_per_token
-from simulator.fit import coefficients
+from simulator.fit import coefficients, scaled_lstsq
 
 
 @dataclass(frozen=True)
@@ -72,12 +72,8 @@ def comm_coefficients(plan: Plan, gpus: int) -> tuple[float, float]:
 
 
 def _relative_lstsq(design: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Minimize sum((design @ x / y - 1)^2), columns scaled to unit norm."""
-    d = design / y[:, None]
-    norms = np.linalg.norm(d, axis=0)
-    norms[norms == 0] = 1.0
-    x, *_ = np.linalg.lstsq(d / norms, np.ones(len(y)), rcond=None)
-    return x / norms
+    """Minimize sum((design @ x / y - 1)^2)."""
+    return scaled_lstsq(design / y[:, None], np.ones(len(y)))
 
 
 def fit_dense(rows: list[DenseRow], hw: HardwareProfile) -> ExternalFit:

@@ -84,10 +84,10 @@ def _solve(rows_a: np.ndarray, rows_c: np.ndarray, t: np.ndarray, op_idx: np.nda
     design[np.arange(len(t)), 1 + op_idx] = rows_c / t
     w = np.ones(len(t))
     for _ in range(30):
-        x = _lstsq(design * w[:, None], w)
+        x = scaled_lstsq(design * w[:, None], w)
         if x[0] < 0:  # no negative latency: refit the bandwidths alone
             x[0] = 0.0
-            x[1:] = _lstsq(design[:, 1:] * w[:, None], w)
+            x[1:] = scaled_lstsq(design[:, 1:] * w[:, None], w)
         r = np.abs(design @ x - 1)
         w = 1 / np.sqrt(np.maximum(r, 1e-3))  # weights^2 = 1/|r|: L1
     return x
@@ -102,7 +102,7 @@ def _gamma_given_alpha(lat: np.ndarray, c: np.ndarray, t: np.ndarray) -> float:
     return float(sol[order][np.searchsorted(cum, cum[-1] / 2)])
 
 
-def _lstsq(design: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+def scaled_lstsq(design: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     """Least squares with columns scaled to unit norm (seconds and seconds per byte differ
     by ten orders of magnitude)."""
     norms = np.linalg.norm(design, axis=0)
