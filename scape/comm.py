@@ -67,9 +67,11 @@ class Comm:
             return Handle(work, record)
         return record
 
-    def all_reduce(self, name: str, t: torch.Tensor):
+    def all_reduce(self, name: str, t: torch.Tensor, op: str = "sum"):
+        """In place; `op` is sum or max."""
+        reduce_op = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}[op]
         return self._run(name, "all_reduce", nbytes(t),
-                         lambda a: dist.all_reduce(t, async_op=a))
+                         lambda a: dist.all_reduce(t, op=reduce_op, async_op=a))
 
     def reduce_scatter(self, name: str, out: torch.Tensor, inp: torch.Tensor):
         # reduce_scatter_single replaces the deprecated reduce_scatter_tensor where it exists

@@ -331,7 +331,7 @@ SCHEMES: dict[str, Builder] = {
     "topk": topk,
     "scalecom": scalecom,
     "scape": scape,
-    "scape-authors": None,  # scape/plan_authors.py, registered below (it imports this module)
+    "scape-authors": lambda *args: _scape_authors(*args),  # scape/plan_authors.py
 }
 # Schemes whose plan depends on the parameter tensors, not only their total.
 PER_TENSOR = frozenset({"scape-authors"})
@@ -375,6 +375,8 @@ def plan(cfg: SchemeConfig, n_params: int, world: int, dtypes: Dtypes | None = N
     return result
 
 
-from scape.plan_authors import scape_authors  # noqa: E402  (it imports the types above)
+def _scape_authors(*args) -> Plan:
+    # imported when called: scape/plan_authors.py imports this module's types
+    from scape.plan_authors import scape_authors
 
-SCHEMES["scape-authors"] = scape_authors
+    return scape_authors(*args)

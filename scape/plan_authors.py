@@ -25,6 +25,13 @@ Residual CPU offload moves the residual over the host link (H2D 4N + 4N_owned, D
 without the distributed optimizer, 4N/P each way with it); full-parameter offload moves the
 fp32 replica (4N each way) inside the sparse sync.
 
+Left out of the plan: the two one-element grad-norm all-reduces of the distributed optimizer
+(the reducer's fp64 clip norm, R:4531-4549, and Megatron's fp32 get_grad_norm). They carry 12
+bytes; the simulator's ring latency, fitted on GB-sized dense collectives, would charge each
+2(P-1) Simple-protocol steps (about 0.15 s at 64 GPUs), which the authors' step times refute
+(NCCL runs one-element reductions with its low-latency protocols). The runtime computes the
+same norm without them (every rank holds the whole masked g_sync).
+
 Kernel byte counts per element come from counting each loop's torch ops (fp32 reads + writes)
 in the functions cited; launches per tensor likewise. Neither is fitted to any measurement.
 """
@@ -100,6 +107,44 @@ def selected(density: float, tensors: list[int], dense: list[bool]) -> int:
     return sum(n if d else k_of(density, n) for n, d in zip(tensors, dense, strict=True))
 
 
+def shard_pieces(tensors: list[int], dense: list[bool], world: int
+                 ) -> list[list[tuple[int, int, bool]]]:
+    """Per rank, the (start, end, dense) pieces where its shard of ceil(N/P) elements cuts the
+    tensors (`_distopt_local_shard_range`, R:3427-3451; one bucket, D:69-73): with the
+    distributed optimizer, selection and the bitmap go piece by piece."""
+    shard = math.ceil(sum(tensors) / world)
+    out: list[list[tuple[int, int, bool]]] = [[] for _ in range(world)]
+    start = 0
+    for n, d in zip(tensors, dense, strict=True):
+        a, end = start, start + n
+        while a < end:
+            r = a // shard
+            b = min(end, (r + 1) * shard)
+            out[r].append((a, b, d))
+            a = b
+        start = end
+    return out
+
+
+def coalesce(pieces: list[tuple[int, int, bool]]) -> list[tuple[int, int]]:
+    """A rank's owned ranges with adjacent ones merged (R:2533-2554): each is packed on its own
+    byte boundary in the rank's bitmap slot. (Megatron's distributed-optimizer buffer pads
+    parameter starts to 64 elements, which splits a shard into one range per piece: at most a
+    byte more per piece, left out here.)"""
+    out: list[tuple[int, int]] = []
+    for a, b, _ in pieces:
+        if out and out[-1][1] == a:
+            out[-1] = (out[-1][0], b)
+        else:
+            out.append((a, b))
+    return out
+
+
+def bitmap_bytes(pieces: list[tuple[int, int, bool]]) -> int:
+    """A rank's bitmap: whole bytes per coalesced range (R:2556-2617)."""
+    return sum(math.ceil((b - a) / 8) for a, b in coalesce(pieces))
+
+
 def scape_authors(cfg: SchemeConfig, n: int, world: int, dt, tensors: list[int] | None = None,
                   dense: list[bool] | None = None) -> Plan:
     """The authors' reducer: see the module docstring. `tensors` are the parameter tensors'
@@ -112,13 +157,13 @@ def scape_authors(cfg: SchemeConfig, n: int, world: int, dt, tensors: list[int] 
     par_off = bool(cfg.extra.get("param_offload", False))
     if par_off and not distopt:
         raise ValueError("full-parameter CPU offload needs the distributed optimizer")
-    K = selected(cfg.density, tensors, dense)
     kernels: list[Kernel] = []
     if distopt:
         shard = math.ceil(n / world)
-        # bitmap slots of balanced shards: about N/(8P) bytes, whole bytes per piece
-        pieces = max(1, round(len(tensors) / world)) + 1
-        slot = math.ceil(shard / 8) + pieces
+        by_rank = shard_pieces(tensors, dense, world)
+        K = sum(b - a if d else k_of(cfg.density, b - a) for pcs in by_rank for a, b, d in pcs)
+        slot = max(bitmap_bytes(pcs) for pcs in by_rank)  # padded to the largest
+        pieces = max(len(pcs) for pcs in by_rank)
         ops = (
             CommOp("next-mask bitmap all-gather", "all_gather", world * slot, "after_backward"),
             CommOp("momentum payload all-reduce (fp32)", "all_reduce", 4 * K,
@@ -142,6 +187,7 @@ def scape_authors(cfg: SchemeConfig, n: int, world: int, dt, tensors: list[int] 
             kernels.append(Kernel("parameter replica offload (host link)", "host_copy",
                                   2 * HOST_BYTES * n, "post"))
     else:
+        K = selected(cfg.density, tensors, dense)
         own = greedy_owners(tensors, world)
         slot = math.ceil(max(own.owned) / 8)  # the largest owner, whole bytes
         ops = (

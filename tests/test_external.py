@@ -12,7 +12,7 @@ from profiles import UserError, load_hardware, load_model
 from profiles.external import load_external
 from reports.external import dense_rows, fitted_hardware, summary, validate_external
 from scape.plan import Dtypes, make_config, plan
-from scape.plan_authors import greedy_owners, k_of
+from scape.plan_authors import greedy_owners, k_of, shard_pieces
 from simulator.external_fit import fit_dense
 
 
@@ -86,15 +86,27 @@ def test_authors_plan_bytes_bitmap_padded_to_the_largest_owner():
     q = plan(replace(cfg, extra={"distributed_optimizer": True}), model.n_params, 64,
              Dtypes(4, 2), tensors=sizes, dense=dense)
     ops_q = {op.name: op for op in q.steps[0][1].ops}
-    assert ops_q["next-mask bitmap all-gather"].size_bytes < mask.size_bytes / 5
-    assert ops_q["sparse parameter sync all-reduce (fp32)"].size_bytes == 4 * k
+    shard = math.ceil(model.n_params / 64)
+    assert ops_q["next-mask bitmap all-gather"].size_bytes == 64 * math.ceil(shard / 8)
+    # top-k per piece of a tensor in a shard: a cut tensor keeps floor(d*n) of each piece
+    k_q = sum(b - a if d else k_of(0.01, b - a)
+              for pieces in shard_pieces(sizes, dense, 64) for a, b, d in pieces)
+    assert k - 64 <= k_q <= k
+    assert ops_q["sparse parameter sync all-reduce (fp32)"].size_bytes == 4 * k_q
+    assert ops_q["momentum payload all-reduce (fp32)"].size_bytes == 4 * k_q
 
 
-def test_authors_scheme_has_no_runtime_yet():
-    from scape.schemes import runtime_class
+def test_authors_runtime_refuses_the_parameter_offload():
+    import torch
 
+    from scape.adams import Hyper
+    from scape.comm import Comm
+    from scape.schemes import make_scheme
+
+    cfg = make_config("scape-authors", sparsity=0.9,
+                      extra={"distributed_optimizer": True, "param_offload": True})
     with pytest.raises(UserError, match="plan for the simulator only"):
-        runtime_class(make_config("scape-authors", sparsity=0.9))
+        make_scheme(cfg, [torch.nn.Parameter(torch.zeros(8))], Comm(), Hyper())
 
 
 def test_transport_table_is_validated(tmp_path):

@@ -14,6 +14,7 @@ from scape.schemes.dense import DenseDDP, DenseZeRO1
 from scape.schemes.quantized import Quantized
 from scape.schemes.scalecom import ScaleCom
 from scape.schemes.scape import Scape
+from scape.schemes.scape_authors import ScapeAuthors
 from scape.schemes.topk import TopK
 
 RUNTIME: dict[str, type[Scheme]] = {
@@ -23,6 +24,7 @@ RUNTIME: dict[str, type[Scheme]] = {
     "topk": TopK,
     "scalecom": ScaleCom,
     "scape": Scape,
+    "scape-authors": ScapeAuthors,
 }
 
 

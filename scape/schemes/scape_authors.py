@@ -1,0 +1,252 @@
+"""SCAPE as its authors' reducer runs it, on torch.distributed (DESIGN section 5).
+
+Follows mz687/SCAPE_SC26 @ ebb256c, megatron/core/distributed/fp8_topk_adams_reducer.py,
+class TopKPerLayerSyncMomentumAdamSReducerV2 (the non-FP8 class every scaling script runs),
+read, not copied; R:NNNN are that file's lines, as in profiles/external/scape-sc26.reducer.md,
+which this module implements step by step. Its plan is scape/plan_authors.py: the runtime sends
+exactly the collectives that plan lists, plus a bootstrap mask all-reduce at step 1.
+
+Per step t (`reduce`, R:3571), with c = b1*m + (1-b1)*g + r over every coordinate (this rank's
+gradient g and residual r, the shared first moment m):
+1. step 1 only: each owner picks the current mask at d(1) on its tensors; a synchronous MAX
+   all-reduce of one byte per element merges them (R:4788-4853, R:1335-1377);
+2. the owners pick the next mask at d(t+1): per-tensor top-k of |c|, k = max(1, floor(d*n)),
+   norm and bias tensors whole (R:1379-1549, R:2460-2481), and all-gather it as bitmaps, LSB
+   first, each rank's slot padded to the largest (R:2556-2645), asynchronously, before the
+   payload (R:4879), waited for before the next forward (`prepare_pre_forward`, R:891-911);
+3. pass 1: the K values of c on the current mask go into one fp32 payload; the residual keeps
+   the rest, in momentum units (R:4933-5151); the payload is averaged by an all-reduce
+   (R:5153-5180; gloo has no AVG: SUM, then / P);
+4. pass 2: g_sync = (m_sync - b1*m) / (1 - b1) on the mask (R:5235-5443); its global norm clips
+   it when `clip_grad` is set (R:5495-5550);
+5. the pending AdamS update (R:5552-5626): m <- (b1*m + (1-b1)*g_sync) on the mask, 0 off it;
+   v = b2*m_prev^2 + (1-b2)*g_sync^2; the parameters take lr * (m/bc1 / (sqrt(v)/sqrt(bc2) +
+   eps) + wd*p) by Megatron's SGD (so off the mask only weight decay).
+
+With `distributed_optimizer` (R:3602-4598): the owners are the shards' (each tensor cut where
+the ceil(N/P) shards cut it, one bitmap piece per cut, R:3427-3451); AdamS steps the shard with
+the unmasked g_sync (R:4392-4518); the parameters return by the reducer's sparse sync
+(`sync_sparse_params_from_local_shards`, R:1630-2245): an fp32 all-reduce of the K updated
+values (owners fill their own), the other coordinates decayed by (1 - lr*wd) on every replica.
+
+Where this runtime departs from the code as written (bytes unchanged; the module docstring of
+scape/plan_authors.py and the reducer note say more):
+- without residual offload, pass 2 rebuilds the residual from the one pass 1 already updated
+  (R:5331-5393), which leaves r = (2c - r_old) off the mask; this runtime keeps r = c off the
+  mask, as the single-pass offload path does;
+- with the distributed optimizer the reducer fills the payload with the shard owner's c only,
+  so the average is c_owner / P (R:4336-4385); here every rank contributes its c, as without
+  it, so every rank keeps the whole first moment and residual (4N each, memory the authors'
+  shards do not spend);
+- the one-element grad-norm all-reduces are not sent: every rank holds the whole g_sync;
+- residual CPU offload keeps the residual in (pinned) host memory and copies it each step;
+  the full-parameter offload is a plan for the simulator only.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from profiles import UserError
+from scape.comm import Handle
+from scape.plan import Plan, plan, scheduled_density
+from scape.plan_authors import bitmap_bytes, coalesce, greedy_owners, k_of, shard_pieces
+from scape.schemes.base import RUNTIME_DTYPES, Scheme
+
+Piece = tuple[int, int, bool]  # [start, end) in the flat buffer, never sparsified
+
+
+def pack_lsb(bits: torch.Tensor) -> torch.Tensor:
+    """[n] bool -> [ceil(n/8)] uint8, element 8b+j in bit j of byte b (R:30-47)."""
+    pad = (-bits.numel()) % 8
+    b = torch.cat([bits, bits.new_zeros(pad)]).view(-1, 8).to(torch.uint8)  # [n/8, 8]
+    shifts = torch.arange(8, dtype=torch.uint8, device=bits.device)
+    return (b << shifts).sum(dim=1, dtype=torch.uint8)
+
+
+def unpack_lsb(codes: torch.Tensor, n: int) -> torch.Tensor:
+    """[ceil(n/8)] uint8 -> [n] bool (R:49-66)."""
+    shifts = torch.arange(8, dtype=torch.uint8, device=codes.device)
+    return ((codes.unsqueeze(1) >> shifts) & 1).bool().reshape(-1)[:n]
+
+
+class ScapeAuthors(Scheme):
+    multiple = 1  # the reducer's buffer has no padding without the distributed optimizer
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        extra = self.cfg.extra
+        self.distopt = bool(extra.get("distributed_optimizer", False))
+        self.offload = bool(extra.get("residual_offload", False))
+        if extra.get("param_offload"):
+            raise UserError("the full-parameter CPU offload is a plan for the simulator only: "
+                            "this runtime keeps the parameter replica on the device")
+        clip = extra.get("clip_grad")
+        if clip is not None and not clip > 0:
+            raise UserError(f"clip_grad must be positive, got {clip}")
+        self.clip = clip  # the scripts pass --clip-grad 1.0; None: no clipping
+        numel = self.flat.numel
+        self.sizes = [p.numel() for p in self.flat.params]
+        # the reducer excludes tensors named *norm* or *bias* (R:2470-2481): in these models
+        # they are exactly the one-dimensional ones
+        self.dense = [p.dim() <= 1 for p in self.flat.params]
+        self.layout = self._layouts()  # per rank, the pieces its bitmap slot carries
+        self.ranges = [coalesce(pieces) for pieces in self.layout]  # per rank, bitmap ranges
+        self.slot = max(bitmap_bytes(pieces) for pieces in self.layout)  # bytes, the largest
+        self.m = torch.zeros(numel)  # [N] fp32 first moment, the same on every rank
+        host = dict(device="cpu", pin_memory=torch.cuda.is_available()) if self.offload else {}
+        self.residual = torch.zeros(numel, **host)  # [N] fp32, momentum units, this rank's
+        self.mask: torch.Tensor | None = None  # [N] bool, the mask of this step
+        self.pending: tuple[Handle, torch.Tensor] | None = None  # next mask in flight
+        self.history: list[torch.Tensor] = []  # masks used (tests read them)
+
+    def _layouts(self) -> list[list[Piece]]:
+        """Each rank's owned pieces: whole tensors in greedy contiguous runs (R:390-459), or
+        the cuts of the distributed optimizer's shards."""
+        if self.distopt:
+            return shard_pieces(self.sizes, self.dense, self.world)
+        counts = greedy_owners(self.sizes, self.world).tensors
+        out, i, start = [], 0, 0
+        for c in counts:
+            pieces = []
+            for n, d in zip(self.sizes[i : i + c], self.dense[i : i + c], strict=True):
+                pieces.append((start, start + n, d))
+                start += n
+            out.append(pieces)
+            i += c
+        return out
+
+    def plan(self) -> Plan:
+        return plan(self.cfg, self.flat.numel, self.world, RUNTIME_DTYPES,
+                    tensors=self.sizes, dense=self.dense)
+
+    def density_at(self, t: int) -> float:
+        """Density of the mask used at step t (`_scheduled_density`)."""
+        return scheduled_density(self.cfg.density, t, self.cfg.density_warmup_steps)
+
+    # ---- the step ----
+    def _step(self, lr: float) -> None:
+        numel, b1 = self.flat.numel, self.hyper.beta1
+        g = self.pull_grads()[:numel]  # [N] fp32, this rank's gradient
+        m_prev = self.m  # [N] fp32
+        with self.timed("pack"):
+            r = self.residual.to(g.device)  # [N] fp32 (from the host with offload)
+            c = m_prev * b1 + g * (1 - b1) + r  # [N] corrected momentum, this rank's view
+        if self.mask is None:  # bootstrap (R:4788-4853)
+            self.mask = self._bootstrap(c)
+        self._launch_next(c)
+        mask = self.mask
+        self.history.append(mask)
+        with self.timed("pack"):
+            payload = c[mask]  # [K] fp32
+            r = c.masked_fill(mask, 0.0)  # the unsent part of c (single-pass)
+            self.residual.copy_(r)
+        self.comm.all_reduce("momentum payload all-reduce (fp32)", payload)
+        with self.timed("update"):
+            payload.div_(self.world)  # AVG
+            m_sync = torch.zeros(numel)  # [N] fp32
+            m_sync[mask] = payload
+            g_sync = (m_sync - b1 * m_prev) / (1 - b1)  # [N] fp32, gradient units
+            if not self.distopt:
+                g_sync.mul_(mask)  # non-dist-opt masks it (R:5413); dist-opt does not
+            if self.clip is not None:
+                norm = g_sync.double().norm().item()
+                coef = self.clip / (norm + 1e-6)
+                if coef < 1.0:
+                    g_sync.mul_(coef)
+            self._update(g_sync, mask, lr)
+        self._wait_next()  # before the next forward (prepare_pre_forward)
+
+    def _update(self, g: torch.Tensor, mask: torch.Tensor, lr: float) -> None:
+        """AdamS from the reducer's g_sync (R:5552-5626; dist-opt: AdamS on the shard, A:375-457,
+        then the sparse parameter sync)."""
+        h, t, numel = self.hyper, self.t, self.flat.numel
+        b1, b2 = h.beta1, h.beta2
+        bc1 = 1 - b1**t if h.bias_correction else 1.0
+        bc2 = math.sqrt(1 - b2**t) if h.bias_correction else 1.0
+        m_prev = self.m
+        denom = (m_prev.square() * b2 + g.square() * (1 - b2)).sqrt_().div_(bc2).add_(h.eps)
+        m = m_prev * b1 + g * (1 - b1)  # [N] fp32
+        if not self.distopt:
+            m.mul_(mask)  # off the mask m = 0 (R:5587-5589)
+        theta = self.flat.master[:numel]  # [N] fp32
+        if not self.distopt:
+            theta.mul_(1 - lr * h.weight_decay).addcdiv_(m, denom, value=-lr / bc1)
+        else:
+            lo = self.rank * self.flat.shard_size
+            hi = min(numel, lo + self.flat.shard_size)
+            mine = theta[lo:hi].clone()  # [N/P] the owner's fp32 shard
+            mine.mul_(1 - lr * h.weight_decay).addcdiv_(m[lo:hi], denom[lo:hi], value=-lr / bc1)
+            self._sparse_sync(theta, mine, lo, mask, lr)
+        self.m = m
+
+    def _sparse_sync(self, theta: torch.Tensor, mine: torch.Tensor, lo: int,
+                     mask: torch.Tensor, lr: float) -> None:
+        """Every replica decays off the mask and takes the owners' K new values (R:1630-2245)."""
+        idx = torch.nonzero(mask).squeeze(1)  # [K] global positions, ascending
+        values = torch.zeros(idx.numel())  # [K] fp32
+        own = (idx >= lo) & (idx < lo + mine.numel())
+        values[own] = mine[idx[own] - lo]
+        self.comm.all_reduce("sparse parameter sync all-reduce (fp32)", values)
+        theta.mul_(torch.where(mask, 1.0, 1 - lr * self.hyper.weight_decay))
+        theta[idx] = values
+
+    # ---- masks ----
+    def _select(self, c: torch.Tensor, density: float) -> torch.Tensor:
+        """[N] bool: this rank's owned pieces' top-k of |c| (the rest False)."""
+        bits = torch.zeros(self.flat.numel, dtype=torch.bool)
+        with self.timed("select"):
+            for a, b, dense in self.layout[self.rank]:
+                k = k_of(density, b - a)
+                if dense or k >= b - a:
+                    bits[a:b] = True
+                else:
+                    bits[a + torch.topk(c[a:b].abs(), k, sorted=False).indices] = True
+        return bits
+
+    def _bootstrap(self, c: torch.Tensor) -> torch.Tensor:
+        merged = self._select(c, self.density_at(self.t)).to(torch.uint8)  # [N] one byte each
+        self.comm.all_reduce("bootstrap mask all-reduce (max)", merged, op="max")
+        return merged.bool()
+
+    def _launch_next(self, c: torch.Tensor) -> None:
+        """Pick the next mask and all-gather it, each owned range on its own byte boundary."""
+        bits = self._select(c, self.density_at(self.t + 1))
+        with self.timed("pack"):
+            send = torch.zeros(self.slot, dtype=torch.uint8)  # [S] padded to the largest
+            at = 0
+            for a, b in self.ranges[self.rank]:
+                packed = pack_lsb(bits[a:b])
+                send[at : at + packed.numel()] = packed
+                at += packed.numel()
+        gathered = torch.empty(self.world * self.slot, dtype=torch.uint8)  # [P * S]
+        handle = self.comm.all_gather("next-mask bitmap all-gather", gathered, send,
+                                      async_op=True)
+        self.pending = (handle, gathered)
+
+    def _wait_next(self) -> None:
+        """Wait for the next mask and stitch the ranks' slots into it (R:2248-2317)."""
+        if self.pending is None:
+            return
+        handle, gathered = self.pending
+        handle.wait()
+        self.pending = None
+        mask = torch.zeros(self.flat.numel, dtype=torch.bool)
+        for r, ranges in enumerate(self.ranges):
+            slot, at = gathered[r * self.slot : (r + 1) * self.slot], 0
+            for a, b in ranges:
+                nbytes = math.ceil((b - a) / 8)
+                mask[a:b] = unpack_lsb(slot[at : at + nbytes], b - a)
+                at += nbytes
+        self.mask = mask
+
+    # ---- checkpoint ----
+    def _state(self) -> dict:
+        return {"m": self.m, "residual": self.residual, "mask": self.mask}
+
+    def _load(self, state: dict) -> None:
+        self.m = state["m"].clone()
+        self.residual.copy_(state["residual"])
+        self.mask = state["mask"]
