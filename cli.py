@@ -177,10 +177,11 @@ def _scheme(spec: str, scheme_options: dict, extra: dict | None = None):
 
 
 def _step_config(model, hardware, gpus, scheme, micro_batch, seq_len, grad_accum, tp,
-                 grad_dtype, param_dtype, algo, scheme_options, global_batch) -> StepConfig:
+                 grad_dtype, param_dtype, algo, scheme_options, global_batch,
+                 extra: dict | None = None) -> StepConfig:
     return StepConfig(
         model=load_model(model), hardware=load_hardware(hardware), gpus=gpus,
-        scheme=_scheme(scheme, scheme_options), micro_batch=micro_batch, seq_len=seq_len,
+        scheme=_scheme(scheme, scheme_options, extra), micro_batch=micro_batch, seq_len=seq_len,
         grad_accum=grad_accum, tp=tp, global_batch=global_batch,
         dtypes=_dtypes(grad_dtype, param_dtype), algo=algo,
     ).validate()
@@ -193,9 +194,25 @@ STEP_OPTS = {
 }
 
 
-SYNC_HELP = "scape: gradient|momentum (what the compact buffer carries)"
-WARMUP_HELP = ("scape: density falls geometrically from 1 to the target over W steps (the "
-               "authors' schedule)")
+SYNC_HELP = "scape-partitioned: gradient|momentum (what the compact buffer carries)"
+WARMUP_HELP = ("scape, scape-partitioned: density falls geometrically from 1 to the target over "
+               "W steps (the authors' newest schedule)")
+# the authors' reducer (scheme scape): the launch flags of their scaling scripts
+REDUCER_OPTS = {
+    "distopt": typer.Option(None, "--distributed-optimizer/--no-distributed-optimizer",
+                            help="scape: with Megatron's distributed optimizer"),
+    "residual_offload": typer.Option(None, "--residual-offload/--no-residual-offload",
+                                     help="scape: residual in pinned host memory"),
+    "param_offload": typer.Option(None, "--param-offload/--no-param-offload",
+                                  help="scape: parameter replica in host memory (plan only)"),
+}
+
+
+def _reducer_extra(distopt, residual_offload, param_offload, clip_grad=None) -> dict | None:
+    """The authors' reducer options that were given (SchemeConfig.extra)."""
+    given = {"distributed_optimizer": distopt, "residual_offload": residual_offload,
+             "param_offload": param_offload, "clip_grad": clip_grad}
+    return {k: v for k, v in given.items() if v is not None} or None
 RUN_STEPS_HELP = "also average the step over a run of T steps (default with --density-warmup: W)"
 
 
@@ -240,11 +257,16 @@ def simulate(
     overlap_grad: bool = typer.Option(None, "--overlap-grad/--no-overlap-grad"),
     overlap_param: bool = typer.Option(None, "--overlap-param/--no-overlap-param"),
     bucket_mb: float = typer.Option(None, "--bucket-mb", help="gradient bucket size, MB"),
-    update_scope: str = typer.Option(None, "--update-scope", help="scape: masked|all"),
-    refresh_every: int = typer.Option(None, "--refresh-every", help="scape: dense step every R"),
+    update_scope: str = typer.Option(None, "--update-scope",
+                                     help="scape-partitioned: masked|all"),
+    refresh_every: int = typer.Option(None, "--refresh-every",
+                                      help="scape-partitioned: dense step every R"),
     error_feedback: bool = typer.Option(None, "--error-feedback/--no-error-feedback"),
-    score: str = typer.Option(None, "--score", help="scape: m|m_over_sqrt_v"),
+    score: str = typer.Option(None, "--score", help="scape-partitioned: m|m_over_sqrt_v"),
     sync: str = typer.Option(None, "--sync", help=SYNC_HELP),
+    distopt: bool = REDUCER_OPTS["distopt"],
+    residual_offload: bool = REDUCER_OPTS["residual_offload"],
+    param_offload: bool = REDUCER_OPTS["param_offload"],
     density_warmup: int = typer.Option(None, "--density-warmup", help=WARMUP_HELP),
     run_steps: int = typer.Option(None, "--run-steps", help=RUN_STEPS_HELP),
     algo: str = typer.Option("auto", "--algo", help="collective algorithm, or auto"),
@@ -257,8 +279,9 @@ def simulate(
                            update_scope, refresh_every, error_feedback, score)
     opts.update(sync=sync, density_warmup_steps=density_warmup)
     steps = _run_steps(run_steps, density_warmup)
+    extra = _reducer_extra(distopt, residual_offload, param_offload)
     cfg = _step_config(model, hardware, gpus, scheme, micro_batch, seq_len, grad_accum, tp,
-                       grad_dtype, param_dtype, algo, opts, global_batch)
+                       grad_dtype, param_dtype, algo, opts, global_batch, extra)
     result = simulate_step(cfg)
     if trace:
         write_trace(trace, result.spans, f"{model} on {gpus} x {hardware}: {scheme}")
@@ -305,6 +328,9 @@ def compare_cmd(
     overlap_param: bool = typer.Option(None, "--overlap-param/--no-overlap-param"),
     bucket_mb: float = typer.Option(None, "--bucket-mb"),
     sync: str = typer.Option(None, "--sync", help=SYNC_HELP),
+    distopt: bool = REDUCER_OPTS["distopt"],
+    residual_offload: bool = REDUCER_OPTS["residual_offload"],
+    param_offload: bool = REDUCER_OPTS["param_offload"],
     density_warmup: int = typer.Option(None, "--density-warmup", help=WARMUP_HELP),
     run_steps: int = typer.Option(None, "--run-steps", help=RUN_STEPS_HELP),
     algo: str = typer.Option("auto", "--algo"),
@@ -316,8 +342,9 @@ def compare_cmd(
                            None, None, None, None)
     opts.update(sync=sync, density_warmup_steps=density_warmup)
     steps = _run_steps(run_steps, density_warmup)
+    extra = _reducer_extra(distopt, residual_offload, param_offload)
     cfg = _step_config(model, hardware, gpus, baseline, micro_batch, seq_len, grad_accum, tp,
-                       grad_dtype, param_dtype, algo, opts, global_batch)
+                       grad_dtype, param_dtype, algo, opts, global_batch, extra)
     df = compare(cfg, [s for s in schemes.split(",") if s.strip()], baseline, steps)
     if fmt != "table":
         print(render(df, fmt))
@@ -447,16 +474,21 @@ def train_cmd(
     sparsity: float = typer.Option(None, "--sparsity"),
     bits: int = typer.Option(None, "--bits"),
     optimizer: str = typer.Option(None, "--optimizer", help="adamw|adams"),
-    update_scope: str = typer.Option(None, "--update-scope", help="scape: masked|all"),
+    update_scope: str = typer.Option(None, "--update-scope",
+                                     help="scape-partitioned: masked|all"),
     refresh_every: int = typer.Option(None, "--refresh-every"),
     error_feedback: bool = typer.Option(None, "--error-feedback/--no-error-feedback"),
-    score: str = typer.Option(None, "--score", help="scape: m|m_over_sqrt_v"),
+    score: str = typer.Option(None, "--score", help="scape-partitioned: m|m_over_sqrt_v"),
     unmasked_moment: str = typer.Option(None, "--unmasked-moment",
-                                        help="scape: frozen|local (m off the mask)"),
+                                        help="scape-partitioned: frozen|local (m off the mask)"),
     sync: str = typer.Option(None, "--sync", help=SYNC_HELP),
-    density_warmup: int = typer.Option(None, "--density-warmup",
-                                       help="scape: steps of geometric density decay from 1"),
-    select_per: str = typer.Option(None, "--select-per", help="scape: shard|tensor"),
+    density_warmup: int = typer.Option(None, "--density-warmup", help=WARMUP_HELP),
+    select_per: str = typer.Option(None, "--select-per", help="scape-partitioned: shard|tensor"),
+    distopt: bool = REDUCER_OPTS["distopt"],
+    residual_offload: bool = REDUCER_OPTS["residual_offload"],
+    clip_grad: float = typer.Option(None, "--clip-grad",
+                                    help="scape: clip the synced gradient's global norm "
+                                         "(the authors' scripts: 1.0; default: no clipping)"),
     steps: int = typer.Option(100, "--steps"),
     nprocs: int = typer.Option(2, "--nprocs", help="ranks on this machine"),
     backend: str = typer.Option("gloo", "--backend", help="gloo|nccl"),
@@ -482,7 +514,8 @@ def train_cmd(
     opts.update(sync=sync, density_warmup_steps=density_warmup, select_per=select_per)
     if unmasked_moment not in (None, "frozen", "local"):
         raise UserError(f"--unmasked-moment must be frozen or local, got {unmasked_moment!r}")
-    extra = {"unmasked_moment": unmasked_moment} if unmasked_moment else None
+    extra = {"unmasked_moment": unmasked_moment} if unmasked_moment else {}
+    extra.update(_reducer_extra(distopt, residual_offload, None, clip_grad) or {})
     cfg = TrainConfig(model=model, scheme=_scheme(scheme, opts, extra), steps=steps,
                       micro_batch=micro_batch, seq_len=seq_len, lr=lr, seed=seed,
                       eval_every=eval_every, timeout_s=timeout, resume=resume, out=out)

@@ -24,22 +24,22 @@ from scape.train.loop import TrainConfig
 RUNS = (
     ("dense-adamw", {}),
     ("dense-adams", {}),
-    ("scape", {"sparsity": 0.9}),
-    ("scape", {"sparsity": 0.99}),
+    ("scape-partitioned", {"sparsity": 0.9}),
+    ("scape-partitioned", {"sparsity": 0.99}),
     ("topk", {"sparsity": 0.99}),
     ("scalecom", {"sparsity": 0.99}),
     ("quantized", {"bits": 8}),
 )
 # SCAPE readings at 99% (DESIGN section 5 options), to choose the defaults
 VARIANTS = (
-    ("scape", {"sparsity": 0.9, "error_feedback": True}),
-    ("scape", {"sparsity": 0.99, "error_feedback": True}),
-    ("scape", {"sparsity": 0.99, "update_scope": "all", "error_feedback": True}),
-    ("scape", {"sparsity": 0.99, "refresh_every": 10, "error_feedback": True}),
-    ("scape", {"sparsity": 0.99, "score": "m_over_sqrt_v", "error_feedback": True}),
-    ("scape", {"sparsity": 0.99, "refresh_every": 10}),
-    ("scape", {"sparsity": 0.99, "refresh_every": 4}),
-    ("scape", {"sparsity": 0.9, "refresh_every": 10}),
+    ("scape-partitioned", {"sparsity": 0.9, "error_feedback": True}),
+    ("scape-partitioned", {"sparsity": 0.99, "error_feedback": True}),
+    ("scape-partitioned", {"sparsity": 0.99, "update_scope": "all", "error_feedback": True}),
+    ("scape-partitioned", {"sparsity": 0.99, "refresh_every": 10, "error_feedback": True}),
+    ("scape-partitioned", {"sparsity": 0.99, "score": "m_over_sqrt_v", "error_feedback": True}),
+    ("scape-partitioned", {"sparsity": 0.99, "refresh_every": 10}),
+    ("scape-partitioned", {"sparsity": 0.99, "refresh_every": 4}),
+    ("scape-partitioned", {"sparsity": 0.9, "refresh_every": 10}),
 )
 
 
@@ -59,7 +59,7 @@ def main() -> int:
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--no-variants", action="store_true")
     parser.add_argument("--runs", help='JSON list of [scheme, {options}] instead of the '
-                        'default line-up, e.g. \'[["scape", {"sparsity": 0.99}]]\'')
+                        'default line-up, e.g. \'[["scape-partitioned", {"sparsity": 0.99}]]\'')
     parser.add_argument("--append", action="store_true",
                         help="add these runs to an existing table.csv instead of replacing it")
     parser.add_argument("--out", default="reports/convergence")

@@ -51,7 +51,7 @@ def main() -> int:
         dense, _ = time_steps("dense-adams", n, args.repeats)
         print(f"{n:>6.0e} {'dense-adams':>12} {dense * 1e3:>9.1f} {1.0:>8.2f}")
         for sp in (float(s) for s in args.sparsity.split(",")):
-            t, parts = time_steps("scape", n, args.repeats, sparsity=sp)
+            t, parts = time_steps("scape-partitioned", n, args.repeats, sparsity=sp)
             detail = " ".join(f"{k}={v * 1e3:.1f}" for k, v in parts.items())
             print(f"{n:>6.0e} {f'scape:{sp}':>12} {t * 1e3:>9.1f} {t / dense:>8.2f}  {detail}")
             if n == 10**7 and sp == 0.99:

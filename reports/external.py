@@ -47,7 +47,7 @@ def scheme_of(row: ExternalRow, config: dict) -> SchemeConfig:
                            **no_overlap)
     density = float(config.get("topk_adams_density", m["density"]))
     return make_config(
-        "scape-authors", sparsity=1 - density, **no_overlap,
+        "scape", sparsity=1 - density, **no_overlap,
         extra={"distributed_optimizer": distopt,
                "residual_offload": bool(config.get("topk_adams_residual_cpu_offload")),
                "param_offload": bool(config.get("topk_adams_full_param_cpu_offload"))})

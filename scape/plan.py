@@ -152,9 +152,34 @@ class SchemeConfig:
                             f"{self.density_warmup_steps}")
         if self.select_per not in ("shard", "tensor"):
             raise UserError(f"select_per must be shard or tensor, got {self.select_per!r}")
+        if self.scheme == "scape":
+            self._check_authors_options()
         if self.bucket_bytes is not None and not self.bucket_bytes > 0:
             raise UserError(f"bucket size must be positive, got {self.bucket_bytes}")
         return self
+
+
+    def _check_authors_options(self) -> None:
+        """`scape` is the authors' reducer: the partitioned variant's options do not apply."""
+        default = SchemeConfig("scape")
+        foreign = [f"--{name.replace('_', '-')}" for name in PARTITIONED_OPTIONS
+                   if getattr(self, name) != getattr(default, name)]
+        if foreign:
+            raise UserError(f"{', '.join(foreign)}: options of scape-partitioned (this "
+                            "project's variant), not of scape (the authors' reducer)")
+        unknown = set(self.extra) - set(AUTHORS_OPTIONS)
+        if unknown:
+            raise UserError(f"scape takes no option {', '.join(sorted(unknown))}; its options: "
+                            f"{', '.join(AUTHORS_OPTIONS)}")
+        if self.extra.get("param_offload") and not self.extra.get("distributed_optimizer"):
+            raise UserError("the full-parameter CPU offload needs the distributed optimizer "
+                            "(the authors' config check)")
+
+
+# Options of the partitioned variant only, and the authors' reducer's own (SchemeConfig.extra).
+PARTITIONED_OPTIONS = ("score", "error_feedback", "update_scope", "refresh_every", "sync",
+                       "select_per")
+AUTHORS_OPTIONS = ("distributed_optimizer", "residual_offload", "param_offload", "clip_grad")
 
 
 def _buckets(size: float, elem_bytes: int, cfg: SchemeConfig, world: int) -> int:
@@ -276,8 +301,9 @@ def mask_bytes(n: int, world: int, k: float) -> float:
     return world * per_rank
 
 
-def scape(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
-    """SCAPE (DESIGN section 5): AdamS with first-moment masks chosen per shard.
+def scape_partitioned(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
+    """This project's partitioned SCAPE (DESIGN section 5): AdamS with first-moment masks chosen
+    per shard. (`scape` itself is the authors' reducer: scape/plan_authors.py.)
 
     A sparse step: pack the k gradient values on last step's mask, reduce-scatter the compact
     buffer (each rank gets the k/P values of its shard), update the shard, choose the next mask
@@ -330,11 +356,13 @@ SCHEMES: dict[str, Builder] = {
     "quantized": quantized,
     "topk": topk,
     "scalecom": scalecom,
-    "scape": scape,
-    "scape-authors": lambda *args: _scape_authors(*args),  # scape/plan_authors.py
+    "scape": lambda *args: _scape_authors(*args),  # the authors' reducer, scape/plan_authors.py
+    "scape-partitioned": scape_partitioned,
 }
 # Schemes whose plan depends on the parameter tensors, not only their total.
-PER_TENSOR = frozenset({"scape-authors"})
+PER_TENSOR = frozenset({"scape"})
+# Both SCAPE variants: the density warm-up applies to them.
+SCAPE_SCHEMES = frozenset({"scape", "scape-partitioned"})
 # Names people use for the paper's baselines: Megatron's distributed optimizer with each update.
 ALIASES: dict[str, dict] = {
     "dense-adamw": {"scheme": "dense-zero1", "optimizer": "adamw"},

@@ -155,8 +155,6 @@ def scape_authors(cfg: SchemeConfig, n: int, world: int, dt, tensors: list[int] 
     distopt = bool(cfg.extra.get("distributed_optimizer", False))
     res_off = bool(cfg.extra.get("residual_offload", False))
     par_off = bool(cfg.extra.get("param_offload", False))
-    if par_off and not distopt:
-        raise ValueError("full-parameter CPU offload needs the distributed optimizer")
     kernels: list[Kernel] = []
     if distopt:
         shard = math.ceil(n / world)

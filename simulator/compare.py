@@ -7,7 +7,13 @@ from dataclasses import replace
 import pandas as pd
 
 from profiles import UserError
-from scape.plan import ALIASES, SchemeConfig, make_config
+from scape.plan import (
+    ALIASES,
+    AUTHORS_OPTIONS,
+    PARTITIONED_OPTIONS,
+    SchemeConfig,
+    make_config,
+)
 from simulator.collective import PhaseCache
 from simulator.network import build_topology
 from simulator.schedule import run_mean
@@ -19,14 +25,18 @@ DEFAULT_SCHEMES = (
     "scape:0.9", "scape:0.99",
 )
 BITS_SCHEMES = ("quantized",)  # NAME:VALUE gives bits; for the others it gives sparsity
-SPARSE_SCHEMES = ("topk", "scalecom", "scape")
+SPARSE_SCHEMES = ("topk", "scalecom", "scape", "scape-partitioned")
 DEFAULT_SPARSITY = 0.99  # the SCAPE paper's headline setting, when none is given
 
 
-def parse_scheme(spec: str, base: SchemeConfig | None = None) -> SchemeConfig:
+def parse_scheme(spec: str, base: SchemeConfig | None = None,
+                 only_own: bool = False) -> SchemeConfig:
     """`scape:0.99` (sparsity), `quantized:4` (bits), `dense-adams`: a validated config.
 
     Options of `base` (overlap, buckets, SCAPE options) carry over; name and value replace.
+    With `only_own` (a line-up of schemes sharing one set of flags), each SCAPE variant keeps
+    only its own options: the partitioned variant's are reset for `scape`, the reducer's
+    dropped for the others.
     """
     name, _, value = spec.strip().partition(":")
     opts = {}
@@ -47,6 +57,11 @@ def parse_scheme(spec: str, base: SchemeConfig | None = None) -> SchemeConfig:
         keep["sparsity"] = DEFAULT_SPARSITY
     if cfg.scheme not in SPARSE_SCHEMES:
         keep["sparsity"] = 0.0  # dense and quantized schemes send everything
+    if only_own:
+        authors = cfg.scheme == "scape"
+        keep["extra"] = {k: v for k, v in base.extra.items() if (k in AUTHORS_OPTIONS) == authors}
+        if authors:
+            keep.update({k: getattr(cfg, k) for k in PARTITIONED_OPTIONS})
     return replace(base, **keep).validate()
 
 
@@ -66,7 +81,7 @@ def compare(base: StepConfig, specs: list[str], baseline: str,
     cache = PhaseCache(build_topology(base.hardware, base.gpus))
     rows = []
     for name, spec in zip(names, specs, strict=True):
-        scheme = parse_scheme(spec, base.scheme)
+        scheme = parse_scheme(spec, base.scheme, only_own=True)
         cfg = replace(base, scheme=scheme)
         result = simulate_step(cfg, cache=cache)
         rows.append({

@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from profiles import HardwareProfile, ModelProfile
-from scape.plan import INDEX_BYTES, Dtypes, SchemeConfig
+from scape.plan import INDEX_BYTES, SCAPE_SCHEMES, Dtypes, SchemeConfig
 
 # Bytes of the fp32 optimizer state per parameter: master weights and moments.
 OPTIMIZER_STATE_BYTES = {"adamw": 12, "adams": 8}  # AdamS keeps no second moment
-SHARDED = frozenset({"dense-zero1", "scape"})  # schemes whose optimizer state is sharded (ZeRO-1)
+SHARDED = frozenset({"dense-zero1", "scape-partitioned"})  # optimizer state sharded (ZeRO-1)
 RESIDUAL_SCHEMES = frozenset({"quantized", "topk", "scalecom"})  # fp32 error feedback buffers
 # CUDA context, NCCL buffers and allocator fragmentation: plan with 90% of the GPU's memory.
 USABLE_FRACTION = 0.90
@@ -25,6 +25,21 @@ USABLE_FRACTION = 0.90
 def usable_bytes(hw: HardwareProfile) -> float:
     """Bytes of one GPU's memory a plan may fill."""
     return hw.gpu.memory_GB * 1e9 * USABLE_FRACTION
+
+
+def authors_state(n: float, scheme: SchemeConfig) -> float:
+    """The authors' reducer's own buffers (profiles/external/scape-sc26.reducer.md section 0):
+    the current and next packed masks (1 bit per element each, R:461), the fp32 payload of K,
+    the fp32 residual of N on the GPU unless offloaded (R:475-483), and with the distributed
+    optimizer a full fp32 parameter replica on the GPU unless offloaded (R:558-574). The
+    optimizer state (m and fp32 master weights, no v) is counted as AdamS's."""
+    masks = 2 * n / 8
+    payload = 4 * scheme.density * n
+    residual = 0.0 if scheme.extra.get("residual_offload") else 4 * n
+    replica = 0.0
+    if scheme.extra.get("distributed_optimizer") and not scheme.extra.get("param_offload"):
+        replica = 4 * n
+    return masks + payload + residual + replica
 
 
 @dataclass(frozen=True)
@@ -50,14 +65,17 @@ def memory_use(
     """Bytes one GPU holds at its peak (end of forward of its micro-batch)."""
     a = model.arch
     n = model.n_params / tp  # parameters this GPU's tensor-parallel shard holds
-    optimizer = "adams" if scheme.scheme == "scape" else scheme.optimizer
+    optimizer = "adams" if scheme.scheme in SCAPE_SCHEMES else scheme.optimizer
     state = OPTIMIZER_STATE_BYTES[optimizer] * n
-    if scheme.scheme in SHARDED:
+    distopt = scheme.scheme == "scape" and scheme.extra.get("distributed_optimizer", False)
+    if scheme.scheme in SHARDED or distopt:
         state /= dp
     extra = 0.0
     if scheme.scheme in RESIDUAL_SCHEMES and (scheme.sparsity > 0 or scheme.scheme == "quantized"):
         extra = 4 * n
-    if scheme.scheme == "scape" and scheme.sparsity > 0:
+    if scheme.scheme == "scape":
+        extra = authors_state(n, scheme)
+    if scheme.scheme == "scape-partitioned" and scheme.sparsity > 0:
         k = scheme.density * n
         mask = min(k * INDEX_BYTES, n / 8)  # the whole mask, gathered on every rank
         compact = k * dtypes.grad_bytes  # the packed gradient buffer

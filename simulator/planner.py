@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 import pandas as pd
 
 from profiles import HardwareProfile, ModelProfile, UserError
-from scape.plan import Dtypes
+from scape.plan import SCAPE_SCHEMES, Dtypes
 from simulator.batch import parallel_map, phase_cache, simulate_cached
 from simulator.compare import parse_scheme
 from simulator.memory import memory_use, usable_bytes
@@ -153,7 +153,7 @@ def _evaluate(args: tuple[Candidate, PlanRequest]) -> dict:
     r = simulate_cached(cfg)
     steps = req.tokens / (req.batch * req.seq)
     mean_step = r.step_time_s
-    if req.density_warmup_frac > 0 and cfg.scheme.scheme == "scape":
+    if req.density_warmup_frac > 0 and cfg.scheme.scheme in SCAPE_SCHEMES:
         run = math.ceil(steps)
         scheme = replace(cfg.scheme, density_warmup_steps=round(req.density_warmup_frac * run))
         mean_step = run_mean(replace(cfg, scheme=scheme), run, phase_cache(cfg),

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from scape.plan import scheduled_density
+from scape.plan import SCAPE_SCHEMES, scheduled_density
 from simulator.collective import PhaseCache
 from simulator.network import build_topology
 from simulator.step import StepConfig, StepResult, simulate_step
@@ -47,7 +47,7 @@ def run_mean(cfg: StepConfig, run_steps: int, cache: PhaseCache | None = None,
     scheme = cfg.scheme
     steady = simulate_step(replace(cfg, scheme=replace(scheme, density_warmup_steps=0)),
                            cache=cache)
-    w = min(scheme.density_warmup_steps, run_steps) if scheme.scheme == "scape" else 0
+    w = min(scheme.density_warmup_steps, run_steps) if scheme.scheme in SCAPE_SCHEMES else 0
     if w <= 1 or scheme.sparsity == 0:
         return RunMean(run_steps, 0, steady.step_time_s, steady.bytes_per_gpu, steady)
     nodes = max(2, min(nodes, w))

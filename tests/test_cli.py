@@ -141,7 +141,7 @@ def test_sparsity_flag_reaches_the_scheme(capsys):
     rows = {}
     for s in ("0.9", "0.99"):
         code, out, _ = scape(capsys, "simulate", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16",
-                             "-s", "scape", "--sparsity", s, "--format", "json")
+                             "-s", "scape-partitioned", "--sparsity", s, "--format", "json")
         assert code == 0
         rows[s] = json.loads(out)
     assert rows["0.9"]["sparsity"] == 0.9 and rows["0.99"]["sparsity"] == 0.99
@@ -153,15 +153,16 @@ def test_sync_flag_reaches_the_scheme(capsys):
     rows = {}
     for sync in ("gradient", "momentum"):
         code, out, _ = scape(capsys, "simulate", "-m", "gpt-345m", "-H", "vista-gh200", "-g",
-                             "32", "-s", "scape:0.99", "--sync", sync, "--format", "json")
+                             "32", "-s", "scape-partitioned:0.99", "--sync", sync, "--format",
+                             "json")
         assert code == 0
         rows[sync] = json.loads(out)
     assert rows["momentum"]["compression_s"] > rows["gradient"]["compression_s"]
     assert rows["momentum"]["bytes_per_gpu"] == rows["gradient"]["bytes_per_gpu"]
     code, out, _ = scape(capsys, "compare", "-m", "gpt-345m", "-H", "vista-gh200", "-g", "32",
-                         "--schemes", "dense-adams,scape:0.99", "--sync", "momentum",
+                         "--schemes", "dense-adams,scape-partitioned:0.99", "--sync", "momentum",
                          "--format", "json")
-    scape_row = next(r for r in json.loads(out) if r["scheme"] == "scape:0.99")
+    scape_row = next(r for r in json.loads(out) if r["scheme"] == "scape-partitioned:0.99")
     assert code == 0 and scape_row["compression_s"] == pytest.approx(
         rows["momentum"]["compression_s"])
 
@@ -169,21 +170,24 @@ def test_sync_flag_reaches_the_scheme(capsys):
 def test_density_warmup_gives_run_averages(capsys):
     """--density-warmup W averages SCAPE's step over a run (W steps unless --run-steps)."""
     args = ("compare", "-m", "gpt-345m", "-H", "vista-gh200", "-g", "32", "--schemes",
-            "dense-adams,scape:0.99", "--density-warmup", "1000", "--format", "json")
+            "dense-adams,scape-partitioned:0.99", "--density-warmup", "1000", "--format",
+            "json")
     code, out, _ = scape(capsys, *args)
     rows = {r["scheme"]: r for r in json.loads(out)}
     assert code == 0
     assert rows["dense-adams"]["run_speedup"] == 1.0
     assert rows["dense-adams"]["run_mean_step_s"] == rows["dense-adams"]["step_time_s"]
-    assert 1.0 < rows["scape:0.99"]["run_speedup"] < rows["scape:0.99"]["speedup"]
+    sp = rows["scape-partitioned:0.99"]
+    assert 1.0 < sp["run_speedup"] < sp["speedup"]
     code, out, _ = scape(capsys, *args, "--run-steps", "100000")  # 1% of the run warms up
-    longer = {r["scheme"]: r for r in json.loads(out)}["scape:0.99"]
-    assert longer["run_speedup"] > rows["scape:0.99"]["run_speedup"]
+    longer = {r["scheme"]: r for r in json.loads(out)}["scape-partitioned:0.99"]
+    assert longer["run_speedup"] > sp["run_speedup"]
     code, out, _ = scape(capsys, "simulate", "-m", "gpt-345m", "-H", "vista-gh200", "-g", "32",
-                         "-s", "scape:0.99", "--density-warmup", "1000", "--format", "json")
+                         "-s", "scape-partitioned:0.99", "--density-warmup", "1000", "--format",
+                         "json")
     row = json.loads(out)
     assert code == 0 and row["run_steps"] == 1000
-    assert row["run_mean_step_s"] == pytest.approx(rows["scape:0.99"]["run_mean_step_s"])
+    assert row["run_mean_step_s"] == pytest.approx(sp["run_mean_step_s"])
 
 
 def test_compare_has_speedup_over_baseline(capsys):
@@ -197,7 +201,7 @@ def test_compare_has_speedup_over_baseline(capsys):
 
 
 STEP_BAD = [
-    (["simulate", "-m", "llama-1.8b", "-H", "vista-gh200", "-g", "32", "-s", "scape",
+    (["simulate", "-m", "llama-1.8b", "-H", "vista-gh200", "-g", "32", "-s", "scape-partitioned",
       "--sparsity", "1.0"], "sparsity must be in [0, 1)"),
     (["simulate", "-m", "llama-1.8b", "-H", "dgx-h100", "-g", "33"], "multiple of the node size"),
     (["simulate", "-m", "llama-1.8b", "-H", "vista-gh200", "-g", "33", "--micro-batch", "8",
@@ -209,11 +213,11 @@ STEP_BAD = [
     (["compare", "-m", "llama-1.8b", "-H", "dgx-h100", "-g", "16", "--schemes", "scape:x"],
      "cannot read 'scape:x'"),
     (["simulate", "-m", "gpt-9", "-H", "dgx-h100", "-g", "16"], "unknown model profile"),
-    (["simulate", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16", "-s", "scape:0.99",
+    (["simulate", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16", "-s", "scape-partitioned:0.99",
       "--sync", "params"], "sync must be gradient or momentum"),
     (["compare", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16", "--run-steps", "0"],
      "--run-steps must be positive"),
-    (["simulate", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16", "-s", "scape:0.99",
+    (["simulate", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16", "-s", "scape-partitioned:0.99",
       "--density-warmup", "-5"], "density warm-up must be >= 0"),
 ]
 

@@ -25,14 +25,14 @@ SPECS = [
     ("quantized", {"bits": 8}), ("quantized", {"bits": 4}), ("quantized", {"bits": 1}),
     ("quantized", {"bits": 32}), ("topk", {"sparsity": 0.99}), ("topk", {"sparsity": 0.0}),
     ("scalecom", {"sparsity": 0.99}), ("scalecom", {"sparsity": 0.0}),
-    ("scape", {"sparsity": 0.9}), ("scape", {"sparsity": 0.99}),
-    ("scape", {"sparsity": 0.99, "update_scope": "all", "error_feedback": False}),
-    ("scape", {"sparsity": 0.99, "refresh_every": 3, "score": "m_over_sqrt_v"}),
-    ("scape", {"sparsity": 0.0}), ("scape", {"sparsity": 1e-9}),
-    ("scape", {"sparsity": 0.99, "extra": {"unmasked_moment": "local"}}),
-    ("scape", {"sparsity": 0.99, "sync": "momentum"}),
-    ("scape", {"sparsity": 1e-9, "sync": "momentum"}),
-    ("scape", {"sparsity": 0.99, "sync": "momentum", "select_per": "tensor",
+    ("scape-partitioned", {"sparsity": 0.9}), ("scape-partitioned", {"sparsity": 0.99}),
+    ("scape-partitioned", {"sparsity": 0.99, "update_scope": "all", "error_feedback": False}),
+    ("scape-partitioned", {"sparsity": 0.99, "refresh_every": 3, "score": "m_over_sqrt_v"}),
+    ("scape-partitioned", {"sparsity": 0.0}), ("scape-partitioned", {"sparsity": 1e-9}),
+    ("scape-partitioned", {"sparsity": 0.99, "extra": {"unmasked_moment": "local"}}),
+    ("scape-partitioned", {"sparsity": 0.99, "sync": "momentum"}),
+    ("scape-partitioned", {"sparsity": 1e-9, "sync": "momentum"}),
+    ("scape-partitioned", {"sparsity": 0.99, "sync": "momentum", "select_per": "tensor",
                "density_warmup_steps": 3}),
 ]
 STEPS = 5
@@ -95,11 +95,11 @@ def test_ranks_hold_identical_parameters_after_every_step(two_ranks):
     (("topk", {"sparsity": 0.0}), ("dense-ddp", {})),
     (("scalecom", {"sparsity": 0.0}), ("dense-ddp", {})),
     (("quantized", {"bits": 32}), ("dense-ddp", {})),
-    (("scape", {"sparsity": 0.0}), ("dense-adams", {})),
+    (("scape-partitioned", {"sparsity": 0.0}), ("dense-adams", {})),
     # SCAPE's sparse code path with a full mask (density 1 - 1e-9 rounds to every element)
-    (("scape", {"sparsity": 1e-9}), ("dense-adams", {})),
+    (("scape-partitioned", {"sparsity": 1e-9}), ("dense-adams", {})),
     # the authors' momentum sync with a full mask is dense AdamS too
-    (("scape", {"sparsity": 1e-9, "sync": "momentum"}), ("dense-adams", {})),
+    (("scape-partitioned", {"sparsity": 1e-9, "sync": "momentum"}), ("dense-adams", {})),
 ])
 def test_compression_off_matches_dense(two_ranks, off, dense):
     got, ref = two_ranks[0][_key(*off)], two_ranks[0][_key(*dense)]
@@ -149,7 +149,7 @@ def test_bytes_follow_the_plan(two_ranks):
 
 
 def test_scape_sends_no_second_moment(two_ranks):
-    res = two_ranks[0][_key("scape", {"sparsity": 0.99})]
+    res = two_ranks[0][_key("scape-partitioned", {"sparsity": 0.99})]
     names = {record[0] for step in res["records"] for record in step}
     assert names == {"grad reduce-scatter", "param all-gather", "compact grad reduce-scatter",
                      "mask all-gather"}
@@ -160,7 +160,7 @@ def _run_masks(opts):
 
     from scape.train.loop import train
 
-    r = train(_config("scape", opts))
+    r = train(_config("scape-partitioned", opts))
     s = r["scheme"]
     dist.barrier()
     return {"history": [m.clone() for m in s.history], "chosen": [m.clone() for m in s.chosen]}
@@ -206,8 +206,8 @@ def _run_resume(out: str, split: bool, name: str, opts: dict):
 
 
 @pytest.mark.parametrize(("name", "opts"), [
-    ("scape", {"sparsity": 0.99, "error_feedback": True}),
-    ("scape", {"sparsity": 0.99, "sync": "momentum", "density_warmup_steps": 4}),
+    ("scape-partitioned", {"sparsity": 0.99, "error_feedback": True}),
+    ("scape-partitioned", {"sparsity": 0.99, "sync": "momentum", "density_warmup_steps": 4}),
     ("quantized", {"bits": 4}),
     ("scalecom", {"sparsity": 0.99}),
 ])
@@ -227,7 +227,7 @@ def _cli(*args, env=None, timeout=120):
 
 
 def test_train_cli_json(tmp_path):
-    r = _cli("train", "--scheme", "scape:0.99", "--steps", "6", "--nprocs", "2",
+    r = _cli("train", "--scheme", "scape-partitioned:0.99", "--steps", "6", "--nprocs", "2",
              "--micro-batch", "4", "--seq-len", "32", "--eval-every", "3", "--out",
              str(tmp_path), "--format", "json")
     assert r.returncode == 0, r.stderr

@@ -71,7 +71,7 @@ def test_authors_plan_bytes_bitmap_padded_to_the_largest_owner():
     model = load_model("llama-500m")
     tensors = model.tensors()
     sizes, dense = [n for n, _ in tensors], [d for _, d in tensors]
-    cfg = make_config("scape-authors", sparsity=0.99)
+    cfg = make_config("scape", sparsity=0.99)
     p = plan(cfg, model.n_params, 64, Dtypes(4, 2), tensors=sizes, dense=dense)
     (_, step), = p.steps
     ops = {op.name: op for op in step.ops}
@@ -103,7 +103,7 @@ def test_authors_runtime_refuses_the_parameter_offload():
     from scape.comm import Comm
     from scape.schemes import make_scheme
 
-    cfg = make_config("scape-authors", sparsity=0.9,
+    cfg = make_config("scape", sparsity=0.9,
                       extra={"distributed_optimizer": True, "param_offload": True})
     with pytest.raises(UserError, match="plan for the simulator only"):
         make_scheme(cfg, [torch.nn.Parameter(torch.zeros(8))], Comm(), Hyper())

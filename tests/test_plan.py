@@ -20,7 +20,7 @@ def wire(name, **opts):
     ("topk", {"sparsity": 0.0}, "dense-ddp"),
     ("scalecom", {"sparsity": 0.0}, "dense-ddp"),
     ("quantized", {"bits": 16}, "dense-ddp"),
-    ("scape", {"sparsity": 0.0}, "dense-adams"),
+    ("scape-partitioned", {"sparsity": 0.0}, "dense-adams"),
 ])
 def test_compression_off_is_the_dense_plan(name, opts, dense):
     off = plan(make_config(name, **opts), N, P, DT)
@@ -36,15 +36,15 @@ def test_bytes_per_rank_match_design_table():
     assert wire("topk", sparsity=0.99) == pytest.approx((P - 1) * k * (b + 4))
     assert wire("scalecom", sparsity=0.99) == pytest.approx(k * 4 + 2 * (P - 1) / P * k * b)
     scape = (P - 1) / P * (k * b + k * DT.param_bytes + mask_bytes(N, P, k))
-    assert wire("scape", sparsity=0.99) == pytest.approx(scape)
+    assert wire("scape-partitioned", sparsity=0.99) == pytest.approx(scape)
     bits = 8
     payload = N * bits / 8 + -(-N // 2048) * 4
     assert wire("quantized", bits=bits) == pytest.approx(2 * (P - 1) / P * payload)
 
 
 def test_scape_options_change_bytes():
-    masked = wire("scape", sparsity=0.99)
-    dense_params = wire("scape", sparsity=0.99, update_scope="all")
+    masked = wire("scape-partitioned", sparsity=0.99)
+    dense_params = wire("scape-partitioned", sparsity=0.99, update_scope="all")
     assert dense_params - masked == pytest.approx((P - 1) / P * (N - 0.01 * N) * DT.param_bytes)
     # Mask: int32 indices below 1/32 density, a bitmap above.
     assert mask_bytes(N, P, 0.01 * N) == pytest.approx(0.01 * N * 4)
@@ -52,33 +52,33 @@ def test_scape_options_change_bytes():
 
 
 def test_refresh_steps_are_amortized():
-    p = plan(make_config("scape", sparsity=0.99, refresh_every=10), N, P, DT)
+    p = plan(make_config("scape-partitioned", sparsity=0.99, refresh_every=10), N, P, DT)
     assert [w for w, _ in p.steps] == pytest.approx([0.9, 0.1])
     # a refresh step is a dense ZeRO-1 step that still gathers the next mask
     mask = (P - 1) / P * mask_bytes(N, P, 0.01 * N)
     dense = plan(make_config("dense-adams"), N, P, DT).wire_bytes(P) + mask
-    sparse = wire("scape", sparsity=0.99)
+    sparse = wire("scape-partitioned", sparsity=0.99)
     assert p.wire_bytes(P) == pytest.approx(0.9 * sparse + 0.1 * dense)
 
 
 def test_scape_selection_is_on_the_shard():
-    (_, step), = plan(make_config("scape", sparsity=0.9), N, P, DT).steps
+    (_, step), = plan(make_config("scape-partitioned", sparsity=0.9), N, P, DT).steps
     select = [k for k in step.kernels if k.kind == "select"]
     assert [k.elements for k in select] == [N / P]
     assert {op.phase for op in step.ops if "mask" in op.name} == {"next_step"}
 
 
 def test_one_rank_sends_nothing():
-    p = plan(make_config("scape", sparsity=0.9), N, 1, DT)
+    p = plan(make_config("scape-partitioned", sparsity=0.9), N, 1, DT)
     assert p.wire_bytes(1) == 0 and all(not s.ops for _, s in p.steps)
 
 
 @pytest.mark.parametrize(("name", "opts", "message"), [
-    ("scape", {"sparsity": 1.0}, "sparsity must be in"),
+    ("scape-partitioned", {"sparsity": 1.0}, "sparsity must be in"),
     ("topk", {"sparsity": -0.1}, "sparsity must be in"),
     ("quantized", {"bits": 3}, "bits must be one of"),
     ("zip", {}, "unknown scheme 'zip'"),
-    ("scape", {"update_scope": "some"}, "update_scope"),
+    ("scape-partitioned", {"update_scope": "some"}, "update_scope"),
 ])
 def test_bad_options(name, opts, message):
     with pytest.raises(UserError, match=message):
@@ -89,7 +89,7 @@ def test_every_plan_uses_known_collectives_phases_and_kernels():
     from scape.plan import COLLECTIVES, KERNEL_STAGES, PHASES
     from simulator.compute import KERNEL_BYTES
 
-    for spec in ("dense-ddp", "dense-adamw", "quantized", "topk", "scalecom", "scape"):
+    for spec in ("dense-ddp", "dense-adamw", "quantized", "topk", "scalecom", "scape-partitioned"):
         for opts in ({}, {"sparsity": 0.9}, {"bits": 4}, {"refresh_every": 5, "sparsity": 0.99}):
             if ("bits" in opts and spec != "quantized") or (spec.startswith("dense") and opts):
                 continue
@@ -98,3 +98,27 @@ def test_every_plan_uses_known_collectives_phases_and_kernels():
                            for op in step.ops)
                 assert all(k.kind in KERNEL_BYTES and k.stage in KERNEL_STAGES
                            for k in step.kernels)
+
+
+@pytest.mark.parametrize(("opts", "match"), [
+    ({"sync": "momentum"}, "--sync: options of scape-partitioned"),
+    ({"refresh_every": 10, "score": "m_over_sqrt_v"}, "--score, --refresh-every"),
+    ({"extra": {"unmasked_moment": "local"}}, "scape takes no option unmasked_moment"),
+    ({"extra": {"param_offload": True}}, "needs the distributed optimizer"),
+])
+def test_the_authors_scape_refuses_options_it_does_not_have(opts, match):
+    with pytest.raises(UserError, match=match):
+        make_config("scape", sparsity=0.99, **opts)
+
+
+def test_a_line_up_gives_each_scape_variant_its_own_options():
+    from simulator.compare import parse_scheme
+
+    base = make_config("dense-adams", sync="momentum",
+                       extra={"distributed_optimizer": True, "unmasked_moment": "local"})
+    authors = parse_scheme("scape:0.99", base, only_own=True)
+    ours = parse_scheme("scape-partitioned:0.99", base, only_own=True)
+    assert authors.sync == "gradient" and authors.extra == {"distributed_optimizer": True}
+    assert ours.sync == "momentum" and ours.extra == {"unmasked_moment": "local"}
+    with pytest.raises(UserError, match="--sync"):
+        parse_scheme("scape:0.99", base)  # one scheme, its flags: used or refused

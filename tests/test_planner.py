@@ -16,7 +16,7 @@ H100, A100 = load_hardware("dgx-h100"), load_hardware("dgx-a100")
 
 def request(**kw):
     base = dict(model=load_model("gpt-345m"), tokens=1e9, hardware=(H100, A100), max_gpus=16,
-                workers=1, schemes=("dense-adams", "dense-ddp", "scape:0.99"))
+                workers=1, schemes=("dense-adams", "dense-ddp", "scape-partitioned:0.99"))
     base.update(kw)
     return PlanRequest(**base)
 
@@ -48,7 +48,7 @@ def test_density_warmup_lengthens_scape_plans_only():
     key = ["hardware", "gpus", "scheme", "tp", "micro_batch"]
     steady = plan_training(request()).set_index(key)
     warm = plan_training(request(density_warmup_frac=1.0)).set_index(key).loc[steady.index]
-    is_scape = steady.index.get_level_values("scheme").str.startswith("scape")
+    is_scape = steady.index.get_level_values("scheme").str.startswith("scape-partitioned")
     assert is_scape.any() and (~is_scape).any()
     assert (warm["hours"][~is_scape] == steady["hours"][~is_scape]).all()
     assert (warm["hours"][is_scape] > steady["hours"][is_scape]).all()
@@ -66,7 +66,7 @@ def test_budget_is_respected_and_price_override_applies():
 def test_best_without_scape():
     df = plan_training(request())
     rest = best_without(df)
-    assert rest is not None and not rest["scheme"].startswith("scape")
+    assert rest is not None and not rest["scheme"].startswith("scape-partitioned")
 
 
 @pytest.mark.parametrize(("kw", "message"), [

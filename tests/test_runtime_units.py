@@ -137,7 +137,7 @@ def test_flat_params_pad_shard_and_write_back():
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--scheme", "scape", "--sparsity", "1.0"], "sparsity must be in [0, 1)"),
+    (["--scheme", "scape-partitioned", "--sparsity", "1.0"], "sparsity must be in [0, 1)"),
     (["--scheme", "topk", "--sparsity", "-0.1"], "sparsity must be in [0, 1)"),
     (["--scheme", "quantized", "--bits", "3"], "bits must be one of"),
     (["--scheme", "zip"], "unknown scheme 'zip'"),

@@ -40,7 +40,7 @@ def _run(opts: dict, steps: int) -> dict:
     init_distributed(30)
     comm = Comm()
     params = _params()
-    scheme = make_scheme(make_config("scape-authors", **opts), params, comm, H)
+    scheme = make_scheme(make_config("scape", **opts), params, comm, H)
     n = scheme.flat.numel
     out = {"master": [], "records": [], "masks": [], "plan": scheme.plan(), "n": n}
     for t in range(1, steps + 1):

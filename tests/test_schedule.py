@@ -15,7 +15,7 @@ from simulator.schedule import _at_density, run_mean
 from simulator.step import StepConfig, simulate_step
 
 
-def config(warmup: int, sparsity: float = 0.99, scheme: str = "scape") -> StepConfig:
+def config(warmup: int, sparsity: float = 0.99, scheme: str = "scape-partitioned") -> StepConfig:
     return StepConfig(model=load_model("gpt-345m"), hardware=load_hardware("vista-gh200"),
                       gpus=32, scheme=make_config(scheme, sparsity=sparsity,
                                                   density_warmup_steps=warmup)).validate()

@@ -52,10 +52,10 @@ def test_zero1_without_overlap_closed_form():
     assert r.step_time_s == pytest.approx(t.fwd_s + t.bwd_s + rs + opt + ag, rel=1e-12)
 
 
-@pytest.mark.parametrize("scheme", ["dense-adams", "dense-ddp", "scape"])
+@pytest.mark.parametrize("scheme", ["dense-adams", "dense-ddp", "scape-partitioned"])
 @pytest.mark.parametrize("gpus", [4, 32])
 def test_overlap_never_makes_a_step_slower(scheme, gpus):
-    opts = {"sparsity": 0.9} if scheme == "scape" else {}
+    opts = {"sparsity": 0.9} if scheme == "scape-partitioned" else {}
     off = simulate_step(cfg(scheme, gpus, overlap_grad_reduce=False,
                             overlap_param_gather=False, **opts))
     on = simulate_step(cfg(scheme, gpus, overlap_grad_reduce=True, overlap_param_gather=True,
@@ -64,7 +64,7 @@ def test_overlap_never_makes_a_step_slower(scheme, gpus):
 
 
 def test_short_mask_allgather_adds_nothing():
-    c = cfg("scape", gpus=32, sparsity=0.99)
+    c = cfg("scape-partitioned", gpus=32, sparsity=0.99)
     full = plan(c.scheme, TINY.n_params, 32, DT)
     (w, step), = full.steps
     without = Plan(full.scheme, ((w, StepPlan(tuple(op for op in step.ops
@@ -74,11 +74,11 @@ def test_short_mask_allgather_adds_nothing():
 
 def test_long_mask_allgather_is_exposed():
     # Make the mask all-gather huge: it outlasts forward + backward and shows in the step.
-    c = cfg("scape", gpus=32, sparsity=0.99)
+    c = cfg("scape-partitioned", gpus=32, sparsity=0.99)
     (w, step), = plan(c.scheme, TINY.n_params, 32, DT).steps
     ops = tuple(replace(op, size_bytes=op.size_bytes * 1e4) if op.phase == "next_step" else op
                 for op in step.ops)
-    slow = simulate_step(c, the_plan=Plan("scape", ((w, StepPlan(ops, step.kernels)),)))
+    slow = simulate_step(c, the_plan=Plan("scape-partitioned", ((w, StepPlan(ops, step.kernels)),)))
     assert slow.step_time_s > simulate_step(c).step_time_s
 
 
@@ -118,7 +118,7 @@ def test_bad_step_configs(kwargs, message):
 
 
 def test_trace_is_chrome_trace_json(tmp_path):
-    r = simulate_step(cfg("scape", gpus=32, sparsity=0.9))
+    r = simulate_step(cfg("scape-partitioned", gpus=32, sparsity=0.9))
     path = write_trace(tmp_path / "t" / "trace.json", r.spans)
     doc = json.loads(path.read_text())
     events = doc["traceEvents"]

@@ -23,8 +23,8 @@ RUNTIME: dict[str, type[Scheme]] = {
     "quantized": Quantized,
     "topk": TopK,
     "scalecom": ScaleCom,
-    "scape": Scape,
-    "scape-authors": ScapeAuthors,
+    "scape": ScapeAuthors,
+    "scape-partitioned": Scape,
 }
 
 
@@ -44,7 +44,8 @@ def runtime_config(cfg: SchemeConfig) -> SchemeConfig:
     """The options this runtime actually runs `cfg` with, so that its plan says what it does:
     it communicates after backward and gathers parameters after the update (no overlap), and
     ZeRO-1 and SCAPE reduce-scatter in one bucket."""
-    bucket = float("inf") if cfg.scheme in ("dense-zero1", "scape") else cfg.bucket_bytes
+    one_bucket = cfg.scheme in ("dense-zero1", "scape-partitioned")
+    bucket = float("inf") if one_bucket else cfg.bucket_bytes
     return replace(cfg, overlap_grad_reduce=False, overlap_param_gather=False,
                    bucket_bytes=bucket)
 
