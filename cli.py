@@ -537,27 +537,35 @@ def train_cmd(
 @app.command()
 def reproduce(
     out: str = typer.Option("out/reproduce", "--out", help="folder for the report"),
-    hardware: str = typer.Option("vista-gh200", "--hardware", "-H"),
+    hardware: str = typer.Option(None, "--hardware", "-H",
+                                 help="default: vista-gh200-socket (TCP sockets, as the "
+                                      "authors ran); the report adds vista-gh200 (InfiniBand) "
+                                      "as a what-if"),
     fmt: str = typer.Option("table", "--format", help="table|json"),
 ):
     """The SCAPE paper's setting predicted, next to the paper's figures, with assumptions."""
     check_format(fmt, ("table", "json"))
-    from reports.reproduce import write_report
+    from reports.reproduce import DEFAULT_HARDWARE, write_report
 
+    hardware = DEFAULT_HARDWARE if hardware is None else hardware
     files = write_report(Path(out), hardware)
     df = pd.read_csv(files["predictions"])
     if fmt == "json":
         cols = ["model", "scheme", "sparsity", "step_time_s", "speedup_vs_dense_adams",
-                "end_to_end_reduction", "paper_metric", "paper_value", "predicted_value"]
+                "end_to_end_reduction", "paper_metric", "paper_value", "predicted_value",
+                "table_value", "hardware"]
         print(render(df[cols], "json"))
         return
     shown = df[["model", "scheme", "sparsity", "step_time_s", "exposed_comm_s",
-                "speedup_vs_dense_adams", "end_to_end_reduction", "paper_value"]].copy()
-    shown["paper_value"] = shown["paper_value"].map(lambda v: "" if pd.isna(v) else f"{v:g}")
+                "speedup_vs_dense_adams", "end_to_end_reduction", "paper_value",
+                "table_value"]].copy()
+    for col in ("paper_value", "table_value"):
+        shown[col] = shown[col].map(lambda v: "" if pd.isna(v) else f"{v:.4g}")
     print(render(shown, "table", header=f"SCAPE paper setting on 32 GPUs of {hardware}", floatfmt={
         c: "{:.3f}" for c in ("sparsity", "step_time_s", "exposed_comm_s",
                               "speedup_vs_dense_adams", "end_to_end_reduction")}))
-    print(f"# report: {files['report']} (assumptions, sensitivity figure, CSVs)")
+    print(f"# report: {files['report']} (assumptions, what-if on {files['what_if'].stem}, "
+          "sensitivity figure, CSVs)")
 
 
 
@@ -716,6 +724,9 @@ def validate_cmd(
     model: str = typer.Option(None, "--model", help="default: the profile's calibrated model"),
     micro_batch: int = typer.Option(None, "--micro-batch", help="default: the calibrated one"),
     out: str = typer.Option(None, "--out", help="folder for CSV, JSON and PNG"),
+    write_profile: str = typer.Option(None, "--write-profile",
+                                      help="with --external: also write the fitted cluster "
+                                           "as a hardware profile TOML here"),
     fmt: str = typer.Option("table", "--format", help="table|csv|json"),
 ):
     """Run the real optimizer per scheme, simulate the same step from the profile, compare;
@@ -724,8 +735,10 @@ def validate_cmd(
 
     check_format(fmt)
     if external is not None:
-        _validate_external(external, profile, out, fmt)
+        _validate_external(external, profile, out, fmt, write_profile)
         return
+    if write_profile is not None:
+        raise UserError("--write-profile goes with --external (a fit to publish)")
     if profile is None:
         raise UserError("give --profile measured/NAME (from scape calibrate) or --external NAME")
     hw = load_hardware(profile)
@@ -782,12 +795,22 @@ def validate_cmd(
         c: "{:.4f}" for c in cols if c.endswith("_s")} | {"error_pct": "{:+.1f}"}))
 
 
-def _validate_external(name: str, profile: str | None, out: str | None, fmt: str) -> None:
+def _validate_external(name: str, profile: str | None, out: str | None, fmt: str,
+                       write_profile: str | None) -> None:
+    from profiles import check_profile
     from reports import external as x
 
-    table, fit, meta = x.validate_external(name, profile or x.BASE_HARDWARE)
+    base = load_hardware(profile or x.BASE_HARDWARE)
+    table, fit, meta = x.validate_external(name, base.name if profile is None else profile)
     dest = Path(out or f"out/validate-external/{name}")
     files = x.write_outputs(table, fit, meta, dest)
+    if write_profile is not None:
+        path = Path(write_profile)
+        command = f"scape validate --external {name}" + (f" --profile {profile}"
+                                                          if profile else "")
+        path.write_text(x.fitted_profile_text(fit, base, path.stem, command))
+        check_profile(str(path))  # what was written loads back
+        files["profile"] = path
     stats = x.summary(table)
     if fmt == "json":
         print(files["json"].read_text())

@@ -173,6 +173,44 @@ def protocol_text(fit: ExternalFit) -> str:
         "any SCAPE measurement.")
 
 
+SOCKET_PROFILE = "vista-gh200-socket"  # profiles/hardware/, written from the fit
+
+
+def fitted_profile_text(fit: ExternalFit, base: HardwareProfile, name: str,
+                        command: str) -> str:
+    """The fitted cluster as a hardware profile: `base`'s TOML with its name and description
+    replaced and the fitted [transport], [model_mfu], step_fixed_ms and optimizer step added,
+    each with the rows and the command it came from."""
+    src = (f"fitted by `{command}` (git {git_revision()}) on {len(fit.inputs)} dense AdamS "
+           "rows of the SCAPE authors' GH200 runs (computation/communication split, "
+           "profiles/external/scape-sc26.toml) only; NCCL_NET=Socket, NCCL_IB_DISABLE=1 in "
+           "their scripts")
+    line = base.nic.bw_Gbps * 1e9 / 8
+    lines = []
+    for raw in Path(base.path).read_text().splitlines():
+        if raw.startswith("name = "):
+            raw = f'name = "{name}"'
+        elif raw.startswith("description = "):
+            raw = (f'description = "{base.name} with NCCL over TCP sockets, as the SCAPE '
+                   'authors ran it: transport, MFU and optimizer step fitted to their dense '
+                   'AdamS runs"')
+        lines.append(raw)
+        if raw.strip() == "[compute]":
+            lines += [f"step_fixed_ms = {fit.step_fixed_s * 1e3:.6g}",
+                      f'step_fixed_ms_source = "{src}"']
+    mfu = "\n".join(f'"{m}" = {v:.6g}' for m, v in sorted(fit.mfu.items()))
+    lines += [
+        "", "# Written by `scape validate --external scape-sc26 --write-profile`: do not edit.",
+        "[transport]", 'kind = "socket"',
+        f"efficiency = {fit.bandwidth_Bps / line:.6g}  # of the NIC's line rate, per GPU",
+        f"latency_us = {fit.alpha_s * 1e6:.6g}  # per ring step", "call_us = 0.0",
+        f'source = "{src}"', "", "[model_mfu]", mfu, f'source = "{src}"', "",
+        "[kernels.optimizer_adams]  # Megatron's whole optimizer step, per element updated",
+        "fixed_us = 0.0", f"ns_per_element = {fit.optimizer_s_per_element * 1e9:.6g}",
+        "residual_pct = 0.0", ""]
+    return "\n".join(lines)
+
+
 def write_outputs(table: pd.DataFrame, fit: ExternalFit, meta: dict, out: Path) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     files = {"csv": out / "external.csv", "json": out / "external.json",

@@ -26,20 +26,70 @@ from scape.plan import Kernel, Plan, SchemeConfig, StepPlan, plan
 from simulator.step import StepConfig, StepResult, simulate_step
 
 DEFAULT_SCHEMES = ("dense-ddp", "dense-adams", "quantized:8", "topk:0.99", "scalecom:0.99",
-                   "scape:0.9", "scape:0.99")
+                   "scape:0.9", "scape:0.99", "scape-partitioned:0.9",
+                   "scape-partitioned:0.99")
 
 
-def runtime_plan(cfg: SchemeConfig, numel: int, world: int) -> Plan:
-    """The plan the runtime executes for a model of `numel` parameters, plus its copies."""
+def runtime_plan(cfg: SchemeConfig, model: str, world: int) -> Plan:
+    """The plan the runtime executes for `model`, plus its copies. The authors' reducer gets
+    the collectives of its plan for the runtime model's own tensors, and the kernels of this
+    runtime's passes (not the GPU loops its plan prices)."""
     from scape.schemes import runtime_class
     from scape.schemes.base import RUNTIME_DTYPES
     from scape.sharding import padded_size
 
+    numel = load_model(model).n_params
+    copies = Kernel("pull grads, push params", "flat_copy", numel, "post")
+    if cfg.scheme == "scape":
+        sizes, dense = runtime_tensors(model)
+        base = plan(cfg, numel, world, RUNTIME_DTYPES, tensors=sizes, dense=dense)
+        kernels = (*authors_runtime_kernels(cfg, sizes, dense, world), copies)
+        return Plan(base.scheme, tuple((w, StepPlan(s.ops, kernels)) for w, s in base.steps))
     padded = padded_size(numel, world, runtime_class(cfg).multiple)
     base = plan(cfg, padded, world, RUNTIME_DTYPES)
-    copies = Kernel("pull grads, push params", "flat_copy", numel, "post")
     return Plan(base.scheme, tuple((w, StepPlan(s.ops, (*s.kernels, copies)))
                                    for w, s in base.steps))
+
+
+def runtime_tensors(model: str) -> tuple[list[int], list[bool]]:
+    """The runtime model's trainable tensors in buffer order: sizes, and the one-dimensional
+    (norm) ones the reducer sends whole."""
+    from scape.train.model import GPT
+
+    params = [p for p in GPT(load_model(model)).parameters() if p.requires_grad]
+    return [p.numel() for p in params], [p.dim() <= 1 for p in params]
+
+
+def authors_runtime_kernels(cfg: SchemeConfig, sizes: list[int], dense: list[bool],
+                            world: int) -> tuple[Kernel, ...]:
+    """The passes of scape/schemes/scape_authors.py over N elements, priced by the calibrated
+    kernels they resemble: c = b1*m + (1-b1)*g + r and the residual (error feedback), the
+    owner's per-tensor top-k (select), the bitmap and the payload (pack), the masked g_sync and
+    the AdamS update (two optimizer passes), the received bitmaps (dequantize); with the
+    distributed optimizer the replica's decay and scatter (error feedback, scatter-add)."""
+    from scape.plan_authors import greedy_owners, selected, shard_pieces
+
+    n = sum(sizes)
+    k = selected(cfg.density, sizes, dense)
+    if cfg.extra.get("distributed_optimizer"):
+        owned = max(sum(b - a for a, b, _ in pieces)
+                    for pieces in shard_pieces(sizes, dense, world))
+    else:
+        owned = max(greedy_owners(sizes, world).owned)
+    kernels = [
+        Kernel("corrected momentum", "error_feedback", n, "pre"),
+        Kernel("owner's top-k", "select", owned, "pre"),
+        Kernel("bitmap pack", "pack", owned, "pre"),
+        Kernel("payload pack", "pack", k, "pre"),
+        Kernel("residual", "error_feedback", n, "pre"),
+        Kernel("g_sync", "optimizer_adams", n, "update"),
+        Kernel("adams update", "optimizer_adams", n, "update"),
+        Kernel("bitmaps unpacked", "dequantize", n, "post"),
+    ]
+    if cfg.extra.get("distributed_optimizer"):
+        kernels += [Kernel("replica decay", "error_feedback", n, "post"),
+                    Kernel("replica scatter", "scatter_add", k, "post")]
+    return tuple(kernels)
 
 
 def predict(hw: HardwareProfile, model: str, cfg: SchemeConfig, world: int,
@@ -51,7 +101,7 @@ def predict(hw: HardwareProfile, model: str, cfg: SchemeConfig, world: int,
     cfg = runtime_config(cfg)
     step = StepConfig(model=profile, hardware=hw, gpus=world, scheme=cfg,
                       micro_batch=micro_batch, seq_len=seq_len, dtypes=RUNTIME_DTYPES)
-    return simulate_step(step.validate(), the_plan=runtime_plan(cfg, profile.n_params, world))
+    return simulate_step(step.validate(), the_plan=runtime_plan(cfg, model, world))
 
 
 def probe_compute(hw: HardwareProfile, model: str, micro_batch: int, ranks: int,

@@ -119,3 +119,22 @@ def test_transport_table_is_validated(tmp_path):
     path.write_text(body)
     with pytest.raises(Exception, match="kind"):
         check_profile(str(path))
+
+
+def test_shipped_socket_profile_is_the_fit():
+    """profiles/hardware/vista-gh200-socket.toml holds what `validate --external
+    --write-profile` fits now (rounded to 6 significant digits)."""
+    from reports.external import SOCKET_PROFILE
+
+    ext = load_external("scape-sc26")
+    base = load_hardware("vista-gh200")
+    fit = fit_dense(dense_rows(ext), base)
+    shipped = load_hardware(SOCKET_PROFILE)
+    fresh = fitted_hardware(fit, base, SOCKET_PROFILE)
+    assert shipped.transport.kind == "socket"
+    assert shipped.inter_node_Bps == pytest.approx(fresh.inter_node_Bps, rel=1e-5)
+    assert shipped.inter_node_latency_s == pytest.approx(fresh.inter_node_latency_s, rel=1e-5)
+    assert shipped.compute.step_fixed_ms == pytest.approx(fit.step_fixed_s * 1e3, rel=1e-5)
+    assert shipped.model_mfu == pytest.approx(fit.mfu, rel=1e-5)
+    assert shipped.kernels["optimizer_adams"]["ns_per_element"] == pytest.approx(
+        fit.optimizer_s_per_element * 1e9, rel=1e-5)
