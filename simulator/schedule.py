@@ -14,6 +14,7 @@ geometric curve), plus the steady steps.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from itertools import pairwise
 
 from scape.plan import SCAPE_SCHEMES, scheduled_density
 from simulator.collective import PhaseCache
@@ -66,3 +67,46 @@ def run_mean(cfg: StepConfig, run_steps: int, cache: PhaseCache | None = None,
     rest = run_steps - w
     return RunMean(run_steps, w, (step_sum + rest * steady.step_time_s) / run_steps,
                    (bytes_sum + rest * steady.bytes_per_gpu) / run_steps, steady)
+
+
+def piecewise_mean(cfg: StepConfig, points: list[tuple[int, float]], run_steps: int,
+                   cache: PhaseCache | None = None, nodes: int = NODES) -> RunMean:
+    """Average step time and bytes over a run whose density follows the straight lines between
+    `points` (step, density), ascending in step from step 0, and stays at the last density to
+    `run_steps` (the schedule the SCAPE authors logged: dense to 2000, then linear to d at
+    10000). Each sloped segment is integrated by the trapezoid rule on `nodes` points; a flat
+    one costs one step time per step."""
+    if run_steps < 1:
+        raise ValueError(f"run_steps must be positive, got {run_steps}")
+    steps = [t for t, _ in points]
+    if steps[0] != 0 or steps != sorted(steps) or not all(0 < d <= 1 for _, d in points):
+        raise ValueError(f"points must start at step 0, ascend, and hold densities in (0, 1]: "
+                         f"{points}")
+    cache = cache or PhaseCache(build_topology(cfg.hardware, cfg.gpus))
+    known: dict[float, StepResult] = {}
+
+    def at(d: float) -> StepResult:
+        if d not in known:
+            known[d] = _at_density(cfg, d, cache)
+        return known[d]
+
+    tail = (min(run_steps, max(steps)), run_steps, points[-1][1], points[-1][1])
+    segments = [(t0, min(t1, run_steps), d0, d0 + (d1 - d0) * (min(t1, run_steps) - t0)
+                 / (t1 - t0)) for (t0, d0), (t1, d1) in pairwise(points)
+                if t0 < run_steps and t1 > t0]
+    step_sum = bytes_sum = 0.0
+    for t0, t1, d0, d1 in [*segments, tail]:
+        n = t1 - t0
+        if n <= 0:
+            continue
+        k = 1 if d0 == d1 else nodes
+        results = [at(d0 + (d1 - d0) * i / max(1, k - 1)) for i in range(k)]
+        weights = [1.0] if k == 1 else [0.5 if i in (0, k - 1) else 1.0 for i in range(k)]
+        scale = n / sum(weights)
+        step_sum += scale * sum(w * r.step_time_s for w, r in zip(weights, results, strict=True))
+        bytes_sum += scale * sum(w * r.bytes_per_gpu
+                                 for w, r in zip(weights, results, strict=True))
+    moving = [i for i, (_, d) in enumerate(points) if d != points[-1][1]]
+    warm = min(run_steps, points[moving[-1] + 1][0]) if moving else 0  # the target reached
+    return RunMean(run_steps, warm, step_sum / run_steps, bytes_sum / run_steps,
+                   at(points[-1][1]))

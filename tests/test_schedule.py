@@ -68,3 +68,27 @@ def test_full_run_warmup_sends_about_the_geometric_mean_density():
 def test_run_steps_must_be_positive():
     with pytest.raises(ValueError, match="run_steps"):
         run_mean(config(10), 0)
+
+
+def test_piecewise_mean_against_every_step():
+    """The logged linear schedule (flat, then a line, then flat) integrated on nodes matches
+    the sum over every step of a short run, and a flat schedule is the steady step."""
+    from simulator.schedule import _at_density, piecewise_mean
+
+    cfg = config(0, scheme="scape")
+    points = [(0, 1.0), (20, 1.0), (60, 0.1)]
+    got = piecewise_mean(cfg, points, 100)
+    from simulator.collective import PhaseCache
+    from simulator.network import build_topology
+
+    cache = PhaseCache(build_topology(cfg.hardware, cfg.gpus))
+
+    def d(t):  # density of step t (0-based), the lines between the points
+        return 1.0 if t < 20 else max(0.1, 1.0 - 0.9 * (t - 20) / 40)
+
+    exact = sum(_at_density(cfg, d(t), cache).step_time_s for t in range(100)) / 100
+    assert got.mean_step_s == pytest.approx(exact, rel=0.01)
+    assert got.warmup_steps == 60
+    flat = piecewise_mean(cfg, [(0, 0.1)], 100)
+    assert flat.mean_step_s == pytest.approx(flat.steady.step_time_s)
+    assert got.mean_step_s > flat.mean_step_s  # the dense start and the line cost more
