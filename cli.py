@@ -662,6 +662,40 @@ def calibrate_collectives(
         "error_pct": "{:+.1f}"}))
 
 
+CALIBRATE_HEADER = "Written by scape calibrate. Rerun it to refresh; do not edit."
+
+
+def _calibrate_kinds(out: str, kinds: str, threads: int) -> None:
+    """Measure some kernel kinds on this machine and add them to profile `out`, saying where
+    and when in its [measured] table (the other kernels may come from another host)."""
+    import time
+
+    import torch
+
+    from profiles.measured import merge, path_of, read_toml
+    from scape.calibrate.compute import KERNEL_BENCH, device_name, measure_kernels
+
+    chosen = [k.strip() for k in kinds.split(",") if k.strip()]
+    unknown = [k for k in chosen if k not in KERNEL_BENCH]
+    if not chosen or unknown:
+        raise UserError(f"--kinds: unknown {', '.join(unknown) or '(none given)'}; choose from "
+                        f"{', '.join(KERNEL_BENCH)}")
+    path = path_of(out)
+    if not path.exists():
+        raise UserError(f"{path} does not exist: run scape calibrate compute --out {out} first")
+    print(f"calibrate compute: kernels {', '.join(chosen)} ...", file=sys.stderr)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    measured = measure_kernels(device=device, repeats=9, threads=threads, kinds=chosen)
+    kernels = {**read_toml(path).get("kernels", {}), **measured}
+    note = {f"kernel_{k}": f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on "
+            f"{device_name(device, threads)} (torch {torch.__version__})" for k in chosen}
+    merge(out, {"kernels": kernels, "measured": note}, CALIBRATE_HEADER)
+    for kind, k in measured.items():
+        print(f"  {kind:<16} {k['fixed_us']:9.1f} us + {k['ns_per_element']:7.3f} ns/element "
+              f"(fit residual {k['residual_pct']:.1f}%)")
+    print(f"wrote {path}")
+
+
 @calibrate_app.command("compute")
 def calibrate_compute_cmd(
     out: str = typer.Option(..., "--out", help="profile name: profiles/measured/NAME.toml"),
@@ -670,6 +704,9 @@ def calibrate_compute_cmd(
     max_ranks: int = typer.Option(3, "--max-ranks",
                                   help="measure the slowdown of 1..N ranks sharing this host"),
     threads: int = typer.Option(1, "--threads", help="torch threads per rank"),
+    kinds: str = typer.Option(None, "--kinds",
+                              help="only these kernel kinds (comma-separated), added to an "
+                                   "existing profile; forward/backward is not timed again"),
 ):
     """Time forward/backward of a model and the scheme kernels; fit MFU and kernel constants."""
     from profiles.measured import merge, path_of
@@ -677,6 +714,9 @@ def calibrate_compute_cmd(
 
     load_model(model)
     path_of(out)
+    if kinds is not None:
+        _calibrate_kinds(out, kinds, threads)
+        return
     for name, value in (("--micro-batch", micro_batch), ("--max-ranks", max_ranks),
                         ("--threads", threads)):
         if value < 1:
@@ -687,7 +727,7 @@ def calibrate_compute_cmd(
     device = tables["gpu"]["model"]
     tables["measured"] = {"device": device, "compute_model": model,
                           "compute_micro_batch": micro_batch}
-    path = merge(out, tables, "Written by scape calibrate. Rerun it to refresh; do not edit.")
+    path = merge(out, tables, CALIBRATE_HEADER)
     fb = tables["fwd_bwd"]
     print(f"# {device}")
     print(f"forward+backward {model} mb {micro_batch}: {fb['total_s'] * 1e3:.2f} ms "

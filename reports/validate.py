@@ -30,7 +30,8 @@ DEFAULT_SCHEMES = ("dense-ddp", "dense-adams", "quantized:8", "topk:0.99", "scal
                    "scape-partitioned:0.99")
 
 
-def runtime_plan(cfg: SchemeConfig, model: str, world: int) -> Plan:
+def runtime_plan(cfg: SchemeConfig, model: str, world: int,
+                 hw: HardwareProfile | None = None) -> Plan:
     """The plan the runtime executes for `model`, plus its copies. The authors' reducer gets
     the collectives of its plan for the runtime model's own tensors, and the kernels of this
     runtime's passes (not the GPU loops its plan prices)."""
@@ -43,7 +44,8 @@ def runtime_plan(cfg: SchemeConfig, model: str, world: int) -> Plan:
     if cfg.scheme == "scape":
         sizes, dense = runtime_tensors(model)
         base = plan(cfg, numel, world, RUNTIME_DTYPES, tensors=sizes, dense=dense)
-        kernels = (*authors_runtime_kernels(cfg, sizes, dense, world), copies)
+        calibrated = hw is not None and "authors_step" in hw.kernels
+        kernels = (*authors_runtime_kernels(cfg, sizes, dense, world, calibrated), copies)
         return Plan(base.scheme, tuple((w, StepPlan(s.ops, kernels)) for w, s in base.steps))
     padded = padded_size(numel, world, runtime_class(cfg).multiple)
     base = plan(cfg, padded, world, RUNTIME_DTYPES)
@@ -61,24 +63,28 @@ def runtime_tensors(model: str) -> tuple[list[int], list[bool]]:
 
 
 def authors_runtime_kernels(cfg: SchemeConfig, sizes: list[int], dense: list[bool],
-                            world: int) -> tuple[Kernel, ...]:
-    """The passes of scape/schemes/scape_authors.py over N elements, priced by the calibrated
-    kernels they resemble: c = b1*m + (1-b1)*g + r and the residual (error feedback), the
-    owner's per-tensor top-k (select), the bitmap and the payload (pack), the masked g_sync and
+                            world: int, calibrated: bool = False) -> tuple[Kernel, ...]:
+    """The passes of scape/schemes/scape_authors.py over N elements: with `calibrated`, the
+    profile's measured `authors_step` kernel (the whole local step at one rank, which selects
+    every tensor: at P ranks the owner selects about 1/P of them, so this errs high by up to
+    the selection's share); otherwise priced by the calibrated kernels they resemble (which
+    a netbed run showed to miss about 35 ms of the runtime's 50-75 ms at 842k parameters):
+    c = b1*m + (1-b1)*g + r and the residual (error feedback), the
+    owner's top-k (select, one call per tensor it sparsifies: the slowest owner's calls, each
+    with its fixed cost), the bitmap and the payload (pack), the masked g_sync and
     the AdamS update (two optimizer passes), the received bitmaps (dequantize); with the
     distributed optimizer the replica's decay and scatter (error feedback, scatter-add)."""
-    from scape.plan_authors import greedy_owners, selected, shard_pieces
+    from scape.plan_authors import owner_pieces, selected
 
     n = sum(sizes)
     k = selected(cfg.density, sizes, dense)
-    if cfg.extra.get("distributed_optimizer"):
-        owned = max(sum(b - a for a, b, _ in pieces)
-                    for pieces in shard_pieces(sizes, dense, world))
-    else:
-        owned = max(greedy_owners(sizes, world).owned)
-    kernels = [
+    layout = owner_pieces(sizes, dense, world, bool(cfg.extra.get("distributed_optimizer")))
+    # the owner that selects the most elements; its top-k calls, one per sparsified piece
+    pieces = max(layout, key=lambda pcs: sum(b - a for a, b, d in pcs if not d))
+    owned = sum(b - a for a, b, _ in pieces)
+    kernels = [Kernel("reducer step (calibrated)", "authors_step", n, "pre")] if calibrated else [
         Kernel("corrected momentum", "error_feedback", n, "pre"),
-        Kernel("owner's top-k", "select", owned, "pre"),
+        *(Kernel("owner's top-k", "select", b - a, "pre") for a, b, d in pieces if not d),
         Kernel("bitmap pack", "pack", owned, "pre"),
         Kernel("payload pack", "pack", k, "pre"),
         Kernel("residual", "error_feedback", n, "pre"),
@@ -101,7 +107,7 @@ def predict(hw: HardwareProfile, model: str, cfg: SchemeConfig, world: int,
     cfg = runtime_config(cfg)
     step = StepConfig(model=profile, hardware=hw, gpus=world, scheme=cfg,
                       micro_batch=micro_batch, seq_len=seq_len, dtypes=RUNTIME_DTYPES)
-    return simulate_step(step.validate(), the_plan=runtime_plan(cfg, model, world))
+    return simulate_step(step.validate(), the_plan=runtime_plan(cfg, model, world, hw))
 
 
 def probe_compute(hw: HardwareProfile, model: str, micro_batch: int, ranks: int,

@@ -126,6 +126,24 @@ def shard_pieces(tensors: list[int], dense: list[bool], world: int
     return out
 
 
+def owner_pieces(tensors: list[int], dense: list[bool], world: int, distopt: bool
+                 ) -> list[list[tuple[int, int, bool]]]:
+    """Per rank, the (start, end, dense) pieces it selects and sends the bitmap of: whole
+    tensors in greedy contiguous runs (R:390-459), or with the distributed optimizer the cuts
+    of its shard (R:3427-3451)."""
+    if distopt:
+        return shard_pieces(tensors, dense, world)
+    out, i, start = [], 0, 0
+    for count in greedy_owners(tensors, world).tensors:
+        pieces = []
+        for n, d in zip(tensors[i : i + count], dense[i : i + count], strict=True):
+            pieces.append((start, start + n, d))
+            start += n
+        out.append(pieces)
+        i += count
+    return out
+
+
 def coalesce(pieces: list[tuple[int, int, bool]]) -> list[tuple[int, int]]:
     """A rank's owned ranges with adjacent ones merged (R:2533-2554): each is packed on its own
     byte boundary in the rank's bitmap slot. (Megatron's distributed-optimizer buffer pads

@@ -54,7 +54,7 @@ HOST_OP_SOURCE = ("assumption inside the cited range: 'the before-kernel total: 
                   "CPU-side work per op' (Python, pybind11, autograd and ATen dispatch, "
                   "cudaLaunchKernel), https://jiahuanglin.xyz/all_lessons/gpu_kernel_serving/"
                   "18_pytorch_to_kernel.html; to be replaced by a GPU measurement")
-OTHER_KINDS = ("host_ops", "host_copy")
+OTHER_KINDS = ("host_ops", "host_copy", "authors_step")
 COMPRESSION_KINDS = (frozenset(KERNEL_BYTES) | set(OTHER_KINDS)) - {
     "optimizer_adamw", "optimizer_adams", "flat_copy"}
 
@@ -103,6 +103,9 @@ def kernel_time(kind: str, elements: float, hw: HardwareProfile) -> float:
         return measured["fixed_us"] * 1e-6 + measured["ns_per_element"] * 1e-9 * elements
     if kind == "host_ops":
         return HOST_OP_S * elements
+    if kind == "authors_step":
+        raise UserError(f"profile {hw.name} has no calibrated authors_step kernel: run scape "
+                        "calibrate compute --out NAME --kinds authors_step")
     if kind == "host_copy":
         if hw.gpu.host_bw_GBps is None:
             raise UserError(f"profile {hw.name} gives no [gpu] host_bw_GBps: cannot price "

@@ -238,7 +238,35 @@ def flat_copy_bench(n: int, device: torch.device) -> Bench:
     return run
 
 
-# Every kind of simulator.compute.KERNEL_BYTES, plus the runtime's flat buffer copies.
+def authors_step_bench(n: int, device: torch.device) -> Bench:
+    """The local work of one step of the authors' reducer as this runtime runs it
+    (scape/schemes/scape_authors.py, density 0.01, one rank: it owns and selects every tensor),
+    per parameter element, over FLAT_TENSORS weight matrices totalling n: the corrected
+    momentum, top-k, bitmap, payload, residual, g_sync and update passes; the gradient pull is
+    in it too (flat_copy counts it again: 1/4 of that kernel's bytes)."""
+    from scape.adams import Hyper
+    from scape.comm import Comm
+    from scape.plan import make_config
+    from scape.schemes import make_scheme
+
+    sizes = [n // FLAT_TENSORS] * (FLAT_TENSORS - 1)
+    sizes.append(n - sum(sizes))
+    params = [torch.nn.Parameter(_randn(s, device).view(s, 1)) for s in sizes]  # [s, 1] fp32
+    for p in params:
+        p.grad = torch.randn_like(p)
+    with _default_device(device):
+        scheme = make_scheme(make_config("scape", sparsity=1 - DENSITY), params, Comm(),
+                             Hyper())
+
+    def run() -> None:
+        scheme.t += 1
+        scheme._step(1e-3)
+
+    return run
+
+
+# Every kind of simulator.compute.KERNEL_BYTES, plus the runtime's flat buffer copies and the
+# authors' reducer's local step (priced only where calibrated: simulator/compute.OTHER_KINDS).
 KERNEL_BENCH: dict[str, Builder] = {
     "optimizer_adamw": adamw_bench,
     "optimizer_adams": adams_bench,
@@ -251,6 +279,7 @@ KERNEL_BENCH: dict[str, Builder] = {
     "scale": scale_bench,
     "reducer_bytes": reducer_bytes_bench,
     "flat_copy": flat_copy_bench,
+    "authors_step": authors_step_bench,
 }
 
 

@@ -52,7 +52,7 @@ import torch
 from profiles import UserError
 from scape.comm import Handle
 from scape.plan import Plan, plan, scheduled_density
-from scape.plan_authors import bitmap_bytes, coalesce, greedy_owners, k_of, shard_pieces
+from scape.plan_authors import bitmap_bytes, coalesce, k_of, owner_pieces
 from scape.schemes.base import RUNTIME_DTYPES, Scheme
 
 Piece = tuple[int, int, bool]  # [start, end) in the flat buffer, never sparsified
@@ -92,7 +92,8 @@ class ScapeAuthors(Scheme):
         # the reducer excludes tensors named *norm* or *bias* (R:2470-2481): in these models
         # they are exactly the one-dimensional ones
         self.dense = [p.dim() <= 1 for p in self.flat.params]
-        self.layout = self._layouts()  # per rank, the pieces its bitmap slot carries
+        # per rank, the pieces it selects and its bitmap slot carries
+        self.layout = owner_pieces(self.sizes, self.dense, self.world, self.distopt)
         self.ranges = [coalesce(pieces) for pieces in self.layout]  # per rank, bitmap ranges
         self.slot = max(bitmap_bytes(pieces) for pieces in self.layout)  # bytes, the largest
         self.m = torch.zeros(numel)  # [N] fp32 first moment, the same on every rank
@@ -101,22 +102,6 @@ class ScapeAuthors(Scheme):
         self.mask: torch.Tensor | None = None  # [N] bool, the mask of this step
         self.pending: tuple[Handle, torch.Tensor] | None = None  # next mask in flight
         self.history: list[torch.Tensor] = []  # masks used (tests read them)
-
-    def _layouts(self) -> list[list[Piece]]:
-        """Each rank's owned pieces: whole tensors in greedy contiguous runs (R:390-459), or
-        the cuts of the distributed optimizer's shards."""
-        if self.distopt:
-            return shard_pieces(self.sizes, self.dense, self.world)
-        counts = greedy_owners(self.sizes, self.world).tensors
-        out, i, start = [], 0, 0
-        for c in counts:
-            pieces = []
-            for n, d in zip(self.sizes[i : i + c], self.dense[i : i + c], strict=True):
-                pieces.append((start, start + n, d))
-                start += n
-            out.append(pieces)
-            i += c
-        return out
 
     def plan(self) -> Plan:
         return plan(self.cfg, self.flat.numel, self.world, RUNTIME_DTYPES,
