@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import os
 import sys
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -42,6 +44,41 @@ def _netbed(text: str | None):
     spec = NetbedSpec.parse(text)
     check_available()
     return spec
+
+
+def output_file(path: str, flag: str) -> Path:
+    """A file the command will write: refused before any work if it is a folder or its folder
+    cannot be written."""
+    p = Path(path)
+    if p.is_dir():
+        raise UserError(f"{flag} {path}: is a folder, give a file name")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise UserError(f"{flag} {path}: folder {parent} does not exist")
+    existed = p.exists()
+    try:  # the one test that holds everywhere (/proc, read-only mounts, permissions)
+        with open(p, "a"):
+            pass
+    except OSError as exc:
+        raise UserError(f"{flag} {path}: cannot write it ({exc.strerror})") from None
+    if not existed:
+        p.unlink()
+    return p
+
+
+def output_dir(path: str, flag: str) -> Path:
+    """A folder the command will write into, created now: refused before any work if it is a
+    file or cannot be created or written."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise UserError(f"{flag} {path}: is a file, give a folder")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{flag} {path}: cannot create the folder ({exc.strerror})") from None
+    if not os.access(p, os.W_OK):
+        raise UserError(f"{flag} {path}: not writable")
+    return p
 
 
 class App(typer.Typer):
@@ -173,7 +210,23 @@ def _scheme(spec: str, scheme_options: dict, extra: dict | None = None):
     base = replace(parse_scheme("dense-adams"), **options)
     if extra:
         base = replace(base, extra={**base.extra, **extra})
-    return parse_scheme(spec, base.validate())
+    return parse_scheme(spec, base.validate(), given=frozenset(options))
+
+
+def resolved_scheme(cfg) -> dict:
+    """The options a scheme ran with, for every output: its family, sparsity, bits, optimizer
+    and variant options."""
+    out = {"scheme_name": cfg.scheme, "sparsity": cfg.sparsity, "optimizer": cfg.optimizer}
+    if cfg.scheme == "quantized":
+        out["bits"] = cfg.bits
+    if cfg.scheme == "scape-partitioned":
+        out.update(sync=cfg.sync, update_scope=cfg.update_scope, score=cfg.score,
+                   error_feedback=cfg.error_feedback, refresh_every=cfg.refresh_every)
+    if cfg.extra:
+        out["scheme_options"] = dict(cfg.extra)
+    if cfg.density_warmup_steps:
+        out["density_warmup_steps"] = cfg.density_warmup_steps
+    return out
 
 
 def _step_config(model, hardware, gpus, scheme, micro_batch, seq_len, grad_accum, tp,
@@ -275,6 +328,8 @@ def simulate(
 ):
     """Simulate one training step: step time, breakdown and bytes per GPU."""
     check_format(fmt, ("table", "json"))
+    if trace is not None:
+        output_file(trace, "--trace")
     opts = _scheme_options(sparsity, bits, optimizer, overlap_grad, overlap_param, bucket_mb,
                            update_scope, refresh_every, error_feedback, score)
     opts.update(sync=sync, density_warmup_steps=density_warmup)
@@ -286,7 +341,8 @@ def simulate(
     if trace:
         write_trace(trace, result.spans, f"{model} on {gpus} x {hardware}: {scheme}")
     row = {"model": model, "hardware": hardware, "gpus": gpus, "scheme": scheme,
-           "sparsity": cfg.scheme.sparsity, **result.as_dict()}
+           **resolved_scheme(cfg.scheme), "micro_batch": micro_batch, "seq_len": cfg.seq,
+           "grad_accum": cfg.accum, "tp": tp, "algo": algo, **result.as_dict()}
     if steps:
         mean = run_mean(cfg, steps)
         row.update(run_steps=steps, run_mean_step_s=mean.mean_step_s,
@@ -296,7 +352,9 @@ def simulate(
         return
     print(f"# {scheme} on {describe(build_topology(cfg.hardware, gpus))}")
     print(f"# {model}: micro-batch {micro_batch} x seq {cfg.seq}, grad-accum {cfg.accum}, "
-          f"tp {tp}, data-parallel {cfg.dp}")
+          f"tp {tp}, data-parallel {cfg.dp}, algo {algo}")
+    print("# scheme options: " + ", ".join(f"{k} {v}" for k, v in
+                                            resolved_scheme(cfg.scheme).items()))
     for key in ("step_time_s", "compute_s", "compression_s", "tp_comm_s", "exposed_comm_s",
                 "overlapped_comm_s"):
         print(f"{key:>20}  {row[key] * 1e3:12.3f} ms")
@@ -457,9 +515,13 @@ def report_scaling(
     """What-if sweeps (GPUs, NIC bandwidth, sparsity, model size) as Markdown + HTML + CSV."""
     from reports.scaling import write_report as scaling_report
 
+    if workers is not None and workers < 1:
+        raise UserError(f"--workers must be at least 1, got {workers}")
+    load_model(model)
+    load_hardware(hardware)
     with _progress("simulating steps") as bar:
         task = bar.add_task("steps", total=None)
-        files = scaling_report(model, hardware, Path(out), quick, workers,
+        files = scaling_report(model, hardware, output_dir(out, "--out"), quick, workers,
                                progress_total=lambda n: bar.update(task, total=n),
                                progress=lambda n: bar.advance(task, n))
     print(f"report: {files['html']} (self-contained) and {files['markdown']}; "
@@ -518,7 +580,12 @@ def train_cmd(
     extra.update(_reducer_extra(distopt, residual_offload, None, clip_grad) or {})
     cfg = TrainConfig(model=model, scheme=_scheme(scheme, opts, extra), steps=steps,
                       micro_batch=micro_batch, seq_len=seq_len, lr=lr, seed=seed,
-                      eval_every=eval_every, timeout_s=timeout, resume=resume, out=out)
+                      eval_every=eval_every, timeout_s=timeout, resume=resume, out=out
+                      ).validate()
+    if nprocs < 1:
+        raise UserError(f"--nprocs must be at least 1, got {nprocs}")
+    if out is not None:
+        output_dir(out, "--out")
     spec = _netbed(netbed)
     summary = train(cfg)["summary"] if under_torchrun() else launch(cfg, nprocs, backend, spec)
     if fmt == "json":
@@ -548,7 +615,7 @@ def reproduce(
     from reports.reproduce import DEFAULT_HARDWARE, write_report
 
     hardware = DEFAULT_HARDWARE if hardware is None else hardware
-    files = write_report(Path(out), hardware)
+    files = write_report(output_dir(out, "--out"), hardware)
     df = pd.read_csv(files["predictions"])
     if fmt == "json":
         cols = ["model", "scheme", "sparsity", "step_time_s", "speedup_vs_dense_adams",
@@ -586,6 +653,8 @@ def netbed_cmd(
         namespaces,
     )
 
+    if not (math.isfinite(seconds) and 0 < seconds <= 600):
+        raise UserError(f"--seconds must be in (0, 600], got {seconds}")
     spec = _netbed(netbed)
     if cleanup:
         removed = cleanup_stale()
@@ -792,10 +861,13 @@ def validate_cmd(
     recorded = hw.measured.get("network_netbed", "")
     spec = _netbed(netbed or (recorded if recorded.startswith("rate=") else None))
     model = model or hw.measured.get("compute_model", "tiny-gpt")
-    micro_batch = micro_batch or int(hw.measured.get("compute_micro_batch", 16))
+    if micro_batch is None:
+        micro_batch = int(hw.measured.get("compute_micro_batch", 16))
+    elif micro_batch < 1:
+        raise UserError(f"--micro-batch must be at least 1, got {micro_batch}")
     load_model(model)
     configs = [(s, parse_scheme(s)) for s in schemes.split(",") if s.strip()]
-    dest = Path(out or f"out/validate/{Path(hw.path).stem}")
+    dest = output_dir(out or f"out/validate/{Path(hw.path).stem}", "--out")
     dest.mkdir(parents=True, exist_ok=True)
     for world in worlds:  # fail fast, before any run
         for _, cfg in configs:
@@ -842,7 +914,9 @@ def _validate_external(name: str, profile: str | None, out: str | None, fmt: str
 
     base = load_hardware(profile or x.BASE_HARDWARE)
     table, fit, meta = x.validate_external(name, base.name if profile is None else profile)
-    dest = Path(out or f"out/validate-external/{name}")
+    if write_profile is not None:
+        output_file(write_profile, "--write-profile")
+    dest = output_dir(out or f"out/validate-external/{name}", "--out")
     files = x.write_outputs(table, fit, meta, dest)
     if write_profile is not None:
         path = Path(write_profile)

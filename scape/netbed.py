@@ -50,14 +50,14 @@ class NetbedSpec:
         unknown = set(fields) - {"rate", "delay"}
         if unknown or "rate" not in fields:
             raise UserError(f"--netbed wants rate=<N>mbit[,delay=<D>ms], got {text!r}")
-        m = re.fullmatch(r"([0-9.]+)(kbit|mbit|gbit)", fields["rate"].lower())
+        m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)(kbit|mbit|gbit)", fields["rate"].lower())
         if not m or float(m.group(1)) <= 0:
             raise UserError(f"--netbed rate must look like 200mbit or 1gbit, got "
                             f"{fields['rate']!r}")
         rate = float(m.group(1)) * _UNITS[m.group(2)]
         delay = 0.0
         if "delay" in fields:
-            d = re.fullmatch(r"([0-9.]+)(ms|us)", fields["delay"].lower())
+            d = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)(ms|us)", fields["delay"].lower())
             if not d:
                 raise UserError(f"--netbed delay must look like 1ms or 200us, got "
                                 f"{fields['delay']!r}")

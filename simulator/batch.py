@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 
+from profiles import UserError
 from simulator.collective import PhaseCache
 from simulator.network import Topology, build_topology
 from simulator.step import StepConfig, StepResult, simulate_step
@@ -38,7 +39,9 @@ def parallel_map(fn: Callable, items: Iterable, workers: int | None = None,
     """[fn(x) for x in items], in order, on `workers` processes (default: every core);
     `progress(1)` after each item. Sort items by topology first to reuse caches."""
     items = list(items)
-    workers = workers or os.cpu_count() or 1
+    if workers is not None and workers < 1:
+        raise UserError(f"--workers must be at least 1, got {workers}")
+    workers = workers if workers is not None else (os.cpu_count() or 1)
     results = []
     if workers == 1 or len(items) < 8:
         for r in map(fn, items):

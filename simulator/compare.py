@@ -30,13 +30,15 @@ DEFAULT_SPARSITY = 0.99  # the SCAPE paper's headline setting, when none is give
 
 
 def parse_scheme(spec: str, base: SchemeConfig | None = None,
-                 only_own: bool = False) -> SchemeConfig:
+                 only_own: bool = False, given: frozenset[str] = frozenset()) -> SchemeConfig:
     """`scape:0.99` (sparsity), `quantized:4` (bits), `dense-adams`: a validated config.
 
     Options of `base` (overlap, buckets, SCAPE options) carry over; name and value replace.
     With `only_own` (a line-up of schemes sharing one set of flags), each SCAPE variant keeps
     only its own options: the partitioned variant's are reset for `scape`, the reducer's
-    dropped for the others.
+    dropped for the others. `given` names the options of `base` the user typed: a typed
+    option is used, never replaced by a default, and one that contradicts NAME:VALUE or an
+    alias (quantized:8 --bits 4, dense-adams --optimizer adamw) is an error.
     """
     name, _, value = spec.strip().partition(":")
     opts = {}
@@ -46,14 +48,23 @@ def parse_scheme(spec: str, base: SchemeConfig | None = None,
         except ValueError:
             raise UserError(f"cannot read {spec!r}: write NAME or NAME:VALUE, e.g. scape:0.99, "
                             "quantized:4") from None
-        opts["bits" if name in BITS_SCHEMES else "sparsity"] = (
-            int(number) if name in BITS_SCHEMES else number)
+        key = "bits" if name in BITS_SCHEMES else "sparsity"
+        if key == "bits" and number != int(number):
+            raise UserError(f"cannot read {spec!r}: bits must be a whole number")
+        opts[key] = int(number) if key == "bits" else number
+        if base is not None and key in given and getattr(base, key) != opts[key]:
+            raise UserError(f"{spec!r} and --{key} {getattr(base, key):g} disagree: give one")
     cfg = make_config(name, **opts)
+    if (name in ALIASES and base is not None and "optimizer" in given
+            and base.optimizer != cfg.optimizer):
+        raise UserError(f"{name} is {ALIASES[name]['scheme']} with {cfg.optimizer}; "
+                        f"--optimizer {base.optimizer} contradicts it")
     base = base or cfg
     keep = {"scheme": cfg.scheme, **opts}
     if name in ALIASES:  # dense-adamw / dense-adams name their optimizer
         keep["optimizer"] = cfg.optimizer
-    if cfg.scheme in SPARSE_SCHEMES and "sparsity" not in opts and base.sparsity == 0:
+    if (cfg.scheme in SPARSE_SCHEMES and "sparsity" not in opts and "sparsity" not in given
+            and base.sparsity == 0):
         keep["sparsity"] = DEFAULT_SPARSITY
     if cfg.scheme not in SPARSE_SCHEMES:
         keep["sparsity"] = 0.0  # dense and quantized schemes send everything

@@ -50,13 +50,19 @@ class PlanRequest:
 
     @property
     def batch(self) -> int:
-        return self.global_batch or self.model.global_batch or 0
+        if self.global_batch is not None:
+            return self.global_batch
+        return self.model.global_batch or 0
 
     @property
     def seq(self) -> int:
-        return self.seq_len or self.model.arch.seq_len
+        return self.model.arch.seq_len if self.seq_len is None else self.seq_len
 
     def validate(self) -> PlanRequest:
+        for name, value in (("--global-batch", self.global_batch), ("--seq-len", self.seq_len),
+                            ("--workers", self.workers)):
+            if value is not None and value < 1:
+                raise UserError(f"{name} must be at least 1, got {value}")
         if not self.tokens > 0:
             raise UserError(f"tokens must be positive, got {self.tokens:g}")
         if self.max_gpus < 1:

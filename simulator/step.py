@@ -34,11 +34,13 @@ import simpy
 from profiles import HardwareProfile, ModelProfile, UserError
 from scape.plan import Dtypes, Plan, SchemeConfig, StepPlan, plan
 from simulator.collective import PhaseCache, Span, calibrated, execute, time_alone
+from simulator.collectives import ALGORITHMS, AUTO
 from simulator.compute import COMPRESSION_KINDS, fwd_bwd, host_slowdown, kernel_time
 from simulator.flows import FlowNetwork
 from simulator.network import Topology, build_topology
 
 DEFAULT_ALGO = "auto"  # per collective and size, the fastest registered algorithm
+MAX_GPUS = 1 << 20  # a sane upper bound: the largest clusters have ~10^5 GPUs
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ class StepConfig:
 
     @property
     def seq(self) -> int:
-        return self.seq_len or self.model.arch.seq_len
+        return self.model.arch.seq_len if self.seq_len is None else self.seq_len
 
     @property
     def dp(self) -> int:
@@ -72,11 +74,33 @@ class StepConfig:
             return self.grad_accum
         return self.global_batch // (self.micro_batch * self.dp)
 
+    def _plan(self) -> Plan:
+        """The scheme's plan for this step's data-parallel group."""
+        tensors = self.model.tensors() if self.tp == 1 else None  # per-tensor schemes need them
+        return plan(self.scheme, math.ceil(self.model.n_params / self.tp), self.dp, self.dtypes,
+                    tensors=[n for n, _ in tensors] if tensors else None,
+                    dense=[d for _, d in tensors] if tensors else None)
+
     def validate(self) -> StepConfig:
         self.scheme.validate()
         g = self.hardware.node.gpus_per_node
-        if self.gpus < 1:
-            raise UserError(f"gpus must be at least 1, got {self.gpus}")
+        if not 1 <= self.gpus <= MAX_GPUS:
+            raise UserError(f"gpus must be between 1 and {MAX_GPUS:,}, got {self.gpus}")
+        if self.algo != AUTO:
+            # a forced algorithm must exist for every collective the step issues
+            from scape.plan import COLLECTIVES
+
+            known = sorted({a for algos in ALGORITHMS.values() for a in algos})
+            if self.algo not in known:
+                raise UserError(f"unknown --algo {self.algo!r}; choose auto or one of: "
+                                f"{', '.join(known)}")
+            missing = [op for op in COLLECTIVES if self.algo not in ALGORITHMS[op]]
+            used = {op.collective for _, s in self._plan().steps for op in s.ops}
+            if used & set(missing):
+                raise UserError(
+                    f"--algo {self.algo} does not run {', '.join(sorted(used & set(missing)))}"
+                    f" (this step's collectives); use auto or one of: "
+                    f"{', '.join(sorted(set.intersection(*(set(ALGORITHMS[o]) for o in used))))}")
         if self.tp < 1 or g % self.tp or self.tp > min(g, self.gpus):
             raise UserError(f"tensor-parallel degree must divide the {g} GPUs of a "
                             f"{self.hardware.name} node, got --tp {self.tp}")
@@ -293,10 +317,7 @@ def simulate_step(
     topo = build_topology(cfg.hardware, cfg.gpus)
     cache = cache or PhaseCache(topo)
     if the_plan is None:
-        tensors = cfg.model.tensors() if cfg.tp == 1 else None  # per-tensor schemes need them
-        the_plan = plan(cfg.scheme, math.ceil(cfg.model.n_params / cfg.tp), cfg.dp, cfg.dtypes,
-                        tensors=[n for n, _ in tensors] if tensors else None,
-                        dense=[d for _, d in tensors] if tensors else None)
+        the_plan = cfg._plan()
     totals = dict.fromkeys(("step", "compute", "compression", "tp", "exposed", "overlap"), 0.0)
     spans: list[Span] = []
     kinds = []

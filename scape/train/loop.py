@@ -50,6 +50,39 @@ class TrainConfig:
     threads: int = 1  # torch threads per rank
     checksum: bool = False  # record a CRC of the parameters after every step (tests)
 
+    def validate(self) -> TrainConfig:
+        """Everything the ranks would trip over, refused before any rank starts."""
+        from profiles import UserError
+        from scape.schemes import runtime_class, runtime_config
+        from scape.schemes.quantized import LEVELS
+
+        profile = load_model(self.model)
+        for name, value in (("--steps", self.steps), ("--micro-batch", self.micro_batch),
+                            ("threads", self.threads)):
+            if value < 1:
+                raise UserError(f"{name} must be at least 1, got {value}")
+        for name, value in (("--warmup-steps", self.warmup_steps),
+                            ("--eval-every", self.eval_every),
+                            ("--checkpoint-every", self.checkpoint_every)):
+            if value < 0:
+                raise UserError(f"{name} must be >= 0, got {value}")
+        if self.seq_len is not None and not 1 <= self.seq_len <= profile.arch.seq_len:
+            raise UserError(f"--seq-len must be between 1 and {self.model}'s context "
+                            f"{profile.arch.seq_len}, got {self.seq_len}")
+        for name, value in (("--lr", self.lr), ("--timeout", self.timeout_s)):
+            if not (math.isfinite(value) and value > 0):
+                raise UserError(f"{name} must be a positive number, got {value}")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise UserError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if self.resume and not self.out:
+            raise UserError("--resume needs --out (the folder holding the checkpoint)")
+        scheme = runtime_config(self.scheme.validate())
+        cls = runtime_class(scheme)
+        if cls.__name__ == "Quantized" and scheme.bits not in (1, *LEVELS):
+            raise UserError(f"the quantized runtime sends 1, 4 or 8 bits (32: dense), got "
+                            f"--bits {scheme.bits}")
+        return self
+
     def lr_at(self, t: int) -> float:
         """Linear warmup, then cosine decay to min_lr_ratio * lr (steps are 1-based)."""
         if t <= self.warmup_steps:
