@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import sys
+import threading
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -18,6 +20,7 @@ except ImportError:  # older typer depends on click itself
     from click import exceptions as click_exc
 
 from profiles import UserError, check_profile, find, load_hardware, load_model, names
+from profiles.errors import Terminated, raise_terminated
 from reports.tables import check_format, render
 from reports.validate import DEFAULT_SCHEMES as VALIDATE_SCHEMES
 from scape.plan import Dtypes
@@ -85,19 +88,38 @@ class App(typer.Typer):
     """A Typer app whose errors a user can cause end in one line on stderr and exit code 2."""
 
     def __call__(self, *args, **kwargs):
+        main = threading.current_thread() is threading.main_thread()  # signals: main only
+        if main:  # Ctrl-C / SIGINT ends the run even where a parent shell ignored it
+            previous = (signal.signal(signal.SIGTERM, raise_terminated),
+                        signal.signal(signal.SIGINT, signal.default_int_handler))
         try:
             rv = super().__call__(*args, standalone_mode=False, **kwargs)
         except UserError as exc:
             _fail(str(exc))
+        except Terminated:
+            print("scape: terminated (SIGTERM); every process it started was ended",
+                  file=sys.stderr)
+            sys.exit(143)
+        except KeyboardInterrupt:
+            print("scape: interrupted (SIGINT); every process it started was ended",
+                  file=sys.stderr)
+            sys.exit(130)
         except typer.Exit as exc:
             sys.exit(exc.exit_code)
-        except typer.Abort:
-            print("scape: aborted", file=sys.stderr)
+        except typer.Abort:  # click turns Ctrl-C into Abort
+            print("scape: interrupted; every process it started was ended", file=sys.stderr)
             sys.exit(130)
         except click_exc.ClickException as exc:
             if not exc.format_message():  # e.g. a group called without a command: help shown
                 sys.exit(exc.exit_code)
             _fail(exc.format_message())
+        finally:
+            if main:
+                signal.signal(signal.SIGTERM, previous[0])
+                signal.signal(signal.SIGINT, previous[1])
+        if rv == 130:  # typer returns Ctrl-C (KeyboardInterrupt) as exit code 130
+            print("scape: interrupted (SIGINT); every process it started was ended",
+                  file=sys.stderr)
         sys.exit(rv if isinstance(rv, int) else 0)
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from profiles import UserError
+from profiles.errors import raise_terminated
 
 PREFIX = "scape-"
 SUBNET = "10.77.0"  # private; exists only inside the namespaces a testbed creates
@@ -128,7 +129,7 @@ class Netbed:
     # ---- up and down ----
     def __enter__(self) -> Netbed:
         check_available()
-        self._old_term = signal.signal(signal.SIGTERM, _raise_exit)
+        self._old_term = signal.signal(signal.SIGTERM, raise_terminated)
         try:
             self.up()
         except BaseException:
@@ -234,8 +235,6 @@ class Netbed:
         return [p.returncode for p in procs]
 
 
-def _raise_exit(signum, frame):
-    raise SystemExit(128 + signum)
 
 
 # ---- link measurements (`scape netbed`, tests) ----

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -270,3 +271,40 @@ def test_missing_peer_times_out_with_a_clear_error():
     result = json.loads(r.stdout.strip().splitlines()[-1])
     assert result["message"] and "did not arrive" in result["message"]
     assert result["elapsed"] < 3.0 + 10
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_ends_torchrun_and_every_rank(tmp_path, sig):
+    """SIGTERM or SIGINT to `scape train` mid-run: one line, exit 128+N within seconds, and no
+    process of this run (its OUT folder is on every rank's command line) left behind."""
+    proc = subprocess.Popen([sys.executable, str(REPO / "cli.py"), "train", "--steps", "2000",
+                             "--nprocs", "2", "--micro-batch", "2", "--seq-len", "32",
+                             "--eval-every", "0", "--out", str(tmp_path)],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    log = tmp_path / "log.jsonl"
+    deadline = time.monotonic() + 90
+    while not (log.exists() and log.read_text().count("\n") >= 2):
+        assert proc.poll() is None and time.monotonic() < deadline, "training never started"
+        time.sleep(0.2)
+    t0 = time.monotonic()
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 128 + sig, err
+    assert err.count("\n") == 1 and "every process it started was ended" in err, err
+    assert elapsed < 10
+    assert _processes_naming(str(tmp_path)) == []
+
+
+def _processes_naming(text: str) -> list[str]:
+    """Command lines of live processes that contain `text` (from /proc)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # ended while we looked
+            continue
+        if text in args:
+            found.append(args)
+    return found

@@ -110,14 +110,38 @@ def run_ranks(module_args: list[str], nprocs: int, netbed, env: dict, log: Path,
            "--nproc-per-node", str(nprocs), "--master-addr", "127.0.0.1",
            "--master-port", str(free_port()), "--max-restarts", "0", "-m", *module_args]
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        # its own process group: on any way out, torchrun and every rank it started end with it
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
         try:
             return proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            proc.terminate()  # torchrun passes SIGTERM on to the ranks it started
-            proc.wait()
+            end_group(proc)
             return 124
         except BaseException:
-            proc.terminate()
-            proc.wait()
+            end_group(proc)
             raise
+
+
+def end_group(proc: subprocess.Popen, grace_s: float = 3.0) -> None:
+    """SIGTERM the process group `proc` leads (torchrun and its ranks), SIGKILL whatever of it
+    is left after `grace_s`, and reap `proc`."""
+    import signal
+
+    def signal_group(sig: int) -> bool:  # False: nothing of the group is left
+        try:
+            os.killpg(proc.pid, sig)
+            return True
+        except ProcessLookupError:
+            return False
+
+    signal_group(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        proc.poll()  # reap torchrun, so that only live processes keep the group
+        if not signal_group(0):
+            break
+        time.sleep(0.1)
+    else:
+        signal_group(signal.SIGKILL)
+    proc.wait()
