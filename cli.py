@@ -583,6 +583,9 @@ def train_cmd(
     eval_every: int = typer.Option(50, "--eval-every"),
     timeout: float = typer.Option(60.0, "--timeout", help="seconds a peer may be late"),
     resume: bool = typer.Option(False, "--resume", help="continue from OUT/checkpoint"),
+    checkpoint_every: int = typer.Option(100, "--checkpoint-every",
+                                         help="write OUT/checkpoint every N steps (0: only "
+                                              "at the end)"),
     out: str = typer.Option(None, "--out", help="logs, checkpoints, summary"),
     netbed: str = typer.Option(None, "--netbed", help=NETBED_HELP),
     fmt: str = typer.Option("table", "--format", help="table|json"),
@@ -602,12 +605,20 @@ def train_cmd(
     extra.update(_reducer_extra(distopt, residual_offload, None, clip_grad) or {})
     cfg = TrainConfig(model=model, scheme=_scheme(scheme, opts, extra), steps=steps,
                       micro_batch=micro_batch, seq_len=seq_len, lr=lr, seed=seed,
-                      eval_every=eval_every, timeout_s=timeout, resume=resume, out=out
-                      ).validate()
+                      eval_every=eval_every, timeout_s=timeout, resume=resume, out=out,
+                      checkpoint_every=checkpoint_every).validate()
     if nprocs < 1:
         raise UserError(f"--nprocs must be at least 1, got {nprocs}")
     if out is not None:
         output_dir(out, "--out")
+    if resume and not under_torchrun():
+        from scape.train.loop import checkpoint_step
+
+        done = checkpoint_step(Path(out), nprocs)
+        if done >= steps:
+            raise UserError(f"--resume: {out} is already at step {done} of --steps {steps}")
+        print(f"train: resuming from step {done} ({out}/checkpoint); the log keeps steps "
+              f"1-{done}", file=sys.stderr)
     spec = _netbed(netbed)
     summary = train(cfg)["summary"] if under_torchrun() else launch(cfg, nprocs, backend, spec)
     if fmt == "json":

@@ -308,3 +308,32 @@ def _processes_naming(text: str) -> list[str]:
         if text in args:
             found.append(args)
     return found
+
+
+def test_resume_after_an_interrupt_continues_from_the_last_checkpoint(tmp_path):
+    """Checkpoints every 3 steps; SIGTERM mid-run; --resume says from which step, redoes the
+    steps logged after it, and leaves one log row per step. Nothing to resume is an error."""
+    common = ["--nprocs", "2", "--micro-batch", "2", "--seq-len", "32", "--eval-every", "0",
+              "--out", str(tmp_path), "--checkpoint-every", "3"]
+    proc = subprocess.Popen([sys.executable, str(REPO / "cli.py"), "train", "--steps", "2000",
+                             *common], cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "log.jsonl"
+    deadline = time.monotonic() + 90
+    while not (log.exists() and log.read_text().count("\n") >= 8):
+        assert proc.poll() is None and time.monotonic() < deadline, "training never started"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=30)
+    logged = [json.loads(line)["step"] for line in log.read_text().splitlines()]
+    checkpoint = max(s for s in logged if s % 3 == 0)
+    r = _cli("train", "--steps", str(checkpoint + 2), "--resume", *common)
+    assert r.returncode == 0, r.stderr
+    assert f"resuming from step {checkpoint}" in r.stderr
+    steps = [json.loads(line)["step"] for line in log.read_text().splitlines()]
+    assert steps == list(range(1, checkpoint + 3))  # each step once, in order
+    done = _cli("train", "--steps", str(checkpoint + 2), "--resume", *common)
+    assert done.returncode == 2 and "already at step" in done.stderr
+    empty = _cli("train", "--steps", "5", "--resume", *common[:-4], "--out",
+                 str(tmp_path / "none"))
+    assert empty.returncode == 2 and "nothing to resume" in empty.stderr

@@ -122,6 +122,34 @@ def _ckpt_path(out: Path, rank: int) -> Path:
     return out / "checkpoint" / f"rank{rank}.pt"
 
 
+def keep_log(log: Path, last_step: int) -> None:
+    """Keep only the rows of steps <= last_step in the JSONL log (none: an empty log)."""
+    if not log.exists():
+        return
+    kept = [line for line in log.read_text().splitlines()
+            if line.strip() and json.loads(line).get("step", 0) <= last_step]
+    log.write_text("".join(line + "\n" for line in kept))
+
+
+def checkpoint_step(out: Path, ranks: int) -> int:
+    """The step the checkpoints in OUT were written at, checked for `ranks` ranks; a
+    UserError when there is nothing to resume or it was written by another rank count."""
+    from profiles import UserError
+
+    found = sorted(Path(out, "checkpoint").glob("rank*.pt"))
+    if not found:
+        raise UserError(f"--resume: no checkpoint in {out}/checkpoint (nothing to resume)")
+    if len(found) != ranks or not _ckpt_path(Path(out), ranks - 1).exists():
+        raise UserError(f"--resume: {out}/checkpoint holds {len(found)} rank(s), this run has "
+                        f"{ranks}: resume with --nprocs {len(found)}")
+    try:
+        state = torch.load(_ckpt_path(Path(out), 0), weights_only=False, map_location="cpu")
+    except Exception as exc:  # a truncated or foreign file
+        raise UserError(f"--resume: cannot read {_ckpt_path(Path(out), 0)}: "
+                        f"{type(exc).__name__}") from None
+    return int(state["t"])
+
+
 def train(cfg: TrainConfig, steps_this_run: int | None = None) -> dict:
     """Run (or resume) training on this process's rank; returns rank 0's summary."""
     torch.set_num_threads(cfg.threads)
@@ -139,6 +167,10 @@ def train(cfg: TrainConfig, steps_this_run: int | None = None) -> dict:
     if cfg.resume and out and _ckpt_path(out, rank).exists():
         scheme.load_state_dict(torch.load(_ckpt_path(out, rank), weights_only=False,
                                           map_location=device))
+    if out and rank == 0:
+        # a resumed run keeps the log up to its checkpoint (steps logged after it are redone);
+        # a fresh one starts it anew
+        keep_log(out / "log.jsonl", scheme.t)
     log_file = open(out / "log.jsonl", "a") if out and rank == 0 else None  # noqa: SIM115
     rows, last = [], cfg.steps if steps_this_run is None else min(
         cfg.steps, scheme.t + steps_this_run)
@@ -174,6 +206,7 @@ def train(cfg: TrainConfig, steps_this_run: int | None = None) -> dict:
             rows.append(row)
             if log_file:
                 log_file.write(json.dumps(row) + "\n")
+                log_file.flush()  # an interrupted run's log is whole up to its last step
             if out and cfg.checkpoint_every and t % cfg.checkpoint_every == 0:
                 save_checkpoint(scheme, out, rank)
         if out:
