@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,7 @@ TRANSPORT_FIELDS = {
 }
 FABRIC_FIELDS = {
     "topology": Field(str, choices=("fat-tree",)),
-    "nodes_per_leaf": Field(int, ge=1),
+    "nodes_per_leaf": Field(int, ge=1, le=1 << 16),
     "oversubscription": Field(float, ge=1),
     "switch_latency_us": Field(float, ge=0),
     "source": SOURCE,
@@ -297,18 +298,27 @@ def _measured_tables(path, doc: dict[str, Any]) -> dict[str, Any]:
                 out[key][name]["overhead_s"] = {r: o * 1e-6 for r, o in zip(ranks, over,
                                                                              strict=True)}
     slow = doc.get("concurrency", {}).get("slowdown", [])
-    if not isinstance(slow, list) or not all(isinstance(x, int | float) and x > 0
-                                             for x in slow):
+    if not isinstance(slow, list) or not all(_number(x) and x > 0 for x in slow):
         raise ProfileError(f"{path}: [concurrency] slowdown: must be a list of positive numbers")
     out["slowdown"] = tuple(float(x) for x in slow)
     overlap = doc.get("overlap", {})
     ranks, values = overlap.get("ranks", []), overlap.get("async_interference", [])
     if not (isinstance(ranks, list) and isinstance(values, list) and len(ranks) == len(values)
-            and all(isinstance(v, int | float) and v >= 0 for v in values)):
+            and all(_count(r) and r >= 2 for r in ranks)
+            and all(_number(v) and v >= 0 for v in values)):
         raise ProfileError(f"{path}: [overlap] ranks/async_interference: two lists of equal "
-                           "length, values >= 0")
+                           "length, rank counts >= 2, values >= 0")
     out["async_interference"] = {int(r): float(v) for r, v in zip(ranks, values, strict=True)}
     return out
+
+
+def _number(x) -> bool:
+    """A finite int or float (TOML booleans are not numbers here)."""
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _count(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def _model_mfu(path, table: dict | None) -> dict[str, float]:

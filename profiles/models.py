@@ -9,14 +9,17 @@ from typing import Any
 from profiles.errors import ProfileError
 from profiles.schema import Field, require_tables, validate_table
 
+# Upper bounds: a hundred times past today's largest models (Llama 3 405B: 126 layers, d 16384,
+# d_ff 53248, 128 heads, vocab 128256, context 131072), so that a typo cannot make a
+# simulation run for hours or overflow.
 ARCH_FIELDS = {
-    "n_layers": Field(int, ge=1),
-    "d_model": Field(int, ge=1),
-    "n_heads": Field(int, ge=1),
-    "n_kv_heads": Field(int, ge=1),
-    "d_ff": Field(int, ge=1),
-    "vocab_size": Field(int, ge=2),
-    "seq_len": Field(int, ge=1),
+    "n_layers": Field(int, ge=1, le=100_000),
+    "d_model": Field(int, ge=1, le=1 << 21),
+    "n_heads": Field(int, ge=1, le=1 << 16),
+    "n_kv_heads": Field(int, ge=1, le=1 << 16),
+    "d_ff": Field(int, ge=1, le=1 << 23),
+    "vocab_size": Field(int, ge=2, le=1 << 27),
+    "seq_len": Field(int, ge=1, le=1 << 24),
     "tied_embeddings": Field(bool),
     "source": Field(str, nonempty=True),
     "assumed": Field(str, required=False),
@@ -27,7 +30,7 @@ REFERENCE_FIELDS = {
     "source": Field(str, nonempty=True),
 }
 TRAINING_FIELDS = {
-    "global_batch": Field(int, ge=1),
+    "global_batch": Field(int, ge=1, le=1 << 30),
     "source": Field(str, nonempty=True),
 }
 TOP_FIELDS = {

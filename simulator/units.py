@@ -35,9 +35,15 @@ def parse_size(text: str) -> int:
     size = number * factor
     if size <= 0:
         raise UserError(f"size {text!r} must be positive")
+    if not size <= MAX_BYTES:
+        raise UserError(f"size {text!r} is beyond {MAX_BYTES >> 40} TiB: no collective moves "
+                        "that much in one call")
     if size != int(size):
         raise UserError(f"size {text!r} must be a whole number of bytes")
     return int(size)
+
+
+MAX_BYTES = 1 << 50  # 1 PiB: a sane bound for one collective
 
 
 def parse_sizes(text: str) -> list[int]:

@@ -337,3 +337,32 @@ def test_resume_after_an_interrupt_continues_from_the_last_checkpoint(tmp_path):
     empty = _cli("train", "--steps", "5", "--resume", *common[:-4], "--out",
                  str(tmp_path / "none"))
     assert empty.returncode == 2 and "nothing to resume" in empty.stderr
+
+
+def test_a_stopped_peer_ends_the_run_within_one_and_a_half_timeouts(tmp_path):
+    """SIGSTOP one rank mid-run: the others time out after --timeout, and the launcher ends
+    the rest (the stopped rank too) at once instead of waiting for torchrun's own teardown."""
+    from scape.train.launch import descendants
+
+    timeout = 10
+    proc = subprocess.Popen([sys.executable, str(REPO / "cli.py"), "train", "--steps", "2000",
+                             "--nprocs", "2", "--micro-batch", "2", "--seq-len", "32",
+                             "--eval-every", "0", "--timeout", str(timeout), "--out",
+                             str(tmp_path)], cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "log.jsonl"
+    deadline = time.monotonic() + 90
+    while not (log.exists() and log.read_text().count("\n") >= 3):
+        assert proc.poll() is None and time.monotonic() < deadline, "training never started"
+        time.sleep(0.2)
+    ranks = [pid for pid in descendants(proc.pid)
+             if b"scape.train.worker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+             and b"torch.distributed.run" not in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert len(ranks) == 2
+    os.kill(max(ranks), signal.SIGSTOP)
+    t0 = time.monotonic()
+    _, err = proc.communicate(timeout=120)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 2 and "did not arrive or answer" in err, err
+    assert elapsed < 1.5 * timeout, elapsed
+    assert _processes_naming(str(tmp_path)) == []

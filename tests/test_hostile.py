@@ -128,3 +128,25 @@ def test_simulate_with_drawn_options(capsys, scheme, gpus, micro, seq, sparsity,
         assert code == 2, (args, err)
         lines = err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("scape: error:"), (args, err)
+
+
+def test_profiles_with_absurd_or_mistyped_values_are_refused(capsys, tmp_path):
+    """A typo cannot make a simulation run for hours (2^63 layers) or crash on a string where
+    a rank count belongs."""
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    text = (repo / "profiles/models/gpt-345m.toml").read_text()
+    huge = tmp_path / "huge.toml"
+    huge.write_text("\n".join(f"n_layers = {2**63 - 1}" if line.startswith("n_layers =")
+                              else line for line in text.splitlines()))
+    code, _out, err = scape(capsys, "profiles", "check", str(huge))
+    _refused(code, err, "n_layers: must be <=")
+    measured = (repo / "profiles/measured/netbed-100mbit.toml").read_text()
+    head, _, tail = measured.partition("[overlap]")
+    bad = tmp_path / "bad.toml"
+    bad.write_text(head + "[overlap]" + tail.replace("ranks = [2, 3]", 'ranks = ["a", "b"]', 1))
+    code, _out, err = scape(capsys, "simulate", "-m", "tiny-gpt", "-H", str(bad), "-g", "2")
+    _refused(code, err, "[overlap] ranks")
+    code, _out, err = scape(capsys, "collective", "-H", "dgx-h100", "-g", "8", "--sizes", "1e400")
+    _refused(code, err, "beyond")

@@ -114,34 +114,79 @@ def run_ranks(module_args: list[str], nprocs: int, netbed, env: dict, log: Path,
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         try:
-            return proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            end_group(proc)
-            return 124
+            return _watch(proc, log.parent, timeout_s)
         except BaseException:
             end_group(proc)
             raise
 
 
+FAILED_GRACE_S = 1.0  # after a rank reported its failure, how long the others get to end
+
+
+def _watch(proc: subprocess.Popen, out: Path, timeout_s: float) -> int:
+    """Wait for torchrun; once a rank has written its error, end the rest after
+    FAILED_GRACE_S (torchrun alone would wait for a hung or stopped peer far longer); past
+    `timeout_s`, end everything. Returns torchrun's exit code, or 124 on the timeout."""
+    deadline = time.monotonic() + timeout_s
+    failed_at = None
+    while True:
+        try:
+            return proc.wait(timeout=0.2)
+        except subprocess.TimeoutExpired:
+            pass
+        now = time.monotonic()
+        if failed_at is None and any(out.glob("error_rank*.txt")):
+            failed_at = now
+        if failed_at is not None and now - failed_at > FAILED_GRACE_S:
+            end_group(proc, grace_s=FAILED_GRACE_S)
+            return proc.returncode or 1
+        if now > deadline:
+            end_group(proc)
+            return 124
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below `pid` (from /proc: torchrun may start its ranks in process
+    groups of their own)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended while we looked
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
 def end_group(proc: subprocess.Popen, grace_s: float = 3.0) -> None:
-    """SIGTERM the process group `proc` leads (torchrun and its ranks), SIGKILL whatever of it
-    is left after `grace_s`, and reap `proc`."""
+    """SIGTERM torchrun's process group and every process below it, SIGKILL whatever of them
+    is left after `grace_s` (a stopped rank does not act on SIGTERM), and reap `proc`."""
     import signal
 
-    def signal_group(sig: int) -> bool:  # False: nothing of the group is left
-        try:
-            os.killpg(proc.pid, sig)
-            return True
-        except ProcessLookupError:
-            return False
+    family = descendants(proc.pid)
 
-    signal_group(signal.SIGTERM)
+    def send(sig: int) -> bool:  # whether any of them was still there
+        alive = False
+        for target in (-proc.pid, *family):  # negative: the process group
+            try:
+                os.kill(target, sig)
+                alive = True
+            except ProcessLookupError:
+                pass
+        return alive
+
+    send(signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        proc.poll()  # reap torchrun, so that only live processes keep the group
-        if not signal_group(0):
+        proc.poll()  # reap torchrun, so that only live processes answer
+        if not send(0):
             break
         time.sleep(0.1)
     else:
-        signal_group(signal.SIGKILL)
+        send(signal.SIGKILL)
     proc.wait()
