@@ -14,6 +14,7 @@ testbeds whose process is gone (a `kill -9`).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import re
@@ -97,11 +98,18 @@ def namespaces() -> list[str]:
 
 
 def cleanup_stale() -> list[str]:
-    """Delete `scape-<pid>-*` namespaces whose creating process no longer runs."""
+    """Delete `scape-<pid>-*` namespaces whose creating process no longer runs, ending first
+    the ranks that testbed left running inside them (`ip netns pids`: the processes of that
+    namespace, which only a testbed of this tool started)."""
     removed = []
     for ns in namespaces():
         m = re.fullmatch(rf"{PREFIX}(\d+)-[\w-]+", ns)
         if m and not Path(f"/proc/{m.group(1)}").exists():
+            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
+                                  text=True).stdout.split()
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(pid), signal.SIGKILL)
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
             removed.append(ns)
     return removed

@@ -4,6 +4,7 @@ need root and ip/tc, and `make test` runs them only where those exist."""
 from __future__ import annotations
 
 import subprocess
+import time
 
 import pytest
 
@@ -108,11 +109,21 @@ def test_delay_uses_netem_or_says_it_cannot():
 
 @netbed
 def test_stale_namespaces_of_dead_testbeds_are_removed():
+    """...and the ranks a killed testbed left running inside them are ended first."""
     dead = "scape-999999999-r0"  # no such process
     subprocess.run(["ip", "netns", "add", dead], check=True)
+    orphan = subprocess.Popen(["ip", "netns", "exec", dead, "sleep", "300"])
+    for _ in range(50):  # until it runs inside the namespace
+        if subprocess.run(["ip", "netns", "pids", dead], capture_output=True,
+                          text=True).stdout.strip():
+            break
+        time.sleep(0.05)
     try:
         assert dead in nb.cleanup_stale()
+        assert orphan.wait(timeout=10) != 0  # killed, not finished
     finally:
+        if orphan.poll() is None:
+            orphan.kill()
         subprocess.run(["ip", "netns", "del", dead], capture_output=True)
     assert dead not in nb.namespaces()
 
