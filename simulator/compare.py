@@ -98,6 +98,7 @@ def compare(base: StepConfig, specs: list[str], baseline: str,
         rows.append({
             "scheme": name, "sparsity": scheme.sparsity,
             "bits": scheme.bits if scheme.scheme == "quantized" else None,
+            "optimizer": scheme.optimizer, "options": dict(scheme.extra) or None,
             **result.as_dict(),
         })
         if run_steps:
