@@ -277,16 +277,8 @@ def test_missing_peer_times_out_with_a_clear_error():
 def test_a_signal_ends_torchrun_and_every_rank(tmp_path, sig):
     """SIGTERM or SIGINT to `scape train` mid-run: one line, exit 128+N within seconds, and no
     process of this run (its OUT folder is on every rank's command line) left behind."""
-    proc = subprocess.Popen([sys.executable, str(REPO / "cli.py"), "train", "--steps", "2000",
-                             "--nprocs", "2", "--micro-batch", "2", "--seq-len", "32",
-                             "--eval-every", "0", "--out", str(tmp_path)],
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
-    log = tmp_path / "log.jsonl"
-    deadline = time.monotonic() + 90
-    while not (log.exists() and log.read_text().count("\n") >= 2):
-        assert proc.poll() is None and time.monotonic() < deadline, "training never started"
-        time.sleep(0.2)
+    proc = _training(tmp_path, 2, "--nprocs", "2", "--micro-batch", "2", "--seq-len", "32",
+                     "--eval-every", "0", "--out", str(tmp_path))
     t0 = time.monotonic()
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)
@@ -295,6 +287,20 @@ def test_a_signal_ends_torchrun_and_every_rank(tmp_path, sig):
     assert err.count("\n") == 1 and "every process it started was ended" in err, err
     assert elapsed < 10
     assert _processes_naming(str(tmp_path)) == []
+
+
+def _training(out: Path, lines: int, *args: str) -> subprocess.Popen:
+    """`scape train --steps 2000 ARGS` started in the background, once its log (in `out`)
+    holds `lines` steps."""
+    proc = subprocess.Popen([sys.executable, str(REPO / "cli.py"), "train", "--steps", "2000",
+                             *args], cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    log = out / "log.jsonl"
+    deadline = time.monotonic() + 90
+    while not (log.exists() and log.read_text().count("\n") >= lines):
+        assert proc.poll() is None and time.monotonic() < deadline, "training never started"
+        time.sleep(0.2)
+    return proc
 
 
 def _processes_naming(text: str) -> list[str]:
@@ -315,14 +321,8 @@ def test_resume_after_an_interrupt_continues_from_the_last_checkpoint(tmp_path):
     steps logged after it, and leaves one log row per step. Nothing to resume is an error."""
     common = ["--nprocs", "2", "--micro-batch", "2", "--seq-len", "32", "--eval-every", "0",
               "--out", str(tmp_path), "--checkpoint-every", "3"]
-    proc = subprocess.Popen([sys.executable, str(REPO / "cli.py"), "train", "--steps", "2000",
-                             *common], cwd=REPO, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    proc = _training(tmp_path, 8, *common)
     log = tmp_path / "log.jsonl"
-    deadline = time.monotonic() + 90
-    while not (log.exists() and log.read_text().count("\n") >= 8):
-        assert proc.poll() is None and time.monotonic() < deadline, "training never started"
-        time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=30)
     logged = [json.loads(line)["step"] for line in log.read_text().splitlines()]
@@ -345,16 +345,8 @@ def test_a_stopped_peer_ends_the_run_within_one_and_a_half_timeouts(tmp_path):
     from scape.train.launch import descendants
 
     timeout = 10
-    proc = subprocess.Popen([sys.executable, str(REPO / "cli.py"), "train", "--steps", "2000",
-                             "--nprocs", "2", "--micro-batch", "2", "--seq-len", "32",
-                             "--eval-every", "0", "--timeout", str(timeout), "--out",
-                             str(tmp_path)], cwd=REPO, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    log = tmp_path / "log.jsonl"
-    deadline = time.monotonic() + 90
-    while not (log.exists() and log.read_text().count("\n") >= 3):
-        assert proc.poll() is None and time.monotonic() < deadline, "training never started"
-        time.sleep(0.2)
+    proc = _training(tmp_path, 3, "--nprocs", "2", "--micro-batch", "2", "--seq-len", "32",
+                     "--eval-every", "0", "--timeout", str(timeout), "--out", str(tmp_path))
     ranks = [pid for pid in descendants(proc.pid)
              if b"scape.train.worker" in Path(f"/proc/{pid}/cmdline").read_bytes()
              and b"torch.distributed.run" not in Path(f"/proc/{pid}/cmdline").read_bytes()]
