@@ -150,3 +150,59 @@ def test_profiles_with_absurd_or_mistyped_values_are_refused(capsys, tmp_path):
     _refused(code, err, "[overlap] ranks")
     code, _out, err = scape(capsys, "collective", "-H", "dgx-h100", "-g", "8", "--sizes", "1e400")
     _refused(code, err, "beyond")
+
+
+BAD = st.sampled_from(["0", "-1", "nan", "inf", "-inf", "1e400", "", "abc", "1.5", "2" * 25,
+                       "1,2", " "])
+
+
+def _opt(good: list[str]):
+    """Mostly a sensible value (three draws in four), sometimes a hostile one."""
+    sensible = st.sampled_from(good)
+    return st.one_of(sensible, sensible, sensible, BAD)
+
+
+FAST_COMMANDS = {
+    "compare": st.tuples(
+        st.just("compare"), st.just("-m"), _opt(["gpt-345m", "tiny-gpt"]), st.just("-H"),
+        _opt(["dgx-h100", "vista-gh200-socket"]), st.just("-g"), _opt(["16", "32"]),
+        st.just("--schemes"), _opt(["dense-adams,scape:0.99", "topk:0.9,scape-partitioned",
+                                    "scape:2", "x:1", ",,"]),
+        st.just("--baseline"), _opt(["dense-adams", "topk:0.9", "zzz"]),
+        st.just("--micro-batch"), _opt(["1", "2"]), st.just("--format"),
+        _opt(["json", "csv"])),
+    "collective": st.tuples(
+        st.just("collective"), st.just("-H"), _opt(["dgx-h100", "commodity-100gbe"]),
+        st.just("-g"), _opt(["8", "16"]), st.just("--op"),
+        _opt(["all_reduce", "all_gather", "reduce_scatter", "bcast"]), st.just("--algo"),
+        _opt(["ring", "auto", "tree", "pairwise"]), st.just("--sizes"),
+        _opt(["1MiB", "1KiB..1GiB", "1XB", "1MiB,2"]), st.just("--format"),
+        _opt(["json", "csv"])),
+    "profiles": st.tuples(
+        st.just("profiles"), _opt(["show", "check"]),
+        _opt(["dgx-h100", "llama-7b", "measured/netbed-1gbit", "/etc/passwd", "nope"])),
+    "plan": st.tuples(
+        st.just("plan"), st.just("-m"), _opt(["gpt-345m"]), st.just("--tokens"),
+        _opt(["1e9", "5e8"]), st.just("-H"), _opt(["dgx-h100"]), st.just("--max-gpus"),
+        _opt(["8", "16"]), st.just("--schemes"), _opt(["dense-adams,scape:0.99", "scape:x"]),
+        st.just("--top"), _opt(["3"]), st.just("--workers"), _opt(["1"]), st.just("--format"),
+        _opt(["json"])),
+}
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(args=st.one_of(*FAST_COMMANDS.values()))
+def test_fast_commands_with_drawn_options(capsys, args):
+    """compare, collective, profiles, plan: exit 0, or exit 2 with one error line; no
+    traceback, whatever the options."""
+    try:
+        code, out, err = scape(capsys, *args)
+    except Exception as exc:
+        pytest.fail(f"{args}: {type(exc).__name__}: {exc}")
+    if code == 0:
+        assert out.strip(), args
+    else:
+        assert code == 2, (args, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("scape: error:"), (args, err)
