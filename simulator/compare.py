@@ -22,7 +22,7 @@ from simulator.step import StepConfig, simulate_step
 # The default line-up: the paper's baselines, the other families at their usual settings.
 DEFAULT_SCHEMES = (
     "dense-adamw", "dense-adams", "dense-ddp", "quantized:8", "topk:0.99", "scalecom:0.99",
-    "scape:0.9", "scape:0.99",
+    "scape:0.9", "scape:0.99", "scape-partitioned:0.99",
 )
 BITS_SCHEMES = ("quantized",)  # NAME:VALUE gives bits; for the others it gives sparsity
 SPARSE_SCHEMES = ("topk", "scalecom", "scape", "scape-partitioned")
