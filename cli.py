@@ -945,11 +945,12 @@ def _validate_external(name: str, profile: str | None, out: str | None, fmt: str
     from profiles import check_profile
     from reports import external as x
 
-    base = load_hardware(profile or x.BASE_HARDWARE)
-    table, fit, meta = x.validate_external(name, base.name if profile is None else profile)
-    if write_profile is not None:
+    if write_profile is not None:  # the destinations first, then the work
         output_file(write_profile, "--write-profile")
     dest = output_dir(out or f"out/validate-external/{name}", "--out")
+    hardware = profile or x.BASE_HARDWARE
+    base = load_hardware(hardware)
+    table, fit, meta = x.validate_external(name, hardware)
     files = x.write_outputs(table, fit, meta, dest)
     if write_profile is not None:
         path = Path(write_profile)

@@ -331,7 +331,7 @@ def _model_mfu(path, table: dict | None) -> dict[str, float]:
     for name, value in table.items():
         if name == "source":
             continue
-        if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value <= 1:
+        if not (_number(value) and 0 < value <= 1):
             raise ProfileError(f"{path}: [model_mfu] {name}: must be a number in (0, 1], got "
                                f"{value!r}")
         out[name] = float(value)

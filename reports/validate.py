@@ -56,10 +56,10 @@ def runtime_plan(cfg: SchemeConfig, model: str, world: int,
 def runtime_tensors(model: str) -> tuple[list[int], list[bool]]:
     """The runtime model's trainable tensors in buffer order: sizes, and the one-dimensional
     (norm) ones the reducer sends whole."""
+    from scape.schemes.scape_authors import tensor_layout
     from scape.train.model import GPT
 
-    params = [p for p in GPT(load_model(model)).parameters() if p.requires_grad]
-    return [p.numel() for p in params], [p.dim() <= 1 for p in params]
+    return tensor_layout(list(GPT(load_model(model)).parameters()))
 
 
 def authors_runtime_kernels(cfg: SchemeConfig, sizes: list[int], dense: list[bool],

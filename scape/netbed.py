@@ -243,8 +243,6 @@ class Netbed:
         return [p.returncode for p in procs]
 
 
-
-
 # ---- link measurements (`scape netbed`, tests) ----
 _PROBE = r"""
 import socket, sys, time

@@ -158,7 +158,6 @@ class SchemeConfig:
             raise UserError(f"bucket size must be positive, got {self.bucket_bytes}")
         return self
 
-
     def _check_authors_options(self) -> None:
         """`scape` is the authors' reducer: the partitioned variant's options do not apply."""
         default = SchemeConfig("scape")
@@ -171,6 +170,9 @@ class SchemeConfig:
         if unknown:
             raise UserError(f"scape takes no option {', '.join(sorted(unknown))}; its options: "
                             f"{', '.join(AUTHORS_OPTIONS)}")
+        clip = self.extra.get("clip_grad")
+        if clip is not None and not clip > 0:
+            raise UserError(f"clip_grad must be positive, got {clip}")
         if self.extra.get("param_offload") and not self.extra.get("distributed_optimizer"):
             raise UserError("the full-parameter CPU offload needs the distributed optimizer "
                             "(the authors' config check)")
@@ -349,6 +351,13 @@ def scape_partitioned(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan
     return Plan(cfg.scheme, ((1 - 1 / r, sparse), (1 / r, dense)))
 
 
+def _scape_authors(*args) -> Plan:
+    # imported when called: scape/plan_authors.py imports this module's types
+    from scape.plan_authors import scape_authors
+
+    return scape_authors(*args)
+
+
 Builder = Callable[[SchemeConfig, int, int, Dtypes], Plan]
 SCHEMES: dict[str, Builder] = {
     "dense-ddp": dense_ddp,
@@ -356,7 +365,7 @@ SCHEMES: dict[str, Builder] = {
     "quantized": quantized,
     "topk": topk,
     "scalecom": scalecom,
-    "scape": lambda *args: _scape_authors(*args),  # the authors' reducer, scape/plan_authors.py
+    "scape": _scape_authors,  # the authors' reducer, scape/plan_authors.py
     "scape-partitioned": scape_partitioned,
 }
 # Schemes whose plan depends on the parameter tensors, not only their total.
@@ -401,10 +410,3 @@ def plan(cfg: SchemeConfig, n_params: int, world: int, dtypes: Dtypes | None = N
         steps = tuple((w, StepPlan((), s.kernels)) for w, s in result.steps)
         result = Plan(result.scheme, steps)
     return result
-
-
-def _scape_authors(*args) -> Plan:
-    # imported when called: scape/plan_authors.py imports this module's types
-    from scape.plan_authors import scape_authors
-
-    return scape_authors(*args)

@@ -88,17 +88,15 @@ class StepConfig:
             raise UserError(f"gpus must be between 1 and {MAX_GPUS:,}, got {self.gpus}")
         if self.algo != AUTO:
             # a forced algorithm must exist for every collective the step issues
-            from scape.plan import COLLECTIVES
-
             known = sorted({a for algos in ALGORITHMS.values() for a in algos})
             if self.algo not in known:
                 raise UserError(f"unknown --algo {self.algo!r}; choose auto or one of: "
                                 f"{', '.join(known)}")
-            missing = [op for op in COLLECTIVES if self.algo not in ALGORITHMS[op]]
             used = {op.collective for _, s in self._plan().steps for op in s.ops}
-            if used & set(missing):
+            unsupported = sorted(op for op in used if self.algo not in ALGORITHMS[op])
+            if unsupported:
                 raise UserError(
-                    f"--algo {self.algo} does not run {', '.join(sorted(used & set(missing)))}"
+                    f"--algo {self.algo} does not run {', '.join(unsupported)}"
                     f" (this step's collectives); use auto or one of: "
                     f"{', '.join(sorted(set.intersection(*(set(ALGORITHMS[o]) for o in used))))}")
         if self.tp < 1 or g % self.tp or self.tp > min(g, self.gpus):

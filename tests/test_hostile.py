@@ -83,6 +83,7 @@ def test_other_commands_refuse_before_working(capsys, args, match):
     (("--resume",), "--resume needs --out"),
     (("--steps", "0"), "--steps must be at least 1"),
     (("--nprocs", "0"), "--nprocs must be at least 1"),
+    (("-s", "scape", "--clip-grad", "-1"), "clip_grad must be positive"),
 ])
 def test_train_refuses_before_any_rank_starts(capsys, args, match):
     code, _out, err = scape(capsys, "train", "--steps", "2", *args)

@@ -55,7 +55,13 @@ from scape.plan import Plan, plan, scheduled_density
 from scape.plan_authors import bitmap_bytes, coalesce, k_of, owner_pieces
 from scape.schemes.base import RUNTIME_DTYPES, Scheme
 
-Piece = tuple[int, int, bool]  # [start, end) in the flat buffer, never sparsified
+
+def tensor_layout(params: list[torch.nn.Parameter]) -> tuple[list[int], list[bool]]:
+    """Sizes of the trainable tensors in buffer order, and which the reducer never sparsifies:
+    it excludes tensors named *norm* or *bias* (R:2470-2481), in these models exactly the
+    one-dimensional ones."""
+    params = [p for p in params if p.requires_grad]
+    return [p.numel() for p in params], [p.dim() <= 1 for p in params]
 
 
 def pack_lsb(bits: torch.Tensor) -> torch.Tensor:
@@ -83,15 +89,10 @@ class ScapeAuthors(Scheme):
         if extra.get("param_offload"):
             raise UserError("the full-parameter CPU offload is a plan for the simulator only: "
                             "this runtime keeps the parameter replica on the device")
-        clip = extra.get("clip_grad")
-        if clip is not None and not clip > 0:
-            raise UserError(f"clip_grad must be positive, got {clip}")
-        self.clip = clip  # the scripts pass --clip-grad 1.0; None: no clipping
+        # the scripts pass --clip-grad 1.0; None: no clipping (SchemeConfig checked the value)
+        self.clip = extra.get("clip_grad")
         numel = self.flat.numel
-        self.sizes = [p.numel() for p in self.flat.params]
-        # the reducer excludes tensors named *norm* or *bias* (R:2470-2481): in these models
-        # they are exactly the one-dimensional ones
-        self.dense = [p.dim() <= 1 for p in self.flat.params]
+        self.sizes, self.dense = tensor_layout(self.flat.params)
         # per rank, the pieces it selects and its bitmap slot carries
         self.layout = owner_pieces(self.sizes, self.dense, self.world, self.distopt)
         self.ranges = [coalesce(pieces) for pieces in self.layout]  # per rank, bitmap ranges

@@ -54,7 +54,7 @@ class TrainConfig:
         """Everything the ranks would trip over, refused before any rank starts."""
         from profiles import UserError
         from scape.schemes import runtime_class, runtime_config
-        from scape.schemes.quantized import LEVELS
+        from scape.schemes.quantized import LEVELS, Quantized
 
         profile = load_model(self.model)
         for name, value in (("--steps", self.steps), ("--micro-batch", self.micro_batch),
@@ -77,8 +77,7 @@ class TrainConfig:
         if self.resume and not self.out:
             raise UserError("--resume needs --out (the folder holding the checkpoint)")
         scheme = runtime_config(self.scheme.validate())
-        cls = runtime_class(scheme)
-        if cls.__name__ == "Quantized" and scheme.bits not in (1, *LEVELS):
+        if runtime_class(scheme) is Quantized and scheme.bits not in (1, *LEVELS):
             raise UserError(f"the quantized runtime sends 1, 4 or 8 bits (32: dense), got "
                             f"--bits {scheme.bits}")
         return self
