@@ -956,22 +956,32 @@ def _validate_external(name: str, profile: str | None, out: str | None, fmt: str
         path = Path(write_profile)
         command = f"scape validate --external {name}" + (f" --profile {profile}"
                                                           if profile else "")
-        path.write_text(x.fitted_profile_text(fit, base, path.stem, command))
+        path.write_text(x.fitted_profile_text(fit, base, path.stem, command,
+                                                meta["transport"]))
         check_profile(str(path))  # what was written loads back
         files["profile"] = path
     stats = x.summary(table)
+    mem = x.memory_summary(meta["memory"])
     if fmt == "json":
         print(files["json"].read_text())
         return
     header = (f"{name}: {x.protocol_text(fit)}\n"
               f"predicted rows: {stats['predicted_rows']} ({stats['scape_rows']} SCAPE), "
               f"median |error| {stats['median_abs_error_pct']:.1f}%, max "
-              f"{stats['max_abs_error_pct']:.1f}%; {len(meta['skipped'])} rows not predicted "
+              f"{stats['max_abs_error_pct']:.1f}%; memory (nothing fitted): "
+              f"{mem['memory_rows']} rows, median |error| {mem['median_abs_error_pct']:.1f}%, "
+              f"max {mem['max_abs_error_pct']:.1f}%; {len(meta['skipped'])} rows not predicted "
               f"(listed in the JSON); saved " + ", ".join(str(f) for f in files.values()))
     cols = ["series", "model", "gpus", "quantity", "measured_s", "predicted_s", "error_pct",
             "fitted"]
     print(render(table[cols], fmt, header=header, floatfmt={
         "measured_s": "{:.3f}", "predicted_s": "{:.3f}", "error_pct": "{:+.1f}"}))
+    if fmt == "table":  # csv stays one table; the memory rows are in their own CSV
+        mcols = ["series", "model", "gpus", "measured_MiB", "predicted_low_MiB",
+                 "predicted_high_MiB", "error_pct"]
+        print(render(meta["memory"][mcols], fmt, header=f"memory: {x.MEMORY_PROTOCOL}",
+                     floatfmt={"measured_MiB": "{:.0f}", "predicted_low_MiB": "{:.0f}",
+                               "predicted_high_MiB": "{:.0f}", "error_pct": "{:+.1f}"}))
 
 
 if __name__ == "__main__":

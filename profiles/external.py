@@ -6,7 +6,7 @@ commit and line it was transcribed from. `scape validate --external NAME` predic
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,12 @@ class ExternalData:
     rows: tuple[ExternalRow, ...]
     configs: tuple[dict[str, Any], ...]  # the launch settings each series ran with
     path: str
+    transport: dict[str, Any] = field(default_factory=dict)  # how NCCL crossed nodes, sourced
+
+    @property
+    def chunk_bytes(self) -> float:
+        """The transport's store-and-forward unit per NIC and ring step (0: not stated)."""
+        return float(self.transport.get("chunk_kib", 0.0)) * 1024
 
     def config(self, row: ExternalRow) -> dict[str, Any] | None:
         """The launch settings `row` was measured with, where the source has them."""
@@ -75,5 +81,12 @@ def load_external(name: str) -> ExternalData:
     for key in ("name", "repo", "description"):
         if not isinstance(doc.get(key), str):
             raise ProfileError(f"{path}: {key}: missing or not text")
+    transport = doc.get("transport", {})
+    chunk = transport.get("chunk_kib", 0.0)
+    if not isinstance(chunk, int | float) or isinstance(chunk, bool) or not 0 <= chunk <= 1 << 20:
+        raise ProfileError(f"{path}: [transport] chunk_kib must be a number in [0, 1048576]")
+    for key in [k for k in transport if k != "source" and not k.endswith("_source")]:
+        if f"{key}_source" not in transport and key != "kind":
+            raise ProfileError(f"{path}: [transport] {key} has no {key}_source")
     return ExternalData(doc["name"], doc["repo"], doc["description"], tuple(rows),
-                        tuple(doc.get("config", [])), str(path))
+                        tuple(doc.get("config", [])), str(path), dict(transport))

@@ -45,6 +45,9 @@ TRANSPORT_FIELDS = {
     "efficiency": Field(float, gt=0, le=1),  # of the NIC line rate, for bulk collectives
     "latency_us": Field(float, ge=0),  # per inter-node ring step
     "call_us": Field(float, ge=0),  # fixed cost of one inter-node collective call
+    # bytes a ring step stores and forwards as one unit through the NIC (NCCL's proxy slice
+    # times the ring channels sharing the NIC); absent or 0: bytes stream, no fill per step
+    "chunk_kib": Field(float, ge=0, le=1 << 20, required=False),
     "source": SOURCE,
 }
 FABRIC_FIELDS = {
@@ -144,6 +147,7 @@ class Transport:
     call_us: float
     source: str
     sources: dict[str, str] = field(default_factory=dict)
+    chunk_kib: float | None = None  # store-and-forward unit of a ring step
 
 
 @dataclass(frozen=True)
@@ -226,6 +230,13 @@ class HardwareProfile:
     @property
     def inter_node_latency_s(self) -> float:
         return (self.transport.latency_us if self.transport else self.nic.latency_us) * 1e-6
+
+    @property
+    def inter_node_chunk_bytes(self) -> float:
+        """Bytes an inter-node ring step forwards as one unit (0: streamed)."""
+        if self.transport is None or self.transport.chunk_kib is None:
+            return 0.0
+        return self.transport.chunk_kib * 1024
 
     def call_overhead_s(self, ranks: int) -> float:
         """Fixed seconds one collective call over `ranks` GPUs pays to its transport: only

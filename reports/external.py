@@ -4,7 +4,9 @@ Protocol (printed with every result): the network (cost per ring step, bandwidth
 transport) and the compute (MFU per model, optimizer step per element, fixed cost per step)
 are fitted ONLY on the dense AdamS rows: the computation/communication split of the dense steps,
 every model and GPU count (simulator/external_fit.py). Kernel costs of the SCAPE reducer are not
-fitted at all: they come from the hardware profile's kernel model. Every other row (SCAPE at
+fitted at all: they come from the hardware profile's kernel model. The socket transport's
+store-and-forward unit per ring step is not fitted either: it is NCCL's, sourced in the data
+file's [transport] table. Every other row (SCAPE at
 every density, with and without the distributed optimizer and CPU offload; the dense step times,
 which the split sums to) is predicted by simulating the run's step on the fitted profile.
 """
@@ -21,6 +23,7 @@ import pandas as pd
 from profiles import HardwareProfile, UserError, load_hardware, load_model
 from profiles.external import ExternalData, ExternalRow, load_external
 from profiles.hardware import Transport
+from reports.external_memory import MEMORY_PROTOCOL, memory_summary, memory_table
 from reports.tables import git_revision
 from scape.plan import SchemeConfig, make_config, plan
 from simulator.external_fit import DenseRow, ExternalFit, accum_of, dense_dtypes, fit_dense
@@ -105,7 +108,8 @@ def fitted_hardware(fit: ExternalFit, base: HardwareProfile, name: str) -> Hardw
            "(communication and computation split) only")
     return replace(
         base, name=name,
-        transport=Transport("socket", fit.bandwidth_Bps / line, fit.alpha_s * 1e6, 0.0, src),
+        transport=Transport("socket", fit.bandwidth_Bps / line, fit.alpha_s * 1e6, 0.0, src,
+                            chunk_kib=fit.chunk_bytes / 1024 if fit.chunk_bytes else None),
         compute=replace(base.compute, step_fixed_ms=fit.step_fixed_s * 1e3, source=src),
         model_mfu=dict(fit.mfu),
         kernels={**base.kernels, "optimizer_adams": {
@@ -129,12 +133,12 @@ def validate_external(name: str, hardware: str = BASE_HARDWARE
     and what was left out (rows without launch settings, with why)."""
     ext = load_external(name)
     base = load_hardware(hardware)
-    fit = fit_dense(dense_rows(ext), base)
+    fit = fit_dense(dense_rows(ext), base, ext.chunk_bytes)
     hw = fitted_hardware(fit, base, f"{base.name}-socket")
     rows, skipped = [], []
+    memory, skipped = memory_table(ext)  # memory rows: their own table, in MiB
     for r in ext.rows:
         if r.quantity not in PREDICTED_QUANTITIES:
-            skipped.append({"row": r.cite, "why": f"{r.quantity}: not predicted by this command"})
             continue
         if ext.config(r) is None:
             skipped.append({"row": r.cite, "why": "no public launch settings (micro-batch, "
@@ -149,7 +153,8 @@ def validate_external(name: str, hardware: str = BASE_HARDWARE
                      "fitted": fitted, "source": r.cite})
     table = pd.DataFrame(rows)
     meta = {"external": name, "hardware": hardware, "fitted_profile": hw.name,
-            "git_revision": git_revision(), "skipped": skipped}
+            "transport": ext.transport, "git_revision": git_revision(), "skipped": skipped,
+            "memory": memory}
     return table, fit, meta
 
 
@@ -168,7 +173,10 @@ def protocol_text(fit: ExternalFit) -> str:
         f"({len(fit.inputs)} numbers): cost per ring step {fit.alpha_s * 1e3:.3f} ms, "
         f"bandwidth through the transport {fit.bandwidth_Bps / 1e9:.3f} GB/s per GPU, "
         f"MFU {mfu}, optimizer step {fit.optimizer_s_per_element * 1e12:.1f} ps per element, "
-        f"fixed cost per step {fit.step_fixed_s * 1e3:.1f} ms. Every row with fitted=false is "
+        f"fixed cost per step {fit.step_fixed_s * 1e3:.1f} ms; assumed, not fitted: each ring "
+        f"step stores and forwards up to {fit.chunk_bytes / 2**20:g} MiB per NIC (NCCL's "
+        "proxy slice x ring channels, sourced in the data file's [transport]). "
+        "Every row with fitted=false is "
         "predicted; the SCAPE reducer's kernels come from the profile's kernel model, not from "
         "any SCAPE measurement.")
 
@@ -177,7 +185,7 @@ SOCKET_PROFILE = "vista-gh200-socket"  # profiles/hardware/, written from the fi
 
 
 def fitted_profile_text(fit: ExternalFit, base: HardwareProfile, name: str,
-                        command: str) -> str:
+                        command: str, transport: dict | None = None) -> str:
     """The fitted cluster as a hardware profile: `base`'s TOML with its name and description
     replaced and the fitted [transport], [model_mfu], step_fixed_ms and optimizer step added,
     each with the rows and the command it came from."""
@@ -204,22 +212,37 @@ def fitted_profile_text(fit: ExternalFit, base: HardwareProfile, name: str,
         "[transport]", 'kind = "socket"',
         f"efficiency = {fit.bandwidth_Bps / line:.6g}  # of the NIC's line rate, per GPU",
         f"latency_us = {fit.alpha_s * 1e6:.6g}  # per ring step", "call_us = 0.0",
-        f'source = "{src}"', "", "[model_mfu]", mfu, f'source = "{src}"', "",
+        f'source = "{src}"', *_chunk_lines(fit, transport or {}), "",
+        "[model_mfu]", mfu, f'source = "{src}"', "",
         "[kernels.optimizer_adams]  # Megatron's whole optimizer step, per element updated",
         "fixed_us = 0.0", f"ns_per_element = {fit.optimizer_s_per_element * 1e9:.6g}",
         "residual_pct = 0.0", ""]
     return "\n".join(lines)
 
 
+def _chunk_lines(fit: ExternalFit, transport: dict) -> list[str]:
+    """The store-and-forward unit the fit assumed, with the data file's source for it."""
+    if not fit.chunk_bytes:
+        return []
+    src = transport.get("chunk_kib_source", "assumed by the fit")
+    return ["# assumed by the fit (not fitted): store-and-forward bytes per NIC and ring step",
+            f"chunk_kib = {fit.chunk_bytes / 1024:.6g}", f'chunk_kib_source = "{src}"']
+
+
 def write_outputs(table: pd.DataFrame, fit: ExternalFit, meta: dict, out: Path) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     files = {"csv": out / "external.csv", "json": out / "external.json",
-             "png": out / "external.png"}
+             "png": out / "external.png", "memory_csv": out / "external-memory.csv"}
     table.to_csv(files["csv"], index=False)
-    doc = {**meta, "protocol": protocol_text(fit), "fit": {
+    memory = meta["memory"]
+    memory.to_csv(files["memory_csv"], index=False)
+    doc = {**{k: v for k, v in meta.items() if k != "memory"},
+           "memory": {"protocol": MEMORY_PROTOCOL, "summary": memory_summary(memory),
+                      "rows": memory.to_dict(orient="records")},
+           "protocol": protocol_text(fit), "fit": {
         "alpha_s": fit.alpha_s, "bandwidth_Bps": fit.bandwidth_Bps, "mfu": fit.mfu,
         "optimizer_s_per_element": fit.optimizer_s_per_element,
-        "step_fixed_s": fit.step_fixed_s,
+        "step_fixed_s": fit.step_fixed_s, "chunk_bytes": fit.chunk_bytes,
         "inputs": list(fit.inputs), "residuals_pct": fit.residuals_pct},
         "summary": summary(table), "rows": table.to_dict(orient="records")}
     files["json"].write_text(json.dumps(doc, indent=1))

@@ -225,7 +225,8 @@ def _merge(name: str, demands: list[Demand]) -> Demand:
     links, inverse = np.unique(np.concatenate([d.links for d in demands]), return_inverse=True)
     load = np.bincount(inverse, weights=np.concatenate([d.load for d in demands]))
     return Demand(name, links, load, demands[0].bytes_each, sum(d.n_flows for d in demands),
-                  max(d.hop_latency_s for d in demands))
+                  max(d.hop_latency_s for d in demands),
+                  max(d.chunk_bytes for d in demands), min(d.chunk_Bps for d in demands))
 
 
 class PhaseCache:

@@ -9,7 +9,9 @@ the distributed optimizer; an fp32 reduce-scatter and a bf16 all-gather with it)
 the simulator runs it alone: time = alpha * A + bytes * C / B, with A (latency steps) and C
 (bytes on the busiest link per byte) read off the simulator's own ring (simulator/fit.py,
 `coefficients`). Two numbers are fitted: alpha, the transport's cost per ring step, and B, the
-bytes per second one GPU's NIC moves through it.
+bytes per second one GPU's NIC moves through it. The transport's store-and-forward unit C (the
+data file's [transport] chunk_kib, from NCCL's source) is not fitted: its fill, min(C, bytes per
+step)/B per step, is a data term, so the fit stays linear in (alpha, 1/B).
 
 Compute: the dense step's computation is accum * t_mb(model) + the optimizer step over the
 parameters each GPU updates (N, or N/P with the distributed optimizer) + a fixed cost per step.
@@ -57,15 +59,17 @@ class ExternalFit:
     step_fixed_s: float
     inputs: tuple[str, ...]  # the rows the fit used
     residuals_pct: dict[str, float] = field(default_factory=dict)  # per fitted row
+    chunk_bytes: float = 0.0  # the transport's store-and-forward chunk the fit assumed
 
 
-def comm_coefficients(plan: Plan, gpus: int) -> tuple[float, float]:
+def comm_coefficients(plan: Plan, gpus: int, chunk_bytes: float = 0.0) -> tuple[float, float]:
     """(A, W): the plan's communication time is alpha * A + W / B on a ring of `gpus` GPUs,
-    one per node, each behind its own NIC (the simulator's ring, run alone)."""
+    one per node, each behind its own NIC (the simulator's ring, run alone); W counts the
+    pipeline fill of a transport that forwards `chunk_bytes` per step."""
     a = w = 0.0
     for weight, step in plan.steps:
         for op in step.ops:
-            ca, cc = coefficients(op.collective, "ring", gpus, op.size_bytes)
+            ca, cc = coefficients(op.collective, "ring", gpus, op.size_bytes, chunk_bytes)
             a += weight * ca
             w += weight * cc * op.size_bytes
     return a, w
@@ -76,7 +80,8 @@ def _relative_lstsq(design: np.ndarray, y: np.ndarray) -> np.ndarray:
     return scaled_lstsq(design / y[:, None], np.ones(len(y)))
 
 
-def fit_dense(rows: list[DenseRow], hw: HardwareProfile) -> ExternalFit:
+def fit_dense(rows: list[DenseRow], hw: HardwareProfile, chunk_bytes: float = 0.0
+              ) -> ExternalFit:
     """Fit the network (alpha, B) on the rows' communication times and the compute (MFU per
     model, optimizer step per element, fixed cost per step) on their computation times."""
     comm = [r for r in rows if r.comm_s is not None]
@@ -84,7 +89,7 @@ def fit_dense(rows: list[DenseRow], hw: HardwareProfile) -> ExternalFit:
     if len(comm) < 2 or len(comp) < 2:
         raise UserError("the fit needs at least two dense communication and two computation "
                         "measurements")
-    coef = [comm_coefficients(r.plan, r.gpus) for r in comm]
+    coef = [comm_coefficients(r.plan, r.gpus, chunk_bytes) for r in comm]
     y = np.array([r.comm_s for r in comm])
     alpha, inv_b = _relative_lstsq(np.array([[a, w] for a, w in coef]), y)
     if not (alpha >= 0 and inv_b > 0):
@@ -109,6 +114,7 @@ def fit_dense(rows: list[DenseRow], hw: HardwareProfile) -> ExternalFit:
         mfu={m: float(1 / v) for m, v in zip(models, inv_mfu, strict=True)},
         optimizer_s_per_element=float(per_elem), step_fixed_s=float(fixed),
         inputs=tuple([f"{r.key} comm" for r in comm] + [f"{r.key} compute" for r in comp]),
+        chunk_bytes=float(chunk_bytes),
     )
     res = {}
     for r, (a, w) in zip(comm, coef, strict=True):

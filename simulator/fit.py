@@ -33,19 +33,23 @@ from simulator.network import Topology
 BIG = 1e30  # bytes/s: a bandwidth at which the data term vanishes
 
 
-def testbed_topology(ranks: int, link_Bps: float, latency_s: float) -> Topology:
+def testbed_topology(ranks: int, link_Bps: float, latency_s: float,
+                     chunk_bytes: float = 0.0) -> Topology:
     """One rank per node behind one link each, all on one switch (the netbed)."""
     return Topology(gpus=ranks, gpus_per_node=1, nics_per_node=1, nodes_per_leaf=max(2, ranks),
                     intra_Bps=link_Bps, nic_Bps=link_Bps, uplink_Bps=link_Bps * ranks,
                     intra_latency_s=0.0, nic_latency_s=latency_s, switch_latency_s=0.0,
-                    name="netbed")
+                    name="netbed", nic_chunk_bytes=chunk_bytes)
 
 
-def coefficients(op: str, algo: str, ranks: int, size: float) -> tuple[float, float]:
-    """(A, C): simulated time = alpha * A + size * C / bandwidth for `op` alone."""
+def coefficients(op: str, algo: str, ranks: int, size: float,
+                 chunk_bytes: float = 0.0) -> tuple[float, float]:
+    """(A, C): simulated time = alpha * A + size * C / bandwidth for `op` alone. With a
+    store-and-forward chunk, C includes the pipeline's fill, which also crosses at the
+    bandwidth."""
     group = [np.arange(ranks)]
-    lat = testbed_topology(ranks, BIG, 1.0)
-    bw = testbed_topology(ranks, 1.0, 0.0)
+    lat = testbed_topology(ranks, BIG, 1.0, chunk_bytes)
+    bw = testbed_topology(ranks, 1.0, 0.0, chunk_bytes)
     a = time_alone(lat, PhaseCache(lat).phases(op, algo, group, size))
     c = time_alone(bw, PhaseCache(bw).phases(op, algo, group, size)) / size
     return a, c

@@ -27,15 +27,16 @@ def usable_bytes(hw: HardwareProfile) -> float:
     return hw.gpu.memory_GB * 1e9 * USABLE_FRACTION
 
 
-def authors_state(n: float, scheme: SchemeConfig) -> float:
+def authors_state(n: float, scheme: SchemeConfig, largest: float = 0.0) -> float:
     """The authors' reducer's own buffers (profiles/external/scape-sc26.reducer.md section 0):
     the current and next packed masks (1 bit per element each, R:461), the fp32 payload of K,
-    the fp32 residual of N on the GPU unless offloaded (R:475-483), and with the distributed
-    optimizer a full fp32 parameter replica on the GPU unless offloaded (R:558-574). The
-    optimizer state (m and fp32 master weights, no v) is counted as AdamS's."""
+    the fp32 residual of N on the GPU unless offloaded (R:475-483; offloaded, two fp32 GPU
+    staging buffers of the `largest` tensor's size, R:522-535, section 4), and with the
+    distributed optimizer a full fp32 parameter replica on the GPU unless offloaded
+    (R:558-574). The optimizer state (m and fp32 master weights, no v) is counted as AdamS's."""
     masks = 2 * n / 8
     payload = 4 * scheme.density * n
-    residual = 0.0 if scheme.extra.get("residual_offload") else 4 * n
+    residual = 2 * 4 * largest if scheme.extra.get("residual_offload") else 4 * n
     replica = 0.0
     if scheme.extra.get("distributed_optimizer") and not scheme.extra.get("param_offload"):
         replica = 4 * n
@@ -74,7 +75,7 @@ def memory_use(
     if scheme.scheme in RESIDUAL_SCHEMES and (scheme.sparsity > 0 or scheme.scheme == "quantized"):
         extra = 4 * n
     if scheme.scheme == "scape":
-        extra = authors_state(n, scheme)
+        extra = authors_state(n, scheme, max(size for size, _ in model.tensors()) / tp)
     if scheme.scheme == "scape-partitioned" and scheme.sparsity > 0:
         k = scheme.density * n
         mask = min(k * INDEX_BYTES, n / 8)  # the whole mask, gathered on every rank

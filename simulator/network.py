@@ -38,10 +38,22 @@ class Demand:
     bytes_each: float  # bytes carried by each flow
     n_flows: int
     hop_latency_s: float  # largest one-hop latency over the class's flows
+    # Store-and-forward granularity of a step on the inter-node transport (bytes; 0: none) and
+    # the rate it crosses at: a step's data reaches the next rank only chunk by chunk.
+    chunk_bytes: float = 0.0
+    chunk_Bps: float = float("inf")
 
     @property
     def total_bytes(self) -> float:
         return self.bytes_each * self.n_flows
+
+    def step_latency_s(self, steps: int) -> float:
+        """Seconds one of `steps` sequential steps of this class waits besides its share of
+        bandwidth: the hop latency, plus the time its first chunk takes to cross when the
+        transport forwards whole chunks (a pipeline of `steps` stages fills chunk by chunk)."""
+        if self.chunk_bytes <= 0 or steps <= 0:
+            return self.hop_latency_s
+        return self.hop_latency_s + min(self.chunk_bytes, self.bytes_each / steps) / self.chunk_Bps
 
 
 @dataclass(frozen=True)
@@ -59,6 +71,7 @@ class Topology:
     nic_latency_s: float
     switch_latency_s: float
     name: str = "custom"
+    nic_chunk_bytes: float = 0.0  # store-and-forward chunk of the inter-node transport; 0: none
 
     def __post_init__(self):
         if self.gpus < 1:
@@ -152,7 +165,7 @@ class Topology:
             ]
         )
         latency = self._hop_latency(intra.any(), inter.any(), cross.any())
-        return self._demand(name, ids, bytes_each, len(src), latency)
+        return self._demand(name, ids, bytes_each, len(src), latency, bool(inter.any()))
 
     def all_pairs(self, name: str, group: np.ndarray, bytes_each: float) -> Demand:
         """Every member of `group` sends `bytes_each` to every other member (all-to-all).
@@ -182,7 +195,8 @@ class Topology:
         load[off["leaf_down"] : off["leaf_down"] + self.leaves] += leaf_load
         links = np.flatnonzero(load)
         latency = self._hop_latency(same_node.any(), other_node.any(), other_leaf.any())
-        return Demand(name, links, load[links], float(bytes_each), p * (p - 1), latency)
+        return Demand(name, links, load[links], float(bytes_each), p * (p - 1), latency,
+                      *self._chunk(bool(other_node.any())))
 
     def _hop_latency(self, intra: bool, inter: bool, cross_leaf: bool) -> float:
         """Largest one-hop latency among flows inside a node, between nodes, across leaves."""
@@ -195,11 +209,18 @@ class Topology:
             candidates.append(self.nic_latency_s + 2 * self.switch_latency_s)
         return max(candidates)
 
-    def _demand(self, name, ids, bytes_each, n_flows, latency) -> Demand:
+    def _chunk(self, inter: bool) -> tuple[float, float]:
+        """(chunk bytes, rate) of a class's store-and-forward steps: only flows that leave
+        their node go through the transport."""
+        if inter and self.nic_chunk_bytes > 0:
+            return self.nic_chunk_bytes, self.nic_Bps
+        return 0.0, float("inf")
+
+    def _demand(self, name, ids, bytes_each, n_flows, latency, inter: bool) -> Demand:
         counts = np.bincount(ids, minlength=self.n_links)
         links = np.flatnonzero(counts)
         return Demand(name, links, counts[links].astype(np.float64), float(bytes_each),
-                      n_flows, latency)
+                      n_flows, latency, *self._chunk(inter))
 
     def node_groups(self, group: np.ndarray) -> np.ndarray:
         """`group` as a [nodes, members per node] matrix, members in local-rank order.
@@ -240,4 +261,5 @@ def build_topology(hw: HardwareProfile, gpus: int) -> Topology:
         nic_latency_s=hw.inter_node_latency_s,
         switch_latency_s=hw.fabric.switch_latency_us * 1e-6,
         name=hw.name,
+        nic_chunk_bytes=hw.inter_node_chunk_bytes,
     )

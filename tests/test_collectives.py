@@ -3,6 +3,8 @@ contention between concurrent collectives, and monotonicity properties."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -36,6 +38,24 @@ def test_ring_half_collectives_closed_form(op, approx):
     p, a, b = 16, 2e-6, 25e9
     t = topo(p, nic=b, a_nic=a)
     assert time_of(t, op, "ring", S) == approx((p - 1) * a + (p - 1) / p * S / b)
+
+
+@pytest.mark.parametrize("size", [S, 2**20 * 40])
+def test_ring_allreduce_with_a_store_and_forward_chunk(size, approx):
+    # each of the 2(P-1) steps also waits for its first chunk (or its whole share, if
+    # smaller) to cross one link: 1 GiB pays the full 2 MiB per step, 40 MiB over 64 only S/P
+    p, a, b, c = 64, 5e-4, 3.6e9, 2.0 * 2**20
+    t = replace(topo(p, nic=b, a_nic=a), nic_chunk_bytes=c)
+    fill = min(c, size / p) / b
+    assert time_of(t, "all_reduce", "ring", size) == approx(
+        2 * (p - 1) * (a + fill) + 2 * (p - 1) / p * size / b)
+
+
+def test_the_chunk_is_the_network_transport_s_only(approx):
+    # a ring inside one node never goes through the NIC's transport: no fill
+    p, a, b = 8, 3.4e-6, 360e9
+    t = replace(topo(p, g=p, k=1, intra=b, a_intra=a), nic_chunk_bytes=2.0 * 2**20)
+    assert time_of(t, "all_reduce", "ring", S) == approx(2 * (p - 1) * a + 2 * (p - 1) / p * S / b)
 
 
 def test_ring_uses_every_nic_of_a_node(approx):

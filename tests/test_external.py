@@ -37,12 +37,16 @@ def test_fit_uses_only_dense_rows_and_recovers_a_synthetic_network():
     hw = load_hardware("vista-gh200")
     from simulator.external_fit import comm_coefficients
 
-    alpha, bw = 2e-3, 5e9
+    alpha, bw, chunk = 2e-3, 5e9, ext.chunk_bytes
+    assert chunk == 2 * 2**20  # NCCL's 1 MiB proxy slice x 2 ring channels, as sourced
     synthetic = [replace(r, comm_s=alpha * a + w / bw)
-                 for r in rows for a, w in [comm_coefficients(r.plan, r.gpus)]]
-    fit = fit_dense(synthetic, hw)
+                 for r in rows for a, w in [comm_coefficients(r.plan, r.gpus, chunk)]]
+    fit = fit_dense(synthetic, hw, chunk)
     assert math.isclose(fit.alpha_s, alpha, rel_tol=1e-6)
     assert math.isclose(fit.bandwidth_Bps, bw, rel_tol=1e-6)
+    assert fit.chunk_bytes == chunk
+    # the chunk's fill is a data term: fitting without it must find another network
+    assert not math.isclose(fit_dense(synthetic, hw).alpha_s, alpha, rel_tol=1e-3)
 
 
 def test_external_validation_protocol_and_accuracy():
@@ -53,9 +57,10 @@ def test_external_validation_protocol_and_accuracy():
     held = table[~table["fitted"]]
     assert held["series"].str.startswith("scape").sum() == 60  # every SCAPE step row
     s = summary(table)
-    # measured 2026-11-23: median 1.2%, max 21.7% (one row above 15%)
+    # measured 2026-11-24: median 1.2%, max 10.0% (80 rows)
     assert s["median_abs_error_pct"] < 5
-    assert (held["error_pct"].abs() > 15).sum() <= 1
+    assert s["max_abs_error_pct"] < 15
+    assert s["predicted_rows"] >= 40
     assert meta["skipped"] and all(x["why"] for x in meta["skipped"])
 
 
@@ -121,6 +126,19 @@ def test_transport_table_is_validated(tmp_path):
         check_profile(str(path))
 
 
+def test_transport_chunk_is_checked(tmp_path):
+    from profiles import check_profile
+
+    body = Path(load_hardware("vista-gh200").path).read_text() + (
+        '\n[transport]\nkind = "socket"\nefficiency = 0.5\nlatency_us = 1.0\n'
+        'call_us = 0.0\nchunk_kib = -1\nsource = "test"\n')
+    path = tmp_path / "vista-gh200.toml"
+    path.write_text(body)
+    with pytest.raises(Exception, match="chunk_kib"):
+        check_profile(str(path))
+    assert load_hardware("vista-gh200").inter_node_chunk_bytes == 0.0  # absent: streamed
+
+
 def test_shipped_socket_profile_is_the_fit():
     """profiles/hardware/vista-gh200-socket.toml holds what `validate --external
     --write-profile` fits now (rounded to 6 significant digits)."""
@@ -128,8 +146,9 @@ def test_shipped_socket_profile_is_the_fit():
 
     ext = load_external("scape-sc26")
     base = load_hardware("vista-gh200")
-    fit = fit_dense(dense_rows(ext), base)
+    fit = fit_dense(dense_rows(ext), base, ext.chunk_bytes)
     shipped = load_hardware(SOCKET_PROFILE)
+    assert shipped.inter_node_chunk_bytes == ext.chunk_bytes > 0
     fresh = fitted_hardware(fit, base, SOCKET_PROFILE)
     assert shipped.transport.kind == "socket"
     assert shipped.inter_node_Bps == pytest.approx(fresh.inter_node_Bps, rel=1e-5)
@@ -138,3 +157,49 @@ def test_shipped_socket_profile_is_the_fit():
     assert shipped.model_mfu == pytest.approx(fit.mfu, rel=1e-5)
     assert shipped.kernels["optimizer_adams"]["ns_per_element"] == pytest.approx(
         fit.optimizer_s_per_element * 1e9, rel=1e-5)
+
+
+def test_external_transport_needs_a_number_and_a_source(tmp_path, monkeypatch):
+    import profiles.external as pe
+
+    text = Path(load_external("scape-sc26").path).read_text()
+    monkeypatch.setattr(pe, "FOLDER", tmp_path)
+    (tmp_path / "bad.toml").write_text(text.replace("chunk_kib = 2048", "chunk_kib = -2"))
+    with pytest.raises(Exception, match="chunk_kib must be a number"):
+        pe.load_external("bad")
+    (tmp_path / "nosrc.toml").write_text(text.replace("chunk_kib_source =", "chunk_note ="))
+    with pytest.raises(Exception, match="chunk_kib has no chunk_kib_source"):
+        pe.load_external("nosrc")
+
+
+def test_memory_rows_predicted_with_nothing_fitted():
+    from reports.external_memory import GPU_RANGE, memory_summary, memory_table
+
+    ext = load_external("scape-sc26")
+    table, skipped = memory_table(ext)
+    with_settings = [r for r in ext.rows if r.quantity == "memory_MB" and ext.config(r)]
+    assert len(table) == len(with_settings) == 12
+    assert all("no public launch settings" in s["why"] for s in skipped)
+    assert len(skipped) + len(table) == sum(r.quantity == "memory_MB" for r in ext.rows)
+    distopt = table["series"].str.contains("distopt")
+    # replicated runs do not depend on the unstated GPU count; sharded ones do
+    lo, hi = table["predicted_low_MiB"], table["predicted_high_MiB"]
+    assert (lo[~distopt] == hi[~distopt]).all() and (lo[distopt] < hi[distopt]).all()
+    inside = (table["measured_MiB"] >= table["predicted_low_MiB"]) & (
+        table["measured_MiB"] <= table["predicted_high_MiB"])
+    assert (table.loc[inside, "error_pct"] == 0).all()
+    s = memory_summary(table)
+    assert s["gpu_range_assumed"] == list(GPU_RANGE) and s["memory_rows"] == 12
+    # measured 2026-11-24: median 8.2%, max 17.4% (SCAPE with the distributed optimizer)
+    assert s["median_abs_error_pct"] < 10
+
+
+def test_residual_offload_keeps_two_staging_buffers_of_the_largest_tensor():
+    from simulator.memory import memory_use
+
+    model = load_model("llama-500m")
+    n, largest = model.n_params, max(size for size, _ in model.tensors())
+    on, off = (memory_use(model, make_config("scape", sparsity=0.9,
+                                              extra={"residual_offload": flag}),
+                          8, 1, 8, 4096, Dtypes(4, 2)) for flag in (True, False))
+    assert off.total - on.total == pytest.approx(4 * n - 2 * 4 * largest)

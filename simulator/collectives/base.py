@@ -21,7 +21,8 @@ class Phase:
     """Flows that move concurrently after `steps` one-hop latencies.
 
     A pipelined or repeated algorithm step is folded into one phase: its latency term is
-    steps * (largest one-hop latency of its flows) and each flow carries the bytes of all steps.
+    steps * (largest one-hop latency of its flows, plus the first chunk's crossing where the
+    transport forwards whole chunks) and each flow carries the bytes of all steps.
     """
 
     name: str
@@ -30,7 +31,8 @@ class Phase:
 
     @property
     def latency_s(self) -> float:
-        return self.steps * max((d.hop_latency_s for d in self.demands), default=0.0)
+        return self.steps * max((d.step_latency_s(self.steps) for d in self.demands),
+                                default=0.0)
 
     @property
     def total_bytes(self) -> float:

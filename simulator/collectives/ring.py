@@ -1,7 +1,10 @@
 """Ring reduce-scatter, all-gather and all-reduce (NCCL's ring algorithm).
 
 Uncontended, with per-GPU bandwidth B and one-hop latency alpha, all-reduce takes exactly
-2(P-1)*alpha + 2(P-1)/P * S/B; reduce-scatter and all-gather take half of that.
+2(P-1)*alpha + 2(P-1)/P * S/B; reduce-scatter and all-gather take half of that. Where the
+inter-node transport stores and forwards C bytes per NIC and step (NCCL's network proxy moves
+whole slices: src/transport/net.cc, sendProxyProgress/recvProxyProgress), each inter-node step
+also waits min(C, S/P)/B for its first slice: 2(P-1)*(alpha + min(C, S/P)/B) + 2(P-1)/P * S/B.
 """
 
 from __future__ import annotations
