@@ -15,13 +15,17 @@ from pathlib import Path
 
 import torch
 
+from scape.train.loop import checkpoint_step, checkpoints
+
 
 def first_moment(run: Path) -> torch.Tensor:
     """|m| over the whole model ([n] fp32): the ranks' shards in rank order."""
-    files = sorted((run / "checkpoint").glob("rank*.pt"), key=lambda p: int(p.stem[4:]))
-    if not files:
-        raise SystemExit(f"moment_concentration: no checkpoint/rank*.pt under {run}")
-    return torch.cat([torch.load(f, weights_only=False)["m"].abs() for f in files])
+    found = checkpoints(run)
+    if not found:
+        raise SystemExit(f"moment_concentration: no checkpoint/rank*-step*.pt under {run}")
+    step = checkpoint_step(run, len(found))  # the newest step every rank holds
+    return torch.cat([torch.load(found[r][step], weights_only=False)["m"].abs()
+                      for r in sorted(found)])
 
 
 def shares(m: torch.Tensor, density: float) -> tuple[float, float]:

@@ -181,3 +181,35 @@ def test_validation_sample_does_not_follow_the_training_seed(monkeypatch):
         loop.evaluate(Model(), loop.TrainConfig(seed=seed, eval_batches=3, micro_batch=2), 4)
     assert seen[:3] == seen[3:] and {s for _, _, s in seen} == {0}
     assert all(split == "val" for split, _, _ in seen)
+
+
+def test_resume_takes_the_newest_step_every_rank_holds(tmp_path):
+    """A run stopped while its ranks write a checkpoint: rank 0 wrote step 12, rank 1 did
+    not; both still hold step 9, which is where the run resumes (not 12 on one rank and 9 on
+    the other, which would hang its first collective)."""
+    from types import SimpleNamespace
+
+    from profiles import UserError
+    from scape.train.loop import checkpoint_step, checkpoints, save_checkpoint
+
+    def save(rank, step):
+        save_checkpoint(SimpleNamespace(t=step, state_dict=lambda: {"t": step}), tmp_path, rank)
+
+    for step in (3, 6, 9, 12):
+        save(0, step)
+    for step in (3, 6, 9):
+        save(1, step)
+    held = checkpoints(tmp_path)
+    assert sorted(held[0]) == [9, 12] and sorted(held[1]) == [6, 9]  # each keeps two
+    assert checkpoint_step(tmp_path, 2) == 9
+    with pytest.raises(UserError, match="holds 2 rank"):
+        checkpoint_step(tmp_path, 3)
+    for path in held[1].values():
+        path.unlink()
+    save(1, 6)
+    with pytest.raises(UserError, match="share no step"):
+        checkpoint_step(tmp_path, 2)
+    held[0][12].write_bytes(b"not a checkpoint")
+    save(1, 12)
+    with pytest.raises(UserError, match="cannot read"):
+        checkpoint_step(tmp_path, 2)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import statistics
 import time
 import zlib
@@ -117,8 +118,26 @@ def evaluate(model: GPT, cfg: TrainConfig, seq: int) -> float:
     return sum(losses) / len(losses)
 
 
-def _ckpt_path(out: Path, rank: int) -> Path:
-    return out / "checkpoint" / f"rank{rank}.pt"
+# Checkpoints are written per rank and per step, and each rank keeps its newest two: a run
+# stopped while its ranks write step t (some have, some have not) still holds step t - every
+# on every rank, because no rank can pass the collectives of step t before the others have
+# saved step t - every. Resuming takes the newest step every rank holds.
+KEEP_CHECKPOINTS = 2
+CHECKPOINT_NAME = re.compile(r"^rank(\d+)-step(\d+)\.pt$")
+
+
+def _ckpt_path(out: Path, rank: int, step: int) -> Path:
+    return out / "checkpoint" / f"rank{rank}-step{step}.pt"
+
+
+def checkpoints(out: Path) -> dict[int, dict[int, Path]]:
+    """rank -> {step: file} of the checkpoints under OUT/checkpoint."""
+    found: dict[int, dict[int, Path]] = {}
+    for path in Path(out, "checkpoint").glob("rank*-step*.pt"):
+        m = CHECKPOINT_NAME.match(path.name)
+        if m:
+            found.setdefault(int(m[1]), {})[int(m[2])] = path
+    return found
 
 
 def keep_log(log: Path, last_step: int) -> None:
@@ -131,22 +150,31 @@ def keep_log(log: Path, last_step: int) -> None:
 
 
 def checkpoint_step(out: Path, ranks: int) -> int:
-    """The step the checkpoints in OUT were written at, checked for `ranks` ranks; a
-    UserError when there is nothing to resume or it was written by another rank count."""
+    """The newest step every one of `ranks` ranks has a checkpoint of in OUT; a UserError when
+    there is nothing to resume, it was written by another rank count, or the ranks share no
+    step (the files were removed or mixed by hand)."""
     from profiles import UserError
 
-    found = sorted(Path(out, "checkpoint").glob("rank*.pt"))
+    found = checkpoints(Path(out))
     if not found:
         raise UserError(f"--resume: no checkpoint in {out}/checkpoint (nothing to resume)")
-    if len(found) != ranks or not _ckpt_path(Path(out), ranks - 1).exists():
+    if set(found) != set(range(ranks)):
         raise UserError(f"--resume: {out}/checkpoint holds {len(found)} rank(s), this run has "
                         f"{ranks}: resume with --nprocs {len(found)}")
+    common = set.intersection(*(set(steps) for steps in found.values()))
+    if not common:
+        held = "; ".join(f"rank {r}: steps {sorted(s)}" for r, s in sorted(found.items()))
+        raise UserError(f"--resume: the ranks' checkpoints in {out}/checkpoint share no step "
+                        f"({held}); cannot resume consistently")
+    step = max(common)
+    path = found[0][step]
     try:
-        state = torch.load(_ckpt_path(Path(out), 0), weights_only=False, map_location="cpu")
+        state = torch.load(path, weights_only=False, map_location="cpu")
     except Exception as exc:  # a truncated or foreign file
-        raise UserError(f"--resume: cannot read {_ckpt_path(Path(out), 0)}: "
-                        f"{type(exc).__name__}") from None
-    return int(state["t"])
+        raise UserError(f"--resume: cannot read {path}: {type(exc).__name__}") from None
+    if int(state["t"]) != step:
+        raise UserError(f"--resume: {path} holds step {state['t']}, its name says {step}")
+    return step
 
 
 def train(cfg: TrainConfig, steps_this_run: int | None = None) -> dict:
@@ -163,8 +191,9 @@ def train(cfg: TrainConfig, steps_this_run: int | None = None) -> dict:
     out = Path(cfg.out) if cfg.out else None
     if out:
         out.mkdir(parents=True, exist_ok=True)
-    if cfg.resume and out and _ckpt_path(out, rank).exists():
-        scheme.load_state_dict(torch.load(_ckpt_path(out, rank), weights_only=False,
+    if cfg.resume and out:
+        step = checkpoint_step(out, world)  # the newest step every rank holds
+        scheme.load_state_dict(torch.load(_ckpt_path(out, rank, step), weights_only=False,
                                           map_location=device))
     if out and rank == 0:
         # a resumed run keeps the log up to its checkpoint (steps logged after it are redone);
@@ -220,11 +249,16 @@ def train(cfg: TrainConfig, steps_this_run: int | None = None) -> dict:
 
 
 def save_checkpoint(scheme, out: Path, rank: int) -> None:
-    path = _ckpt_path(out, rank)
+    """Write this rank's state at step scheme.t (whole or not at all: written aside, then
+    renamed) and drop all but its KEEP_CHECKPOINTS newest."""
+    path = _ckpt_path(out, rank, scheme.t)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     torch.save(scheme.state_dict(), tmp)
     tmp.replace(path)
+    mine = checkpoints(out).get(rank, {})
+    for step in sorted(mine)[:-KEEP_CHECKPOINTS]:
+        mine[step].unlink(missing_ok=True)
 
 
 def summarize(rows: list[dict], cfg: TrainConfig, world: int, scheme) -> dict:
