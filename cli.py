@@ -861,8 +861,9 @@ def validate_cmd(
     rounds: int = typer.Option(1, "--rounds", help="run every scheme this many times, "
                                "interleaved; medians over rounds are compared"),
     probe: bool = typer.Option(True, "--probe-compute/--no-probe-compute",
-                               help="time forward/backward again before each run (CPU hosts "
-                                    "drift); collectives and kernels stay as calibrated"),
+                               help="time forward/backward again before each run and the "
+                                    "kernels once a round (CPU hosts drift, and a profile may "
+                                    "come from another host); collectives stay as calibrated"),
     model: str = typer.Option(None, "--model", help="default: the profile's calibrated model"),
     micro_batch: int = typer.Option(None, "--micro-batch", help="default: the calibrated one"),
     out: str = typer.Option(None, "--out", help="folder for CSV, JSON and PNG"),
@@ -905,23 +906,9 @@ def validate_cmd(
     for world in worlds:  # fail fast, before any run
         for _, cfg in configs:
             v.predict(hw, model, cfg, world, micro_batch)
-    rows = []
-    for rnd in range(1, rounds + 1):
-        for world in worlds:
-            for spec_text, cfg in configs:
-                print(f"validate: round {rnd}/{rounds}: {spec_text} on {world} ranks "
-                      f"({spec or 'loopback'}) ...", file=sys.stderr, flush=True)
-                now, probed = (v.probe_compute(hw, model, micro_batch, world) if probe
-                               else (hw, {}))
-                predicted = v.predict(now, model, cfg, world, micro_batch)
-                run_dir = dest / "runs" / f"{spec_text.replace(':', '-')}-{world}ranks-r{rnd}"
-                measured = v.measure(model, cfg, world, micro_batch, steps, spec, run_dir)
-                rows.append({"round": rnd, **v.row(spec_text, world, spec, measured, predicted),
-                             **probed})
-                pd.DataFrame(rows).to_csv(dest / "validate.partial.csv", index=False)
-    per_round = pd.DataFrame(rows)
+    per_round = v.run(hw, model, configs, worlds, micro_batch, steps, rounds, probe, spec, dest,
+                      say=lambda line: print(line, file=sys.stderr, flush=True))
     per_round.to_csv(dest / "validate.rounds.csv", index=False)
-    (dest / "validate.partial.csv").unlink(missing_ok=True)
     df = v.aggregate(per_round)
     files = v.save(df, dest, {"profile": hw.path, "model": model, "micro_batch": micro_batch,
                               "steps": steps, "rounds": rounds, "probe_compute": probe,

@@ -14,6 +14,7 @@ it, and the runtime's copies between model tensors and its flat buffers (kernel 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import date
 from pathlib import Path
@@ -116,7 +117,8 @@ def probe_compute(hw: HardwareProfile, model: str, micro_batch: int, ranks: int,
     `scape calibrate compute` (real forward and backward steps of the model in 1..`ranks`
     processes, rounds interleaved; never a training step). A CPU host's speed drifts by 10-20%
     over minutes, more than the error a validation can resolve, so each run is predicted from
-    the speed the machine has when it starts; collectives and kernels stay as calibrated."""
+    the speed the machine has when it starts (kernels: probe_kernels; collectives stay as
+    calibrated)."""
     from scape.calibrate.compute import measure_concurrency, step_flops
 
     profile = load_model(model)
@@ -126,6 +128,62 @@ def probe_compute(hw: HardwareProfile, model: str, micro_batch: int, ranks: int,
     fresh = replace(hw, compute=replace(hw.compute, mfu=mfu),
                     slowdown=(*slowdown, *hw.slowdown[ranks:]))
     return fresh, {"probe_fwd_bwd_s": alone, "probe_slowdown": slowdown[-1]}
+
+
+def kernel_kinds(hw: HardwareProfile, model: str, configs: list[SchemeConfig],
+                 worlds: list[int]) -> list[str]:
+    """The calibrated kernel kinds the runs' predictions price: those of their runtime plans
+    that the profile holds."""
+    from scape.schemes import runtime_config
+
+    kinds = {k.kind for cfg in configs for world in worlds
+             for _, step in runtime_plan(runtime_config(cfg), model, world, hw).steps
+             for k in step.kernels}
+    return sorted(kinds & set(hw.kernels))
+
+
+def probe_kernels(hw: HardwareProfile, kinds: list[str], threads: int = 1,
+                  repeats: int = 5) -> tuple[HardwareProfile, dict]:
+    """`hw` with the kernels of `kinds` timed again now, by the same microbenchmarks as `scape
+    calibrate compute` (each kernel alone at 5 sizes, with a rank's torch threads; never a
+    training step). A profile's kernels may come from another host (its [measured] table says
+    which): on 2026-11-25 this host ran the authors' reducer step 3x faster than the host
+    that calibrated it, and the prediction missed by +35% until the kernels were retimed."""
+    from scape.calibrate.compute import measure_kernels
+
+    if not kinds:
+        return hw, {}
+    fresh = measure_kernels(repeats=repeats, kinds=kinds, threads=threads)
+    return replace(hw, kernels={**hw.kernels, **fresh}), {
+        f"probe_{k}_ns_per_element": fresh[k]["ns_per_element"] for k in kinds}
+
+
+def run(hw: HardwareProfile, model: str, configs: list[tuple[str, SchemeConfig]],
+        worlds: list[int], micro_batch: int, steps: int, rounds: int, probe: bool, netbed,
+        dest: Path, say: Callable[[str], None] = lambda _: None) -> pd.DataFrame:
+    """Every scheme at every rank count, `rounds` times interleaved: measured, then predicted
+    from the profile (its forward/backward and, once a round, its kernels timed again first
+    when `probe`). One row per run; rows so far are kept in dest/validate.partial.csv."""
+    kinds = kernel_kinds(hw, model, [cfg for _, cfg in configs], worlds) if probe else []
+    rows = []
+    for rnd in range(1, rounds + 1):
+        if kinds:
+            say(f"validate: round {rnd}/{rounds}: timing kernels {', '.join(kinds)} ...")
+        now, kernel_probe = probe_kernels(hw, kinds) if probe else (hw, {})
+        for world in worlds:
+            for spec_text, cfg in configs:
+                say(f"validate: round {rnd}/{rounds}: {spec_text} on {world} ranks "
+                    f"({netbed or 'loopback'}) ...")
+                timed, probed = (probe_compute(now, model, micro_batch, world) if probe
+                                 else (now, {}))
+                predicted = predict(timed, model, cfg, world, micro_batch)
+                run_dir = dest / "runs" / f"{spec_text.replace(':', '-')}-{world}ranks-r{rnd}"
+                measured = measure(model, cfg, world, micro_batch, steps, netbed, run_dir)
+                rows.append({"round": rnd, **row(spec_text, world, netbed, measured, predicted),
+                             **probed, **kernel_probe})
+                pd.DataFrame(rows).to_csv(dest / "validate.partial.csv", index=False)
+    (dest / "validate.partial.csv").unlink(missing_ok=True)
+    return pd.DataFrame(rows)
 
 
 def aggregate(rounds: pd.DataFrame) -> pd.DataFrame:

@@ -34,3 +34,23 @@ def test_probe_sets_the_predicted_forward_backward_to_the_time_measured_now():
 
     times = fwd_bwd(load_model("tiny-gpt"), fresh, 2, 128)
     assert times.fwd_s + times.bwd_s == pytest.approx(probed["probe_fwd_bwd_s"], rel=1e-9)
+
+
+def test_kernel_probe_prices_the_runs_kernels_as_timed_now():
+    """The kinds probed are those the runs' runtime plans price and the profile holds; after
+    the probe the simulator prices them from the new measurement, the others unchanged."""
+    from simulator.compare import parse_scheme
+    from simulator.compute import kernel_time
+
+    hw = load_hardware("measured/netbed-100mbit")
+    kinds = v.kernel_kinds(hw, "tiny-gpt", [parse_scheme("scape:0.99")], [2])
+    assert "authors_step" in kinds and "quantize" not in kinds
+    assert set(kinds) <= set(hw.kernels)
+    fresh, probed = v.probe_kernels(hw, ["authors_step"], repeats=1)
+    assert set(probed) == {"probe_authors_step_ns_per_element"}
+    new = fresh.kernels["authors_step"]
+    assert new["ns_per_element"] == probed["probe_authors_step_ns_per_element"]
+    n = new["sizes"][2]
+    assert kernel_time("authors_step", n, fresh) == pytest.approx(new["seconds"][2], rel=1e-9)
+    assert fresh.kernels["quantize"] == hw.kernels["quantize"]
+    assert v.probe_kernels(hw, []) == (hw, {})
