@@ -23,9 +23,15 @@ from profiles import UserError, check_profile, find, load_hardware, load_model, 
 from profiles.errors import Terminated, raise_terminated
 from reports.tables import check_format, render
 from reports.validate import DEFAULT_SCHEMES as VALIDATE_SCHEMES
-from scape.plan import Dtypes
+from scape.plan import Dtypes, foreign_options
 from simulator.collective import describe, sweep
-from simulator.compare import DEFAULT_SCHEMES, compare, parse_scheme
+from simulator.compare import (
+    DEFAULT_SCHEMES,
+    compare,
+    parse_scheme,
+    refuse_unread,
+    resolved_scheme,
+)
 from simulator.network import build_topology
 from simulator.planner import PLAN_SCHEMES, PlanRequest, best_without, plan_training
 from simulator.schedule import run_mean
@@ -203,7 +209,8 @@ def collective(
     size_list = parse_sizes(sizes)
     hw = load_hardware(hardware)
     results = sweep(hw, gpus, op, algo, size_list)
-    df = pd.DataFrame([{**r.as_dict(), "hardware": hw.name} for r in results])
+    df = pd.DataFrame([{**r.as_dict(), "algo_asked": algo, "hardware": hw.name}
+                       for r in results])
     if fmt != "table":
         print(render(df, fmt))
         return
@@ -216,6 +223,17 @@ def collective(
         "time_us": "{:.1f}", "algbw_GBps": "{:.2f}", "busbw_GBps": "{:.2f}"}))
 
 
+def _names(text: str, flag: str) -> list[str]:
+    """A comma-separated list the user typed: at least one name, none twice."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise UserError(f"{flag}: give at least one name, got {text!r}")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise UserError(f"{flag}: {', '.join(twice)} listed twice")
+    return names
+
+
 def _dtype(name: str, flag: str) -> int:
     if name not in DTYPE_BYTES:
         raise UserError(f"{flag} must be one of {', '.join(DTYPE_BYTES)}, got {name!r}")
@@ -226,37 +244,29 @@ def _dtypes(grad_dtype: str, param_dtype: str) -> Dtypes:
     return Dtypes(_dtype(grad_dtype, "--grad-dtype"), _dtype(param_dtype, "--param-dtype"))
 
 
-def _scheme(spec: str, scheme_options: dict, extra: dict | None = None):
-    """A scheme from NAME[:VALUE] and the flags given (None: the scheme's default)."""
+def _scheme(spec: str, scheme_options: dict, extra: dict | None = None,
+            lineup: list[str] | None = None):
+    """A scheme from NAME[:VALUE] and the flags given (None: the scheme's default); an option
+    the scheme does not read is refused. With `lineup` (compare), the flags are shared by the
+    line-up's schemes: one that none of them reads is refused."""
     options = {k: v for k, v in scheme_options.items() if v is not None}
     base = replace(parse_scheme("dense-adams"), **options)
     if extra:
         base = replace(base, extra={**base.extra, **extra})
-    return parse_scheme(spec, base.validate(), given=frozenset(options))
-
-
-def resolved_scheme(cfg) -> dict:
-    """The options a scheme ran with, for every output: its family, sparsity, bits, optimizer
-    and variant options."""
-    out = {"scheme_name": cfg.scheme, "sparsity": cfg.sparsity, "optimizer": cfg.optimizer}
-    if cfg.scheme == "quantized":
-        out["bits"] = cfg.bits
-    if cfg.scheme == "scape-partitioned":
-        out.update(sync=cfg.sync, update_scope=cfg.update_scope, score=cfg.score,
-                   error_feedback=cfg.error_feedback, refresh_every=cfg.refresh_every)
-    if cfg.extra:
-        out["scheme_options"] = dict(cfg.extra)
-    if cfg.density_warmup_steps:
-        out["density_warmup_steps"] = cfg.density_warmup_steps
-    return out
+    typed = frozenset(options) | frozenset(extra or ())
+    if lineup is not None:
+        refuse_unread([*lineup, spec], typed)
+        typed -= set(foreign_options(parse_scheme(spec).scheme, typed))
+    return parse_scheme(spec, base.validate(), given=typed)
 
 
 def _step_config(model, hardware, gpus, scheme, micro_batch, seq_len, grad_accum, tp,
                  grad_dtype, param_dtype, algo, scheme_options, global_batch,
-                 extra: dict | None = None) -> StepConfig:
+                 extra: dict | None = None, lineup: list[str] | None = None) -> StepConfig:
     return StepConfig(
         model=load_model(model), hardware=load_hardware(hardware), gpus=gpus,
-        scheme=_scheme(scheme, scheme_options, extra), micro_batch=micro_batch, seq_len=seq_len,
+        scheme=_scheme(scheme, scheme_options, extra, lineup), micro_batch=micro_batch,
+        seq_len=seq_len,
         grad_accum=grad_accum, tp=tp, global_batch=global_batch,
         dtypes=_dtypes(grad_dtype, param_dtype), algo=algo,
     ).validate()
@@ -302,6 +312,9 @@ def _run_steps(run_steps: int | None, density_warmup: int | None) -> int | None:
 
 def _scheme_options(sparsity, bits, optimizer, overlap_grad, overlap_param, bucket_mb,
                     update_scope, refresh_every, error_feedback, score) -> dict:
+    if bucket_mb is not None and not (math.isfinite(bucket_mb) and bucket_mb > 0):
+        raise UserError(f"--bucket-mb must be a finite positive size, got {bucket_mb:g} (one "
+                        "bucket: give a size above the gradient's, e.g. 100000)")
     return {
         "sparsity": sparsity, "bits": bits, "optimizer": optimizer,
         "overlap_grad_reduce": overlap_grad, "overlap_param_gather": overlap_param,
@@ -364,7 +377,9 @@ def simulate(
         write_trace(trace, result.spans, f"{model} on {gpus} x {hardware}: {scheme}")
     row = {"model": model, "hardware": hardware, "gpus": gpus, "scheme": scheme,
            **resolved_scheme(cfg.scheme), "micro_batch": micro_batch, "seq_len": cfg.seq,
-           "grad_accum": cfg.accum, "tp": tp, "algo": algo, **result.as_dict()}
+           "grad_accum": cfg.accum, "global_batch": cfg.micro_batch * cfg.accum * cfg.dp,
+           "tp": tp, "grad_dtype": grad_dtype, "param_dtype": param_dtype, "algo": algo,
+           **result.as_dict()}
     if steps:
         mean = run_mean(cfg, steps)
         row.update(run_steps=steps, run_mean_step_s=mean.mean_step_s,
@@ -423,11 +438,16 @@ def compare_cmd(
     opts.update(sync=sync, density_warmup_steps=density_warmup)
     steps = _run_steps(run_steps, density_warmup)
     extra = _reducer_extra(distopt, residual_offload, param_offload)
+    lineup = _names(schemes, "--schemes")
     cfg = _step_config(model, hardware, gpus, baseline, micro_batch, seq_len, grad_accum, tp,
-                       grad_dtype, param_dtype, algo, opts, global_batch, extra)
-    df = compare(cfg, [s for s in schemes.split(",") if s.strip()], baseline, steps)
-    if fmt != "table":
-        print(render(df, fmt))
+                       grad_dtype, param_dtype, algo, opts, global_batch, extra, lineup)
+    df = compare(cfg, lineup, baseline, steps)
+    if fmt != "table":  # every row carries the configuration it was simulated in
+        asked = {"model": model, "hardware": hardware, "gpus": gpus, "baseline": baseline,
+                 "micro_batch": micro_batch, "seq_len": cfg.seq, "grad_accum": cfg.accum,
+                 "global_batch": cfg.micro_batch * cfg.accum * cfg.dp, "tp": tp,
+                 "grad_dtype": grad_dtype, "param_dtype": param_dtype, "algo": algo}
+        print(render(df.assign(**asked), fmt))
         return
     shown = df[["scheme", "step_time_s", "compute_s", "compression_s", "exposed_comm_s",
                 "overlapped_comm_s", "bytes_per_gpu", "speedup"]].copy()
@@ -479,24 +499,32 @@ def plan_cmd(
         0.0, "--density-warmup-frac", help="scape: density warms up from 1 over this fraction "
         "of the run's steps (the authors' scripts: 10k of 100k iterations, 0.1); 0: the "
         "target from the start"),
+    workers: int = typer.Option(None, "--workers", help="processes; default: every core"),
     fmt: str = typer.Option("table", "--format", help="table|csv|json"),
 ):
     """Search GPU counts, schemes, micro-batching and tensor parallelism for a training run."""
     check_format(fmt)
+    if top < 1:
+        raise UserError(f"--top must be at least 1, got {top}")
     req = PlanRequest(
-        load_model(model), tokens, tuple(load_hardware(h) for h in hardware.split(",") if h),
+        load_model(model), tokens, tuple(load_hardware(h) for h in _names(hardware, "--hardware")),
         max_gpus=max_gpus, deadline_hours=deadline_hours, budget_usd=budget_usd,
         price_per_gpu_hour=price, global_batch=global_batch,
-        schemes=tuple(s.strip() for s in schemes.split(",") if s.strip()),
+        schemes=tuple(_names(schemes, "--schemes")),
         dtypes=_dtypes(grad_dtype, param_dtype), density_warmup_frac=density_warmup_frac,
+        workers=workers,
     ).validate()
     with _progress("simulating plans") as bar:
         task = bar.add_task("plans", total=None)
         df = plan_training(req, progress_total=lambda n: bar.update(task, total=n),
                            progress=lambda n: bar.advance(task, n))
     shown = df.head(top)
-    if fmt != "table":
-        print(render(shown, fmt))
+    if fmt != "table":  # every row carries the request it answers
+        asked = {"model": model, "tokens": tokens, "global_batch": req.batch, "seq_len": req.seq,
+                 "grad_dtype": grad_dtype, "param_dtype": param_dtype, "max_gpus": max_gpus,
+                 "deadline_hours": deadline_hours, "budget_usd": budget_usd,
+                 "density_warmup_frac": density_warmup_frac}
+        print(render(shown.assign(**asked), fmt))
         return
     cols = ["hardware", "gpus", "scheme", "tp", "micro_batch", "grad_accum", "recompute",
             "memory_GB", "step_time_s", "tokens_per_s", "hours", "gpu_hours", "cost_usd",
@@ -621,8 +649,8 @@ def train_cmd(
               f"1-{done}", file=sys.stderr)
     spec = _netbed(netbed)
     summary = train(cfg)["summary"] if under_torchrun() else launch(cfg, nprocs, backend, spec)
-    if fmt == "json":
-        print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))
+    if fmt == "json":  # with the configuration it ran with (TrainConfig, scheme resolved)
+        print(json.dumps(summary, indent=2))
         return
     print(f"# {model}, {scheme} on {summary['world']} rank(s), {summary['steps']} steps")
     val = summary["final_val_loss"]
@@ -738,14 +766,14 @@ def calibrate_collectives(
     check_format(fmt)
     from profiles.measured import path_of
     from scape.calibrate.collectives import DEFAULT_SIZES, calibrate
+    from scape.train.launch import check_backend
 
     path_of(out)
-    if backend not in ("gloo", "nccl"):
-        raise UserError(f"backend must be gloo or nccl, got {backend!r}")
     if repeats < 1:
         raise UserError(f"--repeats must be at least 1, got {repeats}")
     spec = _netbed(netbed)
     worlds = _rank_counts(nprocs)
+    check_backend(backend, max(worlds), spec)
     chosen = parse_sizes(sizes) if sizes else list(DEFAULT_SIZES)
     print(f"calibrate collectives: {nprocs} ranks, {len(chosen)} sizes x 5 collectives ...",
           file=sys.stderr)
@@ -900,12 +928,13 @@ def validate_cmd(
     elif micro_batch < 1:
         raise UserError(f"--micro-batch must be at least 1, got {micro_batch}")
     load_model(model)
-    configs = [(s, parse_scheme(s)) for s in schemes.split(",") if s.strip()]
+    configs = [(s, parse_scheme(s)) for s in _names(schemes, "--schemes")]
     dest = output_dir(out or f"out/validate/{Path(hw.path).stem}", "--out")
     dest.mkdir(parents=True, exist_ok=True)
     for world in worlds:  # fail fast, before any run
         for _, cfg in configs:
             v.predict(hw, model, cfg, world, micro_batch)
+            v.check_runnable(model, cfg, world, micro_batch, steps)
     per_round = v.run(hw, model, configs, worlds, micro_batch, steps, rounds, probe, spec, dest,
                       say=lambda line: print(line, file=sys.stderr, flush=True))
     per_round.to_csv(dest / "validate.rounds.csv", index=False)

@@ -123,5 +123,7 @@ def find(name: str) -> tuple[str, Any]:
     for kind in KINDS.values():
         if folder in ("", kind.folder) and (ROOT / kind.folder / f"{stem}.toml").exists():
             return kind.name, _load_cached(kind.name, ROOT / kind.folder / f"{stem}.toml")
+    if folder and (ROOT / f"{name}.toml").is_file():  # measured/NAME, as -H takes it
+        return check_profile(ROOT / f"{name}.toml")
     known = ", ".join(n for k in KINDS for n in names(k))
     raise ProfileError(f"unknown profile {name!r}; known: {known}")

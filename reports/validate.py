@@ -198,13 +198,29 @@ def aggregate(rounds: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+def train_config(model: str, cfg: SchemeConfig, micro_batch: int, steps: int,
+                 out: Path | None = None, seq_len: int | None = None):
+    """The training run a validation measures (no evaluation; a short LR warm-up)."""
+    from scape.train.loop import TrainConfig
+
+    return TrainConfig(model=model, scheme=cfg, steps=steps, micro_batch=micro_batch,
+                       seq_len=seq_len, eval_every=0, out=None if out is None else str(out),
+                       warmup_steps=min(5, steps)).validate()
+
+
+def check_runnable(model: str, cfg: SchemeConfig, world: int, micro_batch: int,
+                   steps: int) -> None:
+    """Refuse, before any run, what the runtime would refuse or the host could not hold."""
+    from scape.train.launch import check_host_memory
+
+    check_host_memory(train_config(model, cfg, micro_batch, steps), world)
+
+
 def measure(model: str, cfg: SchemeConfig, world: int, micro_batch: int, steps: int,
             netbed, out: Path, seq_len: int | None = None) -> dict:
     from scape.train.launch import launch
-    from scape.train.loop import TrainConfig
 
-    tc = TrainConfig(model=model, scheme=cfg, steps=steps, micro_batch=micro_batch,
-                     seq_len=seq_len, eval_every=0, out=str(out), warmup_steps=min(5, steps))
+    tc = train_config(model, cfg, micro_batch, steps, out, seq_len)
     return launch(tc, world, "gloo", netbed=netbed)
 
 

@@ -184,13 +184,25 @@ PARTITIONED_OPTIONS = ("score", "error_feedback", "update_scope", "refresh_every
 AUTHORS_OPTIONS = ("distributed_optimizer", "residual_offload", "param_offload", "clip_grad")
 
 
+# Megatron's default (40M elements) gives tens for the largest models, PyTorch DDP's 25 MB a few
+# thousand for a 70B model; each bucket is simulated, so a few bytes each would never end.
+MAX_BUCKETS = 10_000
+
+
 def _buckets(size: float, elem_bytes: int, cfg: SchemeConfig, world: int) -> int:
     """Equal buckets of at most `bucket_bytes`. By default Megatron-Core's: max(40M, 1M x DP)
     elements (megatron/core/distributed/distributed_data_parallel_config.py, bucket_size), so
     large data-parallel groups get few, large buckets. Megatron uses one bucket when it does not
     overlap: pass bucket_bytes=inf for that."""
-    limit = cfg.bucket_bytes or max(40e6, 1e6 * world) * elem_bytes
-    return max(1, math.ceil(size / limit))
+    if cfg.bucket_bytes is not None:
+        limit = cfg.bucket_bytes
+    else:
+        limit = max(40e6, 1e6 * world) * elem_bytes
+    buckets = max(1, math.ceil(size / limit))
+    if buckets > MAX_BUCKETS:
+        raise UserError(f"--bucket-mb {limit / 1e6:g} cuts {size / 1e6:,.0f} MB into "
+                        f"{buckets:.3g} buckets; at most {MAX_BUCKETS:,}: give a larger size")
+    return buckets
 
 
 def _grad_phase(cfg: SchemeConfig) -> str:
@@ -372,6 +384,33 @@ SCHEMES: dict[str, Builder] = {
 PER_TENSOR = frozenset({"scape"})
 # Both SCAPE variants: the density warm-up applies to them.
 SCAPE_SCHEMES = frozenset({"scape", "scape-partitioned"})
+# Schemes whose NAME:VALUE and --sparsity give the fraction not sent, and the one whose give bits.
+SPARSE_SCHEMES = ("topk", "scalecom", "scape", "scape-partitioned")
+BITS_SCHEMES = ("quantized",)
+# The schemes each option applies to; an option typed for a scheme that does not read it is
+# refused (a value the user typed is used or refused, never dropped). Options not named here
+# (optimizer, overlap, buckets) apply to every scheme.
+OPTION_SCHEMES: dict[str, tuple[str, ...]] = {
+    "sparsity": SPARSE_SCHEMES, "bits": BITS_SCHEMES,
+    "density_warmup_steps": tuple(sorted(SCAPE_SCHEMES)),
+    "unmasked_moment": ("scape-partitioned",),
+    **{name: ("scape-partitioned",) for name in PARTITIONED_OPTIONS},
+    **{name: ("scape",) for name in AUTHORS_OPTIONS},
+}
+
+
+def foreign_options(scheme: str, typed) -> list[str]:
+    """The options among `typed` (SchemeConfig fields or extra keys) that `scheme` ignores."""
+    return sorted(o for o in typed if scheme not in OPTION_SCHEMES.get(o, (scheme,)))
+
+
+def flag(option: str) -> str:
+    """The command-line flag of a SchemeConfig option."""
+    return {"distributed_optimizer": "--distributed-optimizer",
+            "density_warmup_steps": "--density-warmup"}.get(
+        option, "--" + option.replace("_", "-"))
+
+
 # Names people use for the paper's baselines: Megatron's distributed optimizer with each update.
 ALIASES: dict[str, dict] = {
     "dense-adamw": {"scheme": "dense-zero1", "optimizer": "adamw"},

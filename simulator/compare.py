@@ -10,8 +10,13 @@ from profiles import UserError
 from scape.plan import (
     ALIASES,
     AUTHORS_OPTIONS,
+    BITS_SCHEMES,
+    OPTION_SCHEMES,
     PARTITIONED_OPTIONS,
+    SPARSE_SCHEMES,
     SchemeConfig,
+    flag,
+    foreign_options,
     make_config,
 )
 from simulator.collective import PhaseCache
@@ -24,9 +29,42 @@ DEFAULT_SCHEMES = (
     "dense-adamw", "dense-adams", "dense-ddp", "quantized:8", "topk:0.99", "scalecom:0.99",
     "scape:0.9", "scape:0.99", "scape-partitioned:0.99",
 )
-BITS_SCHEMES = ("quantized",)  # NAME:VALUE gives bits; for the others it gives sparsity
-SPARSE_SCHEMES = ("topk", "scalecom", "scape", "scape-partitioned")
 DEFAULT_SPARSITY = 0.99  # the SCAPE paper's headline setting, when none is given
+
+
+def resolved_scheme(cfg: SchemeConfig) -> dict:
+    """The options a scheme ran with, for every output: its family, sparsity, bits, optimizer,
+    overlap and buckets, and its variant's options."""
+    out = {"scheme_name": cfg.scheme, "sparsity": cfg.sparsity, "optimizer": cfg.optimizer,
+           "overlap_grad_reduce": cfg.overlap_grad_reduce,
+           "overlap_param_gather": cfg.overlap_param_gather,
+           "bucket_MB": None if cfg.bucket_bytes is None else cfg.bucket_bytes / 1e6}
+    if cfg.scheme in BITS_SCHEMES:
+        out["bits"] = cfg.bits
+    if cfg.scheme == "scape-partitioned":
+        out.update({name: getattr(cfg, name) for name in PARTITIONED_OPTIONS})
+    if cfg.extra:
+        out["scheme_options"] = dict(cfg.extra)
+    if cfg.density_warmup_steps:
+        out["density_warmup_steps"] = cfg.density_warmup_steps
+    return out
+
+
+def refuse_foreign(name: str, foreign: list[str]) -> None:
+    """A UserError naming the typed options `name` does not read and the schemes that do."""
+    if foreign:
+        where = "; ".join(f"{flag(o)} applies to {', '.join(OPTION_SCHEMES[o])}"
+                          for o in foreign)
+        raise UserError(f"{', '.join(flag(o) for o in foreign)}: not an option of {name} "
+                        f"({where})")
+
+
+def refuse_unread(specs: list[str], typed) -> None:
+    """A line-up shares one set of flags, each scheme reading its own: refuse a typed option
+    that no scheme of the line-up reads."""
+    schemes = {make_config(s.strip().partition(":")[0]).scheme for s in specs}
+    unread = [o for o in typed if all(foreign_options(s, [o]) for s in schemes)]
+    refuse_foreign(" or ".join(s.strip() for s in specs), unread)
 
 
 def parse_scheme(spec: str, base: SchemeConfig | None = None,
@@ -40,7 +78,10 @@ def parse_scheme(spec: str, base: SchemeConfig | None = None,
     option is used, never replaced by a default, and one that contradicts NAME:VALUE or an
     alias (quantized:8 --bits 4, dense-adams --optimizer adamw) is an error.
     """
-    name, _, value = spec.strip().partition(":")
+    name, colon, value = spec.strip().partition(":")
+    if colon and not value.strip():
+        raise UserError(f"cannot read {spec!r}: a value follows the colon, e.g. scape:0.99, "
+                        "quantized:4 (or give the name alone)")
     opts = {}
     if value:
         try:
@@ -55,6 +96,8 @@ def parse_scheme(spec: str, base: SchemeConfig | None = None,
         if base is not None and key in given and getattr(base, key) != opts[key]:
             raise UserError(f"{spec!r} and --{key} {getattr(base, key):g} disagree: give one")
     cfg = make_config(name, **opts)
+    if not only_own:
+        refuse_foreign(name, foreign_options(cfg.scheme, given))
     if (name in ALIASES and base is not None and "optimizer" in given
             and base.optimizer != cfg.optimizer):
         raise UserError(f"{name} is {ALIASES[name]['scheme']} with {cfg.optimizer}; "
@@ -95,12 +138,10 @@ def compare(base: StepConfig, specs: list[str], baseline: str,
         scheme = parse_scheme(spec, base.scheme, only_own=True)
         cfg = replace(base, scheme=scheme)
         result = simulate_step(cfg, cache=cache)
-        rows.append({
-            "scheme": name, "sparsity": scheme.sparsity,
-            "bits": scheme.bits if scheme.scheme == "quantized" else None,
-            "optimizer": scheme.optimizer, "options": dict(scheme.extra) or None,
-            **result.as_dict(),
-        })
+        resolved = resolved_scheme(scheme)
+        options = resolved.pop("scheme_options", None)
+        rows.append({"scheme": name, **resolved, "bits": resolved.get("bits"),
+                     "options": options, **result.as_dict()})
         if run_steps:
             mean = run_mean(cfg, run_steps, cache)
             rows[-1].update(run_mean_step_s=mean.mean_step_s,

@@ -17,7 +17,7 @@ from simulator.batch import parallel_map, phase_cache, simulate_cached
 from simulator.compare import parse_scheme
 from simulator.memory import memory_use, usable_bytes
 from simulator.schedule import run_mean
-from simulator.step import StepConfig
+from simulator.step import MAX_GPUS, StepConfig
 
 PLAN_SCHEMES = (
     "dense-adamw", "dense-adams", "dense-ddp", "quantized:8", "quantized:4", "topk:0.99",
@@ -63,18 +63,21 @@ class PlanRequest:
                             ("--workers", self.workers)):
             if value is not None and value < 1:
                 raise UserError(f"{name} must be at least 1, got {value}")
-        if not self.tokens > 0:
-            raise UserError(f"tokens must be positive, got {self.tokens:g}")
-        if self.max_gpus < 1:
-            raise UserError(f"max-gpus must be at least 1, got {self.max_gpus}")
+        # a finite positive number each: inf tokens or an inf price would rank plans by inf
+        for name, value in (("--tokens", self.tokens), ("--deadline-hours", self.deadline_hours),
+                            ("--budget-usd", self.budget_usd),
+                            ("--price-per-gpu-hour", self.price_per_gpu_hour)):
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise UserError(f"{name} must be a finite positive number, got {value:g}")
+        if not 1 <= self.max_gpus <= MAX_GPUS:
+            raise UserError(f"--max-gpus must be between 1 and {MAX_GPUS:,}, got "
+                            f"{self.max_gpus}")
         if self.deadline_hours is not None and self.budget_usd is not None:
             raise UserError("give either a deadline or a budget, not both")
-        if self.deadline_hours is not None and not self.deadline_hours > 0:
-            raise UserError(f"deadline must be positive, got {self.deadline_hours:g} h")
-        if self.budget_usd is not None and not self.budget_usd > 0:
-            raise UserError(f"budget must be positive, got ${self.budget_usd:g}")
-        if self.price_per_gpu_hour is not None and not self.price_per_gpu_hour > 0:
-            raise UserError(f"price per GPU-hour must be positive, got {self.price_per_gpu_hour}")
+        if not self.hardware:
+            raise UserError("--hardware: give at least one hardware profile")
+        if not self.schemes:
+            raise UserError("--schemes: give at least one scheme")
         if self.batch < 1:
             raise UserError(f"model {self.model.name} has no default global batch; "
                             "give --global-batch")
@@ -90,7 +93,9 @@ class PlanRequest:
         return self
 
     def price(self, hw: HardwareProfile) -> float:
-        return self.price_per_gpu_hour or hw.price.usd_per_gpu_hour
+        if self.price_per_gpu_hour is not None:
+            return self.price_per_gpu_hour
+        return hw.price.usd_per_gpu_hour
 
 
 @dataclass(frozen=True)
@@ -175,6 +180,7 @@ def _evaluate(args: tuple[Candidate, PlanRequest]) -> dict:
         "tokens_per_s": req.batch * req.seq / mean_step,
         "hours": hours, "gpu_hours": hours * cand.gpus,
         "cost_usd": hours * cand.gpus * req.price(cand.hardware),
+        "usd_per_gpu_hour": req.price(cand.hardware),
         "bottleneck": max(shares, key=shares.get),
         "exposed_comm_share": r.exposed_comm_s / r.step_time_s,
     }

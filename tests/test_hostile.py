@@ -8,7 +8,7 @@ import json
 import math
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tests.test_cli import scape
@@ -50,7 +50,18 @@ def test_typed_values_are_used_and_shown(capsys, args, key, value):
     (("--trace", "/"), "is a folder"),
     (("--trace", "/proc/no/such.json"), "does not exist"),
     (("--trace", "/proc/such.json"), "cannot write it"),
-    (("-s", "scape", "--sync", "momentum"), "options of scape-partitioned"),
+    (("-s", "scape", "--sync", "momentum"), "--sync: not an option of scape (--sync applies "
+     "to scape-partitioned)"),
+    # an option typed for a scheme that does not read it is refused, not dropped
+    (("-s", "dense-adams", "--sparsity", "0.5"), "--sparsity: not an option of dense-adams"),
+    (("-s", "quantized", "--sparsity", "0.5"), "--sparsity: not an option of quantized"),
+    (("-s", "topk", "--bits", "8"), "--bits: not an option of topk"),
+    (("-s", "topk", "--score", "m"), "--score: not an option of topk"),
+    (("-s", "topk", "--refresh-every", "0"), "--refresh-every: not an option of topk"),
+    (("-s", "dense-adams", "--density-warmup", "100"), "--density-warmup: not an option"),
+    (("-s", "dense-adams", "--distributed-optimizer"), "--distributed-optimizer: not an "
+     "option of dense-adams (--distributed-optimizer applies to scape)"),
+    (("-s", "scape:",), "a value follows the colon"),
 ])
 def test_simulate_refuses(capsys, args, match):
     code, _out, err = scape(capsys, *SIM, *args)
@@ -68,6 +79,29 @@ def test_simulate_refuses(capsys, args, match):
     (("netbed", "--netbed", "rate=1.2.3mbit"), "--netbed rate must look like"),
     (("netbed", "--seconds", "nan"), "--seconds must be in"),
     (("validate", "--external", "scape-sc26", "--write-profile", "/"), "is a folder"),
+    (("validate", "--profile", "measured/netbed-100mbit", "--schemes", ","),
+     "--schemes: give at least one name"),
+    (("validate", "--profile", "measured/netbed-100mbit", "--model", "llama-70b"),
+     "GB of memory; this host has"),
+    (("plan", "-m", "gpt-345m", "--tokens", "1e9", "-H", "dgx-h100", "--top", "0"),
+     "--top must be at least 1"),
+    (("plan", "-m", "gpt-345m", "--tokens", "inf", "-H", "dgx-h100"),
+     "--tokens must be a finite positive number"),
+    (("plan", "-m", "gpt-345m", "--tokens", "1e9", "-H", "dgx-h100", "--budget-usd", "inf"),
+     "--budget-usd must be a finite positive number"),
+    (("plan", "-m", "gpt-345m", "--tokens", "1e9", "-H", "dgx-h100", "--max-gpus", "1e11"),
+     "Input should be a valid integer"),
+    (("plan", "-m", "gpt-345m", "--tokens", "1e9", "-H", "dgx-h100", "--max-gpus",
+      "99999999999"), "--max-gpus must be between 1 and"),
+    (("plan", "-m", "gpt-345m", "--tokens", "1e9", "-H", "dgx-h100,dgx-h100"),
+     "--hardware: dgx-h100 listed twice"),
+    (("plan", "-m", "gpt-345m", "--tokens", "1e9", "-H", ","), "--hardware: give at least one"),
+    (("compare", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16", "--schemes", "scape,scape"),
+     "--schemes: scape listed twice"),
+    (("compare", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16", "--schemes",
+      "dense-adams,topk", "--sync", "momentum"), "--sync: not an option of dense-adams or topk"),
+    (("compare", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16", "--schemes",
+      "dense-adams,topk", "--distributed-optimizer"), "--distributed-optimizer: not an option"),
 ])
 def test_other_commands_refuse_before_working(capsys, args, match):
     code, _out, err = scape(capsys, *args)
@@ -84,6 +118,11 @@ def test_other_commands_refuse_before_working(capsys, args, match):
     (("--steps", "0"), "--steps must be at least 1"),
     (("--nprocs", "0"), "--nprocs must be at least 1"),
     (("-s", "scape", "--clip-grad", "-1"), "clip_grad must be positive"),
+    (("-s", "dense-adams", "--clip-grad", "1"), "--clip-grad: not an option of dense-adams"),
+    (("-s", "scape-partitioned", "--clip-grad", "1"), "--clip-grad: not an option"),
+    (("--micro-batch", "100000"), "GB of memory; this host has"),
+    (("--model", "llama-70b"), "GB of memory; this host has"),
+    (("--nprocs", "100000"), "GB of memory; this host has"),
 ])
 def test_train_refuses_before_any_rank_starts(capsys, args, match):
     code, _out, err = scape(capsys, "train", "--steps", "2", *args)
@@ -154,7 +193,8 @@ def test_profiles_with_absurd_or_mistyped_values_are_refused(capsys, tmp_path):
 
 
 BAD = st.sampled_from(["0", "-1", "nan", "inf", "-inf", "1e400", "", "abc", "1.5", "2" * 25,
-                       "1,2", " "])
+                       "1,2", " ", "scape:2", "x:1", ",,", "scape,scape", "scape:", "1XB",
+                       "1MiB,2", "/etc/passwd", "/", "../x"])
 
 
 def _opt(good: list[str]):
@@ -163,47 +203,181 @@ def _opt(good: list[str]):
     return st.one_of(sensible, sensible, sensible, BAD)
 
 
+def _good(values: list[str]):
+    """A value from `values`, which may hold some the command must refuse ("x:1")."""
+    return st.sampled_from(values)
+
+
+@st.composite
+def _drawn(draw, flags: dict):
+    """{flag: value}: every flag with a value drawn from its strategy (mostly sensible), and
+    in half the draws one flag given a hostile value, so that both the runs and the refusals
+    are exercised, each refusal for one cause."""
+    values = {flag: draw(strategy) for flag, strategy in flags.items()}
+    if draw(st.booleans()):
+        values[draw(st.sampled_from(sorted(flags)))] = draw(BAD)
+    return values
+
+
 FAST_COMMANDS = {
-    "compare": st.tuples(
-        st.just("compare"), st.just("-m"), _opt(["gpt-345m", "tiny-gpt"]), st.just("-H"),
-        _opt(["dgx-h100", "vista-gh200-socket"]), st.just("-g"), _opt(["16", "32"]),
-        st.just("--schemes"), _opt(["dense-adams,scape:0.99", "topk:0.9,scape-partitioned",
-                                    "scape:2", "x:1", ",,"]),
-        st.just("--baseline"), _opt(["dense-adams", "topk:0.9", "zzz"]),
-        st.just("--micro-batch"), _opt(["1", "2"]), st.just("--format"),
-        _opt(["json", "csv"])),
-    "collective": st.tuples(
-        st.just("collective"), st.just("-H"), _opt(["dgx-h100", "commodity-100gbe"]),
-        st.just("-g"), _opt(["8", "16"]), st.just("--op"),
-        _opt(["all_reduce", "all_gather", "reduce_scatter", "bcast"]), st.just("--algo"),
-        _opt(["ring", "auto", "tree", "pairwise"]), st.just("--sizes"),
-        _opt(["1MiB", "1KiB..1GiB", "1XB", "1MiB,2"]), st.just("--format"),
-        _opt(["json", "csv"])),
-    "profiles": st.tuples(
-        st.just("profiles"), _opt(["show", "check"]),
-        _opt(["dgx-h100", "llama-7b", "measured/netbed-1gbit", "/etc/passwd", "nope"])),
-    "plan": st.tuples(
-        st.just("plan"), st.just("-m"), _opt(["gpt-345m"]), st.just("--tokens"),
-        _opt(["1e9", "5e8"]), st.just("-H"), _opt(["dgx-h100"]), st.just("--max-gpus"),
-        _opt(["8", "16"]), st.just("--schemes"), _opt(["dense-adams,scape:0.99", "scape:x"]),
-        st.just("--top"), _opt(["3"]), st.just("--workers"), _opt(["1"]), st.just("--format"),
-        _opt(["json"])),
+    "compare": _drawn({
+        "-m": _good(["gpt-345m", "tiny-gpt"]), "-H": _good(["dgx-h100", "vista-gh200-socket"]),
+        "-g": _good(["16", "32"]),
+        "--schemes": _good(["dense-adams,scape-partitioned:0.99", "topk:0.9,scape-partitioned",
+                            "scape:0.9,scape-partitioned,quantized:4"]),
+        "--baseline": _good(["dense-adams", "topk:0.9", "scape-partitioned"]),
+        "--micro-batch": _good(["1", "2"]), "--sync": _good(["momentum", "gradient"]),
+        "--format": _good(["json"])}),
+    "collective": _drawn({
+        "-H": _good(["dgx-h100", "commodity-100gbe"]), "-g": _good(["8", "16"]),
+        "--op": _good(["all_reduce", "all_gather", "reduce_scatter"]),
+        "--algo": _good(["ring", "auto", "tree"]),
+        "--sizes": _good(["1MiB", "1KiB..1GiB", "4KiB,1MiB"]), "--format": _good(["json"])}),
+    "profiles show": _drawn({
+        "name": _good(["dgx-h100", "llama-7b", "measured/netbed-1gbit", "tiny-gpt"]),
+        "--format": _good(["json"])}),
+    "plan": _drawn({
+        "-m": _good(["gpt-345m"]), "--tokens": _good(["1e9", "5e8"]), "-H": _good(["dgx-h100"]),
+        "--max-gpus": _good(["8", "16"]), "--schemes": _good(["dense-adams,scape:0.99"]),
+        "--top": _good(["3", "1"]), "--workers": _good(["1"]),
+        "--budget-usd": _good(["1e9", "1e5"]), "--format": _good(["json"])}),
 }
+
+
+def _argv(command: str, drawn: dict) -> list[str]:
+    argv = command.split()
+    for flag, value in drawn.items():
+        argv += [value] if flag == "name" else [flag, value]
+    return argv
+
+
+def _asked_options_shown(command: str, drawn: dict, out: str) -> None:
+    """On success the output carries every option as typed: the JSON says what ran."""
+    data = json.loads(out)
+    rows = data if isinstance(data, list) else [data]
+    assert rows, (command, drawn)
+    if command == "compare":
+        assert {r["scheme"] for r in rows} >= set(drawn["--schemes"].split(","))
+        for r in rows:
+            assert (r["model"], r["hardware"], r["baseline"]) == (
+                drawn["-m"], drawn["-H"], drawn["--baseline"])
+            assert r["gpus"] == int(drawn["-g"]) and r["micro_batch"] == int(
+                drawn["--micro-batch"])
+            if r["scheme_name"] == "scape-partitioned":
+                assert r["sync"] == drawn["--sync"]
+    elif command == "collective":
+        for r in rows:
+            assert (r["op"], r["algo_asked"], r["hardware"]) == (
+                drawn["--op"], drawn["--algo"], drawn["-H"])
+            assert r["ranks"] == int(drawn["-g"])
+            assert drawn["--algo"] == "auto" or r["algo"] == drawn["--algo"]
+    elif command == "profiles show":
+        assert rows[0]["name"] in drawn["name"]
+    elif command == "plan":
+        assert len(rows) <= int(drawn["--top"])
+        for r in rows:
+            assert r["model"] == drawn["-m"] and r["hardware"] == drawn["-H"]
+            assert r["tokens"] == float(drawn["--tokens"]) and r["scheme"] in drawn[
+                "--schemes"].split(",")
+            assert r["gpus"] <= int(drawn["--max-gpus"]) == r["max_gpus"]
+            assert r["cost_usd"] <= float(drawn["--budget-usd"]) == r["budget_usd"]
 
 
 @settings(max_examples=150, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(args=st.one_of(*FAST_COMMANDS.values()))
-def test_fast_commands_with_drawn_options(capsys, args):
-    """compare, collective, profiles, plan: exit 0, or exit 2 with one error line; no
-    traceback, whatever the options."""
+@given(case=st.one_of(*(st.tuples(st.just(c), s) for c, s in FAST_COMMANDS.items())))
+def test_fast_commands_with_drawn_options(capsys, case):
+    """compare, collective, profiles show, plan with drawn values (zeros, negatives, NaN, inf,
+    huge, malformed): exit 0 with every asked-for option in the JSON, or exit 2 with one
+    `scape: error:` line; never a traceback."""
+    command, drawn = case
+    args = _argv(command, drawn)
     try:
         code, out, err = scape(capsys, *args)
     except Exception as exc:
         pytest.fail(f"{args}: {type(exc).__name__}: {exc}")
+    event(f"{command}: exit {code}")  # --hypothesis-show-statistics: both branches are drawn
     if code == 0:
-        assert out.strip(), args
+        _asked_options_shown(command, drawn, out)
     else:
         assert code == 2, (args, err)
         lines = err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("scape: error:"), (args, err)
+
+
+class _Reached(Exception):
+    """Raised by the stand-in launcher: the command got past every check."""
+
+
+TRAIN_FLAGS = {
+    "-s": _good(["dense-adams", "scape", "scape-partitioned:0.9", "topk", "quantized:4"]),
+    "--steps": _good(["3", "50"]), "--micro-batch": _good(["2", "16"]),
+    "--seq-len": _good(["64", "128"]), "--lr": _good(["1e-3", "3e-4"]),
+    "--seed": _good(["0", "7"]), "--timeout": _good(["30", "5.5"]),
+    "--nprocs": _good(["2", "3"]), "--checkpoint-every": _good(["0", "10"]),
+    "--format": _good(["json", "table"]),
+}
+VALIDATE_FLAGS = {
+    "--profile": _good(["measured/netbed-100mbit", "measured/netbed-1gbit"]),
+    "--schemes": _good(["dense-adams,scape:0.99", "scape-partitioned:0.9"]),
+    "--nprocs": _good(["2", "2,3"]), "--steps": _good(["3", "30"]),
+    "--rounds": _good(["1", "2"]), "--micro-batch": _good(["8", "16"]),
+    "--format": _good(["json", "csv"]),
+}
+
+
+@settings(max_examples=100, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=st.one_of(st.tuples(st.just("train"), _drawn(TRAIN_FLAGS)),
+                      st.tuples(st.just("validate"), _drawn(VALIDATE_FLAGS))))
+def test_train_and_validate_with_drawn_options(capsys, monkeypatch, tmp_path_factory, case):
+    """train and validate with drawn values, up to the point where ranks would start (the
+    launcher is a stand-in that records what it was given): either every check passed and the
+    run would get exactly the typed values, or exit 2 with one `scape: error:` line, before any
+    process starts; never a traceback."""
+    from reports import validate as v
+    from scape import netbed
+    from scape.train import launch
+
+    command, drawn = case
+    monkeypatch.setattr(netbed, "check_available", lambda: None)  # no namespaces built
+
+    def fake_launch(cfg, nprocs, backend="gloo", netbed=None):
+        raise _Reached((cfg, nprocs))
+
+    def fake_run(hw, model, configs, worlds, micro_batch, steps, rounds, *args, **kwargs):
+        raise _Reached((configs, worlds, micro_batch, steps, rounds))
+
+    monkeypatch.setattr(launch, "launch", fake_launch)
+    monkeypatch.setattr(v, "run", fake_run)
+    out_dir = ["--out", str(tmp_path_factory.mktemp("out"))]
+    args = _argv(command, drawn) + out_dir
+    try:
+        code, _out, err = scape(capsys, *args)
+    except _Reached as reached:
+        event(f"{command}: reached the launch")
+        if command == "train":
+            cfg, nprocs = reached.args[0]
+            assert nprocs == int(drawn["--nprocs"]) and cfg.steps == int(drawn["--steps"])
+            assert cfg.micro_batch == int(drawn["--micro-batch"])
+            assert cfg.seq_len == int(drawn["--seq-len"]) and cfg.seed == int(drawn["--seed"])
+            assert cfg.lr == float(drawn["--lr"]) and cfg.timeout_s == float(drawn["--timeout"])
+            assert cfg.checkpoint_every == int(drawn["--checkpoint-every"])
+            name, _, value = drawn["-s"].partition(":")
+            assert cfg.scheme.scheme in (name, "dense-zero1")
+            if value:
+                assert value in (str(cfg.scheme.sparsity), str(cfg.scheme.bits))
+        else:
+            configs, worlds, micro_batch, steps, rounds = reached.args[0]
+            assert [s for s, _ in configs] == drawn["--schemes"].split(",")
+            assert worlds == [int(w) for w in drawn["--nprocs"].split(",")]
+            assert (micro_batch, steps, rounds) == (int(drawn["--micro-batch"]),
+                                                    int(drawn["--steps"]),
+                                                    int(drawn["--rounds"]))
+        return
+    except Exception as exc:
+        pytest.fail(f"{args}: {type(exc).__name__}: {exc}")
+    event(f"{command}: exit {code}")
+    assert code == 2, (args, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("scape: error:"), (args, err)

@@ -74,7 +74,7 @@ def test_best_without_scape():
     ({"budget_usd": 1e-3}, "relax --budget-usd"),
     ({"model": load_model("llama-70b"), "hardware": (load_hardware("commodity-100gbe"),),
       "max_gpus": 8}, "no configuration of llama-70b fits"),
-    ({"tokens": 0}, "tokens must be positive"),
+    ({"tokens": 0}, "--tokens must be a finite positive number"),
     ({"deadline_hours": 5.0, "budget_usd": 5.0}, "either a deadline or a budget"),
 ])
 def test_infeasible_requests_say_what_to_relax(kw, message):

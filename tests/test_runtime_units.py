@@ -151,9 +151,17 @@ def test_train_bad_inputs(capsys, args, message):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
-def test_nccl_without_gpus_is_a_clear_error(capsys):
-    code, _out, err = scape(capsys, "train", "--backend", "nccl", "--nprocs", "2")
-    assert code == 2 and "needs one GPU per rank: 2 asked, 0 found" in err
+@pytest.mark.parametrize("command", [["train", "--nprocs", "2"],
+                                     ["calibrate", "collectives", "--out", "x", "--nprocs", "2"]])
+def test_nccl_without_gpus_is_a_clear_error(capsys, command):
+    """Refused before any rank starts: a CPU build of torch has no NCCL, a machine without
+    GPUs none to run it on."""
+    import torch.distributed as dist
+
+    code, _out, err = scape(capsys, *command, "--backend", "nccl")
+    expected = ("needs one GPU per rank: 2 asked, 0 found" if dist.is_nccl_available()
+                else "is built without NCCL; use --backend gloo")
+    assert code == 2 and err.count("\n") == 1 and expected in err
 
 
 def test_validation_sample_does_not_follow_the_training_seed(monkeypatch):

@@ -20,6 +20,51 @@ def under_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
+# Host memory of one CPU rank, measured with /usr/bin/time (max RSS) on 2026-11-25, torch
+# 2.13.0+cpu: tiny-gpt at micro-batch 16 398 MB (the base: Python, torch, gloo), at 512 2.68 GB
+# (36 KB per token of autograd state: about (10 d + d_ff + heads x seq) fp32 values per layer
+# plus the logits' three copies); gpt-345m at micro-batch 1 x 256 tokens 10.5 GB (27 B per
+# parameter: fp32 weights, gradients, m, v, flat buffers), 32 B allowed for the schemes' state.
+RANK_BASE_BYTES = 0.4e9
+RANK_BYTES_PER_PARAM = 32
+
+
+def rank_host_bytes(cfg: TrainConfig) -> float:
+    """About how much host memory one CPU rank of `cfg` takes at its peak (bytes)."""
+    from profiles import load_model
+
+    profile = load_model(cfg.model)
+    a = profile.arch
+    seq = cfg.seq_len or a.seq_len
+    tokens = cfg.micro_batch * seq
+    activations = tokens * a.n_layers * (10 * a.d_model + a.d_ff + a.n_heads * seq) * 4
+    logits = tokens * a.vocab_size * 4 * 3
+    return RANK_BASE_BYTES + RANK_BYTES_PER_PARAM * profile.n_params + activations + logits
+
+
+def available_host_bytes() -> float | None:
+    """MemAvailable of /proc/meminfo (bytes), None where there is none."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def check_host_memory(cfg: TrainConfig, nprocs: int) -> None:
+    """Refuse a CPU run whose ranks would not fit in this host's memory (a 70B model, a huge
+    micro-batch, thousands of ranks), before any rank starts: it would swap or be killed."""
+    need = nprocs * rank_host_bytes(cfg)
+    have = available_host_bytes()
+    if have is not None and need > have:
+        raise UserError(f"{nprocs} rank(s) of {cfg.model} at micro-batch {cfg.micro_batch} need "
+                        f"about {need / 1e9:,.1f} GB of memory; this host has "
+                        f"{have / 1e9:.1f} GB available: fewer ranks, a smaller micro-batch or "
+                        "--seq-len, or a smaller model")
+
+
 def free_port() -> int:
     import socket
 
@@ -28,11 +73,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(cfg: TrainConfig, nprocs: int, backend: str = "gloo", netbed=None) -> dict:
-    """Run training on `nprocs` local ranks; returns rank 0's summary or raises UserError.
-
-    With `netbed` (a scape.netbed.NetbedSpec), every rank runs in its own network namespace
-    behind a shaped link, as its own node (env rendezvous, gloo bound to the veth)."""
+def check_backend(backend: str, nprocs: int, netbed=None) -> None:
+    """Refuse, before any rank starts, a backend this machine cannot run `nprocs` ranks on."""
     if nprocs < 1:
         raise UserError(f"nprocs must be at least 1, got {nprocs}")
     if backend not in ("gloo", "nccl"):
@@ -41,13 +83,27 @@ def launch(cfg: TrainConfig, nprocs: int, backend: str = "gloo", netbed=None) ->
         raise UserError("--netbed runs ranks on this machine's CPU: use --backend gloo")
     if backend == "nccl":
         import torch
+        import torch.distributed as dist
 
+        if not dist.is_nccl_available():
+            raise UserError(f"--backend nccl: this torch ({torch.__version__}) is built "
+                            "without NCCL; use --backend gloo")
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if gpus < nprocs:
             raise UserError(f"--backend nccl needs one GPU per rank: {nprocs} asked, "
                             f"{gpus} found")
+
+
+def launch(cfg: TrainConfig, nprocs: int, backend: str = "gloo", netbed=None) -> dict:
+    """Run training on `nprocs` local ranks; returns rank 0's summary or raises UserError.
+
+    With `netbed` (a scape.netbed.NetbedSpec), every rank runs in its own network namespace
+    behind a shaped link, as its own node (env rendezvous, gloo bound to the veth)."""
+    check_backend(backend, nprocs, netbed)
     if cfg.steps < 1:
         raise UserError(f"steps must be at least 1, got {cfg.steps}")
+    if backend == "gloo":
+        check_host_memory(cfg, nprocs)
     out = Path(cfg.out or tempfile.mkdtemp(prefix="scape-train-"))
     out.mkdir(parents=True, exist_ok=True)
     cfg_dict = {**asdict(cfg), "out": str(out)}
