@@ -55,9 +55,16 @@ def _netbed(text: str | None):
     return spec
 
 
+def _named(path: str, flag: str, what: str) -> None:
+    """An empty name would write into the current folder (or nowhere): refused."""
+    if not path.strip():
+        raise UserError(f"{flag}: give a {what} name, got {path!r}")
+
+
 def output_file(path: str, flag: str) -> Path:
     """A file the command will write: refused before any work if it is a folder or its folder
     cannot be written."""
+    _named(path, flag, "file")
     p = Path(path)
     if p.is_dir():
         raise UserError(f"{flag} {path}: is a folder, give a file name")
@@ -78,6 +85,7 @@ def output_file(path: str, flag: str) -> Path:
 def output_dir(path: str, flag: str) -> Path:
     """A folder the command will write into, created now: refused before any work if it is a
     file or cannot be created or written."""
+    _named(path, flag, "folder")
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise UserError(f"{flag} {path}: is a file, give a folder")
@@ -880,18 +888,21 @@ def validate_cmd(
     external: str = typer.Option(None, "--external",
                                  help="predict a published data set instead of running: "
                                       "NAME under profiles/external/ (scape-sc26)"),
-    schemes: str = typer.Option(",".join(VALIDATE_SCHEMES), "--schemes",
-                                help="comma-separated NAME[:VALUE]"),
-    nprocs: str = typer.Option("2,3", "--nprocs", help="ranks, e.g. 3 or 2,3"),
+    schemes: str = typer.Option(None, "--schemes",
+                                help="comma-separated NAME[:VALUE] [default: "
+                                     + ",".join(VALIDATE_SCHEMES) + "]"),
+    nprocs: str = typer.Option(None, "--nprocs", help="ranks, e.g. 3 or 2,3 [default: 2,3]"),
     netbed: str = typer.Option(None, "--netbed",
                                help=NETBED_HELP + "; default: the profile's own"),
-    steps: int = typer.Option(30, "--steps", help="training steps per run (median taken)"),
-    rounds: int = typer.Option(1, "--rounds", help="run every scheme this many times, "
-                               "interleaved; medians over rounds are compared"),
-    probe: bool = typer.Option(True, "--probe-compute/--no-probe-compute",
+    steps: int = typer.Option(None, "--steps",
+                              help="training steps per run (median taken) [default: 30]"),
+    rounds: int = typer.Option(None, "--rounds", help="run every scheme this many times, "
+                               "interleaved; medians over rounds are compared [default: 1]"),
+    probe: bool = typer.Option(None, "--probe-compute/--no-probe-compute",
                                help="time forward/backward again before each run and the "
                                     "kernels once a round (CPU hosts drift, and a profile may "
-                                    "come from another host); collectives stay as calibrated"),
+                                    "come from another host); collectives stay as calibrated "
+                                    "[default: probe-compute]"),
     model: str = typer.Option(None, "--model", help="default: the profile's calibrated model"),
     micro_batch: int = typer.Option(None, "--micro-batch", help="default: the calibrated one"),
     out: str = typer.Option(None, "--out", help="folder for CSV, JSON and PNG"),
@@ -906,8 +917,20 @@ def validate_cmd(
 
     check_format(fmt)
     if external is not None:
+        run_only = {"--schemes": schemes, "--nprocs": nprocs, "--netbed": netbed,
+                    "--steps": steps, "--rounds": rounds, "--probe-compute": probe,
+                    "--model": model, "--micro-batch": micro_batch}
+        given = [flag for flag, value in run_only.items() if value is not None]
+        if given:
+            raise UserError(f"{', '.join(given)}: options of a validation run, not of "
+                            "--external (a published data set is predicted, nothing runs)")
         _validate_external(external, profile, out, fmt, write_profile)
         return
+    schemes = ",".join(VALIDATE_SCHEMES) if schemes is None else schemes
+    nprocs = "2,3" if nprocs is None else nprocs
+    steps = 30 if steps is None else steps
+    rounds = 1 if rounds is None else rounds
+    probe = True if probe is None else probe
     if write_profile is not None:
         raise UserError("--write-profile goes with --external (a fit to publish)")
     if profile is None:
@@ -922,14 +945,14 @@ def validate_cmd(
     worlds = _rank_counts(nprocs)
     recorded = hw.measured.get("network_netbed", "")
     spec = _netbed(netbed or (recorded if recorded.startswith("rate=") else None))
-    model = model or hw.measured.get("compute_model", "tiny-gpt")
+    model = hw.measured.get("compute_model", "tiny-gpt") if model is None else model
     if micro_batch is None:
         micro_batch = int(hw.measured.get("compute_micro_batch", 16))
     elif micro_batch < 1:
         raise UserError(f"--micro-batch must be at least 1, got {micro_batch}")
     load_model(model)
     configs = [(s, parse_scheme(s)) for s in _names(schemes, "--schemes")]
-    dest = output_dir(out or f"out/validate/{Path(hw.path).stem}", "--out")
+    dest = output_dir(f"out/validate/{Path(hw.path).stem}" if out is None else out, "--out")
     dest.mkdir(parents=True, exist_ok=True)
     for world in worlds:  # fail fast, before any run
         for _, cfg in configs:
@@ -963,8 +986,8 @@ def _validate_external(name: str, profile: str | None, out: str | None, fmt: str
 
     if write_profile is not None:  # the destinations first, then the work
         output_file(write_profile, "--write-profile")
-    dest = output_dir(out or f"out/validate-external/{name}", "--out")
-    hardware = profile or x.BASE_HARDWARE
+    dest = output_dir(f"out/validate-external/{name}" if out is None else out, "--out")
+    hardware = x.BASE_HARDWARE if profile is None else profile
     base = load_hardware(hardware)
     table, fit, meta = x.validate_external(name, hardware)
     files = x.write_outputs(table, fit, meta, dest)

@@ -90,7 +90,7 @@ def _config(s: Setting, hw: HardwareProfile, scheme: str, sparsity: float,
     else:
         optimizer = scheme.removeprefix("dense-")
         cfg = make_config(s.dense_scheme, optimizer=optimizer, **NO_OVERLAP)
-    mb = micro_batch or s.micro_batch
+    mb = s.micro_batch if micro_batch is None else micro_batch
     accum = s.global_batch // (s.micro_batch * GPUS)
     return StepConfig(load_model(s.model), hw, GPUS, cfg, micro_batch=mb, seq_len=s.seq_len,
                       global_batch=mb * GPUS * accum, dtypes=DTYPES)

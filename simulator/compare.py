@@ -85,7 +85,7 @@ def parse_scheme(spec: str, base: SchemeConfig | None = None,
     opts = {}
     if value:
         try:
-            number = float(value)
+            number = float(value) + 0.0  # -0 is 0
         except ValueError:
             raise UserError(f"cannot read {spec!r}: write NAME or NAME:VALUE, e.g. scape:0.99, "
                             "quantized:4") from None

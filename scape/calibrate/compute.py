@@ -479,7 +479,7 @@ def measure_fwd_bwd(model_name: str, micro_batch: int, seq_len: int | None = Non
     device = torch.device(device)
     torch.set_num_threads(threads)
     profile = load_model(model_name)
-    seq = seq_len or profile.arch.seq_len
+    seq = profile.arch.seq_len if seq_len is None else seq_len
     with _default_device(device):  # GPT.forward makes its positions on the default device
         model, _ = _build_model(model_name, device)
         samples = _fwd_bwd_samples(model, seq, micro_batch, device, repeats, warmup=2)

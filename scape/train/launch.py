@@ -35,7 +35,7 @@ def rank_host_bytes(cfg: TrainConfig) -> float:
 
     profile = load_model(cfg.model)
     a = profile.arch
-    seq = cfg.seq_len or a.seq_len
+    seq = a.seq_len if cfg.seq_len is None else cfg.seq_len
     tokens = cfg.micro_batch * seq
     activations = tokens * a.n_layers * (10 * a.d_model + a.d_ff + a.n_heads * seq) * 4
     logits = tokens * a.vocab_size * 4 * 3

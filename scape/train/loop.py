@@ -184,7 +184,7 @@ def train(cfg: TrainConfig, steps_this_run: int | None = None) -> dict:
     comm = Comm(sync=device.type == "cuda")
     rank, world = comm.rank, comm.world
     profile = load_model(cfg.model)
-    seq = cfg.seq_len or profile.arch.seq_len
+    seq = profile.arch.seq_len if cfg.seq_len is None else cfg.seq_len
     torch.manual_seed(cfg.seed)  # identical initial weights on every rank
     model = GPT(profile)
     scheme = make_scheme(cfg.scheme, list(model.parameters()), comm, cfg.hyper)
