@@ -274,8 +274,7 @@ def _step_config(model, hardware, gpus, scheme, micro_batch, seq_len, grad_accum
     return StepConfig(
         model=load_model(model), hardware=load_hardware(hardware), gpus=gpus,
         scheme=_scheme(scheme, scheme_options, extra, lineup), micro_batch=micro_batch,
-        seq_len=seq_len,
-        grad_accum=grad_accum, tp=tp, global_batch=global_batch,
+        seq_len=seq_len, grad_accum=grad_accum, tp=tp, global_batch=global_batch,
         dtypes=_dtypes(grad_dtype, param_dtype), algo=algo,
     ).validate()
 
@@ -385,7 +384,7 @@ def simulate(
         write_trace(trace, result.spans, f"{model} on {gpus} x {hardware}: {scheme}")
     row = {"model": model, "hardware": hardware, "gpus": gpus, "scheme": scheme,
            **resolved_scheme(cfg.scheme), "micro_batch": micro_batch, "seq_len": cfg.seq,
-           "grad_accum": cfg.accum, "global_batch": cfg.micro_batch * cfg.accum * cfg.dp,
+           "grad_accum": cfg.accum, "global_batch": cfg.sequences,
            "tp": tp, "grad_dtype": grad_dtype, "param_dtype": param_dtype, "algo": algo,
            **result.as_dict()}
     if steps:
@@ -453,7 +452,7 @@ def compare_cmd(
     if fmt != "table":  # every row carries the configuration it was simulated in
         asked = {"model": model, "hardware": hardware, "gpus": gpus, "baseline": baseline,
                  "micro_batch": micro_batch, "seq_len": cfg.seq, "grad_accum": cfg.accum,
-                 "global_batch": cfg.micro_batch * cfg.accum * cfg.dp, "tp": tp,
+                 "global_batch": cfg.sequences, "tp": tp,
                  "grad_dtype": grad_dtype, "param_dtype": param_dtype, "algo": algo}
         print(render(df.assign(**asked), fmt))
         return

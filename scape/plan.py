@@ -406,9 +406,9 @@ def foreign_options(scheme: str, typed) -> list[str]:
 
 def flag(option: str) -> str:
     """The command-line flag of a SchemeConfig option."""
-    return {"distributed_optimizer": "--distributed-optimizer",
-            "density_warmup_steps": "--density-warmup"}.get(
-        option, "--" + option.replace("_", "-"))
+    if option == "density_warmup_steps":
+        return "--density-warmup"
+    return "--" + option.replace("_", "-")
 
 
 # Names people use for the paper's baselines: Megatron's distributed optimizer with each update.

@@ -74,6 +74,11 @@ class StepConfig:
             return self.grad_accum
         return self.global_batch // (self.micro_batch * self.dp)
 
+    @property
+    def sequences(self) -> int:
+        """Sequences per step over every data-parallel rank (the global batch, resolved)."""
+        return self.micro_batch * self.accum * self.dp
+
     def _plan(self) -> Plan:
         """The scheme's plan for this step's data-parallel group."""
         tensors = self.model.tensors() if self.tp == 1 else None  # per-tensor schemes need them
