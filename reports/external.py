@@ -135,7 +135,7 @@ def validate_external(name: str, hardware: str = BASE_HARDWARE
     base = load_hardware(hardware)
     fit = fit_dense(dense_rows(ext), base, ext.chunk_bytes)
     hw = fitted_hardware(fit, base, f"{base.name}-socket")
-    rows, skipped = [], []
+    rows = []
     memory, skipped = memory_table(ext)  # memory rows: their own table, in MiB
     for r in ext.rows:
         if r.quantity not in PREDICTED_QUANTITIES:
