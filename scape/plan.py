@@ -117,7 +117,15 @@ class SchemeConfig:
     # section 5) or "momentum" (each rank's error-corrected first moment, as the authors' public
     # Megatron reducer does); the convergence study compares them.
     sync: str = "gradient"
-    density_warmup_steps: int = 0  # geometric density schedule from 1 to d (authors' reducer)
+    # SCAPE's density schedule (`scheduled_density`): `density_dense_steps` steps at density 1,
+    # then a warm-up of `density_warmup_steps` from 1 to d, geometric (the authors' reducer
+    # today) or linear (the reducer their Llama-500M convergence runs logged)
+    density_warmup_steps: int = 0
+    density_dense_steps: int = 0
+    density_shape: str = "geometric"  # geometric | linear
+    # global-norm clipping of the synced gradient before the update (Megatron --clip-grad;
+    # for `scape` inside the reducer, as --move-clip-grad-to-reducer does); None: no clipping
+    clip_grad: float | None = None
     select_per: str = "shard"  # shard | tensor (each tensor's part of a shard keeps its share)
     quant_block: int = 2048  # values per fp32 scale in block quantization
     extra: dict = field(default_factory=dict)
@@ -125,6 +133,11 @@ class SchemeConfig:
     @property
     def density(self) -> float:
         return 1.0 - self.sparsity
+
+    def density_at(self, t: float) -> float:
+        """Density of SCAPE's mask at step t (1-based) under this config's schedule."""
+        return scheduled_density(self.density, t, self.density_warmup_steps,
+                                 self.density_dense_steps, self.density_shape)
 
     def validate(self) -> SchemeConfig:
         if self.scheme not in SCHEMES:
@@ -150,6 +163,14 @@ class SchemeConfig:
         if self.density_warmup_steps < 0:
             raise UserError(f"density warm-up must be >= 0 steps, got "
                             f"{self.density_warmup_steps}")
+        if self.density_dense_steps < 0:
+            raise UserError(f"density dense steps must be >= 0, got {self.density_dense_steps}")
+        if self.density_shape not in SHAPES:
+            raise UserError(f"density shape must be one of {', '.join(SHAPES)}, got "
+                            f"{self.density_shape!r}")
+        if self.clip_grad is not None and not (math.isfinite(self.clip_grad)
+                                               and self.clip_grad > 0):
+            raise UserError(f"clip_grad must be a positive number, got {self.clip_grad}")
         if self.select_per not in ("shard", "tensor"):
             raise UserError(f"select_per must be shard or tensor, got {self.select_per!r}")
         if self.scheme == "scape":
@@ -170,9 +191,6 @@ class SchemeConfig:
         if unknown:
             raise UserError(f"scape takes no option {', '.join(sorted(unknown))}; its options: "
                             f"{', '.join(AUTHORS_OPTIONS)}")
-        clip = self.extra.get("clip_grad")
-        if clip is not None and not clip > 0:
-            raise UserError(f"clip_grad must be positive, got {clip}")
         if self.extra.get("param_offload") and not self.extra.get("distributed_optimizer"):
             raise UserError("the full-parameter CPU offload needs the distributed optimizer "
                             "(the authors' config check)")
@@ -181,7 +199,8 @@ class SchemeConfig:
 # Options of the partitioned variant only, and the authors' reducer's own (SchemeConfig.extra).
 PARTITIONED_OPTIONS = ("score", "error_feedback", "update_scope", "refresh_every", "sync",
                        "select_per")
-AUTHORS_OPTIONS = ("distributed_optimizer", "residual_offload", "param_offload", "clip_grad")
+AUTHORS_OPTIONS = ("distributed_optimizer", "residual_offload", "param_offload")
+SHAPES = ("geometric", "linear")  # density warm-up shapes
 
 
 # Megatron's default (40M elements) gives tens for the largest models, PyTorch DDP's 25 MB a few
@@ -261,12 +280,19 @@ def quantized(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
     return Plan(cfg.scheme, ((1.0, StepPlan(ops, kernels)),))
 
 
-def scheduled_density(density: float, t: float, warmup_steps: int) -> float:
-    """Density of SCAPE's mask at step t under the authors' geometric density warm-up
-    (mz687/SCAPE_SC26 `_scheduled_density`): d ** min(1, t / W), from 1 down to d at step W."""
-    if warmup_steps <= 0:
+def scheduled_density(density: float, t: float, warmup_steps: int, dense_steps: int = 0,
+                      shape: str = "geometric") -> float:
+    """Density of SCAPE's mask at step t (mz687/SCAPE_SC26 `_scheduled_density`): 1 for the
+    first D = `dense_steps` steps, then with u = min(1, (t - D) / W) over W = `warmup_steps`,
+    d ** u (geometric, the reducer at ebb256c) or 1 - (1 - d) * u (linear, the reducer the
+    Llama-500M convergence runs used: their logs give d(S) = 1 - 0.9 (S - 2000) / 8000,
+    profiles/external/scape-sc26.logs-500m.md), then d."""
+    if t <= dense_steps:
+        return 1.0
+    if t - dense_steps >= warmup_steps:  # also without a warm-up (W = 0)
         return density
-    return density ** min(1.0, t / warmup_steps)
+    u = (t - dense_steps) / warmup_steps
+    return density**u if shape == "geometric" else 1.0 - (1.0 - density) * u
 
 
 def kept(density: float, n: float) -> int:
@@ -382,8 +408,13 @@ SCHEMES: dict[str, Builder] = {
 }
 # Schemes whose plan depends on the parameter tensors, not only their total.
 PER_TENSOR = frozenset({"scape"})
-# Both SCAPE variants: the density warm-up applies to them.
+# Both SCAPE variants: the density schedule applies to them.
 SCAPE_SCHEMES = frozenset({"scape", "scape-partitioned"})
+DENSITY_OPTIONS = ("density_warmup_steps", "density_dense_steps", "density_shape")
+# Schemes whose ranks each hold only a shard of the synced gradient: clipping by its global
+# norm costs them a one-value all-reduce (Megatron's get_grad_norm_fp32 does the same).
+SHARDED_GRAD = frozenset({"dense-zero1", "scape-partitioned"})
+NORM_BYTES = 8  # the squared norm, fp64
 # Schemes whose NAME:VALUE and --sparsity give the fraction not sent, and the one whose give bits.
 SPARSE_SCHEMES = ("topk", "scalecom", "scape", "scape-partitioned")
 BITS_SCHEMES = ("quantized",)
@@ -392,7 +423,7 @@ BITS_SCHEMES = ("quantized",)
 # (optimizer, overlap, buckets) apply to every scheme.
 OPTION_SCHEMES: dict[str, tuple[str, ...]] = {
     "sparsity": SPARSE_SCHEMES, "bits": BITS_SCHEMES,
-    "density_warmup_steps": tuple(sorted(SCAPE_SCHEMES)),
+    **{name: tuple(sorted(SCAPE_SCHEMES)) for name in DENSITY_OPTIONS},
     "unmasked_moment": ("scape-partitioned",),
     **{name: ("scape-partitioned",) for name in PARTITIONED_OPTIONS},
     **{name: ("scape",) for name in AUTHORS_OPTIONS},
@@ -445,6 +476,10 @@ def plan(cfg: SchemeConfig, n_params: int, world: int, dtypes: Dtypes | None = N
         result = SCHEMES[cfg.scheme](cfg, n_params, world, dtypes or Dtypes(), tensors, dense)
     else:
         result = SCHEMES[cfg.scheme](cfg, n_params, world, dtypes or Dtypes())
+    if cfg.clip_grad is not None and cfg.scheme in SHARDED_GRAD:
+        norm = CommOp("grad-norm all-reduce", "all_reduce", NORM_BYTES, "after_backward")
+        result = Plan(result.scheme, tuple((w, StepPlan((*s.ops, norm), s.kernels))
+                                           for w, s in result.steps))
     if world == 1:  # one rank talks to nobody: keep the kernels, drop the collectives
         steps = tuple((w, StepPlan((), s.kernels)) for w, s in result.steps)
         result = Plan(result.scheme, steps)

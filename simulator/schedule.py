@@ -8,7 +8,8 @@ d(t) = d ** min(1, t / W); their scripts set W to 10k steps (GPT-345M; Llama-500
 whole run at d = 0.01, a step sends on average (1 - d) / ln(1 / d) = 21% of the dense bytes.
 This module averages the step over the schedule: sum_t step(d(t)) over the warm-up by the
 trapezoid rule on `nodes` points of t (the step time is smooth in t: bytes follow d(t), a
-geometric curve), plus the steady steps.
+geometric curve), plus the steady steps. Dense steps before the warm-up (the Llama-500M runs:
+2k at density 1, then a linear warm-up over 8k) cost one dense step each.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from itertools import pairwise
 
-from scape.plan import SCAPE_SCHEMES, scheduled_density
+from scape.plan import SCAPE_SCHEMES
 from simulator.collective import PhaseCache
 from simulator.network import build_topology
 from simulator.step import StepConfig, StepResult, simulate_step
@@ -27,45 +28,56 @@ NODES = 33  # points on the warm-up; tests/test_schedule.py measures the error a
 @dataclass(frozen=True)
 class RunMean:
     run_steps: int
-    warmup_steps: int  # steps of the density warm-up inside the run
+    warmup_steps: int  # steps before the target density (dense steps and warm-up) in the run
     mean_step_s: float  # average step time over the run, seconds
     mean_bytes_per_gpu: float  # average data-parallel bytes one GPU sends per step
     steady: StepResult  # the step at the target density
 
 
+def _steady(scheme):
+    """The scheme at its target density from step 1 (no schedule)."""
+    return replace(scheme, density_warmup_steps=0, density_dense_steps=0)
+
+
 def _at_density(cfg: StepConfig, density: float, cache: PhaseCache) -> StepResult:
-    scheme = replace(cfg.scheme, sparsity=1.0 - density, density_warmup_steps=0)
+    scheme = replace(_steady(cfg.scheme), sparsity=1.0 - density)
     return simulate_step(replace(cfg, scheme=scheme), cache=cache)
 
 
 def run_mean(cfg: StepConfig, run_steps: int, cache: PhaseCache | None = None,
              nodes: int = NODES) -> RunMean:
     """Average step time and bytes over a run of `run_steps` steps of `cfg`, whose scheme's
-    `density_warmup_steps` (0: none) sets the schedule. Other schemes: the steady step."""
+    density schedule (SchemeConfig.density_at: dense steps, then a geometric or linear warm-up)
+    sets the density of each step. Other schemes: the steady step."""
     if run_steps < 1:
         raise ValueError(f"run_steps must be positive, got {run_steps}")
     cache = cache or PhaseCache(build_topology(cfg.hardware, cfg.gpus))
     scheme = cfg.scheme
-    steady = simulate_step(replace(cfg, scheme=replace(scheme, density_warmup_steps=0)),
-                           cache=cache)
-    w = min(scheme.density_warmup_steps, run_steps) if scheme.scheme in SCAPE_SCHEMES else 0
-    if w <= 1 or scheme.sparsity == 0:
-        return RunMean(run_steps, 0, steady.step_time_s, steady.bytes_per_gpu, steady)
+    steady = simulate_step(replace(cfg, scheme=_steady(scheme)), cache=cache)
+    scheduled = scheme.scheme in SCAPE_SCHEMES and scheme.sparsity > 0
+    d = min(scheme.density_dense_steps, run_steps) if scheduled else 0
+    w = min(scheme.density_warmup_steps, run_steps - d) if scheduled else 0
+    step_sum = bytes_sum = 0.0
+    if d:  # the dense steps: one step time each
+        dense = _at_density(cfg, 1.0, cache)
+        step_sum, bytes_sum = d * dense.step_time_s, d * dense.bytes_per_gpu
+    if w <= 1:
+        rest = run_steps - d
+        return RunMean(run_steps, d, (step_sum + rest * steady.step_time_s) / run_steps,
+                       (bytes_sum + rest * steady.bytes_per_gpu) / run_steps, steady)
     nodes = max(2, min(nodes, w))
     h = (w - 1) / (nodes - 1)  # steps between nodes
-    step_sum = bytes_sum = 0.0
     for i in range(nodes):
-        t = 1 + i * h
-        r = _at_density(cfg, scheduled_density(scheme.density, t,
-                                                scheme.density_warmup_steps), cache)
+        t = d + 1 + i * h
+        r = _at_density(cfg, scheme.density_at(t), cache)
         weight = h / 2 if i in (0, nodes - 1) else h  # trapezoid over t in [1, w] ...
         step_sum += weight * r.step_time_s
         bytes_sum += weight * r.bytes_per_gpu
         if i in (0, nodes - 1):  # ... plus half of each end: a sum over w integer steps
             step_sum += r.step_time_s / 2
             bytes_sum += r.bytes_per_gpu / 2
-    rest = run_steps - w
-    return RunMean(run_steps, w, (step_sum + rest * steady.step_time_s) / run_steps,
+    rest = run_steps - d - w
+    return RunMean(run_steps, d + w, (step_sum + rest * steady.step_time_s) / run_steps,
                    (bytes_sum + rest * steady.bytes_per_gpu) / run_steps, steady)
 
 

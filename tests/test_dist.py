@@ -35,6 +35,12 @@ SPECS = [
     ("scape-partitioned", {"sparsity": 1e-9, "sync": "momentum"}),
     ("scape-partitioned", {"sparsity": 0.99, "sync": "momentum", "select_per": "tensor",
                "density_warmup_steps": 3}),
+    # global-norm clipping (0.01 clips every step of these runs): sharded schemes sum the
+    # squared norm over ranks, the others hold the whole synced gradient
+    ("dense-adams", {"clip_grad": 0.01}), ("dense-ddp", {"optimizer": "adams", "clip_grad": 0.01}),
+    ("topk", {"sparsity": 0.99, "clip_grad": 0.01}),
+    ("scape-partitioned", {"sparsity": 0.99, "clip_grad": 0.01}),
+    ("scape-partitioned", {"sparsity": 0.99, "sync": "momentum", "clip_grad": 0.01}),
 ]
 STEPS = 5
 
@@ -101,8 +107,11 @@ def test_ranks_hold_identical_parameters_after_every_step(two_ranks):
     (("scape-partitioned", {"sparsity": 1e-9}), ("dense-adams", {})),
     # the authors' momentum sync with a full mask is dense AdamS too
     (("scape-partitioned", {"sparsity": 1e-9, "sync": "momentum"}), ("dense-adams", {})),
+    (("dense-adams", {"clip_grad": 0.01}),
+     ("dense-ddp", {"optimizer": "adams", "clip_grad": 0.01})),
 ])
 def test_compression_off_matches_dense(two_ranks, off, dense):
+    """Also: clipping by the sharded norm is clipping by the whole one."""
     got, ref = two_ranks[0][_key(*off)], two_ranks[0][_key(*dense)]
     assert got["losses"] == pytest.approx(ref["losses"], abs=1e-6)
     assert torch.allclose(got["master"], ref["master"], atol=1e-6, rtol=0)
@@ -147,6 +156,16 @@ def test_bytes_follow_the_plan(two_ranks):
                 counted[name] = counted.get(name, 0) + size
                 assert collective in {op.collective for op in ops if op.name == name}
             assert counted == {op.name: pytest.approx(op.size_bytes) for op in ops}, (key, t)
+
+
+def test_clipping_changes_the_run(two_ranks):
+    """A clip far below the gradient norm must change every clipped run (a check that can
+    fail: an ignored clip_grad leaves the parameters equal)."""
+    for name, opts in [("dense-adams", {}), ("topk", {"sparsity": 0.99}),
+                       ("scape-partitioned", {"sparsity": 0.99})]:
+        plain = two_ranks[0][_key(name, opts)]["master"]
+        clipped = two_ranks[0][_key(name, {**opts, "clip_grad": 0.01})]["master"]
+        assert not torch.allclose(plain, clipped, atol=1e-6), name
 
 
 def test_scape_sends_no_second_moment(two_ranks):

@@ -18,7 +18,7 @@ def test_embedded_profiles_are_present():
     assert names("hardware") == ["commodity-100gbe", "dgx-a100", "dgx-h100", "vista-gh200",
                                  "vista-gh200-socket"]
     assert names("model") == [
-        "gpt-345m", "llama-1.8b", "llama-500m", "llama-70b", "llama-7b", "tiny-gpt",
+        "gpt-345m", "llama-1.8b", "llama-500m", "llama-70b", "llama-7b", "tiny-gpt", "tiny-llama",
     ]
 
 

@@ -171,7 +171,7 @@ def test_validation_sample_does_not_follow_the_training_seed(monkeypatch):
 
     seen = []
 
-    def fake_batch(split, step, rank, micro_batch, seq_len, seed=0):
+    def fake_batch(split, step, rank, micro_batch, seq_len, seed=0, name="python-stdlib"):
         seen.append((split, step, seed))
         return torch.zeros(micro_batch, seq_len, dtype=torch.long), torch.zeros(
             micro_batch, seq_len, dtype=torch.long)

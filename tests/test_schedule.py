@@ -15,10 +15,25 @@ from simulator.schedule import _at_density, run_mean
 from simulator.step import StepConfig, simulate_step
 
 
-def config(warmup: int, sparsity: float = 0.99, scheme: str = "scape-partitioned") -> StepConfig:
+def config(warmup: int, sparsity: float = 0.99, scheme: str = "scape-partitioned",
+           **schedule) -> StepConfig:
     return StepConfig(model=load_model("gpt-345m"), hardware=load_hardware("vista-gh200"),
                       gpus=32, scheme=make_config(scheme, sparsity=sparsity,
-                                                  density_warmup_steps=warmup)).validate()
+                                                  density_warmup_steps=warmup,
+                                                  **schedule)).validate()
+
+
+def test_dense_steps_then_a_linear_warmup():
+    """The Llama-500M runs' schedule, as their logs give it: d(S) = 1 - 0.9 (S - 2000) / 8000."""
+    def d(t):
+        return scheduled_density(0.1, t, 8000, 2000, "linear")
+
+    assert d(1) == d(2000) == 1.0
+    assert d(2500) == pytest.approx(0.94375)
+    assert d(6500) == pytest.approx(0.49375)
+    assert d(10_000) == d(50_000) == 0.1
+    # the geometric shape after the same dense steps
+    assert scheduled_density(0.01, 2050, 100, 2000) == pytest.approx(0.1)
 
 
 def test_schedule_is_geometric_from_one_to_the_target():
@@ -37,17 +52,22 @@ def test_without_warmup_the_run_mean_is_the_steady_step():
     assert run_mean(dense, 1000).mean_step_s == simulate_step(dense).step_time_s
 
 
-@pytest.mark.parametrize(("warmup", "steps"), [(200, 300), (300, 200)])
-def test_trapezoid_matches_the_sum_over_every_step(warmup, steps):
+@pytest.mark.parametrize(("warmup", "steps", "schedule"), [
+    (200, 300, {}), (300, 200, {}),
+    (200, 300, {"density_dense_steps": 40, "density_shape": "linear"}),
+    (300, 200, {"density_dense_steps": 40, "density_shape": "linear"}),
+])
+def test_trapezoid_matches_the_sum_over_every_step(warmup, steps, schedule):
     """The quadrature against simulating each step of the run at its own density."""
-    cfg = config(warmup)
+    cfg = config(warmup, **schedule)
     cache = PhaseCache(build_topology(cfg.hardware, cfg.gpus))
-    per_step = [_at_density(cfg, scheduled_density(0.01, t, warmup), cache)
-                for t in range(1, steps + 1)]
+    per_step = [_at_density(cfg, scheduled_density(
+        0.01, t, warmup, schedule.get("density_dense_steps", 0),
+        schedule.get("density_shape", "geometric")), cache) for t in range(1, steps + 1)]
     mean = run_mean(cfg, steps, cache)
     exact = sum(r.step_time_s for r in per_step) / steps
     exact_bytes = sum(r.bytes_per_gpu for r in per_step) / steps
-    assert mean.warmup_steps == min(warmup, steps)
+    assert mean.warmup_steps == min(warmup + schedule.get("density_dense_steps", 0), steps)
     assert mean.mean_step_s == pytest.approx(exact, rel=2e-3)
     assert mean.mean_bytes_per_gpu == pytest.approx(exact_bytes, rel=2e-3)
 

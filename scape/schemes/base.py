@@ -3,6 +3,7 @@ plan it must follow (scape/plan.py; on CPU the wire carries fp32 gradients and p
 
 from __future__ import annotations
 
+import math
 import time
 from contextlib import contextmanager
 
@@ -77,6 +78,22 @@ class Scheme:
             self.flat.push_params()
         return self.times
 
+    def clip_(self, g: torch.Tensor, sharded: bool) -> None:
+        """Clip the synced gradient `g` in place by its global L2 norm (Megatron's
+        clip_grad_norm_fp32 with --clip-grad; the SCAPE authors' reducer the same inside the
+        reducer, R:5495-5550). `sharded`: this rank holds only its shard of it, so the squared
+        norms are summed over ranks by a one-value all-reduce, as Megatron's get_grad_norm_fp32
+        does."""
+        clip = self.cfg.clip_grad
+        if clip is None:
+            return
+        sq = g.double().square().sum().reshape(1)  # [1] fp64
+        if sharded:
+            self.comm.all_reduce("grad-norm all-reduce", sq)
+        coef = clip / (math.sqrt(sq.item()) + 1e-6)
+        if coef < 1.0:
+            g.mul_(coef)
+
     def pull_grads(self) -> torch.Tensor:
         """The model's gradients in the flat buffer, timed as "copy" with push_params."""
         with self.timed("copy"):
@@ -113,6 +130,7 @@ class ResidualScheme(Scheme):
 
     def apply(self, grad: torch.Tensor, lr: float) -> None:
         with self.timed("update"):
+            self.clip_(grad, sharded=False)
             self.opt.update(self.flat.master, grad, self.t, self.hyper, lr)
 
     def _state(self) -> dict:

@@ -22,6 +22,7 @@ class DenseDDP(Scheme):
             self.comm.all_reduce("grad all-reduce", bucket)
         g.div_(self.world)
         with self.timed("update"):
+            self.clip_(g, sharded=False)
             self.opt.update(self.flat.master, g, self.t, self.hyper, lr)
 
     def _state(self) -> dict:
@@ -42,6 +43,7 @@ def zero1_step(scheme: Scheme, opt: Updater, lr: float,
     g_shard = torch.empty(flat.shard_size)  # [n / P] fp32
     scheme.comm.reduce_scatter("grad reduce-scatter", g_shard, g)
     g_shard.div_(scheme.world)
+    scheme.clip_(g_shard, sharded=True)
     with scheme.timed("update"):
         opt.update(flat.shard(flat.master, rank), g_shard, scheme.t, scheme.hyper, lr)
     scheme.comm.all_gather("param all-gather", flat.master, flat.shard(flat.master, rank).clone())

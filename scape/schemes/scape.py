@@ -34,7 +34,7 @@ import torch
 
 from scape.adams import adams_update_
 from scape.comm import Handle
-from scape.plan import INDEX_BYTES, kept, scheduled_density
+from scape.plan import INDEX_BYTES, kept
 from scape.schemes.base import Scheme, Updater
 from scape.schemes.dense import zero1_step
 from scape.schemes.quantized import _pack_bits, _unpack_bits
@@ -73,9 +73,9 @@ class Scape(Scheme):
         return t == 1 or t <= self.dense_warmup or (r > 1 and t % r == 0)
 
     def density_at(self, t: int) -> float:
-        """Density of the mask used at step t: geometric from 1 to d over
-        `density_warmup_steps` (the authors' reducer, `_scheduled_density`), then d."""
-        return scheduled_density(self.cfg.density, t, self.cfg.density_warmup_steps)
+        """Density of the mask used at step t (SchemeConfig.density_at: the authors'
+        `_scheduled_density`)."""
+        return self.cfg.density_at(t)
 
     def k_at(self, t: int) -> int:
         """Mask coordinates per shard at step t (the same on every shard)."""
@@ -132,6 +132,7 @@ class Scape(Scheme):
         mine = torch.empty(local.numel())
         self.comm.reduce_scatter("compact grad reduce-scatter", mine, compact)
         mine.div_(self.world)
+        self.clip_(mine, sharded=True)  # the synced gradient's nonzeros: its norm
         p_shard, m_shard = flat.shard(flat.master, rank), self.opt.m
         if self.unmasked_moment == "local" and self.cfg.update_scope == "masked":
             with self.timed("update"):
@@ -184,6 +185,8 @@ class Scape(Scheme):
         mine.div_(self.world)
         with self.timed("update"):
             g_hat = rho[local].add_(mine)  # [k / P] = (m_t - b1 * m_{t-1}) / (1 - b1)
+        self.clip_(g_hat, sharded=True)
+        with self.timed("update"):
             m_sel = m[local]  # [k / P] m_{t-1} on the mask
             rho.add_(m, alpha=b1 / (1 - b1))  # deselected moments are carried ...
             rho[local] = 0  # ... the mask's go into m_t

@@ -51,7 +51,7 @@ import torch
 
 from profiles import UserError
 from scape.comm import Handle
-from scape.plan import Plan, plan, scheduled_density
+from scape.plan import Plan, plan
 from scape.plan_authors import bitmap_bytes, coalesce, k_of, owner_pieces
 from scape.schemes.base import RUNTIME_DTYPES, Scheme
 
@@ -89,8 +89,6 @@ class ScapeAuthors(Scheme):
         if extra.get("param_offload"):
             raise UserError("the full-parameter CPU offload is a plan for the simulator only: "
                             "this runtime keeps the parameter replica on the device")
-        # the scripts pass --clip-grad 1.0; None: no clipping (SchemeConfig checked the value)
-        self.clip = extra.get("clip_grad")
         numel = self.flat.numel
         self.sizes, self.dense = tensor_layout(self.flat.params)
         # per rank, the pieces it selects and its bitmap slot carries
@@ -110,7 +108,7 @@ class ScapeAuthors(Scheme):
 
     def density_at(self, t: int) -> float:
         """Density of the mask used at step t (`_scheduled_density`)."""
-        return scheduled_density(self.cfg.density, t, self.cfg.density_warmup_steps)
+        return self.cfg.density_at(t)
 
     # ---- the step ----
     def _step(self, lr: float) -> None:
@@ -137,11 +135,7 @@ class ScapeAuthors(Scheme):
             g_sync = (m_sync - b1 * m_prev) / (1 - b1)  # [N] fp32, gradient units
             if not self.distopt:
                 g_sync.mul_(mask)  # non-dist-opt masks it (R:5413); dist-opt does not
-            if self.clip is not None:
-                norm = g_sync.double().norm().item()
-                coef = self.clip / (norm + 1e-6)
-                if coef < 1.0:
-                    g_sync.mul_(coef)
+            self.clip_(g_sync, sharded=False)  # every rank holds the whole g_sync
             self._update(g_sync, mask, lr)
         self._wait_next()  # before the next forward (prepare_pre_forward)
 

@@ -30,6 +30,7 @@ from scape.train.model import GPT
 @dataclass(frozen=True)
 class TrainConfig:
     model: str = "tiny-gpt"
+    corpus: str = "python-stdlib"  # scape.train.data.CORPORA
     scheme: SchemeConfig = field(default_factory=lambda: SchemeConfig("dense-zero1"))
     steps: int = 100
     micro_batch: int = 16
@@ -44,6 +45,7 @@ class TrainConfig:
     val_seed: int = 0
     eval_every: int = 50
     eval_batches: int = 8
+    final_eval_batches: int | None = None  # the last step's evaluation (None: eval_batches)
     out: str | None = None  # logs, checkpoints and summary
     checkpoint_every: int = 0  # 0: only at the end
     resume: bool = False
@@ -59,7 +61,9 @@ class TrainConfig:
 
         profile = load_model(self.model)
         for name, value in (("--steps", self.steps), ("--micro-batch", self.micro_batch),
-                            ("threads", self.threads)):
+                            ("threads", self.threads), ("eval_batches", self.eval_batches),
+                            ("final_eval_batches", 1 if self.final_eval_batches is None
+                             else self.final_eval_batches)):
             if value < 1:
                 raise UserError(f"{name} must be at least 1, got {value}")
         for name, value in (("--warmup-steps", self.warmup_steps),
@@ -73,6 +77,12 @@ class TrainConfig:
         for name, value in (("--lr", self.lr), ("--timeout", self.timeout_s)):
             if not (math.isfinite(value) and value > 0):
                 raise UserError(f"{name} must be a positive number, got {value}")
+        from scape.train.data import CORPORA, shakespeare_archive
+
+        if self.corpus not in CORPORA:
+            raise UserError(f"--corpus must be one of {', '.join(CORPORA)}, got {self.corpus!r}")
+        if self.corpus == "shakespeare":
+            shakespeare_archive()  # fetched here, once, before any rank reads it
         if not 0 <= self.min_lr_ratio <= 1:
             raise UserError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
         if self.resume and not self.out:
@@ -108,12 +118,15 @@ def init_distributed(timeout_s: float) -> torch.device:
 
 
 @torch.no_grad()
-def evaluate(model: GPT, cfg: TrainConfig, seq: int) -> float:
+def evaluate(model: GPT, cfg: TrainConfig, seq: int, batches: int | None = None) -> float:
+    """Mean loss over the first `batches` (default cfg.eval_batches) validation batches; every
+    run draws the same ones, so runs compare on the same text."""
     model.eval()
     device = next(model.parameters()).device
+    batches = cfg.eval_batches if batches is None else batches
     losses = [model(*(b.to(device) for b in batch("val", 10**6 + i, 0, cfg.micro_batch, seq,
-                                                    cfg.val_seed))).item()
-              for i in range(cfg.eval_batches)]
+                                                    cfg.val_seed, cfg.corpus))).item()
+              for i in range(batches)]
     model.train()
     return sum(losses) / len(losses)
 
@@ -206,7 +219,7 @@ def train(cfg: TrainConfig, steps_this_run: int | None = None) -> dict:
         while scheme.t < last:
             t = scheme.t + 1
             x, y = (b.to(device) for b in batch("train", t, rank, cfg.micro_batch, seq,
-                                                  cfg.seed))
+                                                  cfg.seed, cfg.corpus))
             t0 = time.perf_counter()
             loss = model(x, y)
             loss.backward()
@@ -230,7 +243,8 @@ def train(cfg: TrainConfig, steps_this_run: int | None = None) -> dict:
             if cfg.checksum:
                 row["param_crc"] = zlib.crc32(scheme.flat.master.cpu().numpy().tobytes())
             if cfg.eval_every and (t % cfg.eval_every == 0 or t == cfg.steps) and rank == 0:
-                row["val_loss"] = evaluate(model, cfg, seq)
+                row["val_loss"] = evaluate(model, cfg, seq, cfg.final_eval_batches
+                                           if t == cfg.steps else None)
             rows.append(row)
             if log_file:
                 log_file.write(json.dumps(row) + "\n")
