@@ -309,16 +309,27 @@ def _reducer_extra(distopt, residual_offload, param_offload) -> dict | None:
     given = {"distributed_optimizer": distopt, "residual_offload": residual_offload,
              "param_offload": param_offload}
     return {k: v for k, v in given.items() if v is not None} or None
-RUN_STEPS_HELP = "also average the step over a run of T steps (default with --density-warmup: W)"
+RUN_STEPS_HELP = ("also average the step over a run of T steps (default with a density "
+                  "schedule: its dense steps and warm-up, D + W)")
 
 
-def _run_steps(run_steps: int | None, density_warmup: int | None) -> int | None:
-    """Steps to average over: --run-steps, else the warm-up itself (what the warm-up costs while
-    it lasts; the authors' scripts warm up over 10k of 100k iterations), else none (steady step
-    only)."""
+def _schedule_text(scheme) -> str:
+    """SCAPE's density schedule in words."""
+    return (f"{scheme.density_dense_steps} dense steps, then a {scheme.density_shape} density "
+            f"warm-up over {scheme.density_warmup_steps} steps")
+
+
+def _run_steps(run_steps: int | None, density_warmup: int | None,
+               dense_steps: int | None = None) -> int | None:
+    """Steps to average over: --run-steps, else the schedule itself (what the dense steps and
+    warm-up cost while they last; the authors' scripts warm up over 10k of 100k iterations),
+    else none (steady step only)."""
     if run_steps is not None and run_steps < 1:
         raise UserError(f"--run-steps must be positive, got {run_steps}")
-    return run_steps or density_warmup or None
+    if run_steps is not None:
+        return run_steps
+    schedule = (density_warmup or 0) + (dense_steps or 0)
+    return schedule if schedule > 0 else None
 
 
 def _scheme_options(sparsity, bits, optimizer, overlap_grad, overlap_param, bucket_mb,
@@ -367,6 +378,9 @@ def simulate(
     residual_offload: bool = REDUCER_OPTS["residual_offload"],
     param_offload: bool = REDUCER_OPTS["param_offload"],
     density_warmup: int = typer.Option(None, "--density-warmup", help=WARMUP_HELP),
+    density_dense_steps: int = typer.Option(None, "--density-dense-steps",
+                                            help=DENSE_STEPS_HELP),
+    density_shape: str = typer.Option(None, "--density-shape", help=SHAPE_HELP),
     run_steps: int = typer.Option(None, "--run-steps", help=RUN_STEPS_HELP),
     algo: str = typer.Option("auto", "--algo", help="collective algorithm, or auto"),
     trace: str = typer.Option(None, "--trace", help="write a Chrome trace JSON (Perfetto)"),
@@ -378,8 +392,9 @@ def simulate(
         output_file(trace, "--trace")
     opts = _scheme_options(sparsity, bits, optimizer, overlap_grad, overlap_param, bucket_mb,
                            update_scope, refresh_every, error_feedback, score)
-    opts.update(sync=sync, density_warmup_steps=density_warmup)
-    steps = _run_steps(run_steps, density_warmup)
+    opts.update(sync=sync, density_warmup_steps=density_warmup,
+                density_dense_steps=density_dense_steps, density_shape=density_shape)
+    steps = _run_steps(run_steps, density_warmup, density_dense_steps)
     extra = _reducer_extra(distopt, residual_offload, param_offload)
     cfg = _step_config(model, hardware, gpus, scheme, micro_batch, seq_len, grad_accum, tp,
                        grad_dtype, param_dtype, algo, opts, global_batch, extra)
@@ -408,8 +423,7 @@ def simulate(
         print(f"{key:>20}  {row[key] * 1e3:12.3f} ms")
     print(f"{'bytes_per_gpu':>20}  {row['bytes_per_gpu'] / 1e9:12.4f} GB")
     if steps:
-        print(f"# averaged over a run of {steps} steps (density warm-up "
-              f"{cfg.scheme.density_warmup_steps or 0} steps):")
+        print(f"# averaged over a run of {steps} steps ({_schedule_text(cfg.scheme)}):")
         print(f"{'run_mean_step_s':>20}  {row['run_mean_step_s'] * 1e3:12.3f} ms")
         print(f"{'run_mean_bytes':>20}  {row['run_mean_bytes_per_gpu'] / 1e9:12.4f} GB")
     if trace:
@@ -438,6 +452,9 @@ def compare_cmd(
     residual_offload: bool = REDUCER_OPTS["residual_offload"],
     param_offload: bool = REDUCER_OPTS["param_offload"],
     density_warmup: int = typer.Option(None, "--density-warmup", help=WARMUP_HELP),
+    density_dense_steps: int = typer.Option(None, "--density-dense-steps",
+                                            help=DENSE_STEPS_HELP),
+    density_shape: str = typer.Option(None, "--density-shape", help=SHAPE_HELP),
     run_steps: int = typer.Option(None, "--run-steps", help=RUN_STEPS_HELP),
     algo: str = typer.Option("auto", "--algo"),
     fmt: str = typer.Option("table", "--format", help="table|csv|json"),
@@ -446,8 +463,9 @@ def compare_cmd(
     check_format(fmt)
     opts = _scheme_options(None, None, None, overlap_grad, overlap_param, bucket_mb,
                            None, None, None, None)
-    opts.update(sync=sync, density_warmup_steps=density_warmup)
-    steps = _run_steps(run_steps, density_warmup)
+    opts.update(sync=sync, density_warmup_steps=density_warmup,
+                density_dense_steps=density_dense_steps, density_shape=density_shape)
+    steps = _run_steps(run_steps, density_warmup, density_dense_steps)
     extra = _reducer_extra(distopt, residual_offload, param_offload)
     lineup = _names(schemes, "--schemes")
     cfg = _step_config(model, hardware, gpus, baseline, micro_batch, seq_len, grad_accum, tp,
@@ -474,8 +492,8 @@ def compare_cmd(
         shown["run_mean_ms"] = df["run_mean_step_s"] * 1e3
         shown["run_GB_per_gpu"] = df["run_mean_bytes_per_gpu"] / 1e9
         shown["run_speedup"] = df["run_speedup"]
-        header += (f"\nrun_*: averaged over a run of {steps} steps, SCAPE's density falling from 1 "
-                   f"over the first {cfg.scheme.density_warmup_steps or 0}")
+        header += (f"\nrun_*: averaged over a run of {steps} steps, SCAPE "
+                   f"{_schedule_text(cfg.scheme)}")
     print(render(shown, "table", header=header, floatfmt={
         c: "{:.3f}" for c in shown.columns if c != "scheme"}))
 

@@ -45,8 +45,12 @@ def resolved_scheme(cfg: SchemeConfig) -> dict:
         out.update({name: getattr(cfg, name) for name in PARTITIONED_OPTIONS})
     if cfg.extra:
         out["scheme_options"] = dict(cfg.extra)
-    if cfg.density_warmup_steps:
-        out["density_warmup_steps"] = cfg.density_warmup_steps
+    if cfg.density_warmup_steps or cfg.density_dense_steps:
+        out.update(density_warmup_steps=cfg.density_warmup_steps,
+                   density_dense_steps=cfg.density_dense_steps,
+                   density_shape=cfg.density_shape)
+    if cfg.clip_grad is not None:
+        out["clip_grad"] = cfg.clip_grad
     return out
 
 

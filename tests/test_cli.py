@@ -190,6 +190,21 @@ def test_density_warmup_gives_run_averages(capsys):
     assert row["run_mean_step_s"] == pytest.approx(sp["run_mean_step_s"])
 
 
+def test_dense_steps_and_linear_warmup_in_simulate(capsys):
+    """The Llama-500M runs' schedule: D dense steps then a linear warm-up; the run average
+    covers D + W steps by default, costs more than the steady step (dense steps send all N)
+    and the JSON says which schedule it ran."""
+    code, out, _ = scape(capsys, "simulate", "-m", "llama-500m", "-H", "vista-gh200-socket",
+                         "-g", "32", "-s", "scape:0.9", "--micro-batch", "16",
+                         "--density-dense-steps", "200", "--density-warmup", "800",
+                         "--density-shape", "linear", "--format", "json")
+    row = json.loads(out)
+    assert code == 0 and row["run_steps"] == 1000
+    assert row["density_dense_steps"] == 200 and row["density_shape"] == "linear"
+    assert row["run_mean_step_s"] > row["step_time_s"]
+    assert row["run_mean_bytes_per_gpu"] > row["bytes_per_gpu"]
+
+
 def test_compare_has_speedup_over_baseline(capsys):
     code, out, _ = scape(capsys, "compare", "-m", "gpt-345m", "-H", "vista-gh200", "-g", "32",
                          "--schemes", "dense-adams,scape:0.99,topk:0.9", "--format", "json")

