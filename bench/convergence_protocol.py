@@ -24,7 +24,7 @@ import math
 import shutil
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
 
@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO))
 OUT = REPO / "reports" / "convergence-protocol"
 QUALITY = REPO / "profiles" / "quality" / "convergence-protocol.toml"
 SCRATCH = REPO / "out" / "convergence-protocol"  # full JSONL logs and checkpoints (ignored)
-LRS = (1e-3, 2e-3, 4e-3)
+LRS = (2.5e-4, 5e-4, 1e-3)  # 2e-3 (seed 0: 1.907) already lost to 1e-3 (1.711)
 DENSE_FRAC, WARMUP_FRAC = 0.02, 0.08  # the authors' 2,000 dense + 8,000 warm-up of 100,000
 CLIP = 1.0
 
@@ -51,9 +51,12 @@ class Run:
     options: dict = field(default_factory=dict)
     lr: float | None = None
     sparsity: float = 0.0
+    steps: int | None = None  # None: the study's --steps
+    part: str = "main"  # main | ablation | long
 
     def tag(self, lr: float) -> str:
-        return f"{self.scheme}-{self.variant}-lr{lr:g}".replace("/", "_")
+        longer = f"-{self.steps}steps" if self.steps is not None else ""
+        return f"{self.scheme}-{self.variant}-lr{lr:g}{longer}".replace("/", "_")
 
 
 def lineup(steps: int) -> list[Run]:
@@ -73,6 +76,44 @@ def lineup(steps: int) -> list[Run]:
         Run("quantized", "int8", {"bits": 8}, None, 0.0),
     ]
     return runs
+
+
+def ablation(steps: int, lr: float) -> list[Run]:
+    """Which part of the protocol SCAPE 99%'s gap comes from, each run changing one thing of
+    the authors' SCAPE 99% at its best learning rate `lr`: the density (95%), the warm-up
+    (none; 30% of the run), the clipping (none), and, in this project's partitioned runtime
+    where the sync and the selection can be switched alone, momentum against gradient sync and
+    per-tensor against per-shard selection."""
+    dense, warm = round(DENSE_FRAC * steps), round(WARMUP_FRAC * steps)
+    schedule = {"density_dense_steps": dense, "density_warmup_steps": warm,
+                "density_shape": "linear"}
+    authors = {"sparsity": 0.99, **schedule}
+    return [
+        Run("scape", "ablate-density-0.95", {**authors, "sparsity": 0.95}, lr, 0.95,
+            part="ablation"),
+        Run("scape", "ablate-no-warmup-0.99", {"sparsity": 0.99}, lr, 0.99, part="ablation"),
+        Run("scape", "ablate-warmup30-0.99", {**authors, "density_warmup_steps":
+                                              round(0.3 * steps)}, lr, 0.99, part="ablation"),
+        Run("scape", "ablate-no-clip-0.99", {**authors, "clip_grad": None}, lr, 0.99,
+            part="ablation"),
+        Run("scape-partitioned", "ablate-momentum-tensor-0.99",
+            {**authors, "sync": "momentum", "select_per": "tensor"}, lr, 0.99, part="ablation"),
+        Run("scape-partitioned", "ablate-momentum-shard-0.99",
+            {**authors, "sync": "momentum", "select_per": "shard"}, lr, 0.99, part="ablation"),
+        Run("scape-partitioned", "ablate-gradient-tensor-0.99",
+            {**authors, "sync": "gradient", "select_per": "tensor"}, lr, 0.99, part="ablation"),
+    ]
+
+
+def longer(steps: int, dense_lr: float, scape_run: Run, scape_lr: float) -> list[Run]:
+    """Dense AdamS and the best SCAPE configuration over 3x the steps (schedules scaled)."""
+    n = 3 * steps
+    opts = dict(scape_run.options)
+    for key in ("density_dense_steps", "density_warmup_steps"):
+        if key in opts:
+            opts[key] *= 3
+    return [Run("dense-adams", "adams", {}, dense_lr, steps=n, part="long"),
+            replace(scape_run, options=opts, lr=scape_lr, steps=n, part="long")]
 
 
 def run_dir(tag: str, seed: int) -> Path:
@@ -96,15 +137,18 @@ def train_one(run: Run, lr: float, seed: int, args) -> dict:
     from scape.train.loop import TrainConfig
 
     tag = run.tag(lr)
+    steps = args.steps if run.steps is None else run.steps
     scratch = SCRATCH / tag / f"seed{seed}"
     shutil.rmtree(scratch, ignore_errors=True)
-    cfg = TrainConfig(model=args.model, corpus=args.corpus, steps=args.steps,
+    # clipping at 1.0 unless the run says otherwise (None: no clipping, make_config's default)
+    options = {"clip_grad": CLIP, **run.options}
+    cfg = TrainConfig(model=args.model, corpus=args.corpus, steps=steps,
                       micro_batch=args.micro_batch, seq_len=args.seq_len, lr=lr, seed=seed,
-                      warmup_steps=round(DENSE_FRAC * args.steps), min_lr_ratio=0.1,
+                      warmup_steps=round(DENSE_FRAC * steps), min_lr_ratio=0.1,
                       eval_every=args.eval_every, eval_batches=args.eval_batches,
                       final_eval_batches=args.final_eval_batches,
-                      scheme=make_config(run.scheme, clip_grad=CLIP, **run.options),
-                      out=str(scratch), timeout_s=120.0)
+                      scheme=make_config(run.scheme, **options), out=str(scratch),
+                      timeout_s=120.0)
     t0 = time.perf_counter()
     summary = launch(cfg.validate(), args.nprocs)
     wall = time.perf_counter() - t0
@@ -116,7 +160,8 @@ def train_one(run: Run, lr: float, seed: int, args) -> dict:
     dest.mkdir(parents=True, exist_ok=True)
     df.to_csv(dest / "log.csv", index=False, float_format="%.6g")
     meta = {"scheme": run.scheme, "variant": run.variant, "sparsity": run.sparsity, "lr": lr,
-            "seed": seed, "steps": args.steps, "nprocs": args.nprocs, "model": args.model,
+            "seed": seed, "steps": steps, "part": run.part, "nprocs": args.nprocs,
+            "model": args.model,
             "corpus": args.corpus, "micro_batch": args.micro_batch, "seq_len": args.seq_len,
             "tokens_per_step": args.nprocs * args.micro_batch * args.seq_len,
             "final_val_loss": summary["final_val_loss"],
@@ -129,9 +174,13 @@ def train_one(run: Run, lr: float, seed: int, args) -> dict:
 
 def collect() -> pd.DataFrame:
     """One row per finished run (its run.json)."""
-    rows = [json.loads(p.read_text()) for p in sorted(OUT.glob("runs/*/seed*/run.json"))]
-    for r in rows:
+    rows = []
+    for path in sorted(OUT.glob("runs/*/seed*/run.json")):
+        r = json.loads(path.read_text())
         r.pop("config", None)
+        r.setdefault("part", "main")
+        r["tag"] = path.parent.parent.name
+        rows.append(r)
     return pd.DataFrame(rows)
 
 
@@ -159,40 +208,50 @@ def report(args) -> pd.DataFrame:
     rows = collect()
     if not len(rows):
         raise SystemExit("no finished runs under " + str(OUT / "runs"))
-    rows["tag"] = [Run(s, v).tag(lr) for s, v, lr in rows[["scheme", "variant", "lr"]]
-                   .itertuples(index=False)]
-    g = rows.groupby(["scheme", "variant", "sparsity", "lr", "tag", "steps"], as_index=False)
+    g = rows.groupby(["part", "scheme", "variant", "sparsity", "lr", "tag", "steps"],
+                     as_index=False)
     summary = g.agg(seeds=("seed", "count"), mean_val_loss=("final_val_loss", "mean"),
                     std_val_loss=("final_val_loss", "std"), min_val_loss=("final_val_loss", "min"),
                     max_val_loss=("final_val_loss", "max"),
                     mean_bytes=("mean_bytes_per_step", "mean"), wall_s=("wall_s", "sum"))
-    dense = summary[summary["scheme"] == "dense-adams"]
-    best = dense.loc[dense["mean_val_loss"].idxmin()]
-    summary["gap_pct"] = (summary["mean_val_loss"] / best["mean_val_loss"] - 1) * 100
-    summary["mean_bytes_ratio"] = summary["mean_bytes"] / best["mean_bytes"]
-    # tokens to dense AdamS's final quality, on the seed-mean validation curve
-    target = best["mean_val_loss"]
     mean_curves = {}
     for tag, part in rows.groupby("tag"):
         curves = [curve(tag, s).set_index("step")["val_loss"] for s in part["seed"]]
         mean_curves[tag] = pd.concat(curves, axis=1).mean(axis=1).reset_index()
         mean_curves[tag].columns = ["step", "val_loss"]
-    dense_steps = tokens_to(mean_curves[best["tag"]], target)
-    ratios = []
-    for tag in summary["tag"]:
-        steps = tokens_to(mean_curves[tag], target)
-        ratios.append(None if steps is None else steps / dense_steps)
-    summary["tokens_to_dense_quality"] = ratios
-    summary = summary.sort_values(["scheme", "sparsity", "lr"]).drop(columns="tag")
+    # every run is measured against the best dense AdamS of its own length: its gap, its bytes
+    # and the tokens it needs to reach that dense run's final validation loss (on the
+    # seed-mean curves)
+    refs = {}
+    for steps, same in summary.groupby("steps"):
+        dense = same[same["scheme"] == "dense-adams"]
+        if len(dense):
+            ref = dense.loc[dense["mean_val_loss"].idxmin()]
+            refs[steps] = (ref, tokens_to(mean_curves[ref["tag"]], ref["mean_val_loss"]))
+    gap, ratio_bytes, ratio_tokens = [], [], []
+    for r in summary.itertuples(index=False):
+        ref, ref_steps = refs.get(r.steps, (None, None))
+        if ref is None:
+            gap.append(math.nan), ratio_bytes.append(math.nan), ratio_tokens.append(math.nan)
+            continue
+        gap.append((r.mean_val_loss / ref["mean_val_loss"] - 1) * 100)
+        ratio_bytes.append(r.mean_bytes / ref["mean_bytes"])
+        reached = tokens_to(mean_curves[r.tag], ref["mean_val_loss"])
+        ratio_tokens.append(math.nan if reached is None else reached / ref_steps)
+    summary["gap_pct"], summary["mean_bytes_ratio"] = gap, ratio_bytes
+    summary["tokens_to_dense_quality"] = ratio_tokens  # NaN: never reached
+    main = summary[summary["part"] == "main"]
+    best, dense_steps = refs[main["steps"].iloc[0]]
+    summary = summary.sort_values(["part", "steps", "scheme", "sparsity", "lr"])
     OUT.mkdir(parents=True, exist_ok=True)
-    summary.to_csv(OUT / "summary.csv", index=False, float_format="%.6g")
-    _figure(rows, mean_curves, summary, best, OUT / "loss_curves.png")
-    _quality(summary, best, dense_steps, rows)
+    summary.drop(columns="tag").to_csv(OUT / "summary.csv", index=False, float_format="%.6g")
+    _figure(mean_curves, main, best, OUT / "loss_curves.png")
+    _quality(main, best, dense_steps, rows)
     _markdown(summary, best)
-    return summary
+    return summary.drop(columns="tag")
 
 
-def _figure(rows, mean_curves, summary, best, path: Path) -> None:
+def _figure(mean_curves, summary, best, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -206,8 +265,7 @@ def _figure(rows, mean_curves, summary, best, path: Path) -> None:
                            (ax2, summary, "every run configuration")):
         ax.set_prop_cycle(color=plt.cm.tab20.colors)
         for r in sel.itertuples(index=False):
-            tag = Run(r.scheme, r.variant).tag(r.lr)
-            c = mean_curves[tag]
+            c = mean_curves[r.tag]
             ax.plot(c["step"], c["val_loss"], label=f"{r.scheme} {r.variant} lr {r.lr:g} "
                     f"({r.seeds} seeds)", linewidth=1.2)
         ax.axhline(best["mean_val_loss"], color="black", linestyle=":", linewidth=1)
@@ -260,13 +318,44 @@ def _quality(summary, best, dense_steps, rows) -> None:
 def _markdown(summary, best) -> None:
     from reports.tables import markdown
 
-    cols = ["scheme", "variant", "sparsity", "lr", "seeds", "steps", "mean_val_loss",
+    cols = ["part", "scheme", "variant", "sparsity", "lr", "seeds", "steps", "mean_val_loss",
             "std_val_loss", "gap_pct", "mean_bytes_ratio", "tokens_to_dense_quality"]
     (OUT / "summary.md").write_text(
         "# Convergence protocol\n\nRebuilt by `python bench/convergence_protocol.py --report` "
         "from runs/*/seed*/log.csv. Gap: mean final validation loss over seeds against the best "
-        f"dense AdamS (lr {best['lr']:g}, {best['mean_val_loss']:.4f}).\n\n"
+        f"dense AdamS of the same length (main: lr {best['lr']:g}, "
+        f"{best['mean_val_loss']:.4f}); tokens_to_dense_quality: tokens to reach that loss "
+        "over the tokens dense AdamS took (empty: never reached).\n\n"
         + markdown(summary[cols], "{:.4f}") + "\n\n![loss curves](loss_curves.png)\n")
+
+
+def _best(rows: pd.DataFrame, mask) -> pd.Series:
+    """The configuration with the lowest mean final validation loss among `mask`'s rows."""
+    means = rows[mask].groupby(["scheme", "variant", "lr"])["final_val_loss"].mean()
+    if not len(means):
+        raise SystemExit("the main study has not run the configurations this part needs")
+    scheme, variant, lr = means.idxmin()
+    return pd.Series({"scheme": scheme, "variant": variant, "lr": lr})
+
+
+def _ablation_runs(args) -> list[Run]:
+    rows = collect()
+    best = _best(rows, (rows["part"] == "main") & (rows["variant"] == "authors-0.99"))
+    return ablation(args.steps, best["lr"])
+
+
+def _long_runs(args) -> list[Run]:
+    """Dense AdamS at its best learning rate and the best SCAPE 99% configuration found (main
+    study or ablation) over 3x the steps."""
+    rows = collect()
+    base = rows["steps"] == args.steps
+    dense = _best(rows, base & (rows["scheme"] == "dense-adams"))
+    scape = _best(rows, base & rows["scheme"].isin(["scape", "scape-partitioned"])
+                  & (rows["sparsity"] == 0.99))
+    known = {(r.scheme, r.variant): r for r in [*lineup(args.steps),
+                                                 *ablation(args.steps, scape["lr"])]}
+    return longer(args.steps, dense["lr"], known[(scape["scheme"], scape["variant"])],
+                  scape["lr"])
 
 
 def main() -> int:
@@ -288,6 +377,9 @@ def main() -> int:
                         help="start no run after this many minutes")
     parser.add_argument("--only", default=None, help="run only tags containing this text")
     parser.add_argument("--report", action="store_true", help="only rebuild the tables")
+    parser.add_argument("--part", choices=("main", "ablation", "long"), default="main",
+                        help="main: the issue's line-up; ablation: what SCAPE 99%%'s gap comes "
+                             "from; long: dense AdamS and the best SCAPE 99%% over 3x the steps")
     parser.add_argument("--out", default=None, help="a trial's folder instead of "
                         "reports/convergence-protocol (its quality TOML goes there too)")
     args = parser.parse_args()
@@ -300,8 +392,10 @@ def main() -> int:
         return 0
     seeds = [int(s) for s in args.seeds.split(",")]
     t_start, done = time.perf_counter(), 0
+    parts = {"main": lambda a: lineup(a.steps), "ablation": _ablation_runs, "long": _long_runs}
+    runs = parts[args.part](args)
     for seed in seeds:
-        for run in lineup(args.steps):
+        for run in runs:
             lr = run.lr if run.lr is not None else best_dense_lr()
             if lr is None:
                 print(f"skip {run.scheme} {run.variant}: no dense AdamS run yet", flush=True)
