@@ -50,6 +50,18 @@ TRANSPORT_FIELDS = {
     "chunk_kib": Field(float, ge=0, le=1 << 20, required=False),
     "source": SOURCE,
 }
+# NCCL as this machine runs it (simulator/nccl.py): which algorithms and protocols its tuner may
+# pick and the channels its graph search finds; without this table the simulator runs every
+# collective as the Simple protocol with the algorithm fastest in its own model.
+NCCL_FIELDS = {
+    "arch": Field(str, choices=("volta", "ampere", "hopper", "blackwell")),
+    "nvls": Field(bool),  # NVLink SHARP in the NVSwitches (NCCL enables it by default)
+    "channels": Field(int, ge=1, le=64),  # graph channels the tuner's per-channel caps count
+    # the shortest time one call takes back to back with the next: the host's launch of it
+    # (when the GPUs finish sooner, they wait for the next launch)
+    "launch_floor_us": Field(float, ge=0),
+    "source": SOURCE,
+}
 FABRIC_FIELDS = {
     "topology": Field(str, choices=("fat-tree",)),
     "nodes_per_leaf": Field(int, ge=1, le=1 << 16),
@@ -151,6 +163,16 @@ class Transport:
 
 
 @dataclass(frozen=True)
+class Nccl:
+    arch: str
+    nvls: bool
+    channels: int
+    launch_floor_us: float
+    source: str
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Fabric:
     topology: str
     nodes_per_leaf: int
@@ -211,6 +233,7 @@ class HardwareProfile:
     # compute slowdown while an async collective is issued but not yet waited for, per ranks
     async_interference: dict[int, float] = field(default_factory=dict)
     transport: Transport | None = None
+    nccl: Nccl | None = None
     # MFU measured or fitted for particular models (model name -> MFU); others use compute.mfu
     model_mfu: dict[str, float] = field(default_factory=dict)
 
@@ -249,7 +272,7 @@ class HardwareProfile:
 def parse_hardware(path: Path | str, doc: dict[str, Any]) -> HardwareProfile:
     """Validate a parsed TOML document and build a `HardwareProfile`."""
     tables = {"gpu", "node", "intra_node", "nic", "fabric", "compute"}
-    optional = {"reference", "price", "transport", "model_mfu", *MEASURED_ONLY}
+    optional = {"reference", "price", "transport", "nccl", "model_mfu", *MEASURED_ONLY}
     require_tables(path, doc, required=tables, optional=optional)
     top = {k: v for k, v in doc.items() if not isinstance(v, dict)}
     top_values, _ = validate_table(path, "", top, TOP_FIELDS)
@@ -272,6 +295,7 @@ def parse_hardware(path: Path | str, doc: dict[str, Any]) -> HardwareProfile:
         price=build(Price, "price", PRICE_FIELDS) if "price" in doc else None,
         transport=(build(Transport, "transport", TRANSPORT_FIELDS) if "transport" in doc
                    else None),
+        nccl=build(Nccl, "nccl", NCCL_FIELDS) if "nccl" in doc else None,
         model_mfu=_model_mfu(path, doc.get("model_mfu")),
         **_measured_tables(path, doc),
     )

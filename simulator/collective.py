@@ -13,6 +13,7 @@ import numpy as np
 import simpy
 
 from profiles import HardwareProfile, UserError
+from simulator import nccl
 from simulator.collectives import ALGORITHMS, AUTO, BUS_FACTOR, Phase, auto_candidates
 from simulator.flows import FlowNetwork
 from simulator.network import Demand, Topology, build_topology
@@ -50,6 +51,7 @@ class Result:
     ranks: int
     start_s: float
     end_s: float
+    proto: str = ""  # NCCL's protocol where the profile models it (simulator/nccl.py)
 
     @property
     def time_s(self) -> float:
@@ -67,6 +69,7 @@ class Result:
         return {
             "op": self.op,
             "algo": self.algo,
+            "proto": self.proto,
             "ranks": self.ranks,
             "size_bytes": int(self.size_bytes),
             "time_s": self.time_s,
@@ -172,35 +175,81 @@ def collective_time(
     return best
 
 
-def calibrated(hw: HardwareProfile, op: str, algo: str, ranks: int,
-               size: float) -> tuple[str, float, float]:
-    """(algorithm, bytes to simulate, fixed seconds per call) for `op` on `hw`: a measured
-    profile says how its backend runs the collective, at what efficiency and with what
-    per-call overhead (scape calibrate collectives); `auto` on other profiles, or an explicit
-    algorithm, is kept as is. A profile's [transport] adds its fixed cost per call."""
+@dataclass(frozen=True)
+class Choice:
+    """How one collective call runs on a profile: the algorithm and protocol, the bytes to
+    simulate (the protocol's or the measured backend's efficiency folded in), the fixed seconds
+    before its first byte moves, and its per-step latency over the profile's (Simple's)."""
+
+    algo: str
+    moved: float
+    overhead_s: float
+    hop_scale: float = 1.0
+    proto: str = "simple"
+    floor_s: float = 0.0  # no call ends sooner: the host launches it (profile [nccl])
+
+
+def calibrated(hw: HardwareProfile, op: str, algo: str, ranks: int, size: float,
+               proto: str = nccl.AUTO_PROTO, nodes: int | None = None) -> Choice:
+    """How `op` of `size` bytes over `ranks` GPUs runs on `hw`.
+
+    A measured profile says how its backend runs the collective, at what efficiency and with
+    what per-call overhead (scape calibrate collectives). A profile with an [nccl] table runs
+    it as NCCL does: the (algorithm, protocol) its tuner picks (or the ones forced, as
+    NCCL_ALGO / NCCL_PROTO force them), with the protocol's bandwidth, latencies and the
+    host's launch cost (simulator/nccl.py). Other profiles: `auto` or the algorithm given, the
+    Simple protocol. A profile's [transport] adds its fixed cost per inter-node call. `nodes`:
+    how many nodes the group spans (default: as few as hold `ranks`)."""
     call = hw.call_overhead_s(ranks)  # the transport's fixed cost per inter-node call
     measured = hw.collectives.get(op)
-    if measured is None or algo != AUTO:
-        return algo, size, call
-    eff = measured.get("by_ranks", {}).get(ranks, measured["efficiency"])
-    return measured["algo"], size / eff, call + measured.get("overhead_s", {}).get(ranks, 0.0)
+    tuned = measured is None and op in nccl.TUNED_OPS
+    m = nccl.machine(hw, ranks, nodes) if tuned else None
+    if m is None or (algo != AUTO and algo not in nccl.TUNED_ALGOS):
+        if proto not in (nccl.AUTO_PROTO, "simple"):
+            raise UserError(f"--proto {proto}: {hw.name} has no [nccl] table (only NCCL "
+                            "profiles model protocols; this one runs Simple)")
+        if measured is None or algo != AUTO:
+            return Choice(algo, size, call)
+        eff = measured.get("by_ranks", {}).get(ranks, measured["efficiency"])
+        return Choice(measured["algo"], size / eff,
+                      call + measured.get("overhead_s", {}).get(ranks, 0.0))
+    algos = None if algo == AUTO else (algo,)
+    protos = None if proto == nccl.AUTO_PROTO else (proto,)
+    chosen, p = nccl.choose(op, size, m, algos, protos)
+    pr = nccl.protocol(op, chosen, p, size, m)
+    # NCCL's latency replaces the phases' per-step latency (hop_scale 0)
+    return Choice(chosen, size * pr.wire, call + pr.latency_s, 0.0, p,
+                  hw.nccl.launch_floor_us * 1e-6)
 
 
 def sweep(
-    hw: HardwareProfile, gpus: int, op: str, algo: str, sizes: list[int]
+    hw: HardwareProfile, gpus: int, op: str, algo: str, sizes: list[int],
+    proto: str = nccl.AUTO_PROTO,
 ) -> list[Result]:
-    """`collective_time` for each size, on one topology (validated once, up front)."""
+    """`collective_time` for each size, on one topology (validated once, up front); on NCCL
+    profiles each result names the protocol too."""
     for size in sizes:
         check_request(op, algo, size)
+    if proto not in (nccl.AUTO_PROTO, *nccl.PROTOCOLS):
+        raise UserError(f"--proto must be auto or one of {', '.join(nccl.PROTOCOLS)}, got "
+                        f"{proto!r}")
     if gpus < 2:
         raise UserError(f"a collective needs at least 2 GPUs, got {gpus}")
     topo = build_topology(hw, gpus)
     out = []
     for size in sizes:
-        chosen, moved, overhead = calibrated(hw, op, algo, gpus, size)
-        res = collective_time(topo, gpus, op, chosen, moved)
-        # algbw of the bytes asked for, and the call's fixed overhead first
-        out.append(replace(res, size_bytes=size, end_s=res.end_s + overhead))
+        c = calibrated(hw, op, algo, gpus, size, proto)
+        if c.algo == AUTO:  # no tuner: the fastest registered algorithm in this model
+            res = collective_time(topo, gpus, op, AUTO, c.moved)
+            name, seconds = res.algo, res.time_s
+        else:
+            phases = [replace(ph, hop_scale=c.hop_scale) for ph in phases_of(
+                topo, Request(op, c.algo, c.moved), np.arange(gpus))]
+            name, seconds = c.algo, time_alone(topo, phases)
+        tuned = hw.nccl is not None and op in nccl.TUNED_OPS and op not in hw.collectives
+        # algbw of the bytes asked for, and the call's fixed costs first
+        out.append(Result(name, op, name, size, gpus, 0.0,
+                          max(seconds + c.overhead_s, c.floor_s), c.proto if tuned else ""))
     return out
 
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from profiles import UserError
 from simulator.collective import PhaseCache, time_alone
-from simulator.collectives import ALGORITHMS
+from simulator.collectives import ALGORITHMS, software_algorithms
 from simulator.network import Topology
 
 BIG = 1e30  # bytes/s: a bandwidth at which the data term vanishes
@@ -136,19 +136,19 @@ def fit_tier(rows: list[dict]) -> TierFit:
     sizes = np.array([float(r["size_bytes"]) for r in rows])
     coef = {(r["op"], algo, r["world"], r["size_bytes"]):
             coefficients(r["op"], algo, r["world"], r["size_bytes"])
-            for r in rows for algo in ALGORITHMS[r["op"]]}
+            for r in rows for algo in software_algorithms(r["op"])}
 
     def columns(choice: dict[str, str]):
         ac = np.array([coef[(r["op"], choice[r["op"]], r["world"], r["size_bytes"])]
                        for r in rows])
         return ac[:, 0], ac[:, 1] * sizes  # latency steps, bytes on the busiest link
 
-    choice = {op: next(iter(ALGORITHMS[op])) for op in ops}
+    choice = {op: software_algorithms(op)[0] for op in ops}
     x = _solve(*columns(choice), t, group_idx, len(groups))
     for _ in range(3):  # alternate: each collective's best algorithm, then a joint refit
         for op in ops:
             best = None
-            for algo in ALGORITHMS[op]:
+            for algo in software_algorithms(op):
                 a, c = columns({**choice, op: algo})
                 err = 0.0
                 for g, (gop, _) in enumerate(groups):

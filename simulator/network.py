@@ -198,6 +198,15 @@ class Topology:
         return Demand(name, links, load[links], float(bytes_each), p * (p - 1), latency,
                       *self._chunk(bool(other_node.any())))
 
+    def switch_flows(self, name: str, group: np.ndarray, bytes_each: float) -> Demand:
+        """Every member of `group` sends `bytes_each` into its node's NVSwitch and receives
+        `bytes_each` from it, as NVLink SHARP's multimem loads and stores do: the switch
+        reduces and multicasts, so only the GPUs' ports carry bytes."""
+        group = np.asarray(group, dtype=np.int64)
+        off = self._off
+        ids = np.concatenate([off["intra_tx"] + group, off["intra_rx"] + group])
+        return self._demand(name, ids, bytes_each, len(ids), self.intra_latency_s, False)
+
     def _hop_latency(self, intra: bool, inter: bool, cross_leaf: bool) -> float:
         """Largest one-hop latency among flows inside a node, between nodes, across leaves."""
         candidates = [0.0]

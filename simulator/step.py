@@ -26,7 +26,7 @@ waiting), overlapped communication (communication busy while compute runs).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import simpy
@@ -185,6 +185,7 @@ class _StepSim:
         self.comm = _Stream(self.env, "comm")
         self.spans: list[Span] = []
         self.groups = [np.arange(r, cfg.gpus, cfg.tp) for r in range(cfg.tp)]
+        self.group_nodes = len(np.unique(topo.node_of(self.groups[0])))  # nodes a group spans
         self.times = fwd_bwd(cfg.model, cfg.hardware, cfg.micro_batch, cfg.seq, cfg.tp,
                              cfg.accum)
         self.n_chunks = cfg.chunks or cfg.model.arch.n_layers
@@ -210,12 +211,16 @@ class _StepSim:
             yield req
             t0 = self.env.now
             # how this backend runs it, where the profile was calibrated
-            algo, moved, overhead = calibrated(self.cfg.hardware, collective, self.cfg.algo,
-                                               self.cfg.dp, size)
-            if overhead > 0:
-                yield self.env.timeout(overhead)
-            phases = self.cache.phases(collective, algo, self.groups, moved)
+            c = calibrated(self.cfg.hardware, collective, self.cfg.algo, self.cfg.dp, size,
+                           nodes=self.group_nodes)
+            if c.overhead_s > 0:
+                yield self.env.timeout(c.overhead_s)
+            phases = self.cache.phases(collective, c.algo, self.groups, c.moved)
+            if c.hop_scale != 1.0:
+                phases = [replace(ph, hop_scale=c.hop_scale) for ph in phases]
             yield from execute(self.env, self.net, phases, name, [])
+            if self.env.now - t0 < c.floor_s:  # the host launches calls no faster
+                yield self.env.timeout(c.floor_s - (self.env.now - t0))
             self.comm.busy.append((t0, self.env.now))
             self.spans.append(Span("comm", name, t0, self.env.now, size))
 

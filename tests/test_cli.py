@@ -44,11 +44,11 @@ def test_collective_table_and_csv(capsys, op):
     assert code == 0
     lines = [ln for ln in out.splitlines() if not ln.startswith("#")]
     assert lines[0].split() == ["size_bytes", "size", "time_us", "algbw_GBps", "busbw_GBps",
-                                "algo"]
+                                "algo", "proto"]
     assert len(lines) == 1 + 11  # 1KiB doubling to 1MiB
     code, out, _ = scape(capsys, "collective", "-H", "dgx-h100", "-g", "16", "--op", op,
                          "--sizes", "1KiB,1MiB", "--format", "csv")
-    assert code == 0 and out.splitlines()[0].startswith("op,algo,ranks,size_bytes,time_s")
+    assert code == 0 and out.splitlines()[0].startswith("op,algo,proto,ranks,size_bytes,time_s")
 
 
 @pytest.mark.parametrize("kind_name", [f"hardware/{n}" for n in names("hardware")]

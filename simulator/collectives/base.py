@@ -28,11 +28,12 @@ class Phase:
     name: str
     steps: int
     demands: tuple[Demand, ...]
+    hop_scale: float = 1.0  # a protocol's per-step latency over Simple's (simulator/nccl.py)
 
     @property
     def latency_s(self) -> float:
-        return self.steps * max((d.step_latency_s(self.steps) for d in self.demands),
-                                default=0.0)
+        return self.steps * self.hop_scale * max(
+            (d.step_latency_s(self.steps) for d in self.demands), default=0.0)
 
     @property
     def total_bytes(self) -> float:

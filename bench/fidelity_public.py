@@ -1,0 +1,88 @@
+"""Fidelity of the collective model against published nccl-tests tables (issue 18).
+
+Every row of profiles/external/public-collectives.csv (sources in public-collectives.md) is
+predicted with `scape collective`'s model on the named hardware profile: NCCL's tuner choice
+where the run left NCCL's default (`auto`), ring where it forced NCCL_ALGO=Ring. One constant is
+fitted, on a subset named here (CALIBRATION: the A2 rows below 1 MiB, where no byte costs
+anything): the host's launch floor of a call (nccl-tests times calls launched back to back, so a
+call whose GPUs finish sooner waits for the next launch), the median of those rows' times; it is
+the profile's [nccl] launch_floor_us. Every other row is held out. Prints each case's errors by
+size and the median and max |error| of held-out rows from 1 MiB up (the issue's range) and
+below it.
+
+Usage: python bench/fidelity_public.py [--csv out/fidelity.csv]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from profiles import load_hardware  # noqa: E402
+from simulator.collective import sweep  # noqa: E402
+
+DATA = REPO / "profiles" / "external" / "public-collectives.csv"
+MIB = 2**20
+
+
+def predict(rows: pd.DataFrame) -> pd.DataFrame:
+    out = []
+    for (_case, hw_name, gpus, op, algo), part in rows.groupby(
+            ["case", "hardware", "gpus", "op", "nccl_algo"], sort=False):
+        hw = load_hardware(hw_name)
+        results = sweep(hw, int(gpus), op, algo, [int(s) for s in part["size_bytes"]])
+        for (_, row), res in zip(part.iterrows(), results, strict=True):
+            out.append({**row.to_dict(), "pred_us": res.time_s * 1e6, "algo": res.algo,
+                        "proto": res.proto})
+    df = pd.DataFrame(out)
+    df["err_pct"] = (df["pred_us"] / df["time_us"] - 1) * 100
+    return df
+
+
+def calibration(df: pd.DataFrame) -> pd.Series:
+    """The rows the launch floor is fitted on."""
+    return df["case"].str.startswith("A2-") & (df["size_bytes"] < MIB)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--csv", help="write every row with its prediction here")
+    args = parser.parse_args()
+    rows = pd.read_csv(DATA)
+    fit = calibration(rows)
+    floor = rows.loc[fit, "time_us"].median()
+    used = load_hardware("dgx-h100").nccl.launch_floor_us
+    print(f"launch floor fitted on {fit.sum()} calibration rows (A2 below 1 MiB): "
+          f"{floor:.2f} us; profile dgx-h100 [nccl] launch_floor_us = {used:.2f}")
+    df = predict(rows)
+    df["held_out"] = ~calibration(df)
+    pd.set_option("display.width", 160)
+    for case, part in df.groupby("case", sort=False):
+        print(f"\n## {case} ({part['hardware'].iloc[0]}, {part['gpus'].iloc[0]} GPUs, "
+              f"{part['op'].iloc[0]}, NCCL_ALGO {part['nccl_algo'].iloc[0]})")
+        print(part[["size_bytes", "time_us", "pred_us", "err_pct", "algo", "proto"]]
+              .to_string(index=False, float_format=lambda v: f"{v:.1f}"))
+    print()
+    held = df["held_out"]
+    for label, sel in (("from 1 MiB up (held out)", held & (df["size_bytes"] >= MIB)),
+                       ("below 1 MiB (held out)", held & (df["size_bytes"] < MIB)),
+                       ("calibration rows", ~held)):
+        e = df.loc[sel, "err_pct"].abs()
+        print(f"{label}: {sel.sum()} rows, median |error| {e.median():.1f}%, max {e.max():.1f}%")
+        by_case = df[sel].groupby("case", sort=False)["err_pct"].agg(
+            lambda s: f"median {s.abs().median():.1f}%, max {s.abs().max():.1f}%")
+        for case, text in by_case.items():
+            print(f"  {case:<24} {text}")
+    if args.csv:
+        df.to_csv(args.csv, index=False)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

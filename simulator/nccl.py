@@ -1,0 +1,235 @@
+"""NCCL's tuner: which algorithm and protocol NCCL runs a collective with, and what the
+protocol costs (issue 18).
+
+NCCL picks, for every call, the (algorithm, protocol) pair its own cost model says is fastest
+(NVIDIA/nccl v2.25.1, src/graph/tuning.cc ncclTopoTuneModel / ncclTopoGetAlgoTime and
+src/enqueue.cc topoGetAlgoInfo; constants in profiles/external/nccl-tuning.toml). `choose`
+evaluates that model; the simulator then runs the chosen algorithm on its own network model,
+with the protocol's per-step latency, its base latency and its bandwidth (`Protocol`): LL moves
+8 data bytes in each 16-byte line (half the bandwidth, capped by llMaxBw), LL128 120 of every
+128 (0.92 in NCCL's model), Simple all of it with the largest per-step latency.
+
+The tuner's inputs are the topology's effective rates: per-GPU bandwidth inside the node
+(bwIntra x channels) and its share of the node's NICs (bwInter x channels). NCCL's graph search
+finds them per channel from fixed speed lists; taking the totals is this module's assumption.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from profiles import HardwareProfile, UserError
+
+DATA = Path(__file__).resolve().parents[1] / "profiles" / "external" / "nccl-tuning.toml"
+PROTOCOLS = ("ll", "ll128", "simple")
+TUNED_ALGOS = ("ring", "tree", "nvls", "nvls_tree")  # NCCL's algorithms this simulator builds
+# Collectives NCCL's tuner chooses for; all-to-all is point-to-point sends (Simple, no tuning)
+TUNED_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+AUTO_PROTO = "auto"
+
+
+@lru_cache(maxsize=1)
+def constants() -> dict:
+    return tomllib.loads(DATA.read_text())
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What NCCL's tuner sees of a group: ranks, nodes, bandwidths and capabilities."""
+
+    ranks: int
+    nodes: int
+    intra_GBps: float  # per GPU, effective, inside the node
+    inter_GBps: float  # per GPU share of its node's NICs, effective (0: one node)
+    arch: str
+    nvls: bool  # the nodes' NVSwitches multicast (NVLink SHARP)
+    ll128: bool
+    channels: int
+    intra_hw: str  # "nvlink" | "pci"
+
+    @property
+    def ppn(self) -> float:
+        return self.ranks / self.nodes
+
+
+def machine(hw: HardwareProfile, ranks: int, nodes: int | None = None) -> Machine | None:
+    """The tuner's view of `ranks` GPUs of `hw` on `nodes` nodes (default: as few as hold
+    them); None when the profile does not describe NCCL (no [nccl] table: measured gloo
+    profiles, or profiles not yet given one)."""
+    if hw.nccl is None:
+        return None
+    nodes = math.ceil(ranks / hw.node.gpus_per_node) if nodes is None else nodes
+    g = max(1, ranks // nodes)  # GPUs of the group per node
+    nics = max(1, hw.nic.nics_per_node * g // hw.node.gpus_per_node)
+    inter = hw.inter_node_Bps * nics / g / 1e9 if nodes > 1 else 0.0
+    transport = hw.transport.kind if hw.transport else "ib-verbs"
+    nvlink = hw.intra_node.kind == "nvlink"
+    # LL128 (tuning.cc, NCCL_PROTO default): on when the GPUs talk over NVLink and the NICs are
+    # reached by GPUDirect RDMA (typeInter <= PXN); a socket transport stages through the host
+    return Machine(ranks=ranks, nodes=nodes, intra_GBps=hw.intra_node.effective_Bps / 1e9,
+                   inter_GBps=inter, arch=hw.nccl.arch,
+                   nvls=hw.nccl.nvls and nvlink and g > 2,
+                   ll128=(nvlink or g == 1) and transport != "socket",
+                   channels=hw.nccl.channels, intra_hw="nvlink" if nvlink else "pci")
+
+
+def _steps(op: str, ranks: int) -> int:
+    return {"all_reduce": 2 * (ranks - 1), "broadcast": ranks}.get(op, ranks - 1)
+
+
+def available(op: str, algo: str, proto: str, m: Machine) -> bool:
+    """Whether NCCL would consider (algo, proto) for `op` on `m` (enqueue.cc
+    updateCollCostTable, tuning.cc enable rules)."""
+    if proto == "ll128" and not m.ll128:
+        return False
+    if algo == "ring":
+        return op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+    if algo == "tree":
+        return op == "all_reduce"
+    if algo == "nvls":  # Simple only; one node (NVLS across nodes needs CollNet)
+        return (m.nvls and proto == "simple" and m.nodes == 1 and m.ranks <= 32
+                and op in ("all_reduce", "all_gather", "reduce_scatter"))
+    if algo == "nvls_tree":  # NVLS inside each node, a tree between nodes
+        return m.nvls and proto == "simple" and m.nodes > 1 and op == "all_reduce"
+    return False
+
+
+def _col(m: Machine) -> int:
+    return min(m.nodes, 3) - 1
+
+
+def busbw(op: str, algo: str, proto: str, m: Machine) -> float:
+    """NCCL's bus bandwidth for (algo, proto) in GB/s (ncclTopoTuneModel)."""
+    c = constants()
+    caps, f = c["caps"], c["factors"]
+    a = c["meta"]["archs"].index(m.arch)
+    bw = m.intra_GBps if m.nodes <= 2 else m.inter_GBps
+    if algo in ("nvls", "nvls_tree"):
+        eff = caps["nvls_efficiency"][a] * (m.channels - 1) / m.channels
+        intra = m.intra_GBps * eff * (2 if op == "all_reduce" else (m.ppn - 1) / m.ppn)
+        if algo == "nvls":
+            return intra
+        # the tree between nodes runs on the node's NICs (per-node frame, as NCCL's NVLS tree
+        # graph counts one head per NIC), twice on two nodes (2.28's model)
+        inter = m.inter_GBps * m.ppn * (2 if m.nodes <= 2 else 1)
+        return min(intra, inter, m.channels * caps["nvls_tree_per_channel"][a][_col(m)])
+    ll_max = caps["ll_max"][a][0] if m.nodes == 1 else caps["ll_max_multi_node_intel"][_col(m)]
+    if algo == "ring":
+        if proto == "ll":
+            return min(ll_max, bw * f["ring_ll"])
+        if proto == "ll128":
+            cap = m.channels * caps["ring_ll128_per_channel"][a][_col(m)]
+            return min(bw * f["ring_ll128"], cap)
+        return bw
+    # tree
+    bw = min(bw * f["tree_simple"], m.channels * caps["tree_per_channel"][a][_col(m)])
+    if proto == "ll":
+        bw = min(bw / f["tree_ll_div"], ll_max)
+    elif proto == "ll128":
+        factor = f["tree_ll128_one_node"] if m.nodes == 1 else f["tree_ll128_multi_node"]
+        bw = min(bw * factor, m.channels * caps["tree_ll128_per_channel"][a][_col(m)])
+    return bw * f["tree_pattern"]
+
+
+def algbw(op: str, algo: str, proto: str, m: Machine) -> float:
+    bus = busbw(op, algo, proto, m)
+    if algo in ("ring", "nvls", "nvls_tree"):
+        return bus * m.ranks / _steps(op, m.ranks)
+    return bus * 0.5
+
+
+def hop_latency_us(algo: str, proto: str, hw: str) -> float:
+    c = constants()
+    return c["hw_lat"][hw][algo][PROTOCOLS.index(proto)]
+
+
+def latency_us(op: str, algo: str, proto: str, m: Machine) -> float:
+    """NCCL's latency of one call (ncclTopoTuneModel), without launch costs."""
+    c = constants()
+    p = PROTOCOLS.index(proto)
+    lat = c["base_lat"][algo][p]
+    intra = hop_latency_us(algo, proto, m.intra_hw)
+    inter = hop_latency_us("tree" if m.ppn == 1 else algo, proto, "net")
+    if algo == "nvls":
+        return intra + (inter if m.nodes > 1 else 0.0)
+    if algo == "nvls_tree":
+        return lat + intra + 2 * int(math.log2(m.nodes)) * inter
+    if algo == "ring":
+        nsteps = _steps(op, m.ranks)
+        overhead = c["factors"]["net_overhead_us"] * (3 if proto == "simple" else 1)
+        intra = max(intra, overhead) if m.nodes > 1 else intra
+        n_inter = 0 if m.nodes == 1 else (2 * (m.nodes - 1) if op == "all_reduce"
+                                          else m.nodes - 1)
+        return lat + (nsteps - n_inter) * intra + n_inter * inter
+    per_node = m.ranks // m.nodes
+    return lat + 2 * ((per_node - 1) * intra + int(math.log2(m.nodes)) * inter)
+
+
+def estimate_us(op: str, algo: str, proto: str, size: float, m: Machine) -> float | None:
+    """NCCL's estimated time of one call (ncclTopoGetAlgoTime); None: not available."""
+    if not available(op, algo, proto, m):
+        return None
+    c = constants()
+    bw = algbw(op, algo, proto, m)
+    log_size = int(math.log2(size / 64)) if size >= 64 else -1
+    if algo == "tree" and op == "all_reduce" and 0 <= log_size < 23:
+        bw *= c["tree_correction"][proto][log_size]
+    return call_latency_us(op, algo, proto, size, m) + size / (1000 * bw)
+
+
+def call_latency_us(op: str, algo: str, proto: str, size: float, m: Machine) -> float:
+    """NCCL's latency of one call of `size` bytes (ncclTopoGetAlgoTime's lat * latCount for a
+    single call, with the ring plateau factor across nodes)."""
+    lat = latency_us(op, algo, proto, m)
+    if (algo == "ring" and proto == "simple" and m.nodes > 1 and op == "all_reduce"
+            and size / (m.channels * m.ranks) >= 64):
+        lat *= constants()["factors"]["ring_plateau"]
+    return lat
+
+
+def choose(op: str, size: float, m: Machine, algos: tuple[str, ...] | None = None,
+           protos: tuple[str, ...] | None = None) -> tuple[str, str]:
+    """The (algorithm, protocol) NCCL runs `op` of `size` bytes with: the fastest in its cost
+    model among the available pairs (algorithm-major order, the first strict minimum), within
+    `algos`/`protos` when given (NCCL_ALGO / NCCL_PROTO)."""
+    best, best_t = None, math.inf
+    for algo in algos or TUNED_ALGOS:
+        for proto in protos or PROTOCOLS:
+            t = estimate_us(op, algo, proto, size, m)
+            if t is not None and t < best_t:
+                best, best_t = (algo, proto), t
+    if best is None:
+        raise UserError(f"NCCL has no algorithm for {op} with algo "
+                        f"{'/'.join(algos or TUNED_ALGOS)} and proto "
+                        f"{'/'.join(protos or PROTOCOLS)} on {m.ranks} GPUs of {m.nodes} "
+                        "node(s) of this machine")
+    return best
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """What running an algorithm with a protocol changes in the simulation: the bytes its
+    flows carry per data byte (Simple's bus bandwidth over this protocol's, so LL's half rate
+    and its llMaxBw cap included) and the call's latency, NCCL's own (per-step hwLat of the
+    links each step crosses, plus baseLat), which replaces the simulated phases' per-step
+    latency: the network model prices the bytes and their contention, NCCL's model the steps."""
+
+    name: str
+    wire: float  # bytes on the wire per data byte
+    latency_s: float  # once per call
+
+
+def protocol(op: str, algo: str, proto: str, size: float, m: Machine) -> Protocol:
+    """The simulation's terms for (algo, proto). NVLS moves its bytes at nvlsEfficiency x
+    (channels - 1) / channels of the NVLink rate (the 2.28 tuner's model)."""
+    c = constants()
+    if algo in ("nvls", "nvls_tree"):
+        a = c["meta"]["archs"].index(m.arch)
+        wire = 1 / (c["caps"]["nvls_efficiency"][a] * (m.channels - 1) / m.channels)
+    else:
+        wire = busbw(op, algo, "simple", m) / busbw(op, algo, proto, m)
+    return Protocol(proto, wire, call_latency_us(op, algo, proto, size, m) * 1e-6)

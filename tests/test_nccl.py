@@ -1,0 +1,100 @@
+"""NCCL's tuner (simulator/nccl.py): its cost model against figures worked out by hand from
+tuning.cc's constants, the choices it makes, and what a protocol does to a simulated call."""
+
+from __future__ import annotations
+
+import pytest
+
+from profiles import UserError, load_hardware
+from simulator import nccl
+from simulator.collective import sweep
+
+H100 = load_hardware("dgx-h100")
+
+
+def test_latency_matches_tuning_cc_by_hand():
+    """8 GPUs on one NVSwitch node, all-reduce: ring 2(P-1) steps, tree 2(P-1) chain steps,
+    NVLS one NVLS hop (v2.25.1 baseLat + nsteps * hwLat)."""
+    m = nccl.machine(H100, 8)
+    assert nccl.latency_us("all_reduce", "ring", "ll", m) == pytest.approx(6.6 + 14 * 0.6)
+    assert nccl.latency_us("all_reduce", "ring", "ll128", m) == pytest.approx(14 + 14 * 1.9)
+    assert nccl.latency_us("all_reduce", "ring", "simple", m) == pytest.approx(8.4 + 14 * 3.4)
+    assert nccl.latency_us("all_reduce", "tree", "ll", m) == pytest.approx(6.8 + 2 * 7 * 0.6)
+    assert nccl.latency_us("all_reduce", "nvls", "simple", m) == pytest.approx(25.0)
+    # two nodes: two of the ring's 2(P-1) steps cross the network, at NET's hwLat; the others
+    # pay at least the network overhead (getNetOverhead, 1 us on Intel hosts)
+    m2 = nccl.machine(H100, 16)
+    assert nccl.latency_us("all_reduce", "ring", "ll", m2) == pytest.approx(
+        6.6 + 28 * max(0.6, 1.0) + 2 * 2.7)
+
+
+def test_bandwidth_factors():
+    m = nccl.machine(H100, 8)
+    simple = nccl.busbw("all_reduce", "ring", "simple", m)
+    assert simple == pytest.approx(360.0)  # the profile's effective NVLink rate
+    assert nccl.busbw("all_reduce", "ring", "ll", m) == pytest.approx(141.0)  # llMaxBw, Hopper
+    assert nccl.busbw("all_reduce", "ring", "ll128", m) == pytest.approx(0.92 * 360)
+
+
+def test_choices_follow_size():
+    m = nccl.machine(H100, 8)
+    assert nccl.choose("all_reduce", 1024, m) == ("ring", "ll")
+    assert nccl.choose("all_reduce", 2**33, m) == ("nvls", "simple")
+    assert nccl.choose("all_reduce", 2**33, m, algos=("ring",)) == ("ring", "simple")
+    assert nccl.choose("all_gather", 2**33, m, algos=("ring",)) == ("ring", "simple")
+    # NVLS is one node's: across nodes NVLS inside them and a tree between them
+    assert nccl.choose("all_reduce", 2**33, nccl.machine(H100, 16)) == ("nvls_tree", "simple")
+
+
+def test_no_ll128_over_sockets():
+    socket = load_hardware("vista-gh200-socket")
+    assert socket.nccl is None  # no tuner there: the Simple protocol, as before
+    m = nccl.machine(H100, 16)
+    assert m.ll128
+    from dataclasses import replace
+
+    m_sock = replace(m, ll128=False)
+    assert not nccl.available("all_reduce", "ring", "ll128", m_sock)
+
+
+def test_sweep_names_the_choice_and_protocol_slows_what_it_should():
+    auto = sweep(H100, 8, "all_reduce", "auto", [1024, 2**30])
+    assert (auto[0].algo, auto[0].proto) == ("ring", "ll")
+    assert (auto[1].algo, auto[1].proto) == ("nvls", "simple")
+    ll, simple = (sweep(H100, 8, "all_reduce", "ring", [2**30], p)[0] for p in ("ll", "simple"))
+    # LL at 1 GiB: capped at llMaxBw, 141 of Simple's 360 GB/s bus bandwidth
+    assert ll.busbw_GBps == pytest.approx(141.0, rel=0.01)
+    assert simple.busbw_GBps > 2 * ll.busbw_GBps
+
+
+def test_nvls_rate_is_the_switch_traffic_at_nccl_efficiency():
+    """One phase moving S(1 + 1/P) each way per GPU at 0.85 x 15/16 of the NVLink rate."""
+    (r,) = sweep(H100, 8, "all_reduce", "nvls", [2**33])
+    algbw = 360e9 * 0.85 * 15 / 16 / (1 + 1 / 8)
+    t = 2**33 / algbw + 25e-6
+    assert r.time_s == pytest.approx(t, rel=1e-6)
+
+
+def test_proto_needs_an_nccl_profile():
+    with pytest.raises(UserError, match="no \\[nccl\\] table"):
+        sweep(load_hardware("vista-gh200"), 32, "all_reduce", "ring", [1024], "ll")
+    with pytest.raises(UserError, match="--proto must be"):
+        sweep(H100, 8, "all_reduce", "ring", [1024], "fast")
+
+
+def test_nvls_tree_across_nodes():
+    """Two nodes: NVLS inside each node pipelined with the NIC exchange of each GPU's 1/G
+    share; at 8 GiB the switch traffic bounds it, so its time is NVLS's on one node plus the
+    tree's latency (25 us + 2 log2(2) x 14 us)."""
+    (r,) = sweep(H100, 16, "all_reduce", "auto", [2**33])
+    assert (r.algo, r.proto) == ("nvls_tree", "simple")
+    switch = 2**33 * (1 + 1 / 8) / (360e9 * 0.85 * 15 / 16)
+    nic = 2**33 / 8 / 47e9 / (0.85 * 15 / 16)  # the same wire factor applies to its bytes
+    assert switch > nic
+    assert r.time_s == pytest.approx(switch + (25 + 2 * 14) * 1e-6, rel=1e-6)
+    with pytest.raises(UserError, match="no algorithm for all_reduce with algo nvls"):
+        sweep(H100, 16, "all_reduce", "nvls", [2**20])  # NCCL_ALGO=NVLS on two nodes
+    from simulator.collective import collective_time
+
+    with pytest.raises(UserError, match="runs inside one node"):  # the builder itself
+        collective_time(H100, 16, "all_reduce", "nvls", 2**20)
