@@ -1,0 +1,87 @@
+"""Tokens to quality: how many tokens each scheme needs to reach dense AdamS's final validation
+loss, relative to dense AdamS, as a convergence study measured it (bench/convergence_protocol.py
+writes profiles/quality/<study>.toml). The planner prices a run by time to that quality with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from profiles.errors import ProfileError
+from profiles.loader import ROOT, read_toml
+from profiles.schema import Field, validate_table
+
+STUDY_FIELDS = {
+    "study": Field(str, nonempty=True), "command": Field(str, nonempty=True),
+    "date": Field(str, nonempty=True), "model": Field(str, nonempty=True),
+    "corpus": Field(str, nonempty=True), "tokens_per_step": Field(int, ge=1),
+    "steps": Field(int, ge=1), "dense_adams_lr": Field(float, gt=0),
+    "dense_adams_final_val_loss": Field(float, gt=0),
+    "dense_adams_steps_to_quality": Field(float, gt=0),
+}
+SCHEME_FIELDS = {
+    "scheme": Field(str, nonempty=True), "variant": Field(str, nonempty=True),
+    "sparsity": Field(float, ge=0, le=1), "lr": Field(float, gt=0), "seeds": Field(int, ge=1),
+    "final_val_loss": Field(float, gt=0), "gap_pct": Field(float),
+    "mean_bytes_ratio": Field(float, gt=0),
+    "tokens_ratio": Field(float, gt=0, required=False),  # absent: never reached
+    "reached": Field(bool, required=False),
+}
+
+
+@dataclass(frozen=True)
+class QualityEntry:
+    scheme: str
+    variant: str
+    sparsity: float
+    lr: float
+    seeds: int
+    final_val_loss: float
+    gap_pct: float
+    mean_bytes_ratio: float
+    tokens_ratio: float | None  # None: dense AdamS's final loss was never reached
+
+
+@dataclass(frozen=True)
+class QualityStudy:
+    study: str
+    command: str
+    date: str
+    model: str
+    corpus: str
+    tokens_per_step: int
+    steps: int
+    dense_adams_lr: float
+    dense_adams_final_val_loss: float
+    dense_adams_steps_to_quality: float
+    entries: tuple[QualityEntry, ...]
+    path: str
+
+    def lookup(self, scheme: str, sparsity: float) -> QualityEntry | None:
+        """The study's entry for `scheme` at `sparsity` (the best of its variants), if any."""
+        found = [e for e in self.entries
+                 if e.scheme == scheme and abs(e.sparsity - sparsity) < 1e-9]
+        return min(found, key=lambda e: e.final_val_loss) if found else None
+
+
+def parse_quality(path: Path | str, doc: dict) -> QualityStudy:
+    top = {k: v for k, v in doc.items() if k != "scheme"}
+    values, _ = validate_table(path, "", top, STUDY_FIELDS)
+    entries = []
+    for i, table in enumerate(doc.get("scheme", [])):
+        e, _ = validate_table(path, f"scheme #{i + 1}", table, SCHEME_FIELDS)
+        reached = e.pop("reached")
+        if (e["tokens_ratio"] is None) == (reached is None or reached):
+            raise ProfileError(f"{path}: [scheme #{i + 1}] gives tokens_ratio, or reached = "
+                               "false when dense AdamS's loss was never reached; not both")
+        entries.append(QualityEntry(**e))
+    if not entries:
+        raise ProfileError(f"{path}: no [[scheme]] entries")
+    return QualityStudy(**values, entries=tuple(entries), path=str(path))
+
+
+def load_quality(name: str) -> QualityStudy:
+    """profiles/quality/NAME.toml, or a path to such a file."""
+    path = Path(name) if name.endswith(".toml") else ROOT / "quality" / f"{name}.toml"
+    return parse_quality(path, read_toml(path))
