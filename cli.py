@@ -152,6 +152,26 @@ profiles_app = typer.Typer(help="List, show and check hardware and model profile
 app.add_typer(profiles_app, name="profiles")
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            v = version("scape-costmodel")
+        except PackageNotFoundError:  # run from a checkout without installing
+            v = "not installed"
+        import torch
+
+        print(f"scape {v} (torch {torch.__version__}, python {sys.version.split()[0]})")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(None, "--version", callback=_version, is_eager=True,
+                                       help="print the version and exit")) -> None:
+    """Communication cost modeler for LLM training: SCAPE, its baselines, real and simulated."""
+
+
 @profiles_app.command("list")
 def profiles_list(fmt: str = typer.Option("table", "--format", help="table|csv|json")):
     """The embedded profiles, with a one-line description each."""

@@ -255,3 +255,10 @@ def test_committed_measured_profiles_load_and_simulate(capsys, path):
                          f"measured/{path.stem}", "--gpus", "2", "--scheme", "scape:0.99",
                          "--micro-batch", "16", "--format", "json")
     assert code == 0 and json.loads(out)["step_time_s"] > 0
+
+
+def test_version(capsys):
+    from importlib.metadata import version
+
+    code, out, _ = scape(capsys, "--version")
+    assert code == 0 and out.startswith(f"scape {version('scape-costmodel')} (torch ")
