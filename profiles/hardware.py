@@ -60,6 +60,9 @@ NCCL_FIELDS = {
     # the shortest time one call takes back to back with the next: the host's launch of it
     # (when the GPUs finish sooner, they wait for the next launch)
     "launch_floor_us": Field(float, ge=0),
+    # latency the network plugin adds to every inter-node step (NCCL's latencyInter: 0 for its
+    # IB verbs transport, which reports none; Simple pays it twice, tuning.cc)
+    "net_latency_us": Field(float, ge=0, required=False),
     "source": SOURCE,
 }
 FABRIC_FIELDS = {
@@ -169,6 +172,7 @@ class Nccl:
     channels: int
     launch_floor_us: float
     source: str
+    net_latency_us: float | None = None
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -397,7 +401,8 @@ def _cross_check(path, hw: HardwareProfile) -> None:
         )
     if intra.kind != "none" and intra.bw_GBps <= 0:
         raise ProfileError(f"{path}: [intra_node] bw_GBps: must be > 0 for kind {intra.kind!r}")
-    if g % nic.nics_per_node:
+    if g % nic.nics_per_node and nic.nics_per_node % g:
         raise ProfileError(
-            f"{path}: [nic] nics_per_node: must divide gpus_per_node ({g}), got {nic.nics_per_node}"
+            f"{path}: [nic] nics_per_node: must divide gpus_per_node ({g}) or be a multiple of "
+            f"it (several NICs per GPU), got {nic.nics_per_node}"
         )

@@ -50,6 +50,7 @@ class Machine:
     ll128: bool
     channels: int
     intra_hw: str  # "nvlink" | "pci"
+    net_latency_us: float = 0.0  # latencyInter: what the network plugin adds per step
 
     @property
     def ppn(self) -> float:
@@ -64,7 +65,7 @@ def machine(hw: HardwareProfile, ranks: int, nodes: int | None = None) -> Machin
         return None
     nodes = math.ceil(ranks / hw.node.gpus_per_node) if nodes is None else nodes
     g = max(1, ranks // nodes)  # GPUs of the group per node
-    nics = max(1, hw.nic.nics_per_node * g // hw.node.gpus_per_node)
+    nics = hw.nic.nics_per_node * g / hw.node.gpus_per_node  # the group's NICs on a node
     inter = hw.inter_node_Bps * nics / g / 1e9 if nodes > 1 else 0.0
     transport = hw.transport.kind if hw.transport else "ib-verbs"
     nvlink = hw.intra_node.kind == "nvlink"
@@ -74,7 +75,8 @@ def machine(hw: HardwareProfile, ranks: int, nodes: int | None = None) -> Machin
                    inter_GBps=inter, arch=hw.nccl.arch,
                    nvls=hw.nccl.nvls and nvlink and g > 2,
                    ll128=(nvlink or g == 1) and transport != "socket",
-                   channels=hw.nccl.channels, intra_hw="nvlink" if nvlink else "pci")
+                   channels=hw.nccl.channels, intra_hw="nvlink" if nvlink else "pci",
+                   net_latency_us=hw.nccl.net_latency_us or 0.0)
 
 
 def _steps(op: str, ranks: int) -> int:
@@ -153,7 +155,9 @@ def latency_us(op: str, algo: str, proto: str, m: Machine) -> float:
     p = PROTOCOLS.index(proto)
     lat = c["base_lat"][algo][p]
     intra = hop_latency_us(algo, proto, m.intra_hw)
-    inter = hop_latency_us("tree" if m.ppn == 1 else algo, proto, "net")
+    inter = hop_latency_us("tree" if m.ppn == 1 else algo, proto, "net") + m.net_latency_us
+    if proto == "simple":  # "flush extra latency"
+        inter += m.net_latency_us
     if algo == "nvls":
         return intra + (inter if m.nodes > 1 else 0.0)
     if algo == "nvls_tree":

@@ -257,14 +257,17 @@ def build_topology(hw: HardwareProfile, gpus: int) -> Topology:
     g = min(hw.node.gpus_per_node, gpus) if gpus >= 1 else hw.node.gpus_per_node
     nic = hw.nic
     uplink = hw.fabric.nodes_per_leaf * nic.nics_per_node * hw.inter_node_Bps
+    # Several NICs per GPU (rails: AWS p5 has 4 x 100G per GPU) carry that GPU's channels side by
+    # side, one NIC each: one link of their summed rate per GPU is the same network.
+    rails = max(1, nic.nics_per_node // hw.node.gpus_per_node)
     return Topology(
         gpus=gpus,
         gpus_per_node=g,
         # A partly used node keeps the NICs of the GPUs it uses.
-        nics_per_node=max(1, nic.nics_per_node * g // hw.node.gpus_per_node),
+        nics_per_node=max(1, nic.nics_per_node // rails * g // hw.node.gpus_per_node),
         nodes_per_leaf=hw.fabric.nodes_per_leaf,
         intra_Bps=hw.intra_node.effective_Bps,
-        nic_Bps=hw.inter_node_Bps,  # through the profile's transport
+        nic_Bps=hw.inter_node_Bps * rails,  # through the profile's transport
         uplink_Bps=uplink / hw.fabric.oversubscription,
         intra_latency_s=hw.intra_node.latency_us * 1e-6,
         nic_latency_s=hw.inter_node_latency_s,

@@ -14,6 +14,7 @@ from profiles import UserError, load_hardware
 from simulator.collective import Request, Span, collective_time, run
 from simulator.collectives import ALGORITHMS, auto_candidates
 from simulator.collectives.tree import btree_parents, depth, dtree_parents
+from simulator.network import build_topology
 from tests.conftest import time_of, topo
 
 S = 2**30
@@ -286,3 +287,12 @@ def test_ring_busbw_within_10pct_of_published_reference(name):
     ref = hw.reference
     res = collective_time(hw, ref.ring_allreduce_gpus, "all_reduce", "ring", S)
     assert abs(res.busbw_GBps / ref.ring_allreduce_busbw_GBps - 1) <= 0.10
+
+
+def test_several_nics_per_gpu_add_up():
+    """AWS p5: 4 x 100G EFA per GPU act as one 4 x 12 GB/s link per GPU (the leaf's uplinks
+    keep all 32 NICs of each of its 32 nodes)."""
+    hw = load_hardware("aws-p5")
+    t = build_topology(hw, 16)
+    assert t.nics_per_node == 8 and t.nic_Bps == pytest.approx(4 * 12e9)
+    assert t.uplink_Bps == pytest.approx(32 * 32 * 12e9)  # the leaf's 32 nodes x 32 NICs
