@@ -423,6 +423,9 @@ def simulate(
     extra = _reducer_extra(distopt, residual_offload, param_offload)
     cfg = _step_config(model, hardware, gpus, scheme, micro_batch, seq_len, grad_accum, tp,
                        grad_dtype, param_dtype, algo, opts, global_batch, extra)
+    from simulator.memory import memory_columns, refuse_if_too_big
+
+    refuse_if_too_big(cfg)  # a step time for a step no GPU can hold would mislead
     result = simulate_step(cfg)
     if trace:
         write_trace(trace, result.spans, f"{model} on {gpus} x {hardware}: {scheme}")
@@ -430,7 +433,7 @@ def simulate(
            **resolved_scheme(cfg.scheme), "micro_batch": micro_batch, "seq_len": cfg.seq,
            "grad_accum": cfg.accum, "global_batch": cfg.sequences,
            "tp": tp, "grad_dtype": grad_dtype, "param_dtype": param_dtype, "algo": algo,
-           **result.as_dict()}
+           **result.as_dict(), **memory_columns(cfg)}
     if steps:
         mean = run_mean(cfg, steps)
         row.update(run_steps=steps, run_mean_step_s=mean.mean_step_s,
@@ -447,6 +450,10 @@ def simulate(
                 "overlapped_comm_s"):
         print(f"{key:>20}  {row[key] * 1e3:12.3f} ms")
     print(f"{'bytes_per_gpu':>20}  {row['bytes_per_gpu'] / 1e9:12.4f} GB")
+    parts = ", ".join(f"{k} {row[f'memory_{k}_GB']:.1f}" for k in (
+        "weights", "grads", "optimizer", "scheme_state", "activations"))
+    print(f"{'memory_per_gpu':>20}  {row['memory_GB']:12.2f} GB of "
+          f"{row['usable_memory_GB']:.1f} usable ({parts})")
     if steps:
         print(f"# averaged over a run of {steps} steps ({_schedule_text(cfg.scheme)}):")
         print(f"{'run_mean_step_s':>20}  {row['run_mean_step_s'] * 1e3:12.3f} ms")
@@ -510,9 +517,16 @@ def compare_cmd(
         shown[col.replace("_s", "_ms")] = shown.pop(col) * 1e3
     shown["GB_per_gpu"] = shown.pop("bytes_per_gpu") / 1e9
     shown["speedup"] = shown.pop("speedup")
+    # memory per GPU, and a flag on the rows no GPU can hold (their step time is hypothetical)
+    shown["mem_GB"] = df["memory_GB"]
+    shown["fits"] = df["fits_memory"].map({True: "yes", False: "NO"})
     header = (f"{model} on {describe(build_topology(cfg.hardware, gpus))}\n"
               f"micro-batch {micro_batch} x seq {cfg.seq}, grad-accum {cfg.accum}, tp {tp}; "
-              f"speedup = {baseline} step time / scheme step time")
+              f"speedup = {baseline} step time / scheme step time; mem_GB per GPU of "
+              f"{df['usable_memory_GB'].iloc[0]:.1f} usable")
+    if not df["fits_memory"].all():
+        header += ("\nfits NO: one GPU cannot hold that configuration; its times are what it "
+                   "would take if it could")
     if steps:
         shown["run_mean_ms"] = df["run_mean_step_s"] * 1e3
         shown["run_GB_per_gpu"] = df["run_mean_bytes_per_gpu"] / 1e9
@@ -520,7 +534,7 @@ def compare_cmd(
         header += (f"\nrun_*: averaged over a run of {steps} steps, SCAPE "
                    f"{_schedule_text(cfg.scheme)}")
     print(render(shown, "table", header=header, floatfmt={
-        c: "{:.3f}" for c in shown.columns if c != "scheme"}))
+        c: "{:.3f}" for c in shown.columns if c not in ("scheme", "fits")}))
 
 
 def _progress(description: str):

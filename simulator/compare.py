@@ -20,6 +20,7 @@ from scape.plan import (
     make_config,
 )
 from simulator.collective import PhaseCache
+from simulator.memory import memory_columns
 from simulator.network import build_topology
 from simulator.schedule import run_mean
 from simulator.step import StepConfig, simulate_step
@@ -145,7 +146,7 @@ def compare(base: StepConfig, specs: list[str], baseline: str,
         resolved = resolved_scheme(scheme)
         options = resolved.pop("scheme_options", None)
         rows.append({"scheme": name, **resolved, "bits": resolved.get("bits"),
-                     "options": options, **result.as_dict()})
+                     "options": options, **result.as_dict(), **memory_columns(cfg)})
         if run_steps:
             mean = run_mean(cfg, run_steps, cache)
             rows[-1].update(run_mean_step_s=mean.mean_step_s,

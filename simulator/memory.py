@@ -96,3 +96,37 @@ def memory_use(
         scheme_state=extra,
         activations=a.n_layers * per_layer + working + logits,
     )
+
+
+def step_memory(cfg) -> MemoryUse:
+    """What one GPU of a simulated step (simulator.step.StepConfig) holds at its peak."""
+    return memory_use(cfg.model, cfg.scheme, cfg.dp, cfg.tp, cfg.micro_batch, cfg.seq,
+                      cfg.dtypes, cfg.recompute)
+
+
+def memory_columns(cfg) -> dict:
+    """memory_GB, its parts and whether it fits, for a result row."""
+    use = step_memory(cfg)
+    return {"memory_GB": use.total / 1e9,
+            **{f"memory_{k}_GB": v / 1e9 for k, v in use.as_dict().items() if k != "total"},
+            "usable_memory_GB": usable_bytes(cfg.hardware) / 1e9,
+            "fits_memory": use.total <= usable_bytes(cfg.hardware)}
+
+
+def refuse_if_too_big(cfg) -> None:
+    """A UserError, with the breakdown, when one GPU of the step cannot hold it."""
+    from profiles import UserError
+
+    use = step_memory(cfg)
+    usable = usable_bytes(cfg.hardware)
+    if use.total > usable:
+        parts = ", ".join(f"{k} {v / 1e9:.1f}" for k, v in use.as_dict().items() if k != "total")
+        sharded = cfg.scheme.scheme in SHARDED or cfg.scheme.extra.get("distributed_optimizer")
+        hint = ("more GPUs (--gpus) to shard the optimizer state further" if sharded else
+                "a scheme that shards the optimizer state (dense-adams, scape-partitioned, "
+                "scape --distributed-optimizer)")
+        raise UserError(
+            f"{cfg.model.name} with {cfg.scheme.scheme} needs {use.total / 1e9:.1f} GB per GPU "
+            f"({parts} GB), {cfg.hardware.name} has {usable / 1e9:.1f} GB usable "
+            f"({USABLE_FRACTION:.0%} of {cfg.hardware.gpu.memory_GB:g} GB): try tensor "
+            f"parallelism (--tp), a smaller --micro-batch, or {hint}")
