@@ -825,14 +825,17 @@ def _rank_counts(text: str) -> list[int]:
     return worlds
 
 
-calibrate_app = typer.Typer(help="Measure this machine and write profiles/measured/NAME.toml.",
+calibrate_app = typer.Typer(help="Measure this machine and write measured/NAME.toml in the user's "
+                                 "profile folder ($SCAPE_PROFILE_DIR, else "
+                                 "~/.local/share/scape-costmodel/profiles).",
                             no_args_is_help=True)
 app.add_typer(calibrate_app, name="calibrate")
 
 
 @calibrate_app.command("collectives")
 def calibrate_collectives(
-    out: str = typer.Option(..., "--out", help="profile name: profiles/measured/NAME.toml"),
+    out: str = typer.Option(..., "--out", help="profile name: measured/NAME.toml in the user's "
+                                               "profile folder; use it as -H measured/NAME"),
     nprocs: str = typer.Option("2,3", "--nprocs", help="ranks, e.g. 3 or 2,3 (one fit)"),
     backend: str = typer.Option("gloo", "--backend", help="gloo|nccl"),
     netbed: str = typer.Option(None, "--netbed", help=NETBED_HELP),
@@ -906,7 +909,8 @@ def _calibrate_kinds(out: str, kinds: str, threads: int) -> None:
 
 @calibrate_app.command("compute")
 def calibrate_compute_cmd(
-    out: str = typer.Option(..., "--out", help="profile name: profiles/measured/NAME.toml"),
+    out: str = typer.Option(..., "--out", help="profile name: measured/NAME.toml in the user's "
+                                               "profile folder; use it as -H measured/NAME"),
     model: str = typer.Option("tiny-gpt", "--model", "-m"),
     micro_batch: int = typer.Option(16, "--micro-batch"),
     max_ranks: int = typer.Option(3, "--max-ranks",

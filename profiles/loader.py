@@ -16,6 +16,18 @@ from profiles.models import ModelProfile, parse_model
 ROOT = Path(__file__).resolve().parent
 
 
+def user_dir() -> Path:
+    """Where `scape calibrate` writes measured profiles, searched after the built-in ones:
+    $SCAPE_PROFILE_DIR, else $XDG_DATA_HOME/scape-costmodel/profiles, else
+    ~/.local/share/scape-costmodel/profiles (never inside the installed package)."""
+    import os
+
+    if os.environ.get("SCAPE_PROFILE_DIR"):
+        return Path(os.environ["SCAPE_PROFILE_DIR"])
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "scape-costmodel" / "profiles"
+
+
 @dataclass(frozen=True)
 class Kind:
     name: str  # "hardware" or "model"
@@ -65,9 +77,14 @@ def _resolve(kind: Kind, name_or_path: str | Path) -> Path:
         if not text.endswith(".toml") and not path.exists():
             path = Path(text + ".toml")  # measured/NAME names profiles/measured/NAME.toml
         if not path.is_absolute() and not path.exists():
-            path = ROOT / path if (ROOT / path).exists() else path
+            # built-in first, then the user's measured profiles
+            for base in (ROOT, user_dir()):
+                if (base / path).exists():
+                    path = base / path
+                    break
         if not path.exists():
-            raise ProfileError(f"{text}: no such profile file")
+            raise ProfileError(f"{text}: no such profile file (looked in {ROOT} and "
+                               f"{user_dir()})")
         return path.resolve()
     path = ROOT / kind.folder / f"{text}.toml"
     if not path.exists():
@@ -123,7 +140,8 @@ def find(name: str) -> tuple[str, Any]:
     for kind in KINDS.values():
         if folder in ("", kind.folder) and (ROOT / kind.folder / f"{stem}.toml").exists():
             return kind.name, _load_cached(kind.name, ROOT / kind.folder / f"{stem}.toml")
-    if folder and (ROOT / f"{name}.toml").is_file():  # measured/NAME, as -H takes it
-        return check_profile(ROOT / f"{name}.toml")
+    for base in (ROOT, user_dir()):  # measured/NAME, as -H takes it: built-in, then the user's
+        if folder and (base / f"{name}.toml").is_file():
+            return check_profile(base / f"{name}.toml")
     known = ", ".join(n for k in KINDS for n in names(k))
     raise ProfileError(f"unknown profile {name!r}; known: {known}")

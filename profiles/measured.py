@@ -1,8 +1,10 @@
-"""Measured profiles: `profiles/measured/<name>.toml`, written by `scape calibrate` (DESIGN
-section 7). A measured profile is a hardware profile whose numbers were measured on this
-machine (`[nic]` and `[collectives]` by `calibrate collectives`, `[gpu]`, `[compute]`,
-`[kernels]` and `[concurrency]` by `calibrate compute`), with provenance in `[measured]`.
-Each command merges its tables into the file, so the two can run in either order.
+"""Measured profiles: `measured/<name>.toml` in the user's profile folder
+(profiles.loader.user_dir), written by `scape calibrate` (DESIGN section 7); the ones this
+project ships live in profiles/measured/ and are found first. A measured profile is a hardware
+profile whose numbers were measured on this machine (`[nic]` and `[collectives]` by `calibrate
+collectives`, `[gpu]`, `[compute]`, `[kernels]` and `[concurrency]` by `calibrate compute`), with
+provenance in `[measured]`. Each command merges its tables into the file, so the two can run in
+either order.
 """
 
 from __future__ import annotations
@@ -13,17 +15,31 @@ from pathlib import Path
 from typing import Any
 
 from profiles.errors import UserError
-from profiles.loader import ROOT, read_toml
+from profiles.loader import ROOT, read_toml, user_dir
 
-FOLDER = ROOT / "measured"
+BUILT_IN = ROOT / "measured"
+FOLDER: Path | None = None  # where calibrate writes; None: user_dir() / "measured"
 NETWORK_TABLES = ("node", "intra_node", "nic", "fabric", "collectives")
 COMPUTE_TABLES = ("gpu", "compute", "kernels", "fwd_bwd", "concurrency")
 
 
+def folder() -> Path:
+    return FOLDER if FOLDER is not None else user_dir() / "measured"
+
+
 def path_of(name: str) -> Path:
+    """Where `calibrate --out NAME` writes. A name a built-in measured profile has is refused
+    unless the user folder is that folder (SCAPE_PROFILE_DIR=profiles in a checkout): the
+    built-in would be found first and hide the new measurement."""
     if not name or "/" in name or name.startswith("."):
         raise UserError(f"--out must be a plain profile name like netbed-100mbit, got {name!r}")
-    return FOLDER / f"{name}.toml"
+    path = folder() / f"{name}.toml"
+    shipped = BUILT_IN / f"{name}.toml"
+    if shipped.exists() and shipped.resolve() != path.resolve():
+        raise UserError(f"--out {name}: a built-in measured profile has that name ({shipped}) "
+                        f"and would hide yours; choose another name, or set "
+                        f"SCAPE_PROFILE_DIR={ROOT} to rewrite it in this checkout")
+    return path
 
 
 def _value(v: Any) -> str:
@@ -60,8 +76,8 @@ def dumps(doc: dict[str, Any]) -> str:
 
 
 def merge(name: str, tables: dict[str, Any], header: str) -> Path:
-    """Write `tables` into profiles/measured/<name>.toml, keeping the tables other calibrate
-    commands wrote; the top keys name and description are (re)set."""
+    """Write `tables` into <folder>/<name>.toml, keeping the tables other calibrate commands
+    wrote; the top keys name and description are (re)set."""
     path = path_of(name)
     doc = read_toml(path) if path.exists() else {}
     measured = {**doc.get("measured", {}), **tables.pop("measured", {})}
@@ -72,7 +88,7 @@ def merge(name: str, tables: dict[str, Any], header: str) -> Path:
     doc["description"] = "Measured on this machine: " + "; ".join(p for p in parts if p)
     top = {k: doc[k] for k in ("name", "description")}
     rest = {k: v for k, v in doc.items() if k not in top}
-    FOLDER.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"# {header}\n" + dumps({**top, **rest}))
     return path
 

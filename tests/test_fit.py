@@ -133,3 +133,24 @@ def test_fit_finds_a_fixed_cost_per_call():
     assert a2a.overheads_s[a2a.ranks.index(3)] == pytest.approx(2e-3, rel=1e-3)
     assert a2a.overheads_s[a2a.ranks.index(2)] == pytest.approx(0.0, abs=1e-9)
     assert fit.latency_s == pytest.approx(alpha, rel=1e-3)
+
+
+def test_measured_profiles_go_to_the_user_folder(tmp_path, monkeypatch):
+    """calibrate writes into $SCAPE_PROFILE_DIR/measured, never into the package; -H finds it
+    there after the built-in profiles; a built-in name is refused (it would hide the file)."""
+    import profiles.measured as measured_mod
+    from profiles import UserError, load_hardware
+    from profiles.loader import ROOT
+
+    monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path))
+    monkeypatch.setattr(measured_mod, "FOLDER", None)
+    path = measured_mod.path_of("my-cluster")
+    assert path == tmp_path / "measured" / "my-cluster.toml"
+    assert ROOT not in path.parents
+    with pytest.raises(UserError, match="built-in measured profile has that name"):
+        measured_mod.path_of("netbed-100mbit")
+    shipped = (ROOT / "measured" / "netbed-100mbit.toml").read_text()
+    path.parent.mkdir(parents=True)
+    path.write_text(shipped.replace('name = "netbed-100mbit"', 'name = "my-cluster"'))
+    assert load_hardware("measured/my-cluster").name == "my-cluster"
+    assert load_hardware("measured/netbed-100mbit").path.startswith(str(ROOT))
