@@ -84,7 +84,8 @@ def lineup(steps: int) -> list[Run]:
 def ablation(steps: int, lr: float) -> list[Run]:
     """Which part of the protocol SCAPE 99%'s gap comes from, each run changing one thing of
     the authors' SCAPE 99% at its best learning rate `lr`: the density (95%), the warm-up
-    (none; 30% of the run), the clipping (none), and, in this project's partitioned runtime
+    (none; 30% of the run), the clipping (none), norms sparsified too, and, in this project's
+    partitioned runtime
     where the sync and the selection can be switched alone, momentum against gradient sync and
     per-tensor against per-shard selection."""
     dense, warm = round(DENSE_FRAC * steps), round(WARMUP_FRAC * steps)
@@ -99,6 +100,10 @@ def ablation(steps: int, lr: float) -> list[Run]:
                                               round(0.3 * steps)}, lr, 0.99, part="ablation"),
         Run("scape", "ablate-no-clip-0.99", {**authors, "clip_grad": None}, lr, 0.99,
             part="ablation"),
+        # the Llama-500M runs also sparsified norms (--no-topk-adams-use-exclude-from-topk);
+        # the main study keeps the reducer's default (1-D tensors whole, 0.08% of tiny-llama)
+        Run("scape", "ablate-norms-sparse-0.99",
+            {**authors, "extra": {"exclude_from_topk": False}}, lr, 0.99, part="ablation"),
         Run("scape-partitioned", "ablate-momentum-tensor-0.99",
             {**authors, "sync": "momentum", "select_per": "tensor"}, lr, 0.99, part="ablation"),
         Run("scape-partitioned", "ablate-momentum-shard-0.99",

@@ -199,7 +199,8 @@ class SchemeConfig:
 # Options of the partitioned variant only, and the authors' reducer's own (SchemeConfig.extra).
 PARTITIONED_OPTIONS = ("score", "error_feedback", "update_scope", "refresh_every", "sync",
                        "select_per")
-AUTHORS_OPTIONS = ("distributed_optimizer", "residual_offload", "param_offload")
+AUTHORS_OPTIONS = ("distributed_optimizer", "residual_offload", "param_offload",
+                   "exclude_from_topk")
 SHAPES = ("geometric", "linear")  # density warm-up shapes
 
 

@@ -170,6 +170,8 @@ def scape_authors(cfg: SchemeConfig, n: int, world: int, dt, tensors: list[int] 
     never sparsifies (norms, biases)."""
     tensors = list(tensors or [n])
     dense = list(dense or [False] * len(tensors))
+    if not cfg.extra.get("exclude_from_topk", True):  # --no-topk-adams-use-exclude-from-topk
+        dense = [False] * len(tensors)
     distopt = bool(cfg.extra.get("distributed_optimizer", False))
     res_off = bool(cfg.extra.get("residual_offload", False))
     par_off = bool(cfg.extra.get("param_offload", False))

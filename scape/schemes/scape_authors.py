@@ -91,6 +91,10 @@ class ScapeAuthors(Scheme):
                             "this runtime keeps the parameter replica on the device")
         numel = self.flat.numel
         self.sizes, self.dense = tensor_layout(self.flat.params)
+        if not extra.get("exclude_from_topk", True):
+            # the authors' Llama-500M runs passed --no-topk-adams-use-exclude-from-topk: norms
+            # and biases are sparsified like every other tensor
+            self.dense = [False] * len(self.sizes)
         # per rank, the pieces it selects and its bitmap slot carries
         self.layout = owner_pieces(self.sizes, self.dense, self.world, self.distopt)
         self.ranges = [coalesce(pieces) for pieces in self.layout]  # per rank, bitmap ranges
