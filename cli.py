@@ -726,7 +726,8 @@ def train_cmd(
         print(f"train: resuming from step {done} ({out}/checkpoint); the log keeps steps "
               f"1-{done}", file=sys.stderr)
     spec = _netbed(netbed)
-    summary = train(cfg)["summary"] if under_torchrun() else launch(cfg, nprocs, backend, spec)
+    summary = (train(cfg)["summary"] if under_torchrun()
+               else launch(cfg, nprocs, backend, spec, progress=True))
     if fmt == "json":  # with the configuration it ran with (TrainConfig, scheme resolved)
         print(json.dumps(summary, indent=2))
         return

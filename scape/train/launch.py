@@ -94,11 +94,13 @@ def check_backend(backend: str, nprocs: int, netbed=None) -> None:
                             f"{gpus} found")
 
 
-def launch(cfg: TrainConfig, nprocs: int, backend: str = "gloo", netbed=None) -> dict:
+def launch(cfg: TrainConfig, nprocs: int, backend: str = "gloo", netbed=None,
+           progress: bool = False) -> dict:
     """Run training on `nprocs` local ranks; returns rank 0's summary or raises UserError.
 
     With `netbed` (a scape.netbed.NetbedSpec), every rank runs in its own network namespace
-    behind a shaped link, as its own node (env rendezvous, gloo bound to the veth)."""
+    behind a shaped link, as its own node (env rendezvous, gloo bound to the veth). With
+    `progress`, the step rank 0 has logged and an ETA go to stderr as the run goes."""
     check_backend(backend, nprocs, netbed)
     if cfg.steps < 1:
         raise UserError(f"steps must be at least 1, got {cfg.steps}")
@@ -113,8 +115,12 @@ def launch(cfg: TrainConfig, nprocs: int, backend: str = "gloo", netbed=None) ->
         stale.unlink(missing_ok=True)
     env = {**os.environ, "SCAPE_BACKEND": backend, "OMP_NUM_THREADS": str(cfg.threads)}
     t0 = time.perf_counter()
+    meter = StepMeter(out / "log.jsonl", cfg.steps) if progress else None
     returncode = run_ranks(["scape.train.worker", str(config_file)], nprocs, netbed, env,
-                           out / "launcher.log", cfg.timeout_s * 2 + 60 + 60 * cfg.steps)
+                           out / "launcher.log", cfg.timeout_s * 2 + 60 + 60 * cfg.steps,
+                           meter)
+    if meter is not None:
+        meter.done()
     if returncode != 0 or not (out / "summary.json").exists():
         error = rank_error(out)
         if error:
@@ -150,8 +156,59 @@ def rank_error(out: Path) -> str | None:
     return f"{errors[0].stem.removeprefix('error_')}: {errors[0].read_text().strip()}"
 
 
+class StepMeter:
+    """Progress of a run from rank 0's JSONL log (one line per step, flushed as it goes):
+    the step reached, seconds per step and the time left, on stderr (one line redrawn on a
+    terminal, a line every 10% of the run otherwise)."""
+
+    def __init__(self, log: Path, total: int, stream=None):
+        self.log, self.total, self.stream = log, total, stream or sys.stderr
+        self.start, self.first, self.t0 = None, None, time.monotonic()
+        self.offset, self.step, self.printed = 0, 0, -1
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+
+    def poll(self) -> None:
+        if not self.log.exists():
+            return
+        with open(self.log, "rb") as fh:
+            fh.seek(self.offset)
+            chunk = fh.read()
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return
+        self.offset += end + 1
+        last = chunk[: end].rsplit(b"\n", 1)[-1]
+        self.step = int(json.loads(last)["step"])
+        now = time.monotonic()
+        if self.first is None:  # rates from the first logged step on: startup excluded
+            self.first, self.start = self.step, now
+        self._show(now)
+
+    def _show(self, now: float) -> None:
+        done = self.step - self.first
+        rate = (now - self.start) / done if done > 0 else None
+        eta = "" if rate is None else (f", {rate:.2f} s/step, about "
+                                       f"{_clock(rate * (self.total - self.step))} left")
+        text = f"train: step {self.step}/{self.total}{eta}"
+        if self.tty:
+            print("\r" + text.ljust(70), end="", file=self.stream, flush=True)
+        elif self.step * 10 // self.total > self.printed:
+            self.printed = self.step * 10 // self.total
+            print(text, file=self.stream, flush=True)
+
+    def done(self) -> None:
+        if self.tty and self.first is not None:
+            print(file=self.stream, flush=True)
+
+
+def _clock(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    h, rest = divmod(seconds, 3600)
+    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
+
+
 def run_ranks(module_args: list[str], nprocs: int, netbed, env: dict, log: Path,
-              timeout_s: float) -> int:
+              timeout_s: float, meter: StepMeter | None = None) -> int:
     """Run `python -m <module_args>` on `nprocs` ranks: under torchrun on this machine, or one
     rank per network namespace of a shaped testbed (`netbed`, a NetbedSpec). Returns the first
     non-zero exit code, or 0."""
@@ -170,7 +227,7 @@ def run_ranks(module_args: list[str], nprocs: int, netbed, env: dict, log: Path,
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         try:
-            return _watch(proc, log.parent, timeout_s)
+            return _watch(proc, log.parent, timeout_s, meter)
         except BaseException:
             end_group(proc)
             raise
@@ -179,7 +236,8 @@ def run_ranks(module_args: list[str], nprocs: int, netbed, env: dict, log: Path,
 FAILED_GRACE_S = 1.0  # after a rank reported its failure, how long the others get to end
 
 
-def _watch(proc: subprocess.Popen, out: Path, timeout_s: float) -> int:
+def _watch(proc: subprocess.Popen, out: Path, timeout_s: float,
+           meter: StepMeter | None = None) -> int:
     """Wait for torchrun; once a rank has written its error, end the rest after
     FAILED_GRACE_S (torchrun alone would wait for a hung or stopped peer far longer); past
     `timeout_s`, end everything. Returns torchrun's exit code, or 124 on the timeout."""
@@ -190,6 +248,8 @@ def _watch(proc: subprocess.Popen, out: Path, timeout_s: float) -> int:
             return proc.wait(timeout=0.2)
         except subprocess.TimeoutExpired:
             pass
+        if meter is not None:
+            meter.poll()
         now = time.monotonic()
         if failed_at is None and any(out.glob("error_rank*.txt")):
             failed_at = now
