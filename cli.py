@@ -568,10 +568,17 @@ def plan_cmd(
         "of the run's steps (the authors' scripts: 10k of 100k iterations, 0.1); 0: the "
         "target from the start"),
     workers: int = typer.Option(None, "--workers", help="processes; default: every core"),
+    quality: str = typer.Option(None, "--quality",
+                                help="a convergence study (profiles/quality/STUDY.toml): adds "
+                                     "each plan's time and cost to dense AdamS's quality"),
+    rank: str = typer.Option("time", "--rank",
+                             help="time (hours to train the tokens) or quality (hours to "
+                                  "reach dense AdamS's final loss; needs --quality)"),
     fmt: str = typer.Option("table", "--format", help="table|csv|json"),
 ):
     """Search GPU counts, schemes, micro-batching and tensor parallelism for a training run."""
     check_format(fmt)
+    from profiles.quality import load_quality
     if top < 1:
         raise UserError(f"--top must be at least 1, got {top}")
     req = PlanRequest(
@@ -580,7 +587,7 @@ def plan_cmd(
         price_per_gpu_hour=price, global_batch=global_batch,
         schemes=tuple(_names(schemes, "--schemes")),
         dtypes=_dtypes(grad_dtype, param_dtype), density_warmup_frac=density_warmup_frac,
-        workers=workers,
+        workers=workers, quality=None if quality is None else load_quality(quality), rank=rank,
     ).validate()
     with _progress("simulating plans") as bar:
         task = bar.add_task("plans", total=None)
@@ -591,14 +598,23 @@ def plan_cmd(
         asked = {"model": model, "tokens": tokens, "global_batch": req.batch, "seq_len": req.seq,
                  "grad_dtype": grad_dtype, "param_dtype": param_dtype, "max_gpus": max_gpus,
                  "deadline_hours": deadline_hours, "budget_usd": budget_usd,
-                 "density_warmup_frac": density_warmup_frac}
+                 "density_warmup_frac": density_warmup_frac, "quality": quality, "rank": rank}
         print(render(shown.assign(**asked), fmt))
         return
     cols = ["hardware", "gpus", "scheme", "tp", "micro_batch", "grad_accum", "recompute",
             "memory_GB", "step_time_s", "tokens_per_s", "hours", "gpu_hours", "cost_usd",
             "bottleneck"]
+    ranked = ("time to dense AdamS's quality then cost" if rank == "quality"
+              else "time to train then cost")
     header = (f"{model}, {tokens:.3g} tokens, global batch {req.batch} x seq {req.seq}; "
-              f"{len(df)} feasible plans, ranked by time to train then cost")
+              f"{len(df)} feasible plans, ranked by {ranked}")
+    if req.quality is not None:
+        q = req.quality
+        cols += ["quality_tokens_ratio", "hours_to_quality", "cost_to_quality_usd"]
+        header += (f"\nquality: tokens to reach dense AdamS's final loss over dense AdamS's, "
+                   f"from {q.path} ({q.model} on {q.corpus}, {q.steps} steps, {q.date}): "
+                   "a small-model reading applied to this run; NaN: no reading, or never "
+                   "reached")
     if density_warmup_frac > 0:
         cols.insert(cols.index("step_time_s") + 1, "run_mean_step_s")
         header += (f"\nscape: density warms up from 1 over {density_warmup_frac:.0%} of the run; "
@@ -610,7 +626,9 @@ def plan_cmd(
     print(render(shown[cols], "table", header=header, floatfmt={
         "memory_GB": "{:.1f}", "step_time_s": "{:.3f}", "run_mean_step_s": "{:.3f}",
         "tokens_per_s": "{:,.0f}",
-        "hours": "{:,.1f}", "gpu_hours": "{:,.0f}", "cost_usd": "{:,.0f}"}))
+        "hours": "{:,.1f}", "gpu_hours": "{:,.0f}", "cost_usd": "{:,.0f}",
+        "quality_tokens_ratio": "{:.3f}", "hours_to_quality": "{:,.1f}",
+        "cost_to_quality_usd": "{:,.0f}"}))
     best, rest = df.iloc[0], best_without(df)
     if rest is not None and best["scheme"].startswith("scape"):
         print(f"# best plan without SCAPE: {rest['gpus']} x {rest['hardware']}, {rest['scheme']}"

@@ -47,6 +47,10 @@ class PlanRequest:
     # SCAPE's density warm-up as a fraction of the run's steps (simulator/schedule.py); 0: the
     # target density from the first step. The authors' scripts: 10k of 100k iterations, 0.1.
     density_warmup_frac: float = 0.0
+    # a convergence study's tokens to dense AdamS's quality (profiles/quality.py): with it each
+    # plan also gets the time and cost to reach that quality, and `rank` may be "quality"
+    quality: object | None = None  # profiles.quality.QualityStudy
+    rank: str = "time"  # time | quality
 
     @property
     def batch(self) -> int:
@@ -59,6 +63,11 @@ class PlanRequest:
         return self.model.arch.seq_len if self.seq_len is None else self.seq_len
 
     def validate(self) -> PlanRequest:
+        if self.rank not in ("time", "quality"):
+            raise UserError(f"--rank must be time or quality, got {self.rank!r}")
+        if self.rank == "quality" and self.quality is None:
+            raise UserError("--rank quality needs --quality STUDY (profiles/quality/STUDY.toml, "
+                            "made by bench/convergence_protocol.py)")
         for name, value in (("--global-batch", self.global_batch), ("--seq-len", self.seq_len),
                             ("--workers", self.workers)):
             if value is not None and value < 1:
@@ -170,6 +179,7 @@ def _evaluate(args: tuple[Candidate, PlanRequest]) -> dict:
         mean_step = run_mean(replace(cfg, scheme=scheme), run, phase_cache(cfg),
                              nodes=RUN_MEAN_NODES).mean_step_s
     hours = steps * mean_step / 3600
+    ratio = quality_ratio(req.quality, cfg.scheme) if req.quality is not None else None
     shares = {"compute": r.compute_s, "network (exposed data-parallel comm)": r.exposed_comm_s,
               "tensor-parallel comm": r.tp_comm_s, "compression kernels": r.compression_s}
     return {
@@ -183,7 +193,27 @@ def _evaluate(args: tuple[Candidate, PlanRequest]) -> dict:
         "usd_per_gpu_hour": req.price(cand.hardware),
         "bottleneck": max(shares, key=shares.get),
         "exposed_comm_share": r.exposed_comm_s / r.step_time_s,
+        # tokens this scheme needs to reach dense AdamS's final loss, over dense AdamS's (NaN:
+        # the study has no reading of it, or it never got there)
+        "quality_tokens_ratio": math.nan if ratio is None else ratio,
+        "hours_to_quality": math.nan if ratio is None else hours * ratio,
+        "cost_to_quality_usd": (math.nan if ratio is None
+                                else hours * ratio * cand.gpus * req.price(cand.hardware)),
     }
+
+
+def quality_ratio(study, scheme) -> float | None:
+    """The study's tokens-to-quality ratio for a scheme config (dense AdamS itself: 1.0 by
+    definition); None when the study has no entry or the scheme never reached the quality."""
+    name = scheme.scheme
+    if name == "dense-zero1":
+        name = f"dense-{scheme.optimizer}"
+    if name == "quantized" and scheme.bits != 8:  # the study ran int8 only
+        return None
+    entry = study.lookup(name, 0.0 if name == "quantized" else scheme.sparsity)
+    if entry is None:
+        return 1.0 if name == "dense-adams" else None
+    return entry.tokens_ratio
 
 
 def evaluate_all(req: PlanRequest, cands: list[Candidate],
@@ -207,7 +237,15 @@ def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None
     if progress_total:
         progress_total(len(cands))
     df = evaluate_all(req, cands, progress)
-    df = df.sort_values(["hours", "cost_usd"], kind="stable").reset_index(drop=True)
+    if req.rank == "quality":  # time to dense AdamS's quality; plans without a reading go
+        reached = df["hours_to_quality"].notna()
+        if not reached.any():
+            raise UserError(f"no scheme of --schemes has a tokens-to-quality reading in "
+                            f"{req.quality.path} that reached dense AdamS's loss")
+        df = df[reached].sort_values(["hours_to_quality", "cost_to_quality_usd"],
+                                     kind="stable").reset_index(drop=True)
+    else:
+        df = df.sort_values(["hours", "cost_usd"], kind="stable").reset_index(drop=True)
     if req.deadline_hours is not None:
         ok = df[df["hours"] <= req.deadline_hours]
         if ok.empty:

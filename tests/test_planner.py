@@ -95,3 +95,40 @@ def test_plan_cli_and_errors(capsys):
     ):
         code, _out, err = scape(capsys, *args)
         assert code == 2 and err.count("\n") == 1 and message in err
+
+
+def _study(tmp_path):
+    from profiles.quality import load_quality
+
+    path = tmp_path / "study.toml"
+    path.write_text(
+        'study = "t"\ncommand = "c"\ndate = "d"\nmodel = "tiny-llama"\ncorpus = "shakespeare"\n'
+        "tokens_per_step = 1024\nsteps = 3000\ndense_adams_lr = 2.5e-4\n"
+        "dense_adams_final_val_loss = 1.58\ndense_adams_steps_to_quality = 3000.0\n"
+        '[[scheme]]\nscheme = "scape-partitioned"\nvariant = "v"\nsparsity = 0.99\n'
+        "lr = 2.5e-4\nseeds = 3\nfinal_val_loss = 1.6\ngap_pct = 1.3\nmean_bytes_ratio = 0.05\n"
+        "tokens_ratio = 1.5\n"
+        '[[scheme]]\nscheme = "scape"\nvariant = "w"\nsparsity = 0.99\n'
+        "lr = 2.5e-4\nseeds = 3\nfinal_val_loss = 1.9\ngap_pct = 20.0\nmean_bytes_ratio = 0.09\n"
+        "reached = false\n")
+    return load_quality(str(path))
+
+
+def test_rank_by_time_to_quality(tmp_path):
+    """With a study, each plan's hours to dense AdamS's quality are its hours times the
+    scheme's tokens ratio; ranking by them drops schemes without a reading or that never
+    reached it, and may reorder the rest."""
+    study = _study(tmp_path)
+    schemes = ("dense-adams", "dense-ddp", "scape-partitioned:0.99", "scape:0.99")
+    by_time = plan_training(request(schemes=schemes, quality=study))
+    sp = by_time[by_time["scheme"] == "scape-partitioned:0.99"]
+    assert list(sp["hours_to_quality"]) == pytest.approx(list(sp["hours"] * 1.5))
+    dense = by_time[by_time["scheme"] == "dense-adams"]
+    assert (dense["quality_tokens_ratio"] == 1.0).all()
+    assert by_time[by_time["scheme"].isin(["dense-ddp", "scape:0.99"])][
+        "hours_to_quality"].isna().all()  # no reading / never reached
+    by_quality = plan_training(request(schemes=schemes, quality=study, rank="quality"))
+    assert set(by_quality["scheme"]) == {"dense-adams", "scape-partitioned:0.99"}
+    assert list(by_quality["hours_to_quality"]) == sorted(by_quality["hours_to_quality"])
+    with pytest.raises(UserError, match="--rank quality needs --quality"):
+        plan_training(request(rank="quality"))
