@@ -58,7 +58,9 @@ NCCL_FIELDS = {
     "nvls": Field(bool),  # NVLink SHARP in the NVSwitches (NCCL enables it by default)
     "channels": Field(int, ge=1, le=64),  # graph channels the tuner's per-channel caps count
     # the shortest time one call takes back to back with the next: the host's launch of it
-    # (when the GPUs finish sooner, they wait for the next launch)
+    # (when the GPUs finish sooner, they wait for the next launch); what `scape collective`
+    # prices, as nccl-tests measures; not applied inside a training step, where the host
+    # enqueues ahead of the GPU
     "launch_floor_us": Field(float, ge=0),
     # latency the network plugin adds to every inter-node step (NCCL's latencyInter: 0 for its
     # IB verbs transport, which reports none; Simple pays it twice, tuning.cc)
