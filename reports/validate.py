@@ -14,6 +14,7 @@ it, and the runtime's copies between model tensors and its flat buffers (kernel 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import date
@@ -25,6 +26,7 @@ from profiles import HardwareProfile, UserError, load_model
 from reports.tables import git_revision
 from scape.plan import Kernel, Plan, SchemeConfig, StepPlan, plan
 from simulator.step import StepConfig, StepResult, simulate_step
+from simulator.units import format_duration
 
 DEFAULT_SCHEMES = ("dense-ddp", "dense-adams", "quantized:8", "topk:0.99", "scalecom:0.99",
                    "scape:0.9", "scape:0.99", "scape-partitioned:0.9",
@@ -166,6 +168,16 @@ def run(hw: HardwareProfile, model: str, configs: list[tuple[str, SchemeConfig]]
     when `probe`). One row per run; rows so far are kept in dest/validate.partial.csv."""
     kinds = kernel_kinds(hw, model, [cfg for _, cfg in configs], worlds) if probe else []
     rows = []
+    total, t0 = rounds * len(worlds) * len(configs), time.monotonic()
+
+    def left() -> str:
+        """Runs done so far, and the time the rest should take at their average pace."""
+        done = len(rows)
+        if not done:
+            return f"run 1/{total}"
+        rate = (time.monotonic() - t0) / done
+        return f"run {done + 1}/{total}, about {format_duration(rate * (total - done))} left"
+
     for rnd in range(1, rounds + 1):
         if kinds:
             say(f"validate: round {rnd}/{rounds}: timing kernels {', '.join(kinds)} ...")
@@ -173,7 +185,7 @@ def run(hw: HardwareProfile, model: str, configs: list[tuple[str, SchemeConfig]]
         for world in worlds:
             for spec_text, cfg in configs:
                 say(f"validate: round {rnd}/{rounds}: {spec_text} on {world} ranks "
-                    f"({netbed or 'loopback'}) ...")
+                    f"({netbed or 'loopback'}); {left()} ...")
                 timed, probed = (probe_compute(now, model, micro_batch, world) if probe
                                  else (now, {}))
                 predicted = predict(timed, model, cfg, world, micro_batch)

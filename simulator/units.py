@@ -70,3 +70,10 @@ def format_bytes(n: float) -> str:
         if n >= factor and n % factor == 0:
             return f"{int(n // factor)}{unit}"
     return f"{int(n)}B"
+
+
+def format_duration(seconds: float) -> str:
+    """H:MM:SS from an hour up, M:SS below (progress lines' time left)."""
+    seconds = max(0, round(seconds))
+    h, rest = divmod(seconds, 3600)
+    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"

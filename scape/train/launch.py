@@ -14,6 +14,7 @@ from pathlib import Path
 
 from profiles import UserError
 from scape.train.loop import TrainConfig
+from simulator.units import format_duration
 
 
 def under_torchrun() -> bool:
@@ -188,7 +189,7 @@ class StepMeter:
         done = self.step - self.first
         rate = (now - self.start) / done if done > 0 else None
         eta = "" if rate is None else (f", {rate:.2f} s/step, about "
-                                       f"{_clock(rate * (self.total - self.step))} left")
+                                       f"{format_duration(rate * (self.total - self.step))} left")
         text = f"train: step {self.step}/{self.total}{eta}"
         if self.tty:
             print("\r" + text.ljust(70), end="", file=self.stream, flush=True)
@@ -199,12 +200,6 @@ class StepMeter:
     def done(self) -> None:
         if self.tty and self.first is not None:
             print(file=self.stream, flush=True)
-
-
-def _clock(seconds: float) -> str:
-    seconds = max(0, round(seconds))
-    h, rest = divmod(seconds, 3600)
-    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
 
 
 def run_ranks(module_args: list[str], nprocs: int, netbed, env: dict, log: Path,
