@@ -274,3 +274,23 @@ def test_step_meter_reports_step_rate_and_time_left(tmp_path):
     assert lines[0] == "train: step 5/20"  # the first reading: no rate yet
     assert lines[-1].startswith("train: step 20/20, ") and "s/step, about 0:00 left" in lines[-1]
     assert len(lines) == 4  # steps 5, 10, 15, 20: a line per new tenth reached
+
+
+def test_bf16_autocast_trains_and_is_checked():
+    """autocast="bf16" runs forward under bfloat16 autocast (parameters stay fp32) and ends
+    near the fp32 run; any other value is refused before training."""
+    import pytest as _pytest
+
+    from profiles import UserError
+    from scape.plan import make_config
+    from scape.train.loop import TrainConfig, train
+
+    base = TrainConfig(scheme=make_config("dense-adams"), steps=20, micro_batch=2, seq_len=32,
+                       eval_every=0, lr=3e-3)
+    fp32 = train(base)
+    bf16 = train(TrainConfig(**{**base.__dict__, "autocast": "bf16"}))
+    assert all(p.dtype == torch.float32 for p in bf16["model"].parameters())
+    a, b = fp32["summary"]["final_train_loss"], bf16["summary"]["final_train_loss"]
+    assert a != b and abs(a - b) / a < 0.05  # rounded matmuls, the same descent
+    with _pytest.raises(UserError, match="autocast must be bf16"):
+        TrainConfig(autocast="fp8").validate()

@@ -51,6 +51,9 @@ class TrainConfig:
     resume: bool = False
     timeout_s: float = 60.0
     threads: int = 1  # torch threads per rank
+    # "bf16": forward and loss under torch.autocast in bfloat16 (mixed precision, as the SCAPE
+    # authors' --bf16 runs; parameters, gradients and optimizer state stay fp32); None: fp32
+    autocast: str | None = None
     checksum: bool = False  # record a CRC of the parameters after every step (tests)
 
     def validate(self) -> TrainConfig:
@@ -83,6 +86,8 @@ class TrainConfig:
             raise UserError(f"--corpus must be one of {', '.join(CORPORA)}, got {self.corpus!r}")
         if self.corpus == "shakespeare":
             shakespeare_archive()  # fetched here, once, before any rank reads it
+        if self.autocast not in (None, "bf16"):
+            raise UserError(f"autocast must be bf16 or not given, got {self.autocast!r}")
         if not 0 <= self.min_lr_ratio <= 1:
             raise UserError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
         if self.resume and not self.out:
@@ -117,6 +122,11 @@ def init_distributed(timeout_s: float) -> torch.device:
     return device
 
 
+def _autocast(cfg: TrainConfig, device: torch.device):
+    """Mixed precision when the config asks for it (a no-op context otherwise)."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.autocast == "bf16")
+
+
 @torch.no_grad()
 def evaluate(model: GPT, cfg: TrainConfig, seq: int, batches: int | None = None) -> float:
     """Mean loss over the first `batches` (default cfg.eval_batches) validation batches; every
@@ -124,9 +134,10 @@ def evaluate(model: GPT, cfg: TrainConfig, seq: int, batches: int | None = None)
     model.eval()
     device = next(model.parameters()).device
     batches = cfg.eval_batches if batches is None else batches
-    losses = [model(*(b.to(device) for b in batch("val", 10**6 + i, 0, cfg.micro_batch, seq,
-                                                    cfg.val_seed, cfg.corpus))).item()
-              for i in range(batches)]
+    with _autocast(cfg, device):
+        losses = [model(*(b.to(device) for b in batch("val", 10**6 + i, 0, cfg.micro_batch,
+                                                        seq, cfg.val_seed, cfg.corpus))).item()
+                  for i in range(batches)]
     model.train()
     return sum(losses) / len(losses)
 
@@ -221,7 +232,8 @@ def train(cfg: TrainConfig, steps_this_run: int | None = None) -> dict:
             x, y = (b.to(device) for b in batch("train", t, rank, cfg.micro_batch, seq,
                                                   cfg.seed, cfg.corpus))
             t0 = time.perf_counter()
-            loss = model(x, y)
+            with _autocast(cfg, device):
+                loss = model(x, y)
             loss.backward()
             if device.type == "cuda":
                 torch.cuda.synchronize()  # GPU kernels are asynchronous: time them finished
