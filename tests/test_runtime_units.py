@@ -250,30 +250,37 @@ def test_shakespeare_corpus_holds_out_whole_works():
 
 
 def test_step_meter_reports_step_rate_and_time_left(tmp_path):
-    """`scape train`'s progress: read from rank 0's log as it grows; off a terminal, one line
-    per tenth of the run, with seconds per step and the time left once two steps are in."""
+    """`scape train`'s progress: read from rank 0's log as it grows and redrawn on a terminal
+    with seconds per step and the time left once two readings are in; quiet off a terminal."""
     import io
     import json as _json
     import time as _time
 
     from scape.train.launch import StepMeter
 
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
     log = tmp_path / "log.jsonl"
-    stream = io.StringIO()
-    meter = StepMeter(log, 20, stream)
-    meter.poll()  # no log yet: nothing
-    assert stream.getvalue() == ""
+    screen, piped = Terminal(), io.StringIO()
+    meters = [StepMeter(log, 20, screen), StepMeter(log, 20, piped)]
+    for m in meters:
+        m.poll()  # no log yet: nothing
     with open(log, "w") as fh:
         for step in range(1, 21):
             fh.write(_json.dumps({"step": step, "loss": 1.0}) + "\n")
             fh.flush()
             if step % 5 == 0:
                 _time.sleep(0.01)
-                meter.poll()
-    lines = stream.getvalue().splitlines()
-    assert lines[0] == "train: step 5/20"  # the first reading: no rate yet
-    assert lines[-1].startswith("train: step 20/20, ") and "s/step, about 0:00 left" in lines[-1]
-    assert len(lines) == 4  # steps 5, 10, 15, 20: a line per new tenth reached
+                for m in meters:
+                    m.poll()
+    for m in meters:
+        m.done()
+    frames = [f.strip() for f in screen.getvalue().split("\r") if f.strip()]
+    assert frames[0] == "train: step 5/20"  # the first reading: no rate yet
+    assert frames[-1].startswith("train: step 20/20, ") and "about 0:00 left" in frames[-1]
+    assert piped.getvalue() == ""
 
 
 def test_bf16_autocast_trains_and_is_checked():

@@ -159,13 +159,14 @@ def rank_error(out: Path) -> str | None:
 
 class StepMeter:
     """Progress of a run from rank 0's JSONL log (one line per step, flushed as it goes):
-    the step reached, seconds per step and the time left, on stderr (one line redrawn on a
-    terminal, a line every 10% of the run otherwise)."""
+    the step reached, seconds per step and the time left, redrawn on one line of stderr when it
+    is a terminal; quiet otherwise, as the other progress bars (logs and scripts read stderr's
+    one-line errors)."""
 
     def __init__(self, log: Path, total: int, stream=None):
         self.log, self.total, self.stream = log, total, stream or sys.stderr
         self.start, self.first, self.t0 = None, None, time.monotonic()
-        self.offset, self.step, self.printed = 0, 0, -1
+        self.offset, self.step = 0, 0
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
 
     def poll(self) -> None:
@@ -190,12 +191,9 @@ class StepMeter:
         rate = (now - self.start) / done if done > 0 else None
         eta = "" if rate is None else (f", {rate:.2f} s/step, about "
                                        f"{format_duration(rate * (self.total - self.step))} left")
-        text = f"train: step {self.step}/{self.total}{eta}"
         if self.tty:
+            text = f"train: step {self.step}/{self.total}{eta}"
             print("\r" + text.ljust(70), end="", file=self.stream, flush=True)
-        elif self.step * 10 // self.total > self.printed:
-            self.printed = self.step * 10 // self.total
-            print(text, file=self.stream, flush=True)
 
     def done(self) -> None:
         if self.tty and self.first is not None:
