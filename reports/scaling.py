@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from html import escape as html_escape
 from pathlib import Path
 
 import pandas as pd
@@ -98,9 +99,10 @@ def _step_config(p: Point) -> StepConfig | None:
 
 def evaluate(p: Point) -> dict:
     cfg = _step_config(p)
-    row = {"sweep": p.sweep, "model": p.model.name, "hardware": p.hardware.name,
-           "gpus": p.gpus, "scheme": p.scheme, "nic_Gbps": p.nic_Gbps,
-           "sparsity": parse_scheme(p.scheme).sparsity}
+    row = {"sweep": p.sweep, "model": p.model.name, "n_params": p.model.n_params,
+           "hardware": p.hardware.name, "gpus": p.gpus, "scheme": p.scheme,
+           "nic_Gbps": p.nic_Gbps, "sparsity": parse_scheme(p.scheme).sparsity,
+           "global_batch": global_batch(p.model, p.gpus)}
     if cfg is None:
         return {**row, "fits": False}
     r = simulate_cached(cfg)
@@ -137,6 +139,10 @@ def run_sweep(pts: list[Point], workers: int | None = None,
 
 
 # ---- figures ----
+BATCH_RULE = ("batch: the model's global batch, or one sequence per GPU once GPUs outnumber it "
+              "(so past that count every step does more work)")
+
+
 def _plt():
     import matplotlib
 
@@ -153,19 +159,43 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def fig_speedup_vs_gpus(df: pd.DataFrame, path: Path, title: str) -> Path:
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    part = df[(df["sweep"] == "gpus") & df["fits"]]
-    for scheme, g in part.groupby("scheme", sort=False):
-        ax.plot(g["gpus"], g["speedup_vs_dense_adams"], marker="o", label=scheme)
+OUTLIER = 0.5  # schemes slower than half of dense AdamS go on their own panel
+
+
+def _gpu_axis(ax, counts) -> None:
+    """A log2 GPU axis labelled with the counts themselves, not powers of two."""
     ax.set_xscale("log", base=2)
-    ax.set_yscale("log", base=2)
-    ax.set_xlabel("GPUs")
-    ax.set_ylabel("step speedup over dense AdamS")
-    ax.set_title(title)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, ncol=2)
+    ax.set_xticks(list(counts), [f"{c:,}" for c in counts], rotation=45)
+    ax.minorticks_off()
+
+
+def fig_speedup_vs_gpus(df: pd.DataFrame, path: Path, title: str) -> Path:
+    """Speedup per scheme against GPUs on a linear speedup axis; schemes that fall below
+    OUTLIER x dense AdamS anywhere get their own panel so they do not flatten the rest; a
+    marker style per scheme so overlapping lines stay apart; the batch rule is stated."""
+    plt = _plt()
+    part = df[(df["sweep"] == "gpus") & df["fits"]]
+    low = {s for s, g in part.groupby("scheme") if g["speedup_vs_dense_adams"].min() < OUTLIER}
+    panels = [("schemes", sorted(set(part["scheme"]) - low, key=list(part["scheme"]).index))]
+    if low:
+        panels.append((f"below {OUTLIER}x dense AdamS", sorted(low)))
+    fig, axes = plt.subplots(1, len(panels), figsize=(8 + 4 * (len(panels) - 1), 4.8),
+                             squeeze=False)
+    markers = "osD^v<>ph*X"
+    counts = sorted(part["gpus"].unique())
+    for ax, (label, schemes) in zip(axes[0], panels, strict=True):
+        for i, scheme in enumerate(schemes):
+            g = part[part["scheme"] == scheme]
+            ax.plot(g["gpus"], g["speedup_vs_dense_adams"], marker=markers[i % len(markers)],
+                    linestyle="-" if i < 10 else "--", label=scheme, alpha=0.85)
+        ax.axhline(1.0, color="black", linewidth=0.8, linestyle=":")
+        _gpu_axis(ax, counts)
+        ax.set_xlabel("GPUs")
+        ax.set_ylabel("step speedup over dense AdamS (x)")
+        ax.set_title(label, fontsize=9)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7, ncol=2)
+    fig.suptitle(f"{title}\n{BATCH_RULE}", fontsize=9)
     return _save(fig, path)
 
 
@@ -201,24 +231,76 @@ def fig_heatmap(df: pd.DataFrame, path: Path, title: str) -> Path:
     ax.set_xlabel("GPUs")
     ax.set_ylabel("NIC Gb/s per NIC")
     ax.set_title(f"{title}: SCAPE 99% speedup over dense AdamS")
-    fig.colorbar(im, ax=ax)
+    fig.colorbar(im, ax=ax, label="step speedup over dense AdamS (x)")
     return _save(fig, path)
 
 
 def fig_line(df: pd.DataFrame, sweep: str, x: str, xlabel: str, path: Path, title: str,
              group: str = "gpus") -> Path:
+    """Speedup against sparsity (density 1 - sparsity on a log axis) or model size (parameters
+    on a log axis, each point named), one line per GPU count."""
     plt = _plt()
-    part = df[(df["sweep"] == sweep) & df["fits"] & (df["scheme"] != BASELINE)]
+    part = df[(df["sweep"] == sweep) & df["fits"] & (df["scheme"] != BASELINE)].copy()
     fig, ax = plt.subplots(figsize=(8, 4.2))
+    if x == "model":
+        part["x"] = part["n_params"]
+        xlabel = "parameters"
+    else:  # sparsity: the density sent, on a log axis, so 90%, 99% and 99.9% spread out
+        part["x"] = 1 - part[x]
+        xlabel = "density sent (1 - sparsity)"
     for key, g in part.groupby(group, sort=False):
-        ax.plot(g[x].astype(str) if x == "model" else g[x], g["speedup_vs_dense_adams"],
-                marker="o", label=f"{group} {key}")
+        g = g.sort_values("x")
+        ax.plot(g["x"], g["speedup_vs_dense_adams"], marker="o", label=f"{group} {key}")
+        if x == "model":
+            for _, r in g.iterrows():
+                ax.annotate(r["model"], (r["x"], r["speedup_vs_dense_adams"]), fontsize=7,
+                            xytext=(3, 3), textcoords="offset points")
+    ax.set_xscale("log")
+    if x == "model":  # 350M, 1.8B rather than powers of ten
+        from matplotlib.ticker import FuncFormatter
+
+        def human(v, _):
+            return f"{v / 1e9:g}B" if v >= 1e9 else f"{v / 1e6:g}M"
+
+        ax.xaxis.set_major_formatter(FuncFormatter(human))
+        ax.xaxis.set_minor_formatter(FuncFormatter(human))
+    ax.axhline(1.0, color="black", linewidth=0.8, linestyle=":")
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("SCAPE step speedup over dense AdamS")
+    ax.set_ylabel("SCAPE step speedup over dense AdamS (x)")
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     return _save(fig, path)
+
+
+def _answer(df: pd.DataFrame, hw: HardwareProfile) -> str:
+    """The report's answer first: SCAPE 99% at the largest GPU count, where it starts to pay
+    over NIC bandwidth, and what the step is bound by there."""
+    part = df[(df["sweep"] == "gpus") & df["fits"]]
+    top = part["gpus"].max()
+    at = part[part["gpus"] == top].set_index("scheme")
+    if "scape:0.99" not in at.index or BASELINE not in at.index:
+        return f"No SCAPE 99% plan fits at {top} GPUs of {hw.name}."
+    s, d = at.loc["scape:0.99"], at.loc[BASELINE]
+    shares = {"compute": s["compute_s"], "compression kernels": s["compression_s"],
+              "tensor-parallel communication": s["tp_comm_s"],
+              "exposed data-parallel communication": s["exposed_comm_s"]}
+    text = (f"At {top:,} GPUs of {hw.name}, SCAPE 99% takes {s['step_time_s']:.3f} s a step "
+            f"against dense AdamS's {d['step_time_s']:.3f} s ({s['speedup_vs_dense_adams']:.2f}x); "
+            f"its step is bound by {max(shares, key=shares.get)}.")
+    bw = df[(df["sweep"] == "bandwidth") & df["fits"] & (df["scheme"] == "scape:0.99")]
+    if not bw.empty:
+        top_bw = bw[bw["gpus"] == bw["gpus"].max()].sort_values("nic_Gbps")
+        paying = top_bw[top_bw["speedup_vs_dense_adams"] > 1.0]
+        if paying.empty:
+            text += " It does not pay at any NIC rate swept."
+        elif len(paying) == len(top_bw):
+            text += (f" It pays at every NIC rate swept ({top_bw['nic_Gbps'].min():g}-"
+                     f"{top_bw['nic_Gbps'].max():g} Gb/s per NIC).")
+        else:
+            text += (f" At {int(top_bw['gpus'].iloc[0]):,} GPUs it pays from "
+                     f"{paying['nic_Gbps'].min():g} Gb/s per NIC up, and stops paying below.")
+    return text
 
 
 def write_report(model: str, hardware: str, out: Path, quick: bool = False,
@@ -254,14 +336,16 @@ def write_report(model: str, hardware: str, out: Path, quick: bool = False,
                            f"SCAPE 99% on {hw.name} by model"), df[df["sweep"] == "model"]),
     }
     files: dict[str, Path] = {}
-    md = [f"# Scaling report: {title}", "",
+    answer = _answer(df, hw)
+    md = [f"# Scaling report: {title}", "", answer, "",
           f"{len(df)} simulated steps ({int(df['fits'].sum())} fit in memory). Batch: "
           "micro-batch 1, the model's global batch or one sequence per GPU once GPUs outnumber "
           "it, the same for every scheme at a GPU count. Layout: the smallest tensor-parallel "
           "degree that fits without recomputation, else with full recomputation. Speedup = "
           "dense AdamS step time / scheme step time.",
           ""]
-    html = [f"<h1>Scaling report: {title}</h1>", f"<p>{md[2]}</p>"]
+    html = [f"<h1>Scaling report: {html_escape(title)}</h1>",
+            f"<p><b>{html_escape(answer)}</b></p>", f"<p>{html_escape(md[4])}</p>"]
     for key, (caption, png, data) in figures.items():
         csv = out / f"{key}.csv"
         data.to_csv(csv, index=False)
@@ -273,7 +357,11 @@ def write_report(model: str, hardware: str, out: Path, quick: bool = False,
                  f'<p>Data: <a href="{csv.name}">{csv.name}</a></p>']
     summary = df[(df["sweep"] == "gpus") & df["fits"]].pivot_table(
         index="gpus", columns="scheme", values="speedup_vs_dense_adams")
-    md += ["## Speedup table", "", markdown(summary.reset_index(), "{:.2f}"), ""]
+    table = summary.reset_index()
+    table.columns.name = None  # the pivot's "scheme" label is not a column
+    md += ["## Speedup table", "", markdown(table, "{:.2f}"), ""]
+    html += ["<h2>Speedup table</h2>",
+             table.to_html(index=False, float_format="{:.2f}".format, escape=True, na_rep="")]
     all_csv = out / "all_points.csv"
     df.to_csv(all_csv, index=False)
     md += [f"All points: [{all_csv.name}]({all_csv.name})", ""]

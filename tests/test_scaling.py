@@ -26,6 +26,14 @@ def test_scaling_report_links_every_figure_and_csv(tmp_path):
     df = pd.read_csv(files["all_csv"])
     base = df[(df["scheme"] == "dense-adams") & df["fits"]]
     assert (base["speedup_vs_dense_adams"] == 1.0).all()
+    # the answer opens both pages, and the HTML has the Markdown's speedup table, every GPU
+    # count a row of it
+    answer = md.splitlines()[2]
+    assert answer.startswith("At ") and "SCAPE 99%" in answer and "bound by" in answer
+    assert answer.replace("'", "&#x27;") in html
+    table = html[html.index("<table"):html.index("</table>")]
+    gpus = sorted(df.loc[(df["sweep"] == "gpus") & df["fits"], "gpus"].unique())
+    assert [int(g) for g in re.findall(r"<tr>\s*<td>(\d+)</td>", table)] == gpus
 
 
 def test_report_cli(capsys, tmp_path):
