@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from html import escape as html_escape
 from pathlib import Path
 
 import pandas as pd
@@ -303,6 +302,17 @@ def _answer(df: pd.DataFrame, hw: HardwareProfile) -> str:
     return text
 
 
+def render_html(template: str, **values) -> str:
+    """A page from reports/templates/ with jinja2, autoescaping every value (names, captions
+    and table cells are text, never markup)."""
+    from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+
+    env = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"),
+                      autoescape=select_autoescape(default=True, default_for_string=True),
+                      undefined=StrictUndefined)
+    return env.get_template(template).render(**values)
+
+
 def write_report(model: str, hardware: str, out: Path, quick: bool = False,
                  workers: int | None = None,
                  progress_total: Callable[[int], None] | None = None,
@@ -344,33 +354,32 @@ def write_report(model: str, hardware: str, out: Path, quick: bool = False,
           "degree that fits without recomputation, else with full recomputation. Speedup = "
           "dense AdamS step time / scheme step time.",
           ""]
-    html = [f"<h1>Scaling report: {html_escape(title)}</h1>",
-            f"<p><b>{html_escape(answer)}</b></p>", f"<p>{html_escape(md[4])}</p>"]
+    setup = md[4]
+    html_figs = []
     for key, (caption, png, data) in figures.items():
         csv = out / f"{key}.csv"
         data.to_csv(csv, index=False)
         files[f"{key}_png"], files[f"{key}_csv"] = png, csv
         md += [f"## {caption}", "", f"![{caption}]({png.name})", "",
                f"Data: [{csv.name}]({csv.name})", ""]
-        b64 = base64.b64encode(png.read_bytes()).decode()
-        html += [f"<h2>{caption}</h2>", f'<img alt="{caption}" src="data:image/png;base64,{b64}">',
-                 f'<p>Data: <a href="{csv.name}">{csv.name}</a></p>']
+        html_figs.append({"caption": caption, "csv": csv.name,
+                          "png_b64": base64.b64encode(png.read_bytes()).decode()})
     summary = df[(df["sweep"] == "gpus") & df["fits"]].pivot_table(
         index="gpus", columns="scheme", values="speedup_vs_dense_adams")
     table = summary.reset_index()
     table.columns.name = None  # the pivot's "scheme" label is not a column
     md += ["## Speedup table", "", markdown(table, "{:.2f}"), ""]
-    html += ["<h2>Speedup table</h2>",
-             table.to_html(index=False, float_format="{:.2f}".format, escape=True, na_rep="")]
     all_csv = out / "all_points.csv"
     df.to_csv(all_csv, index=False)
     md += [f"All points: [{all_csv.name}]({all_csv.name})", ""]
-    html += [f'<p>All points: <a href="{all_csv.name}">{all_csv.name}</a></p>']
     files["all_csv"] = all_csv
     files["markdown"] = out / "scaling.md"
     files["html"] = out / "scaling.html"
     files["markdown"].write_text("\n".join(md))
-    files["html"].write_text("<!doctype html><html><head><meta charset='utf-8'><title>"
-                             f"Scaling report: {title}</title></head><body>"
-                             + "\n".join(html) + "</body></html>\n")
+    cells = [[str(int(v)) if c == "gpus" else ("" if pd.isna(v) else f"{v:.2f}")
+              for c, v in row.items()] for _, row in table.iterrows()]
+    files["html"].write_text(render_html("scaling.html.j2", title=title, answer=answer,
+                                         setup=setup, figures=html_figs,
+                                         table={"columns": list(table.columns), "rows": cells},
+                                         all_csv=all_csv.name))
     return files
