@@ -287,18 +287,18 @@ def _answer(df: pd.DataFrame, hw: HardwareProfile) -> str:
     text = (f"At {top:,} GPUs of {hw.name}, SCAPE 99% takes {s['step_time_s']:.3f} s a step "
             f"against dense AdamS's {d['step_time_s']:.3f} s ({s['speedup_vs_dense_adams']:.2f}x); "
             f"its step is bound by {max(shares, key=shares.get)}.")
-    bw = df[(df["sweep"] == "bandwidth") & df["fits"] & (df["scheme"] == "scape:0.99")]
+    bw = df[df["sweep"].isin(["bandwidth", "gpus"]) & df["fits"]
+            & (df["scheme"] == "scape:0.99")].drop_duplicates(["gpus", "nic_Gbps"])
     if not bw.empty:
-        top_bw = bw[bw["gpus"] == bw["gpus"].max()].sort_values("nic_Gbps")
-        paying = top_bw[top_bw["speedup_vs_dense_adams"] > 1.0]
+        paying = bw[bw["speedup_vs_dense_adams"] > 1.0].sort_values(["gpus", "nic_Gbps"])
+        rates = f"{bw['nic_Gbps'].min():g}-{bw['nic_Gbps'].max():g} Gb/s per NIC"
         if paying.empty:
-            text += " It does not pay at any NIC rate swept."
-        elif len(paying) == len(top_bw):
-            text += (f" It pays at every NIC rate swept ({top_bw['nic_Gbps'].min():g}-"
-                     f"{top_bw['nic_Gbps'].max():g} Gb/s per NIC).")
+            text += f" It pays nowhere in the sweep ({rates}, {bw['gpus'].min()}-{top} GPUs)."
         else:
-            text += (f" At {int(top_bw['gpus'].iloc[0]):,} GPUs it pays from "
-                     f"{paying['nic_Gbps'].min():g} Gb/s per NIC up, and stops paying below.")
+            where = ", ".join(f"{r.gpus} GPUs at {r.nic_Gbps:g} Gb/s "
+                              f"({r.speedup_vs_dense_adams:.2f}x)"
+                              for r in paying.itertuples(index=False))
+            text += f" Of the sweep ({rates}) it pays only at: {where}."
     return text
 
 
