@@ -1,6 +1,6 @@
-"""Render the scaling report's HTML in a real headless browser and save a screenshot (issue 19:
-reports checked as a reader sees them). Needs Chromium (Debian: apt-get install chromium);
-without it, says so and exits 2.
+"""Render the scaling and reproduce reports' HTML in a real headless browser and save
+screenshots (issue 19: reports checked as a reader sees them). Needs Chromium (Debian:
+apt-get install chromium); without it, says so and exits 1.
 
 Usage: python bench/report_screenshots.py [--model llama-1.8b] [--hardware vista-gh200]
        [--out reports/screenshots]
@@ -19,6 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from reports.reproduce import write_report as reproduce_report  # noqa: E402
 from reports.scaling import write_report  # noqa: E402
 
 # a fresh profile, no network chatter (this machine reaches no other host)
@@ -52,6 +53,11 @@ def main() -> int:
         t0 = time.perf_counter()
         files = write_report(args.model, args.hardware, Path(tmp), quick=True)
         png = screenshot(files["html"], out / f"scaling-{args.model}-{args.hardware}.png")
+        print(f"{png} ({png.stat().st_size:,} bytes), report built and rendered in "
+              f"{time.perf_counter() - t0:.1f} s")
+        t0 = time.perf_counter()
+        files = reproduce_report(Path(tmp) / "reproduce")
+        png = screenshot(files["html"], out / "reproduce.png", height=2600)
         print(f"{png} ({png.stat().st_size:,} bytes), report built and rendered in "
               f"{time.perf_counter() - t0:.1f} s")
     return 0

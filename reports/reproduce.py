@@ -282,6 +282,7 @@ def write_report(out: Path, hardware: str = DEFAULT_HARDWARE) -> dict[str, Path]
         "sensitivity": out / "reproduce_sensitivity.csv",
         "figure": out / "reproduce_sensitivity.png",
         "report": out / "reproduce.md",
+        "html": out / "reproduce.html",
     }
     pred.to_csv(files["predictions"], index=False)
     what_if.to_csv(files["what_if"], index=False)
@@ -321,4 +322,28 @@ def write_report(out: Path, hardware: str = DEFAULT_HARDWARE) -> dict[str, Path]
         "",
     ]
     files["report"].write_text("\n".join(text))
+    from reports.html import png_b64, render_html, table
+
+    scape_rows = pred[pred["scheme"].str.startswith("scape")]
+    best = scape_rows.loc[scape_rows["speedup_vs_dense_adams"].idxmax()]
+    paper = ("" if pd.isna(best["paper_value"]) else
+             f" (the paper: {best['paper_value']:.3g}, {best['paper_metric']})")
+    answer = (f"On {GPUS} GPUs of {hw.name}, SCAPE's best case in the paper's setting is "
+              f"{best['model']} at {best['sparsity']:g} sparsity: "
+              f"{best['speedup_vs_dense_adams']:.2f}x dense AdamS's step{paper}.")
+    what_cols = ["model", "scheme", "sparsity", "step_time_s", "exposed_comm_s",
+                 "speedup_vs_dense_adams", "end_to_end_reduction"]
+    files["html"].write_text(render_html(
+        "report.html.j2", title="SCAPE paper setting, predicted", answer=answer,
+        intro=[text[2]],
+        sections=[
+            {"heading": "Predictions", "text": "", "png": "", "table": table(shown),
+             "links": [files["predictions"].name]},
+            {"heading": f"What-if: the same runs on {other}", "text": "", "png": "",
+             "table": table(what_if[what_cols]), "links": [files["what_if"].name]},
+            {"heading": "Assumptions", "text": "", "png": "", "table": table(assume),
+             "links": [files["assumptions"].name]},
+            {"heading": "Sensitivity", "text": "", "png": png_b64(files["figure"]),
+             "table": None, "links": [files["sensitivity"].name]},
+        ]))
     return files

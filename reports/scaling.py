@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from profiles import HardwareProfile, ModelProfile, UserError, load_hardware, load_model
+from reports.html import render_html
 from reports.tables import markdown
 from scape.plan import Dtypes
 from simulator.batch import parallel_map, simulate_cached
@@ -300,17 +301,6 @@ def _answer(df: pd.DataFrame, hw: HardwareProfile) -> str:
                               for r in paying.itertuples(index=False))
             text += f" Of the sweep ({rates}) it pays only at: {where}."
     return text
-
-
-def render_html(template: str, **values) -> str:
-    """A page from reports/templates/ with jinja2, autoescaping every value (names, captions
-    and table cells are text, never markup)."""
-    from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
-
-    env = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"),
-                      autoescape=select_autoescape(default=True, default_for_string=True),
-                      undefined=StrictUndefined)
-    return env.get_template(template).render(**values)
 
 
 def write_report(model: str, hardware: str, out: Path, quick: bool = False,

@@ -28,6 +28,19 @@ def test_report_files_and_links(report):
     assert "fixed from the authors' public scripts" in text
 
 
+def test_html_has_the_answer_and_every_table(report):
+    """The HTML page (jinja2, autoescaped) opens with the answer and carries the Markdown's
+    three tables, row for row, and the figure inline."""
+    html = report["html"].read_text()
+    assert '<p class="answer">On 32 GPUs of ' in html and "&#39;" in html  # escaped quotes
+    assert html.count("<table>") == 3
+    md_rows = [ln for ln in report["report"].read_text().splitlines()
+               if ln.startswith("| ") and not ln.startswith("| ---")]
+    html_rows = re.findall(r"<tr>", html)
+    assert len(html_rows) == len(md_rows)  # header and data rows of the three tables
+    assert html.count('src="data:image/png;base64,') == 1
+
+
 def test_reproduce_json(capsys, tmp_path):
     code, out, _ = scape(capsys, "reproduce", "--out", str(tmp_path), "--format", "json")
     assert code == 0
