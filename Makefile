@@ -23,7 +23,7 @@ demo: $(STAMP)
 	$(BIN)/scape compare --model llama-1.8b --hardware vista-gh200 --gpus 32 --micro-batch 8 --global-batch 1024
 	$(BIN)/scape reproduce --out out/reproduce
 	$(BIN)/scape report scaling --model llama-1.8b --hardware vista-gh200 --quick --out out/scaling
-	@echo "demo: reports in out/reproduce/reproduce.md and out/scaling/scaling.html"
+	@echo "demo: reports in out/reproduce/reproduce.html (.md) and out/scaling/scaling.html (.md)"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
