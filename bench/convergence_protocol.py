@@ -163,8 +163,8 @@ def train_one(run: Run, lr: float, seed: int, args) -> dict:
     wall = time.perf_counter() - t0
     log = [json.loads(line) for line in (scratch / "log.jsonl").read_text().splitlines()]
     df = pd.DataFrame([{"step": r["step"], "loss": r["loss"], "lr": r["lr"],
-                        "val_loss": r.get("val_loss"), "bytes": r["bytes"],
-                        "step_s": r["step_s"]} for r in log])
+                        "val_loss": r.get("val_loss"), "final_val_loss": r.get("final_val_loss"),
+                        "bytes": r["bytes"], "step_s": r["step_s"]} for r in log])
     dest = run_dir(tag, seed)
     dest.mkdir(parents=True, exist_ok=True)
     df.to_csv(dest / "log.csv", index=False, float_format="%.9g")
@@ -239,22 +239,26 @@ def report(args) -> pd.DataFrame:
         dense = same[same["scheme"] == "dense-adams"]
         if len(dense):
             ref = dense.loc[dense["mean_val_loss"].idxmin()]
-            refs[steps] = (ref, tokens_to(mean_curves[ref["tag"]], ref["mean_val_loss"]))
+            # the target on the curves' own sample: the reference's last curve point (runs
+            # from 2026-11-25 04:05 on log it beside the larger final sample; older runs' last
+            # point is that larger sample, a small inconsistency)
+            target = mean_curves[ref["tag"]]["val_loss"].iloc[-1]
+            refs[steps] = (ref, target, tokens_to(mean_curves[ref["tag"]], target))
     gap, ratio_bytes, ratio_tokens = [], [], []
     for r in summary.itertuples(index=False):
-        ref, ref_steps = refs.get(r.steps, (None, None))
+        ref, target, ref_steps = refs.get(r.steps, (None, None, None))
         if ref is None:
             gap.append(math.nan), ratio_bytes.append(math.nan), ratio_tokens.append(math.nan)
             continue
         gap.append((r.mean_val_loss / ref["mean_val_loss"] - 1) * 100)
         ratio_bytes.append(r.mean_bytes / ref["mean_bytes"])
-        reached = tokens_to(mean_curves[r.tag], ref["mean_val_loss"])
+        reached = tokens_to(mean_curves[r.tag], target)
         ratio_tokens.append(math.nan if reached is None or not ref_steps
                             else reached / ref_steps)
     summary["gap_pct"], summary["mean_bytes_ratio"] = gap, ratio_bytes
     summary["tokens_to_dense_quality"] = ratio_tokens  # NaN: never reached
     main = summary[summary["part"] == "main"]
-    best, dense_steps = refs[main["steps"].iloc[0]]
+    best, _, dense_steps = refs[main["steps"].iloc[0]]
     summary = summary.sort_values(["part", "steps", "scheme", "sparsity", "lr"])
     OUT.mkdir(parents=True, exist_ok=True)
     summary.drop(columns="tag").to_csv(OUT / "summary.csv", index=False, float_format="%.6g")

@@ -255,8 +255,10 @@ def train(cfg: TrainConfig, steps_this_run: int | None = None) -> dict:
             if cfg.checksum:
                 row["param_crc"] = zlib.crc32(scheme.flat.master.cpu().numpy().tobytes())
             if cfg.eval_every and (t % cfg.eval_every == 0 or t == cfg.steps) and rank == 0:
-                row["val_loss"] = evaluate(model, cfg, seq, cfg.final_eval_batches
-                                           if t == cfg.steps else None)
+                # the curve always on the same sample; the last step also on the larger one
+                row["val_loss"] = evaluate(model, cfg, seq)
+                if t == cfg.steps and cfg.final_eval_batches is not None:
+                    row["final_val_loss"] = evaluate(model, cfg, seq, cfg.final_eval_batches)
             rows.append(row)
             if log_file:
                 log_file.write(json.dumps(row) + "\n")
@@ -291,7 +293,7 @@ def summarize(rows: list[dict], cfg: TrainConfig, world: int, scheme) -> dict:
     if not rows:
         return {}
     tail = rows[-min(10, len(rows)):]
-    vals = [r["val_loss"] for r in rows if "val_loss" in r]
+    vals = [r.get("final_val_loss", r["val_loss"]) for r in rows if "val_loss" in r]
     keys = sorted({k for r in rows for k in r if k.endswith("_s") and k != "step_s"})
     return {
         "model": cfg.model, "scheme": cfg.scheme.scheme, "sparsity": cfg.scheme.sparsity,
