@@ -301,3 +301,27 @@ def test_bf16_autocast_trains_and_is_checked():
     assert a != b and abs(a - b) / a < 0.05  # rounded matmuls, the same descent
     with _pytest.raises(UserError, match="autocast must be bf16"):
         TrainConfig(autocast="fp8").validate()
+
+
+def test_step_meter_never_fails_on_a_log_cut_back_or_half_written(tmp_path):
+    """A resumed run's log is cut back under the meter's feet, and a line may be half
+    written: the meter reads on, and never raises (progress must not stop a run)."""
+    import io
+
+    from scape.train.launch import StepMeter
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    log = tmp_path / "log.jsonl"
+    screen = Terminal()
+    meter = StepMeter(log, 10, screen)
+    log.write_text("".join(f'{{"step": {t}}}\n' for t in range(1, 9)))
+    meter.poll()
+    log.write_text('{"step": 1}\n{"step": 2}\n\n{"ste')  # cut back, a blank and a half line
+    meter.poll()
+    assert meter.step == 2
+    log.write_text('{"step": 1}\n{"step": 2}\nnot json\n')
+    meter.poll()  # skipped, no exception
+    assert meter.step == 2

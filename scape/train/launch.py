@@ -170,17 +170,27 @@ class StepMeter:
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
 
     def poll(self) -> None:
-        if not self.log.exists():
+        """Read what rank 0 logged since the last call. Best effort: a log that was cut back
+        (a resumed run keeps only the steps before its checkpoint) is read again from the
+        start, and a line it cannot read is skipped; progress never stops a run."""
+        try:
+            if not self.log.exists():
+                return
+            if self.log.stat().st_size < self.offset:
+                self.offset = 0
+            with open(self.log, "rb") as fh:
+                fh.seek(self.offset)
+                chunk = fh.read()
+            end = chunk.rfind(b"\n")
+            if end < 0:
+                return
+            self.offset += end + 1
+            lines = [ln for ln in chunk[:end].split(b"\n") if ln.strip()]
+            if not lines:
+                return
+            self.step = int(json.loads(lines[-1])["step"])
+        except (OSError, ValueError, KeyError, TypeError):
             return
-        with open(self.log, "rb") as fh:
-            fh.seek(self.offset)
-            chunk = fh.read()
-        end = chunk.rfind(b"\n")
-        if end < 0:
-            return
-        self.offset += end + 1
-        last = chunk[: end].rsplit(b"\n", 1)[-1]
-        self.step = int(json.loads(last)["step"])
         now = time.monotonic()
         if self.first is None:  # rates from the first logged step on: startup excluded
             self.first, self.start = self.step, now
