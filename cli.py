@@ -687,10 +687,9 @@ def report_scaling(
 ):
     """What-if sweeps (GPUs, NIC bandwidth, sparsity, model size) as Markdown + HTML + CSV."""
     from reports.scaling import write_report as scaling_report
-    from simulator.batch import MAX_WORKERS
+    from simulator.batch import check_workers
 
-    if workers is not None and not 1 <= workers <= MAX_WORKERS:
-        raise UserError(f"--workers must be between 1 and {MAX_WORKERS}, got {workers}")
+    check_workers(workers)
     load_model(model)
     load_hardware(hardware)
     with _progress("simulating steps") as bar:

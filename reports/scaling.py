@@ -9,7 +9,6 @@ memory without recomputation, else the smallest with full recomputation.
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -17,7 +16,8 @@ from pathlib import Path
 import pandas as pd
 
 from profiles import HardwareProfile, ModelProfile, UserError, load_hardware, load_model
-from reports.html import render_html
+from reports.html import png_b64, render_html
+from reports.html import table as html_table
 from reports.tables import markdown
 from scape.plan import Dtypes
 from simulator.batch import parallel_map, simulate_cached
@@ -352,8 +352,8 @@ def write_report(model: str, hardware: str, out: Path, quick: bool = False,
         files[f"{key}_png"], files[f"{key}_csv"] = png, csv
         md += [f"## {caption}", "", f"![{caption}]({png.name})", "",
                f"Data: [{csv.name}]({csv.name})", ""]
-        html_figs.append({"caption": caption, "csv": csv.name,
-                          "png_b64": base64.b64encode(png.read_bytes()).decode()})
+        html_figs.append({"heading": caption, "text": "", "png": png_b64(png), "table": None,
+                          "links": [csv.name]})
     summary = df[(df["sweep"] == "gpus") & df["fits"]].pivot_table(
         index="gpus", columns="scheme", values="speedup_vs_dense_adams")
     table = summary.reset_index()
@@ -366,10 +366,9 @@ def write_report(model: str, hardware: str, out: Path, quick: bool = False,
     files["markdown"] = out / "scaling.md"
     files["html"] = out / "scaling.html"
     files["markdown"].write_text("\n".join(md))
-    cells = [[str(int(v)) if c == "gpus" else ("" if pd.isna(v) else f"{v:.2f}")
-              for c, v in row.items()] for _, row in table.iterrows()]
-    files["html"].write_text(render_html("scaling.html.j2", title=title, answer=answer,
-                                         setup=setup, figures=html_figs,
-                                         table={"columns": list(table.columns), "rows": cells},
-                                         all_csv=all_csv.name))
+    speedups = {"heading": "Speedup table", "text": "", "png": "",
+                "table": html_table(table, "{:.2f}"), "links": [all_csv.name]}
+    files["html"].write_text(render_html(
+        "report.html.j2", title=f"Scaling report: {title}", answer=answer, intro=[setup],
+        sections=[*html_figs, speedups]))
     return files

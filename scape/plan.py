@@ -412,8 +412,9 @@ PER_TENSOR = frozenset({"scape"})
 # Both SCAPE variants: the density schedule applies to them.
 SCAPE_SCHEMES = frozenset({"scape", "scape-partitioned"})
 DENSITY_OPTIONS = ("density_warmup_steps", "density_dense_steps", "density_shape")
-# Schemes whose ranks each hold only a shard of the synced gradient: clipping by its global
-# norm costs them a one-value all-reduce (Megatron's get_grad_norm_fp32 does the same).
+# Schemes whose ranks each hold only a shard of the synced gradient and of the optimizer state
+# (ZeRO-1; simulator/memory.py counts the state so): clipping by the gradient's global norm
+# costs them a one-value all-reduce (Megatron's get_grad_norm_fp32 does the same).
 SHARDED_GRAD = frozenset({"dense-zero1", "scape-partitioned"})
 NORM_BYTES = 8  # the squared norm, fp64
 # Schemes whose NAME:VALUE and --sparsity give the fraction not sent, and the one whose give bits.

@@ -37,13 +37,18 @@ def simulate_cached(cfg: StepConfig) -> StepResult:
 MAX_WORKERS = 1024  # processes; more than any host has cores, fewer than the OS can fork
 
 
+def check_workers(workers: int | None) -> None:
+    """Refuse a --workers value no pool can honour (None: every core)."""
+    if workers is not None and not 1 <= workers <= MAX_WORKERS:
+        raise UserError(f"--workers must be between 1 and {MAX_WORKERS}, got {workers}")
+
+
 def parallel_map(fn: Callable, items: Iterable, workers: int | None = None,
                  progress: Callable[[int], None] | None = None) -> list:
     """[fn(x) for x in items], in order, on `workers` processes (default: every core);
     `progress(1)` after each item. Sort items by topology first to reuse caches."""
     items = list(items)
-    if workers is not None and not 1 <= workers <= MAX_WORKERS:
-        raise UserError(f"--workers must be between 1 and {MAX_WORKERS}, got {workers}")
+    check_workers(workers)
     workers = workers if workers is not None else (os.cpu_count() or 1)
     results = []
     if workers == 1 or len(items) < 8:

@@ -179,14 +179,21 @@ def collective_time(
 class Choice:
     """How one collective call runs on a profile: the algorithm and protocol, the bytes to
     simulate (the protocol's or the measured backend's efficiency folded in), the fixed seconds
-    before its first byte moves, and its per-step latency over the profile's (Simple's)."""
+    before its first byte moves, and how much of the phases' per-step latency stays (0 where
+    NCCL's own call latency, in `overhead_s`, replaces it)."""
 
     algo: str
     moved: float
     overhead_s: float
     hop_scale: float = 1.0
-    proto: str = "simple"
+    proto: str = ""  # NCCL's protocol on profiles that model it; "" elsewhere (Simple)
     floor_s: float = 0.0  # no call ends sooner: the host launches it (profile [nccl])
+
+    def applied(self, phases: list[Phase]) -> list[Phase]:
+        """`phases` with this call's per-step latency scale."""
+        if self.hop_scale == 1.0:
+            return phases
+        return [replace(ph, hop_scale=self.hop_scale) for ph in phases]
 
 
 def calibrated(hw: HardwareProfile, op: str, algo: str, ranks: int, size: float,
@@ -243,13 +250,11 @@ def sweep(
             res = collective_time(topo, gpus, op, AUTO, c.moved)
             name, seconds = res.algo, res.time_s
         else:
-            phases = [replace(ph, hop_scale=c.hop_scale) for ph in phases_of(
-                topo, Request(op, c.algo, c.moved), np.arange(gpus))]
+            phases = c.applied(phases_of(topo, Request(op, c.algo, c.moved), np.arange(gpus)))
             name, seconds = c.algo, time_alone(topo, phases)
-        tuned = hw.nccl is not None and op in nccl.TUNED_OPS and op not in hw.collectives
         # algbw of the bytes asked for, and the call's fixed costs first
         out.append(Result(name, op, name, size, gpus, 0.0,
-                          max(seconds + c.overhead_s, c.floor_s), c.proto if tuned else ""))
+                          max(seconds + c.overhead_s, c.floor_s), c.proto))
     return out
 
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from profiles import HardwareProfile, ModelProfile
-from scape.plan import INDEX_BYTES, SCAPE_SCHEMES, Dtypes, SchemeConfig
+from scape.plan import INDEX_BYTES, SCAPE_SCHEMES, SHARDED_GRAD, Dtypes, SchemeConfig
 
 # Bytes of the fp32 optimizer state per parameter: master weights and moments.
 OPTIMIZER_STATE_BYTES = {"adamw": 12, "adams": 8}  # AdamS keeps no second moment
-SHARDED = frozenset({"dense-zero1", "scape-partitioned"})  # optimizer state sharded (ZeRO-1)
+SHARDED = SHARDED_GRAD  # ZeRO-1: gradient and optimizer state sharded over data parallelism
 RESIDUAL_SCHEMES = frozenset({"quantized", "topk", "scalecom"})  # fp32 error feedback buffers
 # CUDA context, NCCL buffers and allocator fragmentation: plan with 90% of the GPU's memory.
 USABLE_FRACTION = 0.90

@@ -5,7 +5,7 @@ NCCL picks, for every call, the (algorithm, protocol) pair its own cost model sa
 (NVIDIA/nccl v2.25.1, src/graph/tuning.cc ncclTopoTuneModel / ncclTopoGetAlgoTime and
 src/enqueue.cc topoGetAlgoInfo; constants in profiles/external/nccl-tuning.toml). `choose`
 evaluates that model; the simulator then runs the chosen algorithm on its own network model,
-with the protocol's per-step latency, its base latency and its bandwidth (`Protocol`): LL moves
+with NCCL's latency of the call and the protocol's bandwidth (`Protocol`): LL moves
 8 data bytes in each 16-byte line (half the bandwidth, capped by llMaxBw), LL128 120 of every
 128 (0.92 in NCCL's model), Simple all of it with the largest per-step latency.
 
@@ -104,6 +104,14 @@ def _col(m: Machine) -> int:
     return min(m.nodes, 3) - 1
 
 
+def _nvls_efficiency(m: Machine) -> float:
+    """The fraction of the NVLink rate NVLS reaches: nvlsEfficiency x (channels - 1) /
+    channels (the 2.28 tuner's model)."""
+    c = constants()
+    return c["caps"]["nvls_efficiency"][c["meta"]["archs"].index(m.arch)] * (
+        m.channels - 1) / m.channels
+
+
 def busbw(op: str, algo: str, proto: str, m: Machine) -> float:
     """NCCL's bus bandwidth for (algo, proto) in GB/s (ncclTopoTuneModel)."""
     c = constants()
@@ -111,7 +119,7 @@ def busbw(op: str, algo: str, proto: str, m: Machine) -> float:
     a = c["meta"]["archs"].index(m.arch)
     bw = m.intra_GBps if m.nodes <= 2 else m.inter_GBps
     if algo in ("nvls", "nvls_tree"):
-        eff = caps["nvls_efficiency"][a] * (m.channels - 1) / m.channels
+        eff = _nvls_efficiency(m)
         intra = m.intra_GBps * eff * (2 if op == "all_reduce" else (m.ppn - 1) / m.ppn)
         if algo == "nvls":
             return intra
@@ -230,10 +238,8 @@ class Protocol:
 def protocol(op: str, algo: str, proto: str, size: float, m: Machine) -> Protocol:
     """The simulation's terms for (algo, proto). NVLS moves its bytes at nvlsEfficiency x
     (channels - 1) / channels of the NVLink rate (the 2.28 tuner's model)."""
-    c = constants()
     if algo in ("nvls", "nvls_tree"):
-        a = c["meta"]["archs"].index(m.arch)
-        wire = 1 / (c["caps"]["nvls_efficiency"][a] * (m.channels - 1) / m.channels)
+        wire = 1 / _nvls_efficiency(m)
     else:
         wire = busbw(op, algo, "simple", m) / busbw(op, algo, proto, m)
     return Protocol(proto, wire, call_latency_us(op, algo, proto, size, m) * 1e-6)

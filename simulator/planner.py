@@ -13,7 +13,7 @@ import pandas as pd
 
 from profiles import HardwareProfile, ModelProfile, UserError
 from scape.plan import SCAPE_SCHEMES, Dtypes
-from simulator.batch import MAX_WORKERS, parallel_map, phase_cache, simulate_cached
+from simulator.batch import check_workers, parallel_map, phase_cache, simulate_cached
 from simulator.compare import parse_scheme
 from simulator.memory import memory_use, usable_bytes
 from simulator.schedule import run_mean
@@ -68,12 +68,10 @@ class PlanRequest:
         if self.rank == "quality" and self.quality is None:
             raise UserError("--rank quality needs --quality STUDY (profiles/quality/STUDY.toml, "
                             "made by bench/convergence_protocol.py)")
-        for name, value in (("--global-batch", self.global_batch), ("--seq-len", self.seq_len),
-                            ("--workers", self.workers)):
+        for name, value in (("--global-batch", self.global_batch), ("--seq-len", self.seq_len)):
             if value is not None and value < 1:
                 raise UserError(f"{name} must be at least 1, got {value}")
-        if self.workers is not None and self.workers > MAX_WORKERS:
-            raise UserError(f"--workers must be at most {MAX_WORKERS}, got {self.workers}")
+        check_workers(self.workers)
         # a finite positive number each: inf tokens or an inf price would rank plans by inf
         for name, value in (("--tokens", self.tokens), ("--deadline-hours", self.deadline_hours),
                             ("--budget-usd", self.budget_usd),

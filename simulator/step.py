@@ -26,7 +26,7 @@ waiting), overlapped communication (communication busy while compute runs).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
@@ -204,8 +204,8 @@ class _StepSim:
         node = build_topology(cfg.hardware, cfg.tp)
         # as NCCL runs it on this profile (NVLS on an NVSwitch node with [nccl]), else `algo`
         c = calibrated(cfg.hardware, "all_reduce", cfg.algo, cfg.tp, size, nodes=1)
-        phases = [replace(ph, hop_scale=c.hop_scale) for ph in PhaseCache(node).phases(
-            "all_reduce", c.algo, [np.arange(cfg.tp)], c.moved)]
+        phases = c.applied(PhaseCache(node).phases("all_reduce", c.algo, [np.arange(cfg.tp)],
+                                                    c.moved))
         # no launch floor inside a step: the host enqueues ahead of the GPU (the floor is what
         # nccl-tests' back-to-back calls measure)
         return time_alone(node, phases) + c.overhead_s
@@ -220,9 +220,7 @@ class _StepSim:
                            nodes=self.group_nodes)
             if c.overhead_s > 0:
                 yield self.env.timeout(c.overhead_s)
-            phases = self.cache.phases(collective, c.algo, self.groups, c.moved)
-            if c.hop_scale != 1.0:
-                phases = [replace(ph, hop_scale=c.hop_scale) for ph in phases]
+            phases = c.applied(self.cache.phases(collective, c.algo, self.groups, c.moved))
             # no launch floor here: in a step the host enqueues ahead of the GPU
             yield from execute(self.env, self.net, phases, name, [])
             self.comm.busy.append((t0, self.env.now))

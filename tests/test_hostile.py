@@ -74,7 +74,7 @@ def test_simulate_refuses(capsys, args, match):
     (("report", "scaling", "-m", "gpt-345m", "-H", "dgx-h100", "--workers", "0"),
      "--workers must be between 1 and 1024"),
     (("plan", "-m", "gpt-345m", "--tokens", "1e9", "-H", "dgx-h100", "--workers", "10" * 12),
-     "--workers must be at most 1024"),
+     "--workers must be between 1 and 1024"),
     (("reproduce", "--out", __file__), "is a file"),
     (("validate", "--profile", "measured/netbed-100mbit", "--micro-batch", "0"),
      "--micro-batch must be at least 1"),

@@ -45,7 +45,9 @@ class TrainConfig:
     val_seed: int = 0
     eval_every: int = 50
     eval_batches: int = 8
-    final_eval_batches: int | None = None  # the last step's evaluation (None: eval_batches)
+    # a second, larger evaluation at the last step (logged as final_val_loss; the curve's
+    # val_loss stays on eval_batches); None: none
+    final_eval_batches: int | None = None
     out: str | None = None  # logs, checkpoints and summary
     checkpoint_every: int = 0  # 0: only at the end
     resume: bool = False

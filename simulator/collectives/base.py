@@ -28,7 +28,7 @@ class Phase:
     name: str
     steps: int
     demands: tuple[Demand, ...]
-    hop_scale: float = 1.0  # a protocol's per-step latency over Simple's (simulator/nccl.py)
+    hop_scale: float = 1.0  # 0 where NCCL's call latency replaces it (collective.Choice)
 
     @property
     def latency_s(self) -> float:

@@ -5,8 +5,8 @@ with multimem.st: for an all-reduce of S bytes over P GPUs each GPU's port carri
 buffer into the switch (every shard is read once) and its 1/P reduced shard back out, then its
 shard in and the whole result out, S (1 + 1/P) in each direction, against 2 (P-1)/P S for a
 ring. One phase: NCCL pipelines the reduce-scatter and all-gather halves. Its latency is
-NCCL's NVLS hwLat (simulator/nccl.py scales the per-step latency); the rate it reaches is
-NCCL's nvlsEfficiency of the link (the protocol's wire factor).
+NCCL's NVLS hwLat (simulator/nccl.py's call latency replaces the phase's); the rate it reaches
+is NCCL's nvlsEfficiency of the link (the protocol's wire factor).
 """
 
 from __future__ import annotations
