@@ -222,8 +222,7 @@ def calibrated(hw: HardwareProfile, op: str, algo: str, ranks: int, size: float,
                       call + measured.get("overhead_s", {}).get(ranks, 0.0))
     algos = None if algo == AUTO else (algo,)
     protos = None if proto == nccl.AUTO_PROTO else (proto,)
-    chosen, p = nccl.choose(op, size, m, algos, protos)
-    pr = nccl.protocol(op, chosen, p, size, m)
+    chosen, p, pr = nccl.decide(op, size, m, algos, protos)
     # NCCL's latency replaces the phases' per-step latency (hop_scale 0)
     return Choice(chosen, size * pr.wire, call + pr.latency_s, 0.0, p,
                   hw.nccl.launch_floor_us * 1e-6)

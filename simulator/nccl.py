@@ -243,3 +243,12 @@ def protocol(op: str, algo: str, proto: str, size: float, m: Machine) -> Protoco
     else:
         wire = busbw(op, algo, "simple", m) / busbw(op, algo, proto, m)
     return Protocol(proto, wire, call_latency_us(op, algo, proto, size, m) * 1e-6)
+
+
+@lru_cache(maxsize=4096)
+def decide(op: str, size: float, m: Machine, algos: tuple[str, ...] | None = None,
+           protos: tuple[str, ...] | None = None) -> tuple[str, str, Protocol]:
+    """`choose` and the chosen pair's `protocol`, remembered: a step issues the same call for
+    every bucket, and the planner the same step for many candidates."""
+    algo, proto = choose(op, size, m, algos, protos)
+    return algo, proto, protocol(op, algo, proto, size, m)
