@@ -36,7 +36,9 @@ from simulator.compare import (
     refuse_unread,
     resolved_scheme,
 )
+from simulator.compute import RECOMPUTE, pricing
 from simulator.network import build_topology
+from simulator.pipeline import SCHEDULES
 from simulator.planner import PLAN_SCHEMES, PlanRequest, best_without, plan_training
 from simulator.schedule import run_mean
 from simulator.step import StepConfig, simulate_step
@@ -172,6 +174,8 @@ ShapeChoice = _choice("ShapeChoice", SHAPES)
 BackendChoice = _choice("BackendChoice", ("gloo", "nccl"))
 CorpusChoice = _choice("CorpusChoice", CORPORA)
 RankChoice = _choice("RankChoice", ("time", "quality"))
+RecomputeChoice = _choice("RecomputeChoice", RECOMPUTE)
+ScheduleChoice = _choice("ScheduleChoice", SCHEDULES)
 
 
 def _fail(message: str) -> None:
@@ -332,13 +336,45 @@ def _scheme(spec: str, scheme_options: dict, extra: dict | None = None,
 
 def _step_config(model, hardware, gpus, scheme, micro_batch, seq_len, grad_accum, tp,
                  grad_dtype, param_dtype, algo, scheme_options, global_batch,
-                 extra: dict | None = None, lineup: list[str] | None = None) -> StepConfig:
+                 extra: dict | None = None, lineup: list[str] | None = None,
+                 parallel: dict | None = None) -> StepConfig:
     return StepConfig(
         model=load_model(model), hardware=load_hardware(hardware), gpus=gpus,
         scheme=_scheme(scheme, scheme_options, extra, lineup), micro_batch=micro_batch,
         seq_len=seq_len, grad_accum=grad_accum, tp=tp, global_batch=global_batch,
-        dtypes=_dtypes(grad_dtype, param_dtype), algo=algo,
+        dtypes=_dtypes(grad_dtype, param_dtype), algo=algo, **(parallel or {}),
     ).validate()
+
+
+# pipeline parallelism, recomputation and the compute model: simulate and compare
+PARALLEL_OPTS = {
+    "pp": typer.Option(1, "--pp", help="pipeline-parallel stages"),
+    "pp_schedule": typer.Option("1f1b", "--pp-schedule", help="1f1b|interleaved"),
+    "virtual_stages": typer.Option(None, "--virtual-stages",
+                                   help="interleaved: model chunks per stage (default 2)"),
+    "recompute": typer.Option("none", "--recompute",
+                              help="activation recomputation: none|selective|full"),
+    "sequence_parallel": typer.Option(True, "--sequence-parallel/--no-sequence-parallel",
+                                      help="Megatron's sequence parallelism with --tp"),
+    "mfu": typer.Option(None, "--mfu", help="price forward/backward at this MFU instead of "
+                                            "the profile's shapes model"),
+}
+
+
+def compute_model(cfg: StepConfig) -> str:
+    """How this step's forward and backward are priced (shapes or an MFU, and why)."""
+    return pricing(cfg.model, cfg.hardware, cfg.mfu)[1]
+
+
+def _schedule_name(cfg: StepConfig) -> str:
+    if cfg.pp == 1:
+        return ""
+    return f" {cfg.pp_schedule}" + (f" x{cfg.chunks_pp}" if cfg.chunks_pp > 1 else "")
+
+
+def _parallel(pp, pp_schedule, virtual_stages, recompute, sequence_parallel, mfu) -> dict:
+    return {"pp": pp, "pp_schedule": str(pp_schedule), "virtual_stages": virtual_stages,
+            "recompute": str(recompute), "sequence_parallel": sequence_parallel, "mfu": mfu}
 
 
 STEP_OPTS = {
@@ -445,6 +481,11 @@ def simulate(
     density_shape: ShapeChoice = typer.Option(None, "--density-shape", help=SHAPE_HELP),
     run_steps: int = typer.Option(None, "--run-steps", help=RUN_STEPS_HELP),
     algo: AlgoChoice = typer.Option("auto", "--algo", help="collective algorithm, or auto"),
+    pp: int = PARALLEL_OPTS["pp"], pp_schedule: ScheduleChoice = PARALLEL_OPTS["pp_schedule"],
+    virtual_stages: int = PARALLEL_OPTS["virtual_stages"],
+    recompute: RecomputeChoice = PARALLEL_OPTS["recompute"],
+    sequence_parallel: bool = PARALLEL_OPTS["sequence_parallel"],
+    mfu: float = PARALLEL_OPTS["mfu"],
     trace: str = typer.Option(None, "--trace", help="write a Chrome trace JSON (Perfetto)"),
     fmt: Format2 = typer.Option("table", "--format", help="table|json"),
 ):
@@ -458,8 +499,10 @@ def simulate(
                 density_dense_steps=density_dense_steps, density_shape=density_shape)
     steps = _run_steps(run_steps, density_warmup, density_dense_steps)
     extra = _reducer_extra(distopt, residual_offload, param_offload)
+    parallel = _parallel(pp, pp_schedule, virtual_stages, recompute, sequence_parallel, mfu)
     cfg = _step_config(model, hardware, gpus, scheme, micro_batch, seq_len, grad_accum, tp,
-                       grad_dtype, param_dtype, algo, opts, global_batch, extra)
+                       grad_dtype, param_dtype, algo, opts, global_batch, extra,
+                       parallel=parallel)
     from simulator.memory import memory_columns, refuse_if_too_big
 
     refuse_if_too_big(cfg)  # a step time for a step no GPU can hold would mislead
@@ -469,7 +512,8 @@ def simulate(
     row = {"model": model, "hardware": hardware, "gpus": gpus, "scheme": scheme,
            **resolved_scheme(cfg.scheme), "micro_batch": micro_batch, "seq_len": cfg.seq,
            "grad_accum": cfg.accum, "global_batch": cfg.sequences,
-           "tp": tp, "grad_dtype": grad_dtype, "param_dtype": param_dtype, "algo": algo,
+           "tp": tp, **parallel, "dp": cfg.dp, "compute_model": compute_model(cfg),
+           "grad_dtype": grad_dtype, "param_dtype": param_dtype, "algo": algo,
            **result.as_dict(), **memory_columns(cfg)}
     if steps:
         mean = run_mean(cfg, steps)
@@ -480,11 +524,12 @@ def simulate(
         return
     print(f"# {scheme} on {describe(build_topology(cfg.hardware, gpus))}")
     print(f"# {model}: micro-batch {micro_batch} x seq {cfg.seq}, grad-accum {cfg.accum}, "
-          f"tp {tp}, data-parallel {cfg.dp}, algo {algo}")
+          f"tp {tp}, pp {pp}{_schedule_name(cfg)}, data-parallel {cfg.dp}, recompute "
+          f"{recompute}, algo {algo}; forward/backward: {row['compute_model']}")
     print("# scheme options: " + ", ".join(f"{k} {v}" for k, v in
                                             resolved_scheme(cfg.scheme).items()))
     for key in ("step_time_s", "compute_s", "compression_s", "tp_comm_s", "exposed_comm_s",
-                "overlapped_comm_s"):
+                "overlapped_comm_s", *(("pipeline_bubble_s",) if pp > 1 else ())):
         print(f"{key:>20}  {row[key] * 1e3:12.3f} ms")
     print(f"{'bytes_per_gpu':>20}  {row['bytes_per_gpu'] / 1e9:12.4f} GB")
     parts = ", ".join(f"{k} {row[f'memory_{k}_GB']:.1f}" for k in (
@@ -526,6 +571,11 @@ def compare_cmd(
     density_shape: ShapeChoice = typer.Option(None, "--density-shape", help=SHAPE_HELP),
     run_steps: int = typer.Option(None, "--run-steps", help=RUN_STEPS_HELP),
     algo: AlgoChoice = typer.Option("auto", "--algo"),
+    pp: int = PARALLEL_OPTS["pp"], pp_schedule: ScheduleChoice = PARALLEL_OPTS["pp_schedule"],
+    virtual_stages: int = PARALLEL_OPTS["virtual_stages"],
+    recompute: RecomputeChoice = PARALLEL_OPTS["recompute"],
+    sequence_parallel: bool = PARALLEL_OPTS["sequence_parallel"],
+    mfu: float = PARALLEL_OPTS["mfu"],
     fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
 ):
     """Every scheme side by side with its speedup over the baseline."""
@@ -537,13 +587,16 @@ def compare_cmd(
     steps = _run_steps(run_steps, density_warmup, density_dense_steps)
     extra = _reducer_extra(distopt, residual_offload, param_offload)
     lineup = _names(schemes, "--schemes")
+    parallel = _parallel(pp, pp_schedule, virtual_stages, recompute, sequence_parallel, mfu)
     cfg = _step_config(model, hardware, gpus, baseline, micro_batch, seq_len, grad_accum, tp,
-                       grad_dtype, param_dtype, algo, opts, global_batch, extra, lineup)
+                       grad_dtype, param_dtype, algo, opts, global_batch, extra, lineup,
+                       parallel)
     df = compare(cfg, lineup, baseline, steps)
     if fmt != "table":  # every row carries the configuration it was simulated in
         asked = {"model": model, "hardware": hardware, "gpus": gpus, "baseline": baseline,
                  "micro_batch": micro_batch, "seq_len": cfg.seq, "grad_accum": cfg.accum,
-                 "global_batch": cfg.sequences, "tp": tp,
+                 "global_batch": cfg.sequences, "tp": tp, **parallel, "dp": cfg.dp,
+                 "compute_model": compute_model(cfg),
                  "grad_dtype": grad_dtype, "param_dtype": param_dtype, "algo": algo}
         print(render(df.assign(**asked), fmt))
         return
@@ -558,7 +611,9 @@ def compare_cmd(
     shown["mem_GB"] = df["memory_GB"]
     shown["fits"] = df["fits_memory"].map({True: "yes", False: "NO"})
     header = (f"{model} on {describe(build_topology(cfg.hardware, gpus))}\n"
-              f"micro-batch {micro_batch} x seq {cfg.seq}, grad-accum {cfg.accum}, tp {tp}; "
+              f"micro-batch {micro_batch} x seq {cfg.seq}, grad-accum {cfg.accum}, tp {tp}, "
+              f"pp {pp}{_schedule_name(cfg)}, dp {cfg.dp}, recompute {recompute}; "
+              f"forward/backward: {compute_model(cfg)}; "
               f"speedup = {baseline} step time / scheme step time; mem_GB per GPU of "
               f"{df['usable_memory_GB'].iloc[0]:.1f} usable")
     if not df["fits_memory"].all():

@@ -75,12 +75,23 @@ FABRIC_FIELDS = {
     "source": SOURCE,
 }
 COMPUTE_FIELDS = {
-    "mfu": Field(float, gt=0, le=1),
+    # model FLOPs utilization of forward and backward; optional where [roofline] prices them
+    "mfu": Field(float, gt=0, le=1, required=False),
     "mem_efficiency": Field(float, gt=0, le=1),
     "interference": Field(float, ge=0, le=1),
     # host time every step pays besides forward/backward and kernels (timers, clipping,
     # bookkeeping); absent: not modelled
     "step_fixed_ms": Field(float, ge=0, required=False),
+    "source": SOURCE,
+}
+# Forward and backward from shapes (simulator/roofline.py); without this table a profile's
+# [compute] mfu prices them from FLOPs alone.
+ROOFLINE_FIELDS = {
+    "gemm_peak_fraction": Field(float, gt=0, le=1),  # the best matmul's share of peak bf16
+    "gemm_launch_us": Field(float, ge=0),  # fixed seconds per kernel
+    "gemm_blend": Field(float, ge=1, le=16),  # smooth-max exponent of the two rooflines
+    "attn_fwd_fraction": Field(float, gt=0, le=1),  # FlashAttention forward, share of peak
+    "attn_bwd_fraction": Field(float, gt=0, le=1),
     "source": SOURCE,
 }
 PRICE_FIELDS = {"usd_per_gpu_hour": Field(float, gt=0), "source": SOURCE}
@@ -192,11 +203,24 @@ class Fabric:
 class Compute:
     """How fast the GPU computes: uncalibrated defaults until `calibrate compute` measures them."""
 
-    mfu: float  # model FLOPs utilization of forward and backward
     mem_efficiency: float  # fraction of HBM bandwidth memory-bound kernels reach
     interference: float  # fractional compute slowdown while communication overlaps it
     source: str
+    mfu: float | None = None  # model FLOPs utilization of forward and backward
     step_fixed_ms: float | None = None
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """Constants of simulator/roofline.py: forward and backward from the model's shapes."""
+
+    gemm_peak_fraction: float
+    gemm_launch_us: float
+    gemm_blend: float
+    attn_fwd_fraction: float
+    attn_bwd_fraction: float
+    source: str
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -242,8 +266,11 @@ class HardwareProfile:
     nccl: Nccl | None = None
     # MFU measured or fitted for particular models (model name -> MFU); others use compute.mfu
     model_mfu: dict[str, float] = field(default_factory=dict)
+    roofline: Roofline | None = None
 
-    def mfu_for(self, model: str) -> float:
+    def mfu_for(self, model: str) -> float | None:
+        """The MFU this profile gives for `model` (measured or fitted for it, else its
+        [compute] mfu); None where forward and backward come from shapes ([roofline])."""
         return self.model_mfu.get(model, self.compute.mfu)
 
     @property
@@ -278,7 +305,8 @@ class HardwareProfile:
 def parse_hardware(path: Path | str, doc: dict[str, Any]) -> HardwareProfile:
     """Validate a parsed TOML document and build a `HardwareProfile`."""
     tables = {"gpu", "node", "intra_node", "nic", "fabric", "compute"}
-    optional = {"reference", "price", "transport", "nccl", "model_mfu", *MEASURED_ONLY}
+    optional = {"reference", "price", "transport", "nccl", "model_mfu", "roofline",
+                *MEASURED_ONLY}
     require_tables(path, doc, required=tables, optional=optional)
     top = {k: v for k, v in doc.items() if not isinstance(v, dict)}
     top_values, _ = validate_table(path, "", top, TOP_FIELDS)
@@ -303,6 +331,7 @@ def parse_hardware(path: Path | str, doc: dict[str, Any]) -> HardwareProfile:
                    else None),
         nccl=build(Nccl, "nccl", NCCL_FIELDS) if "nccl" in doc else None,
         model_mfu=_model_mfu(path, doc.get("model_mfu")),
+        roofline=build(Roofline, "roofline", ROOFLINE_FIELDS) if "roofline" in doc else None,
         **_measured_tables(path, doc),
     )
     _cross_check(path, hw)
@@ -396,6 +425,9 @@ def _curve(path, table: str, curve: dict) -> dict:
 
 def _cross_check(path, hw: HardwareProfile) -> None:
     g, intra, nic = hw.node.gpus_per_node, hw.intra_node, hw.nic
+    if hw.compute.mfu is None and hw.roofline is None:
+        raise ProfileError(f"{path}: [compute] mfu: required unless the profile has a "
+                           "[roofline] table (forward and backward from shapes)")
     if (intra.kind == "none") != (g == 1):
         raise ProfileError(
             f"{path}: [intra_node] kind: 'none' exactly when gpus_per_node = 1 "

@@ -62,14 +62,14 @@ class Point:
 
 
 def layout(model: ModelProfile, hw: HardwareProfile, scheme: str, gpus: int, seq: int,
-           batch: int) -> tuple[int, bool] | None:
+           batch: int) -> tuple[int, str] | None:
     """(tensor-parallel degree, recompute): the smallest degree inside a node that fits
     without recomputation, else the smallest that fits with it; None if nothing fits."""
     cfg = parse_scheme(scheme)
     usable = usable_bytes(hw)
     degrees = [tp for tp in (1, 2, 4, 8) if hw.node.gpus_per_node % tp == 0
                and model.arch.n_heads % tp == 0 and tp <= gpus and batch % (gpus // tp) == 0]
-    for recompute in (False, True):
+    for recompute in ("none", "full"):
         for tp in degrees:
             use = memory_use(model, cfg, gpus // tp, tp, 1, seq, Dtypes(), recompute)
             if use.total <= usable:

@@ -3,8 +3,9 @@
 Forward FLOPs per token follow Narayanan et al. 2021 (Megatron-LM, SC'21, section 5.1):
 2 FLOPs per multiply-accumulate over every weight matrix (the layers and the logit layer) plus
 the attention score and value products, 2 * 2 * s * h per layer per token (Megatron counts the
-full s x s product). Backward costs twice the forward. Time = FLOPs / (peak BF16 * MFU), with
-the MFU a profile value (uncalibrated until `scape calibrate compute` measures it).
+full s x s product). Backward costs twice the forward. With an MFU (given, measured or the
+profile's [compute] mfu), time = FLOPs / (peak BF16 * MFU); profiles with a [roofline] table
+price forward and backward from the model's shapes instead (simulator/roofline.py).
 
 Memory-bound kernels (optimizer updates, selection, packing, quantization) take
 bytes moved / (HBM bandwidth * memory efficiency); bytes per element are counted below.
@@ -13,11 +14,12 @@ bytes moved / (HBM bandwidth * memory efficiency); bytes per element are counted
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from profiles import HardwareProfile, ModelProfile, UserError
+from simulator.roofline import head_times, layer_times
 
 # HBM bytes read + written per element, counted from each kernel's loads and stores
 # (fp32 master weights, gradients and optimizer state; bf16 model weights).
@@ -59,13 +61,24 @@ COMPRESSION_KINDS = (frozenset(KERNEL_BYTES) | set(OTHER_KINDS)) - {
     "optimizer_adamw", "optimizer_adams", "flat_copy"}
 
 
+RECOMPUTE = ("none", "selective", "full")  # activation recomputation (Korthikanti et al. 2022)
+ATTENTION = ("flash", "unfused")  # FlashAttention, or Megatron-LM's before it (shapes model)
+
+
 @dataclass(frozen=True)
 class ComputeTimes:
-    """Per micro-batch forward and backward times of one GPU, per layer chunk."""
+    """Per micro-batch forward and backward times of one GPU (tensor-parallel shard): the
+    whole model, and one layer and the output head apart (pipeline stages hold some layers)."""
 
     fwd_s: float
-    bwd_s: float
-    flops_per_step_per_gpu: float  # forward + backward, all micro-batches
+    bwd_s: float  # with the recomputation it asks for
+    flops_per_step_per_gpu: float  # forward + backward, all micro-batches, model FLOPs
+    layer_fwd_s: float = 0.0
+    layer_bwd_s: float = 0.0
+    head_fwd_s: float = 0.0
+    head_bwd_s: float = 0.0
+    how: str = ""  # "roofline" or the MFU it ran at, and where that came from
+    parts: dict = field(default_factory=dict)  # roofline: gemm/attention/memory seconds
 
 
 def forward_flops_per_token(model: ModelProfile, seq_len: int) -> float:
@@ -75,15 +88,58 @@ def forward_flops_per_token(model: ModelProfile, seq_len: int) -> float:
     return matmul + attention
 
 
+def pricing(model: ModelProfile, hw: HardwareProfile, mfu: float | None = None
+            ) -> tuple[float | None, str]:
+    """(the MFU forward and backward run at, or None for shapes; how that was decided): the
+    user's `mfu`, else one the profile measured or fitted for this model, else the profile's
+    shapes model ([roofline]), else its [compute] mfu."""
+    if mfu is not None:
+        return mfu, f"mfu {mfu:g} (given)"
+    if model.name in hw.model_mfu:
+        return hw.model_mfu[model.name], f"mfu {hw.model_mfu[model.name]:.4g} ([model_mfu])"
+    if hw.roofline is not None:
+        return None, "shapes ([roofline])"
+    return hw.compute.mfu, f"mfu {hw.compute.mfu:g} ([compute])"
+
+
 def fwd_bwd(
     model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_len: int, tp: int = 1,
-    grad_accum: int = 1,
+    grad_accum: int = 1, *, mfu: float | None = None, recompute: str = "none",
+    sequence_parallel: bool = False, attention: str = "flash",
 ) -> ComputeTimes:
-    """Forward and backward time of one micro-batch on one GPU (tensor parallel degree `tp`)."""
-    tokens = micro_batch * seq_len
-    fwd_flops = forward_flops_per_token(model, seq_len) * tokens / tp
-    rate = hw.gpu.peak_bf16_tflops * 1e12 * hw.mfu_for(model.name)  # FLOP/s achieved
-    return ComputeTimes(fwd_flops / rate, 2 * fwd_flops / rate, 3 * fwd_flops * grad_accum)
+    """Forward and backward time of one micro-batch on one GPU (tensor parallel degree `tp`).
+
+    From the model's shapes where the profile has a [roofline] table (simulator/roofline.py),
+    unless an MFU is given (`mfu`, the user's override) or the profile measured or fitted one
+    for this model ([model_mfu]); from FLOPs at that MFU otherwise. Recomputation adds to the
+    backward: `full` the layers' forward, `selective` the attention core's (Korthikanti et al.
+    2022, section 5)."""
+    if recompute not in RECOMPUTE:
+        raise UserError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
+    if attention not in ATTENTION:
+        raise UserError(f"attention must be one of {', '.join(ATTENTION)}, got {attention!r}")
+    a, tokens = model.arch, micro_batch * seq_len
+    flops = 3 * forward_flops_per_token(model, seq_len) * tokens / tp * grad_accum  # FLOP
+    mfu, how = pricing(model, hw, mfu)
+    if mfu is not None:
+        rate = hw.gpu.peak_bf16_tflops * 1e12 * mfu  # FLOP/s achieved
+        attn = 4.0 * seq_len * a.d_model * tokens / tp / rate  # s: one layer's s x s products
+        layer_f = 2.0 * model.layer_params * tokens / tp / rate + attn
+        head_f = 2.0 * a.vocab_size * a.d_model * tokens / tp / rate
+        layer, head = (layer_f, 2 * layer_f, attn), (head_f, 2 * head_f)
+        parts: dict = {}
+    else:
+        lt = layer_times(model, hw, micro_batch, seq_len, tp, sequence_parallel, attention)
+        ht = head_times(model, hw, micro_batch, seq_len, tp)
+        layer, head = (lt.fwd_s, lt.bwd_s, lt.parts["attention_fwd"]), (ht.fwd_s, ht.bwd_s)
+        parts = {k: a.n_layers * lt.parts[k] + ht.parts[k] for k in ("gemm", "attention",
+                                                                      "memory")}
+    layer_f, layer_b, attn_f = layer
+    layer_b += {"none": 0.0, "selective": attn_f, "full": layer_f}[recompute]
+    return ComputeTimes(
+        fwd_s=a.n_layers * layer_f + head[0], bwd_s=a.n_layers * layer_b + head[1],
+        flops_per_step_per_gpu=flops, layer_fwd_s=layer_f, layer_bwd_s=layer_b,
+        head_fwd_s=head[0], head_bwd_s=head[1], how=how, parts=parts)
 
 
 def kernel_time(kind: str, elements: float, hw: HardwareProfile) -> float:

@@ -61,11 +61,17 @@ class MemoryUse:
 
 def memory_use(
     model: ModelProfile, scheme: SchemeConfig, dp: int, tp: int, micro_batch: int,
-    seq_len: int, dtypes: Dtypes, recompute: bool = False,
+    seq_len: int, dtypes: Dtypes, recompute: str = "none", sequence_parallel: bool = True,
+    pp: int = 1, chunks: int = 1, attention: str = "flash",
 ) -> MemoryUse:
-    """Bytes one GPU holds at its peak (end of forward of its micro-batch)."""
+    """Bytes one GPU holds at its peak (end of forward of its micro-batch). With pipeline
+    parallelism, a GPU of the first stage (the largest peak): its layers and the embedding, and
+    the activations of the micro-batches 1F1B keeps in flight there: p of them for its n/p
+    layers, the same as one micro-batch through every layer, times 1 + (p - 1)/(p v) when
+    interleaved over v chunks (Korthikanti et al. 2022, section 4.2.3)."""
     a = model.arch
-    n = model.n_params / tp  # parameters this GPU's tensor-parallel shard holds
+    stage_params = sum(size for size, _ in model.stage_tensors(pp))
+    n = stage_params / tp  # parameters this GPU's tensor-parallel shard holds
     optimizer = "adams" if scheme.scheme in SCAPE_SCHEMES else scheme.optimizer
     state = OPTIMIZER_STATE_BYTES[optimizer] * n
     distopt = scheme.scheme == "scape" and scheme.extra.get("distributed_optimizer", False)
@@ -83,25 +89,32 @@ def memory_use(
         residual = 4 * n if scheme.error_feedback else 0.0
         extra = mask + compact + residual
     sbh = seq_len * micro_batch * a.d_model
-    if recompute:
-        per_layer = 2 * sbh / tp
-        working = 34 * sbh / tp  # one layer's activations while it is recomputed
+    # bytes per layer kept for backward (Korthikanti et al. 2022, Table 2, with FlashAttention
+    # keeping no s x s scores, so selective recomputation saves nothing more): 34sbh/t with
+    # sequence parallelism, sbh(10 + 24/t) without (LayerNorm and dropout inputs replicated)
+    kept = 34 * sbh / tp if sequence_parallel or tp == 1 else sbh * (10 + 24 / tp)
+    if attention == "unfused" and recompute == "none":  # softmax output, dropout mask, scores
+        kept += 5 * a.n_heads * seq_len * seq_len * micro_batch / tp
+    if recompute == "full":
+        per_layer, working = 2 * sbh / tp, kept  # the input, and one layer while recomputed
     else:
-        per_layer, working = 34 * sbh / tp, 0.0
-    logits = 4 * seq_len * micro_batch * a.vocab_size / tp
+        per_layer, working = kept, 0.0
+    logits = 4 * seq_len * micro_batch * a.vocab_size / tp if pp == 1 else 0.0  # last stage
+    in_flight = 1 + (pp - 1) / (pp * chunks) if chunks > 1 else 1.0
     return MemoryUse(
         weights=dtypes.param_bytes * n,
         grads=dtypes.grad_bytes * n,
         optimizer=state,
         scheme_state=extra,
-        activations=a.n_layers * per_layer + working + logits,
+        activations=a.n_layers * per_layer * in_flight + working + logits,
     )
 
 
 def step_memory(cfg) -> MemoryUse:
     """What one GPU of a simulated step (simulator.step.StepConfig) holds at its peak."""
     return memory_use(cfg.model, cfg.scheme, cfg.dp, cfg.tp, cfg.micro_batch, cfg.seq,
-                      cfg.dtypes, cfg.recompute)
+                      cfg.dtypes, cfg.recompute, cfg.sequence_parallel, cfg.pp, cfg.chunks_pp,
+                      cfg.attention)
 
 
 def memory_columns(cfg) -> dict:

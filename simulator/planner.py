@@ -114,7 +114,7 @@ class Candidate:
     scheme: str
     tp: int
     micro_batch: int
-    recompute: bool
+    recompute: str
     memory_GB: float
 
     def step_config(self, req: PlanRequest) -> StepConfig:
@@ -154,7 +154,7 @@ def candidates(req: PlanRequest) -> tuple[list[Candidate], Counter]:
                         continue
                     for spec in req.schemes:
                         scheme = parse_scheme(spec)
-                        for recompute in (False, True):
+                        for recompute in ("none", "full"):
                             use = memory_use(req.model, scheme, dp, tp, mb, req.seq, req.dtypes,
                                              recompute)
                             if use.total <= usable:

@@ -35,7 +35,7 @@ from profiles import HardwareProfile, ModelProfile, UserError
 from scape.plan import Dtypes, Plan, SchemeConfig, StepPlan, plan
 from simulator.collective import PhaseCache, Span, calibrated, execute, time_alone
 from simulator.collectives import ALGORITHMS, AUTO
-from simulator.compute import COMPRESSION_KINDS, fwd_bwd, host_slowdown, kernel_time
+from simulator.compute import COMPRESSION_KINDS, RECOMPUTE, fwd_bwd, host_slowdown, kernel_time
 from simulator.flows import FlowNetwork
 from simulator.network import Topology, build_topology
 
@@ -57,7 +57,20 @@ class StepConfig:
     dtypes: Dtypes = field(default_factory=Dtypes)
     algo: str = DEFAULT_ALGO
     chunks: int | None = None  # layer chunks for gradient release; default: one per layer
-    recompute: bool = False  # full activation recomputation: backward re-runs the forward
+    recompute: str = "none"  # none | selective (attention core) | full (the whole layer)
+    sequence_parallel: bool = True  # Megatron's sequence parallelism with tensor parallelism
+    mfu: float | None = None  # the user's MFU; None: from the profile (shapes or its MFU)
+    attention: str = "flash"  # flash | unfused (Megatron-LM before FlashAttention)
+    pp: int = 1  # pipeline-parallel stages (simulator/pipeline.py)
+    pp_schedule: str = "1f1b"  # 1f1b | interleaved
+    virtual_stages: int | None = None  # model chunks per stage, interleaved; None: 2
+
+    @property
+    def chunks_pp(self) -> int:
+        """Model chunks per pipeline stage: 1 for 1F1B."""
+        if self.pp_schedule != "interleaved":
+            return 1
+        return 2 if self.virtual_stages is None else self.virtual_stages
 
     @property
     def seq(self) -> int:
@@ -65,7 +78,7 @@ class StepConfig:
 
     @property
     def dp(self) -> int:
-        return self.gpus // self.tp
+        return self.gpus // (self.tp * self.pp)
 
     @property
     def accum(self) -> int:
@@ -80,9 +93,12 @@ class StepConfig:
         return self.micro_batch * self.accum * self.dp
 
     def _plan(self) -> Plan:
-        """The scheme's plan for this step's data-parallel group."""
-        tensors = self.model.tensors() if self.tp == 1 else None  # per-tensor schemes need them
-        return plan(self.scheme, math.ceil(self.model.n_params / self.tp), self.dp, self.dtypes,
+        """The scheme's plan for this step's data-parallel group (of the first pipeline
+        stage, which ends the backward last)."""
+        stage = self.model.stage_tensors(self.pp)
+        tensors = stage if self.tp == 1 else None  # per-tensor schemes need them
+        n = sum(size for size, _ in stage)
+        return plan(self.scheme, math.ceil(n / self.tp), self.dp, self.dtypes,
                     tensors=[n for n, _ in tensors] if tensors else None,
                     dense=[d for _, d in tensors] if tensors else None)
 
@@ -112,6 +128,12 @@ class StepConfig:
                             f"{self.model.arch.n_heads} attention heads of {self.model.name}")
         if self.gpus % self.tp:
             raise UserError(f"gpus ({self.gpus}) must be a multiple of --tp {self.tp}")
+        self._validate_pipeline()
+        if self.recompute not in RECOMPUTE:
+            raise UserError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got "
+                            f"{self.recompute!r}")
+        if self.mfu is not None and not 0 < self.mfu <= 1:
+            raise UserError(f"--mfu must be in (0, 1], got {self.mfu:g}")
         for name, value in (("micro-batch", self.micro_batch), ("grad-accum", self.grad_accum),
                             ("seq-len", self.seq)):
             if value < 1:
@@ -126,17 +148,38 @@ class StepConfig:
         return self
 
 
+    def _validate_pipeline(self) -> None:
+        from simulator.pipeline import SCHEDULES
+
+        if self.pp < 1 or self.gpus % (self.tp * self.pp):
+            raise UserError(f"gpus ({self.gpus}) must be a multiple of --tp x --pp "
+                            f"({self.tp} x {self.pp})")
+        if self.pp_schedule not in SCHEDULES:
+            raise UserError(f"--pp-schedule must be one of {', '.join(SCHEDULES)}, got "
+                            f"{self.pp_schedule!r}")
+        if self.virtual_stages is not None and self.pp_schedule != "interleaved":
+            raise UserError("--virtual-stages needs --pp-schedule interleaved")
+        v = self.chunks_pp
+        if v < 1 or (self.pp_schedule == "interleaved" and (v < 2 or self.pp < 2)):
+            raise UserError(f"the interleaved schedule needs --pp >= 2 and --virtual-stages "
+                            f">= 2, got --pp {self.pp}, {v} chunks")
+        if self.model.arch.n_layers % (self.pp * v):
+            raise UserError(f"{self.model.name}'s {self.model.arch.n_layers} layers do not "
+                            f"split evenly over {self.pp} stages x {v} chunks")
+
+
 @dataclass
 class StepResult:
     step_time_s: float
     compute_s: float
     compression_s: float
     tp_comm_s: float
-    exposed_comm_s: float
+    exposed_comm_s: float  # compute stream idle, waiting on data-parallel communication
     overlapped_comm_s: float
     bytes_per_gpu: float  # data-parallel bytes one GPU sends per step, plus tensor-parallel
     spans: list[Span]
     kinds: list[tuple[float, float]] = field(default_factory=list)  # (weight, step time)
+    pipeline_bubble_s: float = 0.0  # first stage idle, waiting for the other stages
 
     def as_dict(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k not in ("spans", "kinds")}
@@ -176,6 +219,21 @@ def _union_length(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
+def tp_allreduce_s(cfg: StepConfig) -> float:
+    """One activation all-reduce of a tensor-parallel group, on its node's links alone."""
+    if cfg.tp == 1:
+        return 0.0
+    size = cfg.micro_batch * cfg.seq * cfg.model.arch.d_model * cfg.dtypes.param_bytes
+    node = build_topology(cfg.hardware, cfg.tp)
+    # as NCCL runs it on this profile (NVLS on an NVSwitch node with [nccl]), else `algo`
+    c = calibrated(cfg.hardware, "all_reduce", cfg.algo, cfg.tp, size, nodes=1)
+    phases = c.applied(PhaseCache(node).phases("all_reduce", c.algo, [np.arange(cfg.tp)],
+                                                c.moved))
+    # no launch floor inside a step: the host enqueues ahead of the GPU (the floor is what
+    # nccl-tests' back-to-back calls measure)
+    return time_alone(node, phases) + c.overhead_s
+
+
 class _StepSim:
     def __init__(self, cfg: StepConfig, topo: Topology, cache: PhaseCache, step: StepPlan):
         self.cfg, self.topo, self.cache, self.step = cfg, topo, cache, step
@@ -184,32 +242,23 @@ class _StepSim:
         self.compute = _Stream(self.env, "compute")
         self.comm = _Stream(self.env, "comm")
         self.spans: list[Span] = []
-        self.groups = [np.arange(r, cfg.gpus, cfg.tp) for r in range(cfg.tp)]
+        # data-parallel groups of the first pipeline stage (ranks: tp fastest, then dp, pp
+        # slowest, Megatron-Core's default order); the other stages run theirs on other GPUs
+        stage = cfg.tp * cfg.dp
+        self.groups = [np.arange(r, stage, cfg.tp) for r in range(cfg.tp)]
         self.group_nodes = len(np.unique(topo.node_of(self.groups[0])))  # nodes a group spans
         self.times = fwd_bwd(cfg.model, cfg.hardware, cfg.micro_batch, cfg.seq, cfg.tp,
-                             cfg.accum)
+                             cfg.accum, mfu=cfg.mfu, recompute=cfg.recompute,
+                             sequence_parallel=cfg.sequence_parallel and cfg.tp > 1,
+                             attention=cfg.attention)
         self.n_chunks = cfg.chunks or cfg.model.arch.n_layers
         self.compute_s = self.compression_s = self.tp_s = 0.0
-        self.tp_layer_s = self._tp_allreduce_s()
+        self.tp_layer_s = tp_allreduce_s(cfg)
         self.slowdown = host_slowdown(cfg.hardware, cfg.gpus)
         self.async_pending = False  # an issued async collective not yet waited for
+        self.bubble_s = 0.0  # the first pipeline stage's idle time waiting for the others
 
     # ---- communication ----
-    def _tp_allreduce_s(self) -> float:
-        """One activation all-reduce of a tensor-parallel group, on its node's links alone."""
-        cfg = self.cfg
-        if cfg.tp == 1:
-            return 0.0
-        size = cfg.micro_batch * cfg.seq * cfg.model.arch.d_model * cfg.dtypes.param_bytes
-        node = build_topology(cfg.hardware, cfg.tp)
-        # as NCCL runs it on this profile (NVLS on an NVSwitch node with [nccl]), else `algo`
-        c = calibrated(cfg.hardware, "all_reduce", cfg.algo, cfg.tp, size, nodes=1)
-        phases = c.applied(PhaseCache(node).phases("all_reduce", c.algo, [np.arange(cfg.tp)],
-                                                    c.moved))
-        # no launch floor inside a step: the host enqueues ahead of the GPU (the floor is what
-        # nccl-tests' back-to-back calls measure)
-        return time_alone(node, phases) + c.overhead_s
-
     def _comm(self, name: str, collective: str, size: float):
         """Run one collective on the comm stream (FIFO) over every data-parallel group."""
         with self.comm.lock.request() as req:
@@ -267,17 +316,80 @@ class _StepSim:
         self.env.run()
         return self.env.now
 
+    def _send_s(self) -> float:
+        """One activation (or its gradient) from a stage to the next: each GPU to its peer
+        tp x dp ranks on, over the NICs when that is another node, NVLink otherwise. Megatron
+        sends b s h / t bytes per tensor-parallel rank (scatter-gather over the node)."""
+        cfg, hw = self.cfg, self.cfg.hardware
+        size = cfg.micro_batch * cfg.seq * cfg.model.arch.d_model * cfg.dtypes.param_bytes / cfg.tp
+        if cfg.tp * cfg.dp >= hw.node.gpus_per_node:
+            per_gpu = max(1.0, hw.nic.nics_per_node / hw.node.gpus_per_node)  # rails
+            return hw.inter_node_latency_s + size / (hw.inter_node_Bps * per_gpu)
+        return hw.intra_node.latency_us * 1e-6 + size / hw.intra_node.effective_Bps
+
+    def _pipeline_ops(self):
+        """The first stage's ops of the step's pipeline timeline, in order."""
+        from simulator.pipeline import timeline
+
+        cfg, t = self.cfg, self.times
+        v, p = cfg.chunks_pp, cfg.pp
+        layers = cfg.model.arch.n_layers // (p * v)  # per model chunk
+        tp_layer = 2 * self.tp_layer_s  # two activation all-reduces per layer per pass
+
+        def fwd(stage, chunk):
+            head = t.head_fwd_s if (stage == p - 1 and chunk == v - 1) else 0.0
+            return layers * (t.layer_fwd_s + tp_layer) + head
+
+        def bwd(stage, chunk):
+            head = t.head_bwd_s if (stage == p - 1 and chunk == v - 1) else 0.0
+            return layers * (t.layer_bwd_s + tp_layer) + head
+
+        ops = timeline(p, cfg.accum, fwd, bwd, self._send_s(), v)
+        return sorted((o for o in ops if o.stage == 0), key=lambda o: o.start), layers
+
+    def _pipelined(self, gate, backward_ops, in_flight):
+        """Forward and backward of the first pipeline stage as its timeline runs them: idle
+        while it waits for other stages, gradient buckets leaving during its last backward."""
+        ops, layers = self._pipeline_ops()
+        t, tp_layer = self.times, 2 * self.tp_layer_s
+        start = self.env.now
+        for i, op in enumerate(ops):
+            wait = op.start - (self.env.now - start)
+            if wait > 0:
+                yield self.env.timeout(wait)  # the stage's input is not there yet: bubble
+                self.bubble_s += wait
+            if i == 0 and gate:
+                yield simpy.AllOf(self.env, gate)
+            last = i == len(ops) - 1
+            seconds = layers * (t.layer_fwd_s if op.kind == "F" else t.layer_bwd_s)
+            parts = self.n_chunks if last else 1
+            name = f"{'forward' if op.kind == 'F' else 'backward'} mb{op.micro_batch}"
+            if op.chunk:
+                name += f" chunk{op.chunk}"
+            for c in range(parts):
+                yield from self._work(name, seconds / parts, "compute")
+                yield from self._work(f"tp all-reduce ({op.kind})", layers * tp_layer / parts,
+                                      "tp")
+                if last:
+                    for bop in backward_ops:
+                        ready = math.floor((c + 1) * bop.buckets / parts)
+                        done = math.floor(c * bop.buckets / parts)
+                        for _ in range(done, ready):
+                            in_flight += self._launch(bop, [bop.size_bytes / bop.buckets])
+
     def _compute(self):
         cfg, ops = self.cfg, self.step.ops
         carried = {ph: [p for op in ops if op.phase == ph for p in self._launch(op)]
                    for ph in ("next_forward", "next_step")}
-        bwd_s = self.times.bwd_s + (self.times.fwd_s if cfg.recompute else 0.0)
+        bwd_s = self.times.bwd_s  # recomputation included
         tp_total = 2 * self.tp_layer_s * cfg.model.arch.n_layers  # per pass, per micro-batch
         backward_ops = [op for op in ops if op.phase == "backward"]
         in_flight: list[simpy.Process] = []
         gate = carried["next_forward"]
         self.async_pending = bool(carried["next_step"])
-        for mb in range(cfg.accum):
+        if cfg.pp > 1:
+            yield from self._pipelined(gate, backward_ops, in_flight)
+        for mb in range(cfg.accum if cfg.pp == 1 else 0):
             last = mb == cfg.accum - 1
             # Layer chunks matter only where something waits on them: the first forward
             # (parameter buckets arrive chunk by chunk) and the last backward (gradient buckets
@@ -328,7 +440,8 @@ def simulate_step(
     cache = cache or PhaseCache(topo)
     if the_plan is None:
         the_plan = cfg._plan()
-    totals = dict.fromkeys(("step", "compute", "compression", "tp", "exposed", "overlap"), 0.0)
+    totals = dict.fromkeys(("step", "compute", "compression", "tp", "exposed", "overlap",
+                            "bubble"), 0.0)
     spans: list[Span] = []
     kinds = []
     for weight, step in the_plan.steps:
@@ -339,19 +452,21 @@ def simulate_step(
         overlap = _busy_overlap(sim.compute.busy, sim.comm.busy)
         for key, value in (("step", t), ("compute", sim.compute_s),
                            ("compression", sim.compression_s), ("tp", sim.tp_s),
-                           ("exposed", t - busy), ("overlap", min(overlap, comm))):
+                           ("exposed", t - busy - sim.bubble_s), ("bubble", sim.bubble_s),
+                           ("overlap", min(overlap, comm))):
             totals[key] += weight * value
         kinds.append((weight, t))
         if not spans:
             spans = sim.spans  # the trace shows the most frequent step kind
     tp_bytes = 0.0
-    if cfg.tp > 1:  # 4 all-reduces per layer per micro-batch, ring bytes 2(t-1)/t * S
+    if cfg.tp > 1:  # 4 all-reduces per layer (of a stage) per micro-batch, ring 2(t-1)/t * S
         size = cfg.micro_batch * cfg.seq * cfg.model.arch.d_model * cfg.dtypes.param_bytes
-        tp_bytes = (4 * cfg.model.arch.n_layers * cfg.accum
+        tp_bytes = (4 * cfg.model.arch.n_layers // cfg.pp * cfg.accum
                     * 2 * (cfg.tp - 1) / cfg.tp * size)
     return StepResult(
         step_time_s=totals["step"], compute_s=totals["compute"],
         compression_s=totals["compression"], tp_comm_s=totals["tp"],
         exposed_comm_s=totals["exposed"], overlapped_comm_s=totals["overlap"],
         bytes_per_gpu=the_plan.wire_bytes(cfg.dp) + tp_bytes, spans=spans, kinds=kinds,
+        pipeline_bubble_s=totals["bubble"],
     )

@@ -1,0 +1,88 @@
+"""Forward and backward time from shapes (issue 18): GEMMs on a roofline, attention at
+FlashAttention's measured throughput, elementwise kernels at HBM bandwidth.
+
+A GEMM of F FLOPs moving B bytes (its three bf16 operands once) takes
+
+    t = launch + ((F / (eta * peak))^n + (B / (hbm * mem_efficiency))^n)^(1/n)
+
+a smooth maximum of the compute and memory rooflines: `eta` is the largest fraction of peak a
+matmul reaches (stas00/ml-engineering's MAMF table, profile [roofline]), `launch` and `n` were
+fitted on five square shapes of OpenXLA's H100 GEMM table and predict its 15 held-out
+transformer shapes within 3.9% median, 13.2% max (bench/fidelity_gemm.py). Tile and wave
+quantization are not modelled: the held-out error is what that costs.
+
+Attention runs at the profile's forward and backward fractions of peak over FlashAttention's
+FLOP count (causal: half the s x s products; backward 2.5x forward, FlashAttention-2 section
+4.1). Memory-bound kernels move the bytes simulator/shapes.py counts at HBM bandwidth times the
+profile's [compute] mem_efficiency, each paying one launch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from profiles import HardwareProfile, ModelProfile
+from simulator.shapes import Gemm, head_shapes, layer_shapes
+
+ATTN_BWD_FLOPS = 2.5  # backward FLOPs per forward FLOP of FlashAttention (5 matmuls vs 2)
+
+
+def gemm_s(g: Gemm, hw: HardwareProfile) -> float:
+    """Seconds for one bf16 GEMM on this profile's GPU."""
+    r = hw.roofline
+    compute = g.flops / (r.gemm_peak_fraction * hw.gpu.peak_bf16_tflops * 1e12)
+    memory = g.bytes / _hbm_Bps(hw)
+    n = r.gemm_blend
+    return r.gemm_launch_us * 1e-6 + (compute**n + memory**n) ** (1 / n)
+
+
+def _hbm_Bps(hw: HardwareProfile) -> float:
+    return hw.gpu.hbm_bw_GBps * 1e9 * hw.compute.mem_efficiency
+
+
+@dataclass(frozen=True)
+class PassTimes:
+    """Seconds of one layer's (or the head's) forward and backward, and their parts."""
+
+    fwd_s: float
+    bwd_s: float
+    parts: dict[str, float]  # gemm, attention, memory: forward + backward seconds
+
+
+def layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_len: int,
+                tp: int = 1, sequence_parallel: bool = False, attention: str = "flash"
+                ) -> PassTimes:
+    """One transformer layer on one GPU: forward and backward (without recomputation).
+    `attention`: flash (FlashAttention at the profile's measured rates) or unfused (the score
+    and context products as batched GEMMs on the roofline, the softmax and dropout over the
+    s x s scores at HBM bandwidth: Megatron-LM before FlashAttention)."""
+    s = layer_shapes(model, micro_batch, seq_len, tp, sequence_parallel)
+    r, peak = hw.roofline, hw.gpu.peak_bf16_tflops * 1e12
+    launch = r.gemm_launch_us * 1e-6
+    gemm_f = sum(gemm_s(g, hw) for g in s.gemms)
+    gemm_b = sum(gemm_s(b, hw) for g in s.gemms for b in g.backward())
+    if attention == "flash":
+        attn_f = launch + s.attention_flops / (r.attn_fwd_fraction * peak)
+        attn_b = launch + ATTN_BWD_FLOPS * s.attention_flops / (r.attn_bwd_fraction * peak)
+    else:
+        softmax = 2 * launch + s.unfused_memory_bytes / _hbm_Bps(hw)  # softmax, dropout
+        attn_f = sum(gemm_s(g, hw) for g in s.unfused_gemms) + softmax
+        attn_b = sum(gemm_s(b, hw) for g in s.unfused_gemms for b in g.backward()) + 2 * softmax
+    mem_f = s.memory_kernels * launch + s.memory_bytes / _hbm_Bps(hw)
+    mem_b = 2 * mem_f  # each elementwise kernel's backward reads its input and output grads
+    return PassTimes(gemm_f + attn_f + mem_f, gemm_b + attn_b + mem_b,
+                     {"gemm": gemm_f + gemm_b, "attention": attn_f + attn_b,
+                      "memory": mem_f + mem_b, "attention_fwd": attn_f})
+
+
+def head_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_len: int,
+               tp: int = 1) -> PassTimes:
+    """The logit layer and its cross-entropy on one GPU."""
+    s = head_shapes(model, micro_batch, seq_len, tp)
+    launch = hw.roofline.gemm_launch_us * 1e-6
+    gemm_f = gemm_s(s.gemm, hw)
+    gemm_b = sum(gemm_s(b, hw) for b in s.gemm.backward())
+    mem = 2 * launch + s.memory_bytes / _hbm_Bps(hw)  # softmax forward, its gradient backward
+    return PassTimes(gemm_f + mem, gemm_b + mem,
+                     {"gemm": gemm_f + gemm_b, "attention": 0.0, "memory": 2 * mem,
+                      "attention_fwd": 0.0})

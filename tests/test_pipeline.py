@@ -1,0 +1,112 @@
+"""Pipeline parallelism: exact timelines against the closed forms, and the step that runs them."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from profiles import UserError, load_hardware, load_model
+from scape.plan import make_config
+from simulator.memory import step_memory
+from simulator.pipeline import bubble_fraction, stage_order, timeline
+from simulator.step import StepConfig, simulate_step
+
+H100 = load_hardware("dgx-h100")
+L7B = load_model("llama-7b")  # 32 layers
+
+
+@pytest.mark.parametrize("p,m,v", [(2, 4, 1), (4, 8, 1), (4, 16, 1), (8, 8, 1), (4, 8, 2),
+                                   (4, 16, 4), (8, 16, 2), (2, 6, 3)])
+def test_equal_stages_match_the_closed_form(p, m, v):
+    """(m + p - 1)(f + b) for 1F1B; m(f + b) + (p - 1)(f + b)/v interleaved; the bubble over
+    the ideal time is (p - 1)/(v m) (Narayanan et al. 2021, sections 2.2.1-2.2.2)."""
+    f, b = 1.0, 2.0
+    ops = timeline(p, m, lambda s, c: f / v, lambda s, c: b / v, 0.0, v)
+    end = max(o.end for o in ops)
+    assert end == pytest.approx(m * (f + b) + (p - 1) * (f + b) / v, rel=1e-12)
+    ideal = m * (f + b)
+    assert (end - ideal) / ideal == pytest.approx((p - 1) / (v * m), rel=1e-12)
+    assert bubble_fraction(ops) == pytest.approx(1 - ideal / end, rel=1e-12)
+    assert len(ops) == 2 * p * m * v  # every micro-batch through every chunk, both ways
+
+
+def test_every_op_waits_for_its_input_and_its_stage():
+    p, m, v, send = 4, 8, 2, 0.25
+    ops = timeline(p, m, lambda s, c: 1.0, lambda s, c: 2.0, send, v)
+    by_key = {(o.kind, o.stage, o.micro_batch, o.chunk): o for o in ops}
+    for o in ops:
+        if o.kind == "F" and o.stage > 0:
+            assert o.start >= by_key[("F", o.stage - 1, o.micro_batch, o.chunk)].end + send
+        if o.kind == "B" and o.stage < p - 1:
+            assert o.start >= by_key[("B", o.stage + 1, o.micro_batch, o.chunk)].end + send
+    for s in range(p):
+        mine = sorted((o for o in ops if o.stage == s), key=lambda o: o.start)
+        assert all(a.end <= b.start + 1e-12 for a, b in itertools.pairwise(mine))
+
+
+def test_one_f_one_b_order_and_in_flight_bound():
+    """Stage s runs p - s - 1 warm-up forwards, so at most p - s micro-batches are in flight."""
+    p, m = 4, 8
+    for s in range(p):
+        order = stage_order(s, p, m)
+        assert [k for k, _, _ in order[: p - s - 1]] == ["F"] * (p - s - 1)
+        live = peak = 0
+        for kind, _, _ in order:
+            live += 1 if kind == "F" else -1
+            peak = max(peak, live)
+        assert peak == p - s
+
+
+def test_sends_lengthen_the_step_between_fill_drain_and_every_op():
+    """The first forward reaches the last stage after p - 1 sends and its gradient comes back
+    after p - 1 more, so 2(p - 1) sends are on the critical path at least; in the steady state
+    the p micro-batches in flight also wait on the round trip, but no op waits on more than
+    one send."""
+    p, m, send = 4, 8, 0.1
+    end = max(o.end for o in timeline(p, m, lambda s, c: 1.0, lambda s, c: 2.0, send))
+    ideal = (m + p - 1) * 3.0
+    assert ideal + 2 * (p - 1) * send < end <= ideal + 2 * (m + p - 1) * send
+
+
+def test_interleaved_needs_micro_batches_a_multiple_of_stages():
+    with pytest.raises(UserError, match="multiple of the pipeline stages"):
+        timeline(4, 6, lambda s, c: 1.0, lambda s, c: 1.0, 0.0, 2)
+
+
+def _cfg(**kw):
+    base = dict(micro_batch=1, global_batch=64, tp=8)
+    base.update(kw)
+    return StepConfig(L7B, H100, kw.pop("gpus", 64), make_config("dense-adams"),
+                      **{k: v for k, v in base.items() if k != "gpus"})
+
+
+def test_step_with_pipeline_stages_pays_the_bubble():
+    flat = simulate_step(_cfg(gpus=64))
+    piped = simulate_step(_cfg(gpus=64, pp=4))
+    assert piped.pipeline_bubble_s > 0 and flat.pipeline_bubble_s == 0
+    # each GPU computes a quarter of the layers for 4x the micro-batches: the same work
+    assert piped.compute_s == pytest.approx(flat.compute_s, rel=0.05)
+    inter = simulate_step(_cfg(gpus=64, pp=4, pp_schedule="interleaved", virtual_stages=4))
+    assert inter.pipeline_bubble_s < piped.pipeline_bubble_s  # (p - 1)/(v m) < (p - 1)/m
+
+
+def test_pipeline_memory_holds_a_stage_and_interleaving_costs_activations():
+    flat = step_memory(_cfg(gpus=64).validate())
+    piped = step_memory(_cfg(gpus=64, pp=4).validate())
+    inter = step_memory(_cfg(gpus=64, pp=4, pp_schedule="interleaved", virtual_stages=2)
+                        .validate())
+    assert piped.weights < flat.weights / 3  # 8 of 32 layers and the embedding
+    assert inter.activations > piped.activations  # x (1 + (p - 1)/(p v)) in flight
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(gpus=64, pp=3), "multiple of --tp x --pp"),
+    (dict(gpus=48, pp=6), "split evenly"),
+    (dict(gpus=64, pp=2, virtual_stages=2), "needs --pp-schedule interleaved"),
+    (dict(gpus=64, pp=1, pp_schedule="interleaved"), "needs --pp >= 2"),
+    (dict(gpus=64, pp=2, pp_schedule="zigzag"), "--pp-schedule must be one of"),
+])
+def test_bad_pipeline_layouts_are_refused(kw, msg):
+    with pytest.raises(UserError, match=msg):
+        _cfg(**kw).validate()

@@ -1,0 +1,105 @@
+"""Forward and backward from shapes: the GEMM roofline, attention, recomputation, and which
+model (shapes or an MFU) prices a step."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from profiles import load_hardware, load_model
+from profiles.errors import ProfileError
+from profiles.hardware import parse_hardware
+from simulator.compute import fwd_bwd, pricing
+from simulator.roofline import gemm_s, layer_times
+from simulator.shapes import Gemm, layer_shapes
+
+H100 = load_hardware("dgx-h100")
+A100 = load_hardware("dgx-a100")
+VISTA = load_hardware("vista-gh200")  # no [roofline]: priced by its MFU
+L7B = load_model("llama-7b")
+XLA = Path(__file__).resolve().parents[1] / "profiles" / "external" / "gemm-h100-xla.csv"
+
+
+def test_gemm_roofline_predicts_the_held_out_xla_shapes():
+    """Fitted on the five squares only; the fifteen transformer shapes are held out."""
+    rows = pd.read_csv(XLA, comment="#")
+    held = rows[rows["split"] == "held-out"]
+    errors = [abs(2.0 * r.m * r.n * r.k / gemm_s(Gemm("x", r.m, r.n, r.k), H100) / 1e12
+                  / r.tflops - 1) for r in held.itertuples()]
+    assert len(errors) == 15
+    assert sorted(errors)[len(errors) // 2] < 0.05 and max(errors) < 0.15
+
+
+def test_gemm_is_memory_bound_when_thin_and_compute_bound_when_square():
+    peak = H100.roofline.gemm_peak_fraction * H100.gpu.peak_bf16_tflops * 1e12
+    square = Gemm("sq", 8192, 8192, 8192)
+    assert square.flops / gemm_s(square, H100) == pytest.approx(peak, rel=0.05)
+    thin = Gemm("thin", 8192, 8192, 16)  # 16-deep reduction: bytes dominate
+    hbm = H100.gpu.hbm_bw_GBps * 1e9 * H100.compute.mem_efficiency
+    assert gemm_s(thin, H100) > thin.bytes / hbm
+    assert thin.flops / gemm_s(thin, H100) < 0.1 * peak
+
+
+def test_backward_gemms_have_the_forward_flops_twice():
+    g = Gemm("qkv", 4096, 12288, 4096)
+    dgrad, wgrad = g.backward()
+    assert dgrad.flops == wgrad.flops == g.flops
+    assert (dgrad.m, dgrad.n, dgrad.k) == (4096, 4096, 12288)
+    assert (wgrad.m, wgrad.n, wgrad.k) == (4096, 12288, 4096)
+
+
+def test_tensor_parallel_splits_every_layer_gemm():
+    one, eight = layer_shapes(L7B, 1, 4096, 1), layer_shapes(L7B, 1, 4096, 8)
+    assert sum(g.flops for g in eight.gemms) == pytest.approx(
+        sum(g.flops for g in one.gemms) / 8, rel=1e-9)
+    assert eight.attention_flops == pytest.approx(one.attention_flops / 8)
+
+
+def test_recomputation_adds_to_the_backward_only():
+    none = fwd_bwd(L7B, H100, 1, 4096)
+    full = fwd_bwd(L7B, H100, 1, 4096, recompute="full")
+    sel = fwd_bwd(L7B, H100, 1, 4096, recompute="selective")
+    assert full.fwd_s == none.fwd_s == sel.fwd_s
+    assert full.layer_bwd_s == pytest.approx(none.layer_bwd_s + none.layer_fwd_s, rel=1e-12)
+    assert none.layer_bwd_s < sel.layer_bwd_s < full.layer_bwd_s
+    assert full.flops_per_step_per_gpu == none.flops_per_step_per_gpu  # model FLOPs
+
+
+def test_unfused_attention_costs_more_at_long_sequences():
+    flash = layer_times(L7B, A100, 1, 8192, attention="flash")
+    unfused = layer_times(L7B, A100, 1, 8192, attention="unfused")
+    assert unfused.parts["attention"] > 2 * flash.parts["attention"]
+    assert unfused.parts["gemm"] == flash.parts["gemm"]
+
+
+def test_shapes_give_a_plausible_mfu_and_h100_below_a100():
+    """Kernel-level constants alone: large dense layers near the matmul efficiency, the H100's
+    share lower (its FLOPs grew 3.2x, its memory bandwidth 1.6x)."""
+    def mfu(hw):
+        t = fwd_bwd(L7B, hw, 4, 4096)
+        return t.flops_per_step_per_gpu / (t.fwd_s + t.bwd_s) / (hw.gpu.peak_bf16_tflops * 1e12)
+
+    assert 0.6 < mfu(A100) < 0.87 and 0.5 < mfu(H100) < mfu(A100)
+
+
+def test_pricing_order_given_then_measured_then_shapes_then_profile_mfu():
+    assert pricing(L7B, H100, 0.5) == (0.5, "mfu 0.5 (given)")
+    assert pricing(L7B, H100)[0] is None  # shapes
+    fitted = replace(H100, model_mfu={"llama-7b": 0.37})
+    assert pricing(L7B, fitted)[0] == 0.37
+    assert pricing(L7B, VISTA)[0] == VISTA.compute.mfu
+    given = fwd_bwd(L7B, H100, 1, 4096, mfu=0.5)
+    rate = 0.5 * H100.gpu.peak_bf16_tflops * 1e12
+    assert given.fwd_s + given.bwd_s == pytest.approx(given.flops_per_step_per_gpu / rate)
+
+
+def test_a_profile_needs_an_mfu_or_a_roofline():
+    import tomllib
+
+    doc = tomllib.loads(Path(H100.path).read_text())
+    del doc["roofline"]
+    with pytest.raises(ProfileError, match="mfu: required unless"):
+        parse_hardware(H100.path, doc)
