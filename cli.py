@@ -668,7 +668,8 @@ def plan_cmd(
                                   "reach dense AdamS's final loss; needs --quality)"),
     fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
 ):
-    """Search GPU counts, schemes, micro-batching and tensor parallelism for a training run."""
+    """Search GPU counts, schemes, micro-batching, tensor and pipeline parallelism and
+    recomputation for a training run."""
     check_format(fmt)
     from profiles.quality import load_quality
     if top < 1:
@@ -693,13 +694,14 @@ def plan_cmd(
                  "density_warmup_frac": density_warmup_frac, "quality": quality, "rank": rank}
         print(render(shown.assign(**asked), fmt))
         return
-    cols = ["hardware", "gpus", "scheme", "tp", "micro_batch", "grad_accum", "recompute",
-            "memory_GB", "step_time_s", "tokens_per_s", "hours", "gpu_hours", "cost_usd",
-            "bottleneck"]
+    cols = ["hardware", "gpus", "scheme", "tp", "pp", "dp", "schedule", "micro_batch",
+            "grad_accum", "recompute", "memory_GB", "step_time_s", "tokens_per_s", "hours",
+            "gpu_hours", "cost_usd", "bottleneck"]
     ranked = ("time to dense AdamS's quality then cost" if rank == "quality"
               else "time to train then cost")
     header = (f"{model}, {tokens:.3g} tokens, global batch {req.batch} x seq {req.seq}; "
-              f"{len(df)} feasible plans, ranked by {ranked}")
+              f"{len(df)} feasible plans, ranked by {ranked}; schedule: pipeline (1f1b, or "
+              f"interleaved x chunks); recompute: the least that fits")
     if req.quality is not None:
         q = req.quality
         cols += ["quality_tokens_ratio", "hours_to_quality", "cost_to_quality_usd"]
@@ -724,7 +726,8 @@ def plan_cmd(
     best, rest = df.iloc[0], best_without(df)
     if rest is not None and best["scheme"].startswith("scape"):
         print(f"# best plan without SCAPE: {rest['gpus']} x {rest['hardware']}, {rest['scheme']}"
-              f", tp {rest['tp']}: {rest['hours']:,.1f} h, ${rest['cost_usd']:,.0f} "
+              f", tp {rest['tp']}, pp {rest['pp']}: {rest['hours']:,.1f} h, "
+              f"${rest['cost_usd']:,.0f} "
               f"({rest['hours'] / best['hours']:.2f}x the time, "
               f"{rest['cost_usd'] / best['cost_usd']:.2f}x the cost of the top plan)")
 

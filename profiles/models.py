@@ -102,17 +102,19 @@ class ModelProfile:
         out = [] if a.tied_embeddings else [(a.vocab_size * h, False)]
         return [(a.vocab_size * h, False), *head, *layer * a.n_layers, *final, *out]
 
-    def stage_tensors(self, stages: int) -> list[tuple[int, bool]]:
+    def stage_tensors(self, stages: int, layers: int | None = None) -> list[tuple[int, bool]]:
         """The tensors of the first of `stages` pipeline stages: the embedding (and learned
-        positions) and the first n_layers / stages layers (Megatron's even split). The first
+        positions) and its `layers` layers (default: n_layers / stages, rounded up). The first
         stage is the one whose gradients a step waits for last (it ends the backward)."""
         if stages == 1:
             return self.tensors()
+        if layers is None:
+            layers = -(-self.arch.n_layers // stages)
         every = self.tensors()
         per_layer = (len(every) - (4 if self.family == "gpt" else 2)
                      - (0 if self.arch.tied_embeddings else 1)) // self.arch.n_layers
         front = 2 if self.family == "gpt" else 1  # embedding (and positions)
-        return every[: front + per_layer * (self.arch.n_layers // stages)]
+        return every[: front + per_layer * layers]
 
 
 def _gpt_layer(a: Arch) -> int:

@@ -65,11 +65,13 @@ def memory_use(
     pp: int = 1, chunks: int = 1, attention: str = "flash",
 ) -> MemoryUse:
     """Bytes one GPU holds at its peak (end of forward of its micro-batch). With pipeline
-    parallelism, a GPU of the first stage (the largest peak): its layers and the embedding, and
+    parallelism, a GPU of the first stage (the largest peak), counted with as many layers as the
+    busiest stage (n_layers / p rounded up) and the embedding, and
     the activations of the micro-batches 1F1B keeps in flight there: p of them for its n/p
     layers, the same as one micro-batch through every layer, times 1 + (p - 1)/(p v) when
     interleaved over v chunks (Korthikanti et al. 2022, section 4.2.3)."""
     a = model.arch
+    # the busiest stage's layers with the embedding: at most one layer more than the first's
     stage_params = sum(size for size, _ in model.stage_tensors(pp))
     n = stage_params / tp  # parameters this GPU's tensor-parallel shard holds
     optimizer = "adams" if scheme.scheme in SCAPE_SCHEMES else scheme.optimizer

@@ -12,6 +12,8 @@ bubble of (p - 1)/(v m) (the paper's equations; tests/test_pipeline.py checks bo
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass
 
 from profiles import UserError
@@ -29,6 +31,19 @@ class Op:
     chunk: int  # model chunk on this stage (0 unless interleaved)
     start: float
     end: float
+
+
+def stage_layers(n_layers: int, stages: int, chunks: int = 1) -> list[list[int]]:
+    """Layers of each model chunk, [stage][chunk]. Model chunk j = chunk * stages + stage
+    (Megatron's interleaved assignment); an even split, the remainder one layer each to model
+    chunks 1, 2, ... (chunk 0 also holds the embedding), as Megatron-Core's uneven split lets
+    the first stage hold fewer layers (Llama 3 405B: 126 layers on 16 stages)."""
+    total = stages * chunks
+    if n_layers < total:
+        raise UserError(f"{n_layers} layers cannot fill {stages} stages x {chunks} chunks")
+    base, extra = divmod(n_layers, total)
+    per = [base + (1 if 1 <= j <= extra else 0) for j in range(total)]
+    return [[per[c * stages + s] for c in range(chunks)] for s in range(stages)]
 
 
 def stage_order(stage: int, stages: int, micro_batches: int, chunks: int = 1
@@ -61,52 +76,126 @@ def timeline(stages: int, micro_batches: int, fwd_s, bwd_s, send_s: float = 0.0,
     """Every op of one step with its start and end (seconds). `fwd_s(stage, chunk)` and
     `bwd_s(stage, chunk)` give one micro-batch's time through that chunk (the last stage's
     last chunk includes the output layer); `send_s` is one activation or gradient send."""
+    p, v = stages, chunks
+    validate(p, micro_batches, v)
+    fwd = tuple(tuple(fwd_s(s, c) for c in range(v)) for s in range(p))
+    bwd = tuple(tuple(bwd_s(s, c) for c in range(v)) for s in range(p))
+    per_stage = _schedule(p, micro_batches, v, fwd, bwd, send_s)
+    return [Op(s, *op) for s in range(p) for op in per_stage[s]]
+
+
+@dataclass(frozen=True)
+class FirstStage:
+    """What a step needs of the first stage's timeline: its first op, when its second starts,
+    its last op (which releases the data-parallel gradients) and its op count; the makespan."""
+
+    first: tuple  # (kind, micro-batch, chunk, start)
+    second_start: float
+    last: tuple  # (kind, micro-batch, chunk, start)
+    count: int
+    makespan: float
+
+
+STEADY_AFTER = 4  # micro-batches per stage from which the step looks for a steady state
+
+
+@functools.lru_cache(maxsize=4096)
+def first_stage(stages: int, micro_batches: int, chunks: int, fwd: tuple, bwd: tuple,
+                send_s: float) -> FirstStage:
+    """The first stage's summary for a step of `micro_batches` (fwd[stage][chunk], bwd as
+    `timeline`). Remembered: a planner's schemes share their pipeline, and only the
+    data-parallel communication after it differs.
+
+    Long steps are not scheduled op by op: once each further group of `stages` micro-batches
+    adds the same time to the makespan and to the first stage's last op twice running (the
+    periodic regime a max-plus system like this one enters), the step is extended linearly
+    from there; until then the group count doubles, up to the whole step. Exact for stages
+    of equal time; a transient can outlast the check where stages differ a lot: on 300 random
+    pipelines with uneven layer splits, output layers and sends up to twice a layer's time,
+    the makespan was within 1.1% of the full timeline (tests/test_pipeline.py bounds it)."""
     p, m, v = stages, micro_batches, chunks
     validate(p, m, v)
+    k = STEADY_AFTER
+    while p > 1 and k * p < m:
+        a, b, c = (_summary(_schedule(p, n * p, v, fwd, bwd, send_s), n * p)
+                   for n in (k, k - 1, k - 2))
+        steady = all(math.isclose(x - y, y - z, rel_tol=1e-12, abs_tol=1e-12 * abs(x))
+                     for x, y, z in ((a.makespan, b.makespan, c.makespan),
+                                     (a.last[3], b.last[3], c.last[3])))
+        if steady:
+            groups = (m - k * p) / p  # whole groups when interleaved (m a multiple of p)
+            kind, mb, chunk, start = a.last
+            return FirstStage(a.first, a.second_start,
+                              (kind, m - (k * p - mb), chunk,
+                               start + groups * (start - b.last[3])),
+                              2 * m * v, a.makespan + groups * (a.makespan - b.makespan))
+        k *= 2
+    return _summary(_schedule(p, m, v, fwd, bwd, send_s), m)
+
+
+def _summary(per_stage: list[list], m: int) -> FirstStage:
+    ops = per_stage[0]
+    second = ops[1][3] if len(ops) > 1 else ops[0][4]
+    return FirstStage(ops[0][:4], second, ops[-1][:4], len(ops),
+                      max(stage[-1][4] for stage in per_stage))
+
+
+def _schedule(p: int, m: int, v: int, fwd: tuple, bwd: tuple, send: float) -> list[list]:
+    """List scheduling of every stage's fixed order: an op starts when its stage is free and
+    its input is there. Ends are kept in flat lists indexed by (stage, chunk, micro-batch) so
+    the inner loop does no hashing (the planner runs this for every layout it tries)."""
     orders = [stage_order(s, p, m, v) for s in range(p)]
+    none = -1.0
+    end_f = [none] * (p * v * m)  # index (s * v + c) * m + mb
+    end_b = [none] * (p * v * m)
+    hop = send if p > 1 else 0.0
     nxt = [0] * p
     free = [0.0] * p
-    done: dict[tuple[str, int, int, int], float] = {}  # (kind, stage, mb, chunk) -> end
-    ops: list[Op] = []
+    out: list[list] = [[] for _ in range(p)]
     remaining = sum(len(o) for o in orders)
     while remaining:
         progressed = False
         for s in range(p):
-            while nxt[s] < len(orders[s]):
-                kind, mb, c = orders[s][nxt[s]]
-                ready = _input_ready(kind, s, mb, c, p, v, done, send_s)
-                if ready is None:
-                    break
-                start = max(free[s], ready)
-                end = start + (fwd_s(s, c) if kind == "F" else bwd_s(s, c))
-                done[(kind, s, mb, c)] = free[s] = end
-                ops.append(Op(s, kind, mb, c, start, end))
-                nxt[s] += 1
+            order, i, t_free, ops = orders[s], nxt[s], free[s], out[s]
+            f_s, b_s = fwd[s], bwd[s]
+            while i < len(order):
+                kind, mb, c = order[i]
+                if kind == "F":
+                    if s > 0:
+                        dep = end_f[((s - 1) * v + c) * m + mb]
+                        ready = dep + hop
+                    elif c > 0:  # the last stage's previous chunk, sent around
+                        dep = end_f[((p - 1) * v + c - 1) * m + mb]
+                        ready = dep + hop
+                    else:
+                        dep = ready = 0.0
+                    if dep < 0:
+                        break
+                    start = t_free if t_free > ready else ready
+                    t_free = start + f_s[c]
+                    end_f[(s * v + c) * m + mb] = t_free
+                else:
+                    if s < p - 1:
+                        dep = end_b[((s + 1) * v + c) * m + mb]
+                        ready = dep + hop
+                    elif c < v - 1:  # stage 0's next chunk, sent around
+                        dep = end_b[(c + 1) * m + mb]  # stage 0 is index (0 * v + c + 1)
+                        ready = dep + hop
+                    else:  # the loss: its own forward
+                        dep = ready = end_f[(s * v + c) * m + mb]
+                    if dep < 0:
+                        break
+                    start = t_free if t_free > ready else ready
+                    t_free = start + b_s[c]
+                    end_b[(s * v + c) * m + mb] = t_free
+                ops.append((kind, mb, c, start, t_free))
+                i += 1
                 remaining -= 1
                 progressed = True
+            nxt[s], free[s] = i, t_free
         if not progressed:  # a wrong order would wait forever; say so rather than spin
             raise RuntimeError(f"pipeline schedule deadlocked (p={p}, m={m}, v={v})")
-    return ops
-
-
-def _input_ready(kind, s, mb, c, p, v, done, send_s) -> float | None:
-    """When the op's input is on stage s, or None while its producer has not run."""
-    if kind == "F":
-        if s > 0:
-            key, hop = ("F", s - 1, mb, c), send_s
-        elif c > 0:
-            key, hop = ("F", p - 1, mb, c - 1), send_s  # the last stage's previous chunk
-        else:
-            return 0.0
-    else:
-        if s < p - 1:
-            key, hop = ("B", s + 1, mb, c), send_s
-        elif c < v - 1:
-            key, hop = ("B", 0, mb, c + 1), send_s  # stage 0's next chunk, sent around
-        else:
-            key, hop = ("F", s, mb, c), 0.0  # the loss: its own forward
-    end = done.get(key)
-    return None if end is None else end + (hop if p > 1 else 0.0)
+    return out
 
 
 def validate(stages: int, micro_batches: int, chunks: int) -> None:

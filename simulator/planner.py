@@ -1,6 +1,7 @@
-"""Capacity planning: search GPU counts, schemes, micro-batching and tensor parallelism for a
-training run of T tokens; keep what fits in memory and meets the deadline or budget; rank by
-time to train and cost."""
+"""Capacity planning: search GPU counts, schemes, micro-batching, tensor and pipeline
+parallelism (1F1B or interleaved) and recomputation for a training run of T tokens; keep what
+fits in memory and meets the deadline or budget; rank by time to train (or to dense AdamS's
+quality) and cost."""
 
 from __future__ import annotations
 
@@ -24,6 +25,10 @@ PLAN_SCHEMES = (
     "scalecom:0.99", "scape:0.9", "scape:0.99",
 )
 MICRO_BATCHES = (1, 2, 4, 8)
+PIPELINE_DEGREES = (1, 2, 4, 8, 16, 32, 64)
+# pipeline schedules searched for pp > 1: (schedule, model chunks per stage)
+PIPELINE_SCHEDULES = (("1f1b", 1), ("interleaved", 2))
+RECOMPUTE_ORDER = ("none", "full")  # the first that fits (selective saves no memory here)
 # points on SCAPE's density warm-up per plan: against 257 points, 17 were within 0.31% on
 # gpt-345m / llama-1.8b / llama-7b (33: 0.08%), at a 17th of the simulations
 RUN_MEAN_NODES = 17
@@ -116,12 +121,16 @@ class Candidate:
     micro_batch: int
     recompute: str
     memory_GB: float
+    pp: int = 1
+    schedule: str = "1f1b"
+    chunks: int = 1
 
     def step_config(self, req: PlanRequest) -> StepConfig:
         return StepConfig(
             req.model, self.hardware, self.gpus, parse_scheme(self.scheme),
             micro_batch=self.micro_batch, seq_len=req.seq, global_batch=req.batch, tp=self.tp,
-            dtypes=req.dtypes, recompute=self.recompute,
+            dtypes=req.dtypes, recompute=self.recompute, pp=self.pp, pp_schedule=self.schedule,
+            virtual_stages=self.chunks if self.schedule == "interleaved" else None,
         )
 
 
@@ -135,31 +144,47 @@ def gpu_counts(hw: HardwareProfile, max_gpus: int) -> list[int]:
     return counts
 
 
+def layouts(req: PlanRequest, hw: HardwareProfile, gpus: int):
+    """(tp, pp, schedule, chunks) a job of `gpus` GPUs can take: tensor parallelism inside a
+    node dividing the heads, pipeline stages that leave whole tensor-parallel groups and at
+    least a layer per model chunk."""
+    heads, n_layers = req.model.arch.n_heads, req.model.arch.n_layers
+    for tp in (t for t in (1, 2, 4, 8) if hw.node.gpus_per_node % t == 0 and heads % t == 0
+               and t <= gpus):
+        for pp in PIPELINE_DEGREES:
+            if gpus % (tp * pp) or pp > n_layers:
+                continue
+            for schedule, chunks in (PIPELINE_SCHEDULES if pp > 1 else (("1f1b", 1),)):
+                if pp * chunks <= n_layers:
+                    yield tp, pp, schedule, chunks
+
+
 def candidates(req: PlanRequest) -> tuple[list[Candidate], Counter]:
     """Every configuration that fits in memory and splits the global batch; why others fail."""
     kept, why = [], Counter()
-    heads = req.model.arch.n_heads
     for hw in req.hardware:
         usable = usable_bytes(hw)
         counts = gpu_counts(hw, req.max_gpus)
         if not counts:
             why[f"{hw.name}: max-gpus below one node ({hw.node.gpus_per_node} GPUs)"] += 1
         for gpus in counts:
-            for tp in (t for t in (1, 2, 4, 8) if hw.node.gpus_per_node % t == 0
-                       and heads % t == 0 and t <= gpus):
-                dp = gpus // tp
+            for tp, pp, schedule, chunks in layouts(req, hw, gpus):
+                dp = gpus // (tp * pp)
                 for mb in MICRO_BATCHES:
                     if req.batch % (mb * dp):
                         why["global batch does not split over the data-parallel ranks"] += 1
                         continue
+                    if chunks > 1 and (req.batch // (mb * dp)) % pp:
+                        why["interleaved: micro-batches not a multiple of the stages"] += 1
+                        continue
                     for spec in req.schemes:
                         scheme = parse_scheme(spec)
-                        for recompute in ("none", "full"):
+                        for recompute in RECOMPUTE_ORDER:
                             use = memory_use(req.model, scheme, dp, tp, mb, req.seq, req.dtypes,
-                                             recompute)
+                                             recompute, pp=pp, chunks=chunks)
                             if use.total <= usable:
                                 kept.append(Candidate(hw, gpus, spec, tp, mb, recompute,
-                                                      use.total / 1e9))
+                                                      use.total / 1e9, pp, schedule, chunks))
                                 break
                         else:
                             why[f"does not fit in {hw.name} memory "
@@ -181,10 +206,15 @@ def _evaluate(args: tuple[Candidate, PlanRequest]) -> dict:
     hours = steps * mean_step / 3600
     ratio = quality_ratio(req.quality, cfg.scheme) if req.quality is not None else None
     shares = {"compute": r.compute_s, "network (exposed data-parallel comm)": r.exposed_comm_s,
-              "tensor-parallel comm": r.tp_comm_s, "compression kernels": r.compression_s}
+              "tensor-parallel comm": r.tp_comm_s, "compression kernels": r.compression_s,
+              "pipeline bubble": r.pipeline_bubble_s}
     return {
         "hardware": cand.hardware.name, "gpus": cand.gpus, "scheme": cand.scheme,
-        "tp": cand.tp, "dp": cand.gpus // cand.tp, "micro_batch": cand.micro_batch,
+        "tp": cand.tp, "pp": cand.pp,
+        "schedule": ("-" if cand.pp == 1 else cand.schedule if cand.chunks == 1
+                     else f"{cand.schedule} x{cand.chunks}"),
+        "chunks": cand.chunks,
+        "dp": cfg.dp, "micro_batch": cand.micro_batch,
         "grad_accum": cfg.accum, "recompute": cand.recompute, "memory_GB": cand.memory_GB,
         "step_time_s": r.step_time_s, "run_mean_step_s": mean_step,
         "tokens_per_s": req.batch * req.seq / mean_step,
@@ -219,7 +249,9 @@ def quality_ratio(study, scheme) -> float | None:
 def evaluate_all(req: PlanRequest, cands: list[Candidate],
                  progress: Callable[[int], None] | None = None) -> pd.DataFrame:
     """Simulate every candidate, over every core; `progress(n)` after each one."""
-    cands = sorted(cands, key=lambda c: (c.hardware.name, c.gpus, c.tp))  # topology together
+    # topology together, and the schemes of one layout side by side: they share its pipeline
+    cands = sorted(cands, key=lambda c: (c.hardware.name, c.gpus, c.tp, c.pp, c.schedule,
+                                         c.micro_batch, c.recompute))
     return pd.DataFrame(parallel_map(_evaluate, [(c, req) for c in cands], req.workers,
                                      progress))
 
@@ -232,8 +264,7 @@ def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None
     if not cands:
         reasons = "; ".join(f"{n} configurations: {r}" for r, n in why.most_common(3))
         raise UserError(f"no configuration of {req.model.name} fits ({reasons}); relax: more "
-                        "GPUs (--max-gpus), GPUs with more memory, or a smaller global batch "
-                        "(pipeline parallelism is not modeled)")
+                        "GPUs (--max-gpus), GPUs with more memory, or a smaller global batch")
     if progress_total:
         progress_total(len(cands))
     df = evaluate_all(req, cands, progress)

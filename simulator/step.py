@@ -77,6 +77,15 @@ class StepConfig:
         return self.model.arch.seq_len if self.seq_len is None else self.seq_len
 
     @property
+    def stage0_layers(self) -> int:
+        """Layers on the first pipeline stage (all of them without pipelining)."""
+        from simulator.pipeline import stage_layers
+
+        if self.pp == 1:
+            return self.model.arch.n_layers
+        return sum(stage_layers(self.model.arch.n_layers, self.pp, self.chunks_pp)[0])
+
+    @property
     def dp(self) -> int:
         return self.gpus // (self.tp * self.pp)
 
@@ -95,7 +104,7 @@ class StepConfig:
     def _plan(self) -> Plan:
         """The scheme's plan for this step's data-parallel group (of the first pipeline
         stage, which ends the backward last)."""
-        stage = self.model.stage_tensors(self.pp)
+        stage = self.model.stage_tensors(self.pp, self.stage0_layers)
         tensors = stage if self.tp == 1 else None  # per-tensor schemes need them
         n = sum(size for size, _ in stage)
         return plan(self.scheme, math.ceil(n / self.tp), self.dp, self.dtypes,
@@ -163,9 +172,9 @@ class StepConfig:
         if v < 1 or (self.pp_schedule == "interleaved" and (v < 2 or self.pp < 2)):
             raise UserError(f"the interleaved schedule needs --pp >= 2 and --virtual-stages "
                             f">= 2, got --pp {self.pp}, {v} chunks")
-        if self.model.arch.n_layers % (self.pp * v):
-            raise UserError(f"{self.model.name}'s {self.model.arch.n_layers} layers do not "
-                            f"split evenly over {self.pp} stages x {v} chunks")
+        if self.model.arch.n_layers < self.pp * v:
+            raise UserError(f"{self.model.name}'s {self.model.arch.n_layers} layers cannot "
+                            f"fill {self.pp} stages x {v} chunks")
 
 
 @dataclass
@@ -283,26 +292,31 @@ class _StepSim:
                 for i, s in enumerate(sizes)]
 
     # ---- compute ----
-    def _work(self, name: str, seconds: float, kind: str):
-        """Occupy the compute stream; slowed while the comm stream is busy."""
-        if seconds <= 0:
+    def _work(self, name: str, seconds: float, kind: str, tp_s: float = 0.0):
+        """Occupy the compute stream; slowed while the comm stream is busy. `tp_s` seconds of
+        tensor-parallel all-reduces that follow it on the stream run in the same event (one
+        event instead of two; the time is attributed to each)."""
+        if seconds <= 0 and tp_s <= 0:
             return
         if kind != "tp":
             seconds *= self.slowdown
+        scale = 1.0
         if self.async_pending:  # measured on backends whose async ops cost compute time
-            seconds *= 1 + self.cfg.hardware.async_interference.get(self.cfg.dp, 0.0)
+            scale *= 1 + self.cfg.hardware.async_interference.get(self.cfg.dp, 0.0)
         if self.comm.is_busy():
-            seconds *= 1 + self.cfg.hardware.compute.interference
+            scale *= 1 + self.cfg.hardware.compute.interference
+        seconds, tp_s = seconds * scale, tp_s * scale
         t0 = self.env.now
-        yield self.env.timeout(seconds)
+        yield self.env.timeout(seconds + tp_s)
         self.compute.busy.append((t0, self.env.now))
         self.spans.append(Span("compute", name, t0, self.env.now, 0.0))
         if kind == "compute":
-            self.compute_s += self.env.now - t0
+            self.compute_s += seconds
         elif kind == "compression":
-            self.compression_s += self.env.now - t0
+            self.compression_s += seconds
         else:
-            self.tp_s += self.env.now - t0
+            self.tp_s += seconds
+        self.tp_s += tp_s
 
     def _kernels(self, stage: str):
         for k in self.step.kernels:
@@ -328,49 +342,63 @@ class _StepSim:
         return hw.intra_node.latency_us * 1e-6 + size / hw.intra_node.effective_Bps
 
     def _pipeline_ops(self):
-        """The first stage's ops of the step's pipeline timeline, in order."""
-        from simulator.pipeline import timeline
+        """The first stage's timeline summary (simulator.pipeline.FirstStage) and its layers
+        per chunk."""
+        from simulator.pipeline import first_stage, stage_layers
 
         cfg, t = self.cfg, self.times
         v, p = cfg.chunks_pp, cfg.pp
-        layers = cfg.model.arch.n_layers // (p * v)  # per model chunk
+        layers = stage_layers(cfg.model.arch.n_layers, p, v)  # [stage][chunk]
         tp_layer = 2 * self.tp_layer_s  # two activation all-reduces per layer per pass
-
-        def fwd(stage, chunk):
-            head = t.head_fwd_s if (stage == p - 1 and chunk == v - 1) else 0.0
-            return layers * (t.layer_fwd_s + tp_layer) + head
-
-        def bwd(stage, chunk):
-            head = t.head_bwd_s if (stage == p - 1 and chunk == v - 1) else 0.0
-            return layers * (t.layer_bwd_s + tp_layer) + head
-
-        ops = timeline(p, cfg.accum, fwd, bwd, self._send_s(), v)
-        return sorted((o for o in ops if o.stage == 0), key=lambda o: o.start), layers
+        head = [[0.0] * v for _ in range(p)]
+        head[p - 1][v - 1] = 1.0  # the output layer runs on the last stage's last chunk
+        fwd = tuple(tuple(layers[s][c] * (t.layer_fwd_s + tp_layer) + head[s][c] * t.head_fwd_s
+                          for c in range(v)) for s in range(p))
+        bwd = tuple(tuple(layers[s][c] * (t.layer_bwd_s + tp_layer) + head[s][c] * t.head_bwd_s
+                          for c in range(v)) for s in range(p))
+        return first_stage(p, cfg.accum, v, fwd, bwd, self._send_s()), layers[0]
 
     def _pipelined(self, gate, backward_ops, in_flight):
         """Forward and backward of the first pipeline stage as its timeline runs them: idle
-        while it waits for other stages, gradient buckets leaving during its last backward."""
-        ops, layers = self._pipeline_ops()
+        while it waits for other stages, gradient buckets leaving during its last backward.
+        The ops between its first forward and its last backward run as one piece of work and
+        one of waiting (their sum is exact; only which instants of the middle are idle is
+        lost), so a step costs a few simulation events whatever its micro-batch count."""
+        summary, chunk_layers = self._pipeline_ops()
         t, tp_layer = self.times, 2 * self.tp_layer_s
+        cfg = self.cfg
+
+        def cost(kind, chunk):  # compute and tensor-parallel seconds of one op
+            layers = chunk_layers[chunk]
+            return (layers * (t.layer_fwd_s if kind == "F" else t.layer_bwd_s),
+                    layers * tp_layer)
+
+        first, last = summary.first, summary.last
+        pieces = [(first[3], *cost(first[0], first[2]), "forward mb0", False)]
+        if summary.count > 2:  # every op of the stage: m micro-batches through each chunk
+            work = sum(cfg.accum * (cost("F", c)[0] + cost("B", c)[0])
+                       for c in range(cfg.chunks_pp)) - cost(first[0], first[2])[0] - cost(
+                last[0], last[2])[0]
+            tp = sum(cfg.accum * (cost("F", c)[1] + cost("B", c)[1])
+                     for c in range(cfg.chunks_pp)) - cost(first[0], first[2])[1] - cost(
+                last[0], last[2])[1]
+            pieces.append((summary.second_start, work, tp,
+                           f"forward/backward x{summary.count - 2}", False))
+        if summary.count > 1:
+            pieces.append((last[3], *cost(last[0], last[2]), f"backward mb{last[1]}", True))
         start = self.env.now
-        for i, op in enumerate(ops):
-            wait = op.start - (self.env.now - start)
-            if wait > 0:
+        for n, (op_start, work, tp, name, is_last) in enumerate(pieces):
+            wait = op_start - (self.env.now - start)
+            if wait > 1e-15:
                 yield self.env.timeout(wait)  # the stage's input is not there yet: bubble
                 self.bubble_s += wait
-            if i == 0 and gate:
+            if n == 0 and gate:
                 yield simpy.AllOf(self.env, gate)
-            last = i == len(ops) - 1
-            seconds = layers * (t.layer_fwd_s if op.kind == "F" else t.layer_bwd_s)
-            parts = self.n_chunks if last else 1
-            name = f"{'forward' if op.kind == 'F' else 'backward'} mb{op.micro_batch}"
-            if op.chunk:
-                name += f" chunk{op.chunk}"
+            # the last backward releases gradient buckets layer by layer
+            parts = chunk_layers[last[2]] if is_last else 1
             for c in range(parts):
-                yield from self._work(name, seconds / parts, "compute")
-                yield from self._work(f"tp all-reduce ({op.kind})", layers * tp_layer / parts,
-                                      "tp")
-                if last:
+                yield from self._work(name, work / parts, "compute", tp_s=tp / parts)
+                if is_last:
                     for bop in backward_ops:
                         ready = math.floor((c + 1) * bop.buckets / parts)
                         done = math.floor(c * bop.buckets / parts)
@@ -398,12 +426,12 @@ class _StepSim:
             for c in range(fwd_parts):
                 if mb == 0 and gate:
                     yield simpy.AllOf(self.env, gate[:math.ceil((c + 1) * len(gate) / fwd_parts)])
-                yield from self._work(f"forward mb{mb}", self.times.fwd_s / fwd_parts, "compute")
-                yield from self._work("tp all-reduce (fwd)", tp_total / fwd_parts, "tp")
+                yield from self._work(f"forward mb{mb}", self.times.fwd_s / fwd_parts, "compute",
+                                      tp_s=tp_total / fwd_parts)
             bwd_parts = self.n_chunks if last else 1
             for c in range(bwd_parts):
-                yield from self._work(f"backward mb{mb}", bwd_s / bwd_parts, "compute")
-                yield from self._work("tp all-reduce (bwd)", tp_total / bwd_parts, "tp")
+                yield from self._work(f"backward mb{mb}", bwd_s / bwd_parts, "compute",
+                                      tp_s=tp_total / bwd_parts)
                 if last:
                     for op in backward_ops:
                         ready = math.floor((c + 1) * op.buckets / bwd_parts)
@@ -461,7 +489,7 @@ def simulate_step(
     tp_bytes = 0.0
     if cfg.tp > 1:  # 4 all-reduces per layer (of a stage) per micro-batch, ring 2(t-1)/t * S
         size = cfg.micro_batch * cfg.seq * cfg.model.arch.d_model * cfg.dtypes.param_bytes
-        tp_bytes = (4 * cfg.model.arch.n_layers // cfg.pp * cfg.accum
+        tp_bytes = (4 * cfg.stage0_layers * cfg.accum
                     * 2 * (cfg.tp - 1) / cfg.tp * size)
     return StepResult(
         step_time_s=totals["step"], compute_s=totals["compute"],

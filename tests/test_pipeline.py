@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import itertools
+import random
 
 import pytest
 
 from profiles import UserError, load_hardware, load_model
 from scape.plan import make_config
 from simulator.memory import step_memory
-from simulator.pipeline import bubble_fraction, stage_order, timeline
+from simulator.pipeline import (
+    STEADY_AFTER,
+    bubble_fraction,
+    first_stage,
+    stage_layers,
+    stage_order,
+    timeline,
+)
 from simulator.step import StepConfig, simulate_step
 
 H100 = load_hardware("dgx-h100")
@@ -69,6 +77,58 @@ def test_sends_lengthen_the_step_between_fill_drain_and_every_op():
     assert ideal + 2 * (p - 1) * send < end <= ideal + 2 * (m + p - 1) * send
 
 
+def test_uneven_layers_go_to_the_chunks_after_the_first():
+    assert stage_layers(126, 16) == [[7]] + [[8]] * 14 + [[7]]  # Llama 3 405B's 126 layers
+    split = stage_layers(10, 2, 2)  # model chunks 0..3 = stage 0 c0, stage 1 c0, s0 c1, s1 c1
+    assert split == [[2, 3], [3, 2]] and sum(map(sum, split)) == 10
+
+
+@pytest.mark.parametrize("p,m,v,send", [(4, 40, 1, 0.1), (4, 64, 2, 0.05), (8, 72, 1, 0.0),
+                                        (8, 96, 3, 0.2), (3, 31, 1, 0.3), (16, 128, 2, 0.01)])
+def test_steady_state_extension_matches_the_full_timeline(p, m, v, send):
+    """A lighter first stage, a heavier last with the output layer, sends: the extension from
+    the steady state gives the full timeline's makespan and last op."""
+    def fwd(s, c):
+        return 0.9 if s == 0 else (1.3 if s == p - 1 and c == v - 1 else 1.0)
+
+    def bwd(s, c):
+        return 2 * fwd(s, c) + 0.1 * c
+
+    f = tuple(tuple(fwd(s, c) for c in range(v)) for s in range(p))
+    b = tuple(tuple(bwd(s, c) for c in range(v)) for s in range(p))
+    ops = timeline(p, m, fwd, bwd, send, v)
+    mine = sorted((o for o in ops if o.stage == 0), key=lambda o: o.start)
+    got = first_stage(p, m, v, f, b, send)
+    assert m > STEADY_AFTER * p  # the extension is what is under test
+    assert got.makespan == pytest.approx(max(o.end for o in ops), rel=1e-9)
+    assert got.last[3] == pytest.approx(mine[-1].start, rel=1e-9)
+    assert got.last[:3] == (mine[-1].kind, mine[-1].micro_batch, mine[-1].chunk)
+    assert got.count == len(mine) and got.second_start == pytest.approx(mine[1].start)
+
+
+def test_steady_state_extension_on_random_uneven_pipelines_stays_close():
+    """The bound the docstring of first_stage states: uneven layer splits (down to one layer
+    per chunk), an output layer, sends up to twice a layer: the makespan within 2%."""
+    rng = random.Random(0)
+    worst = 0.0
+    for _ in range(60):
+        p, v = rng.choice([2, 3, 4, 6, 8, 16]), rng.choice([1, 1, 2, 3])
+        n_layers = rng.randint(p * v, 4 * p * v)
+        m = p * rng.randint(STEADY_AFTER + 1, 3 * STEADY_AFTER + 6)
+        layers = stage_layers(n_layers, p, v)
+        x, send, head = rng.uniform(0.5, 2), rng.choice([0, 0.01, 0.3, 2.0]), rng.uniform(0, 3)
+        y = rng.uniform(1.5, 3.5) * x
+        out = [[float(s == p - 1 and c == v - 1) for c in range(v)] for s in range(p)]
+        f = tuple(tuple(layers[s][c] * x + out[s][c] * head for c in range(v)) for s in range(p))
+        b = tuple(tuple(layers[s][c] * y + out[s][c] * 2 * head for c in range(v))
+                  for s in range(p))
+        got = first_stage(p, m, v, f, b, send)
+        full = max(o.end for o in timeline(p, m, lambda s, c, f=f: f[s][c],
+                                           lambda s, c, b=b: b[s][c], send, v))
+        worst = max(worst, abs(got.makespan / full - 1))
+    assert worst < 0.02
+
+
 def test_interleaved_needs_micro_batches_a_multiple_of_stages():
     with pytest.raises(UserError, match="multiple of the pipeline stages"):
         timeline(4, 6, lambda s, c: 1.0, lambda s, c: 1.0, 0.0, 2)
@@ -102,7 +162,7 @@ def test_pipeline_memory_holds_a_stage_and_interleaving_costs_activations():
 
 @pytest.mark.parametrize("kw,msg", [
     (dict(gpus=64, pp=3), "multiple of --tp x --pp"),
-    (dict(gpus=48, pp=6), "split evenly"),
+    (dict(gpus=512, pp=64), "cannot fill"),
     (dict(gpus=64, pp=2, virtual_stages=2), "needs --pp-schedule interleaved"),
     (dict(gpus=64, pp=1, pp_schedule="interleaved"), "needs --pp >= 2"),
     (dict(gpus=64, pp=2, pp_schedule="zigzag"), "--pp-schedule must be one of"),

@@ -31,9 +31,12 @@ def test_plans_respect_every_constraint():
         g = hw.node.gpus_per_node
         assert row.gpus <= req.max_gpus and row.gpus % g == 0
         assert g % row.tp == 0 and req.model.arch.n_heads % row.tp == 0
+        assert row.tp * row.pp * row.dp == row.gpus
         assert row.micro_batch * row.dp * row.grad_accum == req.batch
+        if row.chunks > 1:  # Megatron's interleaved schedule: micro-batches a multiple of pp
+            assert row.grad_accum % row.pp == 0
         use = memory_use(req.model, parse_scheme(row.scheme), row.dp, row.tp, row.micro_batch,
-                         req.seq, req.dtypes, row.recompute)
+                         req.seq, req.dtypes, row.recompute, pp=row.pp, chunks=row.chunks)
         assert use.total <= usable_bytes(hw)
         assert row.memory_GB == pytest.approx(use.total / 1e9)
         assert row.hours <= 10.0
@@ -45,7 +48,7 @@ def test_plans_respect_every_constraint():
 def test_density_warmup_lengthens_scape_plans_only():
     """With SCAPE's density warm-up over the run, its early steps send more: its hours grow
     to the run-mean step (simulator/schedule.py); dense plans do not change."""
-    key = ["hardware", "gpus", "scheme", "tp", "micro_batch"]
+    key = ["hardware", "gpus", "scheme", "tp", "pp", "schedule", "micro_batch"]
     steady = plan_training(request()).set_index(key)
     warm = plan_training(request(density_warmup_frac=1.0)).set_index(key).loc[steady.index]
     is_scape = steady.index.get_level_values("scheme").str.startswith("scape-partitioned")

@@ -18,7 +18,8 @@ def test_embedded_profiles_are_present():
     assert names("hardware") == ["aws-p5", "commodity-100gbe", "dgx-a100", "dgx-h100",
                                  "oci-h100-roce", "vista-gh200", "vista-gh200-socket"]
     assert names("model") == [
-        "gpt-345m", "llama-1.8b", "llama-500m", "llama-70b", "llama-7b", "tiny-gpt", "tiny-llama",
+        "gpt-345m", "llama-1.8b", "llama-405b", "llama-500m", "llama-70b", "llama-7b", "tiny-gpt",
+        "tiny-llama",
     ]
 
 
