@@ -36,7 +36,7 @@ from simulator.compare import (
     refuse_unread,
     resolved_scheme,
 )
-from simulator.compute import RECOMPUTE, pricing
+from simulator.compute import ATTENTION, RECOMPUTE, pricing
 from simulator.network import build_topology
 from simulator.pipeline import SCHEDULES
 from simulator.planner import PLAN_SCHEMES, PlanRequest, best_without, plan_training
@@ -176,6 +176,7 @@ CorpusChoice = _choice("CorpusChoice", CORPORA)
 RankChoice = _choice("RankChoice", ("time", "quality"))
 RecomputeChoice = _choice("RecomputeChoice", RECOMPUTE)
 ScheduleChoice = _choice("ScheduleChoice", SCHEDULES)
+AttentionChoice = _choice("AttentionChoice", ATTENTION)
 
 
 def _fail(message: str) -> None:
@@ -358,6 +359,9 @@ PARALLEL_OPTS = {
                                       help="Megatron's sequence parallelism with --tp"),
     "mfu": typer.Option(None, "--mfu", help="price forward/backward at this MFU instead of "
                                             "the profile's shapes model"),
+    "attention": typer.Option("flash", "--attention",
+                              help="shapes model: flash (FlashAttention) or unfused (Megatron "
+                                   "before it: batched GEMMs and softmax)"),
 }
 
 
@@ -372,9 +376,11 @@ def _schedule_name(cfg: StepConfig) -> str:
     return f" {cfg.pp_schedule}" + (f" x{cfg.chunks_pp}" if cfg.chunks_pp > 1 else "")
 
 
-def _parallel(pp, pp_schedule, virtual_stages, recompute, sequence_parallel, mfu) -> dict:
+def _parallel(pp, pp_schedule, virtual_stages, recompute, sequence_parallel, mfu,
+              attention) -> dict:
     return {"pp": pp, "pp_schedule": str(pp_schedule), "virtual_stages": virtual_stages,
-            "recompute": str(recompute), "sequence_parallel": sequence_parallel, "mfu": mfu}
+            "recompute": str(recompute), "sequence_parallel": sequence_parallel, "mfu": mfu,
+            "attention": str(attention)}
 
 
 STEP_OPTS = {
@@ -486,6 +492,7 @@ def simulate(
     recompute: RecomputeChoice = PARALLEL_OPTS["recompute"],
     sequence_parallel: bool = PARALLEL_OPTS["sequence_parallel"],
     mfu: float = PARALLEL_OPTS["mfu"],
+    attention: AttentionChoice = PARALLEL_OPTS["attention"],
     trace: str = typer.Option(None, "--trace", help="write a Chrome trace JSON (Perfetto)"),
     fmt: Format2 = typer.Option("table", "--format", help="table|json"),
 ):
@@ -499,7 +506,8 @@ def simulate(
                 density_dense_steps=density_dense_steps, density_shape=density_shape)
     steps = _run_steps(run_steps, density_warmup, density_dense_steps)
     extra = _reducer_extra(distopt, residual_offload, param_offload)
-    parallel = _parallel(pp, pp_schedule, virtual_stages, recompute, sequence_parallel, mfu)
+    parallel = _parallel(pp, pp_schedule, virtual_stages, recompute, sequence_parallel, mfu,
+                         attention)
     cfg = _step_config(model, hardware, gpus, scheme, micro_batch, seq_len, grad_accum, tp,
                        grad_dtype, param_dtype, algo, opts, global_batch, extra,
                        parallel=parallel)
@@ -576,6 +584,7 @@ def compare_cmd(
     recompute: RecomputeChoice = PARALLEL_OPTS["recompute"],
     sequence_parallel: bool = PARALLEL_OPTS["sequence_parallel"],
     mfu: float = PARALLEL_OPTS["mfu"],
+    attention: AttentionChoice = PARALLEL_OPTS["attention"],
     fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
 ):
     """Every scheme side by side with its speedup over the baseline."""
@@ -587,7 +596,8 @@ def compare_cmd(
     steps = _run_steps(run_steps, density_warmup, density_dense_steps)
     extra = _reducer_extra(distopt, residual_offload, param_offload)
     lineup = _names(schemes, "--schemes")
-    parallel = _parallel(pp, pp_schedule, virtual_stages, recompute, sequence_parallel, mfu)
+    parallel = _parallel(pp, pp_schedule, virtual_stages, recompute, sequence_parallel, mfu,
+                         attention)
     cfg = _step_config(model, hardware, gpus, baseline, micro_batch, seq_len, grad_accum, tp,
                        grad_dtype, param_dtype, algo, opts, global_batch, extra, lineup,
                        parallel)

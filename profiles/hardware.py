@@ -92,6 +92,9 @@ ROOFLINE_FIELDS = {
     "gemm_blend": Field(float, ge=1, le=16),  # smooth-max exponent of the two rooflines
     "attn_fwd_fraction": Field(float, gt=0, le=1),  # FlashAttention forward, share of peak
     "attn_bwd_fraction": Field(float, gt=0, le=1),
+    # share of those benchmark peaks a whole training step sustains (clocks under sustained
+    # load, shapes other than the benchmarks'): applied to GEMMs and attention
+    "sustained": Field(float, gt=0, le=1),
     "source": SOURCE,
 }
 PRICE_FIELDS = {"usd_per_gpu_hour": Field(float, gt=0), "source": SOURCE}
@@ -220,6 +223,7 @@ class Roofline:
     gemm_blend: float
     attn_fwd_fraction: float
     attn_bwd_fraction: float
+    sustained: float
     source: str
     sources: dict[str, str] = field(default_factory=dict)
 

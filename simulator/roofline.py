@@ -13,7 +13,10 @@ quantization are not modelled: the held-out error is what that costs.
 
 Attention runs at the profile's forward and backward fractions of peak over FlashAttention's
 FLOP count (causal: half the s x s products; backward 2.5x forward, FlashAttention-2 section
-4.1). Memory-bound kernels move the bytes simulator/shapes.py counts at HBM bandwidth times the
+4.1). Both GEMM and attention peaks are benchmark figures; a whole training step sustains a
+share of them, the profile's `sustained` (clocks under sustained load, shapes other than the
+benchmarks'), fitted on per-layer times of Megatron-LM on A100 (bench/fidelity_parallel.py).
+Memory-bound kernels move the bytes simulator/shapes.py counts at HBM bandwidth times the
 profile's [compute] mem_efficiency, each paying one launch.
 """
 
@@ -30,7 +33,7 @@ ATTN_BWD_FLOPS = 2.5  # backward FLOPs per forward FLOP of FlashAttention (5 mat
 def gemm_s(g: Gemm, hw: HardwareProfile) -> float:
     """Seconds for one bf16 GEMM on this profile's GPU."""
     r = hw.roofline
-    compute = g.flops / (r.gemm_peak_fraction * hw.gpu.peak_bf16_tflops * 1e12)
+    compute = g.flops / (r.gemm_peak_fraction * r.sustained * hw.gpu.peak_bf16_tflops * 1e12)
     memory = g.bytes / _hbm_Bps(hw)
     n = r.gemm_blend
     return r.gemm_launch_us * 1e-6 + (compute**n + memory**n) ** (1 / n)
@@ -57,7 +60,8 @@ def layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_
     and context products as batched GEMMs on the roofline, the softmax and dropout over the
     s x s scores at HBM bandwidth: Megatron-LM before FlashAttention)."""
     s = layer_shapes(model, micro_batch, seq_len, tp, sequence_parallel)
-    r, peak = hw.roofline, hw.gpu.peak_bf16_tflops * 1e12
+    r = hw.roofline
+    peak = hw.gpu.peak_bf16_tflops * 1e12 * r.sustained  # FLOP/s a training step sustains
     launch = r.gemm_launch_us * 1e-6
     gemm_f = sum(gemm_s(g, hw) for g in s.gemms)
     gemm_b = sum(gemm_s(b, hw) for g in s.gemms for b in g.backward())

@@ -18,6 +18,8 @@ from simulator.shapes import Gemm, layer_shapes
 
 H100 = load_hardware("dgx-h100")
 A100 = load_hardware("dgx-a100")
+# the kernels at their benchmark peak (what OpenXLA's table measured)
+H100_BENCH = replace(H100, roofline=replace(H100.roofline, sustained=1.0))
 VISTA = load_hardware("vista-gh200")  # no [roofline]: priced by its MFU
 L7B = load_model("llama-7b")
 XLA = Path(__file__).resolve().parents[1] / "profiles" / "external" / "gemm-h100-xla.csv"
@@ -27,14 +29,15 @@ def test_gemm_roofline_predicts_the_held_out_xla_shapes():
     """Fitted on the five squares only; the fifteen transformer shapes are held out."""
     rows = pd.read_csv(XLA, comment="#")
     held = rows[rows["split"] == "held-out"]
-    errors = [abs(2.0 * r.m * r.n * r.k / gemm_s(Gemm("x", r.m, r.n, r.k), H100) / 1e12
+    errors = [abs(2.0 * r.m * r.n * r.k / gemm_s(Gemm("x", r.m, r.n, r.k), H100_BENCH) / 1e12
                   / r.tflops - 1) for r in held.itertuples()]
     assert len(errors) == 15
     assert sorted(errors)[len(errors) // 2] < 0.05 and max(errors) < 0.15
 
 
 def test_gemm_is_memory_bound_when_thin_and_compute_bound_when_square():
-    peak = H100.roofline.gemm_peak_fraction * H100.gpu.peak_bf16_tflops * 1e12
+    r = H100.roofline
+    peak = r.gemm_peak_fraction * r.sustained * H100.gpu.peak_bf16_tflops * 1e12
     square = Gemm("sq", 8192, 8192, 8192)
     assert square.flops / gemm_s(square, H100) == pytest.approx(peak, rel=0.05)
     thin = Gemm("thin", 8192, 8192, 16)  # 16-deep reduction: bytes dominate
