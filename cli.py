@@ -455,7 +455,8 @@ def simulate(
     model: str = STEP_OPTS["model"], hardware: str = STEP_OPTS["hardware"],
     gpus: int = STEP_OPTS["gpus"],
     scheme: str = typer.Option("dense-adams", "--scheme", "-s",
-                               help="dense-adamw|dense-adams|dense-ddp|dense-zero1|quantized|"
+                               help="dense-adamw|dense-adams|dense-ddp|dense-zero1|dense-zero2|"
+                                    "dense-zero3|quantized|"
                                     "topk|scalecom|scape, or NAME:VALUE (scape:0.99)"),
     sparsity: float = typer.Option(None, "--sparsity", help="fraction not sent, in [0, 1)"),
     bits: int = typer.Option(None, "--bits", help="quantized: 1, 4, 8, 16 or 32"),

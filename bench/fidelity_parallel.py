@@ -57,9 +57,22 @@ def measured_step_s(row) -> float:
     """The stated time, or the paper's eq. (3) FLOPs over GPUs x the stated TFLOP/s."""
     if row.step_from == "stated":
         return float(row.step_s)
+    if row.step_from == "tokens":
+        return row.global_batch * row.seq / row.tokens_per_s
     b, s, h, n_layers, vocab = row.global_batch, row.seq, row.hidden, row.layers, row.vocab
     flops = 96 * b * s * n_layers * h**2 * (1 + s / (6 * h) + vocab / (16 * n_layers * h))
     return flops / (row.gpus * row.tflops_per_gpu * 1e12)
+
+
+def check_params(row) -> None:
+    """The GPT-layout model must have the parameters the source states (within 1%: MPT has
+    no biases and ALiBi instead of learned positions)."""
+    if isinstance(row.params, float) and math.isnan(row.params):
+        return
+    n = gpt(row).n_params
+    if abs(n / row.params - 1) > 0.01:
+        raise SystemExit(f"{row.case}: the model has {n:,} parameters, the source "
+                         f"{row.params:,.0f}")
 
 
 def simulate(row, hw) -> dict:
@@ -122,6 +135,7 @@ def calibrate(hw, cases: pd.DataFrame) -> tuple[float, pd.DataFrame]:
 def run(hardware: dict, rows: pd.DataFrame) -> pd.DataFrame:
     out = []
     for row in rows.itertuples():
+        check_params(row)
         measured = measured_step_s(row)
         sim = simulate(row, hardware[row.hardware])
         out.append({"case": row.case, "hardware": row.hardware, "tp": row.tp, "pp": row.pp,
@@ -165,6 +179,8 @@ def main() -> int:
     print()
     shipped_factors = ", ".join(f"{n} {h.roofline.sustained:g}" for n, h in shipped.items())
     print(summary(base, f"profiles as shipped (sustained: {shipped_factors})"))
+    for source, part in base.groupby(base["case"].str.split("-").str[0], sort=False):
+        print(summary(part.reset_index(drop=True), f"  {source} rows"))
     print(summary(ran["peak"], "kernels at their benchmark peaks (sustained 1)"))
     if any(not math.isclose(h.roofline.sustained, factor, abs_tol=1e-9)
            for h in shipped.values()):

@@ -52,6 +52,8 @@ class CommOp:
     size_bytes: float  # nccl-tests S, see module docstring
     phase: str
     buckets: int = 1  # equal parts, launched one after another as they become ready
+    # issued again for every micro-batch (ZeRO-3 gathers and reduce-scatters), not once a step
+    every_micro_batch: bool = False
 
     def wire_bytes(self, world: int) -> float:
         """Bytes one rank sends for this op (the bandwidth term of DESIGN section 4)."""
@@ -73,8 +75,9 @@ class StepPlan:
     ops: tuple[CommOp, ...]
     kernels: tuple[Kernel, ...]
 
-    def wire_bytes(self, world: int) -> float:
-        return sum(op.wire_bytes(world) for op in self.ops)
+    def wire_bytes(self, world: int, micro_batches: int = 1) -> float:
+        return sum(op.wire_bytes(world) * (micro_batches if op.every_micro_batch else 1)
+                   for op in self.ops)
 
 
 @dataclass(frozen=True)
@@ -84,9 +87,9 @@ class Plan:
     scheme: str
     steps: tuple[tuple[float, StepPlan], ...]
 
-    def wire_bytes(self, world: int) -> float:
+    def wire_bytes(self, world: int, micro_batches: int = 1) -> float:
         """Bytes one rank sends per step, averaged over step kinds."""
-        return sum(w * s.wire_bytes(world) for w, s in self.steps)
+        return sum(w * s.wire_bytes(world, micro_batches) for w, s in self.steps)
 
 
 @dataclass(frozen=True)
@@ -257,6 +260,29 @@ def dense_zero1(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
     return Plan(cfg.scheme, ((1.0, StepPlan(ops, (_optimizer(cfg, n / world),))),))
 
 
+def dense_zero2(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
+    """ZeRO-2 (Rajbhandari et al. 2020, section 5.2): ZeRO-1's collectives, the gradient kept
+    only as this rank's shard (simulator/memory.py counts it so)."""
+    return Plan(cfg.scheme, dense_zero1(cfg, n, world, dt).steps)
+
+
+def dense_zero3(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
+    """ZeRO-3 / FSDP FULL_SHARD (Rajbhandari et al. 2020, section 5.3; PyTorch FSDP): the
+    parameters live as shards; every micro-batch all-gathers each unit's parameters before its
+    forward and again before its backward (resharded in between), and reduce-scatters its
+    gradients as backward produces them; the update runs on the shard. The forward gathers gate
+    the forward unit by unit, the backward gathers are prefetched one unit ahead."""
+    g, p = n * dt.grad_bytes, n * dt.param_bytes
+    gathers = _buckets(p, dt.param_bytes, cfg, world)
+    ops = (
+        CommOp("param all-gather (forward)", "all_gather", p, "next_forward", gathers, True),
+        CommOp("param all-gather (backward)", "all_gather", p, "backward", gathers, True),
+        CommOp("grad reduce-scatter", "reduce_scatter", g, "backward",
+               _buckets(g, dt.grad_bytes, cfg, world), True),
+    )
+    return Plan(cfg.scheme, ((1.0, StepPlan(ops, (_optimizer(cfg, n / world),))),))
+
+
 def quantized(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
     """Two-phase b-bit block quantization with error feedback (1-bit Adam, ZeRO++ qgZ).
 
@@ -401,6 +427,8 @@ Builder = Callable[[SchemeConfig, int, int, Dtypes], Plan]
 SCHEMES: dict[str, Builder] = {
     "dense-ddp": dense_ddp,
     "dense-zero1": dense_zero1,
+    "dense-zero2": dense_zero2,
+    "dense-zero3": dense_zero3,
     "quantized": quantized,
     "topk": topk,
     "scalecom": scalecom,
@@ -415,7 +443,9 @@ DENSITY_OPTIONS = ("density_warmup_steps", "density_dense_steps", "density_shape
 # Schemes whose ranks each hold only a shard of the synced gradient and of the optimizer state
 # (ZeRO-1; simulator/memory.py counts the state so): clipping by the gradient's global norm
 # costs them a one-value all-reduce (Megatron's get_grad_norm_fp32 does the same).
-SHARDED_GRAD = frozenset({"dense-zero1", "scape-partitioned"})
+SHARDED_GRAD = frozenset({"dense-zero1", "dense-zero2", "dense-zero3", "scape-partitioned"})
+# ZeRO stages beyond 1: the gradient (2) and the parameters (3) live as shards too
+ZERO_STAGE = {"dense-zero2": 2, "dense-zero3": 3}
 NORM_BYTES = 8  # the squared norm, fp64
 # Schemes whose NAME:VALUE and --sparsity give the fraction not sent, and the one whose give bits.
 SPARSE_SCHEMES = ("topk", "scalecom", "scape", "scape-partitioned")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from profiles import HardwareProfile, ModelProfile
-from scape.plan import INDEX_BYTES, SCAPE_SCHEMES, SHARDED_GRAD, Dtypes, SchemeConfig
+from scape.plan import INDEX_BYTES, SCAPE_SCHEMES, SHARDED_GRAD, ZERO_STAGE, Dtypes, SchemeConfig
 
 # Bytes of the fp32 optimizer state per parameter: master weights and moments.
 OPTIMIZER_STATE_BYTES = {"adamw": 12, "adams": 8}  # AdamS keeps no second moment
@@ -90,6 +90,13 @@ def memory_use(
         compact = k * dtypes.grad_bytes  # the packed gradient buffer
         residual = 4 * n if scheme.error_feedback else 0.0
         extra = mask + compact + residual
+    weights, grads = dtypes.param_bytes * n, dtypes.grad_bytes * n
+    stage = ZERO_STAGE.get(scheme.scheme, 0)
+    if stage >= 2:  # the gradient as a shard, plus the bucket being reduced
+        unit = n / a.n_layers
+        grads = grads / dp + dtypes.grad_bytes * unit
+    if stage == 3:  # the parameters as a shard, plus the unit in use and the one prefetched
+        weights = weights / dp + 2 * dtypes.param_bytes * unit
     sbh = seq_len * micro_batch * a.d_model
     # bytes per layer kept for backward (Korthikanti et al. 2022, Table 2, with FlashAttention
     # keeping no s x s scores, so selective recomputation saves nothing more): 34sbh/t with
@@ -104,8 +111,8 @@ def memory_use(
     logits = 4 * seq_len * micro_batch * a.vocab_size / tp if pp == 1 else 0.0  # last stage
     in_flight = 1 + (pp - 1) / (pp * chunks) if chunks > 1 else 1.0
     return MemoryUse(
-        weights=dtypes.param_bytes * n,
-        grads=dtypes.grad_bytes * n,
+        weights=weights,
+        grads=grads,
         optimizer=state,
         scheme_state=extra,
         activations=a.n_layers * per_layer * in_flight + working + logits,

@@ -21,8 +21,8 @@ from simulator.schedule import run_mean
 from simulator.step import MAX_GPUS, StepConfig
 
 PLAN_SCHEMES = (
-    "dense-adamw", "dense-adams", "dense-ddp", "quantized:8", "quantized:4", "topk:0.99",
-    "scalecom:0.99", "scape:0.9", "scape:0.99",
+    "dense-adamw", "dense-adams", "dense-ddp", "dense-zero3", "quantized:8", "quantized:4",
+    "topk:0.99", "scalecom:0.99", "scape:0.9", "scape:0.99",
 )
 MICRO_BATCHES = (1, 2, 4, 8)
 PIPELINE_DEGREES = (1, 2, 4, 8, 16, 32, 64)
@@ -179,6 +179,9 @@ def candidates(req: PlanRequest) -> tuple[list[Candidate], Counter]:
                         continue
                     for spec in req.schemes:
                         scheme = parse_scheme(spec)
+                        if pp > 1 and scheme.scheme == "dense-zero3":
+                            why["dense-zero3 (FSDP) with pipeline stages: not modelled"] += 1
+                            continue
                         for recompute in RECOMPUTE_ORDER:
                             use = memory_use(req.model, scheme, dp, tp, mb, req.seq, req.dtypes,
                                              recompute, pp=pp, chunks=chunks)
@@ -236,7 +239,7 @@ def quality_ratio(study, scheme) -> float | None:
     """The study's tokens-to-quality ratio for a scheme config (dense AdamS itself: 1.0 by
     definition); None when the study has no entry or the scheme never reached the quality."""
     name = scheme.scheme
-    if name == "dense-zero1":
+    if name in ("dense-zero1", "dense-zero2", "dense-zero3"):  # the same updates
         name = f"dense-{scheme.optimizer}"
     if name == "quantized" and scheme.bits != 8:  # the study ran int8 only
         return None

@@ -138,6 +138,9 @@ class StepConfig:
         if self.gpus % self.tp:
             raise UserError(f"gpus ({self.gpus}) must be a multiple of --tp {self.tp}")
         self._validate_pipeline()
+        if self.pp > 1 and self.scheme.scheme == "dense-zero3":
+            raise UserError("dense-zero3 (FSDP) with pipeline parallelism is not modelled: "
+                            "use --pp 1, or dense-zero1/dense-zero2 with --pp")
         if self.recompute not in RECOMPUTE:
             raise UserError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got "
                             f"{self.recompute!r}")
@@ -226,6 +229,33 @@ def _union_length(intervals: list[tuple[float, float]]) -> float:
             total += e - max(s, end)
             end = e
     return total
+
+
+class _Prefetch:
+    """ZeRO-3's backward gathers, one layer chunk ahead: before chunk c's backward the gathers
+    of chunk c + 1 are issued (chunk 0's too, first) and chunk c waits for its own."""
+
+    def __init__(self, sim, ops, parts: int):
+        self.sim, self.ops, self.parts = sim, ops, parts
+        self.issued: dict[int, list] = {}
+
+    def _buckets(self, op, c: int) -> range:
+        return range(math.floor(c * op.buckets / self.parts),
+                     math.floor((c + 1) * op.buckets / self.parts))
+
+    def _issue(self, c: int, in_flight: list) -> None:
+        if c >= self.parts or c in self.issued:
+            return
+        self.issued[c] = [p for op in self.ops for _ in self._buckets(op, c)
+                          for p in self.sim._launch(op, [op.size_bytes / op.buckets])]
+        in_flight += self.issued[c]
+
+    def before(self, c: int, in_flight: list):
+        if not self.ops:
+            return
+        self._issue(c, in_flight)
+        self._issue(c + 1, in_flight)
+        yield simpy.AllOf(self.sim.env, self.issued[c])
 
 
 def tp_allreduce_s(cfg: StepConfig) -> float:
@@ -417,27 +447,39 @@ class _StepSim:
         self.async_pending = bool(carried["next_step"])
         if cfg.pp > 1:
             yield from self._pipelined(gate, backward_ops, in_flight)
+        # ZeRO-3: gathers and reduce-scatters issued again for every micro-batch
+        fwd_each = [op for op in ops if op.phase == "next_forward" and op.every_micro_batch]
+        every = [op for op in backward_ops if op.every_micro_batch]
         for mb in range(cfg.accum if cfg.pp == 1 else 0):
             last = mb == cfg.accum - 1
-            # Layer chunks matter only where something waits on them: the first forward
-            # (parameter buckets arrive chunk by chunk) and the last backward (gradient buckets
-            # leave chunk by chunk). Other micro-batches run as one piece each.
-            fwd_parts = self.n_chunks if (mb == 0 and gate) else 1
+            if mb > 0 and fwd_each:  # this micro-batch's parameters, gathered again
+                gate = [p for op in fwd_each for p in self._launch(op)]
+                in_flight += gate
+            gated = bool(gate) and (mb == 0 or bool(fwd_each))
+            # Layer chunks matter only where something waits on them: a gated forward
+            # (parameter buckets arrive chunk by chunk) and a backward that releases buckets
+            # (the last one; with ZeRO-3, every one). Others run as one piece each.
+            fwd_parts = self.n_chunks if gated else 1
             for c in range(fwd_parts):
-                if mb == 0 and gate:
+                if gated:
                     yield simpy.AllOf(self.env, gate[:math.ceil((c + 1) * len(gate) / fwd_parts)])
                 yield from self._work(f"forward mb{mb}", self.times.fwd_s / fwd_parts, "compute",
                                       tp_s=tp_total / fwd_parts)
-            bwd_parts = self.n_chunks if last else 1
+            releases = [op for op in backward_ops if last or op.every_micro_batch]
+            bwd_parts = self.n_chunks if releases else 1
+            prefetch = _Prefetch(self, [op for op in every if op.collective == "all_gather"],
+                                 bwd_parts)
             for c in range(bwd_parts):
+                yield from prefetch.before(c, in_flight)  # this chunk's parameters, the next's
                 yield from self._work(f"backward mb{mb}", bwd_s / bwd_parts, "compute",
                                       tp_s=tp_total / bwd_parts)
-                if last:
-                    for op in backward_ops:
-                        ready = math.floor((c + 1) * op.buckets / bwd_parts)
-                        done = math.floor(c * op.buckets / bwd_parts)
-                        for _ in range(done, ready):
-                            in_flight += self._launch(op, [op.size_bytes / op.buckets])
+                for op in releases:
+                    if op in prefetch.ops:
+                        continue
+                    ready = math.floor((c + 1) * op.buckets / bwd_parts)
+                    done = math.floor(c * op.buckets / bwd_parts)
+                    for _ in range(done, ready):
+                        in_flight += self._launch(op, [op.size_bytes / op.buckets])
         yield simpy.AllOf(self.env, carried["next_step"])  # the mask, before packing
         self.async_pending = False
         yield from self._kernels("pre")
@@ -495,6 +537,7 @@ def simulate_step(
         step_time_s=totals["step"], compute_s=totals["compute"],
         compression_s=totals["compression"], tp_comm_s=totals["tp"],
         exposed_comm_s=totals["exposed"], overlapped_comm_s=totals["overlap"],
-        bytes_per_gpu=the_plan.wire_bytes(cfg.dp) + tp_bytes, spans=spans, kinds=kinds,
+        bytes_per_gpu=the_plan.wire_bytes(cfg.dp, cfg.accum) + tp_bytes, spans=spans,
+        kinds=kinds,
         pipeline_bubble_s=totals["bubble"],
     )

@@ -170,3 +170,25 @@ def test_pipeline_memory_holds_a_stage_and_interleaving_costs_activations():
 def test_bad_pipeline_layouts_are_refused(kw, msg):
     with pytest.raises(UserError, match=msg):
         _cfg(**kw).validate()
+
+
+def test_zero2_and_zero3_shard_memory_and_zero3_gathers_every_micro_batch():
+    """ZeRO-2 keeps the gradient as a shard; ZeRO-3 the parameters too, gathering them for
+    every micro-batch's forward and backward and reduce-scattering each micro-batch."""
+    base = dict(micro_batch=1, tp=1)
+
+    def with_scheme(name, global_batch):
+        return StepConfig(L7B, H100, 8, make_config(name), global_batch=global_batch, **base)
+
+    zero1, zero2, zero3 = (step_memory(with_scheme(n, 8).validate())
+                           for n in ("dense-adams", "dense-zero2", "dense-zero3"))
+    assert zero2.grads < zero1.grads / 4 and zero2.weights == zero1.weights
+    assert zero3.weights < zero1.weights / 4 and zero3.optimizer == zero1.optimizer
+    r1, r2 = (simulate_step(with_scheme("dense-zero3", gb)) for gb in (8, 16))
+    n = sum(size for size, _ in L7B.tensors())
+    ring = 7 / 8  # (p - 1)/p of the bytes, each of the three collectives
+    assert r1.bytes_per_gpu == pytest.approx(3 * ring * 2 * n, rel=1e-9)
+    assert r2.bytes_per_gpu == pytest.approx(2 * r1.bytes_per_gpu, rel=1e-9)
+    with pytest.raises(UserError, match=r"dense-zero3 \(FSDP\) with pipeline"):
+        StepConfig(L7B, H100, 64, make_config("dense-zero3"), micro_batch=1, global_batch=64,
+                   tp=8, pp=2).validate()
