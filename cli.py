@@ -495,10 +495,10 @@ def simulate(
     mfu: float = PARALLEL_OPTS["mfu"],
     attention: AttentionChoice = PARALLEL_OPTS["attention"],
     trace: str = typer.Option(None, "--trace", help="write a Chrome trace JSON (Perfetto)"),
-    fmt: Format2 = typer.Option("table", "--format", help="table|json"),
+    fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
 ):
     """Simulate one training step: step time, breakdown and bytes per GPU."""
-    check_format(fmt, ("table", "json"))
+    check_format(fmt)
     if trace is not None:
         output_file(trace, "--trace")
     opts = _scheme_options(sparsity, bits, optimizer, overlap_grad, overlap_param, bucket_mb,
@@ -528,8 +528,8 @@ def simulate(
         mean = run_mean(cfg, steps)
         row.update(run_steps=steps, run_mean_step_s=mean.mean_step_s,
                    run_mean_bytes_per_gpu=mean.mean_bytes_per_gpu)
-    if fmt == "json":
-        print(json.dumps(row, indent=2))
+    if fmt != "table":  # one row, the same shape as every command's rows
+        print(render(pd.DataFrame([row]), fmt))
         return
     print(f"# {scheme} on {describe(build_topology(cfg.hardware, gpus))}")
     print(f"# {model}: micro-batch {micro_batch} x seq {cfg.seq}, grad-accum {cfg.accum}, "
@@ -638,6 +638,26 @@ def compare_cmd(
                    f"{_schedule_text(cfg.scheme)}")
     print(render(shown, "table", header=header, floatfmt={
         c: "{:.3f}" for c in shown.columns if c not in ("scheme", "fits")}))
+
+
+def _phase_meter(what: str, total: int):
+    """A progress callback for work in `total` phases of unknown length: each phase's start
+    on stderr with the time so far and the time the rest should take at the pace so far."""
+    import time
+
+    from simulator.units import format_duration
+
+    t0, seen = time.monotonic(), [0]
+
+    def say(phase: str) -> None:
+        done, elapsed = seen[0], time.monotonic() - t0
+        seen[0] += 1
+        eta = (f", about {format_duration(elapsed / done * (total - done))} left" if done
+               else "")
+        print(f"{what}: [{done + 1}/{total}] {phase} ({format_duration(elapsed)} so far{eta})",
+              file=sys.stderr, flush=True)
+
+    return say
 
 
 def _progress(description: str):
@@ -816,10 +836,10 @@ def train_cmd(
                                               "at the end)"),
     out: str = typer.Option(None, "--out", help="logs, checkpoints, summary"),
     netbed: str = typer.Option(None, "--netbed", help=NETBED_HELP),
-    fmt: Format2 = typer.Option("table", "--format", help="table|json"),
+    fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
 ):
     """Train a model with a scheme on torch.distributed ranks (torchrun), and report."""
-    check_format(fmt, ("table", "json"))
+    check_format(fmt)
     from scape.train.launch import launch, under_torchrun
     from scape.train.loop import TrainConfig, train
 
@@ -853,8 +873,8 @@ def train_cmd(
     spec = _netbed(netbed)
     summary = (train(cfg)["summary"] if under_torchrun()
                else launch(cfg, nprocs, backend, spec, progress=True))
-    if fmt == "json":  # with the configuration it ran with (TrainConfig, scheme resolved)
-        print(json.dumps(summary, indent=2))
+    if fmt != "table":  # one row with the configuration it ran with, nested keys dotted
+        print(render(pd.json_normalize(summary), fmt))
         return
     print(f"# {model}, {scheme} on {summary['world']} rank(s), {summary['steps']} steps")
     val = summary["final_val_loss"]
@@ -873,20 +893,20 @@ def reproduce(
                                  help="default: vista-gh200-socket (TCP sockets, as the "
                                       "authors ran); the report adds vista-gh200 (InfiniBand) "
                                       "as a what-if"),
-    fmt: Format2 = typer.Option("table", "--format", help="table|json"),
+    fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
 ):
     """The SCAPE paper's setting predicted, next to the paper's figures, with assumptions."""
-    check_format(fmt, ("table", "json"))
+    check_format(fmt)
     from reports.reproduce import DEFAULT_HARDWARE, write_report
 
     hardware = DEFAULT_HARDWARE if hardware is None else hardware
     files = write_report(output_dir(out, "--out"), hardware)
     df = pd.read_csv(files["predictions"])
-    if fmt == "json":
+    if fmt != "table":
         cols = ["model", "scheme", "sparsity", "step_time_s", "speedup_vs_dense_adams",
                 "end_to_end_reduction", "paper_metric", "paper_value", "predicted_value",
                 "table_value", "hardware"]
-        print(render(df[cols], "json"))
+        print(render(df[cols], fmt))
         return
     shown = df[["model", "scheme", "sparsity", "step_time_s", "exposed_comm_s",
                 "speedup_vs_dense_adams", "end_to_end_reduction", "paper_value",
@@ -1061,7 +1081,11 @@ def calibrate_compute_cmd(
             raise UserError(f"{name} must be at least 1, got {value}")
     print(f"calibrate compute: {model} at micro-batch {micro_batch}, kernels, 1..{max_ranks} "
           "ranks sharing the host ...", file=sys.stderr)
-    tables = calibrate_compute(model, micro_batch, max_ranks=max_ranks, threads=threads)
+    from scape.calibrate.compute import KERNEL_BENCH
+
+    phases = 3 + len(KERNEL_BENCH) + (max_ranks > 1)  # peak, copy, kernels, fwd/bwd, sharing
+    tables = calibrate_compute(model, micro_batch, max_ranks=max_ranks, threads=threads,
+                               progress=_phase_meter("calibrate compute", phases))
     device = tables["gpu"]["model"]
     tables["measured"] = {"device": device, "compute_model": model,
                           "compute_micro_batch": micro_batch}
@@ -1201,8 +1225,8 @@ def _validate_external(name: str, profile: str | None, out: str | None, fmt: str
         files["profile"] = path
     stats = x.summary(table)
     mem = x.memory_summary(meta["memory"])
-    if fmt == "json":
-        print(files["json"].read_text())
+    if fmt == "json":  # the rows; the fit, the memory rows and the skipped rows: files["json"]
+        print(render(table, "json"))
         return
     header = (f"{name}: {x.protocol_text(fit)}\n"
               f"predicted rows: {stats['predicted_rows']} ({stats['scape_rows']} SCAPE), "

@@ -132,7 +132,7 @@ def test_simulate_json_and_trace(capsys, tmp_path):
                          "32", "-s", "scape:0.99", "--micro-batch", "8", "--global-batch",
                          "1024", "--trace", str(trace), "--format", "json")
     assert code == 0
-    row = json.loads(out)
+    (row,) = json.loads(out)
     for key in ("step_time_s", "compute_s", "exposed_comm_s", "bytes_per_gpu"):
         assert row[key] >= 0
     assert row["step_time_s"] >= row["compute_s"] and row["sparsity"] == 0.99
@@ -145,7 +145,7 @@ def test_sparsity_flag_reaches_the_scheme(capsys):
         code, out, _ = scape(capsys, "simulate", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16",
                              "-s", "scape-partitioned", "--sparsity", s, "--format", "json")
         assert code == 0
-        rows[s] = json.loads(out)
+        (rows[s],) = json.loads(out)
     assert rows["0.9"]["sparsity"] == 0.9 and rows["0.99"]["sparsity"] == 0.99
     assert rows["0.99"]["bytes_per_gpu"] < rows["0.9"]["bytes_per_gpu"]
 
@@ -158,7 +158,7 @@ def test_sync_flag_reaches_the_scheme(capsys):
                              "32", "-s", "scape-partitioned:0.99", "--sync", sync, "--format",
                              "json")
         assert code == 0
-        rows[sync] = json.loads(out)
+        (rows[sync],) = json.loads(out)
     assert rows["momentum"]["compression_s"] > rows["gradient"]["compression_s"]
     assert rows["momentum"]["bytes_per_gpu"] == rows["gradient"]["bytes_per_gpu"]
     code, out, _ = scape(capsys, "compare", "-m", "gpt-345m", "-H", "vista-gh200", "-g", "32",
@@ -187,7 +187,7 @@ def test_density_warmup_gives_run_averages(capsys):
     code, out, _ = scape(capsys, "simulate", "-m", "gpt-345m", "-H", "vista-gh200", "-g", "32",
                          "-s", "scape-partitioned:0.99", "--density-warmup", "1000", "--format",
                          "json")
-    row = json.loads(out)
+    (row,) = json.loads(out)
     assert code == 0 and row["run_steps"] == 1000
     assert row["run_mean_step_s"] == pytest.approx(sp["run_mean_step_s"])
 
@@ -200,7 +200,7 @@ def test_dense_steps_and_linear_warmup_in_simulate(capsys):
                          "-g", "32", "-s", "scape:0.9", "--micro-batch", "16",
                          "--density-dense-steps", "200", "--density-warmup", "800",
                          "--density-shape", "linear", "--format", "json")
-    row = json.loads(out)
+    (row,) = json.loads(out)
     assert code == 0 and row["run_steps"] == 1000
     assert row["density_dense_steps"] == 200 and row["density_shape"] == "linear"
     assert row["run_mean_step_s"] > row["step_time_s"]
@@ -256,7 +256,7 @@ def test_committed_measured_profiles_load_and_simulate(capsys, path):
     code, out, _ = scape(capsys, "simulate", "--model", "tiny-gpt", "--hardware",
                          f"measured/{path.stem}", "--gpus", "2", "--scheme", "scape:0.99",
                          "--micro-batch", "16", "--format", "json")
-    assert code == 0 and json.loads(out)["step_time_s"] > 0
+    assert code == 0 and json.loads(out)[0]["step_time_s"] > 0
 
 
 def test_version(capsys):
@@ -283,7 +283,18 @@ def test_memory_is_shown_refused_in_simulate_and_flagged_in_compare(capsys):
     assert rows["scape:0.99"]["memory_GB"] > 72 > rows["dense-adams"]["memory_GB"]
     code, out, _ = scape(capsys, "simulate", "-m", "llama-1.8b", "-H", "vista-gh200", "-g",
                          "32", "-s", "scape:0.99", "--micro-batch", "8", "--format", "json")
-    row = json.loads(out)
+    (row,) = json.loads(out)
     assert code == 0 and row["fits_memory"] and row["memory_GB"] == pytest.approx(
         sum(row[f"memory_{k}_GB"] for k in ("weights", "grads", "optimizer", "scheme_state",
                                              "activations")))
+
+
+def test_phase_meter_counts_phases_and_says_the_time_left(capsys):
+    from cli import _phase_meter
+
+    say = _phase_meter("calibrate compute", 3)
+    for phase in ("matmul peak", "copy bandwidth", "kernel select"):
+        say(phase)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("calibrate compute: [1/3] matmul peak (0:00 so far)")
+    assert "[3/3] kernel select" in lines[2] and "left)" in lines[2]

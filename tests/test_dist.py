@@ -252,7 +252,7 @@ def test_train_cli_json(tmp_path):
              "--micro-batch", "4", "--seq-len", "32", "--eval-every", "3", "--out",
              str(tmp_path), "--format", "json")
     assert r.returncode == 0, r.stderr
-    summary = json.loads(r.stdout)
+    (summary,) = json.loads(r.stdout)  # one row, like every command's JSON
     for key in ("final_train_loss", "final_val_loss", "median_step_s", "bytes_per_step"):
         assert summary[key] is not None and summary[key] > 0
     assert (tmp_path / "log.jsonl").read_text().count("\n") == 6

@@ -35,7 +35,8 @@ def _refused(code: int, err: str, match: str) -> None:
 def test_typed_values_are_used_and_shown(capsys, args, key, value):
     code, out, err = scape(capsys, *SIM, *args, "--format", "json")
     assert code == 0, err
-    assert json.loads(out)[key] == value
+    (row,) = json.loads(out)
+    assert row[key] == value
 
 
 @pytest.mark.parametrize(("args", "match"), [
@@ -172,7 +173,7 @@ def test_simulate_with_drawn_options(capsys, scheme, gpus, micro, seq, sparsity,
     except Exception as exc:  # anything but a clean exit is a failure
         pytest.fail(f"{args}: {type(exc).__name__}: {exc}")
     if code == 0:
-        row = json.loads(out)
+        (row,) = json.loads(out)
         assert row["gpus"] == int(gpus) and row["micro_batch"] == int(micro)
         assert row["seq_len"] == int(seq) and row["algo"] == algo
         if sparsity is not None and row["scheme_name"] in ("topk", "scalecom", "scape",
@@ -270,8 +271,11 @@ def _argv(command: str, drawn: dict) -> list[str]:
 def _asked_options_shown(command: str, drawn: dict, out: str) -> None:
     """On success the output carries every option as typed: the JSON says what ran."""
     data = json.loads(out)
-    rows = data if isinstance(data, list) else [data]
-    assert rows, (command, drawn)
+    if command == "profiles show":  # a profile document, not results: one object
+        assert isinstance(data, dict) and data["name"] in drawn["name"]
+        return
+    rows = data
+    assert isinstance(rows, list) and rows, (command, drawn)  # every command: a list of rows
     if command == "compare":
         assert {r["scheme"] for r in rows} >= set(drawn["--schemes"].split(","))
         for r in rows:
@@ -287,8 +291,6 @@ def _asked_options_shown(command: str, drawn: dict, out: str) -> None:
                 drawn["--op"], drawn["--algo"], drawn["-H"])
             assert r["ranks"] == int(drawn["-g"])
             assert drawn["--algo"] == "auto" or r["algo"] == drawn["--algo"]
-    elif command == "profiles show":
-        assert rows[0]["name"] in drawn["name"]
     elif command == "plan":
         assert len(rows) <= int(drawn["--top"])
         for r in rows:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from profiles import UserError
 from scape.plan import WIRE_FACTOR
+from simulator.units import format_duration
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all")
 DEFAULT_SIZES = tuple(2 ** i * 16384 for i in range(9))  # 16 KiB .. 4 MiB: what steps send
@@ -96,6 +97,7 @@ def bench_rank(spec: dict) -> list[dict]:
     world, rank = dist.get_world_size(), dist.get_rank()
     slowest = torch.zeros(1, dtype=torch.float64, device=device)
     rows = []
+    total, t_start = len(spec["ops"]) * len(spec["sizes"]), time.perf_counter()
     for op in spec["ops"]:
         for size in spec["sizes"]:
             call = _call(op, size, world, device)
@@ -117,9 +119,12 @@ def bench_rank(spec: dict) -> list[dict]:
                              "min_s": min(times), "max_s": max(times),
                              "algbw_GBps": size / t / 1e9,
                              "busbw_GBps": size / t / 1e9 * WIRE_FACTOR[op](world)})
-                if spec.get("progress"):
-                    print(f"{op:15s} {size:>10d} B  {t * 1e3:9.3f} ms", file=sys.stderr,
-                          flush=True)
+                if spec.get("progress"):  # with the time the rest should take at this pace
+                    done = len(rows)
+                    rest = (time.perf_counter() - t_start) / done * (total - done)
+                    print(f"{op:15s} {size:>10d} B  {t * 1e3:9.3f} ms  ({done}/{total} on "
+                          f"{world} ranks, about {format_duration(rest)} left)",
+                          file=sys.stderr, flush=True)
     if spec.get("interference"):
         x = async_interference(device)
         if rank == 0:
