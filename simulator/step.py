@@ -25,6 +25,7 @@ waiting), overlapped communication (communication busy while compute runs).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -231,6 +232,19 @@ def _union_length(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
+@functools.lru_cache(maxsize=1024)
+def pipeline_send_s(topo: Topology, stage: int, size: float) -> float:
+    """Seconds for every GPU of the first pipeline stage (ranks 0..stage-1) to send `size`
+    bytes to its peer `stage` ranks on, all at once, on the network model (the NICs, rails
+    and fabric between nodes, NVLink inside one). Remembered per topology: the planner asks
+    it for every scheme of a layout."""
+    from simulator.collectives.base import Phase
+
+    src = np.arange(stage)
+    return time_alone(topo, [Phase("pipeline send", 1, (topo.pairs("pipeline send", src,
+                                                                   src + stage, size),))])
+
+
 class _Prefetch:
     """ZeRO-3's backward gathers, one layer chunk ahead: before chunk c's backward the gathers
     of chunk c + 1 are issued (chunk 0's too, first) and chunk c waits for its own."""
@@ -361,15 +375,11 @@ class _StepSim:
         return self.env.now
 
     def _send_s(self) -> float:
-        """One activation (or its gradient) from a stage to the next: each GPU to its peer
-        tp x dp ranks on, over the NICs when that is another node, NVLink otherwise. Megatron
-        sends b s h / t bytes per tensor-parallel rank (scatter-gather over the node)."""
-        cfg, hw = self.cfg, self.cfg.hardware
+        """One activation (or its gradient) from a stage to the next (`pipeline_send_s`).
+        Megatron sends b s h / t bytes per tensor-parallel rank (scatter-gather)."""
+        cfg = self.cfg
         size = cfg.micro_batch * cfg.seq * cfg.model.arch.d_model * cfg.dtypes.param_bytes / cfg.tp
-        if cfg.tp * cfg.dp >= hw.node.gpus_per_node:
-            per_gpu = max(1.0, hw.nic.nics_per_node / hw.node.gpus_per_node)  # rails
-            return hw.inter_node_latency_s + size / (hw.inter_node_Bps * per_gpu)
-        return hw.intra_node.latency_us * 1e-6 + size / hw.intra_node.effective_Bps
+        return pipeline_send_s(self.topo, cfg.tp * cfg.dp, size)
 
     def _pipeline_ops(self):
         """The first stage's timeline summary (simulator.pipeline.FirstStage) and its layers
