@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 from profiles import HardwareProfile, ModelProfile
 from scape.plan import INDEX_BYTES, SCAPE_SCHEMES, SHARDED_GRAD, ZERO_STAGE, Dtypes, SchemeConfig
-from simulator.shapes import saved_bytes_per_token
 
 # Bytes of the fp32 optimizer state per parameter: master weights and moments.
 OPTIMIZER_STATE_BYTES = {"adamw": 12, "adams": 8}  # AdamS keeps no second moment
@@ -99,10 +98,10 @@ def memory_use(
     if stage == 3:  # the parameters as a shard, plus the unit in use and the one prefetched
         weights = weights / dp + 2 * dtypes.param_bytes * unit
     sbh = seq_len * micro_batch * a.d_model
-    # bytes per layer kept for backward, tensor by tensor (simulator/shapes.py; Korthikanti et
-    # al. 2022's 34sbh/t for GPT with sequence parallelism; FlashAttention keeps no s x s
-    # scores, so selective recomputation saves nothing more)
-    kept = seq_len * micro_batch * saved_bytes_per_token(model, tp, sequence_parallel)
+    # bytes per layer kept for backward (Korthikanti et al. 2022, Table 2, with FlashAttention
+    # keeping no s x s scores, so selective recomputation saves nothing more): 34sbh/t with
+    # sequence parallelism, sbh(10 + 24/t) without (LayerNorm and dropout inputs replicated)
+    kept = 34 * sbh / tp if sequence_parallel or tp == 1 else sbh * (10 + 24 / tp)
     if attention == "unfused" and recompute == "none":  # softmax output, dropout mask, scores
         kept += 5 * a.n_heads * seq_len * seq_len * micro_batch / tp
     if recompute == "full":

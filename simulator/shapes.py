@@ -109,25 +109,3 @@ def head_shapes(model: ModelProfile, micro_batch: int, seq_len: int, tp: int = 1
     tokens = micro_batch * seq_len
     vocab = a.vocab_size / tp
     return HeadShapes(Gemm("logits", tokens, round(vocab), a.d_model), 6.0 * tokens * vocab)
-
-
-def saved_bytes_per_token(model: ModelProfile, tp: int = 1,
-                          sequence_parallel: bool = True) -> float:
-    """Bytes one layer keeps for its backward per token on one GPU, with FlashAttention (no
-    s x s scores) in 16-bit activations, counted tensor by tensor as Korthikanti et al. 2022
-    (section 4.1) count them: the two norms' inputs and the linear layers' inputs after them,
-    GPT's dropout masks (replicated over the tensor-parallel ranks unless sequence parallel);
-    Q, K, V and the attention output, the MLP's hidden activations (split over the ranks).
-    GPT with d_ff = 4h gives their 34 bytes x h with sequence parallelism."""
-    a = model.arch
-    h, f = a.d_model, a.d_ff
-    replicated = ACT_BYTES * 4 * h  # two norm inputs, two linear inputs after them
-    if model.family == "gpt":
-        replicated += 2 * h  # the attention-out and MLP-out dropout masks, a byte each
-        qkv = 3 * h
-        mlp = 2 * f  # the GELU's input and output
-    else:
-        qkv = h + 2 * a.n_kv_heads * a.head_dim
-        mlp = 3 * f  # gate and up outputs, the SwiGLU output
-    split = ACT_BYTES * (qkv + h + mlp)  # Q, K, V, the attention output, the MLP's
-    return replicated / (tp if sequence_parallel else 1) + split / tp

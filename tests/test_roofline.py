@@ -106,16 +106,3 @@ def test_a_profile_needs_an_mfu_or_a_roofline():
     del doc["roofline"]
     with pytest.raises(ProfileError, match="mfu: required unless"):
         parse_hardware(H100.path, doc)
-
-
-def test_saved_activations_count_korthikanti_for_gpt_and_less_for_llama_gqa():
-    """GPT with d_ff = 4h keeps Korthikanti et al.'s 34 sbh/t with sequence parallelism and
-    sbh (10 + 24/t) without; Llama 405B (GQA, no dropout, SwiGLU 3.25h) keeps 31.75 sbh/t."""
-    from simulator.shapes import saved_bytes_per_token
-
-    gpt, big = load_model("gpt-345m"), load_model("llama-405b")
-    h = gpt.arch.d_model
-    for t in (1, 2, 8):
-        assert saved_bytes_per_token(gpt, t, True) == pytest.approx(34 * h / t)
-        assert saved_bytes_per_token(gpt, t, False) == pytest.approx(h * (10 + 24 / t))
-    assert saved_bytes_per_token(big, 8, True) == pytest.approx(31.75 * big.arch.d_model / 8)
