@@ -223,8 +223,10 @@ def calibrated(hw: HardwareProfile, op: str, algo: str, ranks: int, size: float,
     algos = None if algo == AUTO else (algo,)
     protos = None if proto == nccl.AUTO_PROTO else (proto,)
     chosen, p, pr = nccl.decide(op, size, m, algos, protos)
+    # NVLS_TREE's pipeline fill and drain: as many more bytes at the same rate
+    fill = nccl.nvls_tree_fill(size, m) if chosen == "nvls_tree" else 0.0
     # NCCL's latency replaces the phases' per-step latency (hop_scale 0)
-    return Choice(chosen, size * pr.wire, call + pr.latency_s, 0.0, p,
+    return Choice(chosen, size * pr.wire * (1 + fill), call + pr.latency_s, 0.0, p,
                   hw.nccl.launch_floor_us * 1e-6)
 
 

@@ -51,6 +51,7 @@ class Machine:
     channels: int
     intra_hw: str  # "nvlink" | "pci"
     net_latency_us: float = 0.0  # latencyInter: what the network plugin adds per step
+    nvls_heads: int = 0  # GPUs of a node whose NVLS channels use a NIC (NVLS_TREE)
 
     @property
     def ppn(self) -> float:
@@ -76,7 +77,38 @@ def machine(hw: HardwareProfile, ranks: int, nodes: int | None = None) -> Machin
                    nvls=hw.nccl.nvls and nvlink and g > 2,
                    ll128=(nvlink or g == 1) and transport != "socket",
                    channels=hw.nccl.channels, intra_hw="nvlink" if nvlink else "pci",
-                   net_latency_us=hw.nccl.net_latency_us or 0.0)
+                   net_latency_us=hw.nccl.net_latency_us or 0.0,
+                   nvls_heads=max(1, min(g, round(nics))))
+
+
+def nvls_tree_chunk(size: float, m: Machine) -> int:
+    """The chunk NVLS_TREE moves per step for a call of `size` bytes (enqueue.cc
+    calcCollChunking, run per channel on its share of the call)."""
+    c = constants()["nvls_tree_pipeline"]
+    per_channel = size / c["channels"]
+    ops = m.nvls_heads  # concurrentOps = nChannels (1 per call) x nHeads
+    chunk = min(c["chunk_bytes"], c["chunk_bytes_4_nodes"] if m.nodes >= 4 else c["chunk_bytes"])
+    for multiple, smaller in c["shrink"]:
+        if per_channel < multiple * ops * chunk and chunk > smaller:
+            chunk = smaller
+    return chunk
+
+
+def nvls_tree_fill(size: float, m: Machine) -> float:
+    """The pipeline fill and drain of NVLS_TREE as a fraction of its bandwidth time. A call
+    moves in waves of one chunk per (channel, head); each chunk crosses 2 log2(nodes) network
+    hops (up the tree between nodes and down, the hop count of NCCL's own NVLS_TREE latency),
+    and the pipeline holds size / wave waves, so filling it costs 2 log2(nodes) waves of the
+    bandwidth time: a large share at the middle sizes where a pipeline holds 1-16 waves.
+    Constants from NCCL's source; the hop count is the tuner's (profiles/external/research/
+    nccl-nvls-tree-collnet.md: it was picked between 2 and 3 per level after the B1 rows of
+    profiles/external/public-collectives.csv had been looked at)."""
+    if m.nodes < 2:
+        return 0.0
+    wave = constants()["nvls_tree_pipeline"]["channels"] * m.nvls_heads * nvls_tree_chunk(
+        size, m)
+    hops = 2 * math.ceil(math.log2(m.nodes))
+    return hops * min(size, wave) / size
 
 
 def _steps(op: str, ranks: int) -> int:

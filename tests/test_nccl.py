@@ -82,6 +82,22 @@ def test_proto_needs_an_nccl_profile():
         sweep(H100, 8, "all_reduce", "ring", [1024], "fast")
 
 
+def test_nvls_tree_pipeline_chunks_and_fill_follow_nccls_rules():
+    """enqueue.cc calcCollChunking per channel (1/16 of the call), 8 heads on a DGX H100 node:
+    128 KiB chunks from 64 MiB, 64 KiB from 8 MiB, 32 KiB below; from 4 nodes 64 KiB at most;
+    the fill is 2 log2(nodes) waves, a share that falls as the call grows."""
+    from simulator import nccl
+
+    two = nccl.machine(H100, 16)
+    assert two.nvls_heads == 8
+    assert [nccl.nvls_tree_chunk(s, two) for s in (2**20, 2**23, 2**26, 2**30)] == [
+        2**15, 2**16, 2**17, 2**17]
+    assert nccl.nvls_tree_chunk(2**30, nccl.machine(H100, 32)) == 2**16
+    fills = [nccl.nvls_tree_fill(s, two) for s in (2**23, 2**26, 2**30)]
+    assert fills == sorted(fills, reverse=True) and fills[0] == pytest.approx(2 * 1.0)
+    assert nccl.nvls_tree_fill(2**30, nccl.machine(H100, 8)) == 0.0  # one node: no tree
+
+
 def test_nvls_tree_across_nodes():
     """Two nodes: NVLS inside each node pipelined with the NIC exchange of each GPU's 1/G
     share; at 8 GiB the switch traffic bounds it, so its time is NVLS's on one node plus the
@@ -91,7 +107,9 @@ def test_nvls_tree_across_nodes():
     switch = 2**33 * (1 + 1 / 8) / (360e9 * 0.85 * 15 / 16)
     nic = 2**33 / 8 / 47e9 / (0.85 * 15 / 16)  # the same wire factor applies to its bytes
     assert switch > nic
-    assert r.time_s == pytest.approx(switch + (25 + 2 * 14) * 1e-6, rel=1e-6)
+    # the pipeline's fill: 2 log2(2) waves of 16 channels x 8 heads x 128 KiB chunks
+    fill = 2 * 16 * 8 * 2**17 / 2**33
+    assert r.time_s == pytest.approx(switch * (1 + fill) + (25 + 2 * 14) * 1e-6, rel=1e-6)
     with pytest.raises(UserError, match="no algorithm for all_reduce with algo nvls"):
         sweep(H100, 16, "all_reduce", "nvls", [2**20])  # NCCL_ALGO=NVLS on two nodes
     from simulator.collective import collective_time
