@@ -65,6 +65,9 @@ NCCL_FIELDS = {
     # latency the network plugin adds to every inter-node step (NCCL's latencyInter: 0 for its
     # IB verbs transport, which reports none; Simple pays it twice, tuning.cc)
     "net_latency_us": Field(float, ge=0, required=False),
+    # CollNet (SHARP in the IB switches): NCCL runs it only with NCCL_COLLNET_ENABLE=1 and the
+    # SHARP plugin, off by default; true where the cluster turns it on
+    "collnet": Field(bool, required=False),
     "source": SOURCE,
 }
 FABRIC_FIELDS = {
@@ -189,6 +192,7 @@ class Nccl:
     launch_floor_us: float
     source: str
     net_latency_us: float | None = None
+    collnet: bool | None = None
     sources: dict[str, str] = field(default_factory=dict)
 
 

@@ -26,7 +26,8 @@ from profiles import HardwareProfile, UserError
 
 DATA = Path(__file__).resolve().parents[1] / "profiles" / "external" / "nccl-tuning.toml"
 PROTOCOLS = ("ll", "ll128", "simple")
-TUNED_ALGOS = ("ring", "tree", "nvls", "nvls_tree")  # NCCL's algorithms this simulator builds
+# NCCL's algorithms this simulator builds
+TUNED_ALGOS = ("ring", "tree", "nvls", "nvls_tree", "collnet_direct")
 # Collectives NCCL's tuner chooses for; all-to-all is point-to-point sends (Simple, no tuning)
 TUNED_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 AUTO_PROTO = "auto"
@@ -52,6 +53,7 @@ class Machine:
     intra_hw: str  # "nvlink" | "pci"
     net_latency_us: float = 0.0  # latencyInter: what the network plugin adds per step
     nvls_heads: int = 0  # GPUs of a node whose NVLS channels use a NIC (NVLS_TREE)
+    collnet: bool = False  # SHARP in the network switches, turned on (NCCL_COLLNET_ENABLE=1)
 
     @property
     def ppn(self) -> float:
@@ -78,7 +80,8 @@ def machine(hw: HardwareProfile, ranks: int, nodes: int | None = None) -> Machin
                    ll128=(nvlink or g == 1) and transport != "socket",
                    channels=hw.nccl.channels, intra_hw="nvlink" if nvlink else "pci",
                    net_latency_us=hw.nccl.net_latency_us or 0.0,
-                   nvls_heads=max(1, min(g, round(nics))))
+                   nvls_heads=max(1, min(g, round(nics))),
+                   collnet=bool(hw.nccl.collnet) and nvlink)
 
 
 def nvls_tree_chunk(size: float, m: Machine) -> int:
@@ -129,6 +132,9 @@ def available(op: str, algo: str, proto: str, m: Machine) -> bool:
                 and op in ("all_reduce", "all_gather", "reduce_scatter"))
     if algo == "nvls_tree":  # NVLS inside each node, a tree between nodes
         return m.nvls and proto == "simple" and m.nodes > 1 and op == "all_reduce"
+    if algo == "collnet_direct":  # all-to-all inside the node, SHARP between nodes
+        return (m.collnet and proto == "simple" and m.nodes > 1 and op == "all_reduce"
+                and m.ppn <= constants()["collnet_direct"]["max_local_ranks"])
     return False
 
 
@@ -159,6 +165,11 @@ def busbw(op: str, algo: str, proto: str, m: Machine) -> float:
         # graph counts one head per NIC), twice on two nodes (2.28's model)
         inter = m.inter_GBps * m.ppn * (2 if m.nodes <= 2 else 1)
         return min(intra, inter, m.channels * caps["nvls_tree_per_channel"][a][_col(m)])
+    if algo == "collnet_direct":  # the GPU/NIC ratio's serialization, Hopper's 0.85
+        cn = c["collnet_direct"]
+        factor = m.ppn / m.channels
+        factor -= (factor - 1) / 2
+        return m.intra_GBps / factor * (cn["hopper_factor"] if a >= 2 else 1.0)
     ll_max = caps["ll_max"][a][0] if m.nodes == 1 else caps["ll_max_multi_node_intel"][_col(m)]
     if algo == "ring":
         if proto == "ll":
@@ -202,6 +213,10 @@ def latency_us(op: str, algo: str, proto: str, m: Machine) -> float:
         return intra + (inter if m.nodes > 1 else 0.0)
     if algo == "nvls_tree":
         return lat + intra + 2 * int(math.log2(m.nodes)) * inter
+    if algo == "collnet_direct":
+        local = m.ranks // m.nodes - 1
+        arity = c["collnet_direct"]["arity_latency_us"]
+        return lat + 2 * (min(1, local) * intra + local * arity) + inter
     if algo == "ring":
         nsteps = _steps(op, m.ranks)
         overhead = c["factors"]["net_overhead_us"] * (3 if proto == "simple" else 1)
@@ -246,6 +261,10 @@ def choose(op: str, size: float, m: Machine, algos: tuple[str, ...] | None = Non
             t = estimate_us(op, algo, proto, size, m)
             if t is not None and t < best_t:
                 best, best_t = (algo, proto), t
+    if best is None and algos and "collnet_direct" in algos and not m.collnet:
+        raise UserError("collnet_direct needs SHARP in the network switches, which NCCL uses "
+                        "only with NCCL_COLLNET_ENABLE=1 and the SHARP plugin: set collnet = "
+                        "true in the hardware profile's [nccl] table where the cluster does")
     if best is None:
         raise UserError(f"NCCL has no algorithm for {op} with algo "
                         f"{'/'.join(algos or TUNED_ALGOS)} and proto "

@@ -116,3 +116,26 @@ def test_nvls_tree_across_nodes():
 
     with pytest.raises(UserError, match="runs inside one node"):  # the builder itself
         collective_time(H100, 16, "all_reduce", "nvls", 2**20)
+
+
+def test_collnet_direct_only_where_sharp_is_on_and_priced_as_ncclS_tuner():
+    """CollNet Direct (SHARP): off unless the profile turns it on (NCCL_COLLNET_ENABLE=1);
+    then NCCL's latency 2(3.7 + 7 x 0.4) + 31 = 44 us on 8 GPUs per node, busbw NVLink /
+    (r - (r - 1)/2) x 0.85 with r = 8/16, and the simulated rate bound by the NVLink scatter
+    and gather (2 S 7/8 each way), about NCCL's algbw (busbw / 2)."""
+    from dataclasses import replace as swap
+
+    from simulator import nccl
+
+    with pytest.raises(UserError, match="NCCL_COLLNET_ENABLE"):
+        sweep(H100, 16, "all_reduce", "collnet_direct", [2**20])
+    sharp = swap(H100, nccl=swap(H100.nccl, collnet=True))
+    m = nccl.machine(sharp, 16)
+    assert nccl.latency_us("all_reduce", "collnet_direct", "simple", m) == pytest.approx(44.0)
+    bus = nccl.busbw("all_reduce", "collnet_direct", "simple", m)
+    assert bus == pytest.approx(360 / 0.75 * 0.85)
+    (r,) = sweep(sharp, 16, "all_reduce", "collnet_direct", [2**33])
+    nvlink = 2 * 2**33 * 7 / 8 / 360e9
+    assert r.time_s == pytest.approx(nvlink + 44e-6, rel=1e-6)
+    assert 2**33 / r.time_s / 1e9 == pytest.approx(bus / 2, rel=0.02)
+    assert not nccl.available("all_reduce", "collnet_direct", "simple", nccl.machine(sharp, 8))

@@ -1,6 +1,6 @@
 """Collective algorithms, registered in a plain dict: ALGORITHMS[op][algo] -> builder."""
 
-from simulator.collectives import alltoall, broadcast, hierarchical, nvls, ring, tree
+from simulator.collectives import alltoall, broadcast, collnet, hierarchical, nvls, ring, tree
 from simulator.collectives.base import BUS_FACTOR, Builder, Phase
 
 ALGORITHMS: dict[str, dict[str, Builder]] = {
@@ -10,6 +10,7 @@ ALGORITHMS: dict[str, dict[str, Builder]] = {
         "hierarchical": hierarchical.all_reduce,
         "nvls": nvls.all_reduce,
         "nvls_tree": nvls.tree_all_reduce,
+        "collnet_direct": collnet.all_reduce,
     },
     "reduce_scatter": {"ring": ring.reduce_scatter, "hierarchical": hierarchical.reduce_scatter,
                        "via_all_reduce": ring.all_reduce},
@@ -25,7 +26,8 @@ BACKEND_ONLY: frozenset[tuple[str, str]] = frozenset(
 # Algorithms that need hardware a topology may lack (NVSwitch multicast): `auto` on a profile
 # without NCCL's tuner never picks them; the tuner picks them where the profile says so.
 NEEDS_HARDWARE: frozenset[tuple[str, str]] = frozenset({("all_reduce", "nvls"),
-                                                       ("all_reduce", "nvls_tree")})
+                                                       ("all_reduce", "nvls_tree"),
+                                                       ("all_reduce", "collnet_direct")})
 
 
 def auto_candidates(op: str) -> list[str]:
