@@ -106,11 +106,12 @@ class StepConfig:
         """The scheme's plan for this step's data-parallel group (of the first pipeline
         stage, which ends the backward last)."""
         stage = self.model.stage_tensors(self.pp, self.stage0_layers)
-        tensors = stage if self.tp == 1 else None  # per-tensor schemes need them
-        n = sum(size for size, _ in stage)
-        return plan(self.scheme, math.ceil(n / self.tp), self.dp, self.dtypes,
-                    tensors=[n for n, _ in tensors] if tensors else None,
-                    dense=[d for _, d in tensors] if tensors else None)
+        # a tensor-parallel rank holds 1/t of every weight matrix (and of the vocabulary) and
+        # the whole of every norm and bias vector, replicated over the group (Megatron)
+        tensors = [(size if vector else math.ceil(size / self.tp), vector)
+                   for size, vector in stage]
+        return plan(self.scheme, sum(size for size, _ in tensors), self.dp, self.dtypes,
+                    tensors=[size for size, _ in tensors], dense=[d for _, d in tensors])
 
     def validate(self) -> StepConfig:
         self.scheme.validate()
