@@ -222,8 +222,11 @@ shapes = st.sampled_from([(1, 1, 2), (1, 1, 5), (4, 2, 2), (4, 4, 3), (8, 8, 2),
 
 
 def defined(shape, op_algo) -> bool:
-    """NVLink SHARP exists inside one node of several GPUs only; everything else everywhere."""
+    """NVLink SHARP exists inside one node of several GPUs only, CollNet between several such
+    nodes; everything else everywhere."""
     g, _, n = shape
+    if op_algo[1] == "collnet_direct":  # SHARP between nodes: several nodes of several GPUs
+        return n > 1 and g > 1
     return op_algo[1] != "nvls" or (n == 1 and g > 1)
 
 
