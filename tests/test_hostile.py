@@ -399,3 +399,45 @@ def test_train_and_validate_with_drawn_options(capsys, monkeypatch, tmp_path_fac
     assert code == 2, (args, err)
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("scape: error:"), (args, err)
+
+
+@settings(max_examples=80, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(gpus=st.sampled_from(["8", "16", "24", "64", "0", "-8", "x"]),
+       tp=st.sampled_from(["1", "2", "8", "3", "0"]),
+       pp=st.sampled_from(["1", "2", "4", "3", "48", "0", "-1", "x"]),
+       schedule=st.sampled_from(["1f1b", "interleaved", "zigzag"]),
+       virtual=st.sampled_from([None, "2", "3", "0", "-2", "100"]),
+       recompute=st.sampled_from(["none", "selective", "full", "half"]),
+       mfu=st.sampled_from([None, "0.5", "1", "0", "1.5", "-1", "nan"]),
+       attention=st.sampled_from(["flash", "unfused", "paged"]),
+       scheme=st.sampled_from(["dense-adams", "dense-zero2", "dense-zero3", "scape:0.99",
+                               "topk:0.99"]),
+       batch=st.sampled_from([None, "64", "96", "7"]))
+def test_simulate_with_drawn_parallel_layouts(capsys, gpus, tp, pp, schedule, virtual,
+                                             recompute, mfu, attention, scheme, batch):
+    """Pipeline, recomputation and compute-model options, drawn: exit 0 with the options
+    in the JSON row, or exit 2 with one error line; never a traceback."""
+    args = ["simulate", "-m", "llama-7b", "-H", "dgx-h100", "-g", gpus, "-s", scheme,
+            "--tp", tp, "--pp", pp, "--pp-schedule", schedule, "--recompute", recompute,
+            "--attention", attention, "--format", "json"]
+    for flag, value in (("--virtual-stages", virtual), ("--mfu", mfu),
+                        ("--global-batch", batch)):
+        if value is not None:
+            args += [flag, value]
+    try:
+        code, out, err = scape(capsys, *args)
+    except Exception as exc:  # anything but a clean exit is a failure
+        pytest.fail(f"{args}: {type(exc).__name__}: {exc}")
+    if code == 0:
+        (row,) = json.loads(out)
+        assert (row["tp"], row["pp"], row["pp_schedule"]) == (int(tp), int(pp), schedule)
+        assert (row["recompute"], row["attention"]) == (recompute, attention)
+        assert row["tp"] * row["pp"] * row["dp"] == row["gpus"]
+        assert row["step_time_s"] > 0 and row["fits_memory"]
+        if mfu is not None:
+            assert row["mfu"] == float(mfu) and row["compute_model"].endswith("(given)")
+    else:
+        assert code == 2, (args, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("scape: error:"), (args, err)
