@@ -263,6 +263,8 @@ def report(args) -> pd.DataFrame:
     OUT.mkdir(parents=True, exist_ok=True)
     summary.drop(columns="tag").to_csv(OUT / "summary.csv", index=False, float_format="%.6g")
     _figure(mean_curves, main, best, OUT / "loss_curves.png")
+    if (summary["part"] != "main").any():
+        _figure_parts(mean_curves, summary, OUT / "ablation_curves.png")
     _quality(main, best, dense_steps, rows)
     _markdown(summary, best)
     return summary.drop(columns="tag")
@@ -278,13 +280,20 @@ def _figure(mean_curves, summary, best, path: Path) -> None:
     # every learning rate of the swept schemes on the other
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 5.5))
     at_best = summary.loc[summary.groupby(["scheme", "variant"])["mean_val_loss"].idxmin()]
+    # one colour per configuration (scheme and variant), one line style per learning rate, so
+    # that the curves of a swept scheme read as one family
+    configs = sorted({(r.scheme, r.variant) for r in summary.itertuples(index=False)})
+    colours = dict(zip(configs, plt.cm.tab10.colors * 3, strict=False))
+    rates = sorted(set(summary["lr"]))
+    styles = dict(zip(rates, ["-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 3))] * 3,
+                      strict=False))
     for ax, sel, title in ((ax1, at_best, "each configuration at its best learning rate"),
                            (ax2, summary, "every run configuration")):
-        ax.set_prop_cycle(color=plt.cm.tab20.colors)
         for r in sel.itertuples(index=False):
             c = mean_curves[r.tag]
             ax.plot(c["step"], c["val_loss"], label=f"{r.scheme} {r.variant} lr {r.lr:g} "
-                    f"({r.seeds} seeds)", linewidth=1.2)
+                    f"({r.seeds} seeds)", linewidth=1.3, color=colours[(r.scheme, r.variant)],
+                    linestyle="-" if ax is ax1 else styles[r.lr])
         ax.axhline(best["mean_val_loss"], color="black", linestyle=":", linewidth=1)
         ax.set_title(title)
         ax.set_xlabel("step")
@@ -296,6 +305,43 @@ def _figure(mean_curves, summary, best, path: Path) -> None:
     ax2.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.suptitle("Convergence protocol: tiny-llama on Shakespeare, 2 ranks; dotted: best dense "
                  "AdamS final")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _figure_parts(mean_curves, summary, path: Path) -> None:
+    """The ablation and the longer runs beside the main runs they change: best dense AdamS
+    and the authors' SCAPE 99% at its best rate (seed means)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    main = summary[summary["part"] == "main"]
+    refs = [main[main["scheme"] == "dense-adams"], main[main["variant"] == "authors-0.99"]]
+    refs = [r.loc[r["mean_val_loss"].idxmin()] for r in refs if len(r)]
+    parts = [p for p in ("ablation", "long") if (summary["part"] == p).any()]
+    fig, axes = plt.subplots(1, len(parts), figsize=(7 * len(parts), 5.5), squeeze=False)
+    for ax, part in zip(axes[0], parts, strict=True):
+        sel = summary[summary["part"] == part]
+        for r in [*refs, *sel.itertuples(index=False)]:
+            is_ref = isinstance(r, pd.Series)
+            c = mean_curves[r["tag"] if is_ref else r.tag]
+            label = (f"{r['scheme']} {r['variant']} lr {r['lr']:g} (main, {r['seeds']} seeds)"
+                     if is_ref else f"{r.scheme} {r.variant} lr {r.lr:g} ({r.steps} steps)")
+            ax.plot(c["step"], c["val_loss"], label=label, linewidth=1.6 if is_ref else 1.1,
+                    color="black" if is_ref and r["scheme"] == "dense-adams" else None,
+                    linestyle="--" if is_ref else "-")
+        ax.set_title(f"{part}: SCAPE 99% changed one part at a time" if part == "ablation"
+                     else "3x the steps")
+        ax.set_xlabel("step")
+        ax.set_ylabel("validation loss (nats per byte)")
+        ax.grid(True, alpha=0.3)
+        lo = min(r["mean_val_loss"] for r in refs) if refs else 1.5
+        ax.set_ylim(lo - 0.15, lo + 0.9)
+        ax.legend(fontsize=6.5)
+    fig.suptitle("Convergence protocol, ablation and longer runs (seed 0 unless stated)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -343,7 +389,9 @@ def _markdown(summary, best) -> None:
         f"dense AdamS of the same length (main: lr {best['lr']:g}, "
         f"{best['mean_val_loss']:.4f}); tokens_to_dense_quality: tokens to reach that loss "
         "over the tokens dense AdamS took (empty: never reached).\n\n"
-        + markdown(summary[cols], "{:.4f}") + "\n\n![loss curves](loss_curves.png)\n")
+        + markdown(summary[cols], "{:.4f}") + "\n\n![loss curves](loss_curves.png)\n"
+        + ("\n![ablation and longer runs](ablation_curves.png)\n"
+           if (OUT / "ablation_curves.png").exists() else ""))
 
 
 def _best(rows: pd.DataFrame, mask) -> pd.Series:
