@@ -383,13 +383,15 @@ def _markdown(summary, best) -> None:
 
     cols = ["part", "scheme", "variant", "sparsity", "lr", "seeds", "steps", "mean_val_loss",
             "std_val_loss", "gap_pct", "mean_bytes_ratio", "tokens_to_dense_quality"]
+    table = summary[cols].copy()
+    table["lr"] = [f"{lr:g}" for lr in table["lr"]]  # 6.25e-05 and 1.25e-4 differ at 4 places
     (OUT / "summary.md").write_text(
         "# Convergence protocol\n\nRebuilt by `python bench/convergence_protocol.py --report` "
         "from runs/*/seed*/log.csv. Gap: mean final validation loss over seeds against the best "
         f"dense AdamS of the same length (main: lr {best['lr']:g}, "
         f"{best['mean_val_loss']:.4f}); tokens_to_dense_quality: tokens to reach that loss "
         "over the tokens dense AdamS took (empty: never reached).\n\n"
-        + markdown(summary[cols], "{:.4f}") + "\n\n![loss curves](loss_curves.png)\n"
+        + markdown(table, "{:.4f}") + "\n\n![loss curves](loss_curves.png)\n"
         + ("\n![ablation and longer runs](ablation_curves.png)\n"
            if (OUT / "ablation_curves.png").exists() else ""))
 
