@@ -35,7 +35,7 @@ import torch
 from scape.adams import adams_update_
 from scape.comm import Handle
 from scape.plan import INDEX_BYTES, kept
-from scape.schemes.base import Scheme, Updater
+from scape.schemes.base import Scheme, Updater, mask_log
 from scape.schemes.dense import zero1_step
 from scape.schemes.quantized import _pack_bits, _unpack_bits
 from scape.select import top_k_indices
@@ -58,8 +58,8 @@ class Scape(Scheme):
         self.mask: torch.Tensor | None = None  # [k] global indices in use at this step
         # next mask in flight: handle, receive buffer, bitmap or not
         self.pending: tuple[Handle, torch.Tensor, bool] | None = None
-        self.history: list[torch.Tensor] = []  # masks used, per step (tests read it)
-        self.chosen: list[torch.Tensor] = []  # masks chosen, per step (tests read it)
+        self.history = mask_log()  # masks used, the last steps (tests read it)
+        self.chosen = mask_log()  # masks chosen, the last steps (tests read it)
         self.dense_warmup = int(self.cfg.extra.get("dense_warmup_steps", 0))
         # "local": off the mask, the owner's first moment follows its own (unsynchronized)
         # gradient, so the next selection sees where gradient mass builds up; "frozen"

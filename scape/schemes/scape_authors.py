@@ -53,7 +53,7 @@ from profiles import UserError
 from scape.comm import Handle
 from scape.plan import Plan, plan
 from scape.plan_authors import bitmap_bytes, coalesce, k_of, owner_pieces
-from scape.schemes.base import RUNTIME_DTYPES, Scheme
+from scape.schemes.base import RUNTIME_DTYPES, Scheme, mask_log
 
 
 def tensor_layout(params: list[torch.nn.Parameter]) -> tuple[list[int], list[bool]]:
@@ -104,7 +104,7 @@ class ScapeAuthors(Scheme):
         self.residual = torch.zeros(numel, **host)  # [N] fp32, momentum units, this rank's
         self.mask: torch.Tensor | None = None  # [N] bool, the mask of this step
         self.pending: tuple[Handle, torch.Tensor] | None = None  # next mask in flight
-        self.history: list[torch.Tensor] = []  # masks used (tests read them)
+        self.history = mask_log()  # masks used, the last steps (tests read them)
 
     def plan(self) -> Plan:
         return plan(self.cfg, self.flat.numel, self.world, RUNTIME_DTYPES,
