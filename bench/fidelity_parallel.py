@@ -5,9 +5,11 @@ iteration times of Megatron-LM runs with tensor and pipeline parallelism on DGX 
 Nothing is fitted on these rows: forward and backward come from the profile's shapes model
 ([roofline], constants from kernel-level sources and bench/fidelity_gemm.py), communication from
 the collective and NCCL models. One constant, the share of the kernels' benchmark peaks a
-training step sustains ([roofline] sustained), is fitted here on other measurements: the
-per-layer forward and backward times of Korthikanti et al. 2022 Table 4
-(profiles/external/layer-times.csv). Every row of parallel-steps.csv is held out; the script
+training step sustains ([roofline] sustained), is fitted here on other measurements, per GPU:
+on A100 the per-layer forward and backward times of Korthikanti et al. 2022 Table 4
+(profiles/external/layer-times.csv), on H100 ten step times of GPT-3 175B from NVIDIA's
+dgxc-benchmarking recipes (profiles/external/step-calibration.csv). Every row of
+parallel-steps.csv is held out; the script
 prints each case's error and the median and max |error| with the profiles as shipped, and at
 the kernels' benchmark peaks (sustained 1) for comparison.
 
@@ -42,6 +44,8 @@ from simulator.step import StepConfig, simulate_step, tp_allreduce_s  # noqa: E4
 
 DATA = REPO / "profiles" / "external" / "parallel-steps.csv"
 LAYERS = REPO / "profiles" / "external" / "layer-times.csv"
+H100_STEPS = REPO / "profiles" / "external" / "step-calibration.csv"
+H100_PROFILES = ("dgx-h100", "aws-p5", "oci-h100-roce")  # the same HGX H100 board
 
 
 def gpt(row) -> object:
@@ -132,6 +136,24 @@ def calibrate(hw, cases: pd.DataFrame) -> tuple[float, pd.DataFrame]:
     return best, errors(best)
 
 
+def calibrate_h100(hw, rows: pd.DataFrame) -> tuple[float, pd.DataFrame]:
+    """The sustained share at which the H100 calibration steps' median log error is zero
+    (bisection: a lower share only slows every step), rounded to 0.005, and its table."""
+    def median_log_error(factor):
+        df = run({"dgx-h100": sustained(hw, factor)}, rows)
+        return float((df["predicted_s"] / df["measured_s"]).map(math.log).median()), df
+
+    lo, hi = 0.50, 1.10
+    for _ in range(14):
+        mid = (lo + hi) / 2
+        if median_log_error(mid)[0] > 0:  # predicted too slow: the GPU sustains more
+            lo = mid
+        else:
+            hi = mid
+    best = round((lo + hi) / 2 / 0.005) * 0.005
+    return best, median_log_error(best)[1]
+
+
 def run(hardware: dict, rows: pd.DataFrame) -> pd.DataFrame:
     out = []
     for row in rows.itertuples():
@@ -164,10 +186,13 @@ def main() -> int:
     shipped = {name: load_hardware(name) for name in sorted(set(cases["hardware"]))}
     # the fit starts from the kernels' benchmark peaks (sustained 1) on the A100 profile
     factor, fit = calibrate(sustained(shipped["dgx-a100"], 1.0), cases)
+    h100, h100_fit = calibrate_h100(load_hardware("dgx-h100"), pd.read_csv(H100_STEPS,
+                                                                            comment="#"))
+    fitted = {n: h100 if n in H100_PROFILES else factor for n in shipped}
     ran = {label: run(profiles, rows) for label, profiles in (
         ("shipped", shipped),
         ("peak", {n: sustained(h, 1.0) for n, h in shipped.items()}),
-        ("refit", {n: sustained(h, factor) for n, h in shipped.items()}))}
+        ("refit", {n: sustained(h, fitted[n]) for n, h in shipped.items()}))}
     base = ran["shipped"]
     both = base[["case", "hardware", "tp", "pp", "v", "gpus", "mb", "recompute", "measured_s",
                  "predicted_s", "error_pct", "bubble_s", "tp_comm_s"]].assign(
@@ -176,15 +201,21 @@ def main() -> int:
     print(f"\ncalibration rows (Korthikanti Table 4, one layer of the 22B model, ms) at the "
           f"fitted sustained share {factor:.3f}:")
     print(fit.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+    print(f"\nH100 calibration rows (NVIDIA dgxc-benchmarking GPT-3 175B, NeMo 24.05 and "
+          f"24.11, profiles/external/step-calibration.csv) at the fitted sustained share "
+          f"{h100:.3f} (H100 profiles: {', '.join(H100_PROFILES)}):")
+    print(h100_fit[["case", "gpus", "measured_s", "predicted_s", "error_pct"]].to_string(
+        index=False, float_format=lambda x: f"{x:.2f}"))
     print()
     shipped_factors = ", ".join(f"{n} {h.roofline.sustained:g}" for n, h in shipped.items())
     print(summary(base, f"profiles as shipped (sustained: {shipped_factors})"))
     for source, part in base.groupby(base["case"].str.split("-").str[0], sort=False):
         print(summary(part.reset_index(drop=True), f"  {source} rows"))
     print(summary(ran["peak"], "kernels at their benchmark peaks (sustained 1)"))
-    if any(not math.isclose(h.roofline.sustained, factor, abs_tol=1e-9)
-           for h in shipped.values()):
-        print(summary(ran["refit"], f"sustained {factor:.3f} as fitted now"))
+    if any(not math.isclose(h.roofline.sustained, fitted[n], abs_tol=1e-9)
+           for n, h in shipped.items()):
+        print(summary(ran["refit"], f"sustained as fitted now (A100 {factor:.3f}, H100 "
+                                    f"{h100:.3f})"))
     print(f"wall time {time.perf_counter() - t0:.1f} s")
     if args.csv:
         both.to_csv(args.csv, index=False)
