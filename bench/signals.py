@@ -49,7 +49,7 @@ def run_namespaces(pid: int) -> list[str]:
 def start(out: Path, extra: list[str]) -> subprocess.Popen:
     """A 2-rank run of many steps, returned once its log holds 2 steps."""
     proc = subprocess.Popen(
-        [sys.executable, str(REPO / "cli.py"), "train", "--steps", "5000", "--nprocs", "2",
+        [sys.executable, "-m", "cli", "train", "--steps", "5000", "--nprocs", "2",
          "--micro-batch", "2", "--seq-len", "32", "--eval-every", "0", "--out", str(out),
          *extra], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     log = out / "log.jsonl"

@@ -109,7 +109,7 @@ def test_profiles_check_malformed_file(capsys, tmp_path):
     assert code == 2 and err.count("\n") == 1 and "not valid TOML" in err and str(bad) in err
 
 
-@pytest.mark.parametrize("launcher", [[sys.executable, "cli.py"],
+@pytest.mark.parametrize("launcher", [[sys.executable, "-m", "cli"],
                                       [str(Path(sys.executable).parent / "scape")]])
 def test_entry_points(launcher):
     if not Path(launcher[0]).exists():
@@ -290,7 +290,7 @@ def test_memory_is_shown_refused_in_simulate_and_flagged_in_compare(capsys):
 
 
 def test_phase_meter_counts_phases_and_says_the_time_left(capsys):
-    from cli import _phase_meter
+    from cli.common import _phase_meter
 
     say = _phase_meter("calibrate compute", 3)
     for phase in ("matmul peak", "copy bandwidth", "kernel select"):

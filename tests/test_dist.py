@@ -243,7 +243,7 @@ def test_resume_continues_exactly(tmp_path, name, opts):
 
 
 def _cli(*args, env=None, timeout=120):
-    return subprocess.run([sys.executable, "cli.py", *args], cwd=REPO, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "cli", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=timeout, env={**os.environ, **(env or {})})
 
 
@@ -312,7 +312,7 @@ def test_a_signal_ends_torchrun_and_every_rank(tmp_path, sig):
 def _training(out: Path, lines: int, *args: str) -> subprocess.Popen:
     """`scape train --steps 2000 ARGS` started in the background, once its log (in `out`)
     holds `lines` steps."""
-    proc = subprocess.Popen([sys.executable, str(REPO / "cli.py"), "train", "--steps", "2000",
+    proc = subprocess.Popen([sys.executable, "-m", "cli", "train", "--steps", "2000",
                              *args], cwd=REPO, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     log = out / "log.jsonl"

@@ -1,0 +1,152 @@
+"""`scape calibrate collectives|compute`: measure this machine."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from cli.common import (
+    NETBED_HELP,
+    BackendChoice,
+    Format3,
+    _netbed,
+    _phase_meter,
+    _rank_counts,
+    app,
+)
+from profiles import UserError, load_model
+from reports.tables import check_format, render
+from simulator.units import parse_sizes
+
+calibrate_app = typer.Typer(help="Measure this machine and write measured/NAME.toml in the user's "
+                                 "profile folder ($SCAPE_PROFILE_DIR, else "
+                                 "~/.local/share/scape-costmodel/profiles).",
+                            no_args_is_help=True)
+app.add_typer(calibrate_app, name="calibrate")
+
+
+@calibrate_app.command("collectives")
+def calibrate_collectives(
+    out: str = typer.Option(..., "--out", help="profile name: measured/NAME.toml in the user's "
+                                               "profile folder; use it as -H measured/NAME"),
+    nprocs: str = typer.Option("2,3", "--nprocs", help="ranks, e.g. 3 or 2,3 (one fit)"),
+    backend: BackendChoice = typer.Option("gloo", "--backend", help="gloo|nccl"),
+    netbed: str = typer.Option(None, "--netbed", help=NETBED_HELP),
+    sizes: str = typer.Option(None, "--sizes", help="e.g. 16KiB..4MiB (default)"),
+    repeats: int = typer.Option(7, "--repeats", help="timed calls per size (median)"),
+    fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
+):
+    """Sweep every collective over message sizes (nccl-tests terms) and fit the link."""
+    check_format(fmt)
+    from profiles.measured import path_of
+    from scape.calibrate.collectives import DEFAULT_SIZES, calibrate
+    from scape.train.launch import check_backend
+
+    path_of(out)
+    if repeats < 1:
+        raise UserError(f"--repeats must be at least 1, got {repeats}")
+    spec = _netbed(netbed)
+    worlds = _rank_counts(nprocs)
+    check_backend(backend, max(worlds), spec)
+    chosen = parse_sizes(sizes) if sizes else list(DEFAULT_SIZES)
+    print(f"calibrate collectives: {nprocs} ranks, {len(chosen)} sizes x 5 collectives ...",
+          file=sys.stderr)
+    path, fit, df = calibrate(out, worlds, backend, spec, chosen, repeats,
+                              progress=sys.stderr.isatty())
+    shown = df[["op", "size_bytes", "world", "seconds", "busbw_GBps", "predicted_s",
+                "error_pct"]]
+    header = (f"fit: latency {fit.latency_s * 1e6:.1f} us per hop, bandwidth "
+              f"{fit.bandwidth_Bps * 8 / 1e6:.1f} Mbit/s per link; " + "; ".join(
+                  f"{op} {c.algo} x" + "/".join(f"{e:.2f}" for e in c.efficiencies)
+                  + " (median |err| "
+                  f"{c.residual_median_pct:.1f}%)" for op, c in fit.collectives.items())
+              + f"\nwrote {path}")
+    print(render(shown, fmt, header=header, floatfmt={
+        "seconds": "{:.6f}", "busbw_GBps": "{:.4f}", "predicted_s": "{:.6f}",
+        "error_pct": "{:+.1f}"}))
+
+
+CALIBRATE_HEADER = "Written by scape calibrate. Rerun it to refresh; do not edit."
+
+
+def _calibrate_kinds(out: str, kinds: str, threads: int) -> None:
+    """Measure some kernel kinds on this machine and add them to profile `out`, saying where
+    and when in its [measured] table (the other kernels may come from another host)."""
+    import time
+
+    import torch
+
+    from profiles.measured import merge, path_of, read_toml
+    from scape.calibrate.compute import KERNEL_BENCH, device_name, measure_kernels
+
+    chosen = [k.strip() for k in kinds.split(",") if k.strip()]
+    unknown = [k for k in chosen if k not in KERNEL_BENCH]
+    if not chosen or unknown:
+        raise UserError(f"--kinds: unknown {', '.join(unknown) or '(none given)'}; choose from "
+                        f"{', '.join(KERNEL_BENCH)}")
+    path = path_of(out)
+    if not path.exists():
+        raise UserError(f"{path} does not exist: run scape calibrate compute --out {out} first")
+    print(f"calibrate compute: kernels {', '.join(chosen)} ...", file=sys.stderr)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    measured = measure_kernels(device=device, repeats=9, threads=threads, kinds=chosen)
+    kernels = {**read_toml(path).get("kernels", {}), **measured}
+    note = {f"kernel_{k}": f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on "
+            f"{device_name(device, threads)} (torch {torch.__version__})" for k in chosen}
+    merge(out, {"kernels": kernels, "measured": note}, CALIBRATE_HEADER)
+    for kind, k in measured.items():
+        print(f"  {kind:<16} {k['fixed_us']:9.1f} us + {k['ns_per_element']:7.3f} ns/element "
+              f"(fit residual {k['residual_pct']:.1f}%)")
+    print(f"wrote {path}")
+
+
+@calibrate_app.command("compute")
+def calibrate_compute_cmd(
+    out: str = typer.Option(..., "--out", help="profile name: measured/NAME.toml in the user's "
+                                               "profile folder; use it as -H measured/NAME"),
+    model: str = typer.Option("tiny-gpt", "--model", "-m"),
+    micro_batch: int = typer.Option(16, "--micro-batch"),
+    max_ranks: int = typer.Option(3, "--max-ranks",
+                                  help="measure the slowdown of 1..N ranks sharing this host"),
+    threads: int = typer.Option(1, "--threads", help="torch threads per rank"),
+    kinds: str = typer.Option(None, "--kinds",
+                              help="only these kernel kinds (comma-separated), added to an "
+                                   "existing profile; forward/backward is not timed again"),
+):
+    """Time forward/backward of a model and the scheme kernels; fit MFU and kernel constants."""
+    from profiles.measured import merge, path_of
+    from scape.calibrate.compute import calibrate_compute
+
+    load_model(model)
+    path_of(out)
+    if kinds is not None:
+        _calibrate_kinds(out, kinds, threads)
+        return
+    for name, value in (("--micro-batch", micro_batch), ("--max-ranks", max_ranks),
+                        ("--threads", threads)):
+        if value < 1:
+            raise UserError(f"{name} must be at least 1, got {value}")
+    print(f"calibrate compute: {model} at micro-batch {micro_batch}, kernels, 1..{max_ranks} "
+          "ranks sharing the host ...", file=sys.stderr)
+    from scape.calibrate.compute import KERNEL_BENCH
+
+    phases = 3 + len(KERNEL_BENCH) + (max_ranks > 1)  # peak, copy, kernels, fwd/bwd, sharing
+    tables = calibrate_compute(model, micro_batch, max_ranks=max_ranks, threads=threads,
+                               progress=_phase_meter("calibrate compute", phases))
+    device = tables["gpu"]["model"]
+    tables["measured"] = {"device": device, "compute_model": model,
+                          "compute_micro_batch": micro_batch}
+    path = merge(out, tables, CALIBRATE_HEADER)
+    fb = tables["fwd_bwd"]
+    print(f"# {device}")
+    print(f"forward+backward {model} mb {micro_batch}: {fb['total_s'] * 1e3:.2f} ms "
+          f"-> MFU {tables['compute']['mfu']:.3f} of {tables['gpu']['peak_bf16_tflops']:.4f} "
+          "TFLOP/s (measured matmul peak)")
+    for kind, k in tables["kernels"].items():
+        print(f"  {kind:<16} {k['fixed_us']:9.1f} us + {k['ns_per_element']:7.3f} ns/element "
+              f"(fit residual {k['residual_pct']:.1f}%)")
+    slow = tables["concurrency"]["slowdown"]
+    print("ranks sharing the host: " + ", ".join(f"{r + 1}: x{v:.2f}"
+                                                for r, v in enumerate(slow)))
+    print(f"wrote {path}")

@@ -1,0 +1,394 @@
+"""What the `scape` commands share: the app and its error handling, the choice types, output
+checks, and the helpers that turn options into library calls. Parse, call, print: no logic."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sys
+import threading
+from dataclasses import replace
+from enum import StrEnum
+from pathlib import Path
+
+import typer
+
+try:  # recent typer vendors click
+    from typer._click import exceptions as click_exc
+except ImportError:  # older typer depends on click itself
+    from click import exceptions as click_exc
+
+from profiles import UserError, load_hardware, load_model
+from profiles.errors import Terminated, raise_terminated
+from reports.tables import FORMATS
+from scape.plan import SHAPES, Dtypes, foreign_options
+from scape.train import CORPORA
+from simulator import nccl
+from simulator.collectives import ALGORITHMS, AUTO
+from simulator.compare import (
+    parse_scheme,
+    refuse_unread,
+)
+from simulator.compute import ATTENTION, RECOMPUTE, pricing
+from simulator.pipeline import SCHEDULES
+from simulator.step import StepConfig
+
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+NETBED_HELP = ("shaped-network testbed, e.g. rate=200mbit (,delay=1ms needs netem): one "
+               "network namespace per rank (root, ip, tc)")
+
+
+
+def _netbed(text: str | None):
+    """A NetbedSpec from --netbed, checked before any work starts (None: no testbed)."""
+    if text is None:
+        return None
+    from scape.netbed import NetbedSpec, check_available
+
+    spec = NetbedSpec.parse(text)
+    check_available()
+    return spec
+
+
+def _named(path: str, flag: str, what: str) -> None:
+    """An empty name would write into the current folder (or nowhere): refused."""
+    if not path.strip():
+        raise UserError(f"{flag}: give a {what} name, got {path!r}")
+
+
+def output_file(path: str, flag: str) -> Path:
+    """A file the command will write: refused before any work if it is a folder or its folder
+    cannot be written."""
+    _named(path, flag, "file")
+    p = Path(path)
+    if p.is_dir():
+        raise UserError(f"{flag} {path}: is a folder, give a file name")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise UserError(f"{flag} {path}: folder {parent} does not exist")
+    existed = p.exists()
+    try:  # the one test that holds everywhere (/proc, read-only mounts, permissions)
+        with open(p, "a"):
+            pass
+    except OSError as exc:
+        raise UserError(f"{flag} {path}: cannot write it ({exc.strerror})") from None
+    if not existed:
+        p.unlink()
+    return p
+
+
+def output_dir(path: str, flag: str) -> Path:
+    """A folder the command will write into, created now: refused before any work if it is a
+    file or cannot be created or written."""
+    _named(path, flag, "folder")
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise UserError(f"{flag} {path}: is a file, give a folder")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{flag} {path}: cannot create the folder ({exc.strerror})") from None
+    if not os.access(p, os.W_OK):
+        raise UserError(f"{flag} {path}: not writable")
+    return p
+
+
+class App(typer.Typer):
+    """A Typer app whose errors a user can cause end in one line on stderr and exit code 2."""
+
+    def __call__(self, *args, **kwargs):
+        main = threading.current_thread() is threading.main_thread()  # signals: main only
+        if main:  # Ctrl-C / SIGINT ends the run even where a parent shell ignored it
+            previous = (signal.signal(signal.SIGTERM, raise_terminated),
+                        signal.signal(signal.SIGINT, signal.default_int_handler))
+        try:
+            rv = super().__call__(*args, standalone_mode=False, **kwargs)
+        except UserError as exc:
+            _fail(str(exc))
+        except Terminated:
+            print("scape: terminated (SIGTERM); every process it started was ended",
+                  file=sys.stderr)
+            sys.exit(143)
+        except KeyboardInterrupt:
+            print("scape: interrupted (SIGINT); every process it started was ended",
+                  file=sys.stderr)
+            sys.exit(130)
+        except typer.Exit as exc:
+            sys.exit(exc.exit_code)
+        except typer.Abort:  # click turns Ctrl-C into Abort
+            print("scape: interrupted; every process it started was ended", file=sys.stderr)
+            sys.exit(130)
+        except click_exc.ClickException as exc:
+            if not exc.format_message():  # e.g. a group called without a command: help shown
+                sys.exit(exc.exit_code)
+            _fail(exc.format_message())
+        finally:
+            if main:
+                signal.signal(signal.SIGTERM, previous[0])
+                signal.signal(signal.SIGINT, previous[1])
+        if rv == 130:  # typer returns Ctrl-C (KeyboardInterrupt) as exit code 130
+            print("scape: interrupted (SIGINT); every process it started was ended",
+                  file=sys.stderr)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+class _Choice(StrEnum):
+    """A choice's value reads as the plain string it is (messages, repr, JSON, pickles)."""
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+def _choice(name: str, values) -> type[StrEnum]:
+    """A choice option's type: --help lists the values, the shell completes them, and any
+    other value is refused by the parser (one line, exit 2). `name` is the module attribute
+    it is bound to, so that its members pickle (the planner sends them to worker processes)."""
+    return _Choice(name, {v: v for v in values}, module=__name__)
+
+
+Format3 = _choice("Format3", FORMATS)
+Format2 = _choice("Format2", ("table", "json"))
+OpChoice = _choice("OpChoice", ALGORITHMS)
+AlgoChoice = _choice("AlgoChoice",
+                     [AUTO, *sorted({a for algos in ALGORITHMS.values() for a in algos})])
+ProtoChoice = _choice("ProtoChoice", (nccl.AUTO_PROTO, *nccl.PROTOCOLS))
+OptimizerChoice = _choice("OptimizerChoice", ("adamw", "adams"))
+DtypeChoice = _choice("DtypeChoice", DTYPE_BYTES)
+ScopeChoice = _choice("ScopeChoice", ("masked", "all"))
+ScoreChoice = _choice("ScoreChoice", ("m", "m_over_sqrt_v"))
+SyncChoice = _choice("SyncChoice", ("gradient", "momentum"))
+SelectChoice = _choice("SelectChoice", ("shard", "tensor"))
+UnmaskedChoice = _choice("UnmaskedChoice", ("frozen", "local"))
+ShapeChoice = _choice("ShapeChoice", SHAPES)
+BackendChoice = _choice("BackendChoice", ("gloo", "nccl"))
+CorpusChoice = _choice("CorpusChoice", CORPORA)
+RankChoice = _choice("RankChoice", ("time", "quality"))
+RecomputeChoice = _choice("RecomputeChoice", RECOMPUTE)
+ScheduleChoice = _choice("ScheduleChoice", SCHEDULES)
+AttentionChoice = _choice("AttentionChoice", ATTENTION)
+
+
+def _fail(message: str) -> None:
+    print(f"scape: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+app = App(
+    help="Communication cost modeler for LLM training: SCAPE, its baselines, real and simulated.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            v = version("scape-costmodel")
+        except PackageNotFoundError:  # run from a checkout without installing
+            v = "not installed"
+        import torch
+
+        print(f"scape {v} (torch {torch.__version__}, python {sys.version.split()[0]})")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(None, "--version", callback=_version, is_eager=True,
+                                       help="print the version and exit")) -> None:
+    """Communication cost modeler for LLM training: SCAPE, its baselines, real and simulated."""
+
+
+def _names(text: str, flag: str) -> list[str]:
+    """A comma-separated list the user typed: at least one name, none twice."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise UserError(f"{flag}: give at least one name, got {text!r}")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise UserError(f"{flag}: {', '.join(twice)} listed twice")
+    return names
+
+
+def _dtype(name: str, flag: str) -> int:
+    if name not in DTYPE_BYTES:
+        raise UserError(f"{flag} must be one of {', '.join(DTYPE_BYTES)}, got {name!r}")
+    return DTYPE_BYTES[name]
+
+
+def _dtypes(grad_dtype: str, param_dtype: str) -> Dtypes:
+    return Dtypes(_dtype(grad_dtype, "--grad-dtype"), _dtype(param_dtype, "--param-dtype"))
+
+
+def _scheme(spec: str, scheme_options: dict, extra: dict | None = None,
+            lineup: list[str] | None = None):
+    """A scheme from NAME[:VALUE] and the flags given (None: the scheme's default); an option
+    the scheme does not read is refused. With `lineup` (compare), the flags are shared by the
+    line-up's schemes: one that none of them reads is refused."""
+    options = {k: v for k, v in scheme_options.items() if v is not None}
+    base = replace(parse_scheme("dense-adams"), **options)
+    if extra:
+        base = replace(base, extra={**base.extra, **extra})
+    typed = frozenset(options) | frozenset(extra or ())
+    if lineup is not None:
+        refuse_unread([*lineup, spec], typed)
+        typed -= set(foreign_options(parse_scheme(spec).scheme, typed))
+    return parse_scheme(spec, base.validate(), given=typed)
+
+
+def _step_config(model, hardware, gpus, scheme, micro_batch, seq_len, grad_accum, tp,
+                 grad_dtype, param_dtype, algo, scheme_options, global_batch,
+                 extra: dict | None = None, lineup: list[str] | None = None,
+                 parallel: dict | None = None) -> StepConfig:
+    return StepConfig(
+        model=load_model(model), hardware=load_hardware(hardware), gpus=gpus,
+        scheme=_scheme(scheme, scheme_options, extra, lineup), micro_batch=micro_batch,
+        seq_len=seq_len, grad_accum=grad_accum, tp=tp, global_batch=global_batch,
+        dtypes=_dtypes(grad_dtype, param_dtype), algo=algo, **(parallel or {}),
+    ).validate()
+
+
+# pipeline parallelism, recomputation and the compute model: simulate and compare
+PARALLEL_OPTS = {
+    "pp": typer.Option(1, "--pp", help="pipeline-parallel stages"),
+    "pp_schedule": typer.Option("1f1b", "--pp-schedule", help="1f1b|interleaved"),
+    "virtual_stages": typer.Option(None, "--virtual-stages",
+                                   help="interleaved: model chunks per stage (default 2)"),
+    "recompute": typer.Option("none", "--recompute",
+                              help="activation recomputation: none|selective|full"),
+    "sequence_parallel": typer.Option(True, "--sequence-parallel/--no-sequence-parallel",
+                                      help="Megatron's sequence parallelism with --tp"),
+    "mfu": typer.Option(None, "--mfu", help="price forward/backward at this MFU instead of "
+                                            "the profile's shapes model"),
+    "attention": typer.Option("flash", "--attention",
+                              help="shapes model: flash (FlashAttention) or unfused (Megatron "
+                                   "before it: batched GEMMs and softmax)"),
+}
+
+
+def compute_model(cfg: StepConfig) -> str:
+    """How this step's forward and backward are priced (shapes or an MFU, and why)."""
+    return pricing(cfg.model, cfg.hardware, cfg.mfu)[1]
+
+
+def _schedule_name(cfg: StepConfig) -> str:
+    if cfg.pp == 1:
+        return ""
+    return f" {cfg.pp_schedule}" + (f" x{cfg.chunks_pp}" if cfg.chunks_pp > 1 else "")
+
+
+def _parallel(pp, pp_schedule, virtual_stages, recompute, sequence_parallel, mfu,
+              attention) -> dict:
+    return {"pp": pp, "pp_schedule": str(pp_schedule), "virtual_stages": virtual_stages,
+            "recompute": str(recompute), "sequence_parallel": sequence_parallel, "mfu": mfu,
+            "attention": str(attention)}
+
+
+STEP_OPTS = {
+    "model": typer.Option(..., "--model", "-m", help="model profile name or path"),
+    "hardware": typer.Option(..., "--hardware", "-H", help="hardware profile name or path"),
+    "gpus": typer.Option(..., "--gpus", "-g", help="GPUs in the job"),
+}
+
+
+SYNC_HELP = "scape-partitioned: gradient|momentum (what the compact buffer carries)"
+WARMUP_HELP = ("scape, scape-partitioned: density falls from 1 to the target over W steps "
+               "(--density-shape)")
+DENSE_STEPS_HELP = ("scape, scape-partitioned: D steps at density 1 before the warm-up (the "
+                    "authors' Llama-500M runs: 2% of the run)")
+SHAPE_HELP = ("scape, scape-partitioned: geometric (the authors' newest reducer, default) or "
+              "linear (their Llama-500M runs) density warm-up")
+# the authors' reducer (scheme scape): the launch flags of their scaling scripts
+REDUCER_OPTS = {
+    "distopt": typer.Option(None, "--distributed-optimizer/--no-distributed-optimizer",
+                            help="scape: with Megatron's distributed optimizer"),
+    "residual_offload": typer.Option(None, "--residual-offload/--no-residual-offload",
+                                     help="scape: residual in pinned host memory"),
+    "param_offload": typer.Option(None, "--param-offload/--no-param-offload",
+                                  help="scape: parameter replica in host memory (plan only)"),
+}
+
+
+def _reducer_extra(distopt, residual_offload, param_offload) -> dict | None:
+    """The authors' reducer options that were given (SchemeConfig.extra)."""
+    given = {"distributed_optimizer": distopt, "residual_offload": residual_offload,
+             "param_offload": param_offload}
+    return {k: v for k, v in given.items() if v is not None} or None
+RUN_STEPS_HELP = ("also average the step over a run of T steps (default with a density "
+                  "schedule: its dense steps and warm-up, D + W)")
+
+
+def _schedule_text(scheme) -> str:
+    """SCAPE's density schedule in words."""
+    return (f"{scheme.density_dense_steps} dense steps, then a {scheme.density_shape} density "
+            f"warm-up over {scheme.density_warmup_steps} steps")
+
+
+def _run_steps(run_steps: int | None, density_warmup: int | None,
+               dense_steps: int | None = None) -> int | None:
+    """Steps to average over: --run-steps, else the schedule itself (what the dense steps and
+    warm-up cost while they last; the authors' scripts warm up over 10k of 100k iterations),
+    else none (steady step only)."""
+    if run_steps is not None and run_steps < 1:
+        raise UserError(f"--run-steps must be positive, got {run_steps}")
+    if run_steps is not None:
+        return run_steps
+    schedule = (density_warmup or 0) + (dense_steps or 0)
+    return schedule if schedule > 0 else None
+
+
+def _scheme_options(sparsity, bits, optimizer, overlap_grad, overlap_param, bucket_mb,
+                    update_scope, refresh_every, error_feedback, score) -> dict:
+    if bucket_mb is not None and not (math.isfinite(bucket_mb) and bucket_mb > 0):
+        raise UserError(f"--bucket-mb must be a finite positive size, got {bucket_mb:g} (one "
+                        "bucket: give a size above the gradient's, e.g. 100000)")
+    return {
+        "sparsity": sparsity, "bits": bits, "optimizer": optimizer,
+        "overlap_grad_reduce": overlap_grad, "overlap_param_gather": overlap_param,
+        "bucket_bytes": bucket_mb * 1e6 if bucket_mb is not None else None,
+        "update_scope": update_scope, "refresh_every": refresh_every,
+        "error_feedback": error_feedback, "score": score,
+    }
+
+
+def _phase_meter(what: str, total: int):
+    """A progress callback for work in `total` phases of unknown length: each phase's start
+    on stderr with the time so far and the time the rest should take at the pace so far."""
+    import time
+
+    from simulator.units import format_duration
+
+    t0, seen = time.monotonic(), [0]
+
+    def say(phase: str) -> None:
+        done, elapsed = seen[0], time.monotonic() - t0
+        seen[0] += 1
+        eta = (f", about {format_duration(elapsed / done * (total - done))} left" if done
+               else "")
+        print(f"{what}: [{done + 1}/{total}] {phase} ({format_duration(elapsed)} so far{eta})",
+              file=sys.stderr, flush=True)
+
+    return say
+
+
+def _progress(description: str):
+    """A rich progress bar on stderr (quiet when stderr is not a terminal)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    return Progress(f"[bold]{description}", BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=Console(stderr=True), transient=True,
+                    disable=not sys.stderr.isatty())
+
+
+def _rank_counts(text: str) -> list[int]:
+    """--nprocs 3 or 2,3: rank counts of at least 2."""
+    try:
+        worlds = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"--nprocs wants integers like 2,3, got {text!r}") from None
+    if not worlds or min(worlds) < 2:
+        raise UserError(f"--nprocs must list rank counts of at least 2, got {text!r}")
+    return worlds

@@ -1,0 +1,112 @@
+"""`scape plan`: the search over parallel layouts and schemes."""
+
+from __future__ import annotations
+
+import typer
+
+from cli.common import (
+    STEP_OPTS,
+    DtypeChoice,
+    Format3,
+    RankChoice,
+    _dtypes,
+    _names,
+    _progress,
+    app,
+)
+from profiles import UserError, load_hardware, load_model
+from reports.tables import check_format, render
+from simulator.planner import PLAN_SCHEMES, PlanRequest, best_without, plan_training
+
+
+@app.command("plan")
+def plan_cmd(
+    model: str = STEP_OPTS["model"],
+    tokens: float = typer.Option(..., "--tokens", "-t", help="tokens to train on, e.g. 1e12"),
+    hardware: str = typer.Option(..., "--hardware", "-H", help="one or more, comma-separated"),
+    max_gpus: int = typer.Option(4096, "--max-gpus"),
+    deadline_hours: float = typer.Option(None, "--deadline-hours"),
+    budget_usd: float = typer.Option(None, "--budget-usd"),
+    price: float = typer.Option(None, "--price-per-gpu-hour",
+                                help="USD; default: each hardware profile's [price]"),
+    global_batch: int = typer.Option(None, "--global-batch",
+                                     help="sequences per step; default: the model profile's"),
+    schemes: str = typer.Option(",".join(PLAN_SCHEMES), "--schemes"),
+    grad_dtype: DtypeChoice = typer.Option("bf16", "--grad-dtype"),
+    param_dtype: DtypeChoice = typer.Option("bf16", "--param-dtype"),
+    top: int = typer.Option(10, "--top", help="plans to print"),
+    density_warmup_frac: float = typer.Option(
+        0.0, "--density-warmup-frac", help="scape: density warms up from 1 over this fraction "
+        "of the run's steps (the authors' scripts: 10k of 100k iterations, 0.1); 0: the "
+        "target from the start"),
+    workers: int = typer.Option(None, "--workers", help="processes; default: every core"),
+    quality: str = typer.Option(None, "--quality",
+                                help="a convergence study (profiles/quality/STUDY.toml): adds "
+                                     "each plan's time and cost to dense AdamS's quality"),
+    rank: RankChoice = typer.Option("time", "--rank",
+                             help="time (hours to train the tokens) or quality (hours to "
+                                  "reach dense AdamS's final loss; needs --quality)"),
+    fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
+):
+    """Search GPU counts, schemes, micro-batching, tensor and pipeline parallelism and
+    recomputation for a training run."""
+    check_format(fmt)
+    from profiles.quality import load_quality
+    if top < 1:
+        raise UserError(f"--top must be at least 1, got {top}")
+    req = PlanRequest(
+        load_model(model), tokens, tuple(load_hardware(h) for h in _names(hardware, "--hardware")),
+        max_gpus=max_gpus, deadline_hours=deadline_hours, budget_usd=budget_usd,
+        price_per_gpu_hour=price, global_batch=global_batch,
+        schemes=tuple(_names(schemes, "--schemes")),
+        dtypes=_dtypes(grad_dtype, param_dtype), density_warmup_frac=density_warmup_frac,
+        workers=workers, quality=None if quality is None else load_quality(quality), rank=rank,
+    ).validate()
+    with _progress("simulating plans") as bar:
+        task = bar.add_task("plans", total=None)
+        df = plan_training(req, progress_total=lambda n: bar.update(task, total=n),
+                           progress=lambda n: bar.advance(task, n))
+    shown = df.head(top)
+    if fmt != "table":  # every row carries the request it answers
+        asked = {"model": model, "tokens": tokens, "global_batch": req.batch, "seq_len": req.seq,
+                 "grad_dtype": grad_dtype, "param_dtype": param_dtype, "max_gpus": max_gpus,
+                 "deadline_hours": deadline_hours, "budget_usd": budget_usd,
+                 "density_warmup_frac": density_warmup_frac, "quality": quality, "rank": rank}
+        print(render(shown.assign(**asked), fmt))
+        return
+    cols = ["hardware", "gpus", "scheme", "tp", "pp", "dp", "schedule", "micro_batch",
+            "grad_accum", "recompute", "memory_GB", "step_time_s", "tokens_per_s", "hours",
+            "gpu_hours", "cost_usd", "bottleneck"]
+    ranked = ("time to dense AdamS's quality then cost" if rank == "quality"
+              else "time to train then cost")
+    header = (f"{model}, {tokens:.3g} tokens, global batch {req.batch} x seq {req.seq}; "
+              f"{len(df)} feasible plans, ranked by {ranked}; schedule: pipeline (1f1b, or "
+              f"interleaved x chunks); recompute: the least that fits")
+    if req.quality is not None:
+        q = req.quality
+        cols += ["quality_tokens_ratio", "hours_to_quality", "cost_to_quality_usd"]
+        header += (f"\nquality: tokens to reach dense AdamS's final loss over dense AdamS's, "
+                   f"from {q.path} ({q.model} on {q.corpus}, {q.steps} steps, {q.date}): "
+                   "a small-model reading applied to this run; NaN: no reading, or never "
+                   "reached")
+    if density_warmup_frac > 0:
+        cols.insert(cols.index("step_time_s") + 1, "run_mean_step_s")
+        header += (f"\nscape: density warms up from 1 over {density_warmup_frac:.0%} of the run; "
+                   "hours use run_mean_step_s")
+    elif any(s.startswith("scape") for s in req.schemes):
+        header += ("\nscape: every step at the target density; the authors' convergence runs "
+                   "warm density up from 1 over the first 10% of the run "
+                   "(--density-warmup-frac 0.1)")
+    print(render(shown[cols], "table", header=header, floatfmt={
+        "memory_GB": "{:.1f}", "step_time_s": "{:.3f}", "run_mean_step_s": "{:.3f}",
+        "tokens_per_s": "{:,.0f}",
+        "hours": "{:,.1f}", "gpu_hours": "{:,.0f}", "cost_usd": "{:,.0f}",
+        "quality_tokens_ratio": "{:.3f}", "hours_to_quality": "{:,.1f}",
+        "cost_to_quality_usd": "{:,.0f}"}))
+    best, rest = df.iloc[0], best_without(df)
+    if rest is not None and best["scheme"].startswith("scape"):
+        print(f"# best plan without SCAPE: {rest['gpus']} x {rest['hardware']}, {rest['scheme']}"
+              f", tp {rest['tp']}, pp {rest['pp']}: {rest['hours']:,.1f} h, "
+              f"${rest['cost_usd']:,.0f} "
+              f"({rest['hours'] / best['hours']:.2f}x the time, "
+              f"{rest['cost_usd'] / best['cost_usd']:.2f}x the cost of the top plan)")

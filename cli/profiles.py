@@ -1,0 +1,69 @@
+"""`scape profiles list|show|check`."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import pandas as pd
+import typer
+
+from cli.common import (
+    Format2,
+    Format3,
+    app,
+)
+from profiles import check_profile, find, names
+from reports.tables import check_format, render
+
+profiles_app = typer.Typer(help="List, show and check hardware and model profiles.",
+                           no_args_is_help=True)
+app.add_typer(profiles_app, name="profiles")
+
+
+@profiles_app.command("list")
+def profiles_list(fmt: Format3 = typer.Option("table", "--format", help="table|csv|json")):
+    """The embedded profiles, with a one-line description each."""
+    check_format(fmt)
+    rows = []
+    for kind in ("hardware", "model"):
+        for name in names(kind):
+            _, prof = find(f"{'models' if kind == 'model' else kind}/{name}")
+            rows.append({"kind": kind, "name": name, "description": prof.description})
+    print(render(pd.DataFrame(rows), fmt))
+
+
+@profiles_app.command("show")
+def profiles_show(
+    name: str = typer.Argument(..., help="a profile name (dgx-h100, llama-7b) or a TOML path"),
+    fmt: Format2 = typer.Option("table", "--format", help="table|json"),
+):
+    """Every value of one profile, with its source; for models the computed parameter count."""
+    check_format(fmt, ("table", "json"))
+    kind, prof = find(name)
+    data = asdict(prof)
+    if kind == "model":
+        data["n_params"] = prof.n_params
+    if fmt == "json":
+        print(json.dumps(data, indent=2))
+        return
+    print(f"{kind} profile {prof.name}: {prof.description}\n  file: {prof.path}")
+    for key, value in data.items():
+        if isinstance(value, dict):
+            print(f"[{key}]")
+            for k, v in value.items():
+                if k != "sources" and v is not None:
+                    print(f"  {k} = {v}")
+            for k, v in (value.get("sources") or {}).items():
+                print(f"  {k}_source = {v}")
+        elif key not in ("name", "description", "path") and value is not None:
+            is_count = isinstance(value, int) and not isinstance(value, bool)
+            print(f"{key} = {value:,}" if is_count else f"{key} = {value}")
+
+
+@profiles_app.command("check")
+def profiles_check(path: str = typer.Argument(..., help="path to a profile TOML file")):
+    """Validate a profile file: unknown or missing keys, wrong units, out-of-range values."""
+    kind, prof = check_profile(path)
+    extra = f", {prof.n_params:,} parameters" if kind == "model" else ""
+    print(f"ok: {path} is a valid {kind} profile ({prof.name}{extra})")

