@@ -320,7 +320,9 @@ def _figure(mean_curves, summary, best, path: Path) -> None:
         ax.set_ylabel("validation loss (nats per byte, mean over seeds)")
         ax.grid(True, alpha=0.3)
         lo = best["mean_val_loss"]
-        ax.set_ylim(lo - 0.1, lo + 0.9)
+        # the early steps are cut off, never a configuration's final loss (ScaleCom 99% ended
+        # at 2.6, above the old fixed top)
+        ax.set_ylim(lo - 0.1, max(lo + 0.9, sel["mean_val_loss"].max() + 0.15))
     ax1.legend(fontsize=7)
     ax2.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.suptitle("Convergence protocol: tiny-llama on Shakespeare, 2 ranks; dotted: best dense "
