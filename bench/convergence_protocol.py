@@ -134,14 +134,18 @@ def run_dir(tag: str, seed: int) -> Path:
     return OUT / "runs" / tag / f"seed{seed}"
 
 
-def best_dense_lr(rows: pd.DataFrame | None = None) -> float | None:
-    """The dense AdamS learning rate with the lowest mean final validation loss over the seeds
+def _lowest_lr(rows: pd.DataFrame) -> float | None:
+    """The learning rate of `rows` with the lowest mean final validation loss over the seeds
     done so far (None before any)."""
-    rows = collect() if rows is None else rows
-    dense = rows[rows["scheme"] == "dense-adams"] if len(rows) else rows
-    if not len(dense):
+    if not len(rows):
         return None
-    return float(dense.groupby("lr")["final_val_loss"].mean().idxmin())
+    return float(rows.groupby("lr")["final_val_loss"].mean().idxmin())
+
+
+def best_dense_lr(rows: pd.DataFrame | None = None) -> float | None:
+    """Dense AdamS's best learning rate so far (None before any run)."""
+    rows = collect() if rows is None else rows
+    return _lowest_lr(rows[rows["scheme"] == "dense-adams"] if len(rows) else rows)
 
 
 def run_lr(run: Run, steps: int) -> float | None:
@@ -155,8 +159,7 @@ def run_lr(run: Run, steps: int) -> float | None:
     rows = collect()
     if not len(rows):
         return None
-    scape = rows[(rows["variant"] == "authors-0.99") & (rows["steps"] == steps)]
-    return float(scape.groupby("lr")["final_val_loss"].mean().idxmin()) if len(scape) else None
+    return _lowest_lr(rows[(rows["variant"] == "authors-0.99") & (rows["steps"] == steps)])
 
 
 def train_one(run: Run, lr: float, seed: int, args) -> dict:
