@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,8 @@ GPU_FIELDS = {
     "hbm_bw_GBps": Field(float, gt=0),
     # CPU-GPU link per direction (NVLink-C2C, PCIe); needed to price CPU offload
     "host_bw_GBps": Field(float, gt=0, required=False),
+    # streaming multiprocessors: what a running NCCL kernel's CTAs take from compute
+    "sms": Field(int, ge=1, le=1024, required=False),
     "source": SOURCE,
 }
 NODE_FIELDS = {"gpus_per_node": Field(int, ge=1, le=1024), "source": SOURCE}
@@ -81,7 +83,10 @@ COMPUTE_FIELDS = {
     # model FLOPs utilization of forward and backward; optional where [roofline] prices them
     "mfu": Field(float, gt=0, le=1, required=False),
     "mem_efficiency": Field(float, gt=0, le=1),
-    "interference": Field(float, ge=0, le=1),
+    # fractional compute slowdown while a collective runs beside it; absent: derived from the
+    # SMs a running collective holds (nccl_ctas, one CTA per NCCL channel) out of [gpu] sms
+    "interference": Field(float, ge=0, le=1, required=False),
+    "nccl_ctas": Field(int, ge=1, le=256, required=False),
     # host time every step pays besides forward/backward and kernels (timers, clipping,
     # bookkeeping); absent: not modelled
     "step_fixed_ms": Field(float, ge=0, required=False),
@@ -131,6 +136,7 @@ class Gpu:
     source: str
     sources: dict[str, str] = field(default_factory=dict)
     host_bw_GBps: float | None = None
+    sms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -211,8 +217,11 @@ class Compute:
     """How fast the GPU computes: uncalibrated defaults until `calibrate compute` measures them."""
 
     mem_efficiency: float  # fraction of HBM bandwidth memory-bound kernels reach
-    interference: float  # fractional compute slowdown while communication overlaps it
     source: str
+    # fractional compute slowdown while communication overlaps it (None in the TOML: derived
+    # from nccl_ctas and [gpu] sms when the profile is loaded, see sm_share_interference)
+    interference: float | None = None
+    nccl_ctas: int | None = None  # SMs a running NCCL collective holds (a CTA per channel)
     mfu: float | None = None  # model FLOPs utilization of forward and backward
     step_fixed_ms: float | None = None
     sources: dict[str, str] = field(default_factory=dict)
@@ -331,7 +340,8 @@ def parse_hardware(path: Path | str, doc: dict[str, Any]) -> HardwareProfile:
         intra_node=build(IntraNode, "intra_node", INTRA_FIELDS),
         nic=build(Nic, "nic", NIC_FIELDS),
         fabric=build(Fabric, "fabric", FABRIC_FIELDS),
-        compute=build(Compute, "compute", COMPUTE_FIELDS),
+        compute=_with_interference(path, build(Compute, "compute", COMPUTE_FIELDS),
+                                   build(Gpu, "gpu", GPU_FIELDS)),
         reference=build(Reference, "reference", REFERENCE_FIELDS) if "reference" in doc else None,
         path=str(path),
         price=build(Price, "price", PRICE_FIELDS) if "price" in doc else None,
@@ -344,6 +354,39 @@ def parse_hardware(path: Path | str, doc: dict[str, Any]) -> HardwareProfile:
     )
     _cross_check(path, hw)
     return hw
+
+
+def sm_share_interference(sms: int, ctas: int) -> float:
+    """Compute slowdown while a collective runs: NCCL launches one CTA per channel and each
+    holds an SM for the whole collective ("reducing the number of channels also reduces the
+    number of CUDA blocks used for communication, hence the impact on GPU computing
+    resources", NCCL's NCCL_MAX_NCHANNELS documentation), so a compute-bound kernel beside it
+    runs on sms - ctas SMs: sms / (sms - ctas) times as long. A first-order figure: wave
+    quantization (a GEMM sized to every SM spilling into a second wave) and HBM contention
+    can cost more, and are not modelled."""
+    if ctas >= sms:
+        raise ProfileError(f"nccl_ctas {ctas} must be fewer than the GPU's {sms} SMs")
+    return ctas / (sms - ctas)
+
+
+def _with_interference(path, compute: Compute, gpu: Gpu) -> Compute:
+    """[compute] as given, its interference derived where the profile gives the SMs a
+    collective holds instead of a figure."""
+    if compute.interference is not None:
+        if compute.nccl_ctas is not None:
+            raise ProfileError(f"{path}: [compute] give interference or nccl_ctas, not both")
+        return compute
+    if compute.nccl_ctas is None or gpu.sms is None:
+        raise ProfileError(f"{path}: [compute] interference: required unless [compute] "
+                           "nccl_ctas and [gpu] sms give the SMs a running collective holds")
+    try:
+        value = sm_share_interference(gpu.sms, compute.nccl_ctas)
+    except ProfileError as e:
+        raise ProfileError(f"{path}: [compute] {e}") from None
+    source = (f"derived: nccl_ctas / (sms - nccl_ctas) = {compute.nccl_ctas} / "
+              f"({gpu.sms} - {compute.nccl_ctas}) (profiles/hardware.py sm_share_interference)")
+    return replace(compute, interference=value,
+                   sources={**compute.sources, "interference": source})
 
 
 def _measured_tables(path, doc: dict[str, Any]) -> dict[str, Any]:

@@ -11,8 +11,8 @@ step for the next one (`next_forward`, `next_step`) are the previous step's, lau
 - `next_forward` ops (parameter all-gather with overlap) gate the forward chunk by chunk.
 - `next_step` ops (SCAPE's mask all-gather) gate the pack, after backward: they cost step time
   only where they outlast forward and backward.
-- While the communication stream is busy, a compute chunk that starts is slowed by the
-  hardware profile's `interference` factor.
+- Compute runs 1 + `interference` times slower while a collective runs beside it (the
+  SMs its CTAs hold, profiles/hardware.py sm_share_interference): only the overlapped part.
 - Tensor parallelism of degree t inside a node divides per-GPU compute by t and adds, per layer
   and micro-batch, two all-reduces of the activations in forward and two in backward
   (Megatron-LM, Shoeybi et al. 2019, section 3), blocking on the compute stream and simulated on
@@ -206,9 +206,15 @@ class _Stream:
         self.env, self.name = env, name
         self.lock = simpy.Resource(env, capacity=1)
         self.busy: list[tuple[float, float]] = []
+        self.changed = env.event()  # fires when the stream starts or stops running something
 
     def is_busy(self) -> bool:
         return self.lock.count > 0
+
+    def toggled(self) -> None:
+        """Wake whoever waits on a change of this stream's state."""
+        fired, self.changed = self.changed, self.env.event()
+        fired.succeed()
 
 
 def _busy_overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
@@ -317,6 +323,7 @@ class _StepSim:
         """Run one collective on the comm stream (FIFO) over every data-parallel group."""
         with self.comm.lock.request() as req:
             yield req
+            self.comm.toggled()
             t0 = self.env.now
             # how this backend runs it, where the profile was calibrated
             c = calibrated(self.cfg.hardware, collective, self.cfg.algo, self.cfg.dp, size,
@@ -328,6 +335,7 @@ class _StepSim:
             yield from execute(self.env, self.net, phases, name, [])
             self.comm.busy.append((t0, self.env.now))
             self.spans.append(Span("comm", name, t0, self.env.now, size))
+        self.comm.toggled()
 
     def _launch(self, op, bucket_sizes=None) -> list[simpy.Process]:
         sizes = bucket_sizes or [op.size_bytes / op.buckets] * op.buckets
@@ -345,14 +353,14 @@ class _StepSim:
             return
         if kind != "tp":
             seconds *= self.slowdown
-        scale = 1.0
         if self.async_pending:  # measured on backends whose async ops cost compute time
-            scale *= 1 + self.cfg.hardware.async_interference.get(self.cfg.dp, 0.0)
-        if self.comm.is_busy():
-            scale *= 1 + self.cfg.hardware.compute.interference
-        seconds, tp_s = seconds * scale, tp_s * scale
+            scale = 1 + self.cfg.hardware.async_interference.get(self.cfg.dp, 0.0)
+            seconds, tp_s = seconds * scale, tp_s * scale
         t0 = self.env.now
-        yield self.env.timeout(seconds + tp_s)
+        yield from self._run_beside_comm(seconds + tp_s)
+        # the time the work took, collective slowdown included, shared by its two parts
+        share = (self.env.now - t0) / (seconds + tp_s)
+        seconds, tp_s = seconds * share, tp_s * share
         self.compute.busy.append((t0, self.env.now))
         self.spans.append(Span("compute", name, t0, self.env.now, 0.0))
         if kind == "compute":
@@ -362,6 +370,25 @@ class _StepSim:
         else:
             self.tp_s += seconds
         self.tp_s += tp_s
+
+    def _run_beside_comm(self, work_s: float):
+        """Advance the compute stream by `work_s` seconds of work, at 1 / (1 + interference)
+        of its rate while a collective runs on the comm stream (its CTAs hold SMs,
+        profiles/hardware.py sm_share_interference) and at full rate otherwise: only the
+        overlapped part of the work is slowed."""
+        slow = self.cfg.hardware.compute.interference or 0.0
+        if slow == 0.0:
+            yield self.env.timeout(work_s)
+            return
+        left = work_s
+        while left > 1e-15 * max(1.0, work_s):
+            rate = 1.0 / (1.0 + slow) if self.comm.is_busy() else 1.0
+            t0 = self.env.now
+            done = self.env.timeout(left / rate)
+            yield done | self.comm.changed
+            if done.processed:
+                return
+            left -= (self.env.now - t0) * rate
 
     def _kernels(self, stage: str):
         for k in self.step.kernels:

@@ -89,8 +89,11 @@ def test_calibrate_compute_tables():
     assert set(out) == {"gpu", "compute", "kernels", "fwd_bwd", "concurrency"}
     # every required [gpu] key (the host link is optional: calibrate does not measure it)
     assert set(out["gpu"]) == {k for k, f in GPU_FIELDS.items() if f.required}
-    # and the measured MFU, which a profile without a [roofline] table must give
-    assert set(out["compute"]) == {k for k, f in COMPUTE_FIELDS.items() if f.required} | {"mfu"}
+    # and the measured MFU, which a profile without a [roofline] table must give, and the
+    # interference as a figure (not measured: 0.0), where a profile may instead give the SMs
+    # a running collective holds
+    assert set(out["compute"]) == {k for k, f in COMPUTE_FIELDS.items() if f.required} | {
+        "mfu", "interference"}
     validate_table("calibrated", "gpu", out["gpu"], GPU_FIELDS)
     validate_table("calibrated", "compute", out["compute"], COMPUTE_FIELDS)
     assert out["gpu"]["source"].startswith("measured by scape calibrate compute")

@@ -84,6 +84,12 @@ HW_CASES = [
     (r"^gpus_per_node = 8", "gpus_per_node = 8.5", r"\[node\] gpus_per_node: expected an int"),
     (r"^oversubscription = 1\.0", "oversubscription = 0.5", r"oversubscription: must be >= 1"),
     (r"^\[gpu\]", "[gpu\n", r"not valid TOML"),
+    # interference: a figure or the SMs a collective holds, never neither, never both
+    (r"^nccl_ctas = 16$", "", r"\[compute\] interference: required unless"),
+    (r"^nccl_ctas = 16$", "nccl_ctas = 16\ninterference = 0.1",
+     r"\[compute\] give interference or nccl_ctas, not both"),
+    (r"^nccl_ctas = 16$", "nccl_ctas = 132", r"\[compute\] nccl_ctas 132 must be fewer"),
+    (r"^sms = 132$", "", r"\[compute\] interference: required unless"),
 ]
 
 

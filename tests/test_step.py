@@ -135,3 +135,23 @@ def test_simulator_never_imports_torch():
     code = ("import sys, simulator.step, simulator.collective, cli; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_interference_slows_only_the_overlapped_compute():
+    """While a collective runs its CTAs hold SMs (profiles/hardware.py sm_share_interference):
+    compute beside it runs at 1 / (1 + i) of its rate, so the compute time grows by exactly
+    i / (1 + i) of the time it overlapped communication, and no more."""
+    slow = H100.compute.interference
+    assert slow == pytest.approx(16 / (132 - 16))  # derived from the profile's SMs and CTAs
+    free = replace(H100, compute=replace(H100.compute, interference=0.0))
+    opts = {"gpus": 16, "grad_accum": 2}
+    r0 = simulate_step(cfg("dense-ddp", hw=free, **opts))
+    r1 = simulate_step(cfg("dense-ddp", hw=H100, **opts))
+    assert r1.overlapped_comm_s > 0
+    extra = r1.compute_s - r0.compute_s
+    assert extra == pytest.approx(slow / (1 + slow) * r1.overlapped_comm_s, rel=1e-6)
+    assert r1.step_time_s > r0.step_time_s
+    # without communication nothing is slowed
+    one = simulate_step(cfg("dense-ddp", hw=H100, gpus=1))
+    assert one.compute_s == pytest.approx(simulate_step(cfg("dense-ddp", hw=free,
+                                                            gpus=1)).compute_s, rel=1e-12)
