@@ -93,7 +93,7 @@ def ablation(steps: int, lr: float) -> list[Run]:
     (none; 30% of the run), the clipping (none), norms sparsified too, and, in this project's
     partitioned runtime
     where the sync and the selection can be switched alone, momentum against gradient sync and
-    per-tensor against per-shard selection."""
+    per-tensor against per-shard selection. One ScaleCom run checks its low-pass filter."""
     dense, warm = round(DENSE_FRAC * steps), round(WARMUP_FRAC * steps)
     schedule = {"density_dense_steps": dense, "density_warmup_steps": warm,
                 "density_shape": "linear"}
@@ -116,6 +116,11 @@ def ablation(steps: int, lr: float) -> list[Run]:
             {**authors, "sync": "momentum", "select_per": "shard"}, lr, 0.99, part="ablation"),
         Run("scape-partitioned", "ablate-gradient-tensor-0.99",
             {**authors, "sync": "gradient", "select_per": "tensor"}, lr, 0.99, part="ablation"),
+        # not SCAPE: ScaleCom's low-pass residual at beta 1 (plain error feedback) against the
+        # line-up's 0.1, at dense AdamS's best rate as in the line-up. At 0.1 a sent
+        # coordinate keeps 90% of its residual and is picked again and again
+        Run("scalecom", "ablate-beta1-0.99", {"sparsity": 0.99, "extra": {"lowpass_beta": 1.0}},
+            None, 0.99, part="ablation"),
     ]
 
 
