@@ -2,8 +2,12 @@
 rank (t-1) mod P, picks the top-k indices of its gradient + residual and broadcasts them; every
 rank's values at those indices are all-reduced, so the reduction stays an all-reduce of k
 values. The unsent part enters a low-pass filtered residual:
-e <- (1 - beta) * e + beta * (acc - sent), beta = `lowpass_beta` (SchemeConfig.extra, default
-0.1, an assumption: the value the paper recommends was not checked)."""
+e <- (1 - beta) * e + beta * (acc - sent), beta = `lowpass_beta` (SchemeConfig.extra). The
+default is 1, plain error feedback (the filter at beta = 1 is ordinary residual accumulation).
+The paper proposes beta < 1 against large-batch training; the value it uses was not verified
+here. At 0.1 a coordinate keeps 90% of its residual after it is sent, so the leader picks the
+same stale coordinates again and again: in bench/convergence_protocol.py (2.3M-parameter
+Llama, 2 ranks, 3,000 steps, 99%, seed 0) 0.1 ended at validation loss 2.597, 1 at 1.954."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from scape.plan import kept
 from scape.schemes.base import ResidualScheme
 from scape.select import top_k_indices
 
-DEFAULT_BETA = 0.1
+DEFAULT_BETA = 1.0
 
 
 class ScaleCom(ResidualScheme):
