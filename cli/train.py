@@ -65,6 +65,9 @@ def train_cmd(
     density_dense_steps: int = typer.Option(None, "--density-dense-steps",
                                             help=DENSE_STEPS_HELP),
     density_shape: ShapeChoice = typer.Option(None, "--density-shape", help=SHAPE_HELP),
+    lowpass_beta: float = typer.Option(None, "--lowpass-beta",
+                                       help="scalecom: the residual's low-pass factor, in (0, "
+                                            "1] (default 1: plain error feedback)"),
     steps: int = typer.Option(100, "--steps"),
     nprocs: int = typer.Option(2, "--nprocs", help="ranks on this machine"),
     backend: BackendChoice = typer.Option("gloo", "--backend", help="gloo|nccl"),
@@ -100,6 +103,12 @@ def train_cmd(
         raise UserError(f"--unmasked-moment must be frozen or local, got {unmasked_moment!r}")
     extra = {"unmasked_moment": unmasked_moment} if unmasked_moment else {}
     extra.update(_reducer_extra(distopt, residual_offload, None) or {})
+    if lowpass_beta is not None:
+        if not scheme.startswith("scalecom"):
+            raise UserError(f"--lowpass-beta applies to scalecom only, not {scheme!r}")
+        if not 0 < lowpass_beta <= 1:
+            raise UserError(f"--lowpass-beta must be in (0, 1], got {lowpass_beta}")
+        extra["lowpass_beta"] = lowpass_beta
     cfg = TrainConfig(model=model, scheme=_scheme(scheme, opts, extra), steps=steps,
                       micro_batch=micro_batch, seq_len=seq_len, lr=lr, seed=seed,
                       corpus=corpus, eval_every=eval_every, timeout_s=timeout, resume=resume,

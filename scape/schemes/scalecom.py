@@ -25,6 +25,8 @@ class ScaleCom(ResidualScheme):
         super().__init__(*args)
         self.k = kept(self.cfg.density, self.n)
         self.beta = float(self.cfg.extra.get("lowpass_beta", DEFAULT_BETA))
+        if not 0 < self.beta <= 1:
+            raise ValueError(f"scalecom lowpass_beta must be in (0, 1], got {self.beta}")
 
     def _step(self, lr: float) -> None:
         g, k = self.pull_grads(), self.k
