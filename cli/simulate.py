@@ -138,7 +138,8 @@ def simulate(
     print("# scheme options: " + ", ".join(f"{k} {v}" for k, v in
                                             resolved_scheme(cfg.scheme).items()))
     for key in ("step_time_s", "compute_s", "compression_s", "tp_comm_s", "exposed_comm_s",
-                "overlapped_comm_s", *(("pipeline_bubble_s",) if pp > 1 else ())):
+                "overlapped_comm_s", *(("pipeline_bubble_s",) if pp > 1 else ()),
+                "interference_s"):
         print(f"{key:>20}  {row[key] * 1e3:12.3f} ms")
     print(f"{'bytes_per_gpu':>20}  {row['bytes_per_gpu'] / 1e9:12.4f} GB")
     parts = ", ".join(f"{k} {row[f'memory_{k}_GB']:.1f}" for k in (

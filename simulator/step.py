@@ -194,6 +194,9 @@ class StepResult:
     spans: list[Span]
     kinds: list[tuple[float, float]] = field(default_factory=list)  # (weight, step time)
     pipeline_bubble_s: float = 0.0  # first stage idle, waiting for the other stages
+    # of compute_s, compression_s and tp_comm_s: the slowdown while collectives ran beside
+    # them (the SMs their CTAs hold, the profile's `interference`)
+    interference_s: float = 0.0
 
     def as_dict(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k not in ("spans", "kinds")}
@@ -312,7 +315,7 @@ class _StepSim:
                              sequence_parallel=cfg.sequence_parallel and cfg.tp > 1,
                              attention=cfg.attention)
         self.n_chunks = cfg.chunks or cfg.model.arch.n_layers
-        self.compute_s = self.compression_s = self.tp_s = 0.0
+        self.compute_s = self.compression_s = self.tp_s = self.interference_s = 0.0
         self.tp_layer_s = tp_allreduce_s(cfg)
         self.slowdown = host_slowdown(cfg.hardware, cfg.gpus)
         self.async_pending = False  # an issued async collective not yet waited for
@@ -358,6 +361,7 @@ class _StepSim:
             seconds, tp_s = seconds * scale, tp_s * scale
         t0 = self.env.now
         yield from self._run_beside_comm(seconds + tp_s)
+        self.interference_s += self.env.now - t0 - (seconds + tp_s)
         # the time the work took, collective slowdown included, shared by its two parts
         share = (self.env.now - t0) / (seconds + tp_s)
         seconds, tp_s = seconds * share, tp_s * share
@@ -549,7 +553,7 @@ def simulate_step(
     if the_plan is None:
         the_plan = cfg._plan()
     totals = dict.fromkeys(("step", "compute", "compression", "tp", "exposed", "overlap",
-                            "bubble"), 0.0)
+                            "bubble", "interference"), 0.0)
     spans: list[Span] = []
     kinds = []
     for weight, step in the_plan.steps:
@@ -561,7 +565,8 @@ def simulate_step(
         for key, value in (("step", t), ("compute", sim.compute_s),
                            ("compression", sim.compression_s), ("tp", sim.tp_s),
                            ("exposed", t - busy - sim.bubble_s), ("bubble", sim.bubble_s),
-                           ("overlap", min(overlap, comm))):
+                           ("overlap", min(overlap, comm)),
+                           ("interference", sim.interference_s)):
             totals[key] += weight * value
         kinds.append((weight, t))
         if not spans:
@@ -577,5 +582,5 @@ def simulate_step(
         exposed_comm_s=totals["exposed"], overlapped_comm_s=totals["overlap"],
         bytes_per_gpu=the_plan.wire_bytes(cfg.dp, cfg.accum) + tp_bytes, spans=spans,
         kinds=kinds,
-        pipeline_bubble_s=totals["bubble"],
+        pipeline_bubble_s=totals["bubble"], interference_s=totals["interference"],
     )

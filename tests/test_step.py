@@ -150,6 +150,8 @@ def test_interference_slows_only_the_overlapped_compute():
     assert r1.overlapped_comm_s > 0
     extra = r1.compute_s - r0.compute_s
     assert extra == pytest.approx(slow / (1 + slow) * r1.overlapped_comm_s, rel=1e-6)
+    assert r1.interference_s == pytest.approx(extra, rel=1e-6)
+    assert r0.interference_s == pytest.approx(0, abs=1e-12)
     assert r1.step_time_s > r0.step_time_s
     # without communication nothing is slowed
     one = simulate_step(cfg("dense-ddp", hw=H100, gpus=1))
