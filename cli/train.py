@@ -103,11 +103,7 @@ def train_cmd(
         raise UserError(f"--unmasked-moment must be frozen or local, got {unmasked_moment!r}")
     extra = {"unmasked_moment": unmasked_moment} if unmasked_moment else {}
     extra.update(_reducer_extra(distopt, residual_offload, None) or {})
-    if lowpass_beta is not None:
-        if not scheme.startswith("scalecom"):
-            raise UserError(f"--lowpass-beta applies to scalecom only, not {scheme!r}")
-        if not 0 < lowpass_beta <= 1:
-            raise UserError(f"--lowpass-beta must be in (0, 1], got {lowpass_beta}")
+    if lowpass_beta is not None:  # refused for other schemes and outside (0, 1] by _scheme
         extra["lowpass_beta"] = lowpass_beta
     cfg = TrainConfig(model=model, scheme=_scheme(scheme, opts, extra), steps=steps,
                       micro_batch=micro_batch, seq_len=seq_len, lr=lr, seed=seed,

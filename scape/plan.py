@@ -178,6 +178,9 @@ class SchemeConfig:
             raise UserError(f"select_per must be shard or tensor, got {self.select_per!r}")
         if self.scheme == "scape":
             self._check_authors_options()
+        beta = self.extra.get("lowpass_beta")
+        if self.scheme == "scalecom" and beta is not None and not 0 < beta <= 1:
+            raise UserError(f"lowpass_beta must be in (0, 1], got {beta}")
         if self.bucket_bytes is not None and not self.bucket_bytes > 0:
             raise UserError(f"bucket size must be positive, got {self.bucket_bytes}")
         return self
@@ -459,6 +462,7 @@ OPTION_SCHEMES: dict[str, tuple[str, ...]] = {
     "unmasked_moment": ("scape-partitioned",),
     **{name: ("scape-partitioned",) for name in PARTITIONED_OPTIONS},
     **{name: ("scape",) for name in AUTHORS_OPTIONS},
+    "lowpass_beta": ("scalecom",),
 }
 
 
