@@ -332,16 +332,16 @@ def parse_hardware(path: Path | str, doc: dict[str, Any]) -> HardwareProfile:
         values, sources = validate_table(path, table, doc[table], fields)
         return cls(**values, sources=sources)
 
+    gpu = build(Gpu, "gpu", GPU_FIELDS)
     hw = HardwareProfile(
         name=top_values["name"],
         description=top_values["description"],
-        gpu=build(Gpu, "gpu", GPU_FIELDS),
+        gpu=gpu,
         node=build(Node, "node", NODE_FIELDS),
         intra_node=build(IntraNode, "intra_node", INTRA_FIELDS),
         nic=build(Nic, "nic", NIC_FIELDS),
         fabric=build(Fabric, "fabric", FABRIC_FIELDS),
-        compute=_with_interference(path, build(Compute, "compute", COMPUTE_FIELDS),
-                                   build(Gpu, "gpu", GPU_FIELDS)),
+        compute=_with_interference(path, build(Compute, "compute", COMPUTE_FIELDS), gpu),
         reference=build(Reference, "reference", REFERENCE_FIELDS) if "reference" in doc else None,
         path=str(path),
         price=build(Price, "price", PRICE_FIELDS) if "price" in doc else None,
@@ -363,9 +363,7 @@ def sm_share_interference(sms: int, ctas: int) -> float:
     resources", NCCL's NCCL_MAX_NCHANNELS documentation), so a compute-bound kernel beside it
     runs on sms - ctas SMs: sms / (sms - ctas) times as long. A first-order figure: wave
     quantization (a GEMM sized to every SM spilling into a second wave) and HBM contention
-    can cost more, and are not modelled."""
-    if ctas >= sms:
-        raise ProfileError(f"nccl_ctas {ctas} must be fewer than the GPU's {sms} SMs")
+    can cost more, and are not modelled. Needs ctas < sms."""
     return ctas / (sms - ctas)
 
 
@@ -379,10 +377,10 @@ def _with_interference(path, compute: Compute, gpu: Gpu) -> Compute:
     if compute.nccl_ctas is None or gpu.sms is None:
         raise ProfileError(f"{path}: [compute] interference: required unless [compute] "
                            "nccl_ctas and [gpu] sms give the SMs a running collective holds")
-    try:
-        value = sm_share_interference(gpu.sms, compute.nccl_ctas)
-    except ProfileError as e:
-        raise ProfileError(f"{path}: [compute] {e}") from None
+    if compute.nccl_ctas >= gpu.sms:
+        raise ProfileError(f"{path}: [compute] nccl_ctas {compute.nccl_ctas} must be fewer "
+                           f"than the GPU's {gpu.sms} SMs")
+    value = sm_share_interference(gpu.sms, compute.nccl_ctas)
     source = (f"derived: nccl_ctas / (sms - nccl_ctas) = {compute.nccl_ctas} / "
               f"({gpu.sms} - {compute.nccl_ctas}) (profiles/hardware.py sm_share_interference)")
     return replace(compute, interference=value,
