@@ -263,7 +263,8 @@ PARALLEL_OPTS = {
     "mfu": typer.Option(None, "--mfu", help="price forward/backward at this MFU instead of "
                                             "the profile's shapes model"),
     "attention": typer.Option("flash", "--attention",
-                              help="shapes model: flash (FlashAttention) or unfused (Megatron "
+                              help="shapes model: flash (the profile's fused attention), flash2 "
+                                   "(FlashAttention-2's rates) or unfused (Megatron "
                                    "before it: batched GEMMs and softmax)"),
 }
 

@@ -100,6 +100,10 @@ ROOFLINE_FIELDS = {
     "gemm_blend": Field(float, ge=1, le=16),  # smooth-max exponent of the two rooflines
     "attn_fwd_fraction": Field(float, gt=0, le=1),  # FlashAttention forward, share of peak
     "attn_bwd_fraction": Field(float, gt=0, le=1),
+    # FlashAttention-2 itself, where the fractions above are another kernel's (cuDNN's fused
+    # attention on H100): the rates of `--attention flash2`, stacks that predate that kernel
+    "attn_flash2_fwd_fraction": Field(float, gt=0, le=1, required=False),
+    "attn_flash2_bwd_fraction": Field(float, gt=0, le=1, required=False),
     # share of those benchmark peaks a whole training step sustains (clocks under sustained
     # load, shapes other than the benchmarks'): applied to GEMMs and attention
     "sustained": Field(float, gt=0, le=1),
@@ -238,6 +242,8 @@ class Roofline:
     attn_bwd_fraction: float
     sustained: float
     source: str
+    attn_flash2_fwd_fraction: float | None = None
+    attn_flash2_bwd_fraction: float | None = None
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -477,6 +483,11 @@ def _cross_check(path, hw: HardwareProfile) -> None:
     if hw.compute.mfu is None and hw.roofline is None:
         raise ProfileError(f"{path}: [compute] mfu: required unless the profile has a "
                            "[roofline] table (forward and backward from shapes)")
+    r = hw.roofline
+    if r is not None and (r.attn_flash2_fwd_fraction is None) != (
+            r.attn_flash2_bwd_fraction is None):
+        raise ProfileError(f"{path}: [roofline] attn_flash2_fwd_fraction and "
+                           "attn_flash2_bwd_fraction: give both or neither")
     if (intra.kind == "none") != (g == 1):
         raise ProfileError(
             f"{path}: [intra_node] kind: 'none' exactly when gpus_per_node = 1 "

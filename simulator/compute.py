@@ -62,7 +62,10 @@ COMPRESSION_KINDS = (frozenset(KERNEL_BYTES) | set(OTHER_KINDS)) - {
 
 
 RECOMPUTE = ("none", "selective", "full")  # activation recomputation (Korthikanti et al. 2022)
-ATTENTION = ("flash", "unfused")  # FlashAttention, or Megatron-LM's before it (shapes model)
+# shapes model: the profile's fused attention (cuDNN on H100, FlashAttention-2 on A100),
+# FlashAttention-2 itself (stacks before cuDNN's kernel reached PyTorch), or Megatron-LM's
+# attention before FlashAttention
+ATTENTION = ("flash", "flash2", "unfused")
 
 
 @dataclass(frozen=True)

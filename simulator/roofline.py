@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from profiles import HardwareProfile, ModelProfile
+from profiles import HardwareProfile, ModelProfile, UserError
 from simulator.shapes import Gemm, head_shapes, layer_shapes
 
 ATTN_BWD_FLOPS = 2.5  # backward FLOPs per forward FLOP of FlashAttention (5 matmuls vs 2)
@@ -43,6 +43,18 @@ def _hbm_Bps(hw: HardwareProfile) -> float:
     return hw.gpu.hbm_bw_GBps * 1e9 * hw.compute.mem_efficiency
 
 
+def attention_fractions(hw: HardwareProfile, kernel: str) -> tuple[float, float]:
+    """Forward and backward shares of peak of the fused attention kernel: the profile's own
+    (`flash`), or FlashAttention-2's where the profile gives it apart (`flash2`)."""
+    r = hw.roofline
+    if kernel == "flash":
+        return r.attn_fwd_fraction, r.attn_bwd_fraction
+    if r.attn_flash2_fwd_fraction is None:
+        raise UserError(f"--attention flash2: {hw.name} gives no FlashAttention-2 rates "
+                        "([roofline] attn_flash2_fwd_fraction, attn_flash2_bwd_fraction)")
+    return r.attn_flash2_fwd_fraction, r.attn_flash2_bwd_fraction
+
+
 @dataclass(frozen=True)
 class PassTimes:
     """Seconds of one layer's (or the head's) forward and backward, and their parts."""
@@ -56,7 +68,8 @@ def layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_
                 tp: int = 1, sequence_parallel: bool = False, attention: str = "flash"
                 ) -> PassTimes:
     """One transformer layer on one GPU: forward and backward (without recomputation).
-    `attention`: flash (FlashAttention at the profile's measured rates) or unfused (the score
+    `attention`: flash (the profile's fused attention at its measured rates), flash2
+    (FlashAttention-2's rates where the profile gives them apart) or unfused (the score
     and context products as batched GEMMs on the roofline, the softmax and dropout over the
     s x s scores at HBM bandwidth: Megatron-LM before FlashAttention)."""
     s = layer_shapes(model, micro_batch, seq_len, tp, sequence_parallel)
@@ -65,9 +78,10 @@ def layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_
     launch = r.gemm_launch_us * 1e-6
     gemm_f = sum(gemm_s(g, hw) for g in s.gemms)
     gemm_b = sum(gemm_s(b, hw) for g in s.gemms for b in g.backward())
-    if attention == "flash":
-        attn_f = launch + s.attention_flops / (r.attn_fwd_fraction * peak)
-        attn_b = launch + ATTN_BWD_FLOPS * s.attention_flops / (r.attn_bwd_fraction * peak)
+    if attention in ("flash", "flash2"):
+        fwd, bwd = attention_fractions(hw, attention)
+        attn_f = launch + s.attention_flops / (fwd * peak)
+        attn_b = launch + ATTN_BWD_FLOPS * s.attention_flops / (bwd * peak)
     else:
         softmax = 2 * launch + s.unfused_memory_bytes / _hbm_Bps(hw)  # softmax, dropout
         attn_f = sum(gemm_s(g, hw) for g in s.unfused_gemms) + softmax

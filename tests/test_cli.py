@@ -139,6 +139,20 @@ def test_simulate_json_and_trace(capsys, tmp_path):
     assert json.loads(trace.read_text())["traceEvents"]
 
 
+def test_attention_flash2_slows_an_h100_step_and_says_so(capsys):
+    """`--attention flash2` prices FlashAttention-2's rates on H100 (slower than the profile's
+    cuDNN kernel); the row carries the option it ran with."""
+    rows = {}
+    for kernel in ("flash", "flash2"):
+        code, out, _ = scape(capsys, "simulate", "-m", "llama-7b", "-H", "dgx-h100", "-g", "8",
+                             "-s", "dense-zero3", "--micro-batch", "2", "--attention", kernel,
+                             "--format", "json")
+        assert code == 0
+        (rows[kernel],) = json.loads(out)
+    assert rows["flash2"]["attention"] == "flash2"
+    assert rows["flash2"]["compute_s"] > rows["flash"]["compute_s"]
+
+
 def test_sparsity_flag_reaches_the_scheme(capsys):
     rows = {}
     for s in ("0.9", "0.99"):

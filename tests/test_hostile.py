@@ -414,7 +414,7 @@ def test_train_and_validate_with_drawn_options(capsys, monkeypatch, tmp_path_fac
        virtual=st.sampled_from([None, "2", "3", "0", "-2", "100"]),
        recompute=st.sampled_from(["none", "selective", "full", "half"]),
        mfu=st.sampled_from([None, "0.5", "1", "0", "1.5", "-1", "nan"]),
-       attention=st.sampled_from(["flash", "unfused", "paged"]),
+       attention=st.sampled_from(["flash", "flash2", "unfused", "paged"]),
        scheme=st.sampled_from(["dense-adams", "dense-zero2", "dense-zero3", "scape:0.99",
                                "topk:0.99"]),
        batch=st.sampled_from([None, "64", "96", "7"]))

@@ -90,6 +90,11 @@ HW_CASES = [
      r"\[compute\] give interference or nccl_ctas, not both"),
     (r"^nccl_ctas = 16$", "nccl_ctas = 132", r"\[compute\] nccl_ctas 132 must be fewer"),
     (r"^sms = 132$", "", r"\[compute\] interference: required unless"),
+    # FlashAttention-2's rates come as a pair
+    (r"^attn_flash2_bwd_fraction = .*$", "",
+     r"attn_flash2_fwd_fraction and attn_flash2_bwd_fraction: give both or neither"),
+    (r"^attn_flash2_fwd_fraction = .*$", "attn_flash2_fwd_fraction = 1.2",
+     r"\[roofline\] attn_flash2_fwd_fraction: must be <= 1"),
 ]
 
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from profiles import load_hardware, load_model
-from profiles.errors import ProfileError
+from profiles.errors import ProfileError, UserError
 from profiles.hardware import parse_hardware
 from simulator.compute import fwd_bwd, pricing
 from simulator.roofline import gemm_s, layer_times
@@ -76,6 +76,32 @@ def test_unfused_attention_costs_more_at_long_sequences():
     unfused = layer_times(L7B, A100, 1, 8192, attention="unfused")
     assert unfused.parts["attention"] > 2 * flash.parts["attention"]
     assert unfused.parts["gemm"] == flash.parts["gemm"]
+
+
+def test_flash2_prices_attention_at_flashattention2s_rates_and_nothing_else():
+    """H100: cuDNN's fused attention (`flash`) against FlashAttention-2 (`flash2`), the
+    attention core slower by the ratio of the two kernels' rates, every GEMM and elementwise
+    kernel the same; on A100 FlashAttention-2 is the profile's fused kernel, so both agree."""
+    cudnn = layer_times(L7B, H100, 1, 4096, attention="flash")
+    fa2 = layer_times(L7B, H100, 1, 4096, attention="flash2")
+    r = H100.roofline
+    launch = 2 * r.gemm_launch_us * 1e-6  # one forward and one backward kernel
+    flops = layer_shapes(L7B, 1, 4096).attention_flops  # forward FLOPs
+    peak = H100.gpu.peak_bf16_tflops * 1e12 * r.sustained
+    expected = launch + flops / peak * (1 / r.attn_flash2_fwd_fraction
+                                        + 2.5 / r.attn_flash2_bwd_fraction)
+    assert fa2.parts["attention"] == pytest.approx(expected)
+    assert fa2.parts["attention"] > 1.5 * cudnn.parts["attention"]
+    assert (fa2.parts["gemm"], fa2.parts["memory"]) == (cudnn.parts["gemm"], cudnn.parts["memory"])
+    a = layer_times(L7B, A100, 1, 4096, attention="flash2")
+    assert a == layer_times(L7B, A100, 1, 4096, attention="flash")
+
+
+def test_flash2_is_refused_where_the_profile_gives_no_flashattention2_rates():
+    bare = replace(H100, roofline=replace(H100.roofline, attn_flash2_fwd_fraction=None,
+                                          attn_flash2_bwd_fraction=None))
+    with pytest.raises(UserError, match="gives no FlashAttention-2 rates"):
+        layer_times(L7B, bare, 1, 4096, attention="flash2")
 
 
 def test_shapes_give_a_plausible_mfu_and_h100_below_a100():
