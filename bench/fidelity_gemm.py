@@ -1,10 +1,13 @@
 """The GEMM roofline's two fitted constants (simulator/roofline.py): launch time and the
-smooth-max exponent, fitted on the square shapes of OpenXLA's H100 BF16 GEMM table
-(profiles/external/gemm-h100-xla.csv, split = calibration) and checked on its held-out
-transformer shapes. Prints the fit and each shape's error; the shipped profiles carry the
-result ([roofline] gemm_launch_us, gemm_blend).
+smooth-max exponent, fitted per GPU on square shapes of a public GEMM table (split =
+calibration) and checked on its held-out rows. H100: OpenXLA's BF16 table
+(profiles/external/gemm-h100-xla.csv; held out: 15 transformer shapes); A100: cuBLAS FP16 from
+Triton's matmul tutorial as posted in triton-lang/triton#3551 and TensorRT-LLM#935
+(profiles/external/gemm-a100.csv; held out: 19 more squares and 4 rows of another run). Prints
+the fit and each shape's error; the shipped profiles carry the result ([roofline]
+gemm_launch_us, gemm_blend).
 
-Usage: python bench/fidelity_gemm.py [--hardware dgx-h100]
+Usage: python bench/fidelity_gemm.py [--hardware dgx-h100|dgx-a100]
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from profiles import load_hardware  # noqa: E402
 from simulator.roofline import gemm_s  # noqa: E402
 from simulator.shapes import Gemm  # noqa: E402
 
-DATA = REPO / "profiles" / "external" / "gemm-h100-xla.csv"
+TABLES = {"dgx-h100": REPO / "profiles" / "external" / "gemm-h100-xla.csv",
+          "dgx-a100": REPO / "profiles" / "external" / "gemm-a100.csv"}
 
 
 def predicted_tflops(hw, rows: pd.DataFrame) -> np.ndarray:
@@ -38,7 +42,7 @@ def fit(hw, rows: pd.DataFrame) -> tuple[float, float]:
     grid (the loss is smooth and two-dimensional: a grid is exact enough and has no
     dependency)."""
     best = (math.inf, 0.0, 0.0)
-    for launch in np.arange(0.0, 10.0, 0.1):
+    for launch in np.arange(0.0, 20.0, 0.1):
         for blend in np.arange(1.0, 6.0, 0.05):
             h = replace(hw, roofline=replace(hw.roofline, gemm_launch_us=float(launch),
                                              gemm_blend=float(blend)))
@@ -51,12 +55,12 @@ def fit(hw, rows: pd.DataFrame) -> tuple[float, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hardware", default="dgx-h100")
+    parser.add_argument("--hardware", default="dgx-h100", choices=sorted(TABLES))
     args = parser.parse_args()
     hw = load_hardware(args.hardware)
     # the table is a benchmark's: the kernels' own peak, not a training step's sustained share
     hw = replace(hw, roofline=replace(hw.roofline, sustained=1.0))
-    rows = pd.read_csv(DATA, comment="#")
+    rows = pd.read_csv(TABLES[args.hardware], comment="#")
     cal = rows[rows["split"] == "calibration"]
     launch, blend = fit(hw, cal)
     fitted = replace(hw, roofline=replace(hw.roofline, gemm_launch_us=launch, gemm_blend=blend))
