@@ -12,7 +12,8 @@ from cli.common import (
     ProtoChoice,
     app,
 )
-from profiles import load_hardware
+from profiles import UserError, load_hardware
+from profiles.external import published_collective
 from reports.tables import check_format, render
 from simulator.collective import describe, sweep
 from simulator.network import build_topology
@@ -32,24 +33,55 @@ def collective(
     proto: ProtoChoice = typer.Option("auto", "--proto",
                               help="ll|ll128|simple|auto: the protocol, as NCCL_PROTO forces "
                                    "it (profiles with [nccl]; others run simple)"),
-    sizes: str = typer.Option("1KiB..1GiB", "--sizes",
-                              help="list 1KiB,1MiB,1GiB or doubling range 1KiB..8GiB"),
+    sizes: str = typer.Option(None, "--sizes",
+                              help="list 1KiB,1MiB,1GiB or doubling range 1KiB..8GiB "
+                                   "[default: 1KiB..1GiB]"),
+    published: str = typer.Option(None, "--published",
+                                  help="beside a published nccl-tests run: a case of "
+                                       "profiles/external/public-collectives.csv (e.g. "
+                                       "A1-nvls); its sizes unless --sizes is given"),
     fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
 ):
     """Simulate one collective over a sweep of sizes; prints an nccl-tests-like table."""
     check_format(fmt)
-    size_list = parse_sizes(sizes)
     hw = load_hardware(hardware)
+    run = None if published is None else _published(published, hw.name, gpus, str(op),
+                                                    str(algo), str(proto))
+    size_list = (sorted(run.rows) if run is not None and sizes is None
+                 else parse_sizes(sizes if sizes is not None else "1KiB..1GiB"))
     results = sweep(hw, gpus, op, algo, size_list, proto)
     df = pd.DataFrame([{**r.as_dict(), "algo_asked": algo, "proto_asked": proto,
                         "hardware": hw.name} for r in results])
+    if run is not None:  # the published time where the run measured this size
+        df["published_case"] = run.case
+        df["published_us"] = [run.rows.get(int(s), (None, None))[0] for s in df["size_bytes"]]
+        df["error_pct"] = 100 * (df["time_s"] * 1e6 / df["published_us"] - 1)
     if fmt != "table":
         print(render(df, fmt))
         return
     df.insert(1, "size", [format_bytes(s) for s in df["size_bytes"]])
     df["time_us"] = df["time_s"] * 1e6
-    table = df[["size_bytes", "size", "time_us", "algbw_GBps", "busbw_GBps", "algo", "proto"]]
+    columns = ["size_bytes", "size", "time_us", "algbw_GBps", "busbw_GBps", "algo", "proto"]
     header = (f"{op}, algo {algo}, {describe(build_topology(hw, gpus))}\n"
               "sizes in nccl-tests convention; GB/s = 1e9 bytes/s")
-    print(render(table, "table", header=header, floatfmt={
+    if run is not None:  # blank where the run has no such size
+        columns += ["published_us", "error_pct"]
+        for col, form in (("published_us", "{:.1f}"), ("error_pct", "{:+.1f}")):
+            df[col] = [form.format(v) if pd.notna(v) else "" for v in df[col]]
+        header += (f"\npublished: {run.case}, out-of-place time of nccl-tests (sources in "
+                   "profiles/external/public-collectives.md); error = simulated / published - 1")
+    print(render(df[columns], "table", header=header, floatfmt={
         "time_us": "{:.1f}", "algbw_GBps": "{:.2f}", "busbw_GBps": "{:.2f}"}))
+
+
+def _published(case: str, hardware: str, gpus: int, op: str, algo: str, proto: str):
+    """The published run, refused where it ran in another setting than the command's."""
+    run = published_collective(case)
+    asked = (hardware, gpus, op, algo)
+    ran = (run.hardware, run.gpus, run.op, run.nccl_algo)
+    if asked != ran or proto != "auto":
+        raise UserError(f"--published {case} ran {run.op} on {run.gpus} GPUs of {run.hardware} "
+                        f"with NCCL_ALGO {run.nccl_algo} and NCCL's own protocol: give -H "
+                        f"{run.hardware} -g {run.gpus} --op {run.op} --algo {run.nccl_algo} "
+                        "and no --proto")
+    return run

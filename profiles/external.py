@@ -90,3 +90,36 @@ def load_external(name: str) -> ExternalData:
             raise ProfileError(f"{path}: [transport] {key} has no {key}_source")
     return ExternalData(doc["name"], doc["repo"], doc["description"], tuple(rows),
                         tuple(doc.get("config", [])), str(path), dict(transport))
+
+
+PUBLIC_COLLECTIVES = FOLDER / "public-collectives.csv"  # sources in public-collectives.md
+
+
+@dataclass(frozen=True)
+class PublishedCollective:
+    """One published nccl-tests run (a case of public-collectives.csv): where it ran and its
+    out-of-place time and bus bandwidth per size."""
+
+    case: str
+    hardware: str
+    gpus: int
+    op: str
+    nccl_algo: str  # auto: NCCL's own choice; else what NCCL_ALGO forced
+    rows: dict[int, tuple[float, float]]  # size_bytes -> (time_us, busbw_GBps)
+
+
+def published_collective(case: str) -> PublishedCollective:
+    """The published run `case`; an unknown name is one error listing the known ones."""
+    import csv
+
+    with PUBLIC_COLLECTIVES.open() as f:
+        found = [r for r in csv.DictReader(f) if r["case"] == case]
+        f.seek(0)
+        known = sorted({r["case"] for r in csv.DictReader(f)})
+    if not found:
+        raise UserError(f"unknown published case {case!r}; known: {', '.join(known)} "
+                        f"(profiles/external/public-collectives.csv)")
+    first = found[0]
+    return PublishedCollective(
+        case, first["hardware"], int(first["gpus"]), first["op"], first["nccl_algo"],
+        {int(r["size_bytes"]): (float(r["time_us"]), float(r["busbw_GBps"])) for r in found})

@@ -126,6 +126,37 @@ def test_entry_points(launcher):
         assert command in helped.stdout
 
 
+def test_collective_beside_a_published_run(capsys):
+    """--published puts a published nccl-tests case's time beside each simulated size (its
+    sizes by default) with the error; a setting the run did not have is refused."""
+    import csv
+
+    with (REPO / "profiles" / "external" / "public-collectives.csv").open() as f:
+        want = {int(r["size_bytes"]): float(r["time_us"]) for r in csv.DictReader(f)
+                if r["case"] == "A1-nvls"}
+    code, out, _ = scape(capsys, "collective", "-H", "dgx-h100", "-g", "8", "--published",
+                         "A1-nvls", "--format", "json")
+    assert code == 0
+    rows = json.loads(out)
+    assert {r["size_bytes"] for r in rows} == set(want)
+    for r in rows:
+        assert r["published_case"] == "A1-nvls" and r["published_us"] == want[r["size_bytes"]]
+        assert r["error_pct"] == pytest.approx(100 * (r["time_s"] * 1e6 / r["published_us"] - 1))
+    code, out, _ = scape(capsys, "collective", "-H", "dgx-h100", "-g", "8", "--published",
+                         "A1-nvls", "--sizes", "1KiB,8MiB", "--format", "json")
+    first, second = json.loads(out)
+    assert first["published_us"] is None and second["published_us"] == want[8 << 20]
+    for args, message in (
+            (["-g", "16"], "ran all_reduce on 8 GPUs of dgx-h100"),
+            (["-g", "8", "--proto", "ll"], "and no --proto"),
+            (["-g", "8", "--algo", "ring"], "--algo auto")):
+        code, _, err = scape(capsys, "collective", "-H", "dgx-h100", *args, "--published",
+                             "A1-nvls")
+        assert code == 2 and message in err
+    code, _, err = scape(capsys, "collective", "-H", "dgx-h100", "-g", "8", "--published", "A9")
+    assert code == 2 and "unknown published case 'A9'; known: A1-nvls" in err
+
+
 def test_simulate_json_and_trace(capsys, tmp_path):
     trace = tmp_path / "step.json"
     code, out, _ = scape(capsys, "simulate", "-m", "llama-1.8b", "-H", "vista-gh200", "-g",
