@@ -115,7 +115,7 @@ def simulate(
     from simulator.memory import memory_columns, refuse_if_too_big
 
     refuse_if_too_big(cfg)  # a step time for a step no GPU can hold would mislead
-    result = simulate_step(cfg)
+    result = simulate_step(cfg, trace=trace is not None)  # a trace shows every micro-batch
     if trace:
         write_trace(trace, result.spans, f"{model} on {gpus} x {hardware}: {scheme}")
     row = {"model": model, "hardware": hardware, "gpus": gpus, "scheme": scheme,

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import simpy
@@ -539,38 +539,73 @@ class _StepSim:
         yield simpy.AllOf(self.env, carried["next_forward"])
 
 
+# ZeRO-3 issues the same gathers and reduce-scatters for every micro-batch, so after the first
+# few a step's timeline repeats one micro-batch apart: from this many on, a step is simulated
+# with STEADY, STEADY + 1 and STEADY + 2 micro-batches and, where those grow by the same amount
+# in every reported quantity, extended linearly (simulator/pipeline.py does the same for a
+# pipeline's steady state); otherwise, or for a trace, every micro-batch is simulated.
+EXTEND_FROM = 12
+STEADY = 4
+_KEYS = ("step", "compute", "compression", "tp", "exposed", "overlap", "bubble", "interference")
+
+
+def _run_kind(cfg: StepConfig, topo: Topology, cache: PhaseCache, step: StepPlan
+              ) -> tuple[dict[str, float], list[Span]]:
+    """One step kind's reported quantities (seconds) and its spans, simulated."""
+    sim = _StepSim(cfg, topo, cache, step)
+    t = sim.run()
+    busy = _union_length(sim.compute.busy)
+    comm = _union_length(sim.comm.busy)
+    overlap = _busy_overlap(sim.compute.busy, sim.comm.busy)
+    return {"step": t, "compute": sim.compute_s, "compression": sim.compression_s,
+            "tp": sim.tp_s, "exposed": t - busy - sim.bubble_s, "bubble": sim.bubble_s,
+            "overlap": min(overlap, comm), "interference": sim.interference_s}, sim.spans
+
+
+def _extended(cfg: StepConfig, topo: Topology, cache: PhaseCache, step: StepPlan
+              ) -> tuple[dict[str, float], list[Span]] | None:
+    """The step of `cfg.accum` micro-batches from three short ones (EXTEND_FROM above), or
+    None where it does not apply or the short ones are not yet periodic."""
+    if (cfg.pp > 1 or cfg.accum < EXTEND_FROM
+            or not any(op.every_micro_batch for op in step.ops)):
+        return None
+    runs = [_run_kind(replace(cfg, global_batch=None, grad_accum=a), topo, cache, step)
+            for a in (STEADY, STEADY + 1, STEADY + 2)]
+    (a, _), (b, _), (c, spans) = runs
+    scale = max(abs(c["step"]), 1e-12)
+    if any(abs((c[k] - b[k]) - (b[k] - a[k])) > 1e-9 * scale for k in _KEYS):
+        return None
+    more = cfg.accum - (STEADY + 2)
+    return {k: c[k] + more * (c[k] - b[k]) for k in _KEYS}, spans
+
+
 def simulate_step(
-    cfg: StepConfig, cache: PhaseCache | None = None, the_plan: Plan | None = None
+    cfg: StepConfig, cache: PhaseCache | None = None, the_plan: Plan | None = None,
+    trace: bool = False,
 ) -> StepResult:
     """Simulate one steady-state step of `cfg`; step kinds (dense refresh) are averaged.
 
     `the_plan` replaces the scheme's own plan (to study a variant); `cache` lets several
-    simulations on the same topology share built collectives.
+    simulations on the same topology share built collectives; `trace`: every micro-batch is
+    simulated, so the spans cover the whole step (ZeRO-3 steps of many micro-batches are
+    otherwise extended from their steady state, `_extended`, and their spans show a few).
     """
     cfg.validate()
     topo = build_topology(cfg.hardware, cfg.gpus)
     cache = cache or PhaseCache(topo)
     if the_plan is None:
         the_plan = cfg._plan()
-    totals = dict.fromkeys(("step", "compute", "compression", "tp", "exposed", "overlap",
-                            "bubble", "interference"), 0.0)
+    totals = dict.fromkeys(_KEYS, 0.0)
     spans: list[Span] = []
     kinds = []
     for weight, step in the_plan.steps:
-        sim = _StepSim(cfg, topo, cache, step)
-        t = sim.run()
-        busy = _union_length(sim.compute.busy)
-        comm = _union_length(sim.comm.busy)
-        overlap = _busy_overlap(sim.compute.busy, sim.comm.busy)
-        for key, value in (("step", t), ("compute", sim.compute_s),
-                           ("compression", sim.compression_s), ("tp", sim.tp_s),
-                           ("exposed", t - busy - sim.bubble_s), ("bubble", sim.bubble_s),
-                           ("overlap", min(overlap, comm)),
-                           ("interference", sim.interference_s)):
-            totals[key] += weight * value
-        kinds.append((weight, t))
+        got = None if trace else _extended(cfg, topo, cache, step)
+        values, kind_spans = got if got is not None else _run_kind(cfg, topo, cache, step)
+        for key in _KEYS:
+            totals[key] += weight * values[key]
+        kinds.append((weight, values["step"]))
         if not spans:
-            spans = sim.spans  # the trace shows the most frequent step kind
+            spans = kind_spans  # the trace shows the most frequent step kind
     tp_bytes = 0.0
     if cfg.tp > 1:  # 4 all-reduces per layer (of a stage) per micro-batch, ring 2(t-1)/t * S
         size = cfg.micro_batch * cfg.seq * cfg.model.arch.d_model * cfg.dtypes.param_bytes

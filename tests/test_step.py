@@ -157,3 +157,37 @@ def test_interference_slows_only_the_overlapped_compute():
     one = simulate_step(cfg("dense-ddp", hw=H100, gpus=1))
     assert one.compute_s == pytest.approx(simulate_step(cfg("dense-ddp", hw=free,
                                                             gpus=1)).compute_s, rel=1e-12)
+
+
+@pytest.mark.parametrize(("accum", "hw", "gpus"), [(12, H100, 16), (40, VISTA, 8)])
+def test_zero3_steps_of_many_micro_batches_extend_their_steady_state_exactly(accum, hw, gpus):
+    """A ZeRO-3 step of many micro-batches is simulated with a few and extended (step.py
+    _extended); every reported quantity equals the full simulation's (trace=True)."""
+    c = cfg("dense-zero3", gpus=gpus, hw=hw, grad_accum=accum)
+    short, full = simulate_step(c), simulate_step(c, trace=True)
+    for key, value in full.as_dict().items():
+        assert short.as_dict()[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+    assert len(short.spans) < len(full.spans)  # the extension did run: fewer spans
+    few = cfg("dense-zero3", gpus=gpus, hw=hw, grad_accum=6)  # below EXTEND_FROM: all simulated
+    assert len(simulate_step(few).spans) == len(simulate_step(few, trace=True).spans)
+
+
+def test_a_step_that_is_not_yet_periodic_is_simulated_whole(monkeypatch):
+    """Where the short runs do not grow by equal amounts (here made so: their step times
+    bent by a term in accum^2) the step is not extended but simulated in full."""
+    import simulator.step as step
+
+    c = cfg("dense-zero3", gpus=16, hw=H100, grad_accum=12)
+    full = simulate_step(c, trace=True).step_time_s
+    real = step._run_kind
+
+    def bent(kind_cfg, *args):
+        values, spans = real(kind_cfg, *args)
+        if kind_cfg.accum < step.EXTEND_FROM:
+            values = {**values, "step": values["step"] + 1e-3 * kind_cfg.accum**2}
+        return values, spans
+
+    monkeypatch.setattr(step, "_run_kind", bent)
+    topo = step.build_topology(c.hardware, c.gpus)
+    assert step._extended(c, topo, step.PhaseCache(topo), c._plan().steps[0][1]) is None
+    assert simulate_step(c).step_time_s == pytest.approx(full, rel=1e-12)
