@@ -242,12 +242,25 @@ def _step_config(model, hardware, gpus, scheme, micro_batch, seq_len, grad_accum
                  grad_dtype, param_dtype, algo, scheme_options, global_batch,
                  extra: dict | None = None, lineup: list[str] | None = None,
                  parallel: dict | None = None) -> StepConfig:
-    return StepConfig(
+    """The step the options describe. `parallel['attention']` None (not given) becomes flash
+    in place, so the rows carry what ran; given where forward and backward are priced by an
+    MFU (which has no attention kernel), it is refused rather than ignored."""
+    parallel = {} if parallel is None else parallel
+    typed = parallel.get("attention")
+    if "attention" in parallel and typed is None:
+        parallel["attention"] = "flash"
+    cfg = StepConfig(
         model=load_model(model), hardware=load_hardware(hardware), gpus=gpus,
         scheme=_scheme(scheme, scheme_options, extra, lineup), micro_batch=micro_batch,
         seq_len=seq_len, grad_accum=grad_accum, tp=tp, global_batch=global_batch,
-        dtypes=_dtypes(grad_dtype, param_dtype), algo=algo, **(parallel or {}),
+        dtypes=_dtypes(grad_dtype, param_dtype), algo=algo, **parallel,
     ).validate()
+    mfu, how = pricing(cfg.model, cfg.hardware, cfg.mfu)
+    if typed is not None and mfu is not None:
+        raise UserError(f"--attention {typed}: forward and backward are priced by {how}, "
+                        "which has no attention kernel; leave --attention out (or --mfu, "
+                        "where it was given, to price from shapes)")
+    return cfg
 
 
 # pipeline parallelism, recomputation and the compute model: simulate and compare
@@ -262,10 +275,10 @@ PARALLEL_OPTS = {
                                       help="Megatron's sequence parallelism with --tp"),
     "mfu": typer.Option(None, "--mfu", help="price forward/backward at this MFU instead of "
                                             "the profile's shapes model"),
-    "attention": typer.Option("flash", "--attention",
+    "attention": typer.Option(None, "--attention",
                               help="shapes model: flash (the profile's fused attention), flash2 "
                                    "(FlashAttention-2's rates) or unfused (Megatron "
-                                   "before it: batched GEMMs and softmax)"),
+                                   "before it: batched GEMMs and softmax) [default: flash]"),
 }
 
 
@@ -284,7 +297,7 @@ def _parallel(pp, pp_schedule, virtual_stages, recompute, sequence_parallel, mfu
               attention) -> dict:
     return {"pp": pp, "pp_schedule": str(pp_schedule), "virtual_stages": virtual_stages,
             "recompute": str(recompute), "sequence_parallel": sequence_parallel, "mfu": mfu,
-            "attention": str(attention)}
+            "attention": None if attention is None else str(attention)}
 
 
 STEP_OPTS = {

@@ -184,6 +184,20 @@ def test_attention_flash2_slows_an_h100_step_and_says_so(capsys):
     assert rows["flash2"]["compute_s"] > rows["flash"]["compute_s"]
 
 
+def test_attention_is_refused_where_an_mfu_prices_the_step(capsys):
+    """An MFU (given, or the profile's) has no attention kernel: --attention there is
+    refused, not ignored; left out, the step runs and its row says flash."""
+    for args, how in ((["-H", "dgx-h100", "--mfu", "0.5"], "mfu 0.5 (given)"),
+                      (["-H", "vista-gh200"], "([compute])")):
+        code, _, err = scape(capsys, "simulate", "-m", "llama-1.8b", "-g", "8", "-s",
+                             "dense-adams", *args, "--attention", "unfused")
+        assert code == 2 and "--attention unfused: forward and backward are priced by" in err
+        assert how in err
+        code, out, _ = scape(capsys, "simulate", "-m", "llama-1.8b", "-g", "8", "-s",
+                             "dense-adams", *args, "--format", "json")
+        assert code == 0 and json.loads(out)[0]["attention"] == "flash"
+
+
 def test_sparsity_flag_reaches_the_scheme(capsys):
     rows = {}
     for s in ("0.9", "0.99"):

@@ -414,7 +414,7 @@ def test_train_and_validate_with_drawn_options(capsys, monkeypatch, tmp_path_fac
        virtual=st.sampled_from([None, "2", "3", "0", "-2", "100"]),
        recompute=st.sampled_from(["none", "selective", "full", "half"]),
        mfu=st.sampled_from([None, "0.5", "1", "0", "1.5", "-1", "nan"]),
-       attention=st.sampled_from(["flash", "flash2", "unfused", "paged"]),
+       attention=st.sampled_from([None, "flash", "flash2", "unfused", "paged"]),
        scheme=st.sampled_from(["dense-adams", "dense-zero2", "dense-zero3", "scape:0.99",
                                "topk:0.99"]),
        batch=st.sampled_from([None, "64", "96", "7"]))
@@ -424,9 +424,9 @@ def test_simulate_with_drawn_parallel_layouts(capsys, gpus, tp, pp, schedule, vi
     in the JSON row, or exit 2 with one error line; never a traceback."""
     args = ["simulate", "-m", "llama-7b", "-H", "dgx-h100", "-g", gpus, "-s", scheme,
             "--tp", tp, "--pp", pp, "--pp-schedule", schedule, "--recompute", recompute,
-            "--attention", attention, "--format", "json"]
+            "--format", "json"]
     for flag, value in (("--virtual-stages", virtual), ("--mfu", mfu),
-                        ("--global-batch", batch)):
+                        ("--global-batch", batch), ("--attention", attention)):
         if value is not None:
             args += [flag, value]
     try:
@@ -436,7 +436,8 @@ def test_simulate_with_drawn_parallel_layouts(capsys, gpus, tp, pp, schedule, vi
     if code == 0:
         (row,) = json.loads(out)
         assert (row["tp"], row["pp"], row["pp_schedule"]) == (int(tp), int(pp), schedule)
-        assert (row["recompute"], row["attention"]) == (recompute, attention)
+        assert (row["recompute"], row["attention"]) == (recompute, attention or "flash")
+        assert attention is None or mfu is None  # typed beside an MFU it is refused
         assert row["tp"] * row["pp"] * row["dp"] == row["gpus"]
         assert row["step_time_s"] > 0 and row["fits_memory"]
         if mfu is not None:
