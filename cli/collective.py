@@ -19,6 +19,8 @@ from simulator.collective import describe, sweep
 from simulator.network import build_topology
 from simulator.units import format_bytes, parse_sizes
 
+DEFAULT_SIZES = "1KiB..1GiB"  # without --sizes or a published run's own sizes
+
 
 @app.command()
 def collective(
@@ -35,7 +37,7 @@ def collective(
                                    "it (profiles with [nccl]; others run simple)"),
     sizes: str = typer.Option(None, "--sizes",
                               help="list 1KiB,1MiB,1GiB or doubling range 1KiB..8GiB "
-                                   "[default: 1KiB..1GiB]"),
+                                   f"[default: {DEFAULT_SIZES}]"),
     published: str = typer.Option(None, "--published",
                                   help="beside a published nccl-tests run: a case of "
                                        "profiles/external/public-collectives.csv (e.g. "
@@ -48,7 +50,7 @@ def collective(
     run = None if published is None else _published(published, hw.name, gpus, str(op),
                                                     str(algo), str(proto))
     size_list = (sorted(run.rows) if run is not None and sizes is None
-                 else parse_sizes(sizes if sizes is not None else "1KiB..1GiB"))
+                 else parse_sizes(sizes if sizes is not None else DEFAULT_SIZES))
     results = sweep(hw, gpus, op, algo, size_list, proto)
     df = pd.DataFrame([{**r.as_dict(), "algo_asked": algo, "proto_asked": proto,
                         "hardware": hw.name} for r in results])

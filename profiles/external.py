@@ -6,6 +6,7 @@ commit and line it was transcribed from. `scape validate --external NAME` predic
 
 from __future__ import annotations
 
+import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,13 +111,11 @@ class PublishedCollective:
 
 def published_collective(case: str) -> PublishedCollective:
     """The published run `case`; an unknown name is one error listing the known ones."""
-    import csv
-
     with PUBLIC_COLLECTIVES.open() as f:
-        found = [r for r in csv.DictReader(f) if r["case"] == case]
-        f.seek(0)
-        known = sorted({r["case"] for r in csv.DictReader(f)})
+        every = list(csv.DictReader(f))
+    found = [r for r in every if r["case"] == case]
     if not found:
+        known = sorted({r["case"] for r in every})
         raise UserError(f"unknown published case {case!r}; known: {', '.join(known)} "
                         f"(profiles/external/public-collectives.csv)")
     first = found[0]
