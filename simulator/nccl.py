@@ -232,12 +232,19 @@ def estimate_us(op: str, algo: str, proto: str, size: float, m: Machine) -> floa
     """NCCL's estimated time of one call (ncclTopoGetAlgoTime); None: not available."""
     if not available(op, algo, proto, m):
         return None
-    c = constants()
-    bw = algbw(op, algo, proto, m)
+    bw = algbw(op, algo, proto, m) * tree_correction(op, algo, proto, size)
+    return call_latency_us(op, algo, proto, size, m) + size / (1000 * bw)
+
+
+def tree_correction(op: str, algo: str, proto: str, size: float) -> float:
+    """The share of its bandwidth NCCL's tree all-reduce reaches at `size` bytes
+    (tuning.cc treeCorrectionFactor[proto][log2(bytes / 64)], NCCL's own table): below 1 at
+    the middle sizes, where a call is too short to keep each channel's chunk pipeline full
+    (0.6 for LL128 at 512 KiB-2 MiB); 1 for every other algorithm."""
     log_size = int(math.log2(size / 64)) if size >= 64 else -1
     if algo == "tree" and op == "all_reduce" and 0 <= log_size < 23:
-        bw *= c["tree_correction"][proto][log_size]
-    return call_latency_us(op, algo, proto, size, m) + size / (1000 * bw)
+        return constants()["tree_correction"][proto][log_size]
+    return 1.0
 
 
 def call_latency_us(op: str, algo: str, proto: str, size: float, m: Machine) -> float:
@@ -292,7 +299,10 @@ def protocol(op: str, algo: str, proto: str, size: float, m: Machine) -> Protoco
     if algo in ("nvls", "nvls_tree"):
         wire = 1 / _nvls_efficiency(m)
     else:
-        wire = busbw(op, algo, "simple", m) / busbw(op, algo, proto, m)
+        # the tree's unfilled pipeline at the middle sizes slows its bytes as NCCL's own
+        # estimate has it (NVLS_TREE's fill is modelled from its chunking, collective.py)
+        wire = busbw(op, algo, "simple", m) / (
+            busbw(op, algo, proto, m) * tree_correction(op, algo, proto, size))
     return Protocol(proto, wire, call_latency_us(op, algo, proto, size, m) * 1e-6)
 
 

@@ -139,3 +139,26 @@ def test_collnet_direct_only_where_sharp_is_on_and_priced_as_ncclS_tuner():
     assert r.time_s == pytest.approx(nvlink + 44e-6, rel=1e-6)
     assert 2**33 / r.time_s / 1e9 == pytest.approx(bus / 2, rel=0.02)
     assert not nccl.available("all_reduce", "collnet_direct", "simple", nccl.machine(sharp, 8))
+
+
+def test_tree_bandwidth_time_follows_nccls_size_correction():
+    """Tree all-reduce across two nodes: the bytes' time at 1 MiB (log2(2^20 / 64) = 14,
+    treeCorrectionFactor LL128 0.6) is 1/0.6 of what the same call's bytes take at the rate of
+    a size NCCL does not correct (1.0 from 2^28 bytes), and the choice prices it the same."""
+    m = nccl.machine(H100, 16)
+    assert nccl.tree_correction("all_reduce", "tree", "ll128", 2**20) == pytest.approx(0.6)
+    assert nccl.tree_correction("all_reduce", "tree", "ll128", 2**28) == 1.0
+    assert nccl.tree_correction("all_reduce", "ring", "ll128", 2**20) == 1.0
+    mid = nccl.protocol("all_reduce", "tree", "ll128", 2**20, m)
+    large = nccl.protocol("all_reduce", "tree", "ll128", 2**28, m)
+    assert mid.wire == pytest.approx(large.wire / 0.6)
+    lat = nccl.call_latency_us("all_reduce", "tree", "ll128", 2**20, m)
+    bw = nccl.algbw("all_reduce", "tree", "ll128", m)
+    assert nccl.estimate_us("all_reduce", "tree", "ll128", 2**20, m) == pytest.approx(
+        lat + 2**20 / (1000 * bw * 0.6))
+    # the simulated calls: per byte, 1-2 MiB (both 0.6) cost 1/0.6 of 256-512 MiB (both 1.0)
+    t = {r.size_bytes: r.time_s for r in sweep(H100, 16, "all_reduce", "tree",
+                                               [2**20, 2**21, 2**28, 2**29], "ll128")}
+    per_byte_mid = (t[2**21] - t[2**20]) / 2**20
+    per_byte_large = (t[2**29] - t[2**28]) / 2**28
+    assert per_byte_mid == pytest.approx(per_byte_large / 0.6, rel=1e-6)
