@@ -12,6 +12,7 @@ from profiles.errors import ProfileError
 from profiles.schema import Field, require_tables, validate_table
 
 SOURCE = Field(str, nonempty=True)
+NCCL_PROTOCOLS = ("ll", "ll128", "simple")  # NCCL's protocols, as simulator/nccl.py names them
 
 GPU_FIELDS = {
     "model": Field(str, nonempty=True),
@@ -41,7 +42,9 @@ NIC_FIELDS = {
 }
 # How NCCL moves bytes between nodes (DESIGN section 9). Without this table the [nic] numbers
 # are what the transport reaches (InfiniBand verbs or RoCE at the NIC's efficiency).
-TRANSPORTS = ("ib-verbs", "roce", "efa", "socket")
+# tcpx: Google's GPUDirect-TCPX and -TCPXO net plugins (GPU memory straight to the NIC, over
+# TCP; TCPXO offloads it to the NIC); which protocols they run is their env's, [nccl] proto
+TRANSPORTS = ("ib-verbs", "roce", "efa", "socket", "tcpx")
 TRANSPORT_FIELDS = {
     "kind": Field(str, choices=TRANSPORTS),
     "efficiency": Field(float, gt=0, le=1),  # of the NIC line rate, for bulk collectives
@@ -70,6 +73,9 @@ NCCL_FIELDS = {
     # CollNet (SHARP in the IB switches): NCCL runs it only with NCCL_COLLNET_ENABLE=1 and the
     # SHARP plugin, off by default; true where the cluster turns it on
     "collnet": Field(bool, required=False),
+    # NCCL_PROTO as the platform's own environment sets it (comma-separated, NCCL's syntax,
+    # e.g. "Simple,LL128"); absent: every protocol NCCL enables by itself
+    "proto": Field(str, nonempty=True, required=False),
     "source": SOURCE,
 }
 FABRIC_FIELDS = {
@@ -203,7 +209,15 @@ class Nccl:
     source: str
     net_latency_us: float | None = None
     collnet: bool | None = None
+    proto: str | None = None
     sources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def protocols(self) -> tuple[str, ...]:
+        """The protocols NCCL may pick here: NCCL_PROTO's list, lower case (all when unset)."""
+        if self.proto is None:
+            return NCCL_PROTOCOLS
+        return tuple(p.strip().lower() for p in self.proto.split(","))
 
 
 @dataclass(frozen=True)
@@ -488,6 +502,10 @@ def _cross_check(path, hw: HardwareProfile) -> None:
             r.attn_flash2_bwd_fraction is None):
         raise ProfileError(f"{path}: [roofline] attn_flash2_fwd_fraction and "
                            "attn_flash2_bwd_fraction: give both or neither")
+    unknown = [p for p in (hw.nccl.protocols if hw.nccl else ()) if p not in NCCL_PROTOCOLS]
+    if unknown or (hw.nccl and not hw.nccl.protocols):
+        raise ProfileError(f"{path}: [nccl] proto: a comma-separated list of LL, LL128 and "
+                           f"Simple (NCCL_PROTO), got {hw.nccl.proto!r}")
     if (intra.kind == "none") != (g == 1):
         raise ProfileError(
             f"{path}: [intra_node] kind: 'none' exactly when gpus_per_node = 1 "

@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
 from profiles import HardwareProfile, UserError
+from profiles.hardware import NCCL_PROTOCOLS
 
 DATA = Path(__file__).resolve().parents[1] / "profiles" / "external" / "nccl-tuning.toml"
-PROTOCOLS = ("ll", "ll128", "simple")
+PROTOCOLS = NCCL_PROTOCOLS
 # NCCL's algorithms this simulator builds
 TUNED_ALGOS = ("ring", "tree", "nvls", "nvls_tree", "collnet_direct")
 # Collectives NCCL's tuner chooses for; all-to-all is point-to-point sends (Simple, no tuning)
@@ -54,6 +55,7 @@ class Machine:
     net_latency_us: float = 0.0  # latencyInter: what the network plugin adds per step
     nvls_heads: int = 0  # GPUs of a node whose NVLS channels use a NIC (NVLS_TREE)
     collnet: bool = False  # SHARP in the network switches, turned on (NCCL_COLLNET_ENABLE=1)
+    protocols: tuple[str, ...] = PROTOCOLS  # NCCL_PROTO as the platform sets it
 
     @property
     def ppn(self) -> float:
@@ -81,7 +83,7 @@ def machine(hw: HardwareProfile, ranks: int, nodes: int | None = None) -> Machin
                    channels=hw.nccl.channels, intra_hw="nvlink" if nvlink else "pci",
                    net_latency_us=hw.nccl.net_latency_us or 0.0,
                    nvls_heads=max(1, min(g, round(nics))),
-                   collnet=bool(hw.nccl.collnet) and nvlink)
+                   collnet=bool(hw.nccl.collnet) and nvlink, protocols=hw.nccl.protocols)
 
 
 def nvls_tree_chunk(size: float, m: Machine) -> int:
@@ -121,7 +123,7 @@ def _steps(op: str, ranks: int) -> int:
 def available(op: str, algo: str, proto: str, m: Machine) -> bool:
     """Whether NCCL would consider (algo, proto) for `op` on `m` (enqueue.cc
     updateCollCostTable, tuning.cc enable rules)."""
-    if proto == "ll128" and not m.ll128:
+    if proto not in m.protocols or (proto == "ll128" and not m.ll128):
         return False
     if algo == "ring":
         return op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
@@ -261,7 +263,10 @@ def choose(op: str, size: float, m: Machine, algos: tuple[str, ...] | None = Non
            protos: tuple[str, ...] | None = None) -> tuple[str, str]:
     """The (algorithm, protocol) NCCL runs `op` of `size` bytes with: the fastest in its cost
     model among the available pairs (algorithm-major order, the first strict minimum), within
-    `algos`/`protos` when given (NCCL_ALGO / NCCL_PROTO)."""
+    `algos`/`protos` when given (NCCL_ALGO / NCCL_PROTO; a typed NCCL_PROTO replaces the
+    platform's own, as it does in the environment)."""
+    if protos:
+        m = replace(m, protocols=tuple(protos))
     best, best_t = None, math.inf
     for algo in algos or TUNED_ALGOS:
         for proto in protos or PROTOCOLS:

@@ -162,3 +162,18 @@ def test_tree_bandwidth_time_follows_nccls_size_correction():
     per_byte_mid = (t[2**21] - t[2**20]) / 2**20
     per_byte_large = (t[2**29] - t[2**28]) / 2**28
     assert per_byte_mid == pytest.approx(per_byte_large / 0.6, rel=1e-6)
+
+
+def test_platform_proto_limits_the_choice_and_a_typed_one_replaces_it():
+    """gcp-a3-mega ships NCCL_PROTO=Simple,LL128 (Google's TCPXO environment): NCCL never
+    picks LL there, whatever the size; --proto ll (NCCL_PROTO=LL) replaces the platform's."""
+    a3 = load_hardware("gcp-a3-mega")
+    assert a3.transport.kind == "tcpx" and a3.nccl.protocols == ("simple", "ll128")
+    m = nccl.machine(a3, 16)
+    assert not nccl.available("all_reduce", "tree", "ll", m)
+    picks = {nccl.choose(op, s, m)[1] for op in ("all_reduce", "all_gather")
+             for s in (8, 2**10, 2**16, 2**20, 2**30)}
+    assert "ll" not in picks and "ll128" in picks
+    # on an IB machine of the same shape NCCL's own choice at 1 KiB is LL
+    assert nccl.choose("all_reduce", 2**10, nccl.machine(H100, 16))[1] == "ll"
+    assert nccl.choose("all_reduce", 2**10, m, protos=("ll",)) == ("tree", "ll")

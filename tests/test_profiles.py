@@ -16,7 +16,8 @@ MODEL_FILE = ROOT / "models" / "llama-7b.toml"
 
 def test_embedded_profiles_are_present():
     assert names("hardware") == ["aws-p5", "commodity-100gbe", "dgx-a100", "dgx-h100",
-                                 "oci-h100-roce", "vista-gh200", "vista-gh200-socket"]
+                                 "gcp-a3-mega", "oci-h100-roce", "vista-gh200",
+                                 "vista-gh200-socket"]
     assert names("model") == [
         "gpt-345m", "llama-1.8b", "llama-405b", "llama-500m", "llama-70b", "llama-7b", "tiny-gpt",
         "tiny-llama",
@@ -95,6 +96,11 @@ HW_CASES = [
      r"attn_flash2_fwd_fraction and attn_flash2_bwd_fraction: give both or neither"),
     (r"^attn_flash2_fwd_fraction = .*$", "attn_flash2_fwd_fraction = 1.2",
      r"\[roofline\] attn_flash2_fwd_fraction: must be <= 1"),
+    # NCCL_PROTO as the platform sets it: NCCL's protocol names only
+    (r"^channels = 16$", 'channels = 16\nproto = "Simple,LL256"',
+     r"\[nccl\] proto: a comma-separated list of LL, LL128 and Simple"),
+    (r"^channels = 16$", 'channels = 16\nproto = "Simple,"',
+     r"\[nccl\] proto: a comma-separated list"),
 ]
 
 
