@@ -49,6 +49,10 @@ def calibrate_collectives(
     spec = _netbed(netbed)
     worlds = _rank_counts(nprocs)
     check_backend(backend, max(worlds), spec)
+    from scape.train.launch import RANK_BASE_BYTES, refuse_beyond_host
+
+    refuse_beyond_host(f"{max(worlds)} ranks", max(worlds) * RANK_BASE_BYTES,
+                       "fewer ranks (--nprocs)")
     chosen = parse_sizes(sizes) if sizes else list(DEFAULT_SIZES)
     print(f"calibrate collectives: {nprocs} ranks, {len(chosen)} sizes x 5 collectives ...",
           file=sys.stderr)
@@ -127,6 +131,23 @@ def calibrate_compute_cmd(
                         ("--threads", threads)):
         if value < 1:
             raise UserError(f"{name} must be at least 1, got {value}")
+    import os
+
+    import torch
+
+    from scape.train.launch import model_host_bytes, refuse_beyond_host
+
+    most = 4 * (os.cpu_count() or 1)  # ranks sharing a host: beyond this it measures nothing
+    if max_ranks > most:
+        raise UserError(f"--max-ranks {max_ranks}: at most {most} (4 per core of this host) "
+                        "ranks sharing it")
+
+    # on a CPU the measurement runs the model alone, then in 1..max_ranks processes at once
+    if not torch.cuda.is_available():
+        refuse_beyond_host(f"{max_ranks} process(es) of {model} at micro-batch "
+                           f"{micro_batch}",
+                           max_ranks * model_host_bytes(model, micro_batch),
+                           "a smaller --max-ranks or --micro-batch, or a smaller model")
     print(f"calibrate compute: {model} at micro-batch {micro_batch}, kernels, 1..{max_ranks} "
           "ranks sharing the host ...", file=sys.stderr)
     from scape.calibrate.compute import KERNEL_BENCH

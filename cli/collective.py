@@ -47,13 +47,13 @@ def collective(
     """Simulate one collective over a sweep of sizes; prints an nccl-tests-like table."""
     check_format(fmt)
     hw = load_hardware(hardware)
-    run = None if published is None else _published(published, hw.name, gpus, str(op),
+    run = None if published is None else _published(published, hw, gpus, str(op),
                                                     str(algo), str(proto))
     size_list = (sorted(run.rows) if run is not None and sizes is None
                  else parse_sizes(sizes if sizes is not None else DEFAULT_SIZES))
     results = sweep(hw, gpus, op, algo, size_list, proto)
     df = pd.DataFrame([{**r.as_dict(), "algo_asked": algo, "proto_asked": proto,
-                        "hardware": hw.name} for r in results])
+                        "hardware": hardware, "hardware_profile": hw.path} for r in results])
     if run is not None:  # the published time where the run measured this size
         df["published_case"] = run.case
         df["published_us"] = [run.rows.get(int(s), (None, None))[0] for s in df["size_bytes"]]
@@ -65,6 +65,7 @@ def collective(
     df["time_us"] = df["time_s"] * 1e6
     columns = ["size_bytes", "size", "time_us", "algbw_GBps", "busbw_GBps", "algo", "proto"]
     header = (f"{op}, algo {algo}, {describe(build_topology(hw, gpus))}\n"
+              f"profile {hw.path}\n"
               "sizes in nccl-tests convention; GB/s = 1e9 bytes/s")
     if run is not None:  # blank where the run has no such size
         columns += ["published_us", "error_pct"]
@@ -76,10 +77,12 @@ def collective(
         "time_us": "{:.1f}", "algbw_GBps": "{:.2f}", "busbw_GBps": "{:.2f}"}))
 
 
-def _published(case: str, hardware: str, gpus: int, op: str, algo: str, proto: str):
-    """The published run, refused where it ran in another setting than the command's."""
+def _published(case: str, hw, gpus: int, op: str, algo: str, proto: str):
+    """The published run, refused where it ran in another setting than the command's (a
+    copy of its profile elsewhere, however named, is another setting)."""
     run = published_collective(case)
-    asked = (hardware, gpus, op, algo)
+    shipped = load_hardware(run.hardware).path if run.hardware == hw.name else None
+    asked = (hw.name if hw.path == shipped else hw.path, gpus, op, algo)
     ran = (run.hardware, run.gpus, run.op, run.nccl_algo)
     if asked != ran or proto != "auto":
         raise UserError(f"--published {case} ran {run.op} on {run.gpus} GPUs of {run.hardware} "

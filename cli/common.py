@@ -65,6 +65,8 @@ def output_file(path: str, flag: str) -> Path:
     if p.is_dir():
         raise UserError(f"{flag} {path}: is a folder, give a file name")
     parent = p.parent if str(p.parent) else Path(".")
+    if parent.exists() and not parent.is_dir():
+        raise UserError(f"{flag} {path}: {parent} is a file, not a folder")
     if not parent.is_dir():
         raise UserError(f"{flag} {path}: folder {parent} does not exist")
     existed = p.exists()
@@ -252,9 +254,14 @@ def _step_config(model, hardware, gpus, scheme, micro_batch, seq_len, grad_accum
     cfg = StepConfig(
         model=load_model(model), hardware=load_hardware(hardware), gpus=gpus,
         scheme=_scheme(scheme, scheme_options, extra, lineup), micro_batch=micro_batch,
-        seq_len=seq_len, grad_accum=grad_accum, tp=tp, global_batch=global_batch,
-        dtypes=_dtypes(grad_dtype, param_dtype), algo=algo, **parallel,
+        seq_len=seq_len, grad_accum=1 if grad_accum is None else grad_accum, tp=tp,
+        global_batch=global_batch, dtypes=_dtypes(grad_dtype, param_dtype), algo=algo,
+        **parallel,
     ).validate()
+    if grad_accum is not None and global_batch is not None and grad_accum != cfg.accum:
+        raise UserError(f"--grad-accum {grad_accum} contradicts --global-batch {global_batch} "
+                        f"(micro-batch {micro_batch} x data-parallel {cfg.dp} gives "
+                        f"{cfg.accum} micro-batches per step): give one")
     mfu, how = pricing(cfg.model, cfg.hardware, cfg.mfu)
     if typed is not None and mfu is not None:
         raise UserError(f"--attention {typed}: forward and backward are priced by {how}, "
@@ -405,4 +412,8 @@ def _rank_counts(text: str) -> list[int]:
         raise UserError(f"--nprocs wants integers like 2,3, got {text!r}") from None
     if not worlds or min(worlds) < 2:
         raise UserError(f"--nprocs must list rank counts of at least 2, got {text!r}")
+    twice = sorted({w for w in worlds if worlds.count(w) > 1})
+    if twice:
+        raise UserError(f"--nprocs lists {', '.join(map(str, twice))} twice ({text!r}): give "
+                        "each rank count once")
     return worlds

@@ -67,11 +67,11 @@ def plan_cmd(
         df = plan_training(req, progress_total=lambda n: bar.update(task, total=n),
                            progress=lambda n: bar.advance(task, n))
     shown = df.head(top)
+    asked = {"model": model, "tokens": tokens, "global_batch": req.batch, "seq_len": req.seq,
+             "grad_dtype": grad_dtype, "param_dtype": param_dtype, "max_gpus": max_gpus,
+             "deadline_hours": deadline_hours, "budget_usd": budget_usd,
+             "density_warmup_frac": density_warmup_frac, "quality": quality, "rank": rank}
     if fmt != "table":  # every row carries the request it answers
-        asked = {"model": model, "tokens": tokens, "global_batch": req.batch, "seq_len": req.seq,
-                 "grad_dtype": grad_dtype, "param_dtype": param_dtype, "max_gpus": max_gpus,
-                 "deadline_hours": deadline_hours, "budget_usd": budget_usd,
-                 "density_warmup_frac": density_warmup_frac, "quality": quality, "rank": rank}
         print(render(shown.assign(**asked), fmt))
         return
     cols = ["hardware", "gpus", "scheme", "tp", "pp", "dp", "schedule", "micro_batch",
@@ -81,7 +81,8 @@ def plan_cmd(
               else "time to train then cost")
     header = (f"{model}, {tokens:.3g} tokens, global batch {req.batch} x seq {req.seq}; "
               f"{len(df)} feasible plans, ranked by {ranked}; schedule: pipeline (1f1b, or "
-              f"interleaved x chunks); recompute: the least that fits")
+              f"interleaved x chunks); recompute: the least that fits\noptions: "
+              + ", ".join(f"{k} {v}" for k, v in asked.items()))
     if req.quality is not None:
         q = req.quality
         cols += ["quality_tokens_ratio", "hours_to_quality", "cost_to_quality_usd"]

@@ -63,7 +63,8 @@ def simulate(
     optimizer: OptimizerChoice = typer.Option(None, "--optimizer", help="adamw|adams"),
     micro_batch: int = typer.Option(1, "--micro-batch"),
     seq_len: int = typer.Option(None, "--seq-len", help="default: the model profile's"),
-    grad_accum: int = typer.Option(1, "--grad-accum"),
+    grad_accum: int = typer.Option(None, "--grad-accum", help="micro-batches per step "
+                                   "[default: 1, or what --global-batch gives]"),
     global_batch: int = typer.Option(None, "--global-batch",
                                      help="sequences per step; sets grad-accum"),
     tp: int = typer.Option(1, "--tp", help="tensor-parallel degree inside a node"),
@@ -116,8 +117,6 @@ def simulate(
 
     refuse_if_too_big(cfg)  # a step time for a step no GPU can hold would mislead
     result = simulate_step(cfg, trace=trace is not None)  # a trace shows every micro-batch
-    if trace:
-        write_trace(trace, result.spans, f"{model} on {gpus} x {hardware}: {scheme}")
     row = {"model": model, "hardware": hardware, "gpus": gpus, "scheme": scheme,
            **resolved_scheme(cfg.scheme), "micro_batch": micro_batch, "seq_len": cfg.seq,
            "grad_accum": cfg.accum, "global_batch": cfg.sequences,
@@ -128,6 +127,8 @@ def simulate(
         mean = run_mean(cfg, steps)
         row.update(run_steps=steps, run_mean_step_s=mean.mean_step_s,
                    run_mean_bytes_per_gpu=mean.mean_bytes_per_gpu)
+    if trace:  # the trace carries the options and results of its row
+        write_trace(trace, result.spans, f"{model} on {gpus} x {hardware}: {scheme}", row)
     if fmt != "table":  # one row, the same shape as every command's rows
         print(render(pd.DataFrame([row]), fmt))
         return
@@ -137,6 +138,9 @@ def simulate(
           f"{recompute}, algo {algo}; forward/backward: {row['compute_model']}")
     print("# scheme options: " + ", ".join(f"{k} {v}" for k, v in
                                             resolved_scheme(cfg.scheme).items()))
+    print(f"# grad_dtype {grad_dtype}, param_dtype {param_dtype}, attention "
+          f"{row.get('attention')}, sequence_parallel {row.get('sequence_parallel')}, "
+          f"mfu {row.get('mfu')}, global_batch {cfg.sequences}")
     for key in ("step_time_s", "compute_s", "compression_s", "tp_comm_s", "exposed_comm_s",
                 "overlapped_comm_s", *(("pipeline_bubble_s",) if pp > 1 else ()),
                 "interference_s"):
@@ -163,7 +167,8 @@ def compare_cmd(
     baseline: str = typer.Option("dense-adams", "--baseline"),
     micro_batch: int = typer.Option(1, "--micro-batch"),
     seq_len: int = typer.Option(None, "--seq-len"),
-    grad_accum: int = typer.Option(1, "--grad-accum"),
+    grad_accum: int = typer.Option(None, "--grad-accum", help="micro-batches per step "
+                                   "[default: 1, or what --global-batch gives]"),
     global_batch: int = typer.Option(None, "--global-batch"),
     tp: int = typer.Option(1, "--tp"),
     grad_dtype: DtypeChoice = typer.Option("bf16", "--grad-dtype"),
@@ -204,12 +209,12 @@ def compare_cmd(
                        grad_dtype, param_dtype, algo, opts, global_batch, extra, lineup,
                        parallel)
     df = compare(cfg, lineup, baseline, steps)
+    asked = {"model": model, "hardware": hardware, "gpus": gpus, "baseline": baseline,
+             "micro_batch": micro_batch, "seq_len": cfg.seq, "grad_accum": cfg.accum,
+             "global_batch": cfg.sequences, "tp": tp, **parallel, "dp": cfg.dp,
+             "compute_model": compute_model(cfg),
+             "grad_dtype": grad_dtype, "param_dtype": param_dtype, "algo": algo}
     if fmt != "table":  # every row carries the configuration it was simulated in
-        asked = {"model": model, "hardware": hardware, "gpus": gpus, "baseline": baseline,
-                 "micro_batch": micro_batch, "seq_len": cfg.seq, "grad_accum": cfg.accum,
-                 "global_batch": cfg.sequences, "tp": tp, **parallel, "dp": cfg.dp,
-                 "compute_model": compute_model(cfg),
-                 "grad_dtype": grad_dtype, "param_dtype": param_dtype, "algo": algo}
         print(render(df.assign(**asked), fmt))
         return
     shown = df[["scheme", "step_time_s", "compute_s", "compression_s", "exposed_comm_s",
@@ -227,7 +232,11 @@ def compare_cmd(
               f"pp {pp}{_schedule_name(cfg)}, dp {cfg.dp}, recompute {recompute}; "
               f"forward/backward: {compute_model(cfg)}; "
               f"speedup = {baseline} step time / scheme step time; mem_GB per GPU of "
-              f"{df['usable_memory_GB'].iloc[0]:.1f} usable")
+              f"{df['usable_memory_GB'].iloc[0]:.1f} usable\n"
+              "options: " + ", ".join(f"{k} {v}" for k, v in {
+                  **asked, **{k: v for k, v in resolved_scheme(cfg.scheme).items()
+                              if k in ("overlap_grad_reduce", "overlap_param_gather",
+                                       "bucket_MB")}}.items()))
     if not df["fits_memory"].all():
         header += ("\nfits NO: one GPU cannot hold that configuration; its times are what it "
                    "would take if it could")

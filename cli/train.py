@@ -141,9 +141,11 @@ def train_cmd(
 
 @app.command("netbed")
 def netbed_cmd(
-    netbed: str = typer.Option("rate=200mbit", "--netbed", help=NETBED_HELP),
-    nprocs: int = typer.Option(2, "--nprocs", help="ranks (namespaces) to build"),
-    seconds: float = typer.Option(2.0, "--seconds", help="length of each throughput probe"),
+    netbed: str = typer.Option(None, "--netbed",
+                               help=NETBED_HELP + " [default: rate=200mbit]"),
+    nprocs: int = typer.Option(None, "--nprocs", help="ranks (namespaces) to build [default: 2]"),
+    seconds: float = typer.Option(None, "--seconds",
+                                  help="length of each throughput probe [default: 2]"),
     cleanup: bool = typer.Option(False, "--cleanup",
                                  help="only remove namespaces left by killed testbeds"),
 ):
@@ -156,6 +158,14 @@ def netbed_cmd(
         namespaces,
     )
 
+    typed = [flag for flag, v in (("--netbed", netbed), ("--nprocs", nprocs),
+                                  ("--seconds", seconds)) if v is not None]
+    if cleanup and typed:
+        raise UserError(f"--cleanup builds no testbed: {', '.join(typed)} would not be used; "
+                        "give --cleanup alone")
+    netbed = "rate=200mbit" if netbed is None else netbed
+    nprocs = 2 if nprocs is None else nprocs
+    seconds = 2.0 if seconds is None else seconds
     if not (math.isfinite(seconds) and 0 < seconds <= 600):
         raise UserError(f"--seconds must be in (0, 600], got {seconds}")
     spec = _netbed(netbed)

@@ -16,9 +16,10 @@ NCCL_PROTOCOLS = ("ll", "ll128", "simple")  # NCCL's protocols, as simulator/ncc
 
 GPU_FIELDS = {
     "model": Field(str, nonempty=True),
-    "peak_bf16_tflops": Field(float, gt=0),
-    "memory_GB": Field(float, gt=0),
-    "hbm_bw_GBps": Field(float, gt=0),
+    # upper bounds far above any GPU: a typo (1e300) is refused, not priced as infinitely fast
+    "peak_bf16_tflops": Field(float, gt=0, le=1e6),
+    "memory_GB": Field(float, gt=0, le=1e6),
+    "hbm_bw_GBps": Field(float, gt=0, le=1e6),
     # CPU-GPU link per direction (NVLink-C2C, PCIe); needed to price CPU offload
     "host_bw_GBps": Field(float, gt=0, required=False),
     # streaming multiprocessors: what a running NCCL kernel's CTAs take from compute
@@ -28,14 +29,14 @@ GPU_FIELDS = {
 NODE_FIELDS = {"gpus_per_node": Field(int, ge=1, le=1024), "source": SOURCE}
 INTRA_FIELDS = {
     "kind": Field(str, choices=("nvlink", "pcie", "none")),
-    "bw_GBps": Field(float, ge=0),
+    "bw_GBps": Field(float, ge=0, le=1e6),
     "efficiency": Field(float, gt=0, le=1),
     "latency_us": Field(float, ge=0),
     "source": SOURCE,
 }
 NIC_FIELDS = {
     "nics_per_node": Field(int, ge=1, le=64),
-    "bw_Gbps": Field(float, gt=0),
+    "bw_Gbps": Field(float, gt=0, le=1e6),
     "efficiency": Field(float, gt=0, le=1),
     "latency_us": Field(float, ge=0),
     "source": SOURCE,
@@ -409,10 +410,23 @@ def _with_interference(path, compute: Compute, gpu: Gpu) -> Compute:
 
 def _measured_tables(path, doc: dict[str, Any]) -> dict[str, Any]:
     """The calibrated tables of a measured profile, validated."""
+    # what the simulator can price (imported here: the simulator imports this module)
+    from simulator.collectives import ALGORITHMS, software_algorithms
+    from simulator.compute import KERNEL_BYTES, OTHER_KINDS
+
+    known = {"collectives": list(ALGORITHMS), "kernels": [*KERNEL_BYTES, *OTHER_KINDS]}
     out: dict[str, Any] = {"measured": dict(doc.get("measured", {}))}
     for key, fields in (("collectives", COLLECTIVE_FIELDS), ("kernels", KERNEL_FIELDS)):
         out[key] = {}
         for name, table in doc.get(key, {}).items():
+            if name not in known[key]:
+                raise ProfileError(f"{path}: [{key}.{name}]: unknown {key[:-1]} (known: "
+                                   f"{', '.join(known[key])})")
+            if key == "collectives" and isinstance(table, dict) and table.get(
+                    "algo") not in software_algorithms(name):
+                raise ProfileError(f"{path}: [{key}.{name}] algo: must be one a backend runs "
+                                   f"{name} with ({', '.join(software_algorithms(name))}), got "
+                                   f"{table.get('algo')!r}")
             curve = {k: table[k] for k in ("sizes", "seconds") if k in table}
             per_rank = {k: table[k] for k in ("ranks", "efficiencies", "overheads_us")
                         if k in table}
@@ -422,12 +436,12 @@ def _measured_tables(path, doc: dict[str, Any]) -> dict[str, Any]:
             if per_rank:
                 ranks, effs = per_rank.get("ranks"), per_rank.get("efficiencies")
                 if not (isinstance(ranks, list) and isinstance(effs, list)
-                        and len(ranks) == len(effs)
+                        and len(ranks) == len(effs) and len(set(ranks)) == len(ranks)
                         and all(isinstance(r, int) and r >= 2 for r in ranks)
                         and all(isinstance(e, int | float) and 0 < e <= 1 for e in effs)):
                     raise ProfileError(f"{path}: [{key}.{name}] ranks/efficiencies: two lists "
-                                       "of equal length, rank counts >= 2, efficiencies in "
-                                       "(0, 1]")
+                                       "of equal length, distinct rank counts >= 2, "
+                                       "efficiencies in (0, 1]")
                 out[key][name]["by_ranks"] = dict(zip(ranks, map(float, effs), strict=True))
                 over = per_rank.get("overheads_us", [0.0] * len(ranks))
                 if not (isinstance(over, list) and len(over) == len(ranks)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,10 +43,21 @@ KINDS = {
 }
 
 
+MAX_PROFILE_BYTES = 16 << 20  # the largest shipped profile is ~30 KB
+
+
 def read_toml(path: Path) -> dict[str, Any]:
     try:
+        # a device or FIFO would block or be read forever (/dev/zero): refused unopened
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+            raise ProfileError(f"{path}: not a regular file")
         with open(path, "rb") as fh:
-            return tomllib.load(fh)
+            data = fh.read(MAX_PROFILE_BYTES + 1)
+            if len(data) > MAX_PROFILE_BYTES:
+                raise ProfileError(f"{path}: larger than {MAX_PROFILE_BYTES >> 20} MiB; a "
+                                   "profile is a small TOML file")
+            return tomllib.loads(data.decode("utf-8"))
     except FileNotFoundError:
         raise ProfileError(f"{path}: no such file") from None
     except IsADirectoryError:
@@ -127,6 +140,8 @@ def kind_of(path: Path, doc: dict[str, Any]) -> Kind:
 
 def check_profile(path: str | Path) -> tuple[str, Any]:
     """Validate any profile file; returns (kind name, profile). Raises `ProfileError`."""
+    if not str(path).strip():
+        raise ProfileError("no profile file given: give the path of a TOML file")
     path = Path(path)
     kind = kind_of(path, read_toml(path))
     return kind.name, _parse(kind, path)

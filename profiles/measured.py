@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,14 @@ def path_of(name: str) -> Path:
         raise UserError(f"--out {name}: a built-in measured profile has that name ({shipped}) "
                         f"and would hide yours; choose another name, or set "
                         f"SCAPE_PROFILE_DIR={ROOT} to rewrite it in this checkout")
+    try:  # the folder it goes in, made and written now, before minutes of measuring
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path.parent):
+            pass
+    except OSError as exc:
+        raise UserError(f"--out {name}: cannot write into the profile folder {path.parent} "
+                        f"({exc.strerror}; it is $SCAPE_PROFILE_DIR/measured when that is set)"
+                        ) from None
     return path
 
 

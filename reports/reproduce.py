@@ -179,16 +179,26 @@ def predict(hw: HardwareProfile) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _compute_row(hw: HardwareProfile) -> tuple[str, str, str]:
+    """How the profile prices forward and backward: one MFU per model, or from shapes."""
+    if all(hw.mfu_for(s.model) is not None for s in SETTINGS):
+        return ("MFU (forward+backward)", ", ".join(
+            f"{s.model} {hw.mfu_for(s.model):.3f}" for s in SETTINGS)
+            + ", the same at every micro-batch",
+            f"[model_mfu] of {hw.path}" if hw.model_mfu else hw.compute.source)
+    return ("forward+backward", "from each model's shapes at its micro-batch ([roofline], "
+            f"sustained {hw.roofline.sustained:g})",
+            hw.roofline.sources.get("sustained", hw.roofline.source))
+
+
 def assumptions(hw: HardwareProfile) -> pd.DataFrame:
     rows = [
-        ("cluster", f"{hw.name}: 1 GPU per node, {hw.nic.bw_Gbps:g} Gb/s NIC at "
+        ("cluster", f"{hw.name}: {hw.node.gpus_per_node} GPU(s) per node, "
+         f"{hw.nic.nics_per_node} x {hw.nic.bw_Gbps:g} Gb/s NIC(s) at "
          f"{hw.nic.efficiency:.0%}, {hw.fabric.nodes_per_leaf} nodes per leaf",
          f"profile {hw.path}"),
         ("GPUs", f"{GPUS}", "paper abstract: 32 NVIDIA GH200 GPUs on TACC Vista"),
-        ("MFU (forward+backward)", ", ".join(
-            f"{s.model} {hw.mfu_for(s.model):.3f}" for s in SETTINGS)
-         + ", the same at every micro-batch",
-         f"[model_mfu] of {hw.path}" if hw.model_mfu else hw.compute.source),
+        _compute_row(hw),
         ("gradient dtype on the wire", "fp32",
          "authors' scripts: --bf16 --accumulate-allreduce-grads-in-fp32"),
         ("parameter all-gather dtype", "bf16",
@@ -196,8 +206,10 @@ def assumptions(hw: HardwareProfile) -> pd.DataFrame:
         ("overlap", "none: one bucket, no grad-reduce or param-gather overlap",
          "authors' run log llama2_500M_AdamS_1774652800.out: overlap_grad_reduce False, "
          "overlap_param_gather False, 'Number of buckets: 1'; Megatron defaults are False"),
-        ("collective algorithm", "fastest of ring / double binary tree / hierarchical",
-         "this simulator (NCCL picks per size too)"),
+        ("collective algorithm", "NCCL's choice per size, as its tuner makes it"
+         if hw.nccl else "fastest of ring / double binary tree / hierarchical",
+         "simulator/nccl.py (NCCL's tuning.cc)" if hw.nccl
+         else "this simulator (NCCL picks per size too)"),
         ("end-to-end time", "same number of steps for every scheme, so reduction = "
          "1 - 1/speedup", "assumption: the paper's run lengths are not public"),
     ]

@@ -315,6 +315,14 @@ def write_report(model: str, hardware: str, out: Path, quick: bool = False,
     if progress_total:
         progress_total(len(pts))
     df = run_sweep(pts, workers, progress)
+    fitting = df[(df["sweep"] == "gpus") & df["fits"]]
+    if fitting.empty:  # every figure and the answer would be empty
+        counts = df.loc[df["sweep"] == "gpus", "gpus"]
+        raise UserError(f"no step of the sweep fits in GPU memory: {m.name} on "
+                        f"{counts.min():,}-{counts.max():,} GPUs of {hw.name}, whatever the "
+                        "scheme, tensor-parallel degree or recomputation (the report's "
+                        "layouts have no pipeline parallelism: `scape plan` searches those), or "
+                        "a smaller model")
     out.mkdir(parents=True, exist_ok=True)
     title = f"{m.name} on {hw.name}"
     figures = {

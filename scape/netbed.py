@@ -37,6 +37,9 @@ _SERIAL = itertools.count()
 _UNITS = {"kbit": 1e-3, "mbit": 1.0, "gbit": 1e3}
 
 
+MIN_RATE_MBIT, MAX_RATE_MBIT = 1e-3, 400e3  # 1 kbit/s .. 400 Gbit/s
+MAX_DELAY_MS = 10_000.0
+
 @dataclass(frozen=True)
 class NetbedSpec:
     rate_mbit: float  # per link, per direction
@@ -48,6 +51,8 @@ class NetbedSpec:
         fields = {}
         for part in filter(None, text.replace(" ", "").split(",")):
             key, _, value = part.partition("=")
+            if key in fields:
+                raise UserError(f"--netbed gives {key} twice ({text!r}): give it once")
             fields[key] = value
         unknown = set(fields) - {"rate", "delay"}
         if unknown or "rate" not in fields:
@@ -64,6 +69,14 @@ class NetbedSpec:
                 raise UserError(f"--netbed delay must look like 1ms or 200us, got "
                                 f"{fields['delay']!r}")
             delay = float(d.group(1)) * (1.0 if d.group(2) == "ms" else 1e-3)
+        # links a shaped veth can stand for: slower would take hours a collective, faster is
+        # beyond what one host's veth pair moves
+        if not MIN_RATE_MBIT <= rate <= MAX_RATE_MBIT:
+            raise UserError(f"--netbed rate must be between 1kbit and 400gbit, got "
+                            f"{fields['rate']!r}")
+        if delay > MAX_DELAY_MS:
+            raise UserError(f"--netbed delay must be at most {MAX_DELAY_MS:g}ms (one way), got "
+                            f"{fields['delay']!r}")
         return cls(rate, delay)
 
     def __str__(self) -> str:

@@ -14,10 +14,18 @@ import simpy
 
 from profiles import HardwareProfile, UserError
 from simulator import nccl
-from simulator.collectives import ALGORITHMS, AUTO, BUS_FACTOR, Phase, auto_candidates
+from simulator.collectives import (
+    ALGORITHMS,
+    AUTO,
+    BUS_FACTOR,
+    NEEDS_HARDWARE,
+    Phase,
+    auto_candidates,
+)
 from simulator.flows import FlowNetwork
 from simulator.network import Demand, Topology, build_topology
 
+MAX_GPUS = 1 << 20  # a sane upper bound: the largest clusters have ~10^5 GPUs
 
 @dataclass(frozen=True)
 class Request:
@@ -211,6 +219,10 @@ def calibrated(hw: HardwareProfile, op: str, algo: str, ranks: int, size: float,
     measured = hw.collectives.get(op)
     tuned = measured is None and op in nccl.TUNED_OPS
     m = nccl.machine(hw, ranks, nodes) if tuned else None
+    if m is None and (op, algo) in NEEDS_HARDWARE:
+        raise UserError(f"--algo {algo} needs switch hardware NCCL uses only where a "
+                        f"profile's [nccl] table says so (nvls = true for NVLink SHARP, collnet "
+                        f"= true for SHARP); {hw.name} has no [nccl] table")
     if m is None or (algo != AUTO and algo not in nccl.TUNED_ALGOS):
         if proto not in (nccl.AUTO_PROTO, "simple"):
             raise UserError(f"--proto {proto}: {hw.name} has no [nccl] table (only NCCL "
@@ -241,8 +253,8 @@ def sweep(
     if proto not in (nccl.AUTO_PROTO, *nccl.PROTOCOLS):
         raise UserError(f"--proto must be auto or one of {', '.join(nccl.PROTOCOLS)}, got "
                         f"{proto!r}")
-    if gpus < 2:
-        raise UserError(f"a collective needs at least 2 GPUs, got {gpus}")
+    if not 2 <= gpus <= MAX_GPUS:
+        raise UserError(f"a collective needs between 2 and {MAX_GPUS:,} GPUs, got {gpus}")
     topo = build_topology(hw, gpus)
     out = []
     for size in sizes:

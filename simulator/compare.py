@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pandas as pd
@@ -89,12 +90,15 @@ def parse_scheme(spec: str, base: SchemeConfig | None = None,
                         "quantized:4 (or give the name alone)")
     opts = {}
     if value:
-        try:
-            number = float(value) + 0.0  # -0 is 0
-        except ValueError:
+        # a plain decimal number: float() would also take "0_9", "nan" and "infinity"
+        if not re.fullmatch(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*", value):
             raise UserError(f"cannot read {spec!r}: write NAME or NAME:VALUE, e.g. scape:0.99, "
-                            "quantized:4") from None
+                            "quantized:4")
+        number = float(value) + 0.0  # -0 is 0
         key = "bits" if name in BITS_SCHEMES else "sparsity"
+        if key == "sparsity" and make_config(name).scheme not in SPARSE_SCHEMES:
+            raise UserError(f"{spec!r}: {name} takes no value (sparse schemes take their "
+                            "sparsity, scape:0.99; quantized its bits, quantized:4)")
         if key == "bits" and number != int(number):
             raise UserError(f"cannot read {spec!r}: bits must be a whole number")
         opts[key] = int(number) if key == "bits" else number

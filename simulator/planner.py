@@ -97,6 +97,10 @@ class PlanRequest:
         if self.batch < 1:
             raise UserError(f"model {self.model.name} has no default global batch; "
                             "give --global-batch")
+        paths = [hw.path for hw in self.hardware]
+        twice = sorted({p for p in paths if paths.count(p) > 1})
+        if twice:
+            raise UserError(f"--hardware: {', '.join(twice)} given twice (by name and by path)")
         for hw in self.hardware:
             if self.price_per_gpu_hour is None and hw.price is None:
                 raise UserError(f"hardware {hw.name} has no [price] in its profile; "
@@ -106,6 +110,11 @@ class PlanRequest:
         if not 0 <= self.density_warmup_frac <= 1:
             raise UserError("density warm-up fraction must be in [0, 1], got "
                             f"{self.density_warmup_frac:g}")
+        if self.density_warmup_frac > 0 and self.schemes and not any(
+                parse_scheme(spec).scheme in SCAPE_SCHEMES for spec in self.schemes):
+            raise UserError(f"--density-warmup-frac {self.density_warmup_frac:g}: no scheme of "
+                            f"--schemes {','.join(self.schemes)} warms its density up (only "
+                            "SCAPE's do)")
         return self
 
     def price(self, hw: HardwareProfile) -> float:
@@ -296,7 +305,7 @@ def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None
         if ok.empty:
             cheapest = df.sort_values("cost_usd").iloc[0]
             raise UserError(
-                f"no plan trains {req.tokens:.3g} tokens for ${req.budget_usd:,.0f}: the "
+                f"no plan trains {req.tokens:.3g} tokens for ${req.budget_usd:,.2f}: the "
                 f"cheapest costs ${cheapest['cost_usd']:,.0f} ({cheapest['gpus']} x "
                 f"{cheapest['hardware']}, {cheapest['scheme']}); relax --budget-usd")
         df = ok

@@ -34,14 +34,13 @@ import simpy
 
 from profiles import HardwareProfile, ModelProfile, UserError
 from scape.plan import Dtypes, Plan, SchemeConfig, StepPlan, plan
-from simulator.collective import PhaseCache, Span, calibrated, execute, time_alone
+from simulator.collective import MAX_GPUS, PhaseCache, Span, calibrated, execute, time_alone
 from simulator.collectives import ALGORITHMS, AUTO
 from simulator.compute import COMPRESSION_KINDS, RECOMPUTE, fwd_bwd, host_slowdown, kernel_time
 from simulator.flows import FlowNetwork
 from simulator.network import Topology, build_topology
 
 DEFAULT_ALGO = "auto"  # per collective and size, the fastest registered algorithm
-MAX_GPUS = 1 << 20  # a sane upper bound: the largest clusters have ~10^5 GPUs
 
 
 @dataclass(frozen=True)
@@ -152,6 +151,13 @@ class StepConfig:
                             ("seq-len", self.seq)):
             if value < 1:
                 raise UserError(f"{name} must be at least 1, got {value}")
+        a = self.model.arch
+        if self.model.family == "gpt" and self.seq > a.seq_len:
+            # a GPT's learned position table has one row per position (its parameters count
+            # them); rotary models (llama) run longer sequences than their profile's
+            raise UserError(f"--seq-len {self.seq}: {self.model.name} has learned positions for "
+                            f"{a.seq_len} tokens; give at most {a.seq_len}, or a model profile "
+                            "with a longer context")
         build_topology(self.hardware, self.gpus)  # the GPU count must fill whole nodes
         if self.global_batch is not None:
             per_step = self.micro_batch * self.dp
@@ -543,8 +549,12 @@ class _StepSim:
 # few a step's timeline repeats one micro-batch apart: from this many on, a step is simulated
 # with STEADY, STEADY + 1 and STEADY + 2 micro-batches and, where those grow by the same amount
 # in every reported quantity, extended linearly (simulator/pipeline.py does the same for a
-# pipeline's steady state); otherwise, or for a trace, every micro-batch is simulated.
+# pipeline's steady state); otherwise, or for a trace, every micro-batch is simulated. Other
+# steps repeat too (their middle micro-batches are compute alone) but cost little to simulate
+# whole: they are extended only from EXTEND_PLAIN_FROM on (--grad-accum 10^8 is answered in
+# the time of a few micro-batches, not in hours).
 EXTEND_FROM = 12
+EXTEND_PLAIN_FROM = 256
 STEADY = 4
 _KEYS = ("step", "compute", "compression", "tp", "exposed", "overlap", "bubble", "interference")
 
@@ -566,8 +576,8 @@ def _extended(cfg: StepConfig, topo: Topology, cache: PhaseCache, step: StepPlan
               ) -> tuple[dict[str, float], list[Span]] | None:
     """The step of `cfg.accum` micro-batches from three short ones (EXTEND_FROM above), or
     None where it does not apply or the short ones are not yet periodic."""
-    if (cfg.pp > 1 or cfg.accum < EXTEND_FROM
-            or not any(op.every_micro_batch for op in step.ops)):
+    repeated = any(op.every_micro_batch for op in step.ops)
+    if cfg.pp > 1 or cfg.accum < (EXTEND_FROM if repeated else EXTEND_PLAIN_FROM):
         return None
     runs = [_run_kind(replace(cfg, global_batch=None, grad_accum=a), topo, cache, step)
             for a in (STEADY, STEADY + 1, STEADY + 2)]
@@ -587,8 +597,8 @@ def simulate_step(
 
     `the_plan` replaces the scheme's own plan (to study a variant); `cache` lets several
     simulations on the same topology share built collectives; `trace`: every micro-batch is
-    simulated, so the spans cover the whole step (ZeRO-3 steps of many micro-batches are
-    otherwise extended from their steady state, `_extended`, and their spans show a few).
+    simulated, so the spans cover the whole step (steps of many micro-batches are otherwise
+    extended from their steady state, `_extended`, and their spans show a few).
     """
     cfg.validate()
     topo = build_topology(cfg.hardware, cfg.gpus)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from profiles import UserError
 from simulator.collective import Span
 
 
@@ -30,9 +31,18 @@ def chrome_trace(spans: list[Span], process: str = "scape simulate") -> dict:
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
-def write_trace(path: str | Path, spans: list[Span], process: str = "scape simulate") -> Path:
+def write_trace(path: str | Path, spans: list[Span], process: str = "scape simulate",
+                options: dict | None = None) -> Path:
+    """Write the trace; `options` (the run's options and results) go in its `otherData`, the
+    Chrome trace format's metadata, which Perfetto shows under the trace's info."""
     path = Path(path)
-    if path.parent and not path.parent.exists():
-        path.parent.mkdir(parents=True)
-    path.write_text(json.dumps(chrome_trace(spans, process)))
+    doc = chrome_trace(spans, process)
+    if options is not None:
+        doc["otherData"] = options
+    try:
+        if path.parent and not path.parent.exists():
+            path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(doc, default=str))
+    except OSError as exc:
+        raise UserError(f"--trace {path}: cannot write it ({exc.strerror})") from None
     return path

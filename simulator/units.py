@@ -51,6 +51,9 @@ def parse_sizes(text: str) -> list[int]:
     text = text.strip()
     if ".." in text:
         lo_text, _, hi_text = text.partition("..")
+        for end, part in (("start", lo_text), ("end", hi_text)):
+            if not part.strip():
+                raise UserError(f"size range {text!r} has no {end}: write e.g. 1KiB..1GiB")
         lo, hi = parse_size(lo_text), parse_size(hi_text)
         if hi < lo:
             raise UserError(f"size range {text!r} ends below its start")
@@ -58,9 +61,11 @@ def parse_sizes(text: str) -> list[int]:
         while sizes[-1] * 2 <= hi:
             sizes.append(sizes[-1] * 2)
         return sizes
-    parts = [p for p in text.split(",") if p.strip()]
-    if not parts:
+    parts = text.split(",")
+    if not any(p.strip() for p in parts):
         raise UserError("no sizes given: write e.g. 1KiB,1MiB or 1KiB..1GiB")
+    if not all(p.strip() for p in parts):
+        raise UserError(f"sizes {text!r} have an empty item: write e.g. 1KiB,1MiB")
     return [parse_size(p) for p in parts]
 
 

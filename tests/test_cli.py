@@ -69,7 +69,7 @@ def test_profiles_list(capsys):
 
 
 BAD = [
-    (["collective", "-H", "dgx-h100", "--gpus", "0"], "at least 2 GPUs"),
+    (["collective", "-H", "dgx-h100", "--gpus", "0"], "between 2 and 1,048,576 GPUs"),
     (["collective", "-H", "dgx-h100", "--gpus", "8", "--op", "foo"], "Invalid value for '--op'"),
     (["collective", "-H", "dgx-h100", "--gpus", "8", "--sizes", "-5"], "must be positive"),
     (["collective", "-H", "nope", "--gpus", "8"], "unknown hardware profile 'nope'"),

@@ -150,7 +150,7 @@ def test_measured_profiles_go_to_the_user_folder(tmp_path, monkeypatch):
     with pytest.raises(UserError, match="built-in measured profile has that name"):
         measured_mod.path_of("netbed-100mbit")
     shipped = (ROOT / "measured" / "netbed-100mbit.toml").read_text()
-    path.parent.mkdir(parents=True)
+    assert path.parent.is_dir()  # made (and its writing tried) before any measuring
     path.write_text(shipped.replace('name = "netbed-100mbit"', 'name = "my-cluster"'))
     assert load_hardware("measured/my-cluster").name == "my-cluster"
     assert load_hardware("measured/netbed-100mbit").path.startswith(str(ROOT))

@@ -63,6 +63,16 @@ def test_typed_values_are_used_and_shown(capsys, args, key, value):
     (("-s", "dense-adams", "--distributed-optimizer"), "--distributed-optimizer: not an "
      "option of dense-adams (--distributed-optimizer applies to scape)"),
     (("-s", "scape:",), "a value follows the colon"),
+    # session 7's probe: a value a scheme does not take, a number float() alone would read,
+    # two batch options that disagree, a GPT longer than its learned positions, a full disk
+    (("-s", "dense-adams:0.5"), "dense-adams takes no value"),
+    (("-s", "dense-ddp:8"), "dense-ddp takes no value"),
+    (("-s", "topk:0.9_9"), "cannot read 'topk:0.9_9'"),
+    (("-s", "quantized:0_8"), "cannot read 'quantized:0_8'"),
+    (("--global-batch", "64", "--grad-accum", "2"), "--grad-accum 2 contradicts --global-batch"),
+    (("--seq-len", "8192"), "gpt-345m has learned positions for 1024 tokens"),
+    (("--trace", "/dev/full"), "cannot write it (No space left on device)"),
+    (("-H", "/dev/zero"), "not a regular file"),
 ])
 def test_simulate_refuses(capsys, args, match):
     code, _out, err = scape(capsys, *SIM, *args)
@@ -116,6 +126,23 @@ def test_simulate_refuses(capsys, args, match):
       "dense-adams,topk", "--sync", "momentum"), "--sync: not an option of dense-adams or topk"),
     (("compare", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16", "--schemes",
       "dense-adams,topk", "--distributed-optimizer"), "--distributed-optimizer: not an option"),
+    (("compare", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16", "--global-batch", "64",
+      "--grad-accum", "2"), "--grad-accum 2 contradicts --global-batch 64"),
+    (("collective", "-H", "dgx-h100", "-g", str(10**20), "--sizes", "1MiB"),
+     "a collective needs between 2 and 1,048,576 GPUs"),
+    (("collective", "-H", "dgx-h100", "-g", "800000000", "--sizes", "1MiB"),
+     "a collective needs between 2 and 1,048,576 GPUs"),
+    (("collective", "-H", "commodity-100gbe", "-g", "8", "--sizes", "1MiB", "--algo", "nvls"),
+     "--algo nvls needs switch hardware"),
+    (("calibrate", "collectives", "--out", "x", "--nprocs", "100000"),
+     "GB of memory; this host has"),
+    (("calibrate", "collectives", "--out", "x", "--nprocs", "2,2"), "--nprocs lists 2 twice"),
+    (("calibrate", "compute", "--out", "y", "--max-ranks", "100000"), "--max-ranks"),
+    (("netbed", "--cleanup", "--nprocs", "5"), "--cleanup builds no testbed: --nprocs"),
+    (("netbed", "--netbed", "rate=1mbit,rate=1gbit"), "--netbed gives rate twice"),
+    (("netbed", "--netbed", "rate=0.0001kbit"), "--netbed rate must be between"),
+    (("netbed", "--netbed", "rate=1gbit,delay=99999999ms"), "--netbed delay must be at most"),
+    (("train", "--steps", "2", "--seed", str(10**20)), "--seed must be between 0 and 2**63"),
 ])
 def test_other_commands_refuse_before_working(capsys, args, match):
     code, _out, err = scape(capsys, *args)
@@ -446,3 +473,47 @@ def test_simulate_with_drawn_parallel_layouts(capsys, gpus, tp, pp, schedule, vi
         assert code == 2, (args, err)
         lines = err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("scape: error:"), (args, err)
+
+
+def test_profile_folder_checked_before_measuring(capsys, monkeypatch):
+    """A profile folder that cannot be written is refused before minutes of measuring."""
+    monkeypatch.setenv("SCAPE_PROFILE_DIR", "/etc/passwd")  # a file, not a folder
+    code, _out, err = scape(capsys, "calibrate", "collectives", "--out", "q", "--nprocs", "2",
+                            "--sizes", "1KiB", "--repeats", "1")
+    _refused(code, err, "cannot write into the profile folder /etc/passwd/measured")
+
+
+@pytest.mark.parametrize(("old", "new", "match"), [
+    # a misspelt table would silently fall back to the defaults
+    (r"^\[collectives\.all_reduce\]", "[collectives.all_reducez]", "unknown collective"),
+    (r'^algo = "ring"', 'algo = "nvls"', "algo: must be one a backend runs"),
+])
+def test_measured_profile_tables_are_checked(tmp_path, old, new, match):
+    import re
+
+    from profiles import ProfileError, check_profile
+    from profiles.loader import ROOT
+
+    src = ROOT / "measured" / "netbed-100mbit.toml"
+    text = src.read_text()
+    assert re.search(old, text, flags=re.M), old
+    bad = tmp_path / "measured" / src.name
+    bad.parent.mkdir()
+    bad.write_text(re.sub(old, new, text, count=1, flags=re.M))
+    with pytest.raises(ProfileError, match=match):
+        check_profile(bad)
+
+
+def test_report_scaling_refuses_a_sweep_where_nothing_fits(capsys, tmp_path):
+    code, _out, err = scape(capsys, "report", "scaling", "-m", "llama-405b", "-H", "dgx-h100",
+                            "--quick", "--workers", "1", "--out", str(tmp_path / "r"))
+    _refused(code, err, "no step of the sweep fits in GPU memory")
+
+
+def test_reproduce_runs_on_a_shapes_priced_profile(capsys, tmp_path):
+    """reproduce on a [roofline] profile (no MFU): it says how compute is priced instead."""
+    code, _out, err = scape(capsys, "reproduce", "-H", "dgx-h100", "--out", str(tmp_path / "r"),
+                            "--format", "csv")
+    assert code == 0, err
+    text = (tmp_path / "r" / "reproduce_assumptions.csv").read_text()
+    assert "dgx-h100: 8 GPU(s) per node" in text and "([roofline], sustained 0.795)" in text

@@ -172,6 +172,21 @@ def test_zero3_steps_of_many_micro_batches_extend_their_steady_state_exactly(acc
     assert len(simulate_step(few).spans) == len(simulate_step(few, trace=True).spans)
 
 
+@pytest.mark.parametrize("scheme", ["dense-ddp", "scape", "quantized"])
+def test_plain_steps_of_very_many_micro_batches_extend_too(scheme):
+    """Steps without per-micro-batch collectives are extended from EXTEND_PLAIN_FROM
+    micro-batches on (--grad-accum 10^8 in a second, not hours), equal to the whole."""
+    import simulator.step as step
+
+    c = cfg(scheme, gpus=16, hw=H100, grad_accum=step.EXTEND_PLAIN_FROM)
+    short, full = simulate_step(c), simulate_step(c, trace=True)
+    for key, value in full.as_dict().items():
+        assert short.as_dict()[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+    assert len(short.spans) < len(full.spans)
+    below = cfg(scheme, gpus=16, hw=H100, grad_accum=step.EXTEND_PLAIN_FROM - 1)
+    assert len(simulate_step(below).spans) == len(simulate_step(below, trace=True).spans)
+
+
 def test_a_step_that_is_not_yet_periodic_is_simulated_whole(monkeypatch):
     """Where the short runs do not grow by equal amounts (here made so: their step times
     bent by a term in accum^2) the step is not extended but simulated in full."""

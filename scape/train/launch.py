@@ -32,12 +32,17 @@ RANK_BYTES_PER_PARAM = 32
 
 def rank_host_bytes(cfg: TrainConfig) -> float:
     """About how much host memory one CPU rank of `cfg` takes at its peak (bytes)."""
+    return model_host_bytes(cfg.model, cfg.micro_batch, cfg.seq_len)
+
+
+def model_host_bytes(model: str, micro_batch: int, seq_len: int | None = None) -> float:
+    """About how much host memory one CPU process training `model` at `micro_batch` takes."""
     from profiles import load_model
 
-    profile = load_model(cfg.model)
+    profile = load_model(model)
     a = profile.arch
-    seq = a.seq_len if cfg.seq_len is None else cfg.seq_len
-    tokens = cfg.micro_batch * seq
+    seq = a.seq_len if seq_len is None else seq_len
+    tokens = micro_batch * seq
     activations = tokens * a.n_layers * (10 * a.d_model + a.d_ff + a.n_heads * seq) * 4
     logits = tokens * a.vocab_size * 4 * 3
     return RANK_BASE_BYTES + RANK_BYTES_PER_PARAM * profile.n_params + activations + logits
@@ -57,13 +62,17 @@ def available_host_bytes() -> float | None:
 def check_host_memory(cfg: TrainConfig, nprocs: int) -> None:
     """Refuse a CPU run whose ranks would not fit in this host's memory (a 70B model, a huge
     micro-batch, thousands of ranks), before any rank starts: it would swap or be killed."""
-    need = nprocs * rank_host_bytes(cfg)
+    refuse_beyond_host(f"{nprocs} rank(s) of {cfg.model} at micro-batch {cfg.micro_batch}",
+                       nprocs * rank_host_bytes(cfg),
+                       "fewer ranks, a smaller micro-batch or --seq-len, or a smaller model")
+
+
+def refuse_beyond_host(what: str, need: float, instead: str) -> None:
+    """Refuse, before it starts, work that needs more memory than this host has available."""
     have = available_host_bytes()
     if have is not None and need > have:
-        raise UserError(f"{nprocs} rank(s) of {cfg.model} at micro-batch {cfg.micro_batch} need "
-                        f"about {need / 1e9:,.1f} GB of memory; this host has "
-                        f"{have / 1e9:.1f} GB available: fewer ranks, a smaller micro-batch or "
-                        "--seq-len, or a smaller model")
+        raise UserError(f"{what} need about {need / 1e9:,.1f} GB of memory; this host has "
+                        f"{have / 1e9:.1f} GB available: {instead}")
 
 
 def free_port() -> int:
@@ -264,8 +273,8 @@ def _watch(proc: subprocess.Popen, out: Path, timeout_s: float,
             return 124
 
 
-def descendants(pid: int) -> list[int]:
-    """Every live process below `pid` (from /proc: torchrun may start its ranks in process
+def descendants(*pids: int) -> list[int]:
+    """Every live process below `pids` (from /proc: torchrun may start its ranks in process
     groups of their own)."""
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -274,7 +283,7 @@ def descendants(pid: int) -> list[int]:
         except OSError:  # ended while we looked
             continue
         children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = [], [pid]
+    found, todo = [], list(pids)
     while todo:
         for child in children.get(todo.pop(), []):
             found.append(child)
@@ -282,16 +291,29 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def _started(pid: int) -> str | None:
+    """When `pid` started (/proc/PID/stat field 22, clock ticks since boot); None: gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
 def end_group(proc: subprocess.Popen, grace_s: float = 3.0) -> None:
     """SIGTERM torchrun's process group and every process below it, SIGKILL whatever of them
     is left after `grace_s` (a stopped rank does not act on SIGTERM), and reap `proc`."""
     import signal
 
-    family = descendants(proc.pid)
+    family: dict[int, str | None] = {}  # pid -> its start time, so a reused pid is spared
 
     def send(sig: int) -> bool:  # whether any of them was still there
         alive = False
-        for target in (-proc.pid, *family):  # negative: the process group
+        # ranks started while torchrun was still launching, and their children, join the
+        # family as they appear (once torchrun is gone they hang below init, not below it)
+        for pid in descendants(proc.pid, *family):
+            family.setdefault(pid, _started(pid))
+        ours = [pid for pid, started in family.items() if _started(pid) == started]
+        for target in (-proc.pid, *ours):  # negative: the process group
             try:
                 os.kill(target, sig)
                 alive = True

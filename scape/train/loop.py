@@ -79,6 +79,8 @@ class TrainConfig:
         if self.seq_len is not None and not 1 <= self.seq_len <= profile.arch.seq_len:
             raise UserError(f"--seq-len must be between 1 and {self.model}'s context "
                             f"{profile.arch.seq_len}, got {self.seq_len}")
+        if not 0 <= self.seed < 2**63:  # torch.manual_seed takes a signed 64-bit integer
+            raise UserError(f"--seed must be between 0 and 2**63 - 1, got {self.seed}")
         for name, value in (("--lr", self.lr), ("--timeout", self.timeout_s)):
             if not (math.isfinite(value) and value > 0):
                 raise UserError(f"{name} must be a positive number, got {value}")
