@@ -22,7 +22,7 @@ from simulator.units import parse_sizes
 calibrate_app = typer.Typer(help="Measure this machine and write measured/NAME.toml in the user's "
                                  "profile folder ($SCAPE_PROFILE_DIR, else "
                                  "~/.local/share/scape-costmodel/profiles).",
-                            no_args_is_help=True)
+                            no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(calibrate_app, name="calibrate")
 
 

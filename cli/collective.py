@@ -51,6 +51,10 @@ def collective(
                                                     str(algo), str(proto))
     size_list = (sorted(run.rows) if run is not None and sizes is None
                  else parse_sizes(sizes if sizes is not None else DEFAULT_SIZES))
+    if run is not None and not any(int(x) in run.rows for x in size_list):
+        raise UserError(f"--sizes {sizes}: the published run {run.case} measured none of "
+                        f"them (its sizes: {format_bytes(min(run.rows))}.."
+                        f"{format_bytes(max(run.rows))}, doubling); leave --sizes out for them")
     results = sweep(hw, gpus, op, algo, size_list, proto)
     df = pd.DataFrame([{**r.as_dict(), "algo_asked": algo, "proto_asked": proto,
                         "hardware": hardware, "hardware_profile": hw.path} for r in results])

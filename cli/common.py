@@ -52,9 +52,17 @@ def _netbed(text: str | None):
 
 
 def _named(path: str, flag: str, what: str) -> None:
-    """An empty name would write into the current folder (or nowhere): refused."""
+    """An empty name would write into the current folder (or nowhere): refused; so is a
+    place inside the shipped profiles, which every later run reads."""
     if not path.strip():
         raise UserError(f"{flag}: give a {what} name, got {path!r}")
+    from profiles.loader import ROOT, user_dir
+
+    where, root = Path(path).resolve(), ROOT.resolve()
+    if (where == root or root in where.parents) and user_dir().resolve() != root:
+        raise UserError(f"{flag} {path}: inside the shipped profiles ({ROOT}), which every run "
+                        f"reads; write elsewhere, or set SCAPE_PROFILE_DIR={ROOT} to rewrite "
+                        "them in this checkout")
 
 
 def output_file(path: str, flag: str) -> Path:
@@ -64,6 +72,8 @@ def output_file(path: str, flag: str) -> Path:
     p = Path(path)
     if p.is_dir():
         raise UserError(f"{flag} {path}: is a folder, give a file name")
+    if p.exists() and not p.is_file():  # a FIFO would block, a device swallow or refuse it
+        raise UserError(f"{flag} {path}: not a regular file, give a file name")
     parent = p.parent if str(p.parent) else Path(".")
     if parent.exists() and not parent.is_dir():
         raise UserError(f"{flag} {path}: {parent} is a file, not a folder")
@@ -78,6 +88,13 @@ def output_file(path: str, flag: str) -> Path:
     if not existed:
         p.unlink()
     return p
+
+
+def out_folder(out: str | None, default: str) -> Path:
+    """--out, or `default` when it was not given (and an error about that folder says so)."""
+    if out is None:
+        return output_dir(default, "the default folder (no --out given)")
+    return output_dir(out, "--out")
 
 
 def output_dir(path: str, flag: str) -> Path:
@@ -180,6 +197,7 @@ app = App(
     help="Communication cost modeler for LLM training: SCAPE, its baselines, real and simulated.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # help texts name TOML tables ([nccl], [price]): printed as written
 )
 
 
@@ -208,6 +226,8 @@ def _names(text: str, flag: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
         raise UserError(f"{flag}: give at least one name, got {text!r}")
+    if len(names) != len(text.split(",")):
+        raise UserError(f"{flag}: {text!r} has an empty item: separate the names by single commas")
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise UserError(f"{flag}: {', '.join(twice)} listed twice")
@@ -244,10 +264,10 @@ def _step_config(model, hardware, gpus, scheme, micro_batch, seq_len, grad_accum
                  grad_dtype, param_dtype, algo, scheme_options, global_batch,
                  extra: dict | None = None, lineup: list[str] | None = None,
                  parallel: dict | None = None) -> StepConfig:
-    """The step the options describe. `parallel['attention']` None (not given) becomes flash
-    in place, so the rows carry what ran; given where forward and backward are priced by an
-    MFU (which has no attention kernel), it is refused rather than ignored."""
-    parallel = {} if parallel is None else parallel
+    """The step the options describe. `parallel['attention']` None (not given) runs flash
+    (`ran_options` gives the rows what ran); given where forward and backward are priced by
+    an MFU (which has no attention kernel), it is refused rather than ignored."""
+    parallel = {} if parallel is None else dict(parallel)
     typed = parallel.get("attention")
     if "attention" in parallel and typed is None:
         parallel["attention"] = "flash"
@@ -347,16 +367,28 @@ def _schedule_text(scheme) -> str:
             f"warm-up over {scheme.density_warmup_steps} steps")
 
 
+MAX_STEPS = 10**12
+
+
 def _run_steps(run_steps: int | None, density_warmup: int | None,
                dense_steps: int | None = None) -> int | None:
     """Steps to average over: --run-steps, else the schedule itself (what the dense steps and
     warm-up cost while they last; the authors' scripts warm up over 10k of 100k iterations),
     else none (steady step only)."""
+    # bounds far above any run (10^12 steps): a typo is refused, not simulated for hours
+    for flag, value in (("--run-steps", run_steps), ("--density-warmup", density_warmup),
+                        ("--density-dense-steps", dense_steps)):
+        if value is not None and value > MAX_STEPS:
+            raise UserError(f"{flag} must be at most {MAX_STEPS:.0e} steps, got {value}")
     if run_steps is not None and run_steps < 1:
         raise UserError(f"--run-steps must be positive, got {run_steps}")
+    schedule = (density_warmup or 0) + (dense_steps or 0)
+    if run_steps is not None and schedule > run_steps:
+        raise UserError(f"--run-steps {run_steps} ends before the density schedule does "
+                        f"({schedule} steps of dense steps and warm-up): the run would never "
+                        "send at the sparsity asked for; a longer run, or a shorter schedule")
     if run_steps is not None:
         return run_steps
-    schedule = (density_warmup or 0) + (dense_steps or 0)
     return schedule if schedule > 0 else None
 
 
@@ -417,3 +449,9 @@ def _rank_counts(text: str) -> list[int]:
         raise UserError(f"--nprocs lists {', '.join(map(str, twice))} twice ({text!r}): give "
                         "each rank count once")
     return worlds
+
+
+def ran_options(parallel: dict, cfg: StepConfig) -> dict:
+    """The parallel options as the step ran them: each typed value, and what `_step_config`
+    chose for those not given (the attention kernel)."""
+    return {k: getattr(cfg, k) if k == "attention" else v for k, v in parallel.items()}

@@ -67,7 +67,9 @@ def plan_cmd(
         df = plan_training(req, progress_total=lambda n: bar.update(task, total=n),
                            progress=lambda n: bar.advance(task, n))
     shown = df.head(top)
-    asked = {"model": model, "tokens": tokens, "global_batch": req.batch, "seq_len": req.seq,
+    asked = {"model": model, "hardware_asked": hardware, "schemes_asked": schemes,
+             "price_per_gpu_hour": price, "tokens": tokens, "global_batch": req.batch,
+             "seq_len": req.seq,
              "grad_dtype": grad_dtype, "param_dtype": param_dtype, "max_gpus": max_gpus,
              "deadline_hours": deadline_hours, "budget_usd": budget_usd,
              "density_warmup_frac": density_warmup_frac, "quality": quality, "rank": rank}

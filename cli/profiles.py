@@ -17,19 +17,35 @@ from profiles import check_profile, find, names
 from reports.tables import check_format, render
 
 profiles_app = typer.Typer(help="List, show and check hardware and model profiles.",
-                           no_args_is_help=True)
+                           no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(profiles_app, name="profiles")
 
 
 @profiles_app.command("list")
 def profiles_list(fmt: Format3 = typer.Option("table", "--format", help="table|csv|json")):
-    """The embedded profiles, with a one-line description each."""
+    """The embedded profiles, then the measured ones (shipped, and the user's), with a
+    one-line description each; a measured file that does not load says why."""
     check_format(fmt)
+    from profiles import ProfileError
+    from profiles.loader import ROOT, user_dir
+
     rows = []
     for kind in ("hardware", "model"):
         for name in names(kind):
             _, prof = find(f"{'models' if kind == 'model' else kind}/{name}")
             rows.append({"kind": kind, "name": name, "description": prof.description})
+    seen = set()
+    for base in (ROOT, user_dir()):
+        for path in sorted((base / "measured").glob("*.toml")):
+            name = f"measured/{path.stem}"
+            if name in seen:  # the shipped one is found first, as -H finds it
+                continue
+            seen.add(name)
+            try:
+                description = check_profile(path)[1].description
+            except ProfileError as exc:
+                description = f"INVALID: {exc}"
+            rows.append({"kind": "measured", "name": name, "description": description})
     print(render(pd.DataFrame(rows), fmt))
 
 

@@ -12,19 +12,19 @@ from cli.common import (
     Format3,
     _progress,
     app,
-    output_dir,
+    out_folder,
 )
 from profiles import load_hardware, load_model
 from reports.tables import check_format, render
 
-report_app = typer.Typer(help="Report builders.", no_args_is_help=True)
+report_app = typer.Typer(help="Report builders.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(report_app, name="report")
 
 
 @report_app.command("scaling")
 def report_scaling(
     model: str = STEP_OPTS["model"], hardware: str = STEP_OPTS["hardware"],
-    out: str = typer.Option("out/scaling", "--out", help="folder for the report"),
+    out: str = typer.Option(None, "--out", help="folder for the report [default: out/scaling]"),
     quick: bool = typer.Option(False, "--quick", help="a small sweep (for demos)"),
     workers: int = typer.Option(None, "--workers", help="processes; default: every core"),
 ):
@@ -37,7 +37,7 @@ def report_scaling(
     load_hardware(hardware)
     with _progress("simulating steps") as bar:
         task = bar.add_task("steps", total=None)
-        files = scaling_report(model, hardware, output_dir(out, "--out"), quick, workers,
+        files = scaling_report(model, hardware, out_folder(out, "out/scaling"), quick, workers,
                                progress_total=lambda n: bar.update(task, total=n),
                                progress=lambda n: bar.advance(task, n))
     print(f"report: {files['html']} (self-contained) and {files['markdown']}; "
@@ -47,7 +47,7 @@ def report_scaling(
 
 @app.command()
 def reproduce(
-    out: str = typer.Option("out/reproduce", "--out", help="folder for the report"),
+    out: str = typer.Option(None, "--out", help="folder for the report [default: out/reproduce]"),
     hardware: str = typer.Option(None, "--hardware", "-H",
                                  help="default: vista-gh200-socket (TCP sockets, as the "
                                       "authors ran); the report adds vista-gh200 (InfiniBand) "
@@ -59,7 +59,7 @@ def reproduce(
     from reports.reproduce import DEFAULT_HARDWARE, write_report
 
     hardware = DEFAULT_HARDWARE if hardware is None else hardware
-    files = write_report(output_dir(out, "--out"), hardware)
+    files = write_report(out_folder(out, "out/reproduce"), hardware)
     df = pd.read_csv(files["predictions"])
     if fmt != "table":
         cols = ["model", "scheme", "sparsity", "step_time_s", "speedup_vs_dense_adams",

@@ -36,6 +36,7 @@ from cli.common import (
     app,
     compute_model,
     output_file,
+    ran_options,
 )
 from reports.tables import check_format, render
 from simulator.collective import describe
@@ -115,12 +116,13 @@ def simulate(
                        parallel=parallel)
     from simulator.memory import memory_columns, refuse_if_too_big
 
-    refuse_if_too_big(cfg)  # a step time for a step no GPU can hold would mislead
+    refuse_if_too_big(cfg, scheme)  # a step time for a step no GPU can hold would mislead
     result = simulate_step(cfg, trace=trace is not None)  # a trace shows every micro-batch
     row = {"model": model, "hardware": hardware, "gpus": gpus, "scheme": scheme,
            **resolved_scheme(cfg.scheme), "micro_batch": micro_batch, "seq_len": cfg.seq,
            "grad_accum": cfg.accum, "global_batch": cfg.sequences,
-           "tp": tp, **parallel, "dp": cfg.dp, "compute_model": compute_model(cfg),
+           "tp": tp, **ran_options(parallel, cfg), "dp": cfg.dp,
+           "compute_model": compute_model(cfg),
            "grad_dtype": grad_dtype, "param_dtype": param_dtype, "algo": algo,
            **result.as_dict(), **memory_columns(cfg)}
     if steps:
@@ -211,9 +213,10 @@ def compare_cmd(
     df = compare(cfg, lineup, baseline, steps)
     asked = {"model": model, "hardware": hardware, "gpus": gpus, "baseline": baseline,
              "micro_batch": micro_batch, "seq_len": cfg.seq, "grad_accum": cfg.accum,
-             "global_batch": cfg.sequences, "tp": tp, **parallel, "dp": cfg.dp,
+             "global_batch": cfg.sequences, "tp": tp, **ran_options(parallel, cfg), "dp": cfg.dp,
              "compute_model": compute_model(cfg),
-             "grad_dtype": grad_dtype, "param_dtype": param_dtype, "algo": algo}
+             "grad_dtype": grad_dtype, "param_dtype": param_dtype, "algo": algo,
+             "run_steps": steps}
     if fmt != "table":  # every row carries the configuration it was simulated in
         print(render(df.assign(**asked), fmt))
         return

@@ -14,7 +14,7 @@ from cli.common import (
     _netbed,
     _rank_counts,
     app,
-    output_dir,
+    out_folder,
     output_file,
 )
 from profiles import UserError, check_profile, load_hardware, load_model
@@ -97,7 +97,7 @@ def validate_cmd(
         raise UserError(f"--micro-batch must be at least 1, got {micro_batch}")
     load_model(model)
     configs = [(s, parse_scheme(s)) for s in _names(schemes, "--schemes")]
-    dest = output_dir(f"out/validate/{Path(hw.path).stem}" if out is None else out, "--out")
+    dest = out_folder(out, f"out/validate/{Path(hw.path).stem}")
     dest.mkdir(parents=True, exist_ok=True)
     for world in worlds:  # fail fast, before any run
         for _, cfg in configs:
@@ -130,17 +130,21 @@ def _validate_external(name: str, profile: str | None, out: str | None, fmt: str
 
     if write_profile is not None:  # the destinations first, then the work
         output_file(write_profile, "--write-profile")
-    dest = output_dir(f"out/validate-external/{name}" if out is None else out, "--out")
+    dest = out_folder(out, f"out/validate-external/{name}")
     hardware = x.BASE_HARDWARE if profile is None else profile
     base = load_hardware(hardware)
     table, fit, meta = x.validate_external(name, hardware)
+    table = table.assign(external=name, profile=hardware)  # each row says what it ran with
     files = x.write_outputs(table, fit, meta, dest)
     if write_profile is not None:
         path = Path(write_profile)
         command = f"scape validate --external {name}" + (f" --profile {profile}"
                                                           if profile else "")
-        path.write_text(x.fitted_profile_text(fit, base, path.stem, command,
-                                                meta["transport"]))
+        try:
+            path.write_text(x.fitted_profile_text(fit, base, path.stem, command,
+                                                    meta["transport"]))
+        except OSError as exc:
+            raise UserError(f"--write-profile {path}: cannot write it ({exc.strerror})") from None
         check_profile(str(path))  # what was written loads back
         files["profile"] = path
     stats = x.summary(table)

@@ -66,12 +66,14 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ProfileError(f"{path}: not valid TOML: {exc}") from None
     except UnicodeDecodeError as exc:
         raise ProfileError(f"{path}: not valid TOML: not UTF-8 text ({exc.reason})") from None
+    except OSError as exc:  # a symlink loop, no permission, an I/O error
+        raise ProfileError(f"{path}: cannot read it ({exc.strerror})") from None
 
 
 def _parse(kind: Kind, path: Path) -> Any:
     doc = read_toml(path)
     profile = kind.parse(path, doc)
-    if profile.name != path.stem:
+    if profile.name not in (path.stem, path.resolve().stem):  # a symlink: its target's name
         raise ProfileError(
             f"{path}: name: must equal the file name {path.stem!r}, got {profile.name!r}"
         )

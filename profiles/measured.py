@@ -35,6 +35,9 @@ def path_of(name: str) -> Path:
     if not name or "/" in name or name.startswith("."):
         raise UserError(f"--out must be a plain profile name like netbed-100mbit, got {name!r}")
     path = folder() / f"{name}.toml"
+    if (ROOT / "hardware" / f"{name}.toml").exists():  # rows would not tell the two apart
+        raise UserError(f"--out {name}: a shipped hardware profile has that name; choose "
+                        "another (e.g. my-" + name + ")")
     shipped = BUILT_IN / f"{name}.toml"
     if shipped.exists() and shipped.resolve() != path.resolve():
         raise UserError(f"--out {name}: a built-in measured profile has that name ({shipped}) "

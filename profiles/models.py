@@ -57,6 +57,11 @@ class Arch:
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
 
+    def splits_over(self, tp: int) -> bool:
+        """Whether `tp` tensor-parallel ranks can split the attention: Megatron gives each
+        rank whole query heads and whole key/value groups."""
+        return self.n_heads % tp == 0 and self.n_kv_heads % tp == 0
+
 
 @dataclass(frozen=True)
 class ModelProfile:

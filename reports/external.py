@@ -144,7 +144,11 @@ def validate_external(name: str, hardware: str = BASE_HARDWARE
             skipped.append({"row": r.cite, "why": "no public launch settings (micro-batch, "
                             "model shape) for this table"})
             continue
-        predicted = predict_row(ext, r, hw)
+        try:
+            predicted = predict_row(ext, r, hw)
+        except UserError as exc:  # name the profile the user gave, not the fit made from it
+            raise UserError(f"--profile {hardware}: {r.series} ({r.cite}) cannot be predicted "
+                            f"on the fit made from it: {exc}") from None
         fitted = is_fit_input(ext, r)
         rows.append({"series": r.series, "model": r.model, "gpus": r.gpus,
                      "quantity": r.quantity, "measured_s": r.value / 1e3,

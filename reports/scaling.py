@@ -68,7 +68,7 @@ def layout(model: ModelProfile, hw: HardwareProfile, scheme: str, gpus: int, seq
     cfg = parse_scheme(scheme)
     usable = usable_bytes(hw)
     degrees = [tp for tp in (1, 2, 4, 8) if hw.node.gpus_per_node % tp == 0
-               and model.arch.n_heads % tp == 0 and tp <= gpus and batch % (gpus // tp) == 0]
+               and model.arch.splits_over(tp) and tp <= gpus and batch % (gpus // tp) == 0]
     for recompute in ("none", "full"):
         for tp in degrees:
             use = memory_use(model, cfg, gpus // tp, tp, 1, seq, Dtypes(), recompute)
@@ -217,12 +217,22 @@ def fig_breakdown(df: pd.DataFrame, path: Path, title: str) -> Path:
     return _save(fig, path)
 
 
+def _nothing(fig, ax, text: str):
+    """A figure that says why it is empty (rather than an empty plot and warnings)."""
+    ax.axis("off")
+    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=10, wrap=True)
+    return fig
+
+
 def fig_heatmap(df: pd.DataFrame, path: Path, title: str) -> Path:
     plt = _plt()
     part = df[df["sweep"].isin(["bandwidth", "gpus"]) & (df["scheme"] == "scape:0.99")
               & df["fits"]]
     grid = part.pivot_table(index="nic_Gbps", columns="gpus", values="speedup_vs_dense_adams")
     fig, ax = plt.subplots(figsize=(9, 3.8))
+    if grid.empty:  # no SCAPE 99% step of the sweep fits in memory
+        return _save(_nothing(fig, ax, f"{title}: no SCAPE 99% step of the sweep fits in GPU "
+                                       "memory"), path)
     im = ax.imshow(grid.values, aspect="auto", cmap="viridis", origin="lower")
     ax.set_xticks(range(len(grid.columns)), [str(c) for c in grid.columns], rotation=45)
     ax.set_yticks(range(len(grid.index)), [f"{b:g}" for b in grid.index])
@@ -242,6 +252,9 @@ def fig_line(df: pd.DataFrame, sweep: str, x: str, xlabel: str, path: Path, titl
     plt = _plt()
     part = df[(df["sweep"] == sweep) & df["fits"] & (df["scheme"] != BASELINE)].copy()
     fig, ax = plt.subplots(figsize=(8, 4.2))
+    if part.empty:
+        return _save(_nothing(fig, ax, f"{title}: no step of this sweep fits in GPU memory"),
+                     path)
     if x == "model":
         part["x"] = part["n_params"]
         xlabel = "parameters"

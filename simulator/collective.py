@@ -225,10 +225,14 @@ def calibrated(hw: HardwareProfile, op: str, algo: str, ranks: int, size: float,
                         f"= true for SHARP); {hw.name} has no [nccl] table")
     if m is None or (algo != AUTO and algo not in nccl.TUNED_ALGOS):
         if proto not in (nccl.AUTO_PROTO, "simple"):
-            raise UserError(f"--proto {proto}: {hw.name} has no [nccl] table (only NCCL "
-                            "profiles model protocols; this one runs Simple)")
+            if m is None:
+                raise UserError(f"--proto {proto}: {hw.name} has no [nccl] table (only NCCL "
+                                "profiles model protocols; this one runs Simple)")
+            raise UserError(f"--proto {proto}: --algo {algo} is not one of NCCL's algorithms "
+                            f"({', '.join(nccl.TUNED_ALGOS)}), whose protocols are modelled; "
+                            "it runs Simple")
         if measured is None or algo != AUTO:
-            return Choice(algo, size, call)
+            return Choice(algo, size, call, proto="simple" if proto == "simple" else "")
         eff = measured.get("by_ranks", {}).get(ranks, measured["efficiency"])
         return Choice(measured["algo"], size / eff,
                       call + measured.get("overhead_s", {}).get(ranks, 0.0))

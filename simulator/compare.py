@@ -128,6 +128,16 @@ def parse_scheme(spec: str, base: SchemeConfig | None = None,
     return replace(base, **keep).validate()
 
 
+def refuse_same(names: list[str], schemes: list[SchemeConfig]) -> None:
+    """Two spellings of one configuration (scape and scape:0.99, dense-adams and dense-zero1
+    with AdamS) would give the same row twice: refused, naming both."""
+    for i, (name, scheme) in enumerate(zip(names, schemes, strict=True)):
+        for other, earlier in zip(names[:i], schemes[:i], strict=True):
+            if scheme == earlier:  # dataclass equality: every option alike
+                raise UserError(f"{other} and {name} are the same scheme (the same options): "
+                                "give it once")
+
+
 def compare(base: StepConfig, specs: list[str], baseline: str,
             run_steps: int | None = None) -> pd.DataFrame:
     """One row per scheme: step time, breakdown, bytes per GPU, speedup over `baseline`.
@@ -141,10 +151,11 @@ def compare(base: StepConfig, specs: list[str], baseline: str,
     if baseline not in names:
         names.append(baseline)
         specs = [*specs, baseline]
+    schemes = [parse_scheme(spec, base.scheme, only_own=True) for spec in specs]
+    refuse_same(names, schemes)
     cache = PhaseCache(build_topology(base.hardware, base.gpus))
     rows = []
-    for name, spec in zip(names, specs, strict=True):
-        scheme = parse_scheme(spec, base.scheme, only_own=True)
+    for name, scheme in zip(names, schemes, strict=True):
         cfg = replace(base, scheme=scheme)
         result = simulate_step(cfg, cache=cache)
         resolved = resolved_scheme(scheme)

@@ -135,8 +135,9 @@ def memory_columns(cfg) -> dict:
             "fits_memory": use.total <= usable_bytes(cfg.hardware)}
 
 
-def refuse_if_too_big(cfg) -> None:
-    """A UserError, with the breakdown, when one GPU of the step cannot hold it."""
+def refuse_if_too_big(cfg, scheme: str | None = None) -> None:
+    """A UserError, with the breakdown, when one GPU of the step cannot hold it; `scheme`:
+    the scheme as the user named it (dense-adams rather than the dense-zero1 it runs)."""
     from profiles import UserError
 
     use = step_memory(cfg)
@@ -148,7 +149,8 @@ def refuse_if_too_big(cfg) -> None:
                 "a scheme that shards the optimizer state (dense-adams, scape-partitioned, "
                 "scape --distributed-optimizer)")
         raise UserError(
-            f"{cfg.model.name} with {cfg.scheme.scheme} needs {use.total / 1e9:.1f} GB per GPU "
-            f"({parts} GB), {cfg.hardware.name} has {usable / 1e9:.1f} GB usable "
+            f"{cfg.model.name} with {scheme or cfg.scheme.scheme} needs "
+            f"{use.total / 1e9:.1f} GB per GPU ({parts} GB), {cfg.hardware.name} has "
+            f"{usable / 1e9:.1f} GB usable "
             f"({USABLE_FRACTION:.0%} of {cfg.hardware.gpu.memory_GB:g} GB): try tensor "
             f"parallelism (--tp), a smaller --micro-batch, or {hint}")

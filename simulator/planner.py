@@ -15,7 +15,7 @@ import pandas as pd
 from profiles import HardwareProfile, ModelProfile, UserError
 from scape.plan import SCAPE_SCHEMES, Dtypes
 from simulator.batch import check_workers, parallel_map, phase_cache, simulate_cached
-from simulator.compare import parse_scheme
+from simulator.compare import parse_scheme, refuse_same
 from simulator.memory import memory_use, usable_bytes
 from simulator.schedule import run_mean
 from simulator.step import MAX_GPUS, StepConfig
@@ -35,6 +35,9 @@ RECOMPUTE_ORDER = ("none", "full")  # the first that fits (selective saves no me
 # gpt-345m / llama-1.8b / llama-7b (33: 0.08%), at a 17th of the simulations
 RUN_MEAN_NODES = 17
 SCAPE_FAMILY = "scape"
+
+
+MAX_PRICE = 1e6  # USD per GPU-hour
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,10 @@ class PlanRequest:
                             ("--price-per-gpu-hour", self.price_per_gpu_hour)):
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise UserError(f"{name} must be a finite positive number, got {value:g}")
+        # far above any GPU's rent: a larger figure overflows a run's cost to infinity
+        if self.price_per_gpu_hour is not None and self.price_per_gpu_hour > MAX_PRICE:
+            raise UserError(f"--price-per-gpu-hour must be at most {MAX_PRICE:,.0f} USD, got "
+                            f"{self.price_per_gpu_hour:g}")
         if not 1 <= self.max_gpus <= MAX_GPUS:
             raise UserError(f"--max-gpus must be between 1 and {MAX_GPUS:,}, got "
                             f"{self.max_gpus}")
@@ -101,12 +108,17 @@ class PlanRequest:
         twice = sorted({p for p in paths if paths.count(p) > 1})
         if twice:
             raise UserError(f"--hardware: {', '.join(twice)} given twice (by name and by path)")
+        named = [hw.name for hw in self.hardware]
+        alike = sorted({n for n in named if named.count(n) > 1})
+        if alike:  # the rows name their hardware: two files of one name could not be told apart
+            raise UserError(f"--hardware: two profiles named {', '.join(alike)} ("
+                            + ", ".join(hw.path for hw in self.hardware if hw.name in alike)
+                            + "): rename one")
         for hw in self.hardware:
             if self.price_per_gpu_hour is None and hw.price is None:
                 raise UserError(f"hardware {hw.name} has no [price] in its profile; "
                                 "give --price-per-gpu-hour")
-        for spec in self.schemes:
-            parse_scheme(spec)
+        refuse_same(list(self.schemes), [parse_scheme(spec) for spec in self.schemes])
         if not 0 <= self.density_warmup_frac <= 1:
             raise UserError("density warm-up fraction must be in [0, 1], got "
                             f"{self.density_warmup_frac:g}")
@@ -159,9 +171,9 @@ def layouts(req: PlanRequest, hw: HardwareProfile, gpus: int):
     """(tp, pp, schedule, chunks) a job of `gpus` GPUs can take: tensor parallelism inside a
     node dividing the heads, pipeline stages that leave whole tensor-parallel groups and at
     least a layer per model chunk."""
-    heads, n_layers = req.model.arch.n_heads, req.model.arch.n_layers
-    for tp in (t for t in (1, 2, 4, 8) if hw.node.gpus_per_node % t == 0 and heads % t == 0
-               and t <= gpus):
+    n_layers = req.model.arch.n_layers
+    for tp in (t for t in (1, 2, 4, 8) if hw.node.gpus_per_node % t == 0
+               and req.model.arch.splits_over(t) and t <= gpus):
         for pp in PIPELINE_DEGREES:
             if gpus % (tp * pp) or pp > n_layers:
                 continue
@@ -305,7 +317,7 @@ def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None
         if ok.empty:
             cheapest = df.sort_values("cost_usd").iloc[0]
             raise UserError(
-                f"no plan trains {req.tokens:.3g} tokens for ${req.budget_usd:,.2f}: the "
+                f"no plan trains {req.tokens:.3g} tokens for ${req.budget_usd:,.6g}: the "
                 f"cheapest costs ${cheapest['cost_usd']:,.0f} ({cheapest['gpus']} x "
                 f"{cheapest['hardware']}, {cheapest['scheme']}); relax --budget-usd")
         df = ok

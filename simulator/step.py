@@ -136,6 +136,13 @@ class StepConfig:
         if self.model.arch.n_heads % self.tp:
             raise UserError(f"tensor-parallel degree {self.tp} must divide the "
                             f"{self.model.arch.n_heads} attention heads of {self.model.name}")
+        if not self.model.arch.splits_over(self.tp):  # whole key/value groups per rank
+            raise UserError(f"tensor-parallel degree {self.tp} must divide the "
+                            f"{self.model.arch.n_kv_heads} key/value heads of {self.model.name}")
+        if self.sequence_parallel and self.tp > 1 and self.seq % self.tp:
+            raise UserError(f"sequence parallelism (on by default with --tp; "
+                            f"--no-sequence-parallel turns it off) splits the sequence over "
+                            f"--tp {self.tp} ranks: --seq-len {self.seq} does not divide")
         if self.gpus % self.tp:
             raise UserError(f"gpus ({self.gpus}) must be a multiple of --tp {self.tp}")
         self._validate_pipeline()
@@ -151,6 +158,10 @@ class StepConfig:
                             ("seq-len", self.seq)):
             if value < 1:
                 raise UserError(f"{name} must be at least 1, got {value}")
+        # far above any run (a step of 10^9 micro-batches): a typo is refused, not priced
+        if self.accum > MAX_ACCUM:
+            raise UserError(f"a step of {self.accum:,} micro-batches (--grad-accum or "
+                            f"--global-batch): at most {MAX_ACCUM:,}")
         a = self.model.arch
         if self.model.family == "gpt" and self.seq > a.seq_len:
             # a GPT's learned position table has one row per position (its parameters count
@@ -554,6 +565,7 @@ class _StepSim:
 # whole: they are extended only from EXTEND_PLAIN_FROM on (--grad-accum 10^8 is answered in
 # the time of a few micro-batches, not in hours).
 EXTEND_FROM = 12
+MAX_ACCUM = 10**9
 EXTEND_PLAIN_FROM = 256
 STEADY = 4
 _KEYS = ("step", "compute", "compression", "tp", "exposed", "overlap", "bubble", "interference")

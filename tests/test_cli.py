@@ -65,7 +65,10 @@ def test_profiles_show_and_check_every_profile(capsys, kind_name):
 def test_profiles_list(capsys):
     code, out, _ = scape(capsys, "profiles", "list", "--format", "json")
     assert code == 0
-    assert {r["name"] for r in json.loads(out)} == set(names("hardware")) | set(names("model"))
+    rows = json.loads(out)
+    embedded = {r["name"] for r in rows if r["kind"] != "measured"}
+    assert embedded == set(names("hardware")) | set(names("model"))
+    assert "measured/netbed-100mbit" in {r["name"] for r in rows if r["kind"] == "measured"}
 
 
 BAD = [

@@ -71,7 +71,7 @@ def test_typed_values_are_used_and_shown(capsys, args, key, value):
     (("-s", "quantized:0_8"), "cannot read 'quantized:0_8'"),
     (("--global-batch", "64", "--grad-accum", "2"), "--grad-accum 2 contradicts --global-batch"),
     (("--seq-len", "8192"), "gpt-345m has learned positions for 1024 tokens"),
-    (("--trace", "/dev/full"), "cannot write it (No space left on device)"),
+    (("--trace", "/dev/full"), "not a regular file"),
     (("-H", "/dev/zero"), "not a regular file"),
 ])
 def test_simulate_refuses(capsys, args, match):
@@ -143,6 +143,31 @@ def test_simulate_refuses(capsys, args, match):
     (("netbed", "--netbed", "rate=0.0001kbit"), "--netbed rate must be between"),
     (("netbed", "--netbed", "rate=1gbit,delay=99999999ms"), "--netbed delay must be at most"),
     (("train", "--steps", "2", "--seed", str(10**20)), "--seed must be between 0 and 2**63"),
+    # round two of session 7's probe
+    (("validate", "--external", "scape-sc26", "--write-profile",
+      "profiles/hardware/vista-gh200.toml"), "inside the shipped profiles"),
+    (("collective", "-H", "gcp-a3-mega", "-g", "16", "--algo", "hierarchical", "--proto", "ll",
+      "--sizes", "1MiB"), "--algo hierarchical is not one of NCCL's algorithms"),
+    (("collective", "-H", "aws-p5", "-g", "16", "--published", "D1-p5-2node-default",
+      "--sizes", "3MiB"), "measured none of them"),
+    (("compare", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16", "--schemes",
+      "scape,scape:0.99"), "scape and scape:0.99 are the same scheme"),
+    (("compare", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16", "--schemes",
+      "dense-adams,dense-zero1"), "are the same scheme"),
+    (("plan", "-m", "gpt-345m", "--tokens", "1e9", "-H", "dgx-h100,"), "has an empty item"),
+    (("plan", "-m", "gpt-345m", "--tokens", "1e9", "-H", "dgx-h100", "--price-per-gpu-hour",
+      "1e308"), "--price-per-gpu-hour must be at most"),
+    (("plan", "-m", "gpt-345m", "--tokens", "1e9", "-H", "dgx-h100", "--schemes",
+      "dense-adams", "--density-warmup-frac", "0.1"), "warms its density up"),
+    (("simulate", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16", "-s", "scape:0.99",
+      "--run-steps", "10", "--density-warmup", "100"), "ends before the density schedule"),
+    (("simulate", "-m", "tiny-llama", "-H", "dgx-h100", "-g", "8", "--tp", "4"),
+     "must divide the 2 key/value heads"),
+    (("simulate", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "8", "--tp", "8", "--seq-len", "3"),
+     "--seq-len 3 does not divide"),
+    (("simulate", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16", "--grad-accum",
+      str(2**63 - 1)), "micro-batches (--grad-accum or --global-batch): at most"),
+    (("calibrate", "collectives", "--out", "dgx-h100"), "a shipped hardware profile has that"),
 ])
 def test_other_commands_refuse_before_working(capsys, args, match):
     code, _out, err = scape(capsys, *args)
@@ -517,3 +542,28 @@ def test_reproduce_runs_on_a_shapes_priced_profile(capsys, tmp_path):
     assert code == 0, err
     text = (tmp_path / "r" / "reproduce_assumptions.csv").read_text()
     assert "dgx-h100: 8 GPU(s) per node" in text and "([roofline], sustained 0.795)" in text
+
+
+def test_symlink_loops_and_fifos_are_refused_in_one_line(capsys, tmp_path):
+    import os
+
+    (tmp_path / "a.toml").symlink_to(tmp_path / "b.toml")
+    (tmp_path / "b.toml").symlink_to(tmp_path / "a.toml")
+    code, _out, err = scape(capsys, "profiles", "check", str(tmp_path / "a.toml"))
+    _refused(code, err, "cannot read it (Too many levels of symbolic links)")
+    fifo = tmp_path / "trace.json"
+    os.mkfifo(fifo)  # opening it to write would block until a reader came
+    code, _out, err = scape(capsys, *SIM, "--trace", str(fifo))
+    _refused(code, err, "not a regular file")
+
+
+def test_profiles_list_shows_measured_profiles_and_says_why_one_is_broken(capsys, tmp_path,
+                                                                            monkeypatch):
+    (tmp_path / "measured").mkdir()
+    (tmp_path / "measured" / "broken.toml").write_text("bad = [\n")
+    monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path))
+    code, out, err = scape(capsys, "profiles", "list", "--format", "json")
+    assert code == 0, err
+    rows = {r["name"]: r for r in json.loads(out)}
+    assert rows["measured/netbed-100mbit"]["kind"] == "measured"
+    assert rows["measured/broken"]["description"].startswith("INVALID: ")
