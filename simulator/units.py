@@ -1,7 +1,8 @@
 """Byte sizes as people write them: `1KiB`, `4MB`, `1e9`, and ranges `1KiB..8GiB`.
 
 Binary prefixes (KiB, MiB, GiB, TiB) and the bare letters (K, M, G, T, as nccl-tests reads
-them) are powers of 1024; decimal ones (KB, MB, GB, TB) are powers of 1000.
+them) are powers of 1024; decimal ones (KB, MB, GB, TB) are powers of 1000. A lower-case b
+(1mb, 1Gb) could mean bits and is refused.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ def parse_size(text: str) -> int:
         raise UserError(f"cannot read size {text!r}: write a positive number with an optional "
                         "unit, e.g. 4096, 1KiB, 8MiB, 1GB")
     number, unit = float(match.group(1)), match.group(2)
+    if unit.endswith("b"):  # 1b, 1mb, 1Gb: bits or bytes? refused rather than guessed
+        raise UserError(f"cannot read size {text!r}: a lower-case b reads as bits; write B "
+                        "for bytes (1B, 1MB, 1MiB)")
     u = unit.upper()
     if u in _DECIMAL and unit[-1] == "B" and not unit.endswith("iB"):
         factor = _DECIMAL[u]
