@@ -121,10 +121,19 @@ class App(typer.Typer):
         if main:  # Ctrl-C / SIGINT ends the run even where a parent shell ignored it
             previous = (signal.signal(signal.SIGTERM, raise_terminated),
                         signal.signal(signal.SIGINT, signal.default_int_handler))
+        for stream in (sys.stdout, sys.stderr):  # an ASCII terminal gets escapes, not a crash
+            if hasattr(stream, "reconfigure"):
+                stream.reconfigure(errors="backslashreplace")
         try:
             rv = super().__call__(*args, standalone_mode=False, **kwargs)
         except UserError as exc:
             _fail(str(exc))
+        except OSError as exc:  # a path the user gave: too long, a loop, no permission, ...
+            if exc.filename is None or exc.errno is None:
+                raise
+            name = str(exc.filename)
+            shown = name if len(name) <= 120 else f"{name[:60]}...{name[-40:]} ({len(name)} chars)"
+            _fail(f"{shown}: {exc.strerror}")
         except Terminated:
             print("scape: terminated (SIGTERM); every process it started was ended",
                   file=sys.stderr)

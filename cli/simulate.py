@@ -135,6 +135,7 @@ def simulate(
         print(render(pd.DataFrame([row]), fmt))
         return
     print(f"# {scheme} on {describe(build_topology(cfg.hardware, gpus))}")
+    print(f"# profile {hardware} ({cfg.hardware.path})")
     print(f"# {model}: micro-batch {micro_batch} x seq {cfg.seq}, grad-accum {cfg.accum}, "
           f"tp {tp}, pp {pp}{_schedule_name(cfg)}, data-parallel {cfg.dp}, recompute "
           f"{recompute}, algo {algo}; forward/backward: {row['compute_model']}")

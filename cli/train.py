@@ -112,11 +112,16 @@ def train_cmd(
                       checkpoint_every=checkpoint_every).validate()
     if nprocs < 1:
         raise UserError(f"--nprocs must be at least 1, got {nprocs}")
+    if netbed is not None and nprocs < 2:
+        raise UserError(f"--netbed shapes the links between ranks: --nprocs {nprocs} has none")
     if out is not None:
         output_dir(out, "--out")
+        if not resume and not under_torchrun():
+            _refuse_other_run(Path(out))
     if resume and not under_torchrun():
         from scape.train.loop import checkpoint_step
 
+        _refuse_changed(Path(out), cfg)
         done = checkpoint_step(Path(out), nprocs)
         if done >= steps:
             raise UserError(f"--resume: {out} is already at step {done} of --steps {steps}")
@@ -137,6 +142,39 @@ def train_cmd(
         print(f"  {key:<15} {value * 1e3:.2f} ms")
     print(f"bytes_per_step    {summary['bytes_per_step']:,.0f} (sent per rank)")
 
+
+
+# what a resumed run must share with the run whose checkpoint it continues
+RESUME_KEYS = ("model", "scheme", "micro_batch", "seq_len", "lr", "seed", "corpus",
+               "warmup_steps", "min_lr_ratio", "autocast", "threads")
+
+
+def _refuse_other_run(out: Path) -> None:
+    """--out holding another run's checkpoints or summary, without --resume: refused, not
+    overwritten (its old checkpoints would sit beside the new ones)."""
+    held = [p.name for p in (out / "checkpoint", out / "summary.json") if p.exists()]
+    if held:
+        raise UserError(f"--out {out} holds another run ({', '.join(held)}): give --resume to "
+                        "continue it, or another folder")
+
+
+def _refuse_changed(out: Path, cfg) -> None:
+    """--resume with other settings than the checkpoint's run: refused, naming them (the
+    run would mix two trainings, and its summary describe only the second)."""
+    import json
+    from dataclasses import asdict
+
+    try:
+        before = json.loads((out / "config.json").read_text())
+    except (OSError, ValueError):
+        return  # no readable config: checkpoint_step says what is missing
+    now = asdict(cfg)
+    changed = [k for k in RESUME_KEYS if k in before and before[k] != json.loads(
+        json.dumps(now[k]))]
+    if changed:
+        parts = "; ".join(f"{k}: {before[k]!r} then, {now[k]!r} now" for k in changed)
+        raise UserError(f"--resume {out}: the checkpoint's run had other settings ({parts}); "
+                        "resume with the same ones")
 
 
 @app.command("netbed")
@@ -175,6 +213,12 @@ def netbed_cmd(
         return
     if nprocs < 2:
         raise UserError(f"--nprocs must be at least 2 to measure a link, got {nprocs}")
+    from scape.netbed import PROBE_MIN_BYTES, min_probe_seconds
+
+    if spec.rate_Bps * seconds < PROBE_MIN_BYTES:  # before any namespace is built
+        raise UserError(f"--seconds {seconds:g} at {spec.rate_mbit:g} Mbit/s moves too little "
+                        f"to time (the probe needs {PROBE_MIN_BYTES:,} bytes): give --seconds "
+                        f"{min_probe_seconds(spec):.3g} or more, or a faster rate")
     with Netbed(spec, nprocs) as bed:
         print(f"# netbed {spec}: {nprocs} namespaces {', '.join(bed.rank_ns)} behind "
               f"{bed.switch} (bridge br0), tbf{' + netem' if spec.delay_ms else ''} "

@@ -89,7 +89,12 @@ def validate_cmd(
     probe = probe and bool(hw.slowdown)  # a host shared by ranks: a CPU testbed
     worlds = _rank_counts(nprocs)
     recorded = hw.measured.get("network_netbed", "")
-    spec = _netbed(netbed or (recorded if recorded.startswith("rate=") else None))
+    if (netbed is not None and recorded.startswith("rate=")
+            and str(_netbed(netbed)) != str(_netbed(recorded))):
+        # the prediction is the profile's: a run on another link would not test it
+        raise UserError(f"--netbed {netbed}: {hw.name} was measured on {recorded}; validate it "
+                        f"there (leave --netbed out), or calibrate a profile on {netbed}")
+    spec = _netbed(recorded if netbed is None and recorded.startswith("rate=") else netbed)
     model = hw.measured.get("compute_model", "tiny-gpt") if model is None else model
     if micro_batch is None:
         micro_batch = int(hw.measured.get("compute_micro_batch", 16))
@@ -152,7 +157,7 @@ def _validate_external(name: str, profile: str | None, out: str | None, fmt: str
     if fmt == "json":  # the rows; the fit, the memory rows and the skipped rows: files["json"]
         print(render(table, "json"))
         return
-    header = (f"{name}: {x.protocol_text(fit)}\n"
+    header = (f"{name} on profile {hardware} ({base.path}): {x.protocol_text(fit)}\n"
               f"predicted rows: {stats['predicted_rows']} ({stats['scape_rows']} SCAPE), "
               f"median |error| {stats['median_abs_error_pct']:.1f}%, max "
               f"{stats['max_abs_error_pct']:.1f}%; memory (nothing fitted): "
@@ -160,7 +165,7 @@ def _validate_external(name: str, profile: str | None, out: str | None, fmt: str
               f"max {mem['max_abs_error_pct']:.1f}%; {len(meta['skipped'])} rows not predicted "
               f"(listed in the JSON); saved " + ", ".join(str(f) for f in files.values()))
     cols = ["series", "model", "gpus", "quantity", "measured_s", "predicted_s", "error_pct",
-            "fitted"]
+            "fitted", *(("external", "profile") if fmt == "csv" else ())]
     print(render(table[cols], fmt, header=header, floatfmt={
         "measured_s": "{:.3f}", "predicted_s": "{:.3f}", "error_pct": "{:+.1f}"}))
     if fmt == "table":  # csv stays one table; the memory rows are in their own CSV

@@ -82,6 +82,15 @@ def parse_quality(path: Path | str, doc: dict) -> QualityStudy:
 
 
 def load_quality(name: str) -> QualityStudy:
-    """profiles/quality/NAME.toml, or a path to such a file."""
-    path = Path(name) if name.endswith(".toml") else ROOT / "quality" / f"{name}.toml"
+    """profiles/quality/NAME.toml, or a path to such a file (one with a / or .toml)."""
+    if not name.strip():
+        raise ProfileError("--quality: give a study name (e.g. convergence-protocol) or a path")
+    if name.endswith(".toml") or "/" in name:
+        path = Path(name)
+    else:
+        path = ROOT / "quality" / f"{name}.toml"
+        if not path.exists():
+            known = ", ".join(sorted(p.stem for p in (ROOT / "quality").glob("*.toml")))
+            raise ProfileError(f"--quality {name}: no such study (known: {known}; or give a "
+                               "path)")
     return parse_quality(path, read_toml(path))

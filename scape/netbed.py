@@ -284,17 +284,33 @@ else:
 """
 
 
+PROBE_MIN_BYTES = 16 * (64 << 10)  # 1 MiB: 16 times the untimed slow-start part
+
+
+def min_probe_seconds(spec: NetbedSpec) -> float:
+    """The shortest probe that times at least PROBE_MIN_BYTES at `spec`'s rate."""
+    return PROBE_MIN_BYTES / spec.rate_Bps
+
+
 def measure_throughput_mbit(bed: Netbed, src: int, dst: int, seconds: float = 2.0) -> float:
     """TCP goodput from rank `src` to rank `dst` in Mbit/s (payload bytes, over about
     `seconds`); the headers make it about 4% below the shaped rate at a 1500-byte MTU."""
     nbytes = int(bed.spec.rate_Bps * seconds)
+    if nbytes < PROBE_MIN_BYTES:  # the first 64 KiB are slow start, not timed
+        raise UserError(f"--seconds {seconds:g} at {bed.spec.rate_mbit:g} Mbit/s is "
+                        f"{nbytes:,} bytes: the probe needs at least {PROBE_MIN_BYTES:,}; give "
+                        f"--seconds {min_probe_seconds(bed.spec):.3g} or more")
     host = bed.address(dst)
     server = subprocess.Popen(bed.command(dst, [sys.executable, "-c", _PROBE, "server", host,
                                                 "5201", str(nbytes)]))
     try:
-        client = subprocess.run(bed.command(src, [sys.executable, "-c", _PROBE, "client", host,
-                                                  "5201", str(nbytes)]),
-                                capture_output=True, text=True, timeout=60 + 4 * seconds)
+        try:
+            client = subprocess.run(bed.command(src, [sys.executable, "-c", _PROBE, "client",
+                                                      host, "5201", str(nbytes)]),
+                                    capture_output=True, text=True, timeout=60 + 4 * seconds)
+        except subprocess.TimeoutExpired:
+            raise UserError(f"netbed: the throughput probe did not finish in "
+                            f"{60 + 4 * seconds:g} s at {bed.spec.rate_mbit:g} Mbit/s") from None
         if client.returncode != 0:
             raise UserError(f"netbed: throughput probe failed: {client.stderr.strip()[:200]}")
         return float(client.stdout.strip())

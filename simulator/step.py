@@ -154,6 +154,9 @@ class StepConfig:
                             f"{self.recompute!r}")
         if self.mfu is not None and not 0 < self.mfu <= 1:
             raise UserError(f"--mfu must be in (0, 1], got {self.mfu:g}")
+        if self.mfu is not None and self.mfu < MIN_MFU:
+            raise UserError(f"--mfu {self.mfu:g}: below {MIN_MFU:g} ({MIN_MFU:.1%} of peak) "
+                            "is no training run; give the share of peak the GPU reaches")
         for name, value in (("micro-batch", self.micro_batch), ("grad-accum", self.grad_accum),
                             ("seq-len", self.seq)):
             if value < 1:
@@ -565,6 +568,7 @@ class _StepSim:
 # whole: they are extended only from EXTEND_PLAIN_FROM on (--grad-accum 10^8 is answered in
 # the time of a few micro-batches, not in hours).
 EXTEND_FROM = 12
+MIN_MFU = 1e-3
 MAX_ACCUM = 10**9
 EXTEND_PLAIN_FROM = 256
 STEADY = 4
@@ -639,5 +643,6 @@ def simulate_step(
         exposed_comm_s=totals["exposed"], overlapped_comm_s=totals["overlap"],
         bytes_per_gpu=the_plan.wire_bytes(cfg.dp, cfg.accum) + tp_bytes, spans=spans,
         kinds=kinds,
-        pipeline_bubble_s=totals["bubble"], interference_s=totals["interference"],
+        pipeline_bubble_s=totals["bubble"],
+        interference_s=max(0.0, totals["interference"]),  # no -1e-17 from rounding
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -567,3 +568,58 @@ def test_profiles_list_shows_measured_profiles_and_says_why_one_is_broken(capsys
     rows = {r["name"]: r for r in json.loads(out)}
     assert rows["measured/netbed-100mbit"]["kind"] == "measured"
     assert rows["measured/broken"]["description"].startswith("INVALID: ")
+
+
+@pytest.mark.parametrize(("args", "match"), [
+    # round three of session 7's probe
+    (("simulate", "-m", "x" * 300, "-H", "dgx-h100", "-g", "16"), "File name too long"),
+    (("netbed", "--netbed", "rate=1kbit", "--seconds", "0.5"), "moves too little to time"),
+    (("train", "--steps", "2", "--nprocs", "1", "--netbed", "rate=100mbit"),
+     "--netbed shapes the links between ranks"),
+    (("train", "--steps", "3", "-s", "scape", "--density-warmup", "100"),
+     "ends before the density schedule"),
+    (("train", "--steps", "2", "--lr", "1e300"), "--lr must be at most"),
+    (("train", "--steps", str(10**12)), "--steps must be at most"),
+    (("simulate", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16", "--mfu", "1e-300"),
+     "is no training run"),
+    (("plan", "-m", "gpt-345m", "--tokens", "1e9", "-H", "dgx-h100", "--quality", ""),
+     "--quality: give a study name"),
+    (("plan", "-m", "gpt-345m", "--tokens", "1e9", "-H", "dgx-h100", "--quality", "nope"),
+     "no such study"),
+    (("validate", "--profile", "measured/netbed-100mbit", "--netbed", "rate=1000mbit"),
+     "was measured on rate=100mbit"),
+])
+def test_round_three_refusals(capsys, args, match):
+    code, _out, err = scape(capsys, *args)
+    _refused(code, err, match)
+
+
+def test_train_keeps_other_runs_apart(capsys, tmp_path):
+    """An --out holding another run is refused without --resume (not overwritten); --resume
+    with other settings than the checkpoint's run is refused, naming them."""
+    other = tmp_path / "run"
+    (other / "checkpoint").mkdir(parents=True)
+    code, _out, err = scape(capsys, "train", "--steps", "2", "--out", str(other))
+    _refused(code, err, "holds another run (checkpoint)")
+    (other / "config.json").write_text(json.dumps({"model": "tiny-gpt", "lr": 0.5}))
+    code, _out, err = scape(capsys, "train", "--steps", "2", "--out", str(other), "--resume")
+    _refused(code, err, "lr: 0.5 then, 0.001 now")
+
+
+def test_output_that_the_terminal_cannot_encode_is_escaped(tmp_path):
+    """stdout in ASCII (PYTHONIOENCODING=ascii) and a path with an accent: escapes, exit 0."""
+    import os
+    import subprocess
+    import sys
+
+    folder = tmp_path / "\u00e9"
+    folder.mkdir()
+    (folder / "dgx-h100.toml").write_text(
+        (Path(__file__).parents[1] / "profiles" / "hardware" / "dgx-h100.toml").read_text())
+    proc = subprocess.run([sys.executable, "-m", "cli", "collective", "-H",
+                           str(folder / "dgx-h100.toml"), "-g", "8", "--sizes", "1MiB"],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONIOENCODING": "ascii"},
+                          cwd=Path(__file__).parents[1])
+    assert proc.returncode == 0, proc.stderr
+    assert "\\xe9" in proc.stdout

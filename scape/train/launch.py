@@ -117,6 +117,9 @@ def launch(cfg: TrainConfig, nprocs: int, backend: str = "gloo", netbed=None,
     if backend == "gloo":
         check_host_memory(cfg, nprocs)
     out = Path(cfg.out or tempfile.mkdtemp(prefix="scape-train-"))
+    if cfg.out is None and progress:  # say where the run's files go (they stay)
+        print(f"train: no --out given: the run's files (log, checkpoints) go to {out}",
+              file=sys.stderr)
     out.mkdir(parents=True, exist_ok=True)
     cfg_dict = {**asdict(cfg), "out": str(out)}
     config_file = out / "config.json"

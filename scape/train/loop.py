@@ -84,6 +84,17 @@ class TrainConfig:
         for name, value in (("--lr", self.lr), ("--timeout", self.timeout_s)):
             if not (math.isfinite(value) and value > 0):
                 raise UserError(f"{name} must be a positive number, got {value}")
+        # far above any run on this host: a typo is refused before the ranks start
+        for name, value, most in (("--lr", self.lr, 10.0), ("--timeout", self.timeout_s, 1e6),
+                                  ("--steps", self.steps, 10**9)):
+            if value > most:
+                raise UserError(f"{name} must be at most {most:g}, got {value:g}")
+        schedule = (self.scheme.density_warmup_steps or 0) + (self.scheme.density_dense_steps
+                                                               or 0)
+        if schedule > self.steps:
+            raise UserError(f"--steps {self.steps} ends before the density schedule does "
+                            f"({schedule} steps of dense steps and warm-up): the run would "
+                            "never send at the sparsity asked for")
         from scape.train.data import CORPORA, shakespeare_archive
 
         if self.corpus not in CORPORA:
