@@ -35,6 +35,7 @@ from cli.common import (
 )
 from profiles import UserError, load_model
 from reports.tables import check_format, render
+from simulator.compare import resolved_scheme
 
 
 @app.command("train")
@@ -130,10 +131,16 @@ def train_cmd(
     spec = _netbed(netbed)
     summary = (train(cfg)["summary"] if under_torchrun()
                else launch(cfg, nprocs, backend, spec, progress=True))
+    summary = {**summary, "backend": backend, "netbed": str(spec) if spec else None}
     if fmt != "table":  # one row with the configuration it ran with, nested keys dotted
         print(render(pd.json_normalize(summary), fmt))
         return
     print(f"# {model}, {scheme} on {summary['world']} rank(s), {summary['steps']} steps")
+    print("# options: " + ", ".join(
+        f"{k} {v}" for k, v in {**resolved_scheme(cfg.scheme), "micro_batch": cfg.micro_batch,
+                                "seq_len": cfg.seq_len, "lr": cfg.lr, "seed": cfg.seed,
+                                "corpus": cfg.corpus, "backend": backend,
+                                "netbed": summary["netbed"], "out": cfg.out}.items()))
     val = summary["final_val_loss"]
     print(f"final_train_loss  {summary['final_train_loss']:.4f}")
     print(f"final_val_loss    {val:.4f}" if val is not None else "final_val_loss    -")

@@ -363,7 +363,8 @@ def write_report(model: str, hardware: str, out: Path, quick: bool = False,
           "micro-batch 1, the model's global batch or one sequence per GPU once GPUs outnumber "
           "it, the same for every scheme at a GPU count. Layout: the smallest tensor-parallel "
           "degree that fits without recomputation, else with full recomputation. Speedup = "
-          "dense AdamS step time / scheme step time.",
+          f"dense AdamS step time / scheme step time. Sweep: {'quick' if quick else 'full'}; "
+          f"profiles {m.path} and {hw.path}.",
           ""]
     setup = md[4]
     html_figs = []
