@@ -91,7 +91,7 @@ def train_cmd(
 ):
     """Train a model with a scheme on torch.distributed ranks (torchrun), and report."""
     check_format(fmt)
-    from scape.train.launch import launch, under_torchrun
+    from scape.train.launch import check_backend, launch, under_torchrun
     from scape.train.loop import TrainConfig, train
 
     load_model(model)
@@ -115,6 +115,8 @@ def train_cmd(
         raise UserError(f"--nprocs must be at least 1, got {nprocs}")
     if netbed is not None and nprocs < 2:
         raise UserError(f"--netbed shapes the links between ranks: --nprocs {nprocs} has none")
+    if not under_torchrun():
+        check_backend(backend, nprocs, _netbed(netbed))  # before any folder is made
     if out is not None:
         output_dir(out, "--out")
         if not resume and not under_torchrun():

@@ -297,5 +297,13 @@ def check_profile_complete(hw_path: str) -> None:
     missing = missing_tables(Path(hw_path))
     if missing:
         which = "collectives" if {"nic", "collectives"} & set(missing) else "compute"
+        from profiles.loader import ROOT
+
+        if (ROOT / "hardware" / Path(hw_path).name).resolve() == Path(hw_path).resolve():
+            # a shipped profile describes a cluster, not this machine: nothing to calibrate
+            raise UserError(f"--profile {Path(hw_path).stem} describes a cluster, not this "
+                            f"machine (it lacks {', '.join(missing)}); validate runs a measured "
+                            "profile: scape calibrate collectives --out NAME, then "
+                            "--profile measured/NAME")
         raise UserError(f"profile {hw_path} lacks {', '.join(missing)}: run scape calibrate "
                         f"{which} --out {Path(hw_path).stem} first")
