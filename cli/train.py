@@ -177,11 +177,19 @@ def _refuse_changed(out: Path, cfg) -> None:
         before = json.loads((out / "config.json").read_text())
     except (OSError, ValueError):
         return  # no readable config: checkpoint_step says what is missing
-    now = asdict(cfg)
-    changed = [k for k in RESUME_KEYS if k in before and before[k] != json.loads(
-        json.dumps(now[k]))]
-    if changed:
-        parts = "; ".join(f"{k}: {before[k]!r} then, {now[k]!r} now" for k in changed)
+    now = json.loads(json.dumps(asdict(cfg)))
+    parts = []
+    for k in RESUME_KEYS:
+        if k not in before or before[k] == now[k]:
+            continue
+        if isinstance(before[k], dict) and isinstance(now[k], dict):  # the scheme: its fields
+            parts += [f"{k}.{f}: {before[k].get(f)!r} then, {now[k].get(f)!r} now"
+                      for f in sorted(set(before[k]) | set(now[k]))
+                      if before[k].get(f) != now[k].get(f)]
+        else:
+            parts.append(f"{k}: {before[k]!r} then, {now[k]!r} now")
+    if parts:
+        parts = "; ".join(parts)
         raise UserError(f"--resume {out}: the checkpoint's run had other settings ({parts}); "
                         "resume with the same ones")
 
@@ -225,9 +233,12 @@ def netbed_cmd(
     from scape.netbed import PROBE_MIN_BYTES, min_probe_seconds
 
     if spec.rate_Bps * seconds < PROBE_MIN_BYTES:  # before any namespace is built
+        need = math.ceil(min_probe_seconds(spec) * 1000) / 1000  # rounded up: it suffices
+        slowest = PROBE_MIN_BYTES * 8 / 600 / 1e6  # Mbit/s one 600 s probe can time
+        fix = (f"give --seconds {need:g} or more" if need <= 600 else
+               f"the slowest rate a probe of at most 600 s can time is {slowest:.3g}mbit")
         raise UserError(f"--seconds {seconds:g} at {spec.rate_mbit:g} Mbit/s moves too little "
-                        f"to time (the probe needs {PROBE_MIN_BYTES:,} bytes): give --seconds "
-                        f"{min_probe_seconds(spec):.3g} or more, or a faster rate")
+                        f"to time (the probe needs {PROBE_MIN_BYTES:,} bytes): {fix}")
     with Netbed(spec, nprocs) as bed:
         print(f"# netbed {spec}: {nprocs} namespaces {', '.join(bed.rank_ns)} behind "
               f"{bed.switch} (bridge br0), tbf{' + netem' if spec.delay_ms else ''} "

@@ -97,6 +97,9 @@ def _resolve(kind: Kind, name_or_path: str | Path) -> Path:
                 if (base / path).exists():
                     path = base / path
                     break
+        if not path.exists() and path.is_symlink():
+            raise ProfileError(f"{text}: a symlink that leads to no file (a loop, or its target "
+                               "is gone)")
         if not path.exists():
             raise ProfileError(f"{text}: no such profile file (looked in {ROOT} and "
                                f"{user_dir()})")

@@ -35,6 +35,11 @@ def path_of(name: str) -> Path:
     if not name or "/" in name or name.startswith("."):
         raise UserError(f"--out must be a plain profile name like netbed-100mbit, got {name!r}")
     path = folder() / f"{name}.toml"
+    root, where = ROOT.resolve(), path.parent.resolve()
+    if (where == root or root in where.parents) and user_dir().resolve() != root:
+        raise UserError(f"--out {name}: the profile folder {path.parent} is inside the shipped "
+                        f"profiles ({ROOT}); point SCAPE_PROFILE_DIR elsewhere, or at {ROOT} "
+                        "itself to rewrite a shipped measured profile")
     if (ROOT / "hardware" / f"{name}.toml").exists():  # rows would not tell the two apart
         raise UserError(f"--out {name}: a shipped hardware profile has that name; choose "
                         "another (e.g. my-" + name + ")")

@@ -623,3 +623,15 @@ def test_output_that_the_terminal_cannot_encode_is_escaped(tmp_path):
                           cwd=Path(__file__).parents[1])
     assert proc.returncode == 0, proc.stderr
     assert "\\xe9" in proc.stdout
+
+
+def test_calibrate_never_writes_inside_the_shipped_profiles(capsys, monkeypatch):
+    """SCAPE_PROFILE_DIR (or XDG_DATA_HOME) pointing inside profiles/ is refused before any
+    folder is made there; SCAPE_PROFILE_DIR=profiles itself is the one way to rewrite them."""
+    from profiles.loader import ROOT
+
+    monkeypatch.setenv("SCAPE_PROFILE_DIR", str(ROOT / "hardware"))
+    code, _out, err = scape(capsys, "calibrate", "collectives", "--out", "foo", "--nprocs", "2",
+                            "--sizes", "1KiB", "--repeats", "1")
+    _refused(code, err, "is inside the shipped profiles")
+    assert not (ROOT / "hardware" / "measured").exists()
