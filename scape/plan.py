@@ -148,7 +148,8 @@ class SchemeConfig:
         if self.optimizer not in ("adamw", "adams"):
             raise UserError(f"optimizer must be adamw or adams, got {self.optimizer!r}")
         if not 0.0 <= self.sparsity < 1.0:
-            raise UserError(f"sparsity must be in [0, 1), got {self.sparsity}")
+            raise UserError(f"sparsity must be in [0, 1) (--sparsity, or NAME:VALUE), got "
+                            f"{self.sparsity}")
         if self.bits not in (1, 4, 8, 16, 32):
             raise UserError(f"bits must be one of 1, 4, 8, 16, 32, got {self.bits}")
         if self.score not in ("m", "m_over_sqrt_v"):
@@ -173,14 +174,14 @@ class SchemeConfig:
                             f"{self.density_shape!r}")
         if self.clip_grad is not None and not (math.isfinite(self.clip_grad)
                                                and self.clip_grad > 0):
-            raise UserError(f"clip_grad must be a positive number, got {self.clip_grad}")
+            raise UserError(f"--clip-grad must be a positive number, got {self.clip_grad}")
         if self.select_per not in ("shard", "tensor"):
             raise UserError(f"select_per must be shard or tensor, got {self.select_per!r}")
         if self.scheme == "scape":
             self._check_authors_options()
         beta = self.extra.get("lowpass_beta")
         if self.scheme == "scalecom" and beta is not None and not 0 < beta <= 1:
-            raise UserError(f"lowpass_beta must be in (0, 1], got {beta}")
+            raise UserError(f"--lowpass-beta must be in (0, 1], got {beta}")
         if self.bucket_bytes is not None and not self.bucket_bytes > 0:
             raise UserError(f"bucket size must be positive, got {self.bucket_bytes}")
         return self
