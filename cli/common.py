@@ -56,10 +56,9 @@ def _named(path: str, flag: str, what: str) -> None:
     place inside the shipped profiles, which every later run reads."""
     if not path.strip():
         raise UserError(f"{flag}: give a {what} name, got {path!r}")
-    from profiles.loader import ROOT, user_dir
+    from profiles.loader import ROOT, inside_shipped
 
-    where, root = Path(path).resolve(), ROOT.resolve()
-    if (where == root or root in where.parents) and user_dir().resolve() != root:
+    if inside_shipped(path):
         raise UserError(f"{flag} {path}: inside the shipped profiles ({ROOT}), which every run "
                         f"reads; write elsewhere, or set SCAPE_PROFILE_DIR={ROOT} to rewrite "
                         "them in this checkout")

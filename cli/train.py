@@ -115,8 +115,9 @@ def train_cmd(
         raise UserError(f"--nprocs must be at least 1, got {nprocs}")
     if netbed is not None and nprocs < 2:
         raise UserError(f"--netbed shapes the links between ranks: --nprocs {nprocs} has none")
+    spec = _netbed(netbed)
     if not under_torchrun():
-        check_backend(backend, nprocs, _netbed(netbed))  # before any folder is made
+        check_backend(backend, nprocs, spec)  # before any folder is made
     if out is not None:
         output_dir(out, "--out")
         if not resume and not under_torchrun():
@@ -130,7 +131,6 @@ def train_cmd(
             raise UserError(f"--resume: {out} is already at step {done} of --steps {steps}")
         print(f"train: resuming from step {done} ({out}/checkpoint); the log keeps steps "
               f"1-{done}", file=sys.stderr)
-    spec = _netbed(netbed)
     summary = (train(cfg)["summary"] if under_torchrun()
                else launch(cfg, nprocs, backend, spec, progress=True))
     summary = {**summary, "backend": backend, "netbed": str(spec) if spec else None}
@@ -206,7 +206,9 @@ def netbed_cmd(
 ):
     """Build the shaped-network testbed, measure its links, and tear it down."""
     from scape.netbed import (
+        PROBE_MAX_S,
         Netbed,
+        check_probe,
         cleanup_stale,
         measure_rtt_ms,
         measure_throughput_mbit,
@@ -221,8 +223,8 @@ def netbed_cmd(
     netbed = "rate=200mbit" if netbed is None else netbed
     nprocs = 2 if nprocs is None else nprocs
     seconds = 2.0 if seconds is None else seconds
-    if not (math.isfinite(seconds) and 0 < seconds <= 600):
-        raise UserError(f"--seconds must be in (0, 600], got {seconds}")
+    if not (math.isfinite(seconds) and 0 < seconds <= PROBE_MAX_S):
+        raise UserError(f"--seconds must be in (0, {PROBE_MAX_S:g}], got {seconds}")
     spec = _netbed(netbed)
     if cleanup:
         removed = cleanup_stale()
@@ -230,15 +232,7 @@ def netbed_cmd(
         return
     if nprocs < 2:
         raise UserError(f"--nprocs must be at least 2 to measure a link, got {nprocs}")
-    from scape.netbed import PROBE_MIN_BYTES, min_probe_seconds
-
-    if spec.rate_Bps * seconds < PROBE_MIN_BYTES:  # before any namespace is built
-        need = math.ceil(min_probe_seconds(spec) * 1000) / 1000  # rounded up: it suffices
-        slowest = PROBE_MIN_BYTES * 8 / 600 / 1e6  # Mbit/s one 600 s probe can time
-        fix = (f"give --seconds {need:g} or more" if need <= 600 else
-               f"the slowest rate a probe of at most 600 s can time is {slowest:.3g}mbit")
-        raise UserError(f"--seconds {seconds:g} at {spec.rate_mbit:g} Mbit/s moves too little "
-                        f"to time (the probe needs {PROBE_MIN_BYTES:,} bytes): {fix}")
+    check_probe(spec, seconds)  # before any namespace is built
     with Netbed(spec, nprocs) as bed:
         print(f"# netbed {spec}: {nprocs} namespaces {', '.join(bed.rank_ns)} behind "
               f"{bed.switch} (bridge br0), tbf{' + netem' if spec.delay_ms else ''} "

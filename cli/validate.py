@@ -89,12 +89,12 @@ def validate_cmd(
     probe = probe and bool(hw.slowdown)  # a host shared by ranks: a CPU testbed
     worlds = _rank_counts(nprocs)
     recorded = hw.measured.get("network_netbed", "")
-    if (netbed is not None and recorded.startswith("rate=")
-            and str(_netbed(netbed)) != str(_netbed(recorded))):
+    measured_on = _netbed(recorded) if recorded.startswith("rate=") else None
+    spec = measured_on if netbed is None else _netbed(netbed)
+    if measured_on is not None and str(spec) != str(measured_on):
         # the prediction is the profile's: a run on another link would not test it
         raise UserError(f"--netbed {netbed}: {hw.name} was measured on {recorded}; validate it "
                         f"there (leave --netbed out), or calibrate a profile on {netbed}")
-    spec = _netbed(recorded if netbed is None and recorded.startswith("rate=") else netbed)
     model = hw.measured.get("compute_model", "tiny-gpt") if model is None else model
     if micro_batch is None:
         micro_batch = int(hw.measured.get("compute_micro_batch", 16))

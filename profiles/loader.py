@@ -18,6 +18,14 @@ from profiles.models import ModelProfile, parse_model
 ROOT = Path(__file__).resolve().parent
 
 
+def inside_shipped(path: str | Path) -> bool:
+    """Whether writing `path` would change the shipped profiles, which every run reads;
+    allowed only when the user folder is that folder (SCAPE_PROFILE_DIR=profiles, to rewrite
+    them in a checkout)."""
+    where, root = Path(path).resolve(), ROOT.resolve()
+    return (where == root or root in where.parents) and user_dir().resolve() != root
+
+
 def user_dir() -> Path:
     """Where `scape calibrate` writes measured profiles, searched after the built-in ones:
     $SCAPE_PROFILE_DIR, else $XDG_DATA_HOME/scape-costmodel/profiles, else

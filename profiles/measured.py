@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from profiles.errors import UserError
-from profiles.loader import ROOT, read_toml, user_dir
+from profiles.loader import ROOT, inside_shipped, read_toml, user_dir
 
 BUILT_IN = ROOT / "measured"
 FOLDER: Path | None = None  # where calibrate writes; None: user_dir() / "measured"
@@ -35,8 +35,7 @@ def path_of(name: str) -> Path:
     if not name or "/" in name or name.startswith("."):
         raise UserError(f"--out must be a plain profile name like netbed-100mbit, got {name!r}")
     path = folder() / f"{name}.toml"
-    root, where = ROOT.resolve(), path.parent.resolve()
-    if (where == root or root in where.parents) and user_dir().resolve() != root:
+    if inside_shipped(path.parent):
         raise UserError(f"--out {name}: the profile folder {path.parent} is inside the shipped "
                         f"profiles ({ROOT}); point SCAPE_PROFILE_DIR elsewhere, or at {ROOT} "
                         "itself to rewrite a shipped measured profile")

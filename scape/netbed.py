@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import os
 import re
 import shutil
@@ -35,10 +36,9 @@ SUBNET = "10.77.0"  # private; exists only inside the namespaces a testbed creat
 PORT = 29500
 _SERIAL = itertools.count()
 _UNITS = {"kbit": 1e-3, "mbit": 1.0, "gbit": 1e3}
-
-
 MIN_RATE_MBIT, MAX_RATE_MBIT = 1e-3, 400e3  # 1 kbit/s .. 400 Gbit/s
 MAX_DELAY_MS = 10_000.0
+
 
 @dataclass(frozen=True)
 class NetbedSpec:
@@ -287,19 +287,29 @@ else:
 PROBE_MIN_BYTES = 16 * (64 << 10)  # 1 MiB: 16 times the untimed slow-start part
 
 
-def min_probe_seconds(spec: NetbedSpec) -> float:
-    """The shortest probe that times at least PROBE_MIN_BYTES at `spec`'s rate."""
-    return PROBE_MIN_BYTES / spec.rate_Bps
+PROBE_MAX_S = 600.0  # the longest probe `scape netbed --seconds` takes
+
+
+def check_probe(spec: NetbedSpec, seconds: float) -> None:
+    """Refuse a probe that moves too little at `spec`'s rate to be timed (its first 64 KiB are
+    slow start, not timed), naming the --seconds that suffices, or the slowest rate a probe of
+    at most PROBE_MAX_S can time."""
+    if spec.rate_Bps * seconds >= PROBE_MIN_BYTES:
+        return
+    need = math.ceil(PROBE_MIN_BYTES / spec.rate_Bps * 1000) / 1000  # rounded up: it suffices
+    slowest = PROBE_MIN_BYTES * 8 / PROBE_MAX_S / 1e6  # Mbit/s
+    fix = (f"give --seconds {need:g} or more" if need <= PROBE_MAX_S else
+           f"the slowest rate a probe of at most {PROBE_MAX_S:g} s can time is "
+           f"{slowest:.3g}mbit")
+    raise UserError(f"--seconds {seconds:g} at {spec.rate_mbit:g} Mbit/s moves too little to "
+                    f"time (the probe needs {PROBE_MIN_BYTES:,} bytes): {fix}")
 
 
 def measure_throughput_mbit(bed: Netbed, src: int, dst: int, seconds: float = 2.0) -> float:
     """TCP goodput from rank `src` to rank `dst` in Mbit/s (payload bytes, over about
     `seconds`); the headers make it about 4% below the shaped rate at a 1500-byte MTU."""
+    check_probe(bed.spec, seconds)
     nbytes = int(bed.spec.rate_Bps * seconds)
-    if nbytes < PROBE_MIN_BYTES:  # the first 64 KiB are slow start, not timed
-        raise UserError(f"--seconds {seconds:g} at {bed.spec.rate_mbit:g} Mbit/s is "
-                        f"{nbytes:,} bytes: the probe needs at least {PROBE_MIN_BYTES:,}; give "
-                        f"--seconds {min_probe_seconds(bed.spec):.3g} or more")
     host = bed.address(dst)
     server = subprocess.Popen(bed.command(dst, [sys.executable, "-c", _PROBE, "server", host,
                                                 "5201", str(nbytes)]))

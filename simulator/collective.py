@@ -27,6 +27,7 @@ from simulator.network import Demand, Topology, build_topology
 
 MAX_GPUS = 1 << 20  # a sane upper bound: the largest clusters have ~10^5 GPUs
 
+
 @dataclass(frozen=True)
 class Request:
     """One collective to run: `size_bytes` in nccl-tests convention, on `group` (default all)."""

@@ -118,12 +118,13 @@ class PlanRequest:
             if self.price_per_gpu_hour is None and hw.price is None:
                 raise UserError(f"hardware {hw.name} has no [price] in its profile; "
                                 "give --price-per-gpu-hour")
-        refuse_same(list(self.schemes), [parse_scheme(spec) for spec in self.schemes])
+        parsed = [parse_scheme(spec) for spec in self.schemes]
+        refuse_same(list(self.schemes), parsed)
         if not 0 <= self.density_warmup_frac <= 1:
             raise UserError("density warm-up fraction must be in [0, 1], got "
                             f"{self.density_warmup_frac:g}")
-        if self.density_warmup_frac > 0 and self.schemes and not any(
-                parse_scheme(spec).scheme in SCAPE_SCHEMES for spec in self.schemes):
+        if self.density_warmup_frac > 0 and parsed and not any(
+                cfg.scheme in SCAPE_SCHEMES for cfg in parsed):
             raise UserError(f"--density-warmup-frac {self.density_warmup_frac:g}: no scheme of "
                             f"--schemes {','.join(self.schemes)} warms its density up (only "
                             "SCAPE's do)")

@@ -41,6 +41,9 @@ from simulator.flows import FlowNetwork
 from simulator.network import Topology, build_topology
 
 DEFAULT_ALGO = "auto"  # per collective and size, the fastest registered algorithm
+# bounds far below or above any training run: a typo is refused, not priced
+MIN_MFU = 1e-3
+MAX_ACCUM = 10**9  # micro-batches in one step
 
 
 @dataclass(frozen=True)
@@ -161,7 +164,6 @@ class StepConfig:
                             ("seq-len", self.seq)):
             if value < 1:
                 raise UserError(f"{name} must be at least 1, got {value}")
-        # far above any run (a step of 10^9 micro-batches): a typo is refused, not priced
         if self.accum > MAX_ACCUM:
             raise UserError(f"a step of {self.accum:,} micro-batches (--grad-accum or "
                             f"--global-batch): at most {MAX_ACCUM:,}")
@@ -568,8 +570,6 @@ class _StepSim:
 # whole: they are extended only from EXTEND_PLAIN_FROM on (--grad-accum 10^8 is answered in
 # the time of a few micro-batches, not in hours).
 EXTEND_FROM = 12
-MIN_MFU = 1e-3
-MAX_ACCUM = 10**9
 EXTEND_PLAIN_FROM = 256
 STEADY = 4
 _KEYS = ("step", "compute", "compression", "tp", "exposed", "overlap", "bubble", "interference")
