@@ -54,6 +54,10 @@ TRANSPORT_FIELDS = {
     # bytes a ring step stores and forwards as one unit through the NIC (NCCL's proxy slice
     # times the ring channels sharing the NIC); absent or 0: bytes stream, no fill per step
     "chunk_kib": Field(float, ge=0, le=1 << 20, required=False),
+    # what each network message costs beyond NCCL's own per-step figure for the network (hwLat
+    # NET, set on InfiniBand), where the plugin does not report it to NCCL: the call pays it at
+    # every network step, NCCL's tuner does not see it; absent: 0
+    "message_us": Field(float, ge=0, le=1e5, required=False),
     "source": SOURCE,
 }
 # NCCL as this machine runs it (simulator/nccl.py): which algorithms and protocols its tuner may
@@ -199,6 +203,7 @@ class Transport:
     source: str
     sources: dict[str, str] = field(default_factory=dict)
     chunk_kib: float | None = None  # store-and-forward unit of a ring step
+    message_us: float | None = None  # per network message, unseen by NCCL's tuner
 
 
 @dataclass(frozen=True)
@@ -323,7 +328,15 @@ class HardwareProfile:
 
     @property
     def inter_node_latency_s(self) -> float:
-        return (self.transport.latency_us if self.transport else self.nic.latency_us) * 1e-6
+        return (self.transport.latency_us + self.inter_node_message_us if self.transport
+                else self.nic.latency_us) * 1e-6
+
+    @property
+    def inter_node_message_us(self) -> float:
+        """Microseconds each network message costs beyond NCCL's own per-step figure."""
+        if self.transport is None or self.transport.message_us is None:
+            return 0.0
+        return self.transport.message_us
 
     @property
     def inter_node_chunk_bytes(self) -> float:

@@ -53,6 +53,7 @@ class Machine:
     channels: int
     intra_hw: str  # "nvlink" | "pci"
     net_latency_us: float = 0.0  # latencyInter: what the network plugin adds per step
+    message_us: float = 0.0  # what a network message costs that the plugin does not report
     nvls_heads: int = 0  # GPUs of a node whose NVLS channels use a NIC (NVLS_TREE)
     collnet: bool = False  # SHARP in the network switches, turned on (NCCL_COLLNET_ENABLE=1)
     protocols: tuple[str, ...] = PROTOCOLS  # NCCL_PROTO as the platform sets it
@@ -82,6 +83,7 @@ def machine(hw: HardwareProfile, ranks: int, nodes: int | None = None) -> Machin
                    ll128=(nvlink or g == 1) and transport != "socket",
                    channels=hw.nccl.channels, intra_hw="nvlink" if nvlink else "pci",
                    net_latency_us=hw.nccl.net_latency_us or 0.0,
+                   message_us=hw.inter_node_message_us,
                    nvls_heads=max(1, min(g, round(nics))),
                    collnet=bool(hw.nccl.collnet) and nvlink, protocols=hw.nccl.protocols)
 
@@ -202,8 +204,30 @@ def hop_latency_us(algo: str, proto: str, hw: str) -> float:
     return c["hw_lat"][hw][algo][PROTOCOLS.index(proto)]
 
 
-def latency_us(op: str, algo: str, proto: str, m: Machine) -> float:
-    """NCCL's latency of one call (ncclTopoTuneModel), without launch costs."""
+def ring_crossings(op: str, nodes: int, paid: bool = False) -> int:
+    """How many of a ring call's latency steps cross the network. NCCL's tuner counts
+    nNodes - 1 (all-gather, reduce-scatter, broadcast) and 2(nNodes - 1) (all-reduce)
+    (tuning.cc ncclTopoTuneModel, nInterSteps; NCCL 2.18-2.20 counted 2 nNodes for all-reduce,
+    profiles/external/research/nccl-tuning.md). The ring itself crosses between nodes nNodes
+    times, and the chunk that finishes last walks P - 1 hops: every link but the one into its
+    origin, so both ends of every crossing but at most one. Its path crosses nNodes times in
+    all-gather and reduce-scatter, and 2 nNodes times in all-reduce (reduce-scatter then
+    all-gather of the same chunk). `paid` counts those; a broadcast's chain starts
+    at the root, which NCCL's rings place right after a crossing, so it keeps nNodes - 1."""
+    if nodes <= 1:
+        return 0
+    if op == "all_reduce":
+        return 2 * nodes if paid else 2 * (nodes - 1)
+    if op == "broadcast":
+        return nodes - 1
+    return nodes if paid else nodes - 1
+
+
+def latency_us(op: str, algo: str, proto: str, m: Machine, paid: bool = False) -> float:
+    """NCCL's latency of one call (ncclTopoTuneModel), without launch costs: what its tuner
+    chooses by. `paid`: what the call pays, a ring's network crossings counted along its
+    critical path (`ring_crossings`) and each network step charged the message cost the
+    plugin does not report (`Machine.message_us`)."""
     c = constants()
     p = PROTOCOLS.index(proto)
     lat = c["base_lat"][algo][p]
@@ -211,6 +235,8 @@ def latency_us(op: str, algo: str, proto: str, m: Machine) -> float:
     inter = hop_latency_us("tree" if m.ppn == 1 else algo, proto, "net") + m.net_latency_us
     if proto == "simple":  # "flush extra latency"
         inter += m.net_latency_us
+    if paid:
+        inter += m.message_us
     if algo == "nvls":
         return intra + (inter if m.nodes > 1 else 0.0)
     if algo == "nvls_tree":
@@ -223,8 +249,7 @@ def latency_us(op: str, algo: str, proto: str, m: Machine) -> float:
         nsteps = _steps(op, m.ranks)
         overhead = c["factors"]["net_overhead_us"] * (3 if proto == "simple" else 1)
         intra = max(intra, overhead) if m.nodes > 1 else intra
-        n_inter = 0 if m.nodes == 1 else (2 * (m.nodes - 1) if op == "all_reduce"
-                                          else m.nodes - 1)
+        n_inter = ring_crossings(op, m.nodes, paid)
         return lat + (nsteps - n_inter) * intra + n_inter * inter
     per_node = m.ranks // m.nodes
     return lat + 2 * ((per_node - 1) * intra + int(math.log2(m.nodes)) * inter)
@@ -249,10 +274,11 @@ def tree_correction(op: str, algo: str, proto: str, size: float) -> float:
     return 1.0
 
 
-def call_latency_us(op: str, algo: str, proto: str, size: float, m: Machine) -> float:
+def call_latency_us(op: str, algo: str, proto: str, size: float, m: Machine,
+                    paid: bool = False) -> float:
     """NCCL's latency of one call of `size` bytes (ncclTopoGetAlgoTime's lat * latCount for a
-    single call, with the ring plateau factor across nodes)."""
-    lat = latency_us(op, algo, proto, m)
+    single call, with the ring plateau factor across nodes); `paid` as in `latency_us`."""
+    lat = latency_us(op, algo, proto, m, paid)
     if (algo == "ring" and proto == "simple" and m.nodes > 1 and op == "all_reduce"
             and size / (m.channels * m.ranks) >= 64):
         lat *= constants()["factors"]["ring_plateau"]
@@ -290,12 +316,14 @@ class Protocol:
     """What running an algorithm with a protocol changes in the simulation: the bytes its
     flows carry per data byte (Simple's bus bandwidth over this protocol's, so LL's half rate
     and its llMaxBw cap included) and the call's latency, NCCL's own (per-step hwLat of the
-    links each step crosses, plus baseLat), which replaces the simulated phases' per-step
-    latency: the network model prices the bytes and their contention, NCCL's model the steps."""
+    links each step crosses, plus baseLat; as paid: a ring's network steps counted on its
+    critical path, each with the message cost the plugin does not report, `latency_us`),
+    which replaces the simulated phases' per-step latency: the
+    network model prices the bytes and their contention, NCCL's model the steps."""
 
     name: str
     wire: float  # bytes on the wire per data byte
-    latency_s: float  # once per call
+    latency_s: float  # once per call, as paid (latency_us)
 
 
 def protocol(op: str, algo: str, proto: str, size: float, m: Machine) -> Protocol:
@@ -308,7 +336,8 @@ def protocol(op: str, algo: str, proto: str, size: float, m: Machine) -> Protoco
         # estimate has it (NVLS_TREE's fill is modelled from its chunking, collective.py)
         wire = busbw(op, algo, "simple", m) / (
             busbw(op, algo, proto, m) * tree_correction(op, algo, proto, size))
-    return Protocol(proto, wire, call_latency_us(op, algo, proto, size, m) * 1e-6)
+    # NCCL's tuner chooses by its own latency; the call pays its critical path (`paid`)
+    return Protocol(proto, wire, call_latency_us(op, algo, proto, size, m, paid=True) * 1e-6)
 
 
 @lru_cache(maxsize=4096)

@@ -177,3 +177,57 @@ def test_platform_proto_limits_the_choice_and_a_typed_one_replaces_it():
     # on an IB machine of the same shape NCCL's own choice at 1 KiB is LL
     assert nccl.choose("all_reduce", 2**10, nccl.machine(H100, 16))[1] == "ll"
     assert nccl.choose("all_reduce", 2**10, m, protos=("ll",)) == ("tree", "ll")
+
+
+def test_a_ring_pays_its_network_crossings_on_the_critical_path():
+    """NCCL's tuner counts nNodes - 1 network steps for a ring all-gather and 2(nNodes - 1) for
+    an all-reduce; the chunk that finishes last crosses every one of the ring's nNodes
+    crossings (twice over in all-reduce), and that is what the simulated call pays. The
+    tuner's own estimate, and so its choice, keep NCCL's count."""
+    assert [nccl.ring_crossings("all_gather", n) for n in (1, 2, 4)] == [0, 1, 3]
+    assert [nccl.ring_crossings("all_gather", n, paid=True) for n in (1, 2, 4)] == [0, 2, 4]
+    assert [nccl.ring_crossings("reduce_scatter", n, paid=True) for n in (1, 2, 4)] == [0, 2, 4]
+    assert [nccl.ring_crossings("all_reduce", n) for n in (1, 2, 4)] == [0, 2, 6]
+    assert [nccl.ring_crossings("all_reduce", n, paid=True) for n in (1, 2, 4)] == [0, 4, 8]
+    assert nccl.ring_crossings("broadcast", 4, paid=True) == 3
+    m = nccl.machine(H100, 32)  # 4 nodes
+    intra = max(1.9, 1.0)  # NVLink ring LL128, at least the network overhead
+    inter = 4.0  # NET ring LL128
+    tuner = nccl.latency_us("all_gather", "ring", "ll128", m)
+    assert tuner == pytest.approx(14 + (31 - 3) * intra + 3 * inter)
+    assert nccl.latency_us("all_gather", "ring", "ll128", m, paid=True) == pytest.approx(
+        14 + (31 - 4) * intra + 4 * inter)
+    assert nccl.protocol("all_gather", "ring", "ll128", 2**20, m).latency_s == pytest.approx(
+        nccl.latency_us("all_gather", "ring", "ll128", m, paid=True) * 1e-6)
+    # one node: nothing crosses, both counts agree
+    one = nccl.machine(H100, 8)
+    assert nccl.latency_us("all_reduce", "ring", "simple", one, paid=True) == pytest.approx(
+        nccl.latency_us("all_reduce", "ring", "simple", one))
+
+
+def test_the_transport_message_cost_is_paid_per_network_step_and_unseen_by_the_tuner():
+    """gcp-a3-mega's [transport] message_us (FasTrak's message time, which its plugin does not
+    report to NCCL): a 2-node ring all-gather pays it at each of its 2 crossings, NCCL's
+    estimate and choice do not see it, and a one-node call never pays it."""
+    from dataclasses import replace
+
+    a3 = load_hardware("gcp-a3-mega")
+    assert a3.transport.message_us == pytest.approx(22.9)
+    bare = replace(a3, transport=replace(a3.transport, message_us=None))
+    assert bare.inter_node_message_us == 0.0
+    m, m0 = nccl.machine(a3, 16), nccl.machine(bare, 16)
+    size = 2**23
+    for proto in ("ll128", "simple"):
+        assert nccl.estimate_us("all_gather", "ring", proto, size, m) == pytest.approx(
+            nccl.estimate_us("all_gather", "ring", proto, size, m0))
+        paid = nccl.protocol("all_gather", "ring", proto, size, m).latency_s
+        assert paid - nccl.protocol("all_gather", "ring", proto, size, m0).latency_s == \
+            pytest.approx(2 * 22.9e-6)
+    t = sweep(a3, 16, "all_gather", "ring", [size], "ll128")[0].time_s
+    t0 = sweep(bare, 16, "all_gather", "ring", [size], "ll128")[0].time_s
+    assert t - t0 == pytest.approx(2 * 22.9e-6, rel=1e-6)
+    # inside one node no message crosses the network
+    assert sweep(a3, 8, "all_gather", "ring", [size])[0].time_s == pytest.approx(
+        sweep(bare, 8, "all_gather", "ring", [size])[0].time_s)
+    # the phases' per-step latency of algorithms NCCL does not tune (all-to-all) pays it too
+    assert a3.inter_node_latency_s == pytest.approx((14.0 + 22.9) * 1e-6)
