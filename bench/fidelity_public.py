@@ -3,12 +3,13 @@
 Every row of profiles/external/public-collectives.csv (sources in public-collectives.md) is
 predicted with `scape collective`'s model on the named hardware profile: NCCL's tuner choice
 where the run left NCCL's default (`auto`), ring where it forced NCCL_ALGO=Ring. One constant is
-fitted, on a subset named here (CALIBRATION: the A2 rows below 1 MiB, where no byte costs
-anything): the host's launch floor of a call (nccl-tests times calls launched back to back, so a
-call whose GPUs finish sooner waits for the next launch), the median of those rows' times; it is
-the profile's [nccl] launch_floor_us. Every other row is held out. Prints each case's errors by
-size and the median and max |error| of held-out rows from 1 MiB up (the issue's range) and
-below it.
+fitted per GPU host, on a subset named here (CALIBRATION: for 8x H100 the A2 rows below 1
+MiB, for 8x A100 the C2 rows below 1 MiB, where no byte costs anything): the host's launch floor
+of a call (nccl-tests times calls launched back to back, so a call whose GPUs finish sooner
+waits for the next launch), the median of those rows' times; it is that profile's [nccl]
+launch_floor_us (the other H100 profiles carry dgx-h100's). Every other row is held out.
+Prints each case's errors by size and the median and max |error| of held-out rows from 1 MiB
+up (the issue's range) and below it.
 
 Usage: python bench/fidelity_public.py [--csv out/fidelity.csv]
 """
@@ -45,9 +46,14 @@ def predict(rows: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def calibration(df: pd.DataFrame) -> pd.Series:
-    """The rows the launch floor is fitted on."""
-    return df["case"].str.startswith("A2-") & (df["size_bytes"] < MIB)
+# the profile whose launch floor each case prefix's rows below 1 MiB are fitted for
+CALIBRATION = {"A2-": "dgx-h100", "C2-": "dgx-a100"}
+
+
+def calibration(df: pd.DataFrame, prefix: str | None = None) -> pd.Series:
+    """The rows a launch floor is fitted on: those of `prefix`, or of every calibration case."""
+    prefixes = tuple(CALIBRATION) if prefix is None else (prefix,)
+    return df["case"].str.startswith(prefixes) & (df["size_bytes"] < MIB)
 
 
 def main() -> int:
@@ -55,11 +61,12 @@ def main() -> int:
     parser.add_argument("--csv", help="write every row with its prediction here")
     args = parser.parse_args()
     rows = pd.read_csv(DATA)
-    fit = calibration(rows)
-    floor = rows.loc[fit, "time_us"].median()
-    used = load_hardware("dgx-h100").nccl.launch_floor_us
-    print(f"launch floor fitted on {fit.sum()} calibration rows (A2 below 1 MiB): "
-          f"{floor:.2f} us; profile dgx-h100 [nccl] launch_floor_us = {used:.2f}")
+    for prefix, profile in CALIBRATION.items():
+        fit = calibration(rows, prefix)
+        floor = rows.loc[fit, "time_us"].median()
+        used = load_hardware(profile).nccl.launch_floor_us
+        print(f"launch floor fitted on {fit.sum()} calibration rows ({prefix[:-1]} below 1 MiB): "
+              f"{floor:.2f} us; profile {profile} [nccl] launch_floor_us = {used:.2f}")
     df = predict(rows)
     df["held_out"] = ~calibration(df)
     pd.set_option("display.width", 160)

@@ -231,3 +231,20 @@ def test_the_transport_message_cost_is_paid_per_network_step_and_unseen_by_the_t
         sweep(bare, 8, "all_gather", "ring", [size])[0].time_s)
     # the phases' per-step latency of algorithms NCCL does not tune (all-to-all) pays it too
     assert a3.inter_node_latency_s == pytest.approx((14.0 + 22.9) * 1e-6)
+
+
+def test_dgx_a100_runs_as_nccl_does_on_ampere_without_nvls():
+    """dgx-a100's [nccl] table: Ampere constants, 24 channels, no NVLink SHARP. Small calls run
+    LL (llMaxBw 87.7 GB/s on one Ampere node, not Hopper's 141), large ones Simple, never NVLS;
+    no call beats the host's launch floor; --algo nvls is refused as NCCL would not run it."""
+    a100 = load_hardware("dgx-a100")
+    m = nccl.machine(a100, 8)
+    assert (m.arch, m.channels, m.nvls) == ("ampere", 24, False)
+    assert nccl.busbw("all_reduce", "ring", "ll", m) == pytest.approx(87.7)
+    assert nccl.choose("all_reduce", 1024, m) == ("ring", "ll")
+    assert nccl.choose("all_gather", 2**33, m)[1] == "simple"
+    assert all(nccl.choose("all_reduce", s, m)[0] != "nvls" for s in (2**20, 2**30))
+    small = sweep(a100, 8, "all_reduce", "auto", [8])[0]
+    assert small.time_s == pytest.approx(a100.nccl.launch_floor_us * 1e-6)
+    with pytest.raises(UserError):
+        sweep(a100, 8, "all_reduce", "nvls", [2**20])
