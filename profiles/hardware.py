@@ -55,8 +55,8 @@ TRANSPORT_FIELDS = {
     # times the ring channels sharing the NIC); absent or 0: bytes stream, no fill per step
     "chunk_kib": Field(float, ge=0, le=1 << 20, required=False),
     # what each network message costs beyond NCCL's own per-step figure for the network (hwLat
-    # NET, set on InfiniBand), where the plugin does not report it to NCCL: the call pays it at
-    # every network step, NCCL's tuner does not see it; absent: 0
+    # NET, set on InfiniBand), where the plugin does not report it to NCCL: an NCCL-tuned call
+    # pays it at every network step of its critical path, NCCL's tuner does not see it; absent: 0
     "message_us": Field(float, ge=0, le=1e5, required=False),
     "source": SOURCE,
 }
@@ -328,8 +328,10 @@ class HardwareProfile:
 
     @property
     def inter_node_latency_s(self) -> float:
-        return (self.transport.latency_us + self.inter_node_message_us if self.transport
-                else self.nic.latency_us) * 1e-6
+        # the phases' per-step latency: without message_us, which NCCL-tuned calls pay on the
+        # network steps of their critical path (simulator/nccl.py); all-to-all charges this per
+        # message it issues, and a message's time overlaps the others' there
+        return (self.transport.latency_us if self.transport else self.nic.latency_us) * 1e-6
 
     @property
     def inter_node_message_us(self) -> float:
