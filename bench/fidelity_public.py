@@ -25,7 +25,8 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from profiles import load_hardware  # noqa: E402
+from cli.common import output_file  # noqa: E402
+from profiles import UserError, load_hardware  # noqa: E402
 from simulator.collective import sweep  # noqa: E402
 
 DATA = REPO / "profiles" / "external" / "public-collectives.csv"
@@ -60,6 +61,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", help="write every row with its prediction here")
     args = parser.parse_args()
+    if args.csv is not None:  # refused before the work, in one line, as the CLI's outputs are
+        try:
+            output_file(args.csv, "--csv")
+        except UserError as exc:
+            parser.exit(2, f"{parser.prog}: error: {exc}\n")
     rows = pd.read_csv(DATA)
     for prefix, profile in CALIBRATION.items():
         fit = calibration(rows, prefix)
@@ -86,8 +92,12 @@ def main() -> int:
             lambda s: f"median {s.abs().median():.1f}%, max {s.abs().max():.1f}%")
         for case, text in by_case.items():
             print(f"  {case:<24} {text}")
-    if args.csv:
-        df.to_csv(args.csv, index=False)
+    if args.csv is not None:
+        try:
+            df.to_csv(args.csv, index=False)
+        except OSError as exc:
+            parser.exit(2, f"{parser.prog}: error: --csv {args.csv}: cannot write it "
+                           f"({exc.strerror or exc})\n")
     return 0
 
 

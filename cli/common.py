@@ -446,8 +446,10 @@ def _progress(description: str):
 
 def _rank_counts(text: str) -> list[int]:
     """--nprocs 3 or 2,3: rank counts of at least 2."""
+    if any(not x.strip() for x in text.split(",")):
+        raise UserError(f"--nprocs {text!r} has an empty item: give rank counts like 2,3")
     try:
-        worlds = [int(x) for x in text.split(",") if x.strip()]
+        worlds = [int(x) for x in text.split(",")]
     except ValueError:
         raise UserError(f"--nprocs wants integers like 2,3, got {text!r}") from None
     if not worlds or min(worlds) < 2:

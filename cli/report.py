@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 import typer
 
@@ -35,13 +33,14 @@ def report_scaling(
     check_workers(workers)
     load_model(model)
     load_hardware(hardware)
+    folder = out_folder(out, "out/scaling")
     with _progress("simulating steps") as bar:
         task = bar.add_task("steps", total=None)
-        files = scaling_report(model, hardware, out_folder(out, "out/scaling"), quick, workers,
+        files = scaling_report(model, hardware, folder, quick, workers,
                                progress_total=lambda n: bar.update(task, total=n),
                                progress=lambda n: bar.advance(task, n))
     print(f"report: {files['html']} (self-contained) and {files['markdown']}; "
-          f"figures and CSVs in {Path(out)}/")
+          f"figures and CSVs in {folder}/")
 
 
 

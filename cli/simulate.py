@@ -240,7 +240,10 @@ def compare_cmd(
               "options: " + ", ".join(f"{k} {v}" for k, v in {
                   **asked, **{k: v for k, v in resolved_scheme(cfg.scheme).items()
                               if k in ("overlap_grad_reduce", "overlap_param_gather",
-                                       "bucket_MB")}}.items()))
+                                       "bucket_MB")},
+                  # typed scheme options the rows' own columns carry in csv and json
+                  **({"sync": sync} if sync is not None else {}),
+                  **({"scheme_options": dict(extra)} if extra else {})}.items()))
     if not df["fits_memory"].all():
         header += ("\nfits NO: one GPU cannot hold that configuration; its times are what it "
                    "would take if it could")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import typer
@@ -17,7 +19,7 @@ from cli.common import (
     out_folder,
     output_file,
 )
-from profiles import UserError, check_profile, load_hardware, load_model
+from profiles import ProfileError, UserError, check_profile, load_hardware, load_model
 from reports.tables import check_format, render
 from reports.validate import DEFAULT_SCHEMES as VALIDATE_SCHEMES
 from simulator.compare import (
@@ -75,7 +77,7 @@ def validate_cmd(
     nprocs = "2,3" if nprocs is None else nprocs
     steps = 30 if steps is None else steps
     rounds = 1 if rounds is None else rounds
-    probe = True if probe is None else probe
+    probe_typed, probe = probe, True if probe is None else probe
     if write_profile is not None:
         raise UserError("--write-profile goes with --external (a fit to publish)")
     if profile is None:
@@ -86,6 +88,9 @@ def validate_cmd(
         raise UserError(f"--steps must be at least 3 for a median, got {steps}")
     if rounds < 1:
         raise UserError(f"--rounds must be at least 1, got {rounds}")
+    if probe_typed and not hw.slowdown:
+        raise UserError(f"--probe-compute: {hw.name} has no [concurrency] slowdown (ranks "
+                        "sharing one host's cores) to probe against; leave it out")
     probe = probe and bool(hw.slowdown)  # a host shared by ranks: a CPU testbed
     worlds = _rank_counts(nprocs)
     recorded = hw.measured.get("network_netbed", "")
@@ -129,6 +134,30 @@ def validate_cmd(
         c: "{:.4f}" for c in cols if c.endswith("_s")} | {"error_pct": "{:+.1f}"}))
 
 
+def _write_checked(path: Path, text: str) -> None:
+    """Write a fitted profile to `path` only once it loads back: checked under its own name in
+    a scratch folder beside it, then moved into place, so a profile that fails leaves neither
+    a broken file nor an overwritten one."""
+    try:
+        scratch = Path(tempfile.mkdtemp(prefix=".scape-", dir=path.parent if str(path.parent)
+                                        else "."))
+    except OSError as exc:
+        raise UserError(f"--write-profile {path}: cannot write it ({exc.strerror})") from None
+    tmp = scratch / path.name
+    try:
+        tmp.write_text(text)
+        check_profile(str(tmp))  # what is written loads back
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise UserError(f"--write-profile {path}: cannot write it ({exc.strerror})") from None
+    except ProfileError as exc:
+        raise UserError(f"--write-profile {path}: the fitted profile would not load, nothing "
+                        f"written: {str(exc).replace(str(tmp), path.name)}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+        scratch.rmdir()
+
+
 def _validate_external(name: str, profile: str | None, out: str | None, fmt: str,
                        write_profile: str | None) -> None:
     from reports import external as x
@@ -145,12 +174,8 @@ def _validate_external(name: str, profile: str | None, out: str | None, fmt: str
         path = Path(write_profile)
         command = f"scape validate --external {name}" + (f" --profile {profile}"
                                                           if profile else "")
-        try:
-            path.write_text(x.fitted_profile_text(fit, base, path.stem, command,
-                                                    meta["transport"]))
-        except OSError as exc:
-            raise UserError(f"--write-profile {path}: cannot write it ({exc.strerror})") from None
-        check_profile(str(path))  # what was written loads back
+        text = x.fitted_profile_text(fit, base, path.stem, command, meta["transport"])
+        _write_checked(path, text)
         files["profile"] = path
     stats = x.summary(table)
     mem = x.memory_summary(meta["memory"])

@@ -60,14 +60,19 @@ class ExternalData:
 
 
 def names() -> list[str]:
-    return sorted(p.stem for p in FOLDER.glob("*.toml"))
+    """The external data sets: files of profiles/external with measured rows ([[row]]); the
+    folder's other TOML files (NCCL's tuning constants) are data of another kind."""
+    return sorted(p.stem for p in FOLDER.glob("*.toml")
+                  if "[[row]]" in p.read_text(errors="replace"))
 
 
 def load_external(name: str) -> ExternalData:
-    """Read profiles/external/NAME.toml; an unknown name or a malformed row is one clear error."""
+    """Read profiles/external/NAME.toml; an unknown name (a path too: names only) or a
+    malformed row is one clear error."""
+    known = names()
+    if name not in known:
+        raise UserError(f"unknown external data set {name!r}; known: {', '.join(known)}")
     path = FOLDER / f"{name}.toml"
-    if not path.exists():
-        raise UserError(f"unknown external data set {name!r}; known: {', '.join(names())}")
     doc = read_toml(path)
     rows = []
     for i, raw in enumerate(doc.get("row", [])):

@@ -31,14 +31,14 @@ INTRA_FIELDS = {
     "kind": Field(str, choices=("nvlink", "pcie", "none")),
     "bw_GBps": Field(float, ge=0, le=1e6),
     "efficiency": Field(float, gt=0, le=1),
-    "latency_us": Field(float, ge=0),
+    "latency_us": Field(float, ge=0, le=1e5),
     "source": SOURCE,
 }
 NIC_FIELDS = {
     "nics_per_node": Field(int, ge=1, le=64),
     "bw_Gbps": Field(float, gt=0, le=1e6),
     "efficiency": Field(float, gt=0, le=1),
-    "latency_us": Field(float, ge=0),
+    "latency_us": Field(float, ge=0, le=1e5),
     "source": SOURCE,
 }
 # How NCCL moves bytes between nodes (DESIGN section 9). Without this table the [nic] numbers
@@ -49,8 +49,8 @@ TRANSPORTS = ("ib-verbs", "roce", "efa", "socket", "tcpx")
 TRANSPORT_FIELDS = {
     "kind": Field(str, choices=TRANSPORTS),
     "efficiency": Field(float, gt=0, le=1),  # of the NIC line rate, for bulk collectives
-    "latency_us": Field(float, ge=0),  # per inter-node ring step
-    "call_us": Field(float, ge=0),  # fixed cost of one inter-node collective call
+    "latency_us": Field(float, ge=0, le=1e5),  # per inter-node ring step
+    "call_us": Field(float, ge=0, le=1e6),  # fixed cost of one inter-node collective call
     # bytes a ring step stores and forwards as one unit through the NIC (NCCL's proxy slice
     # times the ring channels sharing the NIC); absent or 0: bytes stream, no fill per step
     "chunk_kib": Field(float, ge=0, le=1 << 20, required=False),
@@ -71,10 +71,10 @@ NCCL_FIELDS = {
     # (when the GPUs finish sooner, they wait for the next launch); what `scape collective`
     # prices, as nccl-tests measures; not applied inside a training step, where the host
     # enqueues ahead of the GPU
-    "launch_floor_us": Field(float, ge=0),
+    "launch_floor_us": Field(float, ge=0, le=1e5),
     # latency the network plugin adds to every inter-node step (NCCL's latencyInter: 0 for its
     # IB verbs transport, which reports none; Simple pays it twice, tuning.cc)
-    "net_latency_us": Field(float, ge=0, required=False),
+    "net_latency_us": Field(float, ge=0, le=1e5, required=False),
     # CollNet (SHARP in the IB switches): NCCL runs it only with NCCL_COLLNET_ENABLE=1 and the
     # SHARP plugin, off by default; true where the cluster turns it on
     "collnet": Field(bool, required=False),
@@ -87,7 +87,7 @@ FABRIC_FIELDS = {
     "topology": Field(str, choices=("fat-tree",)),
     "nodes_per_leaf": Field(int, ge=1, le=1 << 16),
     "oversubscription": Field(float, ge=1),
-    "switch_latency_us": Field(float, ge=0),
+    "switch_latency_us": Field(float, ge=0, le=1e5),
     "source": SOURCE,
 }
 COMPUTE_FIELDS = {
@@ -542,6 +542,18 @@ def _cross_check(path, hw: HardwareProfile) -> None:
         )
     if intra.kind != "none" and intra.bw_GBps <= 0:
         raise ProfileError(f"{path}: [intra_node] bw_GBps: must be > 0 for kind {intra.kind!r}")
+    n, t = hw.nccl, hw.transport
+    if n is not None and n.nvls and (n.arch not in ("hopper", "blackwell")
+                                     or intra.kind != "nvlink"):
+        raise ProfileError(f"{path}: [nccl] nvls: NVLink SHARP needs NVSwitch nodes of Hopper or "
+                           f"later (arch {n.arch!r}, intra_node kind {intra.kind!r}); set it "
+                           "false")
+    if t is not None and t.message_us is not None and n is None:
+        raise ProfileError(f"{path}: [transport] message_us: paid by the calls NCCL's tuner "
+                           "prices, so it needs an [nccl] table; this profile has none")
+    if t is not None and t.chunk_kib is not None and n is not None:
+        raise ProfileError(f"{path}: [transport] chunk_kib: prices the Simple ring of profiles "
+                           "without an [nccl] table; NCCL's model prices this one's steps")
     if g % nic.nics_per_node and nic.nics_per_node % g:
         raise ProfileError(
             f"{path}: [nic] nics_per_node: must divide gpus_per_node ({g}) or be a multiple of "

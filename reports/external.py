@@ -148,7 +148,8 @@ def validate_external(name: str, hardware: str = BASE_HARDWARE
             predicted = predict_row(ext, r, hw)
         except UserError as exc:  # name the profile the user gave, not the fit made from it
             raise UserError(f"--profile {hardware}: {r.series} ({r.cite}) cannot be predicted "
-                            f"on the fit made from it: {exc}") from None
+                            f"on the fit made from it: "
+                            f"{str(exc).replace(f'profile {hw.name} ', 'the fit ')}") from None
         fitted = is_fit_input(ext, r)
         rows.append({"series": r.series, "model": r.model, "gpus": r.gpus,
                      "quantity": r.quantity, "measured_s": r.value / 1e3,
@@ -188,20 +189,30 @@ def protocol_text(fit: ExternalFit) -> str:
 SOCKET_PROFILE = "vista-gh200-socket"  # profiles/hardware/, written from the fit
 
 
+# tables of the base profile the fitted one replaces (the fit prices the Simple ring of a socket
+# transport without NCCL's tuner), and the key it replaces in [compute]
+REPLACED_TABLES = ("transport", "model_mfu", "kernels", "nccl")
+
+
 def fitted_profile_text(fit: ExternalFit, base: HardwareProfile, name: str,
                         command: str, transport: dict | None = None) -> str:
     """The fitted cluster as a hardware profile: `base`'s TOML with its name and description
-    replaced and the fitted [transport], [model_mfu], step_fixed_ms and optimizer step added,
-    each with the rows and the command it came from."""
+    replaced, its own [transport], [model_mfu], [kernels.*], [nccl] and step_fixed_ms dropped,
+    and the fitted ones added, each with the rows and the command it came from."""
     src = (f"fitted by `{command}` (git {git_revision()}) on {len(fit.inputs)} dense AdamS "
            "rows of the SCAPE authors' GH200 runs (computation/communication split, "
            "profiles/external/scape-sc26.toml) only; NCCL_NET=Socket, NCCL_IB_DISABLE=1 in "
            "their scripts")
     line = base.nic.bw_Gbps * 1e9 / 8
     lines = []
+    dropping = False  # inside a table of `base` the fit replaces
     for raw in Path(base.path).read_text().splitlines():
+        if raw.lstrip().startswith("["):
+            dropping = raw.split("]")[0].lstrip("[ ").strip().startswith(REPLACED_TABLES)
+        if dropping or raw.startswith("step_fixed_ms"):
+            continue
         if raw.startswith("name = "):
-            raw = f'name = "{name}"'
+            raw = f"name = {json.dumps(name)}"  # a TOML basic string: JSON's escapes
         elif raw.startswith("description = "):
             raw = (f'description = "{base.name} with NCCL over TCP sockets, as the SCAPE '
                    'authors ran it: transport, MFU and optimizer step fitted to their dense '

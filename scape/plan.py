@@ -227,8 +227,12 @@ def _buckets(size: float, elem_bytes: int, cfg: SchemeConfig, world: int) -> int
         limit = max(40e6, 1e6 * world) * elem_bytes
     buckets = max(1, math.ceil(size / limit))
     if buckets > MAX_BUCKETS:
-        raise UserError(f"--bucket-mb {limit / 1e6:g} cuts {size / 1e6:,.0f} MB into "
-                        f"{buckets:.3g} buckets; at most {MAX_BUCKETS:,}: give a larger size")
+        given = (f"--bucket-mb {limit / 1e6:g}" if cfg.bucket_bytes is not None else
+                 f"the default bucket ({limit / 1e6:g} MB, Megatron's max(40M, 1M x DP) "
+                 "elements)")
+        raise UserError(f"{given} cuts {size / 1e6:,.0f} MB into {buckets:.3g} buckets; at "
+                        f"most {MAX_BUCKETS:,}: give a larger --bucket-mb where the command "
+                        "takes one, or a smaller model")
     return buckets
 
 

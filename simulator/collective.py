@@ -226,17 +226,27 @@ def calibrated(hw: HardwareProfile, op: str, algo: str, ranks: int, size: float,
                         f"= true for SHARP); {hw.name} has no [nccl] table")
     if m is None or (algo != AUTO and algo not in nccl.TUNED_ALGOS):
         if proto not in (nccl.AUTO_PROTO, "simple"):
+            if m is None and hw.nccl is not None and measured is None:
+                raise UserError(f"--proto {proto}: NCCL's tuner does not choose protocols for "
+                                f"{op} (point-to-point sends, Simple); only for "
+                                f"{', '.join(nccl.TUNED_OPS)}")
             if m is None:
                 raise UserError(f"--proto {proto}: {hw.name} has no [nccl] table (only NCCL "
                                 "profiles model protocols; this one runs Simple)")
             raise UserError(f"--proto {proto}: --algo {algo} is not one of NCCL's algorithms "
                             f"({', '.join(nccl.TUNED_ALGOS)}), whose protocols are modelled; "
                             "it runs Simple")
-        if measured is None or algo != AUTO:
+        # the algorithm the profile measured, asked for or not, runs as measured
+        if measured is None or algo not in (AUTO, measured["algo"]):
             return Choice(algo, size, call, proto="simple" if proto == "simple" else "")
+        overheads = measured.get("overhead_s", {})
+        if overheads and ranks not in overheads:  # a per-call cost measured per rank count
+            raise UserError(f"profile {hw.name} measured {op} with "
+                            f"{', '.join(map(str, sorted(overheads)))} ranks, not {ranks}: its "
+                            "per-call overhead at other counts is unknown; rerun scape "
+                            f"calibrate collectives --nprocs {ranks}")
         eff = measured.get("by_ranks", {}).get(ranks, measured["efficiency"])
-        return Choice(measured["algo"], size / eff,
-                      call + measured.get("overhead_s", {}).get(ranks, 0.0))
+        return Choice(measured["algo"], size / eff, call + overheads.get(ranks, 0.0))
     algos = None if algo == AUTO else (algo,)
     protos = None if proto == nccl.AUTO_PROTO else (proto,)
     chosen, p, pr = nccl.decide(op, size, m, algos, protos)

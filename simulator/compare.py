@@ -70,7 +70,7 @@ def refuse_unread(specs: list[str], typed) -> None:
     that no scheme of the line-up reads."""
     schemes = {make_config(s.strip().partition(":")[0]).scheme for s in specs}
     unread = [o for o in typed if all(foreign_options(s, [o]) for s in schemes)]
-    refuse_foreign(" or ".join(s.strip() for s in specs), unread)
+    refuse_foreign(" or ".join(dict.fromkeys(s.strip() for s in specs)), unread)
 
 
 def parse_scheme(spec: str, base: SchemeConfig | None = None,

@@ -107,8 +107,10 @@ def fit_dense(rows: list[DenseRow], hw: HardwareProfile, chunk_bytes: float = 0.
     x = _relative_lstsq(np.array(design), np.array([r.compute_s for r in comp]))
     inv_mfu, per_elem, fixed = x[: len(models)], x[len(models)], x[len(models) + 1]
     if (inv_mfu < 1).any() or per_elem < 0 or fixed < 0:
-        raise UserError("compute fit is not physical (MFU above 1, or a negative optimizer or "
-                        "fixed cost): check the dense computation rows")
+        raise UserError(f"compute fit is not physical on {hw.name} (MFU above 1, or a negative "
+                        "optimizer or fixed cost): the rows' computation times do not fit its "
+                        f"GPU ({hw.gpu.model}, {hw.gpu.peak_bf16_tflops:g} TFLOP/s); give the "
+                        "profile of the cluster they were measured on")
     fit = ExternalFit(
         alpha_s=float(alpha), bandwidth_Bps=float(1 / inv_b),
         mfu={m: float(1 / v) for m, v in zip(models, inv_mfu, strict=True)},

@@ -131,6 +131,8 @@ def available(op: str, algo: str, proto: str, m: Machine) -> bool:
         return op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
     if algo == "tree":
         return op == "all_reduce"
+    if algo in ("nvls", "nvls_tree") and m.channels < 2:  # NCCL skips NVLS graphs of 1 channel
+        return False
     if algo == "nvls":  # Simple only; one node (NVLS across nodes needs CollNet)
         return (m.nvls and proto == "simple" and m.nodes == 1 and m.ranks <= 32
                 and op in ("all_reduce", "all_gather", "reduce_scatter"))
@@ -304,10 +306,24 @@ def choose(op: str, size: float, m: Machine, algos: tuple[str, ...] | None = Non
                         "only with NCCL_COLLNET_ENABLE=1 and the SHARP plugin: set collnet = "
                         "true in the hardware profile's [nccl] table where the cluster does")
     if best is None:
+        asked = set(algos or TUNED_ALGOS)
+        why = [text for cond, text in (
+            (asked & {"nvls", "nvls_tree"} and not m.nvls,
+             "NVLS: the profile's [nccl] nvls is false, or its nodes have no NVSwitch"),
+            ("nvls" in asked and m.nvls and m.nodes > 1,
+             "nvls runs inside one node (across nodes: nvls_tree)"),
+            ("nvls_tree" in asked and m.nvls and m.nodes == 1,
+             "nvls_tree needs more than one node (inside one: nvls)"),
+            (asked & {"nvls", "nvls_tree", "collnet_direct"} and op != "all_reduce",
+             "NVLS and CollNet run all_reduce here"),
+            (protos and set(protos) - {"simple"} and asked <= {"nvls", "nvls_tree",
+                                                              "collnet_direct"},
+             "NVLS and CollNet run the Simple protocol only"),
+        ) if cond]
         raise UserError(f"NCCL has no algorithm for {op} with algo "
                         f"{'/'.join(algos or TUNED_ALGOS)} and proto "
-                        f"{'/'.join(protos or PROTOCOLS)} on {m.ranks} GPUs of {m.nodes} "
-                        "node(s) of this machine")
+                        f"{'/'.join(protos or m.protocols)} on {m.ranks} GPUs of {m.nodes} "
+                        f"node(s) of this machine{': ' + '; '.join(why) if why else ''}")
     return best
 
 

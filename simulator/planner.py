@@ -38,6 +38,7 @@ SCAPE_FAMILY = "scape"
 
 
 MAX_PRICE = 1e6  # USD per GPU-hour
+MAX_TOKENS = 1e18  # a thousand times the largest runs' 15T; more overflows hours and cost
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,8 @@ class PlanRequest:
         if self.price_per_gpu_hour is not None and self.price_per_gpu_hour > MAX_PRICE:
             raise UserError(f"--price-per-gpu-hour must be at most {MAX_PRICE:,.0f} USD, got "
                             f"{self.price_per_gpu_hour:g}")
+        if self.tokens > MAX_TOKENS:
+            raise UserError(f"--tokens must be at most {MAX_TOKENS:g}, got {self.tokens:g}")
         if not 1 <= self.max_gpus <= MAX_GPUS:
             raise UserError(f"--max-gpus must be between 1 and {MAX_GPUS:,}, got "
                             f"{self.max_gpus}")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from profiles import UserError, load_hardware, load_model
+from profiles import UserError, check_profile, load_hardware, load_model
 from profiles.external import load_external
 from reports.external import dense_rows, fitted_hardware, summary, validate_external
 from scape.plan import Dtypes, make_config, plan
@@ -119,7 +119,6 @@ def test_authors_runtime_refuses_the_parameter_offload():
     ("socket", "chunk_kib = -1\n", "chunk_kib"),
 ])
 def test_transport_table_is_validated(tmp_path, kind, extra, match):
-    from profiles import check_profile
 
     body = Path(load_hardware("vista-gh200").path).read_text() + (
         f'\n[transport]\nkind = "{kind}"\nefficiency = 0.5\nlatency_us = 1.0\n'
@@ -195,3 +194,21 @@ def test_residual_offload_keeps_two_staging_buffers_of_the_largest_tensor():
                                               extra={"residual_offload": flag}),
                           8, 1, 8, 4096, Dtypes(4, 2)) for flag in (True, False))
     assert off.total - on.total == pytest.approx(4 * n - 2 * 4 * largest)
+
+
+def test_fitted_profile_replaces_the_base_tables_it_fits(tmp_path):
+    """A base that already carries a fitted [transport], [model_mfu], optimizer step and
+    step_fixed_ms (vista-gh200-socket) or an [nccl] table (dgx-h100) gives a profile that loads:
+    the base's tables are replaced, not appended twice (that wrote invalid TOML); a name with a
+    quote or a backslash is escaped."""
+    from reports.external import fitted_profile_text
+
+    ext = load_external("scape-sc26")
+    for base_name, stem in (("vista-gh200-socket", "refit"), ("dgx-h100", 'q"uo\\te')):
+        base = load_hardware(base_name)
+        fit = fit_dense(dense_rows(ext), base, ext.chunk_bytes)
+        path = tmp_path / f"{stem}.toml"
+        path.write_text(fitted_profile_text(fit, base, stem, "test", {}))
+        _, hw = check_profile(str(path))
+        assert hw.name == stem and hw.nccl is None and hw.transport.kind == "socket"
+        assert hw.model_mfu == pytest.approx(fit.mfu, rel=1e-5)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -138,6 +139,22 @@ def test_simulate_refuses(capsys, args, match):
     (("calibrate", "collectives", "--out", "x", "--nprocs", "100000"),
      "GB of memory; this host has"),
     (("calibrate", "collectives", "--out", "x", "--nprocs", "2,2"), "--nprocs lists 2 twice"),
+    # session 8's probe: an empty list item, a data file of another kind, a path for a name
+    (("calibrate", "collectives", "--out", "x", "--nprocs", "2,,3"), "has an empty item"),
+    (("validate", "--external", "nccl-tuning"), "unknown external data set 'nccl-tuning'"),
+    (("validate", "--external", "../hardware/dgx-h100"), "unknown external data set"),
+    (("validate", "--external", "scape-sc26", "--profile", "commodity-100gbe"),
+     "compute fit is not physical on commodity-100gbe"),
+    (("collective", "-H", "dgx-a100", "-g", "8", "--op", "all_to_all", "--proto", "ll128",
+      "--sizes", "1MiB"), "NCCL's tuner does not choose protocols for all_to_all"),
+    (("collective", "-H", "measured/netbed-1gbit", "-g", "4", "--sizes", "1KiB"),
+     "measured all_reduce with 2, 3 ranks, not 4"),
+    (("collective", "-H", "dgx-a100", "-g", "8", "--algo", "nvls", "--sizes", "1MiB"),
+     "nvls is false"),
+    (("collective", "-H", "gcp-a3-mega", "-g", "16", "--algo", "nvls", "--sizes", "1MiB"),
+     "nvls runs inside one node"),
+    (("plan", "-m", "gpt-345m", "-H", "dgx-h100", "--tokens", "1e300"),
+     "--tokens must be at most"),
     (("calibrate", "compute", "--out", "y", "--max-ranks", "100000"), "--max-ranks"),
     (("netbed", "--cleanup", "--nprocs", "5"), "--cleanup builds no testbed: --nprocs"),
     (("netbed", "--netbed", "rate=1mbit,rate=1gbit"), "--netbed gives rate twice"),
@@ -635,3 +652,62 @@ def test_calibrate_never_writes_inside_the_shipped_profiles(capsys, monkeypatch)
                             "--sizes", "1KiB", "--repeats", "1")
     _refused(code, err, "is inside the shipped profiles")
     assert not (ROOT / "hardware" / "measured").exists()
+
+
+def test_a_typed_probe_compute_is_refused_where_nothing_can_be_probed(capsys, tmp_path):
+    """--probe-compute typed on a measured profile without [concurrency] slowdowns was quietly
+    turned off; it is refused, and left out it still runs without the probe."""
+    from profiles.loader import ROOT
+
+    text = (ROOT / "measured" / "netbed-1gbit.toml").read_text()
+    text = re.sub(r"^ranks = \[1, 2, 3\]\nslowdown = \[.*\]$", "ranks = []\nslowdown = []",
+                  text, flags=re.M)
+    assert "slowdown = []" in text
+    path = tmp_path / "netbed-1gbit.toml"
+    path.write_text(text)
+    code, _out, err = scape(capsys, "validate", "--profile", str(path), "--probe-compute")
+    _refused(code, err, "--probe-compute: netbed-1gbit has no [concurrency] slowdown")
+
+
+def test_the_measured_algorithm_typed_runs_as_measured(capsys):
+    """--algo ring on a profile that measured its ring: the measured efficiency and per-call
+    overhead stay (they were dropped: 1315 us became 350 us)."""
+    rows = []
+    for extra in ((), ("--algo", "ring")):
+        code, out, err = scape(capsys, "collective", "-H", "measured/netbed-1gbit", "-g", "3",
+                               "--sizes", "1KiB", "--format", "json", *extra)
+        assert code == 0, err
+        rows.append(json.loads(out)[0]["time_s"])
+    assert rows[0] == pytest.approx(rows[1])
+
+
+def test_nvls_needs_two_channels_as_nccl_does(tmp_path, capsys):
+    """[nccl] channels = 1 with nvls: NCCL skips NVLS graphs of one channel (it divided by
+    zero here); the call runs another algorithm."""
+    from profiles.loader import ROOT
+
+    text = (ROOT / "hardware" / "dgx-h100.toml").read_text().replace(
+        "channels = 16", "channels = 1", 1)
+    path = tmp_path / "dgx-h100.toml"
+    path.write_text(text)
+    code, out, err = scape(capsys, "collective", "-H", str(path), "-g", "8", "--sizes", "1GiB",
+                           "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)[0]["algo"] != "nvls"
+
+
+def test_compare_table_names_the_typed_scheme_options(capsys):
+    code, out, err = scape(capsys, "compare", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16",
+                           "--sync", "momentum", "--distributed-optimizer", "--schemes",
+                           "dense-adams,scape-partitioned:0.99,scape:0.99")
+    assert code == 0, err
+    header = next(line for line in out.splitlines() if line.startswith("# options:"))
+    assert "sync momentum" in header and "'distributed_optimizer': True" in header
+
+
+def test_a_default_bucket_too_small_is_named_as_the_default():
+    from profiles import UserError, load_model
+    from scape.plan import SchemeConfig, plan
+
+    with pytest.raises(UserError, match=r"the default bucket \(.*Megatron's"):
+        plan(SchemeConfig("dense-ddp"), load_model("llama-405b").n_params * 40, 8)

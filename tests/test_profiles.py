@@ -101,6 +101,9 @@ HW_CASES = [
      r"\[nccl\] proto: a comma-separated list of LL, LL128 and Simple"),
     (r"^channels = 16$", 'channels = 16\nproto = "Simple,"',
      r"\[nccl\] proto: a comma-separated list"),
+    # NVLink SHARP is Hopper's (third-generation NVSwitch): refused elsewhere, not divided by 0
+    (r"^arch = \"hopper\"", 'arch = "ampere"', r"\[nccl\] nvls: NVLink SHARP needs"),
+    (r"^launch_floor_us = .*$", "launch_floor_us = 1e300", r"\[nccl\] launch_floor_us: must be <="),
 ]
 
 
@@ -142,3 +145,16 @@ def test_check_tells_kind_from_content(tmp_path):
     odd.write_text('name = "odd"\n')
     with pytest.raises(ProfileError, match="cannot tell the profile kind"):
         check_profile(odd)
+
+
+@pytest.mark.parametrize(("name", "old", "new", "message"), [
+    # message_us is paid by NCCL-tuned calls only; chunk_kib prices the Simple ring without one
+    ("vista-gh200-socket", r"^chunk_kib = 2048$", "chunk_kib = 2048\nmessage_us = 5.0",
+     r"\[transport\] message_us: paid by the calls NCCL's tuner prices"),
+    ("gcp-a3-mega", r"^message_us = 22\.9$", "message_us = 22.9\nchunk_kib = 1024",
+     r"\[transport\] chunk_kib: prices the Simple ring"),
+])
+def test_transport_values_a_profile_would_ignore_are_refused(tmp_path, name, old, new, message):
+    src = HW_FILE.parent / f"{name}.toml"
+    with pytest.raises(ProfileError, match=message):
+        check_profile(_broken(tmp_path, src, old, new, "hardware"))

@@ -43,3 +43,14 @@ def test_report_cli(capsys, tmp_path):
     code, out, _ = scape(capsys, "report", "scaling", "-m", "gpt-345m", "-H", "vista-gh200",
                          "--quick", "--workers", "1", "--out", str(tmp_path))
     assert code == 0 and "scaling.html" in out and (tmp_path / "scaling.html").exists()
+
+
+def test_report_cli_without_out_writes_its_default_folder(capsys, tmp_path, monkeypatch):
+    """No --out: the report goes to out/scaling and the command says so (it had written the
+    report and then failed on Path(None))."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = scape(capsys, "report", "scaling", "-m", "gpt-345m", "-H", "vista-gh200",
+                           "--quick", "--workers", "1")
+    assert code == 0, err
+    assert "figures and CSVs in out/scaling/" in out
+    assert (tmp_path / "out" / "scaling" / "scaling.html").exists()
