@@ -68,7 +68,7 @@ def collective(
     df.insert(1, "size", [format_bytes(s) for s in df["size_bytes"]])
     df["time_us"] = df["time_s"] * 1e6
     columns = ["size_bytes", "size", "time_us", "algbw_GBps", "busbw_GBps", "algo", "proto"]
-    header = (f"{op}, algo {algo}, {describe(build_topology(hw, gpus))}\n"
+    header = (f"{op}, algo {algo}, proto {proto}, {describe(build_topology(hw, gpus))}\n"
               f"profile {hw.path}\n"
               "sizes in nccl-tests convention; GB/s = 1e9 bytes/s")
     if run is not None:  # blank where the run has no such size

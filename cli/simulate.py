@@ -118,7 +118,8 @@ def simulate(
 
     refuse_if_too_big(cfg, scheme)  # a step time for a step no GPU can hold would mislead
     result = simulate_step(cfg, trace=trace is not None)  # a trace shows every micro-batch
-    row = {"model": model, "hardware": hardware, "gpus": gpus, "scheme": scheme,
+    row = {"model": model, "hardware": hardware, "hardware_profile": cfg.hardware.path,
+           "gpus": gpus, "scheme": scheme,
            **resolved_scheme(cfg.scheme), "micro_batch": micro_batch, "seq_len": cfg.seq,
            "grad_accum": cfg.accum, "global_batch": cfg.sequences,
            "tp": tp, **ran_options(parallel, cfg), "dp": cfg.dp,
@@ -212,7 +213,8 @@ def compare_cmd(
                        grad_dtype, param_dtype, algo, opts, global_batch, extra, lineup,
                        parallel)
     df = compare(cfg, lineup, baseline, steps)
-    asked = {"model": model, "hardware": hardware, "gpus": gpus, "baseline": baseline,
+    asked = {"model": model, "hardware": hardware, "hardware_profile": cfg.hardware.path,
+             "gpus": gpus, "baseline": baseline,
              "micro_batch": micro_batch, "seq_len": cfg.seq, "grad_accum": cfg.accum,
              "global_batch": cfg.sequences, "tp": tp, **ran_options(parallel, cfg), "dp": cfg.dp,
              "compute_model": compute_model(cfg),

@@ -24,7 +24,7 @@ from profiles import HardwareProfile, UserError, load_hardware, load_model
 from profiles.external import ExternalData, ExternalRow, load_external
 from profiles.hardware import Transport
 from reports.external_memory import MEMORY_PROTOCOL, memory_summary, memory_table
-from reports.tables import git_revision
+from reports.tables import git_revision, refuse_special_files
 from scape.plan import SchemeConfig, make_config, plan
 from simulator.external_fit import DenseRow, ExternalFit, accum_of, dense_dtypes, fit_dense
 from simulator.step import StepConfig, simulate_step
@@ -245,6 +245,7 @@ def _chunk_lines(fit: ExternalFit, transport: dict) -> list[str]:
 
 
 def write_outputs(table: pd.DataFrame, fit: ExternalFit, meta: dict, out: Path) -> dict:
+    refuse_special_files(out)
     out.mkdir(parents=True, exist_ok=True)
     files = {"csv": out / "external.csv", "json": out / "external.json",
              "png": out / "external.png", "memory_csv": out / "external-memory.csv"}

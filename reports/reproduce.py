@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from profiles import HardwareProfile, load_hardware, load_model
-from reports.tables import git_revision, markdown
+from reports.tables import git_revision, markdown, refuse_special_files
 from scape.plan import Dtypes, make_config
 from simulator.schedule import piecewise_mean
 from simulator.step import StepConfig, simulate_step
@@ -282,6 +282,7 @@ def sensitivity_figure(df: pd.DataFrame, path: Path, hardware: str) -> Path:
 
 def write_report(out: Path, hardware: str = DEFAULT_HARDWARE) -> dict[str, Path]:
     """Predictions, assumptions, sensitivity (CSV + PNG) and a Markdown report in `out`."""
+    refuse_special_files(out)
     hw = load_hardware(hardware)
     out.mkdir(parents=True, exist_ok=True)
     pred, assume, sens = predict(hw), assumptions(hw), sensitivity(hw)

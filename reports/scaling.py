@@ -18,7 +18,7 @@ import pandas as pd
 from profiles import HardwareProfile, ModelProfile, UserError, load_hardware, load_model
 from reports.html import png_b64, render_html
 from reports.html import table as html_table
-from reports.tables import markdown
+from reports.tables import markdown, refuse_special_files
 from scape.plan import Dtypes
 from simulator.batch import parallel_map, simulate_cached
 from simulator.compare import parse_scheme
@@ -320,6 +320,7 @@ def write_report(model: str, hardware: str, out: Path, quick: bool = False,
                  workers: int | None = None,
                  progress_total: Callable[[int], None] | None = None,
                  progress: Callable[[int], None] | None = None) -> dict[str, Path]:
+    refuse_special_files(out)
     m, hw = load_model(model), load_hardware(hardware)
     sweep = (Sweep.quick if quick else Sweep.full)(hw.node.gpus_per_node)
     if not sweep.gpus:

@@ -23,6 +23,21 @@ def git_revision() -> str:
         return "unknown"
 
 
+OUTPUT_SUFFIXES = (".csv", ".png", ".md", ".html", ".json")
+
+
+def refuse_special_files(out: Path) -> None:
+    """A report folder holding a FIFO, socket or device under an output's kind of name would
+    hang or swallow the write: refused before any work, in one line."""
+    if not out.is_dir():
+        return
+    for entry in out.iterdir():
+        if (entry.suffix in OUTPUT_SUFFIXES and not entry.is_dir()
+                and not entry.is_file()):
+            raise UserError(f"--out {out}: {entry.name} is not a regular file (a FIFO, socket "
+                            "or device); remove it or write elsewhere")
+
+
 def check_format(fmt: str, allowed: tuple[str, ...] = FORMATS) -> str:
     if fmt not in allowed:
         raise UserError(f"unknown format {fmt!r}; choose one of: {', '.join(allowed)}")

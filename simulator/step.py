@@ -176,6 +176,8 @@ class StepConfig:
                             "with a longer context")
         build_topology(self.hardware, self.gpus)  # the GPU count must fill whole nodes
         if self.global_batch is not None:
+            if self.global_batch < 1:
+                raise UserError(f"--global-batch must be at least 1, got {self.global_batch}")
             per_step = self.micro_batch * self.dp
             if self.global_batch < per_step or self.global_batch % per_step:
                 raise UserError(
@@ -187,7 +189,9 @@ class StepConfig:
     def _validate_pipeline(self) -> None:
         from simulator.pipeline import SCHEDULES
 
-        if self.pp < 1 or self.gpus % (self.tp * self.pp):
+        if self.pp < 1:
+            raise UserError(f"--pp must be at least 1, got {self.pp}")
+        if self.gpus % (self.tp * self.pp):
             raise UserError(f"gpus ({self.gpus}) must be a multiple of --tp x --pp "
                             f"({self.tp} x {self.pp})")
         if self.pp_schedule not in SCHEDULES:

@@ -711,3 +711,14 @@ def test_a_default_bucket_too_small_is_named_as_the_default():
 
     with pytest.raises(UserError, match=r"the default bucket \(.*Megatron's"):
         plan(SchemeConfig("dense-ddp"), load_model("llama-405b").n_params * 40, 8)
+
+
+def test_a_fifo_in_the_report_folder_is_refused_before_work(capsys, tmp_path):
+    """reproduce --out DIR with a FIFO named reproduce.md hung on the write; refused now, and
+    nothing is written."""
+    import os
+
+    os.mkfifo(tmp_path / "reproduce.md")
+    code, _out, err = scape(capsys, "reproduce", "--out", str(tmp_path))
+    _refused(code, err, "reproduce.md is not a regular file")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["reproduce.md"]
