@@ -192,8 +192,9 @@ def candidates(req: PlanRequest) -> tuple[list[Candidate], Counter]:
     for hw in req.hardware:
         usable = usable_bytes(hw)
         counts = gpu_counts(hw, req.max_gpus)
-        if not counts:
-            why[f"{hw.name}: max-gpus below one node ({hw.node.gpus_per_node} GPUs)"] += 1
+        if not counts:  # the planner rents whole nodes
+            why[f"{hw.name}: --max-gpus {req.max_gpus} is below one node "
+                f"({hw.node.gpus_per_node} GPUs), and plans rent whole nodes"] += 1
         for gpus in counts:
             for tp, pp, schedule, chunks in layouts(req, hw, gpus):
                 dp = gpus // (tp * pp)
@@ -292,7 +293,11 @@ def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None
     req.validate()
     cands, why = candidates(req)
     if not cands:
-        reasons = "; ".join(f"{n} configurations: {r}" for r, n in why.most_common(3))
+        reasons = "; ".join(f"{n} configuration{'s' if n > 1 else ''}: {r}"
+                            for r, n in why.most_common(3))
+        if all("below one node" in r for r in why):
+            raise UserError(f"no plan for {req.model.name} ({reasons}): give --max-gpus of at "
+                            "least one node")
         raise UserError(f"no configuration of {req.model.name} fits ({reasons}); relax: more "
                         "GPUs (--max-gpus), GPUs with more memory, or a smaller global batch")
     if progress_total:
