@@ -209,13 +209,13 @@ def hop_latency_us(algo: str, proto: str, hw: str) -> float:
 def ring_crossings(op: str, nodes: int, paid: bool = False) -> int:
     """How many of a ring call's latency steps cross the network. NCCL's tuner counts
     nNodes - 1 (all-gather, reduce-scatter, broadcast) and 2(nNodes - 1) (all-reduce)
-    (tuning.cc ncclTopoTuneModel, nInterSteps; NCCL 2.18-2.20 counted 2 nNodes for all-reduce,
+    (tuning.cc ncclTopoTuneModel, nInterSteps; NCCL 2.12-2.20 counted 2 nNodes for all-reduce,
     profiles/external/research/nccl-tuning.md). The ring itself crosses between nodes nNodes
     times, and the chunk that finishes last walks P - 1 hops: every link but the one into its
-    origin, so both ends of every crossing but at most one. Its path crosses nNodes times in
+    origin, so every crossing when that link is inside a node. Its path crosses nNodes times in
     all-gather and reduce-scatter, and 2 nNodes times in all-reduce (reduce-scatter then
-    all-gather of the same chunk). `paid` counts those; a broadcast's chain starts
-    at the root, which NCCL's rings place right after a crossing, so it keeps nNodes - 1."""
+    all-gather of the same chunk). `paid` counts those; a broadcast's chain starts at the
+    root, which NCCL's rings place right after a crossing, so it keeps nNodes - 1."""
     if nodes <= 1:
         return 0
     if op == "all_reduce":
@@ -334,8 +334,8 @@ class Protocol:
     and its llMaxBw cap included) and the call's latency, NCCL's own (per-step hwLat of the
     links each step crosses, plus baseLat; as paid: a ring's network steps counted on its
     critical path, each with the message cost the plugin does not report, `latency_us`),
-    which replaces the simulated phases' per-step latency: the
-    network model prices the bytes and their contention, NCCL's model the steps."""
+    which replaces the simulated phases' per-step latency: the network model prices the
+    bytes and their contention, NCCL's model the steps."""
 
     name: str
     wire: float  # bytes on the wire per data byte
