@@ -9,9 +9,10 @@ with NCCL's latency of the call and the protocol's bandwidth (`Protocol`): LL mo
 8 data bytes in each 16-byte line (half the bandwidth, capped by llMaxBw), LL128 120 of every
 128 (0.92 in NCCL's model), Simple all of it with the largest per-step latency.
 
-The tuner's inputs are the topology's effective rates: per-GPU bandwidth inside the node
-(bwIntra x channels) and its share of the node's NICs (bwInter x channels). NCCL's graph search
-finds them per channel from fixed speed lists; taking the totals is this module's assumption.
+The tuner's inputs are the topology's effective rates: per-GPU bandwidth inside the node and
+the node's NIC bandwidth (`_graph_bw`: what nChannels x bwIntra or bwInter add up to). NCCL's
+graph search finds them per channel from fixed speed lists; taking the totals is this module's
+assumption.
 """
 
 from __future__ import annotations
@@ -156,12 +157,30 @@ def _nvls_efficiency(m: Machine) -> float:
         m.channels - 1) / m.channels
 
 
+def _graph_bw(algo: str, m: Machine) -> float:
+    """What NCCL's tuner multiplies out as `nChannels x bw` for a ring or a tree, GB/s per GPU
+    (tuning.cc: bw = bwIntra on up to 2 nodes, else bwInter). Its graph search (search.cc
+    ncclTopoCompute) gives a ring across nodes one speed inside and between nodes (it lowers
+    bwIntra and bwInter together), and each channel takes its speed off every link it crosses,
+    NICs included, so a ring between nodes is priced at the node's NICs, never more than
+    NVLink carries. Only a tree on 2 nodes may raise bwIntra, while it
+    stays below twice bwInter ("increase bwIntra for trees (2 nodes or collnet)"): up to twice
+    the NICs. Every channel of a node crosses through its own NIC, so the node's NIC total is
+    the per-GPU share times GPUs per node."""
+    if m.nodes == 1:
+        return m.intra_GBps
+    nics = m.inter_GBps * m.ppn  # the node's NICs: nChannels x bwInter
+    if algo == "tree" and m.nodes == 2:
+        return min(m.intra_GBps, 2 * nics)
+    return min(m.intra_GBps, nics)
+
+
 def busbw(op: str, algo: str, proto: str, m: Machine) -> float:
     """NCCL's bus bandwidth for (algo, proto) in GB/s (ncclTopoTuneModel)."""
     c = constants()
     caps, f = c["caps"], c["factors"]
     a = c["meta"]["archs"].index(m.arch)
-    bw = m.intra_GBps if m.nodes <= 2 else m.inter_GBps
+    bw = _graph_bw(algo, m)
     if algo in ("nvls", "nvls_tree"):
         eff = _nvls_efficiency(m)
         intra = m.intra_GBps * eff * (2 if op == "all_reduce" else (m.ppn - 1) / m.ppn)

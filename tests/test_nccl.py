@@ -36,6 +36,24 @@ def test_bandwidth_factors():
     assert nccl.busbw("all_reduce", "ring", "ll128", m) == pytest.approx(0.92 * 360)
 
 
+def test_graph_bandwidth_between_nodes_is_the_nodes_nics():
+    """NCCL's graph search prices a ring across nodes at one speed inside and between nodes,
+    channels added until they fill the node's NICs (search.cc): on DGX A100 (8 x 24 GB/s) a
+    ring on 2 or 4 nodes is 192 GB/s, not NVLink's 240 nor one GPU's 24; a tree on 2 nodes may
+    run up to twice the NICs inside the node, so NVLink's 240 caps it; from 3 nodes it is
+    NIC-bound too (0.92 x 0.85 with Ampere's per-channel cap of 17.8 on 3+ nodes)."""
+    a100 = load_hardware("dgx-a100")
+    two, four = nccl.machine(a100, 16), nccl.machine(a100, 32)
+    for m in (two, four):
+        assert nccl.busbw("all_reduce", "ring", "simple", m) == pytest.approx(192.0)
+        assert nccl.busbw("all_gather", "ring", "ll128", m) == pytest.approx(0.92 * 192)
+    assert nccl.busbw("all_reduce", "tree", "simple", two) == pytest.approx(240 * 0.92 * 0.85)
+    assert nccl.busbw("all_reduce", "tree", "simple", four) == pytest.approx(192 * 0.92 * 0.85)
+    # a node's NICs bound a ring only up to what NVLink carries (H100: 8 x 47 > 360)
+    assert nccl.busbw("all_reduce", "ring", "simple", nccl.machine(H100, 32)) == pytest.approx(
+        360.0)
+
+
 def test_choices_follow_size():
     m = nccl.machine(H100, 8)
     assert nccl.choose("all_reduce", 1024, m) == ("ring", "ll")
