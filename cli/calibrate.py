@@ -10,6 +10,7 @@ from cli.common import (
     NETBED_HELP,
     BackendChoice,
     Format3,
+    StrictTyper,
     _netbed,
     _phase_meter,
     _rank_counts,
@@ -19,7 +20,7 @@ from profiles import UserError, load_model
 from reports.tables import check_format, render
 from simulator.units import parse_sizes
 
-calibrate_app = typer.Typer(help="Measure this machine and write measured/NAME.toml in the user's "
+calibrate_app = StrictTyper(help="Measure this machine and write measured/NAME.toml in the user's "
                                  "profile folder ($SCAPE_PROFILE_DIR, else "
                                  "~/.local/share/scape-costmodel/profiles).",
                             no_args_is_help=True, rich_markup_mode=None)

@@ -3,6 +3,7 @@ checks, and the helpers that turn options into library calls. Parse, call, print
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
@@ -18,6 +19,7 @@ try:  # recent typer vendors click
     from typer._click import exceptions as click_exc
 except ImportError:  # older typer depends on click itself
     from click import exceptions as click_exc
+from typer.core import TyperCommand
 
 from profiles import UserError, load_hardware, load_model
 from profiles.errors import Terminated, raise_terminated
@@ -96,6 +98,18 @@ def out_folder(out: str | None, default: str) -> Path:
     return output_dir(out, "--out")
 
 
+# folders this run created for its outputs, leaf first: removed again, if still empty, when
+# the run is refused or fails (a refusal leaves nothing behind)
+CREATED: list[Path] = []
+
+
+def _remove_created() -> None:
+    for folder in CREATED:
+        with contextlib.suppress(OSError):  # only an empty folder goes; one written into stays
+            folder.rmdir()
+    CREATED.clear()
+
+
 def output_dir(path: str, flag: str) -> Path:
     """A folder the command will write into, created now: refused before any work if it is a
     file or cannot be created or written."""
@@ -103,16 +117,46 @@ def output_dir(path: str, flag: str) -> Path:
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise UserError(f"{flag} {path}: is a file, give a folder")
+    new = [q for q in (p, *p.parents) if not q.exists()]  # leaf first
     try:
         p.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"{flag} {path}: cannot create the folder ({exc.strerror})") from None
+    CREATED.extend(new)
     if not os.access(p, os.W_OK):
         raise UserError(f"{flag} {path}: not writable")
     return p
 
 
-class App(typer.Typer):
+class StrictCommand(TyperCommand):
+    """A command that refuses an option given twice (click keeps the last value silently), and
+    both halves of a --flag/--no-flag pair."""
+
+    def parse_args(self, ctx, args):
+        _, _, order = self.make_parser(ctx).parse_args(args=list(args))
+        seen: dict[str, int] = {}
+        for param in order:
+            if (param.param_type_name == "option" and not param.multiple
+                    and not getattr(param, "count", False)):
+                seen[param.name] = seen.get(param.name, 0) + 1
+        for name, times in seen.items():
+            if times > 1:
+                param = next(p for p in order if p.name == name)
+                flags = "/".join(param.opts + param.secondary_opts)
+                raise click_exc.UsageError(f"{flags} given {times} times: give it once",
+                                           ctx=ctx)
+        return super().parse_args(ctx, args)
+
+
+class StrictTyper(typer.Typer):
+    """A Typer (sub-)app whose commands refuse repeated options (`StrictCommand`)."""
+
+    def command(self, *args, **kwargs):
+        kwargs.setdefault("cls", StrictCommand)
+        return super().command(*args, **kwargs)
+
+
+class App(StrictTyper):
     """A Typer app whose errors a user can cause end in one line on stderr and exit code 2."""
 
     def __call__(self, *args, **kwargs):
@@ -123,6 +167,8 @@ class App(typer.Typer):
         for stream in (sys.stdout, sys.stderr):  # an ASCII terminal gets escapes, not a crash
             if hasattr(stream, "reconfigure"):
                 stream.reconfigure(errors="backslashreplace")
+        CREATED.clear()
+        rv = None
         try:
             rv = super().__call__(*args, standalone_mode=False, **kwargs)
         except UserError as exc:
@@ -151,6 +197,8 @@ class App(typer.Typer):
                 sys.exit(exc.exit_code)
             _fail(exc.format_message())
         finally:
+            if rv not in (None, 0) or sys.exc_info()[0] is not None:
+                _remove_created()  # refused, failed or stopped: no empty folder left behind
             if main:
                 signal.signal(signal.SIGTERM, previous[0])
                 signal.signal(signal.SIGINT, previous[1])
@@ -279,6 +327,12 @@ def _step_config(model, hardware, gpus, scheme, micro_batch, seq_len, grad_accum
     typed = parallel.get("attention")
     if "attention" in parallel and typed is None:
         parallel["attention"] = "flash"
+    if "sequence_parallel" in parallel:  # None (not given): on wherever there is a TP group
+        if parallel["sequence_parallel"] and tp == 1:
+            raise UserError("--sequence-parallel splits activations over the tensor-parallel "
+                            "group, and --tp 1 has none: give --tp above 1 or leave it out")
+        if parallel["sequence_parallel"] is None:
+            parallel["sequence_parallel"] = tp > 1
     cfg = StepConfig(
         model=load_model(model), hardware=load_hardware(hardware), gpus=gpus,
         scheme=_scheme(scheme, scheme_options, extra, lineup), micro_batch=micro_batch,
@@ -306,8 +360,9 @@ PARALLEL_OPTS = {
                                    help="interleaved: model chunks per stage (default 2)"),
     "recompute": typer.Option("none", "--recompute",
                               help="activation recomputation: none|selective|full"),
-    "sequence_parallel": typer.Option(True, "--sequence-parallel/--no-sequence-parallel",
-                                      help="Megatron's sequence parallelism with --tp"),
+    "sequence_parallel": typer.Option(None, "--sequence-parallel/--no-sequence-parallel",
+                                      help="Megatron's sequence parallelism with --tp "
+                                           "[default: on where --tp is above 1]"),
     "mfu": typer.Option(None, "--mfu", help="price forward/backward at this MFU instead of "
                                             "the profile's shapes model"),
     "attention": typer.Option(None, "--attention",
@@ -463,5 +518,6 @@ def _rank_counts(text: str) -> list[int]:
 
 def ran_options(parallel: dict, cfg: StepConfig) -> dict:
     """The parallel options as the step ran them: each typed value, and what `_step_config`
-    chose for those not given (the attention kernel)."""
-    return {k: getattr(cfg, k) if k == "attention" else v for k, v in parallel.items()}
+    chose for those not given (the attention kernel, sequence parallelism)."""
+    chosen = ("attention", "sequence_parallel")
+    return {k: getattr(cfg, k) if k in chosen else v for k, v in parallel.items()}

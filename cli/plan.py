@@ -85,6 +85,8 @@ def plan_cmd(
               f"{len(df)} feasible plans, ranked by {ranked}; schedule: pipeline (1f1b, or "
               f"interleaved x chunks); recompute: the least that fits\noptions: "
               + ", ".join(f"{k} {v}" for k, v in asked.items()))
+    for reason in df.attrs.get("skipped", []):
+        header += f"\nleft out: {reason}"
     if req.quality is not None:
         q = req.quality
         cols += ["quality_tokens_ratio", "hours_to_quality", "cost_to_quality_usd"]

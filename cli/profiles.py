@@ -11,12 +11,13 @@ import typer
 from cli.common import (
     Format2,
     Format3,
+    StrictTyper,
     app,
 )
 from profiles import check_profile, find, names
 from reports.tables import check_format, render
 
-profiles_app = typer.Typer(help="List, show and check hardware and model profiles.",
+profiles_app = StrictTyper(help="List, show and check hardware and model profiles.",
                            no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(profiles_app, name="profiles")
 
@@ -66,11 +67,17 @@ def profiles_show(
     print(f"{kind} profile {prof.name}: {prof.description}\n  file: {prof.path}")
     for key, value in data.items():
         if isinstance(value, dict):
+            # a table the profile does not fill (a shipped profile's measured-only tables) is
+            # left out rather than printed empty
+            items = {k: v for k, v in value.items()
+                     if k != "sources" and v is not None and v not in ((), [], {})}
+            sources = value.get("sources") or {}
+            if not items and not sources:
+                continue
             print(f"[{key}]")
-            for k, v in value.items():
-                if k != "sources" and v is not None:
-                    print(f"  {k} = {v}")
-            for k, v in (value.get("sources") or {}).items():
+            for k, v in items.items():
+                print(f"  {k} = {v}")
+            for k, v in sources.items():
                 print(f"  {k}_source = {v}")
         elif key not in ("name", "description", "path") and value is not None:
             is_count = isinstance(value, int) and not isinstance(value, bool)

@@ -8,6 +8,7 @@ import typer
 from cli.common import (
     STEP_OPTS,
     Format3,
+    StrictTyper,
     _progress,
     app,
     out_folder,
@@ -15,7 +16,7 @@ from cli.common import (
 from profiles import load_hardware, load_model
 from reports.tables import check_format, render
 
-report_app = typer.Typer(help="Report builders.", no_args_is_help=True, rich_markup_mode=None)
+report_app = StrictTyper(help="Report builders.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(report_app, name="report")
 
 

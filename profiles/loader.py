@@ -163,7 +163,16 @@ def check_profile(path: str | Path) -> tuple[str, Any]:
 def find(name: str) -> tuple[str, Any]:
     """A profile of any kind by name (`dgx-h100`, `llama-7b`, `hardware/dgx-h100`) or path."""
     if name.endswith(".toml"):
-        return check_profile(name if Path(name).exists() else ROOT / name)
+        if Path(name).exists() or Path(name).is_absolute():
+            return check_profile(name)
+        # a file name as shipped: profiles/NAME, then each kind's folder, then the user's
+        tried = [ROOT / name, *(ROOT / k.folder / name for k in KINDS.values()),
+                 user_dir() / name]
+        for path in tried:
+            if path.is_file():
+                return check_profile(path)
+        raise ProfileError(f"{name}: no such profile file (looked in "
+                           f"{', '.join(str(p.parent) for p in tried)})")
     folder, _, stem = name.rpartition("/")
     for kind in KINDS.values():
         if folder in ("", kind.folder) and (ROOT / kind.folder / f"{stem}.toml").exists():

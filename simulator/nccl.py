@@ -149,12 +149,16 @@ def _col(m: Machine) -> int:
     return min(m.nodes, 3) - 1
 
 
-def _nvls_efficiency(m: Machine) -> float:
+def nvls_efficiency(arch: str, channels: int) -> float:
     """The fraction of the NVLink rate NVLS reaches: nvlsEfficiency x (channels - 1) /
     channels (the 2.28 tuner's model)."""
     c = constants()
-    return c["caps"]["nvls_efficiency"][c["meta"]["archs"].index(m.arch)] * (
-        m.channels - 1) / m.channels
+    return c["caps"]["nvls_efficiency"][c["meta"]["archs"].index(arch)] * (
+        channels - 1) / channels
+
+
+def _nvls_efficiency(m: Machine) -> float:
+    return nvls_efficiency(m.arch, m.channels)
 
 
 def _graph_bw(algo: str, m: Machine) -> float:
@@ -362,10 +366,11 @@ class Protocol:
 
 
 def protocol(op: str, algo: str, proto: str, size: float, m: Machine) -> Protocol:
-    """The simulation's terms for (algo, proto). NVLS moves its bytes at nvlsEfficiency x
-    (channels - 1) / channels of the NVLink rate (the 2.28 tuner's model)."""
+    """The simulation's terms for (algo, proto). NVLS moves its switch traffic at
+    nvlsEfficiency x (channels - 1) / channels of the NVLink rate (the 2.28 tuner's model): the
+    topology's `nvls_efficiency`, which slows NVLS_TREE's NVLink share and not its NICs'."""
     if algo in ("nvls", "nvls_tree"):
-        wire = 1 / _nvls_efficiency(m)
+        wire = 1.0
     else:
         # the tree's unfilled pipeline at the middle sizes slows its bytes as NCCL's own
         # estimate has it (NVLS_TREE's fill is modelled from its chunking, collective.py)

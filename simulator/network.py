@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from profiles import HardwareProfile, UserError
+from simulator import nccl
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,9 @@ class Topology:
     switch_latency_s: float
     name: str = "custom"
     nic_chunk_bytes: float = 0.0  # store-and-forward chunk of the inter-node transport; 0: none
+    # the share of the NVLink rate NVLS's multimem traffic reaches (simulator/nccl.py
+    # nvls_efficiency); 1 where the profile has no NVLS
+    nvls_efficiency: float = 1.0
 
     def __post_init__(self):
         if self.gpus < 1:
@@ -274,4 +278,6 @@ def build_topology(hw: HardwareProfile, gpus: int) -> Topology:
         switch_latency_s=hw.fabric.switch_latency_us * 1e-6,
         name=hw.name,
         nic_chunk_bytes=hw.inter_node_chunk_bytes,
+        nvls_efficiency=(nccl.nvls_efficiency(hw.nccl.arch, hw.nccl.channels)
+                         if hw.nccl is not None and hw.nccl.nvls else 1.0),
     )

@@ -186,6 +186,20 @@ def layouts(req: PlanRequest, hw: HardwareProfile, gpus: int):
                     yield tp, pp, schedule, chunks
 
 
+def measured_counts(hw: HardwareProfile) -> set[int] | None:
+    """The rank counts a measured profile can price (compute shared on one host up to its
+    measured count; collectives at the counts whose per-call overhead was measured); None:
+    any count (a profile of GPUs, priced from its hardware)."""
+    counts = None
+    if hw.slowdown:
+        counts = set(range(1, len(hw.slowdown) + 1))
+    for measured in hw.collectives.values():
+        overheads = measured.get("overhead_s") or {}
+        if overheads:  # one rank calls no collective
+            counts = ({1, *overheads} if counts is None else counts & {1, *overheads})
+    return counts
+
+
 def candidates(req: PlanRequest) -> tuple[list[Candidate], Counter]:
     """Every configuration that fits in memory and splits the global batch; why others fail."""
     kept, why = [], Counter()
@@ -195,7 +209,13 @@ def candidates(req: PlanRequest) -> tuple[list[Candidate], Counter]:
         if not counts:  # the planner rents whole nodes
             why[f"{hw.name}: --max-gpus {req.max_gpus} is below one node "
                 f"({hw.node.gpus_per_node} GPUs), and plans rent whole nodes"] += 1
+        priced = measured_counts(hw)
         for gpus in counts:
+            if priced is not None and gpus not in priced:  # skipped, with the reason, not fatal
+                why[f"{hw.name}: {gpus} GPU{'s' if gpus > 1 else ''}: its measurements cover "
+                    f"{', '.join(map(str, sorted(priced))) or 'no'} ranks (scape calibrate "
+                    f"collectives --nprocs, compute --max-ranks)"] += 1
+                continue
             for tp, pp, schedule, chunks in layouts(req, hw, gpus):
                 dp = gpus // (tp * pp)
                 for mb in MICRO_BATCHES:
@@ -303,6 +323,8 @@ def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None
     if progress_total:
         progress_total(len(cands))
     df = evaluate_all(req, cands, progress)
+    # GPU counts a measured profile cannot price: the table says they were left out
+    df.attrs["skipped"] = sorted(r for r in why if "measurements cover" in r)
     if req.rank == "quality":  # time to dense AdamS's quality; plans without a reading go
         reached = df["hours_to_quality"].notna()
         if not reached.any():

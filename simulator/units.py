@@ -70,7 +70,14 @@ def parse_sizes(text: str) -> list[int]:
         raise UserError("no sizes given: write e.g. 1KiB,1MiB or 1KiB..1GiB")
     if not all(p.strip() for p in parts):
         raise UserError(f"sizes {text!r} have an empty item: write e.g. 1KiB,1MiB")
-    return [parse_size(p) for p in parts]
+    sizes = [parse_size(p) for p in parts]
+    seen: dict[int, str] = {}
+    for size, part in zip(sizes, parts, strict=True):
+        if size in seen:  # the same row twice would read as two measurements
+            raise UserError(f"sizes {text!r} list {format_bytes(size)} twice ({seen[size]!r} "
+                            f"and {part.strip()!r}): give each size once")
+        seen[size] = part.strip()
+    return sizes
 
 
 def format_bytes(n: float) -> str:

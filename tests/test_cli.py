@@ -62,6 +62,20 @@ def test_profiles_show_and_check_every_profile(capsys, kind_name):
     assert code == 0 and out.startswith("ok:")
 
 
+def test_profiles_show_finds_a_shipped_file_name_and_prints_only_filled_tables(capsys):
+    """`dgx-a100.toml` names the shipped file wherever its kind keeps it; a table a shipped
+    profile leaves to measurement ([measured], [kernels]) is left out, not printed empty; a
+    measured profile shows its own."""
+    code, out, err = scape(capsys, "profiles", "show", "dgx-a100.toml")
+    assert code == 0, err
+    assert "profiles/hardware/dgx-a100.toml" in out and "[nccl]" in out
+    assert "[measured]" not in out and "[kernels]" not in out
+    code, out, err = scape(capsys, "profiles", "show", "measured/netbed-1gbit")
+    assert code == 0 and "[measured]" in out, err
+    code, _, err = scape(capsys, "profiles", "show", "no-such.toml")
+    assert code == 2 and "looked in" in err and "profiles/hardware" in err
+
+
 def test_profiles_list(capsys):
     code, out, _ = scape(capsys, "profiles", "list", "--format", "json")
     assert code == 0
@@ -75,6 +89,8 @@ BAD = [
     (["collective", "-H", "dgx-h100", "--gpus", "0"], "between 2 and 1,048,576 GPUs"),
     (["collective", "-H", "dgx-h100", "--gpus", "8", "--op", "foo"], "Invalid value for '--op'"),
     (["collective", "-H", "dgx-h100", "--gpus", "8", "--sizes", "-5"], "must be positive"),
+    (["collective", "-H", "dgx-h100", "--gpus", "8", "--sizes", "1MiB,1048576"],
+     "list 1MiB twice"),
     (["collective", "-H", "nope", "--gpus", "8"], "unknown hardware profile 'nope'"),
     (["collective", "-H", "dgx-h100", "--gpus", "12"], "multiple of the node size"),
     (["collective", "-H", "dgx-h100", "--gpus", "x"], "--gpus"),

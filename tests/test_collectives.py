@@ -299,3 +299,27 @@ def test_several_nics_per_gpu_add_up():
     t = build_topology(hw, 16)
     assert t.nics_per_node == 8 and t.nic_Bps == pytest.approx(4 * 12e9)
     assert t.uplink_Bps == pytest.approx(32 * 32 * 12e9)  # the leaf's 32 nodes x 32 NICs
+
+
+def test_nvls_tree_between_nodes_is_a_double_binary_tree():
+    """NVLS_TREE links every node's heads with NCCL's double binary tree (connect.cc
+    connectNvls, ncclGetDtree): on two nodes each head sends and receives its 1/8 share once,
+    and the NVSwitch (at NVLS's efficiency) is the bottleneck; from three nodes a head internal
+    in one tree has two children, its NIC carries twice its share, and the bus bandwidth tops
+    out at the node's NICs (8 x 47 GB/s on DGX H100), as a ring's does. NVLS's efficiency slows
+    the switch traffic only, not the NICs'."""
+    from simulator import nccl
+    from simulator.collective import sweep
+
+    hw = load_hardware("dgx-h100")
+    size = 2**34
+    eff = nccl.nvls_efficiency("hopper", hw.nccl.channels)
+    two = sweep(hw, 16, "all_reduce", "nvls_tree", [size])[0]
+    # the switch: S (1 + 1/8) through each port at eff x 360 GB/s
+    assert two.time_s == pytest.approx(size * 9 / 8 / (eff * 360e9), rel=0.01)
+    for gpus in (32, 64):
+        many = sweep(hw, gpus, "all_reduce", "nvls_tree", [size])[0]
+        # a head's NIC: twice its 1/8 share at 47 GB/s
+        assert many.time_s == pytest.approx(2 * size / 8 / 47e9, rel=0.01)
+        ring = sweep(hw, gpus, "all_reduce", "ring", [size])[0]
+        assert many.busbw_GBps == pytest.approx(ring.busbw_GBps, rel=0.05)

@@ -77,8 +77,19 @@ def test_typed_values_are_used_and_shown(capsys, args, key, value):
     (("-H", "/dev/zero"), "not a regular file"),
 ])
 def test_simulate_refuses(capsys, args, match):
-    code, _out, err = scape(capsys, *SIM, *args)
+    code, _out, err = scape(capsys, *_override(SIM, args), *args)
     _refused(code, err, match)
+
+
+ALIASES = {"-g": "--gpus", "-H": "--hardware", "-m": "--model"}
+
+
+def _override(base: tuple[str, ...], args: tuple[str, ...]) -> tuple[str, ...]:
+    """`base` (a command and its option pairs) without the options `args` gives again: an
+    option given twice is refused (test_an_option_given_twice_is_refused)."""
+    typed = {ALIASES.get(a, a) for a in args if a.startswith("-")}
+    pairs = zip(base[1::2], base[2::2], strict=True)
+    return (base[0], *(x for f, v in pairs if ALIASES.get(f, f) not in typed for x in (f, v)))
 
 
 @pytest.mark.parametrize(("args", "match"), [
@@ -216,7 +227,8 @@ def test_other_commands_refuse_before_working(capsys, args, match):
     (("--nprocs", "100000"), "GB of memory; this host has"),
 ])
 def test_train_refuses_before_any_rank_starts(capsys, args, match):
-    code, _out, err = scape(capsys, "train", "--steps", "2", *args)
+    code, _out, err = scape(capsys, "train", *(() if "--steps" in args else ("--steps", "2")),
+                            *args)
     _refused(code, err, match)
 
 
@@ -722,3 +734,48 @@ def test_a_fifo_in_the_report_folder_is_refused_before_work(capsys, tmp_path):
     code, _out, err = scape(capsys, "reproduce", "--out", str(tmp_path))
     _refused(code, err, "reproduce.md is not a regular file")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["reproduce.md"]
+
+
+def test_sequence_parallel_without_a_tp_group(capsys):
+    """--sequence-parallel typed with --tp 1 has nothing to split: refused, not run as if
+    given; left out, it is on exactly where there is a tensor-parallel group, and the row
+    says which."""
+    code, _, err = scape(capsys, *SIM, "--sequence-parallel")
+    _refused(code, err, "--tp 1 has none")
+    for tp, on in ((1, False), (2, True)):
+        code, out, err = scape(capsys, *SIM, "--tp", str(tp), "--format", "json")
+        assert code == 0, err
+        assert json.loads(out)[0]["sequence_parallel"] is on
+    code, out, err = scape(capsys, *SIM, "--tp", "2", "--no-sequence-parallel", "--format",
+                           "json")
+    assert code == 0 and json.loads(out)[0]["sequence_parallel"] is False, err
+
+
+def test_a_refused_report_leaves_no_folder_behind(capsys, tmp_path):
+    """`report scaling` creates its --out folder before the work; refused during the work (a
+    measured profile asked for more ranks than it measured), it removes the folders it created
+    and that stayed empty, and keeps one that was there."""
+    args = ("report", "scaling", "-m", "llama-405b", "-H", "measured/netbed-1gbit", "--quick")
+    code, _, err = scape(capsys, *args, "--out", str(tmp_path / "new" / "deep"))
+    _refused(code, err, "not 512")
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "kept").mkdir()
+    code, _, err = scape(capsys, *args, "--out", str(tmp_path / "kept"))
+    _refused(code, err, "not 512")
+    assert (tmp_path / "kept").is_dir()
+
+
+@pytest.mark.parametrize(("args", "match"), [
+    ((*SIM, "-g", "32"), "--gpus/-g given 2 times"),
+    ((*SIM, "--tp", "2", "--sequence-parallel", "--no-sequence-parallel"),
+     "--sequence-parallel/--no-sequence-parallel given 2 times"),
+    (("collective", "-H", "dgx-h100", "-g", "8", "--sizes", "1MiB", "--sizes", "1GiB"),
+     "--sizes given 2 times"),
+    (("profiles", "show", "dgx-h100", "--format", "json", "--format", "table"),
+     "--format given 2 times"),
+])
+def test_an_option_given_twice_is_refused(capsys, args, match):
+    """click keeps the last of two values; the first, which the user typed too, would be
+    silently replaced: refused instead, in every command and sub-command."""
+    code, _, err = scape(capsys, *args)
+    _refused(code, err, match)

@@ -135,3 +135,18 @@ def test_rank_by_time_to_quality(tmp_path):
     assert list(by_quality["hours_to_quality"]) == sorted(by_quality["hours_to_quality"])
     with pytest.raises(UserError, match="--rank quality needs --quality"):
         plan_training(request(rank="quality"))
+
+
+def test_a_measured_profile_plans_only_the_rank_counts_it_measured(capsys):
+    """netbed-1gbit measured collectives on 2 and 3 ranks: a plan up to 8 GPUs keeps 1 and 2
+    (one rank calls no collective) and says it left 4 and 8 out, instead of aborting on 4."""
+    code, out, err = scape(capsys, "plan", "-m", "gpt-345m", "-t", "1e9", "-H",
+                           "measured/netbed-1gbit", "--max-gpus", "8", "--price-per-gpu-hour",
+                           "1", "--schemes", "dense-ddp", "--workers", "1", "--top", "1000")
+    assert code == 0, err
+    left = [line for line in out.splitlines() if line.startswith("# left out:")]
+    assert [line.split(": ")[2] for line in left] == ["4 GPUs", "8 GPUs"]
+    assert all("cover 1, 2, 3 ranks" in line for line in left)
+    gpus = {int(line.split()[1]) for line in out.splitlines()
+            if line.startswith("netbed-1gbit")}
+    assert gpus and gpus <= {1, 2}

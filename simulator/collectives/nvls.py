@@ -15,6 +15,7 @@ import numpy as np
 
 from profiles import UserError
 from simulator.collectives.base import Phase
+from simulator.collectives.tree import dtree_parents
 from simulator.network import Topology
 
 
@@ -26,21 +27,31 @@ def all_reduce(topo: Topology, size: float, group: np.ndarray) -> list[Phase]:
     if nodes != 1:
         raise UserError(f"NVLink SHARP (nvls) runs inside one node; this group spans {nodes} "
                         "nodes (nvls_tree runs across them)")
-    return [Phase("nvls all-reduce", 1, (topo.switch_flows("nvls", group, size * (1 + 1 / p)),))]
+    # NVLS reaches `nvls_efficiency` of the ports' rate: as many more bytes at the full rate
+    wire = (1 + 1 / p) / topo.nvls_efficiency
+    return [Phase("nvls all-reduce", 1, (topo.switch_flows("nvls", group, size * wire),))]
 
 
 def tree_all_reduce(topo: Topology, size: float, group: np.ndarray) -> list[Phase]:
-    """NCCL's NVLS_TREE: NVLS inside every node and, pipelined with it, a tree between the
-    nodes over each local rank's NIC. A GPU reduces its node's 1/G share through the switch,
-    exchanges that share with the same local rank of the other nodes (a binary tree sends and
-    receives it once each way per GPU: S/G), and multicasts the result back; the switch
-    traffic is NVLS's S (1 + 1/G) each way."""
+    """NCCL's NVLS_TREE: NVLS inside every node and, pipelined with it, NCCL's double binary
+    tree between the nodes (connect.cc connectNvls: ncclGetDtree over the nodes, the same
+    local rank, the "head", of every node linked up and down). A GPU reduces its node's 1/G
+    share through the switch, reduces it up and broadcasts it down both trees (each carries
+    half, both directions at once), and multicasts the result back; the switch traffic is
+    NVLS's S (1 + 1/G) each way. On two nodes each head sends and receives its share once; from
+    three on, a head that is internal in one tree has two children there, so its NIC carries
+    twice that: all-reduce bus bandwidth tops out at the node's NICs (a ring's too), where two
+    nodes reach twice as much."""
     m = topo.node_groups(group)  # [nodes, G]
     if m.shape[0] < 2:
         return all_reduce(topo, size, group)
     g = m.shape[1]
-    switch = topo.switch_flows("nvls", group, size * (1 + 1 / g))
-    # each GPU sends S/G to, and receives S/G from, the same local rank of another node: the
-    # NIC traffic of the tree (for two nodes exactly the exchange of the two halves)
-    net = topo.pairs("nvls tree", m.reshape(-1), np.roll(m, -1, axis=0).reshape(-1), size / g)
+    switch = topo.switch_flows("nvls", group, size * (1 + 1 / g) / topo.nvls_efficiency)
+    src, dst = [], []
+    for parents in dtree_parents(m.shape[0]):
+        child = np.flatnonzero(parents >= 0)
+        low, high = m[child].reshape(-1), m[parents[child]].reshape(-1)  # every head's edge
+        src += [low, high]  # up (reduce) and down (broadcast)
+        dst += [high, low]
+    net = topo.pairs("nvls tree", np.concatenate(src), np.concatenate(dst), size / (2 * g))
     return [Phase("nvls tree all-reduce", 1, (switch, net))]
