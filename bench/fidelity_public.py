@@ -2,12 +2,14 @@
 
 Every row of profiles/external/public-collectives.csv (sources in public-collectives.md) is
 predicted with `scape collective`'s model on the named hardware profile: NCCL's tuner choice
-where the run left NCCL's default (`auto`), ring where it forced NCCL_ALGO=Ring. One constant is
-fitted per GPU host, on a subset named here (CALIBRATION: for 8x H100 the A2 rows below 1
-MiB, for 8x A100 the C2 rows below 1 MiB, where no byte costs anything): the host's launch floor
-of a call (nccl-tests times calls launched back to back, so a call whose GPUs finish sooner
-waits for the next launch), the median of those rows' times; it is that profile's [nccl]
-launch_floor_us (the other H100 profiles carry dgx-h100's). Every other row is held out.
+where the run left NCCL's default (`auto`), ring where it forced NCCL_ALGO=Ring, launched as the
+run launched it (`gpus_per_process`: nccl-tests' -g). One constant is fitted per GPU host, on a
+subset named here (CALIBRATION: for 8x H100 the A2 rows below 1 MiB, for 8x A100 the C2 rows
+below 1 MiB, where no byte costs anything): the host's launch of one call on one GPU (nccl-tests
+times calls launched back to back, so a call whose GPUs finish sooner waits for the next
+launch, and those runs' one process launched for 8 GPUs), the median of those rows' times over
+their GPUs per process; it is that profile's [nccl] launch_us (the other H100 profiles carry
+dgx-h100's). Every other row is held out.
 Prints each case's errors by size and the median and max |error| of held-out rows from 1 MiB
 up (the issue's range) and below it.
 
@@ -35,10 +37,11 @@ MIB = 2**20
 
 def predict(rows: pd.DataFrame) -> pd.DataFrame:
     out = []
-    for (_case, hw_name, gpus, op, algo), part in rows.groupby(
-            ["case", "hardware", "gpus", "op", "nccl_algo"], sort=False):
+    for (_case, hw_name, gpus, op, algo, per_process), part in rows.groupby(
+            ["case", "hardware", "gpus", "op", "nccl_algo", "gpus_per_process"], sort=False):
         hw = load_hardware(hw_name)
-        results = sweep(hw, int(gpus), op, algo, [int(s) for s in part["size_bytes"]])
+        results = sweep(hw, int(gpus), op, algo, [int(s) for s in part["size_bytes"]],
+                        gpus_per_process=int(per_process))
         for (_, row), res in zip(part.iterrows(), results, strict=True):
             out.append({**row.to_dict(), "pred_us": res.time_s * 1e6, "algo": res.algo,
                         "proto": res.proto})
@@ -69,10 +72,16 @@ def main() -> int:
     rows = pd.read_csv(DATA)
     for prefix, profile in CALIBRATION.items():
         fit = calibration(rows, prefix)
+        per_process = rows.loc[fit, "gpus_per_process"].unique()
+        if len(per_process) != 1:  # one launch cost from runs launched alike
+            parser.exit(2, f"{parser.prog}: error: calibration rows of {prefix[:-1]} mix GPUs "
+                           f"per process ({sorted(per_process)})\n")
         floor = rows.loc[fit, "time_us"].median()
-        used = load_hardware(profile).nccl.launch_floor_us
-        print(f"launch floor fitted on {fit.sum()} calibration rows ({prefix[:-1]} below 1 MiB): "
-              f"{floor:.2f} us; profile {profile} [nccl] launch_floor_us = {used:.2f}")
+        used = load_hardware(profile).nccl.launch_us
+        print(f"launch fitted on {fit.sum()} calibration rows ({prefix[:-1]} below 1 MiB, "
+              f"{per_process[0]} GPUs per process): floor {floor:.2f} us, "
+              f"{floor / per_process[0]:.3f} us per GPU; profile {profile} [nccl] "
+              f"launch_us = {used:.3f}")
     df = predict(rows)
     df["held_out"] = ~calibration(df)
     pd.set_option("display.width", 160)

@@ -38,6 +38,12 @@ def collective(
     sizes: str = typer.Option(None, "--sizes",
                               help="list 1KiB,1MiB,1GiB or doubling range 1KiB..8GiB "
                                    f"[default: {DEFAULT_SIZES}]"),
+    gpus_per_process: int = typer.Option(None, "--gpus-per-process",
+                                         help="GPUs one process drives, as nccl-tests' -g: "
+                                              "back-to-back calls come no faster than its "
+                                              "launches, one per GPU [default: 1, one process "
+                                              "per GPU as training runs; a --published run's "
+                                              "own]"),
     published: str = typer.Option(None, "--published",
                                   help="beside a published nccl-tests run: a case of "
                                        "profiles/external/public-collectives.csv (e.g. "
@@ -48,15 +54,18 @@ def collective(
     check_format(fmt)
     hw = load_hardware(hardware)
     run = None if published is None else _published(published, hw, gpus, str(op),
-                                                    str(algo), str(proto))
+                                                    str(algo), str(proto), gpus_per_process)
+    if gpus_per_process is None:  # not given: the published run's, else one process per GPU
+        gpus_per_process = run.gpus_per_process if run is not None else 1
     size_list = (sorted(run.rows) if run is not None and sizes is None
                  else parse_sizes(sizes if sizes is not None else DEFAULT_SIZES))
     if run is not None and not any(int(x) in run.rows for x in size_list):
         raise UserError(f"--sizes {sizes}: the published run {run.case} measured none of "
                         f"them (its sizes: {format_bytes(min(run.rows))}.."
                         f"{format_bytes(max(run.rows))}, doubling); leave --sizes out for them")
-    results = sweep(hw, gpus, op, algo, size_list, proto)
+    results = sweep(hw, gpus, op, algo, size_list, proto, gpus_per_process)
     df = pd.DataFrame([{**r.as_dict(), "algo_asked": algo, "proto_asked": proto,
+                        "gpus_per_process": gpus_per_process,
                         "hardware": hardware, "hardware_profile": hw.path} for r in results])
     if run is not None:  # the published time where the run measured this size
         df["published_case"] = run.case
@@ -68,7 +77,8 @@ def collective(
     df.insert(1, "size", [format_bytes(s) for s in df["size_bytes"]])
     df["time_us"] = df["time_s"] * 1e6
     columns = ["size_bytes", "size", "time_us", "algbw_GBps", "busbw_GBps", "algo", "proto"]
-    header = (f"{op}, algo {algo}, proto {proto}, {describe(build_topology(hw, gpus))}\n"
+    header = (f"{op}, algo {algo}, proto {proto}, gpus per process {gpus_per_process}, "
+              f"{describe(build_topology(hw, gpus))}\n"
               f"profile {hw.path}\n"
               "sizes in nccl-tests convention; GB/s = 1e9 bytes/s")
     if run is not None:  # blank where the run has no such size
@@ -81,16 +91,19 @@ def collective(
         "time_us": "{:.1f}", "algbw_GBps": "{:.2f}", "busbw_GBps": "{:.2f}"}))
 
 
-def _published(case: str, hw, gpus: int, op: str, algo: str, proto: str):
+def _published(case: str, hw, gpus: int, op: str, algo: str, proto: str,
+               gpus_per_process: int | None):
     """The published run, refused where it ran in another setting than the command's (a
     copy of its profile elsewhere, however named, is another setting)."""
     run = published_collective(case)
     shipped = load_hardware(run.hardware).path if run.hardware == hw.name else None
-    asked = (hw.name if hw.path == shipped else hw.path, gpus, op, algo)
-    ran = (run.hardware, run.gpus, run.op, run.nccl_algo)
+    asked = (hw.name if hw.path == shipped else hw.path, gpus, op, algo,
+             run.gpus_per_process if gpus_per_process is None else gpus_per_process)
+    ran = (run.hardware, run.gpus, run.op, run.nccl_algo, run.gpus_per_process)
     if asked != ran or proto != "auto":
         raise UserError(f"--published {case} ran {run.op} on {run.gpus} GPUs of {run.hardware} "
-                        f"with NCCL_ALGO {run.nccl_algo} and NCCL's own protocol: give -H "
-                        f"{run.hardware} -g {run.gpus} --op {run.op} --algo {run.nccl_algo} "
-                        "and no --proto")
+                        f"with NCCL_ALGO {run.nccl_algo}, NCCL's own protocol and "
+                        f"{run.gpus_per_process} GPU(s) per process: give -H {run.hardware} -g "
+                        f"{run.gpus} --op {run.op} --algo {run.nccl_algo}, no --proto and "
+                        "no --gpus-per-process (or its own)")
     return run

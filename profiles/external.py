@@ -111,6 +111,7 @@ class PublishedCollective:
     gpus: int
     op: str
     nccl_algo: str  # auto: NCCL's own choice; else what NCCL_ALGO forced
+    gpus_per_process: int  # nccl-tests' -g: GPUs one process drove (1 under mpirun -g 1)
     rows: dict[int, tuple[float, float]]  # size_bytes -> (time_us, busbw_GBps)
 
 
@@ -126,4 +127,5 @@ def published_collective(case: str) -> PublishedCollective:
     first = found[0]
     return PublishedCollective(
         case, first["hardware"], int(first["gpus"]), first["op"], first["nccl_algo"],
+        int(first["gpus_per_process"]),
         {int(r["size_bytes"]): (float(r["time_us"]), float(r["busbw_GBps"])) for r in found})

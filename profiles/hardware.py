@@ -67,11 +67,12 @@ NCCL_FIELDS = {
     "arch": Field(str, choices=("volta", "ampere", "hopper", "blackwell")),
     "nvls": Field(bool),  # NVLink SHARP in the NVSwitches (NCCL enables it by default)
     "channels": Field(int, ge=1, le=64),  # graph channels the tuner's per-channel caps count
-    # the shortest time one call takes back to back with the next: the host's launch of it
-    # (when the GPUs finish sooner, they wait for the next launch); what `scape collective`
-    # prices, as nccl-tests measures; not applied inside a training step, where the host
-    # enqueues ahead of the GPU
-    "launch_floor_us": Field(float, ge=0, le=1e5),
+    # the host's time to enqueue and launch one NCCL call on one GPU: calls launched back to
+    # back come no faster than one per (this x GPUs the process drives), so a GPU that
+    # finishes sooner waits for the next launch; what `scape collective` prices, as
+    # nccl-tests measures (its -g N: one process, N GPUs); not applied inside a training
+    # step, where the host enqueues ahead of the GPU
+    "launch_us": Field(float, ge=0, le=1e4),
     # latency the network plugin adds to every inter-node step (NCCL's latencyInter: 0 for its
     # IB verbs transport, which reports none; Simple pays it twice, tuning.cc)
     "net_latency_us": Field(float, ge=0, le=1e5, required=False),
@@ -211,7 +212,7 @@ class Nccl:
     arch: str
     nvls: bool
     channels: int
-    launch_floor_us: float
+    launch_us: float
     source: str
     net_latency_us: float | None = None
     collnet: bool | None = None

@@ -15,6 +15,11 @@ from typing import Any
 
 from profiles.errors import ProfileError
 
+# Keys of earlier versions: (the key now, what changed), said instead of "unknown key".
+RENAMED = {
+    "launch_floor_us": ("launch_us", "one GPU's launch: the old floor of one process driving "
+                                     "the node's 8 GPUs, divided by 8"),
+}
 # Unit suffixes a key may carry; used to tell "wrong unit" apart from "unknown key".
 UNITS = {
     "GBps": "gigabytes per second",
@@ -107,6 +112,9 @@ def validate_table(
                 path, table, key, Field(str, nonempty=True), raw
             )
             continue
+        if key in RENAMED and RENAMED[key][0] in fields:
+            raise ProfileError(f"{_where(path, table, key)}: renamed {RENAMED[key][0]} "
+                               f"({RENAMED[key][1]})")
         stem, unit = _split_unit(key)
         same_stem = [f for f in fields if _split_unit(f)[0] == stem and _split_unit(f)[1]]
         if unit and same_stem:

@@ -196,7 +196,9 @@ class Choice:
     overhead_s: float
     hop_scale: float = 1.0
     proto: str = ""  # NCCL's protocol on profiles that model it; "" elsewhere (Simple)
-    floor_s: float = 0.0  # no call ends sooner: the host launches it (profile [nccl])
+    # the host's launch of the call on one GPU (profile [nccl] launch_us): back-to-back calls
+    # come no faster than one per launch x GPUs the launching process drives (`sweep`)
+    floor_s: float = 0.0
 
     def applied(self, phases: list[Phase]) -> list[Phase]:
         """`phases` with this call's per-step latency scale."""
@@ -254,15 +256,19 @@ def calibrated(hw: HardwareProfile, op: str, algo: str, ranks: int, size: float,
     fill = nccl.nvls_tree_fill(size, m) if chosen == "nvls_tree" else 0.0
     # NCCL's latency replaces the phases' per-step latency (hop_scale 0)
     return Choice(chosen, size * pr.wire * (1 + fill), call + pr.latency_s, 0.0, p,
-                  hw.nccl.launch_floor_us * 1e-6)
+                  hw.nccl.launch_us * 1e-6)
 
 
 def sweep(
     hw: HardwareProfile, gpus: int, op: str, algo: str, sizes: list[int],
-    proto: str = nccl.AUTO_PROTO,
+    proto: str = nccl.AUTO_PROTO, gpus_per_process: int = 1,
 ) -> list[Result]:
     """`collective_time` for each size, on one topology (validated once, up front); on NCCL
-    profiles each result names the protocol too."""
+    profiles each result names the protocol too. Calls are timed as nccl-tests times them,
+    back to back: none ends sooner than its process can launch the next, one kernel per GPU
+    it drives (`gpus_per_process`, nccl-tests' -g; 1: one process per GPU, as training runs;
+    8 without MPI on an 8-GPU node: AddyLaddy, NVIDIA/nccl-tests #333, on "the CUDA latency
+    overheads of single process jobs")."""
     for size in sizes:
         check_request(op, algo, size)
     if proto not in (nccl.AUTO_PROTO, *nccl.PROTOCOLS):
@@ -270,6 +276,11 @@ def sweep(
                         f"{proto!r}")
     if not 2 <= gpus <= MAX_GPUS:
         raise UserError(f"a collective needs between 2 and {MAX_GPUS:,} GPUs, got {gpus}")
+    per_node = hw.node.gpus_per_node
+    if not 1 <= gpus_per_process <= min(gpus, per_node) or gpus % gpus_per_process:
+        raise UserError(f"--gpus-per-process {gpus_per_process}: a process drives GPUs of one "
+                        f"node ({per_node} on {hw.name}) and the {gpus} GPUs split evenly "
+                        "between processes; give a divisor of both (1: one process per GPU)")
     topo = build_topology(hw, gpus)
     out = []
     for size in sizes:
@@ -282,7 +293,7 @@ def sweep(
             name, seconds = c.algo, time_alone(topo, phases)
         # algbw of the bytes asked for, and the call's fixed costs first
         out.append(Result(name, op, name, size, gpus, 0.0,
-                          max(seconds + c.overhead_s, c.floor_s), c.proto))
+                          max(seconds + c.overhead_s, c.floor_s * gpus_per_process), c.proto))
     return out
 
 

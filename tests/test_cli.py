@@ -165,9 +165,14 @@ def test_collective_beside_a_published_run(capsys):
                          "A1-nvls", "--sizes", "1KiB,8MiB", "--format", "json")
     first, second = json.loads(out)
     assert first["published_us"] is None and second["published_us"] == want[8 << 20]
+    # launched as the run was: one process drove the 8 GPUs (nccl-tests -g 8), so no call
+    # ends before 8 launches
+    assert all(r["gpus_per_process"] == 8 for r in rows)
+    assert rows[0]["time_s"] >= 8 * load_hardware("dgx-h100").nccl.launch_us * 1e-6
     for args, message in (
             (["-g", "16"], "ran all_reduce on 8 GPUs of dgx-h100"),
-            (["-g", "8", "--proto", "ll"], "and no --proto"),
+            (["-g", "8", "--proto", "ll"], "no --proto"),
+            (["-g", "8", "--gpus-per-process", "1"], "no --gpus-per-process"),
             (["-g", "8", "--algo", "ring"], "--algo auto")):
         code, _, err = scape(capsys, "collective", "-H", "dgx-h100", *args, "--published",
                              "A1-nvls")

@@ -257,7 +257,9 @@ def test_the_transport_message_cost_is_paid_per_network_step_and_unseen_by_the_t
 def test_dgx_a100_runs_as_nccl_does_on_ampere_without_nvls():
     """dgx-a100's [nccl] table: Ampere constants, 24 channels, no NVLink SHARP. Small calls run
     LL (llMaxBw 87.7 GB/s on one Ampere node, not Hopper's 141), large ones Simple, never NVLS;
-    no call beats the host's launch floor; --algo nvls is refused as NCCL would not run it."""
+    no call beats its process's launches (8 x launch_us when one process drives the 8 GPUs,
+    as nccl-tests -g 8; NCCL's LL latency, 6.6 + 14 x 0.6 us, above one launch when each GPU
+    has its own process); --algo nvls is refused as NCCL would not run it."""
     a100 = load_hardware("dgx-a100")
     m = nccl.machine(a100, 8)
     assert (m.arch, m.channels, m.nvls) == ("ampere", 24, False)
@@ -265,7 +267,12 @@ def test_dgx_a100_runs_as_nccl_does_on_ampere_without_nvls():
     assert nccl.choose("all_reduce", 1024, m) == ("ring", "ll")
     assert nccl.choose("all_gather", 2**33, m)[1] == "simple"
     assert all(nccl.choose("all_reduce", s, m)[0] != "nvls" for s in (2**20, 2**30))
-    small = sweep(a100, 8, "all_reduce", "auto", [8])[0]
-    assert small.time_s == pytest.approx(a100.nccl.launch_floor_us * 1e-6)
+    small = sweep(a100, 8, "all_reduce", "auto", [8], gpus_per_process=8)[0]
+    assert small.time_s == pytest.approx(8 * a100.nccl.launch_us * 1e-6)
+    alone = sweep(a100, 8, "all_reduce", "auto", [8])[0]
+    assert alone.time_s == pytest.approx((6.6 + 14 * 0.6) * 1e-6, rel=0.01)
+    for bad in (0, 3, 16):  # a process drives GPUs of one node, the GPUs split evenly
+        with pytest.raises(UserError, match="--gpus-per-process"):
+            sweep(a100, 8, "all_reduce", "auto", [8], gpus_per_process=bad)
     with pytest.raises(UserError):
         sweep(a100, 8, "all_reduce", "nvls", [2**20])

@@ -103,7 +103,9 @@ HW_CASES = [
      r"\[nccl\] proto: a comma-separated list"),
     # NVLink SHARP is Hopper's (third-generation NVSwitch): refused elsewhere, not divided by 0
     (r"^arch = \"hopper\"", 'arch = "ampere"', r"\[nccl\] nvls: NVLink SHARP needs"),
-    (r"^launch_floor_us = .*$", "launch_floor_us = 1e300", r"\[nccl\] launch_floor_us: must be <="),
+    (r"^launch_us = .*$", "launch_us = 1e300", r"\[nccl\] launch_us: must be <="),
+    # the key of earlier versions says what it became
+    (r"^launch_us = .*$", "launch_floor_us = 36.4", r"renamed launch_us"),
 ]
 
 
