@@ -7,6 +7,7 @@ import sys
 import typer
 
 from cli.common import (
+    CREATED,
     NETBED_HELP,
     BackendChoice,
     Format3,
@@ -27,6 +28,17 @@ calibrate_app = StrictTyper(help="Measure this machine and write measured/NAME.t
 app.add_typer(calibrate_app, name="calibrate")
 
 
+def _destination(name: str):
+    """Where `--out NAME` goes (profiles.measured.path_of, which makes its folder now); a
+    folder made here is removed again if the run is refused before it writes."""
+    from profiles.measured import folder, path_of
+
+    missing = [q for q in (folder(), *folder().parents) if not q.exists()]  # leaf first
+    path = path_of(name)
+    CREATED.extend(q for q in missing if q.is_dir())
+    return path
+
+
 @calibrate_app.command("collectives")
 def calibrate_collectives(
     out: str = typer.Option(..., "--out", help="profile name: measured/NAME.toml in the user's "
@@ -40,11 +52,10 @@ def calibrate_collectives(
 ):
     """Sweep every collective over message sizes (nccl-tests terms) and fit the link."""
     check_format(fmt)
-    from profiles.measured import path_of
     from scape.calibrate.collectives import DEFAULT_SIZES, calibrate
     from scape.train.launch import check_backend
 
-    path_of(out)
+    _destination(out)
     if repeats < 1:
         raise UserError(f"--repeats must be at least 1, got {repeats}")
     spec = _netbed(netbed)
@@ -54,7 +65,7 @@ def calibrate_collectives(
 
     refuse_beyond_host(f"{max(worlds)} ranks", max(worlds) * RANK_BASE_BYTES,
                        "fewer ranks (--nprocs)")
-    chosen = parse_sizes(sizes) if sizes else list(DEFAULT_SIZES)
+    chosen = parse_sizes(sizes) if sizes is not None else list(DEFAULT_SIZES)
     print(f"calibrate collectives: {nprocs} ranks, {len(chosen)} sizes x 5 collectives ...",
           file=sys.stderr)
     path, fit, df = calibrate(out, worlds, backend, spec, chosen, repeats,
@@ -82,7 +93,7 @@ def _calibrate_kinds(out: str, kinds: str, threads: int) -> None:
 
     import torch
 
-    from profiles.measured import merge, path_of, read_toml
+    from profiles.measured import merge, read_toml
     from scape.calibrate.compute import KERNEL_BENCH, device_name, measure_kernels
 
     chosen = [k.strip() for k in kinds.split(",") if k.strip()]
@@ -90,7 +101,7 @@ def _calibrate_kinds(out: str, kinds: str, threads: int) -> None:
     if not chosen or unknown:
         raise UserError(f"--kinds: unknown {', '.join(unknown) or '(none given)'}; choose from "
                         f"{', '.join(KERNEL_BENCH)}")
-    path = path_of(out)
+    path = _destination(out)
     if not path.exists():
         raise UserError(f"{path} does not exist: run scape calibrate compute --out {out} first")
     print(f"calibrate compute: kernels {', '.join(chosen)} ...", file=sys.stderr)
@@ -120,11 +131,11 @@ def calibrate_compute_cmd(
                                    "existing profile; forward/backward is not timed again"),
 ):
     """Time forward/backward of a model and the scheme kernels; fit MFU and kernel constants."""
-    from profiles.measured import merge, path_of
+    from profiles.measured import merge
     from scape.calibrate.compute import calibrate_compute
 
     load_model(model)
-    path_of(out)
+    _destination(out)
     if kinds is not None:
         _calibrate_kinds(out, kinds, threads)
         return

@@ -70,6 +70,8 @@ def output_file(path: str, flag: str) -> Path:
     """A file the command will write: refused before any work if it is a folder or its folder
     cannot be written."""
     _named(path, flag, "file")
+    if path.endswith(("/", os.sep)):  # Path() would drop the slash and write a file there
+        raise UserError(f"{flag} {path}: a trailing / names a folder, give a file name")
     p = Path(path)
     if p.is_dir():
         raise UserError(f"{flag} {path}: is a folder, give a file name")

@@ -162,9 +162,12 @@ def _validate_external(name: str, profile: str | None, out: str | None, fmt: str
                        write_profile: str | None) -> None:
     from reports import external as x
 
-    if write_profile is not None:  # the destinations first, then the work
+    dest = out_folder(out, f"out/validate-external/{name}")  # the destinations first
+    if write_profile is not None:  # (after --out, which it may sit in), then the work
+        if not write_profile.endswith(".toml"):  # what `-H` and `profiles show` read
+            raise UserError(f"--write-profile {write_profile}: a profile is a .toml file; "
+                            "end the name with .toml")
         output_file(write_profile, "--write-profile")
-    dest = out_folder(out, f"out/validate-external/{name}")
     hardware = x.BASE_HARDWARE if profile is None else profile
     base = load_hardware(hardware)
     table, fit, meta = x.validate_external(name, hardware)

@@ -21,7 +21,7 @@ GPU_FIELDS = {
     "memory_GB": Field(float, gt=0, le=1e6),
     "hbm_bw_GBps": Field(float, gt=0, le=1e6),
     # CPU-GPU link per direction (NVLink-C2C, PCIe); needed to price CPU offload
-    "host_bw_GBps": Field(float, gt=0, required=False),
+    "host_bw_GBps": Field(float, gt=0, le=1e5, required=False),  # PCIe/C2C, not TB/s typos
     # streaming multiprocessors: what a running NCCL kernel's CTAs take from compute
     "sms": Field(int, ge=1, le=1024, required=False),
     "source": SOURCE,
@@ -87,7 +87,7 @@ NCCL_FIELDS = {
 FABRIC_FIELDS = {
     "topology": Field(str, choices=("fat-tree",)),
     "nodes_per_leaf": Field(int, ge=1, le=1 << 16),
-    "oversubscription": Field(float, ge=1),
+    "oversubscription": Field(float, ge=1, le=1000),  # a fat tree beyond 1000:1 is no fabric
     "switch_latency_us": Field(float, ge=0, le=1e5),
     "source": SOURCE,
 }
@@ -101,14 +101,14 @@ COMPUTE_FIELDS = {
     "nccl_ctas": Field(int, ge=1, le=256, required=False),
     # host time every step pays besides forward/backward and kernels (timers, clipping,
     # bookkeeping); absent: not modelled
-    "step_fixed_ms": Field(float, ge=0, required=False),
+    "step_fixed_ms": Field(float, ge=0, le=1e6, required=False),
     "source": SOURCE,
 }
 # Forward and backward from shapes (simulator/roofline.py); without this table a profile's
 # [compute] mfu prices them from FLOPs alone.
 ROOFLINE_FIELDS = {
     "gemm_peak_fraction": Field(float, gt=0, le=1),  # the best matmul's share of peak bf16
-    "gemm_launch_us": Field(float, ge=0),  # fixed seconds per kernel
+    "gemm_launch_us": Field(float, ge=0, le=1e4),  # fixed seconds per kernel
     "gemm_blend": Field(float, ge=1, le=16),  # smooth-max exponent of the two rooflines
     "attn_fwd_fraction": Field(float, gt=0, le=1),  # FlashAttention forward, share of peak
     "attn_bwd_fraction": Field(float, gt=0, le=1),
@@ -121,7 +121,8 @@ ROOFLINE_FIELDS = {
     "sustained": Field(float, gt=0, le=1),
     "source": SOURCE,
 }
-PRICE_FIELDS = {"usd_per_gpu_hour": Field(float, gt=0), "source": SOURCE}
+# as the planner's --price-per-gpu-hour (simulator/planner.py MAX_PRICE): far above any rent
+PRICE_FIELDS = {"usd_per_gpu_hour": Field(float, gt=0, le=1e6), "source": SOURCE}
 REFERENCE_FIELDS = {
     "ring_allreduce_busbw_GBps": Field(float, gt=0),
     "ring_allreduce_gpus": Field(int, ge=2),

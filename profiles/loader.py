@@ -162,8 +162,10 @@ def check_profile(path: str | Path) -> tuple[str, Any]:
 
 def find(name: str) -> tuple[str, Any]:
     """A profile of any kind by name (`dgx-h100`, `llama-7b`, `hardware/dgx-h100`) or path."""
+    if Path(name).exists() and ("/" in name or name.endswith(".toml")):
+        return check_profile(name)  # a path, as `profiles check` and -H read it
     if name.endswith(".toml"):
-        if Path(name).exists() or Path(name).is_absolute():
+        if Path(name).is_absolute():
             return check_profile(name)
         # a file name as shipped: profiles/NAME, then each kind's folder, then the user's
         tried = [ROOT / name, *(ROOT / k.folder / name for k in KINDS.values()),

@@ -32,8 +32,12 @@ def path_of(name: str) -> Path:
     """Where `calibrate --out NAME` writes. A name a built-in measured profile has is refused
     unless the user folder is that folder (SCAPE_PROFILE_DIR=profiles in a checkout): the
     built-in would be found first and hide the new measurement."""
-    if not name or "/" in name or name.startswith("."):
+    if (not name or "/" in name or name.startswith((".", "-")) or name != name.strip()
+            or not name.isprintable()):
         raise UserError(f"--out must be a plain profile name like netbed-100mbit, got {name!r}")
+    if name.endswith(".toml"):  # it is written as NAME.toml and named NAME
+        raise UserError(f"--out {name}: give the name without .toml ({name[:-5]}); it is "
+                        f"written as measured/{name[:-5]}.toml")
     path = folder() / f"{name}.toml"
     if inside_shipped(path.parent):
         raise UserError(f"--out {name}: the profile folder {path.parent} is inside the shipped "

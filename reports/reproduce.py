@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from profiles import HardwareProfile, load_hardware, load_model
+from profiles import HardwareProfile, UserError, load_hardware, load_model
 from reports.tables import git_revision, markdown, refuse_special_files
 from scape.plan import Dtypes, make_config
+from simulator.memory import memory_columns
 from simulator.schedule import piecewise_mean
 from simulator.step import StepConfig, simulate_step
 
@@ -175,6 +176,9 @@ def predict(hw: HardwareProfile) -> pd.DataFrame:
                              + f", held to {RUN_STEPS}") if schedule else None,
                 "run_mean_step_s": run.mean_step_s if run else None,
                 "hardware": hw.name,
+                # a step no GPU of `hw` can hold is flagged, as `compare` flags it
+                **{k: v for k, v in memory_columns(_config(s, hw, name, sp)).items()
+                   if k in ("memory_GB", "usable_memory_GB", "fits_memory")},
             })
     return pd.DataFrame(rows)
 
@@ -285,7 +289,14 @@ def write_report(out: Path, hardware: str = DEFAULT_HARDWARE) -> dict[str, Path]
     refuse_special_files(out)
     hw = load_hardware(hardware)
     out.mkdir(parents=True, exist_ok=True)
-    pred, assume, sens = predict(hw), assumptions(hw), sensitivity(hw)
+    pred = predict(hw)
+    if not pred["fits_memory"].any():  # every figure and the answer would be of no real step
+        worst = pred.loc[pred["memory_GB"].idxmin()]
+        raise UserError(f"no step of the paper's setting fits in {hw.name}'s GPU memory: the "
+                        f"smallest, {worst['model']} with {worst['scheme']}, needs "
+                        f"{worst['memory_GB']:.1f} GB per GPU, {worst['usable_memory_GB']:.1f} "
+                        "GB usable")
+    assume, sens = assumptions(hw), sensitivity(hw)
     other = WHAT_IF_HARDWARE if hw.name != WHAT_IF_HARDWARE else DEFAULT_HARDWARE
     what_if = predict(load_hardware(other))
     files = {
@@ -304,8 +315,10 @@ def write_report(out: Path, hardware: str = DEFAULT_HARDWARE) -> dict[str, Path]
     sensitivity_figure(sens, files["figure"], hw.name)
     shown = pred[["model", "scheme", "sparsity", "step_time_s", "exposed_comm_s",
                   "speedup_vs_dense_adams", "end_to_end_reduction", "paper_metric",
-                  "paper_value", "table_value"]]
-    scape_rows = pred[pred["scheme"].str.startswith("scape")]
+                  "paper_value", "table_value", "memory_GB", "fits_memory"]]
+    scape_rows = pred[pred["scheme"].str.startswith("scape") & pred["fits_memory"]]
+    if scape_rows.empty:  # the answer names a step a GPU can hold
+        scape_rows = pred[pred["scheme"].str.startswith("scape")]
     best = scape_rows.loc[scape_rows["speedup_vs_dense_adams"].idxmax()]
     paper = ("" if pd.isna(best["paper_value"]) else
              f" (the paper: {best['paper_value']:.3g}, {best['paper_metric']})")

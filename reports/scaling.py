@@ -127,13 +127,14 @@ def run_sweep(pts: list[Point], workers: int | None = None,
     """Every point, over every core (same topology together so caches are reused)."""
     pts = sorted(pts, key=lambda p: (p.hardware.name, p.nic_Gbps, p.gpus))  # topology together
     df = pd.DataFrame(parallel_map(evaluate, pts, workers, progress))
+    if "step_time_s" not in df:  # no point fits in GPU memory: rows carry no time at all
+        df["step_time_s"] = float("nan")
     base = df[df["scheme"] == BASELINE].set_index(["model", "gpus", "nic_Gbps"])["step_time_s"]
     base = base[~base.index.duplicated()]
     keys = list(zip(df["model"], df["gpus"], df["nic_Gbps"], strict=True))
     df["speedup_vs_dense_adams"] = [
         base.get(k, float("nan")) / t if fit else float("nan")
-        for k, t, fit in zip(keys, df.get("step_time_s", pd.Series(dtype=float)), df["fits"],
-                             strict=True)
+        for k, t, fit in zip(keys, df["step_time_s"], df["fits"], strict=True)
     ]
     return df
 

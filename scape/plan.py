@@ -225,7 +225,8 @@ def _buckets(size: float, elem_bytes: int, cfg: SchemeConfig, world: int) -> int
         limit = cfg.bucket_bytes
     else:
         limit = max(40e6, 1e6 * world) * elem_bytes
-    buckets = max(1, math.ceil(size / limit))
+    ratio = size / limit  # inf where a subnormal limit overflows the division
+    buckets = max(1, math.ceil(ratio)) if ratio <= MAX_BUCKETS else ratio
     if buckets > MAX_BUCKETS:
         given = (f"--bucket-mb {limit / 1e6:g}" if cfg.bucket_bytes is not None else
                  f"the default bucket ({limit / 1e6:g} MB, Megatron's max(40M, 1M x DP) "

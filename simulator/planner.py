@@ -107,6 +107,10 @@ class PlanRequest:
         if self.batch < 1:
             raise UserError(f"model {self.model.name} has no default global batch; "
                             "give --global-batch")
+        if self.tokens < self.batch * self.seq:  # a run is whole steps: a fraction is no run
+            raise UserError(f"--tokens {self.tokens:g} is less than one step of {self.batch} "
+                            f"sequences x {self.seq} tokens ({self.batch * self.seq:,}); give "
+                            "at least that, or a smaller --global-batch")
         paths = [hw.path for hw in self.hardware]
         twice = sorted({p for p in paths if paths.count(p) > 1})
         if twice:
@@ -318,6 +322,11 @@ def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None
         if all("below one node" in r for r in why):
             raise UserError(f"no plan for {req.model.name} ({reasons}): give --max-gpus of at "
                             "least one node")
+        if all("does not split" in r or "measurements cover" in r for r in why):
+            sizes = sorted({c for hw in req.hardware for c in gpu_counts(hw, req.max_gpus)})
+            raise UserError(f"no configuration of {req.model.name} fits ({reasons}): give a "
+                            f"--global-batch that the data-parallel ranks divide (the GPU "
+                            f"counts here: {', '.join(map(str, sizes))}), now {req.batch}")
         raise UserError(f"no configuration of {req.model.name} fits ({reasons}); relax: more "
                         "GPUs (--max-gpus), GPUs with more memory, or a smaller global batch")
     if progress_total:

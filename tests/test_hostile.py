@@ -50,7 +50,8 @@ def test_typed_values_are_used_and_shown(capsys, args, key, value):
     (("--algo", "tree"), "--algo tree does not run"),
     (("--algo", "bogus"), "Invalid value for '--algo'"),
     (("-g", str(10**12)), "gpus must be between"),
-    (("--trace", "/"), "is a folder"),
+    (("--trace", "/"), "a trailing / names a folder"),
+    (("--trace", "/tmp"), "is a folder"),
     (("--trace", "/proc/no/such.json"), "does not exist"),
     (("--trace", "/proc/such.json"), "cannot write it"),
     (("-s", "scape", "--sync", "momentum"), "--sync: not an option of scape (--sync applies "
@@ -104,7 +105,7 @@ def _override(base: tuple[str, ...], args: tuple[str, ...]) -> tuple[str, ...]:
      "--micro-batch must be at least 1"),
     (("netbed", "--netbed", "rate=1.2.3mbit"), "--netbed rate must look like"),
     (("netbed", "--seconds", "nan"), "--seconds must be in"),
-    (("validate", "--external", "scape-sc26", "--write-profile", "/"), "is a folder"),
+    (("validate", "--external", "scape-sc26", "--write-profile", "/"), "a .toml file"),
     (("validate", "--external", "scape-sc26", "--schemes", "scape"),
      "--schemes: options of a validation run, not of --external"),
     (("validate", "--external", "scape-sc26", "--no-probe-compute", "--steps", "5"),
@@ -779,3 +780,58 @@ def test_an_option_given_twice_is_refused(capsys, args, match):
     silently replaced: refused instead, in every command and sub-command."""
     code, _, err = scape(capsys, *args)
     _refused(code, err, match)
+
+
+def _shrunk(tmp_path: Path, base: str, name: str) -> Path:
+    """A copy of a shipped hardware profile whose GPUs hold almost nothing."""
+    text = (Path(__file__).resolve().parents[1] / "profiles" / "hardware" / f"{base}.toml"
+            ).read_text()
+    text = re.sub(r"(?m)^memory_GB = .*$", "memory_GB = 0.1", text)
+    text = re.sub(r'(?m)^name = .*$', f'name = "{name}"', text)
+    path = tmp_path / f"{name}.toml"
+    path.write_text(text)
+    return path
+
+
+def test_round_six_refusals(capsys, tmp_path, monkeypatch):
+    """Session 9's probe: each of these ended in a traceback, a silently wrong result or a
+    file where a folder was meant; now one line, exit 2, nothing left behind."""
+    # a subnormal bucket overflowed the bucket count to infinity
+    code, _, err = scape(capsys, *SIM, "--bucket-mb", "1e-320")
+    _refused(code, err, "at most 10,000")
+    # a scaling report where nothing fits indexed a missing column
+    tiny = _shrunk(tmp_path, "dgx-h100", "tiny")
+    code, _, err = scape(capsys, "report", "scaling", "-m", "gpt-345m", "-H", str(tiny),
+                         "--quick", "--workers", "1", "--out", str(tmp_path / "sc"))
+    _refused(code, err, "no step of the sweep fits in GPU memory")
+    # reproduce printed step times of steps no GPU holds
+    small = _shrunk(tmp_path, "vista-gh200", "small")
+    code, _, err = scape(capsys, "reproduce", "-H", str(small), "--out", str(tmp_path / "rep"))
+    _refused(code, err, "no step of the paper's setting fits")
+    assert not (tmp_path / "sc").exists() and not (tmp_path / "rep").exists()
+    # a trailing slash names a folder; pathlib dropped it and wrote a file of that name
+    code, _, err = scape(capsys, *SIM, "--trace", str(tmp_path / "newdir") + "/")
+    _refused(code, err, "a trailing / names a folder")
+    assert not (tmp_path / "newdir").exists()
+    # a written profile must be one -H and profiles show read
+    code, _, err = scape(capsys, "validate", "--external", "scape-sc26", "--out",
+                         str(tmp_path / "ve"), "--write-profile", str(tmp_path / "fit.txt"))
+    _refused(code, err, "a profile is a .toml file")
+    # a run shorter than one step
+    code, _, err = scape(capsys, "plan", "-m", "gpt-345m", "-t", "1", "-H", "dgx-h100")
+    _refused(code, err, "less than one step")
+    # profiles show reads any path profiles check reads, with its messages
+    code, _, err = scape(capsys, "profiles", "show", str(tmp_path))
+    _refused(code, err, "is a directory")
+    # calibrate: names that would write an unloadable profile, and an empty --sizes, refused
+    # before any rank starts, and the profile folder made for them removed again
+    monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path / "user"))
+    for out, match in ((" ", "plain profile name"), ("x.toml", "without .toml"),
+                       ("-x", "plain profile name"), ("a\nb", "plain profile name")):
+        code, _, err = scape(capsys, "calibrate", "collectives", "--out", out)
+        _refused(code, err, match)
+    code, _, err = scape(capsys, "calibrate", "collectives", "--out", "x", "--sizes", "")
+    _refused(code, err, "no sizes given")
+    code, _, err = scape(capsys, "calibrate", "collectives", "--out", "x", "--repeats", "0")
+    _refused(code, err, "--repeats")
+    assert not (tmp_path / "user").exists()
