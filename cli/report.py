@@ -64,12 +64,14 @@ def reproduce(
     if fmt != "table":
         cols = ["model", "scheme", "sparsity", "step_time_s", "speedup_vs_dense_adams",
                 "end_to_end_reduction", "paper_metric", "paper_value", "predicted_value",
-                "table_value", "hardware"]
+                "table_value", "hardware", "memory_GB", "fits_memory"]
         print(render(df[cols], fmt))
         return
     shown = df[["model", "scheme", "sparsity", "step_time_s", "exposed_comm_s",
                 "speedup_vs_dense_adams", "end_to_end_reduction", "paper_value",
                 "table_value"]].copy()
+    if not df["fits_memory"].all():  # a step no GPU holds says so, as compare's rows do
+        shown["fits"] = df["fits_memory"].map({True: "", False: "NO"})
     for col in ("paper_value", "table_value"):
         shown[col] = shown[col].map(lambda v: "" if pd.isna(v) else f"{v:.4g}")
     print(render(shown, "table", header=f"SCAPE paper setting on 32 GPUs of {hardware}", floatfmt={
