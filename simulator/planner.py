@@ -322,6 +322,9 @@ def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None
         if all("below one node" in r for r in why):
             raise UserError(f"no plan for {req.model.name} ({reasons}): give --max-gpus of at "
                             "least one node")
+        if all("measurements cover" in r for r in why):
+            raise UserError(f"no plan for {req.model.name} ({reasons}): measure the GPU counts "
+                            "to plan, or give --max-gpus within those measured")
         if all("does not split" in r or "measurements cover" in r for r in why):
             sizes = sorted({c for hw in req.hardware for c in gpu_counts(hw, req.max_gpus)})
             raise UserError(f"no configuration of {req.model.name} fits ({reasons}): give a "
