@@ -29,6 +29,7 @@ sys.path.insert(0, str(REPO))
 
 from cli.common import output_file  # noqa: E402
 from profiles import UserError, load_hardware  # noqa: E402
+from profiles.external import default_gpus_per_process  # noqa: E402
 from simulator.collective import sweep  # noqa: E402
 
 DATA = REPO / "profiles" / "external" / "public-collectives.csv"
@@ -70,6 +71,19 @@ def main() -> int:
         except UserError as exc:
             parser.exit(2, f"{parser.prog}: error: {exc}\n")
     rows = pd.read_csv(DATA)
+    # a row that does not say how its run was launched (rows in the file's earlier layout, or
+    # an empty last field) takes the documented default, and the output says which cases did
+    if "gpus_per_process" not in rows:
+        rows["gpus_per_process"] = float("nan")
+    unsaid = rows["gpus_per_process"].isna()
+    if unsaid.any():
+        per_node = {h: load_hardware(h).node.gpus_per_node for h in rows["hardware"].unique()}
+        rows.loc[unsaid, "gpus_per_process"] = [
+            default_gpus_per_process(int(g), per_node[h])
+            for g, h in zip(rows.loc[unsaid, "gpus"], rows.loc[unsaid, "hardware"], strict=True)]
+        print("gpus_per_process not given, defaulted (one node: its GPUs; several: 1) for: "
+              + ", ".join(rows.loc[unsaid, "case"].unique()))
+    rows["gpus_per_process"] = rows["gpus_per_process"].astype(int)
     for prefix, profile in CALIBRATION.items():
         fit = calibration(rows, prefix)
         per_process = rows.loc[fit, "gpus_per_process"].unique()

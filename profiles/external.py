@@ -111,8 +111,26 @@ class PublishedCollective:
     gpus: int
     op: str
     nccl_algo: str  # auto: NCCL's own choice; else what NCCL_ALGO forced
-    gpus_per_process: int  # nccl-tests' -g: GPUs one process drove (1 under mpirun -g 1)
+    # nccl-tests' -g: GPUs one process drove (1 under mpirun -g 1); a row that does not say
+    # (an empty last field, or a file without the column) takes `default_gpus_per_process`
+    gpus_per_process: int
     rows: dict[int, tuple[float, float]]  # size_bytes -> (time_us, busbw_GBps)
+
+
+def default_gpus_per_process(gpus: int, gpus_per_node: int) -> int:
+    """How a published run that does not say was launched: one process driving the node's
+    GPUs on one node (nccl-tests without MPI, the common single-node run, and the floor this
+    project priced every call at before it modelled the launch), one process per GPU across
+    nodes (mpirun -g 1, as multi-node runs are launched)."""
+    return gpus if gpus <= gpus_per_node else 1
+
+
+def _gpus_per_process(value: str | None, hardware: str, gpus: int) -> int:
+    if value not in (None, ""):
+        return int(value)
+    from profiles import load_hardware  # lazily: profiles.external is imported by profiles
+
+    return default_gpus_per_process(gpus, load_hardware(hardware).node.gpus_per_node)
 
 
 def published_collective(case: str) -> PublishedCollective:
@@ -127,5 +145,5 @@ def published_collective(case: str) -> PublishedCollective:
     first = found[0]
     return PublishedCollective(
         case, first["hardware"], int(first["gpus"]), first["op"], first["nccl_algo"],
-        int(first["gpus_per_process"]),
+        _gpus_per_process(first.get("gpus_per_process"), first["hardware"], int(first["gpus"])),
         {int(r["size_bytes"]): (float(r["time_us"]), float(r["busbw_GBps"])) for r in found})

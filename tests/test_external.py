@@ -212,3 +212,22 @@ def test_fitted_profile_replaces_the_base_tables_it_fits(tmp_path):
         _, hw = check_profile(str(path))
         assert hw.name == stem and hw.nccl is None and hw.transport.kind == "socket"
         assert hw.model_mfu == pytest.approx(fit.mfu, rel=1e-5)
+
+
+def test_a_published_run_that_does_not_say_how_it_was_launched(tmp_path, monkeypatch):
+    """public-collectives.csv's last column says how many GPUs one process drove (nccl-tests'
+    -g); a row without it (the file's earlier layout, or an empty field) takes the documented
+    default: the node's GPUs on one node, one per process across nodes."""
+    import profiles.external as ext
+
+    path = tmp_path / "runs.csv"
+    path.write_text("case,hardware,gpus,op,nccl_algo,size_bytes,time_us,busbw_GBps,"
+                    "gpus_per_process\n"
+                    "one,dgx-h100,8,all_reduce,auto,1048576,50.0,36.0\n"
+                    "two,dgx-h100,16,all_reduce,auto,1048576,87.0,22.0,\n"
+                    "said,dgx-h100,8,all_reduce,auto,1048576,40.0,45.0,1\n")
+    monkeypatch.setattr(ext, "PUBLIC_COLLECTIVES", path)
+    assert ext.published_collective("one").gpus_per_process == 8
+    assert ext.published_collective("two").gpus_per_process == 1
+    assert ext.published_collective("said").gpus_per_process == 1
+    assert ext.default_gpus_per_process(4, 8) == 4
