@@ -13,7 +13,11 @@ dgx-h100's). Every other row is held out.
 Prints each case's errors by size and the median and max |error| of held-out rows from 1 MiB
 up (the issue's range) and below it.
 
-Usage: python bench/fidelity_public.py [--csv out/fidelity.csv]
+With --bands PATH it also writes the held-out errors grouped by shipped profile, node count
+class, launch and size class (reports/fidelity.py): profiles/external/fidelity-bands.csv is
+that file, which `scape collective` shows beside each size.
+
+Usage: python bench/fidelity_public.py [--csv out/fidelity.csv] [--bands PATH]
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ sys.path.insert(0, str(REPO))
 from cli.common import output_file  # noqa: E402
 from profiles import UserError, load_hardware  # noqa: E402
 from profiles.external import default_gpus_per_process  # noqa: E402
+from reports.fidelity import bands  # noqa: E402
 from simulator.collective import sweep  # noqa: E402
 
 DATA = REPO / "profiles" / "external" / "public-collectives.csv"
@@ -64,12 +69,15 @@ def calibration(df: pd.DataFrame, prefix: str | None = None) -> pd.Series:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", help="write every row with its prediction here")
+    parser.add_argument("--bands", help="write the held-out errors by band here "
+                                        "(profiles/external/fidelity-bands.csv is shipped)")
     args = parser.parse_args()
-    if args.csv is not None:  # refused before the work, in one line, as the CLI's outputs are
-        try:
-            output_file(args.csv, "--csv")
-        except UserError as exc:
-            parser.exit(2, f"{parser.prog}: error: {exc}\n")
+    for flag, path in (("--csv", args.csv), ("--bands", args.bands)):
+        if path is not None:  # refused before the work, in one line, as the CLI's outputs are
+            try:
+                output_file(path, flag)
+            except UserError as exc:
+                parser.exit(2, f"{parser.prog}: error: {exc}\n")
     rows = pd.read_csv(DATA)
     # a row that does not say how its run was launched (rows in the file's earlier layout, or
     # an empty last field) takes the documented default, and the output says which cases did
@@ -115,11 +123,17 @@ def main() -> int:
             lambda s: f"median {s.abs().median():.1f}%, max {s.abs().max():.1f}%")
         for case, text in by_case.items():
             print(f"  {case:<24} {text}")
+    outputs = []
     if args.csv is not None:
+        outputs.append(("--csv", args.csv, df))
+    if args.bands is not None:
+        per_node = {h: load_hardware(h).node.gpus_per_node for h in df["hardware"].unique()}
+        outputs.append(("--bands", args.bands, bands(df, per_node)))
+    for flag, path, table in outputs:
         try:
-            df.to_csv(args.csv, index=False)
+            table.to_csv(path, index=False)
         except OSError as exc:
-            parser.exit(2, f"{parser.prog}: error: --csv {args.csv}: cannot write it "
+            parser.exit(2, f"{parser.prog}: error: {flag} {path}: cannot write it "
                            f"({exc.strerror or exc})\n")
     return 0
 

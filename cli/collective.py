@@ -14,6 +14,7 @@ from cli.common import (
 )
 from profiles import UserError, load_hardware
 from profiles.external import published_collective
+from reports.fidelity import lookup
 from reports.tables import check_format, render
 from simulator.collective import describe, sweep
 from simulator.network import build_topology
@@ -64,9 +65,13 @@ def collective(
                         f"them (its sizes: {format_bytes(min(run.rows))}.."
                         f"{format_bytes(max(run.rows))}, doubling); leave --sizes out for them")
     results = sweep(hw, gpus, op, algo, size_list, proto, gpus_per_process)
+    shipped = _shipped(hw)
     df = pd.DataFrame([{**r.as_dict(), "algo_asked": algo, "proto_asked": proto,
                         "gpus_per_process": gpus_per_process,
-                        "hardware": hardware, "hardware_profile": hw.path} for r in results])
+                        "hardware": hardware, "hardware_profile": hw.path,
+                        # how far published runs like this one were from the model
+                        **lookup(hw.name if shipped else "", gpus, hw.node.gpus_per_node,
+                                 gpus_per_process, r.size_bytes)} for r in results])
     if run is not None:  # the published time where the run measured this size
         df["published_case"] = run.case
         df["published_us"] = [run.rows.get(int(s), (None, None))[0] for s in df["size_bytes"]]
@@ -76,11 +81,22 @@ def collective(
         return
     df.insert(1, "size", [format_bytes(s) for s in df["size_bytes"]])
     df["time_us"] = df["time_s"] * 1e6
-    columns = ["size_bytes", "size", "time_us", "algbw_GBps", "busbw_GBps", "algo", "proto"]
+    columns = ["size_bytes", "size", "time_us", "algbw_GBps", "busbw_GBps", "algo", "proto",
+               "held_out"]
+    df["held_out"] = [
+        "" if not n else f"{med:.0f}%/{top:.0f}% of {n} ({sign:+.0f}%)"
+        for n, med, top, sign in zip(df["heldout_rows"], df["heldout_median_abs_err_pct"],
+                                     df["heldout_max_abs_err_pct"],
+                                     df["heldout_median_err_pct"], strict=True)]
     header = (f"{op}, algo {algo}, proto {proto}, gpus per process {gpus_per_process}, "
               f"{describe(build_topology(hw, gpus))}\n"
               f"profile {hw.path}\n"
-              "sizes in nccl-tests convention; GB/s = 1e9 bytes/s")
+              "sizes in nccl-tests convention; GB/s = 1e9 bytes/s\n"
+              "held_out: median/max |error| of the model on N published runs' sizes like this "
+              "(same shipped profile, 1/2/3+ nodes, launch, size below 1 MiB/to 64 MiB/above; "
+              "in brackets the median signed error, - = the model is fast; "
+              "profiles/external/fidelity-bands.csv from bench/fidelity_public.py); blank: no "
+              "published run like it")
     if run is not None:  # blank where the run has no such size
         columns += ["published_us", "error_pct"]
         for col, form in (("published_us", "{:.1f}"), ("error_pct", "{:+.1f}")):
@@ -89,6 +105,15 @@ def collective(
                    "profiles/external/public-collectives.md); error = simulated / published - 1")
     print(render(df[columns], "table", header=header, floatfmt={
         "time_us": "{:.1f}", "algbw_GBps": "{:.2f}", "busbw_GBps": "{:.2f}"}))
+
+
+def _shipped(hw) -> bool:
+    """Whether `hw` is the shipped profile of its name (a copy elsewhere, however named, has
+    no published runs of its own)."""
+    try:
+        return load_hardware(hw.name).path == hw.path
+    except UserError:
+        return False
 
 
 def _published(case: str, hw, gpus: int, op: str, algo: str, proto: str,

@@ -44,7 +44,7 @@ def test_collective_table_and_csv(capsys, op):
     assert code == 0
     lines = [ln for ln in out.splitlines() if not ln.startswith("#")]
     assert lines[0].split() == ["size_bytes", "size", "time_us", "algbw_GBps", "busbw_GBps",
-                                "algo", "proto"]
+                                "algo", "proto", "held_out"]
     assert len(lines) == 1 + 11  # 1KiB doubling to 1MiB
     code, out, _ = scape(capsys, "collective", "-H", "dgx-h100", "-g", "16", "--op", op,
                          "--sizes", "1KiB,1MiB", "--format", "csv")

@@ -1,0 +1,89 @@
+"""How far the collective model is from published runs like the one asked about: the held-out
+errors of bench/fidelity_public.py, grouped into bands (issue 18's benchmark, shown to users).
+
+A band is (shipped hardware profile, node count class, how the run was launched, size class).
+`bands` computes them from the bench's predictions; the bench writes them to
+profiles/external/fidelity-bands.csv (`--bands`), which `lookup` reads for `scape collective`.
+Only held-out rows count; a band with no published run is absent, never guessed.
+"""
+
+from __future__ import annotations
+
+import csv
+from functools import lru_cache
+from pathlib import Path
+
+import pandas as pd
+
+BANDS = Path(__file__).resolve().parents[1] / "profiles" / "external" / "fidelity-bands.csv"
+MIB = 2**20
+COLUMNS = ["hardware", "nodes", "launch", "sizes", "rows", "median_abs_err_pct",
+           "max_abs_err_pct", "median_err_pct", "cases"]
+
+
+def node_class(gpus: int, gpus_per_node: int) -> str:
+    """1, 2 or 3+ nodes: NCCL's tuner and a tree's NIC load change at these (tuning.cc
+    perCh caps by 1/2/3+ nodes; simulator/collectives/nvls.py)."""
+    nodes = -(-gpus // gpus_per_node)
+    return "1" if nodes == 1 else "2" if nodes == 2 else "3+"
+
+
+def launch_class(gpus_per_process: int, size: float) -> str:
+    """How the run was launched, where it matters: below 64 MiB (a call of one process for 8
+    GPUs waits for 8 launches, and A100 runs so launched are slower at 1-64 MiB,
+    research/single-process-launch.md); from 64 MiB a call takes hundreds of microseconds
+    and the launch is lost in it."""
+    if size >= 64 * MIB:
+        return "any"
+    return "one process per GPU" if gpus_per_process == 1 else "one process, several GPUs"
+
+
+def size_class(size: float) -> str:
+    """Below 1 MiB (launch and latency), 1-64 MiB (protocols and pipelines), from 64 MiB
+    (bandwidth)."""
+    return "<1MiB" if size < MIB else "1-64MiB" if size < 64 * MIB else ">=64MiB"
+
+
+def bands(df: pd.DataFrame, gpus_per_node: dict[str, int]) -> pd.DataFrame:
+    """The bands of the bench's held-out rows (`df`: its predictions, with case, hardware,
+    gpus, gpus_per_process, size_bytes, err_pct and held_out)."""
+    held = df[df["held_out"]].copy()
+    held["nodes"] = [node_class(int(g), gpus_per_node[h])
+                     for g, h in zip(held["gpus"], held["hardware"], strict=True)]
+    held["launch"] = [launch_class(int(p), s)
+                      for p, s in zip(held["gpus_per_process"], held["size_bytes"], strict=True)]
+    held["sizes"] = [size_class(s) for s in held["size_bytes"]]
+    rows = []
+    for (hw, nodes, launch, sizes), part in held.groupby(
+            ["hardware", "nodes", "launch", "sizes"], sort=True):
+        err = part["err_pct"]
+        rows.append({"hardware": hw, "nodes": nodes, "launch": launch, "sizes": sizes,
+                     "rows": len(part), "median_abs_err_pct": round(err.abs().median(), 1),
+                     "max_abs_err_pct": round(err.abs().max(), 1),
+                     "median_err_pct": round(err.median(), 1),
+                     "cases": ";".join(sorted(part["case"].unique()))})
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+@lru_cache(maxsize=1)
+def _stored() -> dict[tuple[str, str, str, str], dict]:
+    if not BANDS.is_file():
+        return {}
+    with BANDS.open() as f:
+        return {(r["hardware"], r["nodes"], r["launch"], r["sizes"]): r for r in csv.DictReader(f)}
+
+
+def lookup(hardware: str, gpus: int, gpus_per_node: int, gpus_per_process: int,
+           size: float) -> dict:
+    """The band of a call like this one: held-out rows and their median and max |error| in %,
+    and the median signed error (negative: the model is fast); empty values where no
+    published run is like it."""
+    band = _stored().get((hardware, node_class(gpus, gpus_per_node),
+                          launch_class(gpus_per_process, size), size_class(size)))
+    if band is None:
+        return {"heldout_rows": 0, "heldout_median_abs_err_pct": None,
+                "heldout_max_abs_err_pct": None, "heldout_median_err_pct": None}
+    return {"heldout_rows": int(band["rows"]),
+            "heldout_median_abs_err_pct": float(band["median_abs_err_pct"]),
+            "heldout_max_abs_err_pct": float(band["max_abs_err_pct"]),
+            "heldout_median_err_pct": float(band["median_err_pct"])}
