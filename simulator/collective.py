@@ -277,7 +277,8 @@ def sweep(
     if not 2 <= gpus <= MAX_GPUS:
         raise UserError(f"a collective needs between 2 and {MAX_GPUS:,} GPUs, got {gpus}")
     per_node = hw.node.gpus_per_node
-    if not 1 <= gpus_per_process <= min(gpus, per_node) or gpus % gpus_per_process:
+    if (not 1 <= gpus_per_process <= min(gpus, per_node) or gpus % gpus_per_process
+            or (gpus > per_node and per_node % gpus_per_process)):
         raise UserError(f"--gpus-per-process {gpus_per_process}: a process drives GPUs of one "
                         f"node ({per_node} on {hw.name}) and the {gpus} GPUs split evenly "
                         "between processes; give a divisor of both (1: one process per GPU)")

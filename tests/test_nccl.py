@@ -271,8 +271,8 @@ def test_dgx_a100_runs_as_nccl_does_on_ampere_without_nvls():
     assert small.time_s == pytest.approx(8 * a100.nccl.launch_us * 1e-6)
     alone = sweep(a100, 8, "all_reduce", "auto", [8])[0]
     assert alone.time_s == pytest.approx((6.6 + 14 * 0.6) * 1e-6, rel=0.01)
-    for bad in (0, 3, 16):  # a process drives GPUs of one node, the GPUs split evenly
+    for gpus, bad in ((8, 0), (8, 3), (8, 16), (24, 3)):  # GPUs of one node, split evenly
         with pytest.raises(UserError, match="--gpus-per-process"):
-            sweep(a100, 8, "all_reduce", "auto", [8], gpus_per_process=bad)
+            sweep(a100, gpus, "all_reduce", "auto", [8], gpus_per_process=bad)
     with pytest.raises(UserError):
         sweep(a100, 8, "all_reduce", "nvls", [2**20])
