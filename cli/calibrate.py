@@ -9,6 +9,7 @@ import typer
 from cli.common import (
     CREATED,
     NETBED_HELP,
+    SHARE_GPU_HELP,
     BackendChoice,
     Format3,
     StrictTyper,
@@ -45,6 +46,7 @@ def calibrate_collectives(
                                                "profile folder; use it as -H measured/NAME"),
     nprocs: str = typer.Option("2,3", "--nprocs", help="ranks, e.g. 3 or 2,3 (one fit)"),
     backend: BackendChoice = typer.Option("gloo", "--backend", help="gloo|nccl"),
+    share_gpu: bool = typer.Option(False, "--share-gpu", help=SHARE_GPU_HELP),
     netbed: str = typer.Option(None, "--netbed", help=NETBED_HELP),
     sizes: str = typer.Option(None, "--sizes", help="e.g. 16KiB..4MiB (default)"),
     repeats: int = typer.Option(7, "--repeats", help="timed calls per size (median)"),
@@ -60,7 +62,7 @@ def calibrate_collectives(
         raise UserError(f"--repeats must be at least 1, got {repeats}")
     spec = _netbed(netbed)
     worlds = _rank_counts(nprocs)
-    check_backend(backend, max(worlds), spec)
+    check_backend(backend, max(worlds), spec, share_gpu)
     from scape.train.launch import RANK_BASE_BYTES, refuse_beyond_host
 
     refuse_beyond_host(f"{max(worlds)} ranks", max(worlds) * RANK_BASE_BYTES,
@@ -69,7 +71,7 @@ def calibrate_collectives(
     print(f"calibrate collectives: {nprocs} ranks, {len(chosen)} sizes x 5 collectives ...",
           file=sys.stderr)
     path, fit, df = calibrate(out, worlds, backend, spec, chosen, repeats,
-                              progress=sys.stderr.isatty())
+                              progress=sys.stderr.isatty(), share_gpu=share_gpu)
     shown = df[["op", "size_bytes", "world", "seconds", "busbw_GBps", "predicted_s",
                 "error_pct"]]
     header = (f"fit: latency {fit.latency_s * 1e6:.1f} us per hop, bandwidth "

@@ -104,6 +104,10 @@ def out_folder(out: str | None, default: str) -> Path:
 # the run is refused or fails (a refusal leaves nothing behind)
 CREATED: list[Path] = []
 
+SHARE_GPU_HELP = ("--backend nccl: run more ranks than GPUs, sharing them; each rank is its own "
+                  "NCCL host (NCCL_HOSTID), so NCCL connects them over its TCP socket "
+                  "transport, as the SCAPE authors' runs")
+
 
 def _remove_created() -> None:
     for folder in CREATED:

@@ -14,6 +14,7 @@ from cli.common import (
     NETBED_HELP,
     REDUCER_OPTS,
     SHAPE_HELP,
+    SHARE_GPU_HELP,
     SYNC_HELP,
     WARMUP_HELP,
     BackendChoice,
@@ -72,6 +73,7 @@ def train_cmd(
     steps: int = typer.Option(100, "--steps"),
     nprocs: int = typer.Option(2, "--nprocs", help="ranks on this machine"),
     backend: BackendChoice = typer.Option("gloo", "--backend", help="gloo|nccl"),
+    share_gpu: bool = typer.Option(False, "--share-gpu", help=SHARE_GPU_HELP),
     micro_batch: int = typer.Option(16, "--micro-batch"),
     seq_len: int = typer.Option(None, "--seq-len"),
     lr: float = typer.Option(1e-3, "--lr"),
@@ -117,7 +119,7 @@ def train_cmd(
         raise UserError(f"--netbed shapes the links between ranks: --nprocs {nprocs} has none")
     spec = _netbed(netbed)
     if not under_torchrun():
-        check_backend(backend, nprocs, spec)  # before any folder is made
+        check_backend(backend, nprocs, spec, share_gpu)  # before any folder is made
     if out is not None:
         output_dir(out, "--out")
         if not resume and not under_torchrun():
@@ -132,8 +134,9 @@ def train_cmd(
         print(f"train: resuming from step {done} ({out}/checkpoint); the log keeps steps "
               f"1-{done}", file=sys.stderr)
     summary = (train(cfg)["summary"] if under_torchrun()
-               else launch(cfg, nprocs, backend, spec, progress=True))
-    summary = {**summary, "backend": backend, "netbed": str(spec) if spec else None}
+               else launch(cfg, nprocs, backend, spec, progress=True, share_gpu=share_gpu))
+    summary = {**summary, "backend": backend, "share_gpu": share_gpu,
+               "netbed": str(spec) if spec else None}
     if fmt != "table":  # one row with the configuration it ran with, nested keys dotted
         print(render(pd.json_normalize(summary), fmt))
         return
@@ -142,6 +145,7 @@ def train_cmd(
         f"{k} {v}" for k, v in {**resolved_scheme(cfg.scheme), "micro_batch": cfg.micro_batch,
                                 "seq_len": cfg.seq_len, "lr": cfg.lr, "seed": cfg.seed,
                                 "corpus": cfg.corpus, "backend": backend,
+                                "share_gpu": share_gpu,
                                 "netbed": summary["netbed"], "out": cfg.out}.items()))
     val = summary["final_val_loss"]
     print(f"final_train_loss  {summary['final_train_loss']:.4f}")

@@ -447,7 +447,7 @@ def test_train_and_validate_with_drawn_options(capsys, monkeypatch, tmp_path_fac
     command, drawn = case
     monkeypatch.setattr(netbed, "check_available", lambda: None)  # no namespaces built
 
-    def fake_launch(cfg, nprocs, backend="gloo", netbed=None, progress=False):
+    def fake_launch(cfg, nprocs, backend="gloo", netbed=None, progress=False, share_gpu=False):
         raise _Reached((cfg, nprocs))
 
     def fake_run(hw, model, configs, worlds, micro_batch, steps, rounds, *args, **kwargs):

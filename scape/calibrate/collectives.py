@@ -24,6 +24,7 @@ from pathlib import Path
 
 from profiles import UserError
 from scape.plan import WIRE_FACTOR
+from scape.train.devices import SHARE_ENV, prepare_rank, rank_gpu
 from simulator.units import format_duration
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all")
@@ -92,7 +93,8 @@ def bench_rank(spec: dict) -> list[dict]:
     import torch
     import torch.distributed as dist
 
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if (
+    device = torch.device("cuda", rank_gpu(int(os.environ.get("LOCAL_RANK", "0")),
+                                           torch.cuda.device_count())) if (
         dist.get_backend() == "nccl") else torch.device("cpu")
     world, rank = dist.get_world_size(), dist.get_rank()
     slowest = torch.zeros(1, dtype=torch.float64, device=device)
@@ -138,10 +140,15 @@ def main() -> int:
     spec = json.loads(Path(sys.argv[1]).read_text())
     rank = int(os.environ.get("RANK", "0"))
     try:
+        import torch
         import torch.distributed as dist
 
-        dist.init_process_group(os.environ.get("SCAPE_BACKEND", "gloo"),
-                                timeout=timedelta(seconds=spec["timeout_s"]))
+        backend = os.environ.get("SCAPE_BACKEND", "gloo")
+        if backend == "nccl":  # its GPU first (shared round-robin when ranks outnumber them)
+            prepare_rank()
+            torch.cuda.set_device(rank_gpu(int(os.environ.get("LOCAL_RANK", "0")),
+                                           torch.cuda.device_count()))
+        dist.init_process_group(backend, timeout=timedelta(seconds=spec["timeout_s"]))
         rows = bench_rank(spec)
         dist.destroy_process_group()
     except Exception as exc:  # one line per rank, never a traceback
@@ -154,7 +161,7 @@ def main() -> int:
 
 def sweep(nprocs: int, backend: str = "gloo", netbed=None, ops=OPS, sizes=DEFAULT_SIZES,
           repeats: int = 7, warmup: int = 2, timeout_s: float = 120.0,
-          progress: bool = False) -> list[dict]:
+          progress: bool = False, share_gpu: bool = False) -> list[dict]:
     """Launch the ranks (torchrun here, or one per netbed namespace) and return the rows."""
     from scape.train.launch import rank_error, run_ranks
 
@@ -168,7 +175,8 @@ def sweep(nprocs: int, backend: str = "gloo", netbed=None, ops=OPS, sizes=DEFAUL
             "interference": True,
             "warmup": warmup, "timeout_s": timeout_s, "out": str(out), "progress": progress}
     (out / "spec.json").write_text(json.dumps(spec))
-    env = {**os.environ, "SCAPE_BACKEND": backend, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "SCAPE_BACKEND": backend, "OMP_NUM_THREADS": "1",
+           SHARE_ENV: "1" if share_gpu else "0"}
     code = run_ranks(["scape.calibrate.collectives", str(out / "spec.json")], nprocs, netbed,
                      env, out / "launcher.log", timeout_s * 4 + 600)
     error = rank_error(out)
@@ -203,7 +211,8 @@ def provenance(backend: str, netbed, nprocs) -> dict:
 
 
 def calibrate(name: str, nprocs: list[int], backend: str = "gloo", netbed=None,
-              sizes=DEFAULT_SIZES, repeats: int = 7, progress: bool = False):
+              sizes=DEFAULT_SIZES, repeats: int = 7, progress: bool = False,
+              share_gpu: bool = False):
     """Sweep at each rank count in `nprocs`, fit all rows at once (simulator/fit.py), and write
     profiles/measured/<name>.toml plus the sweep with its predictions as
     <name>.collectives.csv. Returns (path, fit, that table as a DataFrame)."""
@@ -214,13 +223,16 @@ def calibrate(name: str, nprocs: list[int], backend: str = "gloo", netbed=None,
 
     path_of(name)  # a bad name fails before minutes of measuring
     every = [r for p in nprocs for r in sweep(p, backend, netbed, sizes=sizes,
-                                              repeats=repeats, progress=progress)]
+                                              repeats=repeats, progress=progress,
+                                              share_gpu=share_gpu)]
     rows = [r for r in every if r["op"] != "async_interference"]
     interference = {r["world"]: r["value"] for r in every if r["op"] == "async_interference"}
     fit = fit_tier(rows)
     ranks = ",".join(map(str, nprocs))
     prov = provenance(backend, netbed, ranks)
     link = f"netbed {netbed}" if netbed else f"{backend} over loopback"
+    if share_gpu:  # said in the profile's own text: its [measured] keys are fixed
+        link += ", ranks sharing the GPU(s) over NCCL's socket transport"
     where = f"scape calibrate collectives, {ranks} ranks, {link}, {prov['date']}"
     source = f"measured by {where}: least-absolute-relative-error fit (simulator/fit.py)"
     tables = {

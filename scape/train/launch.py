@@ -13,6 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from profiles import UserError
+from scape.train.devices import SHARE_ENV
 from scape.train.loop import TrainConfig
 from simulator.units import format_duration
 
@@ -83,12 +84,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def check_backend(backend: str, nprocs: int, netbed=None) -> None:
-    """Refuse, before any rank starts, a backend this machine cannot run `nprocs` ranks on."""
+def check_backend(backend: str, nprocs: int, netbed=None, share_gpu: bool = False) -> None:
+    """Refuse, before any rank starts, a backend this machine cannot run `nprocs` ranks on;
+    `share_gpu`: NCCL ranks may outnumber the GPUs and share them (scape/train/devices.py)."""
     if nprocs < 1:
         raise UserError(f"nprocs must be at least 1, got {nprocs}")
     if backend not in ("gloo", "nccl"):
         raise UserError(f"backend must be gloo or nccl, got {backend!r}")
+    if share_gpu and backend != "nccl":
+        raise UserError("--share-gpu puts NCCL ranks on shared GPUs; gloo ranks run on the "
+                        "CPU: give --backend nccl, or leave --share-gpu out")
     if netbed is not None and backend != "gloo":
         raise UserError("--netbed runs ranks on this machine's CPU: use --backend gloo")
     if backend == "nccl":
@@ -99,19 +104,22 @@ def check_backend(backend: str, nprocs: int, netbed=None) -> None:
             raise UserError(f"--backend nccl: this torch ({torch.__version__}) is built "
                             "without NCCL; use --backend gloo")
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if gpus < nprocs:
+        if gpus == 0:
+            raise UserError("--backend nccl: no GPU found on this machine; use --backend gloo")
+        if gpus < nprocs and not share_gpu:
             raise UserError(f"--backend nccl needs one GPU per rank: {nprocs} asked, "
-                            f"{gpus} found")
+                            f"{gpus} found; --share-gpu runs them on the {gpus} over NCCL's "
+                            "socket transport (each rank its own NCCL host)")
 
 
 def launch(cfg: TrainConfig, nprocs: int, backend: str = "gloo", netbed=None,
-           progress: bool = False) -> dict:
+           progress: bool = False, share_gpu: bool = False) -> dict:
     """Run training on `nprocs` local ranks; returns rank 0's summary or raises UserError.
 
     With `netbed` (a scape.netbed.NetbedSpec), every rank runs in its own network namespace
     behind a shaped link, as its own node (env rendezvous, gloo bound to the veth). With
     `progress`, the step rank 0 has logged and an ETA go to stderr as the run goes."""
-    check_backend(backend, nprocs, netbed)
+    check_backend(backend, nprocs, netbed, share_gpu)
     if cfg.steps < 1:
         raise UserError(f"steps must be at least 1, got {cfg.steps}")
     if backend == "gloo":
@@ -126,7 +134,8 @@ def launch(cfg: TrainConfig, nprocs: int, backend: str = "gloo", netbed=None,
     config_file.write_text(json.dumps(cfg_dict, indent=2))
     for stale in [*out.glob("error_rank*.txt"), out / "summary.json"]:
         stale.unlink(missing_ok=True)
-    env = {**os.environ, "SCAPE_BACKEND": backend, "OMP_NUM_THREADS": str(cfg.threads)}
+    env = {**os.environ, "SCAPE_BACKEND": backend, "OMP_NUM_THREADS": str(cfg.threads),
+           SHARE_ENV: "1" if share_gpu else "0"}
     t0 = time.perf_counter()
     meter = StepMeter(out / "log.jsonl", cfg.steps) if progress else None
     returncode = run_ranks(["scape.train.worker", str(config_file)], nprocs, netbed, env,

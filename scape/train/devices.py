@@ -1,0 +1,49 @@
+"""Which device a rank computes on, and NCCL's settings for several ranks sharing one GPU
+(issue 15: real NCCL and real kernels on the one GPU a session may be lent).
+
+NCCL refuses two ranks of one communicator on the same GPU of the same host ("Duplicate GPU
+detected"); it tells hosts apart by a hash of the host name that NCCL_HOSTID replaces. Each rank
+given its own NCCL_HOSTID is its own "node", so NCCL connects the ranks through its network
+transport; with InfiniBand off that is its TCP socket transport, the transport of the SCAPE
+authors' runs (NCCL_SOCKET_IFNAME picks the interface: loopback here, a netbed veth there).
+Shared memory and P2P are turned off as well, so nothing bypasses the sockets.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+SHARE_ENV = "SCAPE_SHARE_GPU"  # "1": ranks share the GPUs round-robin over NCCL's sockets
+
+
+def sharing(env: Mapping[str, str] | None = None) -> bool:
+    return (os.environ if env is None else env).get(SHARE_ENV) == "1"
+
+
+def shared_gpu_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The NCCL variables a rank sets before it joins the group when ranks share GPUs; empty
+    otherwise. A value the user exported (NCCL_SOCKET_IFNAME on a netbed) is kept."""
+    if not sharing(env):
+        return {}
+    rank = env.get("RANK", "0")
+    want = {
+        "NCCL_HOSTID": f"scape-rank-{rank}",  # each rank its own host: no duplicate-GPU refusal
+        "NCCL_IB_DISABLE": "1",  # the network transport is then TCP sockets
+        "NCCL_SHM_DISABLE": "1",
+        "NCCL_P2P_DISABLE": "1",
+        "NCCL_SOCKET_IFNAME": "lo",  # torchrun's ranks on this machine
+    }
+    return {k: v for k, v in want.items() if k == "NCCL_HOSTID" or k not in env}
+
+
+def prepare_rank() -> None:
+    """Set this rank's NCCL variables (before init_process_group reads them)."""
+    os.environ.update(shared_gpu_env(os.environ))
+
+
+def rank_gpu(local_rank: int, gpus: int) -> int:
+    """The GPU a rank computes on: its own, or round-robin when ranks outnumber GPUs."""
+    if gpus < 1:
+        raise ValueError("no GPU to place the rank on")
+    return local_rank % gpus

@@ -1,0 +1,36 @@
+"""Ranks sharing a GPU under NCCL (scape/train/devices.py, issue 15): what each rank sets before
+it joins, where it computes, and the refusals before any rank starts. The NCCL run itself needs
+a GPU (the device session's script, bench/gpu_session.sh); this is what the CPUs can check."""
+
+from __future__ import annotations
+
+import pytest
+
+from profiles import UserError
+from scape.train.devices import SHARE_ENV, rank_gpu, shared_gpu_env
+from scape.train.launch import check_backend
+
+
+def test_each_rank_is_its_own_nccl_host_over_sockets():
+    env = {SHARE_ENV: "1", "RANK": "3"}
+    got = shared_gpu_env(env)
+    assert got == {"NCCL_HOSTID": "scape-rank-3", "NCCL_IB_DISABLE": "1",
+                   "NCCL_SHM_DISABLE": "1", "NCCL_P2P_DISABLE": "1", "NCCL_SOCKET_IFNAME": "lo"}
+    # an interface the user chose (a netbed veth) is kept; the host id is always the rank's
+    kept = shared_gpu_env({**env, "NCCL_SOCKET_IFNAME": "eth0", "NCCL_HOSTID": "x"})
+    assert kept["NCCL_HOSTID"] == "scape-rank-3" and "NCCL_SOCKET_IFNAME" not in kept
+    assert shared_gpu_env({"RANK": "3"}) == {} and shared_gpu_env({SHARE_ENV: "0"}) == {}
+
+
+def test_ranks_take_the_gpus_round_robin():
+    assert [rank_gpu(r, 1) for r in range(4)] == [0, 0, 0, 0]
+    assert [rank_gpu(r, 2) for r in range(4)] == [0, 1, 0, 1]
+    assert [rank_gpu(r, 8) for r in range(8)] == list(range(8))
+    with pytest.raises(ValueError):
+        rank_gpu(0, 0)
+
+
+def test_sharing_is_for_nccl_ranks():
+    with pytest.raises(UserError, match="--share-gpu puts NCCL ranks on shared GPUs"):
+        check_backend("gloo", 2, share_gpu=True)
+    check_backend("gloo", 2)  # unchanged without it
