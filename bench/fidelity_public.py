@@ -23,6 +23,7 @@ Usage: python bench/fidelity_public.py [--csv out/fidelity.csv] [--bands PATH]
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -72,6 +73,10 @@ def main() -> int:
     parser.add_argument("--bands", help="write the held-out errors by band here "
                                         "(profiles/external/fidelity-bands.csv is shipped)")
     args = parser.parse_args()
+    if (args.csv is not None and args.bands is not None
+            and os.path.realpath(args.csv) == os.path.realpath(args.bands)):
+        parser.exit(2, f"{parser.prog}: error: --csv and --bands name the same file "
+                       f"({args.csv}); give two\n")
     for flag, path in (("--csv", args.csv), ("--bands", args.bands)):
         if path is not None:  # refused before the work, in one line, as the CLI's outputs are
             try:
@@ -91,13 +96,19 @@ def main() -> int:
             for g, h in zip(rows.loc[unsaid, "gpus"], rows.loc[unsaid, "hardware"], strict=True)]
         print("gpus_per_process not given, defaulted (one node: its GPUs; several: 1) for: "
               + ", ".join(rows.loc[unsaid, "case"].unique()))
-    rows["gpus_per_process"] = rows["gpus_per_process"].astype(int)
+    launched = pd.to_numeric(rows["gpus_per_process"], errors="coerce")
+    bad = ~((launched >= 1) & (launched % 1 == 0))  # a count of GPUs, nothing else
+    if bad.any():
+        parser.exit(2, f"{parser.prog}: error: {DATA}: gpus_per_process must be a whole number "
+                       f"of GPUs from 1 (case {rows.loc[bad, 'case'].iloc[0]}: "
+                       f"{rows.loc[bad, 'gpus_per_process'].iloc[0]!r})\n")
+    rows["gpus_per_process"] = launched.astype(int)
     for prefix, profile in CALIBRATION.items():
         fit = calibration(rows, prefix)
         per_process = rows.loc[fit, "gpus_per_process"].unique()
         if len(per_process) != 1:  # one launch cost from runs launched alike
             parser.exit(2, f"{parser.prog}: error: calibration rows of {prefix[:-1]} mix GPUs "
-                           f"per process ({sorted(per_process)})\n")
+                           f"per process ({sorted(int(p) for p in per_process)})\n")
         floor = rows.loc[fit, "time_us"].median()
         used = load_hardware(profile).nccl.launch_us
         print(f"launch fitted on {fit.sum()} calibration rows ({prefix[:-1]} below 1 MiB, "

@@ -70,8 +70,9 @@ def collective(
                         "gpus_per_process": gpus_per_process,
                         "hardware": hardware, "hardware_profile": hw.path,
                         # how far published runs like this one were from the model
-                        **lookup(hw.name if shipped else "", gpus, hw.node.gpus_per_node,
-                                 gpus_per_process, r.size_bytes)} for r in results])
+                        **lookup(hw.name if shipped and _banded(op, algo, proto) else "", gpus,
+                                 hw.node.gpus_per_node, gpus_per_process, r.size_bytes)}
+                       for r in results])
     if run is not None:  # the published time where the run measured this size
         df["published_case"] = run.case
         df["published_us"] = [run.rows.get(int(s), (None, None))[0] for s in df["size_bytes"]]
@@ -93,7 +94,9 @@ def collective(
               f"profile {hw.path}\n"
               "sizes in nccl-tests convention; GB/s = 1e9 bytes/s\n"
               "held_out: median/max |error| of the model on N published runs' sizes like this "
-              "(same shipped profile, 1/2/3+ nodes, launch, size below 1 MiB/to 64 MiB/above; "
+              "(all-reduce, all-gather and reduce-scatter with NCCL's choice or a forced ring, "
+              "pooled; same shipped profile, 1/2/3+ nodes, launch, size below 1 MiB/to 64 "
+              "MiB/above; "
               "in brackets the median signed error, - = the model is fast; "
               "profiles/external/fidelity-bands.csv from bench/fidelity_public.py); blank: no "
               "published run like it")
@@ -105,6 +108,13 @@ def collective(
                    "profiles/external/public-collectives.md); error = simulated / published - 1")
     print(render(df[columns], "table", header=header, floatfmt={
         "time_us": "{:.1f}", "algbw_GBps": "{:.2f}", "busbw_GBps": "{:.2f}"}))
+
+
+def _banded(op: str, algo: str, proto: str) -> bool:
+    """Whether published runs like this call exist: they ran all-reduce, all-gather and
+    reduce-scatter with NCCL's own choice of algorithm and protocol, or a forced ring."""
+    return (op in ("all_reduce", "all_gather", "reduce_scatter") and algo in ("auto", "ring")
+            and proto == "auto")
 
 
 def _shipped(hw) -> bool:
@@ -125,6 +135,10 @@ def _published(case: str, hw, gpus: int, op: str, algo: str, proto: str,
     asked = (hw.name if hw.path == shipped else hw.path, gpus, op, algo,
              run.gpus_per_process if gpus_per_process is None else gpus_per_process)
     ran = (run.hardware, run.gpus, run.op, run.nccl_algo, run.gpus_per_process)
+    if hw.name == run.hardware and hw.path != shipped:  # same name, another file
+        raise UserError(f"--published {case} ran on the shipped {run.hardware} profile; "
+                        f"{hw.path} is another file of that name (a copy may differ): give "
+                        f"-H {run.hardware}")
     if asked != ran or proto != "auto":
         raise UserError(f"--published {case} ran {run.op} on {run.gpus} GPUs of {run.hardware} "
                         f"with NCCL_ALGO {run.nccl_algo}, NCCL's own protocol and "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -93,6 +94,7 @@ def train_cmd(
 ):
     """Train a model with a scheme on torch.distributed ranks (torchrun), and report."""
     check_format(fmt)
+    from scape.train.devices import SHARE_ENV
     from scape.train.launch import check_backend, launch, under_torchrun
     from scape.train.loop import TrainConfig, train
 
@@ -120,6 +122,9 @@ def train_cmd(
     spec = _netbed(netbed)
     if not under_torchrun():
         check_backend(backend, nprocs, spec, share_gpu)  # before any folder is made
+    else:  # torchrun started this rank: the typed backend is checked and used here too
+        check_backend(backend, int(os.environ.get("LOCAL_WORLD_SIZE", "1")), spec, share_gpu)
+        os.environ.update({"SCAPE_BACKEND": backend, SHARE_ENV: "1" if share_gpu else "0"})
     if out is not None:
         output_dir(out, "--out")
         if not resume and not under_torchrun():
@@ -137,6 +142,8 @@ def train_cmd(
                else launch(cfg, nprocs, backend, spec, progress=True, share_gpu=share_gpu))
     summary = {**summary, "backend": backend, "share_gpu": share_gpu,
                "netbed": str(spec) if spec else None}
+    if under_torchrun() and os.environ.get("RANK", "0") != "0":
+        return  # one report, rank 0's: every rank holds the same run
     if fmt != "table":  # one row with the configuration it ran with, nested keys dotted
         print(render(pd.json_normalize(summary), fmt))
         return

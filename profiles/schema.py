@@ -112,9 +112,13 @@ def validate_table(
                 path, table, key, Field(str, nonempty=True), raw
             )
             continue
-        if key in RENAMED and RENAMED[key][0] in fields:
-            raise ProfileError(f"{_where(path, table, key)}: renamed {RENAMED[key][0]} "
-                               f"({RENAMED[key][1]})")
+        old = key.removesuffix("_source")
+        if old in RENAMED and RENAMED[old][0] in fields:
+            new = RENAMED[old][0] + key[len(old):]
+            both = new in data  # the new key is there too: the old one only needs deleting
+            raise ProfileError(f"{_where(path, table, key)}: renamed {new} "
+                               f"({RENAMED[old][1]})" + ("; delete this key, the table has "
+                                                         f"{new}" if both else ""))
         stem, unit = _split_unit(key)
         same_stem = [f for f in fields if _split_unit(f)[0] == stem and _split_unit(f)[1]]
         if unit and same_stem:

@@ -277,6 +277,13 @@ def sweep(
     if not 2 <= gpus <= MAX_GPUS:
         raise UserError(f"a collective needs between 2 and {MAX_GPUS:,} GPUs, got {gpus}")
     per_node = hw.node.gpus_per_node
+    if gpus_per_process != 1 and (hw.nccl is None or op not in nccl.TUNED_OPS or hw.collectives
+                                  or (algo != AUTO and algo not in nccl.TUNED_ALGOS)):
+        why = ("its profile has no [nccl] launch_us" if hw.nccl is None or hw.collectives
+               else f"{op} is not an NCCL-tuned call" if op not in nccl.TUNED_OPS
+               else f"--algo {algo} is not an NCCL algorithm")
+        raise UserError(f"--gpus-per-process {gpus_per_process}: the launch is priced only for "
+                        f"NCCL's tuned calls, and {why}; leave it out (1)")
     if (not 1 <= gpus_per_process <= min(gpus, per_node) or gpus % gpus_per_process
             or (gpus > per_node and per_node % gpus_per_process)):
         raise UserError(f"--gpus-per-process {gpus_per_process}: a process drives GPUs of one "

@@ -251,7 +251,8 @@ def _evaluate(args: tuple[Candidate, PlanRequest]) -> dict:
     cand, req = args
     cfg = cand.step_config(req)
     r = simulate_cached(cfg)
-    steps = req.tokens / (req.batch * req.seq)
+    # a run is whole steps: the last one runs in full though it needs only part of its tokens
+    steps = math.ceil(req.tokens / (req.batch * req.seq))
     mean_step = r.step_time_s
     if req.density_warmup_frac > 0 and cfg.scheme.scheme in SCAPE_SCHEMES:
         run = math.ceil(steps)

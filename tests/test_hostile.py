@@ -835,3 +835,26 @@ def test_round_six_refusals(capsys, tmp_path, monkeypatch):
     code, _, err = scape(capsys, "calibrate", "collectives", "--out", "x", "--repeats", "0")
     _refused(code, err, "--repeats")
     assert not (tmp_path / "user").exists()
+
+
+def test_round_seven_refusals(capsys, tmp_path):
+    """Session 9's second probe: a launch count that changes nothing, a held-out band shown
+    for calls no published run resembles, and a copy of a shipped profile against its runs."""
+    code, _, err = scape(capsys, "collective", "-H", "commodity-100gbe", "-g", "8", "--sizes",
+                         "1KiB", "--gpus-per-process", "8")
+    _refused(code, err, "has no [nccl] launch_us")
+    code, _, err = scape(capsys, "collective", "-H", "dgx-h100", "-g", "8", "--op",
+                         "all_to_all", "--sizes", "1KiB", "--gpus-per-process", "8")
+    _refused(code, err, "all_to_all is not an NCCL-tuned call")
+    for args in (("--op", "broadcast"), ("--algo", "tree", "--proto", "ll"),
+                 ("--op", "all_to_all")):
+        code, out, err = scape(capsys, "collective", "-H", "dgx-h100", "-g", "8", "--sizes",
+                               "64MiB", *args, "--format", "json")
+        assert code == 0, err
+        assert json.loads(out)[0]["heldout_rows"] == 0, args
+    copy = tmp_path / "dgx-h100.toml"
+    copy.write_text((Path(__file__).resolve().parents[1] / "profiles" / "hardware"
+                     / "dgx-h100.toml").read_text())
+    code, _, err = scape(capsys, "collective", "-H", str(copy), "-g", "8", "--published",
+                         "A1-nvls")
+    _refused(code, err, "is another file of that name")
