@@ -450,10 +450,14 @@ class _StepSim:
         tp_layer = 2 * self.tp_layer_s  # two activation all-reduces per layer per pass
         head = [[0.0] * v for _ in range(p)]
         head[p - 1][v - 1] = 1.0  # the output layer runs on the last stage's last chunk
-        fwd = tuple(tuple(layers[s][c] * (t.layer_fwd_s + tp_layer) + head[s][c] * t.head_fwd_s
-                          for c in range(v)) for s in range(p))
-        bwd = tuple(tuple(layers[s][c] * (t.layer_bwd_s + tp_layer) + head[s][c] * t.head_bwd_s
-                          for c in range(v)) for s in range(p))
+        # every stage's compute at the pace it runs: slowed as `_work` slows it where ranks
+        # share one host (a CPU testbed); else the timeline would wait on faster stages than
+        # the first one runs, and hide the bubble
+        slow = self.slowdown
+        fwd = tuple(tuple(layers[s][c] * (t.layer_fwd_s * slow + tp_layer)
+                          + head[s][c] * t.head_fwd_s * slow for c in range(v)) for s in range(p))
+        bwd = tuple(tuple(layers[s][c] * (t.layer_bwd_s * slow + tp_layer)
+                          + head[s][c] * t.head_bwd_s * slow for c in range(v)) for s in range(p))
         return first_stage(p, cfg.accum, v, fwd, bwd, self._send_s()), layers[0]
 
     def _pipelined(self, gate, backward_ops, in_flight):

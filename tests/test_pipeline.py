@@ -151,6 +151,19 @@ def test_step_with_pipeline_stages_pays_the_bubble():
     assert inter.pipeline_bubble_s < piped.pipeline_bubble_s  # (p - 1)/(v m) < (p - 1)/m
 
 
+def test_ranks_sharing_a_host_pay_the_bubble_at_their_own_pace():
+    """On a CPU testbed whose ranks share one host (a measured profile's slowdown), every
+    stage computes slowed; the timeline the first stage waits on must be slowed alike, or the
+    other stages look faster than they run and the bubble vanishes (it read 0 at 8 and 16
+    micro-batches). 1F1B over 2 stages: the first stage waits at least one micro-batch's
+    forward and backward of the second."""
+    hw = load_hardware("measured/netbed-1gbit")
+    for accum in (2, 8, 16):
+        r = simulate_step(StepConfig(load_model("tiny-gpt"), hw, 2, make_config("dense-adamw"),
+                                     micro_batch=1, global_batch=accum, pp=2))
+        assert r.pipeline_bubble_s >= 0.9 * r.compute_s / accum, accum
+
+
 def test_pipeline_memory_holds_a_stage_and_interleaving_costs_activations():
     flat = step_memory(_cfg(gpus=64).validate())
     piped = step_memory(_cfg(gpus=64, pp=4).validate())
