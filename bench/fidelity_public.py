@@ -88,9 +88,9 @@ def main() -> int:
     # an empty last field) takes the documented default, and the output says which cases did
     if "gpus_per_process" not in rows:
         rows["gpus_per_process"] = float("nan")
+    per_node = {h: load_hardware(h).node.gpus_per_node for h in rows["hardware"].unique()}
     unsaid = rows["gpus_per_process"].isna()
     if unsaid.any():
-        per_node = {h: load_hardware(h).node.gpus_per_node for h in rows["hardware"].unique()}
         rows.loc[unsaid, "gpus_per_process"] = [
             default_gpus_per_process(int(g), per_node[h])
             for g, h in zip(rows.loc[unsaid, "gpus"], rows.loc[unsaid, "hardware"], strict=True)]
@@ -138,7 +138,6 @@ def main() -> int:
     if args.csv is not None:
         outputs.append(("--csv", args.csv, df))
     if args.bands is not None:
-        per_node = {h: load_hardware(h).node.gpus_per_node for h in df["hardware"].unique()}
         outputs.append(("--bands", args.bands, bands(df, per_node)))
     for flag, path, table in outputs:
         try:

@@ -17,6 +17,7 @@ from cli.common import (
     _phase_meter,
     _rank_counts,
     app,
+    missing_folders,
 )
 from profiles import UserError, load_model
 from reports.tables import check_format, render
@@ -34,7 +35,7 @@ def _destination(name: str):
     folder made here is removed again if the run is refused before it writes."""
     from profiles.measured import folder, path_of
 
-    missing = [q for q in (folder(), *folder().parents) if not q.exists()]  # leaf first
+    missing = missing_folders(folder())
     path = path_of(name)
     CREATED.extend(q for q in missing if q.is_dir())
     return path

@@ -131,11 +131,11 @@ def _published(case: str, hw, gpus: int, op: str, algo: str, proto: str,
     """The published run, refused where it ran in another setting than the command's (a
     copy of its profile elsewhere, however named, is another setting)."""
     run = published_collective(case)
-    shipped = load_hardware(run.hardware).path if run.hardware == hw.name else None
-    asked = (hw.name if hw.path == shipped else hw.path, gpus, op, algo,
+    shipped = _shipped(hw)
+    asked = (hw.name if shipped else hw.path, gpus, op, algo,
              run.gpus_per_process if gpus_per_process is None else gpus_per_process)
     ran = (run.hardware, run.gpus, run.op, run.nccl_algo, run.gpus_per_process)
-    if hw.name == run.hardware and hw.path != shipped:  # same name, another file
+    if hw.name == run.hardware and not shipped:  # same name, another file
         raise UserError(f"--published {case} ran on the shipped {run.hardware} profile; "
                         f"{hw.path} is another file of that name (a copy may differ): give "
                         f"-H {run.hardware}")

@@ -109,6 +109,12 @@ SHARE_GPU_HELP = ("--backend nccl: run more ranks than GPUs, sharing them; each 
                   "transport, as the SCAPE authors' runs")
 
 
+def missing_folders(folder: Path) -> list[Path]:
+    """`folder` and its parents that do not exist yet, leaf first: what creating it makes,
+    for `CREATED` once it is made."""
+    return [q for q in (folder, *folder.parents) if not q.exists()]
+
+
 def _remove_created() -> None:
     for folder in CREATED:
         with contextlib.suppress(OSError):  # only an empty folder goes; one written into stays
@@ -123,7 +129,7 @@ def output_dir(path: str, flag: str) -> Path:
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise UserError(f"{flag} {path}: is a file, give a folder")
-    new = [q for q in (p, *p.parents) if not q.exists()]  # leaf first
+    new = missing_folders(p)
     try:
         p.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -157,10 +157,6 @@ def nvls_efficiency(arch: str, channels: int) -> float:
         channels - 1) / channels
 
 
-def _nvls_efficiency(m: Machine) -> float:
-    return nvls_efficiency(m.arch, m.channels)
-
-
 def _graph_bw(algo: str, m: Machine) -> float:
     """What NCCL's tuner multiplies out as `nChannels x bw` for a ring or a tree, GB/s per GPU
     (tuning.cc: bw = bwIntra on up to 2 nodes, else bwInter). Its graph search (search.cc
@@ -186,7 +182,7 @@ def busbw(op: str, algo: str, proto: str, m: Machine) -> float:
     a = c["meta"]["archs"].index(m.arch)
     bw = _graph_bw(algo, m)
     if algo in ("nvls", "nvls_tree"):
-        eff = _nvls_efficiency(m)
+        eff = nvls_efficiency(m.arch, m.channels)
         intra = m.intra_GBps * eff * (2 if op == "all_reduce" else (m.ppn - 1) / m.ppn)
         if algo == "nvls":
             return intra

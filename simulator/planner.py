@@ -38,6 +38,9 @@ SCAPE_FAMILY = "scape"
 
 
 MAX_PRICE = 1e6  # USD per GPU-hour
+# the words every reason for a GPU count a measured profile did not measure carries: the
+# planner tells those reasons apart from the others by them
+UNMEASURED = "its measurements cover"
 MAX_TOKENS = 1e18  # a thousand times the largest runs' 15T; more overflows hours and cost
 
 
@@ -216,7 +219,7 @@ def candidates(req: PlanRequest) -> tuple[list[Candidate], Counter]:
         priced = measured_counts(hw)
         for gpus in counts:
             if priced is not None and gpus not in priced:  # skipped, with the reason, not fatal
-                why[f"{hw.name}: {gpus} GPU{'s' if gpus > 1 else ''}: its measurements cover "
+                why[f"{hw.name}: {gpus} GPU{'s' if gpus > 1 else ''}: {UNMEASURED} "
                     f"{', '.join(map(str, sorted(priced))) or 'no'} ranks (scape calibrate "
                     f"collectives --nprocs, compute --max-ranks)"] += 1
                 continue
@@ -255,9 +258,8 @@ def _evaluate(args: tuple[Candidate, PlanRequest]) -> dict:
     steps = math.ceil(req.tokens / (req.batch * req.seq))
     mean_step = r.step_time_s
     if req.density_warmup_frac > 0 and cfg.scheme.scheme in SCAPE_SCHEMES:
-        run = math.ceil(steps)
-        scheme = replace(cfg.scheme, density_warmup_steps=round(req.density_warmup_frac * run))
-        mean_step = run_mean(replace(cfg, scheme=scheme), run, phase_cache(cfg),
+        scheme = replace(cfg.scheme, density_warmup_steps=round(req.density_warmup_frac * steps))
+        mean_step = run_mean(replace(cfg, scheme=scheme), steps, phase_cache(cfg),
                              nodes=RUN_MEAN_NODES).mean_step_s
     hours = steps * mean_step / 3600
     ratio = quality_ratio(req.quality, cfg.scheme) if req.quality is not None else None
@@ -323,10 +325,10 @@ def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None
         if all("below one node" in r for r in why):
             raise UserError(f"no plan for {req.model.name} ({reasons}): give --max-gpus of at "
                             "least one node")
-        if all("measurements cover" in r for r in why):
+        if all(UNMEASURED in r for r in why):
             raise UserError(f"no plan for {req.model.name} ({reasons}): measure the GPU counts "
                             "to plan, or give --max-gpus within those measured")
-        if all("does not split" in r or "measurements cover" in r for r in why):
+        if all("does not split" in r or UNMEASURED in r for r in why):
             sizes = sorted({c for hw in req.hardware for c in gpu_counts(hw, req.max_gpus)})
             raise UserError(f"no configuration of {req.model.name} fits ({reasons}): give a "
                             f"--global-batch that the data-parallel ranks divide (the GPU "
@@ -337,7 +339,7 @@ def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None
         progress_total(len(cands))
     df = evaluate_all(req, cands, progress)
     # GPU counts a measured profile cannot price: the table says they were left out
-    df.attrs["skipped"] = sorted(r for r in why if "measurements cover" in r)
+    df.attrs["skipped"] = sorted(r for r in why if UNMEASURED in r)
     if req.rank == "quality":  # time to dense AdamS's quality; plans without a reading go
         reached = df["hours_to_quality"].notna()
         if not reached.any():
