@@ -10,6 +10,10 @@
 set -u
 OUT=${OUT:-out/gpu-session}
 mkdir -p "$OUT"
+# The device tool returns at most 8 files from $OUT: work in $W and pack it into one archive
+# after every step, so a run cut off by its limit still returns what it finished.
+W=${W:-/tmp/gpu-session}
+mkdir -p "$W"
 PY=${PY:-python3}
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl >/dev/null 2>&1; then  # the packages the device image lacks (simpy)
@@ -18,29 +22,50 @@ if ls .whl/*.whl >/dev/null 2>&1; then  # the packages the device image lacks (s
 else
     export PYTHONPATH=$PWD
 fi
-export SCAPE_PROFILE_DIR="$OUT/profiles"  # measured profiles written here, not in ~
+export SCAPE_PROFILE_DIR="$W/profiles"  # measured profiles written here, not in ~
+
+SKIP=${SKIP:-}  # steps not to run, e.g. SKIP="env gpu-compute" (a rerun of what failed)
+PARTS=${PARTS:-fwd_bwd,optimizer,select,quantize}  # bench/gpu_compute.py's --parts
+export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # big [N] buffers come and go
 
 step() {  # step NAME SECONDS COMMAND...: run it with a limit, log it, record how it ended
     local name=$1 limit=$2
     shift 2
+    case " $SKIP " in *" $name "*) echo "$name skipped" | tee -a "$W/steps.txt"; return;; esac
     local t0=$SECONDS
-    timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+    echo "$name start $(date -u +%T)" | tee -a "$W/steps.txt"
+    timeout "$limit" "$@" >"$W/$name.log" 2>&1
     local rc=$?
-    echo "$name rc=$rc $((SECONDS - t0))s" | tee -a "$OUT/steps.txt"
+    echo "$name rc=$rc $((SECONDS - t0))s" | tee -a "$W/steps.txt"
+    tail -n 40 "$W/$name.log"
+    tar czf "$OUT/gpu-session.tgz" -C "$W" .
 }
 
 step env 30 bash -c "nvidia-smi; $PY -c 'import torch, sys; print(sys.version); \
 print(torch.__version__, torch.version.cuda, torch.cuda.nccl.version(), \
-torch.cuda.get_device_name())'; date -u"
-# 1. compute on the GPU: matmul peak, copy bandwidth, the optimizer and SCAPE kernels,
-#    forward/backward of the paper's models at the authors' micro-batch (issue 15 item 1)
-step compute-gpt-345m 150 $PY -m cli calibrate compute --out gpu --model gpt-345m \
+torch.cuda.get_device_name())'; date -u; uname -r; command -v ip tc unshare nsenter"
+# 1. compute on the GPU: forward/backward of the paper's models at the authors' micro-batch
+#    (bf16, FlashAttention), the optimizer step of dense AdamS and both SCAPE variants for
+#    Llama-1.8B, selection at 1e8 and 1e9, quantize (issue 15 item 1)
+step gpu-compute 200 $PY bench/gpu_compute.py --parts "$PARTS" --out "$W/gpu-compute.json"
+# ... and the hardware profile: matmul peak, copy bandwidth, kernel fits, Llama-1.8B's MFU
+step calibrate-compute 100 $PY -m cli calibrate compute --out gpu --model llama-1.8b \
     --micro-batch 8 --max-ranks 1
-step compute-llama-500m 120 $PY -m cli calibrate compute --out gpu-llama-500m \
-    --model llama-500m --micro-batch 8 --max-ranks 1
-# 2. real NCCL between ranks sharing the GPU, over its socket transport (item 2)
-step nccl-collectives 180 $PY -m cli calibrate collectives --out gpu-nccl-sockets \
-    --backend nccl --share-gpu --nprocs 2,4 --repeats 5
-# 3. every scheme: NCCL's losses against gloo's, same seed (item 3; marker gpu)
-step gpu-tests 150 $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu.py
-echo "done; see $OUT/steps.txt"
+# 2. every scheme: NCCL's losses against gloo's, same seed (item 3; marker gpu)
+step gpu-tests 170 $PY -m pytest -q --tb=short -m gpu -p no:cacheprovider tests/test_gpu.py
+# 3. real NCCL between ranks sharing the GPU, over its socket transport (item 2)
+#    (from 256 KiB: below it every call takes the sockets' ~5 ms floor and the fit finds no
+#    bandwidth, as the first run on 2026-11-26 showed)
+step nccl-collectives 100 $PY -m cli calibrate collectives --out gpu-nccl-sockets \
+    --backend nccl --share-gpu --nprocs 2,4 --repeats 5 --sizes 256KiB..64MiB
+# 4. validation on NCCL (item 2): a profile of tiny-gpt on ranks sharing this GPU (compute with
+#    1..4 ranks sharing it, NCCL's sockets), then real training steps of each scheme on 2 and
+#    4 ranks against the simulator's prediction from that profile
+step validate-compute 50 $PY -m cli calibrate compute --out gpu-val --model tiny-gpt \
+    --micro-batch 16 --max-ranks 4
+step validate-collectives 80 $PY -m cli calibrate collectives --out gpu-val --backend nccl \
+    --share-gpu --nprocs 2,4 --repeats 5 --sizes 256KiB..64MiB
+step validate 140 $PY -m cli validate --profile measured/gpu-val --backend nccl --share-gpu \
+    --nprocs 2,4 --steps 8 --out "$W/validation-gpu" \
+    --schemes dense-ddp,dense-adams,quantized:8,topk:0.99,scape:0.99,scape-partitioned:0.99
+echo "done; see $OUT/gpu-session.tgz (steps.txt)"

@@ -49,13 +49,14 @@ def calibrate_collectives(
     backend: BackendChoice = typer.Option("gloo", "--backend", help="gloo|nccl"),
     share_gpu: bool = typer.Option(False, "--share-gpu", help=SHARE_GPU_HELP),
     netbed: str = typer.Option(None, "--netbed", help=NETBED_HELP),
-    sizes: str = typer.Option(None, "--sizes", help="e.g. 16KiB..4MiB (default)"),
+    sizes: str = typer.Option(None, "--sizes", help="e.g. 16KiB..4MiB [default; with "
+                                                    "--share-gpu 256KiB..64MiB]"),
     repeats: int = typer.Option(7, "--repeats", help="timed calls per size (median)"),
     fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
 ):
     """Sweep every collective over message sizes (nccl-tests terms) and fit the link."""
     check_format(fmt)
-    from scape.calibrate.collectives import DEFAULT_SIZES, calibrate
+    from scape.calibrate.collectives import DEFAULT_SIZES, SHARED_GPU_SIZES, calibrate
     from scape.train.launch import check_backend
 
     _destination(out)
@@ -68,7 +69,8 @@ def calibrate_collectives(
 
     refuse_beyond_host(f"{max(worlds)} ranks", max(worlds) * RANK_BASE_BYTES,
                        "fewer ranks (--nprocs)")
-    chosen = parse_sizes(sizes) if sizes is not None else list(DEFAULT_SIZES)
+    chosen = (parse_sizes(sizes) if sizes is not None
+              else list(SHARED_GPU_SIZES if share_gpu else DEFAULT_SIZES))
     print(f"calibrate collectives: {nprocs} ranks, {len(chosen)} sizes x 5 collectives ...",
           file=sys.stderr)
     path, fit, df = calibrate(out, worlds, backend, spec, chosen, repeats,

@@ -52,6 +52,10 @@ def reproduce(
                                  help="default: vista-gh200-socket (TCP sockets, as the "
                                       "authors ran); the report adds vista-gh200 (InfiniBand) "
                                       "as a what-if"),
+    compute_profile: str = typer.Option(
+        None, "--compute-profile",
+        help="a measured profile (measured/NAME from scape calibrate compute): also price "
+             "forward and backward at the rate it measured, side by side with the profile's"),
     fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
 ):
     """The SCAPE paper's setting predicted, next to the paper's figures, with assumptions."""
@@ -59,23 +63,40 @@ def reproduce(
     from reports.reproduce import DEFAULT_HARDWARE, write_report
 
     hardware = DEFAULT_HARDWARE if hardware is None else hardware
-    files = write_report(out_folder(out, "out/reproduce"), hardware)
+    files = write_report(out_folder(out, "out/reproduce"), hardware, compute_profile)
     df = pd.read_csv(files["predictions"])
+    if compute_profile is not None:  # the measured compute's columns beside the profile's
+        both = pd.read_csv(files["measured_compute"])
+        df = df.merge(both[["model", "scheme", "sparsity", "step_time_s_measured_compute",
+                            "speedup_vs_dense_adams_measured_compute"]],
+                      on=["model", "scheme", "sparsity"]).assign(compute_profile=compute_profile)
+    measured_cols = [c for c in df.columns if c.endswith("_measured_compute")]
     if fmt != "table":
         cols = ["model", "scheme", "sparsity", "step_time_s", "speedup_vs_dense_adams",
                 "end_to_end_reduction", "paper_metric", "paper_value", "predicted_value",
-                "table_value", "hardware", "memory_GB", "fits_memory"]
+                "table_value", "hardware", "memory_GB", "fits_memory", *measured_cols,
+                *(["compute_profile"] if measured_cols else [])]
         print(render(df[cols], fmt))
         return
     shown = df[["model", "scheme", "sparsity", "step_time_s", "exposed_comm_s",
                 "speedup_vs_dense_adams", "end_to_end_reduction", "paper_value",
-                "table_value"]].copy()
+                "table_value", *measured_cols]].copy()
     if not df["fits_memory"].all():  # a step no GPU holds says so, as compare's rows do
         shown["fits"] = df["fits_memory"].map({True: "", False: "NO"})
     for col in ("paper_value", "table_value"):
         shown[col] = shown[col].map(lambda v: "" if pd.isna(v) else f"{v:.4g}")
     print(render(shown, "table", header=f"SCAPE paper setting on 32 GPUs of {hardware}", floatfmt={
         c: "{:.3f}" for c in ("sparsity", "step_time_s", "exposed_comm_s",
-                              "speedup_vs_dense_adams", "end_to_end_reduction")}))
+                              "speedup_vs_dense_adams", "end_to_end_reduction", *measured_cols)}))
+    if compute_profile is not None:
+        check = pd.read_csv(files["compute_check"])
+        formats = {"profile_compute_s": "{:.3f}", "measured_compute_s": "{:.3f}",
+                   "authors_compute_s": "{:.3f}", "profile_err_pct": "{:+.1f}",
+                   "measured_err_pct": "{:+.1f}"}
+        for col, spec in formats.items():  # blank where the authors report no such model
+            check[col] = check[col].map(lambda v, f=spec: "" if pd.isna(v) else f.format(v))
+        print(render(check[["model", "micro_batch", *formats]], "table",
+                     header=f"forward+backward per step: {hardware}'s against "
+                     f"{compute_profile}'s, and the authors' GH200 computation"))
     print(f"# report: {files['report']} (assumptions, what-if on {files['what_if'].stem}, "
           "sensitivity figure, CSVs)")

@@ -11,6 +11,8 @@ import typer
 
 from cli.common import (
     NETBED_HELP,
+    SHARE_GPU_HELP,
+    BackendChoice,
     Format3,
     _names,
     _netbed,
@@ -41,6 +43,9 @@ def validate_cmd(
     nprocs: str = typer.Option(None, "--nprocs", help="ranks, e.g. 3 or 2,3 [default: 2,3]"),
     netbed: str = typer.Option(None, "--netbed",
                                help=NETBED_HELP + "; default: the profile's own"),
+    backend: BackendChoice = typer.Option(None, "--backend",
+                                          help="gloo|nccl: the runs' backend [default: gloo]"),
+    share_gpu: bool = typer.Option(None, "--share-gpu", help=SHARE_GPU_HELP),
     steps: int = typer.Option(None, "--steps",
                               help="training steps per run (median taken) [default: 30]"),
     rounds: int = typer.Option(None, "--rounds", help="run every scheme this many times, "
@@ -65,7 +70,8 @@ def validate_cmd(
     check_format(fmt)
     if external is not None:
         run_only = {"--schemes": schemes, "--nprocs": nprocs, "--netbed": netbed,
-                    "--steps": steps, "--rounds": rounds, "--probe-compute": probe,
+                    "--backend": backend, "--share-gpu": share_gpu, "--steps": steps,
+                    "--rounds": rounds, "--probe-compute": probe,
                     "--model": model, "--micro-batch": micro_batch}
         given = [flag for flag, value in run_only.items() if value is not None]
         if given:
@@ -77,7 +83,13 @@ def validate_cmd(
     nprocs = "2,3" if nprocs is None else nprocs
     steps = 30 if steps is None else steps
     rounds = 1 if rounds is None else rounds
-    probe_typed, probe = probe, True if probe is None else probe
+    backend = "gloo" if backend is None else str(backend)
+    share_gpu = bool(share_gpu)
+    # the probe re-times the CPU testbed's forward/backward; ranks on GPUs are not that
+    if probe and backend == "nccl":
+        raise UserError("--probe-compute re-times a CPU testbed's forward and backward; NCCL "
+                        "ranks run on GPUs: leave it out with --backend nccl")
+    probe_typed, probe = probe, (backend == "gloo") if probe is None else probe
     if write_profile is not None:
         raise UserError("--write-profile goes with --external (a fit to publish)")
     if profile is None:
@@ -93,6 +105,9 @@ def validate_cmd(
                         "sharing one host's cores) to probe against; leave it out")
     probe = probe and bool(hw.slowdown)  # a host shared by ranks: a CPU testbed
     worlds = _rank_counts(nprocs)
+    from scape.train.launch import check_backend
+
+    check_backend(backend, max(worlds), _netbed(netbed) if netbed else None, share_gpu)
     recorded = hw.measured.get("network_netbed", "")
     measured_on = _netbed(recorded) if recorded.startswith("rate=") else None
     spec = measured_on if netbed is None else _netbed(netbed)
@@ -114,12 +129,14 @@ def validate_cmd(
             v.predict(hw, model, cfg, world, micro_batch)
             v.check_runnable(model, cfg, world, micro_batch, steps)
     per_round = v.run(hw, model, configs, worlds, micro_batch, steps, rounds, probe, spec, dest,
-                      say=lambda line: print(line, file=sys.stderr, flush=True))
+                      say=lambda line: print(line, file=sys.stderr, flush=True),
+                      backend=backend, share_gpu=share_gpu)
     per_round.to_csv(dest / "validate.rounds.csv", index=False)
     df = v.aggregate(per_round)
     files = v.save(df, dest, {"profile": hw.path, "model": model, "micro_batch": micro_batch,
                               "steps": steps, "rounds": rounds, "probe_compute": probe,
-                              "netbed": str(spec) if spec else None})
+                              "netbed": str(spec) if spec else None, "backend": backend,
+                              "share_gpu": share_gpu})
     stats = v.summarize(df)
     if fmt == "json":
         print(render(df, "json"))

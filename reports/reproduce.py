@@ -284,10 +284,84 @@ def sensitivity_figure(df: pd.DataFrame, path: Path, hardware: str) -> Path:
     return path
 
 
-def write_report(out: Path, hardware: str = DEFAULT_HARDWARE) -> dict[str, Path]:
-    """Predictions, assumptions, sensitivity (CSV + PNG) and a Markdown report in `out`."""
+def measured_compute(hw: HardwareProfile, compute_profile: str) -> tuple[HardwareProfile, dict]:
+    """`hw` with each setting's forward and backward priced at the rate a measured profile
+    timed for that model (issue 15 item 4): its MFU of its own matmul peak x that peak is the
+    achieved FLOP/s; over the datasheet peak of its GPU ([measured] gpu_profile, a shipped
+    profile) that is an MFU, which on `hw`'s GPU scales with the two datasheet peaks (an
+    H100 and a GH200's Hopper GPU: the same 989.4 TFLOP/s). Returns (that profile, the MFU
+    per model)."""
+    m = load_hardware(compute_profile)
+    if not m.measured:
+        raise UserError(f"--compute-profile {compute_profile}: not a measured profile; give "
+                        "measured/NAME (scape calibrate compute writes one)")
+    ref_name = m.measured.get("gpu_profile")
+    if not ref_name:
+        raise UserError(f"--compute-profile {compute_profile}: its [measured] table names no "
+                        "gpu_profile (the shipped profile of the GPU it measured, whose "
+                        "datasheet peak turns its speed into an MFU)")
+    ref = load_hardware(ref_name)
+    mfus = {}
+    for s in SETTINGS:
+        timed = s.model in m.model_mfu or m.measured.get("compute_model") == s.model
+        if not timed:
+            raise UserError(f"--compute-profile {compute_profile}: it timed no forward and "
+                            f"backward of {s.model}; run scape calibrate compute --model "
+                            f"{s.model} there")
+        mfus[s.model] = m.mfu_for(s.model) * m.gpu.peak_bf16_tflops / ref.gpu.peak_bf16_tflops
+    return replace(hw, model_mfu={**hw.model_mfu, **mfus}), mfus
+
+
+def compute_check(hw: HardwareProfile, measured_hw: HardwareProfile, mfus: dict,
+                  compute_profile: str) -> pd.DataFrame:
+    """Dense AdamS's forward+backward per step on 32 GPUs, as `hw` prices it and from the
+    measured compute, against the authors' GH200 computation time (scape-sc26
+    comp_comm_micro_bs_8, the models they report)."""
+    from profiles.external import load_external
+
+    authors = {r.model: r for r in load_external("scape-sc26").rows
+               if r.table == "comp_comm_micro_bs_8" and r.series == "adams"
+               and r.quantity == "compute_ms" and r.gpus == GPUS}
+    rows = []
+    for s in SETTINGS:
+        model_s = simulate_step(_config(s, hw, "dense-adams", 0.0)).compute_s
+        meas_s = simulate_step(_config(s, measured_hw, "dense-adams", 0.0)).compute_s
+        row = authors.get(s.model)
+        # their table ran micro-batch 8; a step holds the same tokens at any micro-batch (the
+        # global batch is fixed), so the setting's own micro-batch is compared as it is
+        paper_s = row.value / 1e3 if row is not None else None
+        rows.append({
+            "model": s.model, "micro_batch": s.micro_batch,
+            "profile_compute_s": model_s, "measured_compute_s": meas_s,
+            "measured_mfu": mfus[s.model], "profile_mfu": hw.mfu_for(s.model),
+            "authors_compute_s": paper_s,
+            "profile_err_pct": None if paper_s is None else 100 * (model_s / paper_s - 1),
+            "measured_err_pct": None if paper_s is None else 100 * (meas_s / paper_s - 1),
+            "compute_profile": compute_profile,
+            "authors_source": None if row is None else row.cite,
+        })
+    return pd.DataFrame(rows)
+
+
+def side_by_side(pred: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
+    """Each (model, scheme) step predicted with the profile's compute and with the measured
+    compute."""
+    keys = ["model", "scheme", "sparsity"]
+    cols = ["step_time_s", "compute_s", "speedup_vs_dense_adams"]
+    return pred[keys + cols].merge(measured[keys + cols], on=keys,
+                                   suffixes=("", "_measured_compute"))
+
+
+def write_report(out: Path, hardware: str = DEFAULT_HARDWARE,
+                 compute_profile: str | None = None) -> dict[str, Path]:
+    """Predictions, assumptions, sensitivity (CSV + PNG) and a Markdown report in `out`; with
+    `compute_profile` (a measured profile), also every step with its measured forward and
+    backward in place of the profile's, side by side, and both against the authors' GH200
+    computation times."""
     refuse_special_files(out)
     hw = load_hardware(hardware)
+    if compute_profile is not None:
+        measured_hw, mfus = measured_compute(hw, compute_profile)
     out.mkdir(parents=True, exist_ok=True)
     pred = predict(hw)
     if not pred["fits_memory"].any():  # every figure and the answer would be of no real step
@@ -308,6 +382,34 @@ def write_report(out: Path, hardware: str = DEFAULT_HARDWARE) -> dict[str, Path]
         "report": out / "reproduce.md",
         "html": out / "reproduce.html",
     }
+    extra_md, extra_html = [], []
+    if compute_profile is not None:
+        from reports.html import table as table_html
+
+        files["measured_compute"] = out / "reproduce_measured_compute.csv"
+        files["compute_check"] = out / "reproduce_compute_check.csv"
+        both = side_by_side(pred, predict(measured_hw))
+        check = compute_check(hw, measured_hw, mfus, compute_profile)
+        both.to_csv(files["measured_compute"], index=False)
+        check.to_csv(files["compute_check"], index=False)
+        intro = (f"Forward and backward at the rate `{compute_profile}` measured (its MFU of "
+                 "its GPU's datasheet peak, applied to this cluster's GPU) in place of "
+                 f"`{hw.name}`'s; everything else as above. Where `{hw.name}` fitted its "
+                 "[model_mfu] on the authors' computation times, its error against them is "
+                 "in-sample; the measured compute's is not.")
+        check_cols = ["model", "micro_batch", "profile_compute_s", "measured_compute_s",
+                      "authors_compute_s", "profile_err_pct", "measured_err_pct",
+                      "measured_mfu", "profile_mfu"]
+        extra_md = ["## Measured compute in place of the profile's", "", intro, "",
+                    markdown(both), "", "Dense AdamS's computation per step on 32 GPUs "
+                    "against the authors' GH200 figure (scape-sc26 comp_comm_micro_bs_8):", "",
+                    markdown(check[check_cols]), ""]
+        extra_html = [{"heading": "Measured compute in place of the profile's", "text": intro,
+                       "png": "", "table": table_html(both),
+                       "links": [files["measured_compute"].name]},
+                      {"heading": "Computation against the authors' GH200 figures", "text": "",
+                       "png": "", "table": table_html(check[check_cols]),
+                       "links": [files["compute_check"].name]}]
     pred.to_csv(files["predictions"], index=False)
     what_if.to_csv(files["what_if"], index=False)
     assume.to_csv(files["assumptions"], index=False)
@@ -343,6 +445,7 @@ def write_report(out: Path, hardware: str = DEFAULT_HARDWARE) -> dict[str, Path]
         markdown(what_if[["model", "scheme", "sparsity", "step_time_s", "exposed_comm_s",
                           "speedup_vs_dense_adams", "end_to_end_reduction"]]),
         "",
+        *extra_md,
         "## Assumptions",
         "",
         markdown(assume),
@@ -369,6 +472,7 @@ def write_report(out: Path, hardware: str = DEFAULT_HARDWARE) -> dict[str, Path]
              "links": [files["predictions"].name]},
             {"heading": f"What-if: the same runs on {other}", "text": "", "png": "",
              "table": table(what_if[what_cols]), "links": [files["what_if"].name]},
+            *extra_html,
             {"heading": "Assumptions", "text": "", "png": "", "table": table(assume),
              "links": [files["assumptions"].name]},
             {"heading": "Sensitivity", "text": "", "png": png_b64(files["figure"]),

@@ -162,11 +162,13 @@ def probe_kernels(hw: HardwareProfile, kinds: list[str], threads: int = 1,
 
 def run(hw: HardwareProfile, model: str, configs: list[tuple[str, SchemeConfig]],
         worlds: list[int], micro_batch: int, steps: int, rounds: int, probe: bool, netbed,
-        dest: Path, say: Callable[[str], None] = lambda _: None) -> pd.DataFrame:
+        dest: Path, say: Callable[[str], None] = lambda _: None, backend: str = "gloo",
+        share_gpu: bool = False) -> pd.DataFrame:
     """Every scheme at every rank count, `rounds` times interleaved: measured, then predicted
     from the profile (its forward/backward and, once a round, its kernels timed again first
     when `probe`). One row per run; rows so far are kept in dest/validate.partial.csv."""
     kinds = kernel_kinds(hw, model, [cfg for _, cfg in configs], worlds) if probe else []
+    link = link_name(netbed, backend, share_gpu)
     rows = []
     total, t0 = rounds * len(worlds) * len(configs), time.monotonic()
 
@@ -185,13 +187,14 @@ def run(hw: HardwareProfile, model: str, configs: list[tuple[str, SchemeConfig]]
         for world in worlds:
             for spec_text, cfg in configs:
                 say(f"validate: round {rnd}/{rounds}: {spec_text} on {world} ranks "
-                    f"({netbed or 'loopback'}); {left()} ...")
+                    f"({link}); {left()} ...")
                 timed, probed = (probe_compute(now, model, micro_batch, world) if probe
                                  else (now, {}))
                 predicted = predict(timed, model, cfg, world, micro_batch)
                 run_dir = dest / "runs" / f"{spec_text.replace(':', '-')}-{world}ranks-r{rnd}"
-                measured = measure(model, cfg, world, micro_batch, steps, netbed, run_dir)
-                rows.append({"round": rnd, **row(spec_text, world, netbed, measured, predicted),
+                measured = measure(model, cfg, world, micro_batch, steps, netbed, run_dir,
+                                   backend=backend, share_gpu=share_gpu)
+                rows.append({"round": rnd, **row(spec_text, world, link, measured, predicted),
                              **probed, **kernel_probe})
                 pd.DataFrame(rows).to_csv(dest / "validate.partial.csv", index=False)
     (dest / "validate.partial.csv").unlink(missing_ok=True)
@@ -211,13 +214,14 @@ def aggregate(rounds: pd.DataFrame) -> pd.DataFrame:
 
 
 def train_config(model: str, cfg: SchemeConfig, micro_batch: int, steps: int,
-                 out: Path | None = None, seq_len: int | None = None):
+                 out: Path | None = None, seq_len: int | None = None,
+                 autocast: str | None = None):
     """The training run a validation measures (no evaluation; a short LR warm-up)."""
     from scape.train.loop import TrainConfig
 
     return TrainConfig(model=model, scheme=cfg, steps=steps, micro_batch=micro_batch,
                        seq_len=seq_len, eval_every=0, out=None if out is None else str(out),
-                       warmup_steps=min(5, steps)).validate()
+                       warmup_steps=min(5, steps), autocast=autocast).validate()
 
 
 def check_runnable(model: str, cfg: SchemeConfig, world: int, micro_batch: int,
@@ -229,19 +233,31 @@ def check_runnable(model: str, cfg: SchemeConfig, world: int, micro_batch: int,
 
 
 def measure(model: str, cfg: SchemeConfig, world: int, micro_batch: int, steps: int,
-            netbed, out: Path, seq_len: int | None = None) -> dict:
+            netbed, out: Path, seq_len: int | None = None, backend: str = "gloo",
+            share_gpu: bool = False) -> dict:
     from scape.train.launch import launch
 
-    tc = train_config(model, cfg, micro_batch, steps, out, seq_len)
-    return launch(tc, world, "gloo", netbed=netbed)
+    # on GPUs in bf16 autocast, as `scape calibrate compute` times the forward and backward there
+    tc = train_config(model, cfg, micro_batch, steps, out, seq_len,
+                      autocast="bf16" if backend == "nccl" else None)
+    return launch(tc, world, backend, netbed=netbed, share_gpu=share_gpu)
 
 
-def row(spec: str, world: int, netbed, measured: dict, predicted: StepResult) -> dict:
+def link_name(netbed, backend: str = "gloo", share_gpu: bool = False) -> str:
+    """What joined the ranks, as the table's `netbed` column says it."""
+    if netbed:
+        return str(netbed)
+    if backend == "nccl":
+        return "nccl sockets, shared GPU" if share_gpu else "nccl"
+    return "loopback"
+
+
+def row(spec: str, world: int, link: str, measured: dict, predicted: StepResult) -> dict:
     m, p = measured["median_step_s"], predicted.step_time_s
     b = measured["breakdown_median_s"]
     kernels = sum(v for k, v in b.items() if k not in ("fwd_bwd_s", "comm_s", "wait_s"))
     return {
-        "scheme": spec, "ranks": world, "netbed": str(netbed) if netbed else "loopback",
+        "scheme": spec, "ranks": world, "netbed": link,
         "measured_step_s": m, "predicted_step_s": p, "error_pct": 100 * (p / m - 1),
         "measured_fwd_bwd_s": b.get("fwd_bwd_s", 0.0), "measured_comm_s": b.get("comm_s", 0.0),
         "measured_kernels_s": kernels,

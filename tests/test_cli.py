@@ -336,10 +336,18 @@ def test_committed_measured_profiles_load_and_simulate(capsys, path):
     hw = load_hardware(f"measured/{path.stem}")
     assert hw.collectives and hw.kernels and hw.slowdown[0] == 1.0
     assert path.with_suffix(".collectives.csv").exists()
-    code, out, _ = scape(capsys, "simulate", "--model", "tiny-gpt", "--hardware",
-                         f"measured/{path.stem}", "--gpus", "2", "--scheme", "scape:0.99",
-                         "--micro-batch", "16", "--format", "json")
+
+    def simulate(gpus: int):
+        return scape(capsys, "simulate", "--model", "tiny-gpt", "--hardware",
+                     f"measured/{path.stem}", "--gpus", str(gpus), "--scheme", "scape:0.99",
+                     "--micro-batch", "16", "--format", "json")
+
+    # as many ranks as it timed sharing the host (or the GPU): at most 2 here
+    code, out, _ = simulate(min(2, len(hw.slowdown)))
     assert code == 0 and json.loads(out)[0]["step_time_s"] > 0
+    if len(hw.slowdown) < 2:  # a profile that timed compute alone (the H100's) says so
+        code, _, err = simulate(2)
+        assert code == 2 and "--max-ranks 2" in err
 
 
 def test_version(capsys):

@@ -34,3 +34,19 @@ def test_sharing_is_for_nccl_ranks():
     with pytest.raises(UserError, match="--share-gpu puts NCCL ranks on shared GPUs"):
         check_backend("gloo", 2, share_gpu=True)
     check_backend("gloo", 2)  # unchanged without it
+
+
+@pytest.mark.parametrize("name", ["tiny-gpt", "tiny-llama"])
+def test_model_makes_its_positions_on_the_input_device(name):
+    """Positions and rotary angles follow the input, not torch's default device: a rank that
+    sets none (calibrate collectives' interference check on a GPU) once failed with "index is
+    on cpu" (a lent H100, 2026-11-26). The meta device stands in for the GPU here."""
+    import torch
+
+    from profiles import load_model
+    from scape.train.model import GPT
+
+    with torch.device("meta"):
+        model = GPT(load_model(name))
+    idx = torch.zeros(2, 16, dtype=torch.long, device="meta")  # [b, s]
+    assert model(idx, idx).device.type == "meta"

@@ -42,3 +42,16 @@ def test_nccl_losses_match_gloo(tmp_path, name, opts):
     assert len(gloo) == len(nccl)
     for a, b in zip(gloo, nccl, strict=True):
         assert b == pytest.approx(a, rel=TOLERANCE), (name, gloo, nccl)
+
+
+@pytest.mark.parametrize("density", [0.1, 0.01])
+def test_selection_on_cuda_matches_the_cpu(density):
+    """scape.select on CUDA (a threshold from torch.topk) keeps exactly the CPU's indices
+    (kthvalue), ties by position included."""
+    from scape.select import top_k_indices
+
+    score = torch.randn(1 << 20).abs()  # [n] fp32
+    score[1000:1100] = score[999]  # a run of ties at one value
+    k = round(density * score.numel())
+    on_gpu = top_k_indices(score.cuda(), k).cpu()
+    assert torch.equal(on_gpu, top_k_indices(score, k))

@@ -74,3 +74,42 @@ def test_the_paper_setting_gives_the_authors_table(capsys, tmp_path):
                and r["scheme"] == "scape" and r["sparsity"] == 0.9)
     assert row["paper_value"] == 0.433 and row["table_value"] < row["paper_value"]
     assert row["predicted_value"] == pytest.approx(row["table_value"], abs=0.03)
+
+
+def test_measured_compute_side_by_side(tmp_path):
+    """--compute-profile prices forward and backward at the measured rate: every step keeps
+    its communication and changes by exactly its compute, and the computation check compares
+    both with the authors' GH200 figure (issue 15 item 4)."""
+    import pandas as pd
+
+    from profiles import load_hardware
+    from reports.reproduce import measured_compute
+
+    files = write_report(tmp_path, compute_profile="measured/h100-2026-11-26")
+    both = pd.read_csv(files["measured_compute"])
+    assert len(both) == len(SETTINGS) * len(SCHEMES)
+    # no overlap in the paper's setting: the step moves by the compute's change alone
+    moved = both["step_time_s_measured_compute"] - both["step_time_s"]
+    assert moved.to_numpy() == pytest.approx(
+        (both["compute_s_measured_compute"] - both["compute_s"]).to_numpy(), rel=1e-9)
+    check = pd.read_csv(files["compute_check"]).set_index("model")
+    assert check.loc["llama-1.8b", "authors_compute_s"] == pytest.approx(1.423607)
+    # the MFU is the measured rate over the H100's datasheet peak (dgx-h100)
+    m, h100 = load_hardware("measured/h100-2026-11-26"), load_hardware("dgx-h100")
+    _, mfus = measured_compute(load_hardware("vista-gh200-socket"), "measured/h100-2026-11-26")
+    assert mfus["llama-1.8b"] == pytest.approx(
+        m.compute.mfu * m.gpu.peak_bf16_tflops / h100.gpu.peak_bf16_tflops)
+    text = files["report"].read_text()
+    assert "## Measured compute in place of the profile's" in text
+    assert files["measured_compute"].name in files["html"].read_text()
+
+
+@pytest.mark.parametrize(("profile", "match"), [
+    ("dgx-h100", "not a measured profile"),
+    ("measured/netbed-100mbit", "names no gpu_profile"),
+])
+def test_compute_profile_refusals(capsys, tmp_path, profile, match):
+    code, _, err = scape(capsys, "reproduce", "--out", str(tmp_path / "r"),
+                         "--compute-profile", profile)
+    assert code != 0 and match in err
+    assert not (tmp_path / "r").exists()

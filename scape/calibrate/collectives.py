@@ -29,6 +29,10 @@ from simulator.units import format_duration
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all")
 DEFAULT_SIZES = tuple(2 ** i * 16384 for i in range(9))  # 16 KiB .. 4 MiB: what steps send
+# NCCL's sockets between ranks sharing a GPU take ~5 ms a call up to a few MiB (an H100,
+# 2026-11-26: profiles/measured/h100-2026-11-26.collectives.csv), so the 16 KiB-4 MiB sweep
+# holds no bandwidth to fit; 256 KiB .. 64 MiB does
+SHARED_GPU_SIZES = tuple(2 ** i * 262144 for i in range(9))
 
 
 def _call(op: str, size_bytes: int, world: int, device) -> Callable[[], None]:

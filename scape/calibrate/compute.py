@@ -41,6 +41,11 @@ Builder = Callable[[int, torch.device], Bench]
 Progress = Callable[[str], None]
 
 SIZES = (2**14, 2**16, 2**18, 2**20, 2**22)  # elements per kernel call
+# On a GPU every size above is launch-bound (a 4M-element fp32 pass is ~11 us at an H100's
+# copy bandwidth, under the ~20-400 us fixed cost measured there on 2026-11-26), so the fit
+# found no per-element cost; these reach the bandwidth-bound sizes of a model's tensors
+# (pack's buffer is SPREAD x n: 4 GiB at 2^26)
+CUDA_SIZES = (2**18, 2**20, 2**22, 2**24, 2**26)
 # Selection keeps k = n * DENSITY: 0.01 is the sparsity-0.99 setting of compare's defaults
 # (topk:0.99, scalecom:0.99). The cost per element depends on it: at 0.1 the exact pass over
 # the candidates is 10x longer (see `select_bench`).
@@ -429,12 +434,19 @@ def memory_gb(device: torch.device) -> float:
 # ---- forward and backward of the real model ----
 
 
+def _autocast(device: torch.device) -> AbstractContextManager:
+    """bf16 autocast on CUDA, as the SCAPE authors train (Megatron --bf16) and as `scape train
+    --autocast bf16` runs; the CPU runtime trains in fp32 (its matmul peak is fp32 too)."""
+    return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
+
+
 def _fwd_bwd_samples(model: GPT, seq: int, micro_batch: int, device: torch.device,
                      repeats: int, warmup: int, rank: int = 0,
                      barrier=None) -> list[tuple[float, float]]:
     """(forward s, backward s) of `repeats` steps after `warmup`, on the batches step t of
-    `rank` trains on (scape.train.loop.train's timed region: model(x, y), loss.backward()).
-    With a barrier, every step starts when all ranks sharing it reach it."""
+    `rank` trains on (scape.train.loop.train's timed region: model(x, y), loss.backward()),
+    in bf16 autocast on CUDA (`_autocast`). With a barrier, every step starts when all ranks
+    sharing it reach it."""
     samples = []
     for t in range(1, warmup + repeats + 1):
         x, y = (b.to(device) for b in batch("train", t, rank, micro_batch, seq))
@@ -443,7 +455,8 @@ def _fwd_bwd_samples(model: GPT, seq: int, micro_batch: int, device: torch.devic
             barrier.wait()
         _sync(device)
         t0 = time.perf_counter()
-        loss = model(x, y)  # [] fp32
+        with _autocast(device):
+            loss = model(x, y)  # [] fp32
         _sync(device)
         t1 = time.perf_counter()
         loss.backward()
@@ -473,7 +486,8 @@ def measure_fwd_bwd(model_name: str, micro_batch: int, seq_len: int | None = Non
                     repeats: int = 10) -> dict:
     """Forward and backward of the real GPT (scape.train.model) on real batches
     (scape.train.data.batch), the region scape.train.loop.train times as fwd_bwd_s: medians of
-    `repeats` steps after 2 warm-ups, gradients set to None between steps as the loop does.
+    `repeats` steps after 2 warm-ups, gradients set to None between steps as the loop does;
+    bf16 autocast on CUDA, fp32 on CPU.
     total_s is the median of the per-step sums. flops = 3 x forward FLOPs (the simulator's
     formula, simulator.compute.forward_flops_per_token)."""
     device = torch.device(device)
@@ -583,18 +597,21 @@ def measure_concurrency(model_name: str, micro_batch: int, max_ranks: int, threa
 
 def calibrate_compute(model_name: str, micro_batch: int, max_ranks: int = 1,
                       device: torch.device | str | None = None, threads: int = 1,
-                      progress: Progress | None = None, sizes: Sequence[int] = SIZES,
+                      progress: Progress | None = None, sizes: Sequence[int] | None = None,
                       kernel_repeats: int = 9, fwd_bwd_repeats: int = 30,
                       concurrency_repeats: int = 30, matmul_n: int | None = None,
                       copy_elements: int | None = None) -> dict:
     """Measure this device (CUDA when available, else the CPU with `threads` threads per
     rank) and return its "gpu" and "compute" profile tables, the kernel fits, the forward and
     backward of `model_name` at `micro_batch`, and the slowdown of 1..max_ranks ranks sharing
-    the host. The remaining parameters shrink the measurement (tests)."""
+    the host. `sizes`: kernel sizes (default SIZES on a CPU, CUDA_SIZES on a GPU). The
+    remaining parameters shrink the measurement (tests)."""
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(device)
     say = progress or (lambda _msg: None)
+    if sizes is None:
+        sizes = CUDA_SIZES if device.type == "cuda" else SIZES
     torch.set_num_threads(threads)
     say("matmul peak")
     peak = measure_matmul_peak(device, threads, n=matmul_n)
@@ -625,7 +642,7 @@ def calibrate_compute(model_name: str, micro_batch: int, max_ranks: int = 1,
             "memory_GB": memory_gb(device),
             "hbm_bw_GBps": bandwidth / 1e9,
             "source": (f"measured by scape calibrate compute on {when}: peak = median "
-                       f"{dtype} {matmul}x{matmul} matmul ({dtype} on CPU: the dtype the CPU "
+                       f"{dtype} {matmul}x{matmul} matmul (fp32 on a CPU: the dtype the CPU "
                        f"runtime trains in), hbm_bw = median large fp32 copy (read + write), "
                        f"torch {torch.__version__}, {threads} thread(s) per rank"),
         },
@@ -635,7 +652,8 @@ def calibrate_compute(model_name: str, micro_batch: int, max_ranks: int = 1,
             "interference": 0.0,
             "source": (f"measured by scape calibrate compute on {when}: mfu = 3 x forward "
                        f"FLOPs of {model_name} (micro-batch {micro_batch}, seq "
-                       f"{fb['seq_len']}) / median forward+backward time / measured peak; "
+                       f"{fb['seq_len']}, {dtype}) / median forward+backward time / measured "
+                       "peak; "
                        "mem_efficiency 1.0 because hbm_bw_GBps is already the achieved copy "
                        "bandwidth; interference not measured (0.0); select kernels at density "
                        f"{DENSITY}"),

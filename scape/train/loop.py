@@ -228,7 +228,11 @@ def train(cfg: TrainConfig, steps_this_run: int | None = None) -> dict:
     profile = load_model(cfg.model)
     seq = profile.arch.seq_len if cfg.seq_len is None else cfg.seq_len
     torch.manual_seed(cfg.seed)  # identical initial weights on every rank
-    model = GPT(profile)
+    # drawn from the CPU generator whatever the device: an NCCL run on GPUs starts from the
+    # weights of the gloo run of the same seed (CUDA's generator draws other numbers)
+    with torch.device("cpu"):
+        model = GPT(profile)
+    model.to(device)
     scheme = make_scheme(cfg.scheme, list(model.parameters()), comm, cfg.hyper)
     out = Path(cfg.out) if cfg.out else None
     if out:

@@ -26,8 +26,10 @@ class RMSNorm(nn.Module):
 def rotary(x: torch.Tensor) -> torch.Tensor:
     """Rotary position embedding (Su et al. 2021) over the last dim of [b, heads, s, d]."""
     s, d = x.shape[-2], x.shape[-1]
-    freqs = 1.0 / (10000 ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
-    angles = torch.outer(torch.arange(s, dtype=torch.float32), freqs)  # [s, d/2]
+    # on x's device: a rank that sets no default device (calibrate's interference check) too
+    ar = dict(dtype=torch.float32, device=x.device)
+    freqs = 1.0 / (10000 ** (torch.arange(0, d, 2, **ar) / d))  # [d/2]
+    angles = torch.outer(torch.arange(s, **ar), freqs)  # [s, d/2]
     cos, sin = angles.cos(), angles.sin()
     x1, x2 = x[..., 0::2], x[..., 1::2]
     return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
@@ -89,7 +91,7 @@ class GPT(nn.Module):
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
         x = self.embed(idx)  # [b, s, h]
         if self.pos is not None:
-            x = x + self.pos(torch.arange(idx.shape[1]))
+            x = x + self.pos(torch.arange(idx.shape[1], device=idx.device))
         for block in self.blocks:
             x = block(x)
         x = self.norm(x)

@@ -1,0 +1,278 @@
+"""Benchmark (issue 15 item 1): this device's compute for the SCAPE authors' models and the
+optimizer of each scheme, printed and written as JSON. Meant for a lent GPU (bench/gpu_session.sh
+runs it); on a CPU it runs too, with --quick, to check the script.
+
+Measured, each a median over timed repeats after warm-ups (scape/calibrate/compute.time_call,
+cold cache before each call):
+- forward+backward of gpt-345m, llama-500m and llama-1.8b at the authors' micro-batch and
+  sequence length (the models' profiles; llama-500m micro-batch 16 from the authors'
+  pretrain_llama2_500M_baseline.sh), bf16 autocast, FlashAttention forced where torch has it
+  (`flash` says whether it ran); a micro-batch that does not fit is halved and says so;
+- one optimizer step of Llama-1.8B's parameters on one rank: dense AdamS (ZeRO-1 code path) and
+  both SCAPE variants (`scape`, the authors' per-tensor reducer, scape/schemes/scape_authors.py;
+  `scape-partitioned`) at density 0.1 and 0.01; SCAPE's first step is dense, so steps 3.. are
+  timed (as bench/optimizer_cost.py);
+- selection of the top d*n of n = 1e8 and 1e9 scores: torch.topk against scape.select's
+  threshold method (top_k_indices), d = 0.1 and 0.01;
+- quantize and dequantize (8-bit, block 2048) of 1e8 values.
+Usage: python bench/gpu_compute.py [--out FILE.json] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import replace
+
+import torch
+
+from profiles import load_model
+from scape.adams import Hyper
+from scape.calibrate.compute import KERNEL_BENCH, _sync, measure_fwd_bwd, time_call
+from scape.comm import Comm
+from scape.plan import make_config
+from scape.schemes import make_scheme
+from scape.select import top_k_indices
+from scape.train.model import GPT
+
+# (model, the authors' micro-batch): llama-1.8b and gpt-345m scripts pass 8, llama-500m 16
+FWD_BWD = (("gpt-345m", 8), ("llama-500m", 16), ("llama-1.8b", 8))
+OPTIMIZERS = (("dense-adams", None), ("scape", 0.1), ("scape", 0.01),
+              ("scape-partitioned", 0.1), ("scape-partitioned", 0.01))
+OPT_LAYERS = (6, 12, 24)  # Llama-1.8B has 24; its whole step may not fit at every scheme
+SELECT_N = (10**8, 10**9)
+DENSITIES = (0.1, 0.01)
+
+
+def say(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def _flash():
+    """A context forcing FlashAttention in F.scaled_dot_product_attention, or None."""
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:
+        return None
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION])
+
+
+def fwd_bwd(device: torch.device, models, repeats: int) -> list[dict]:
+    rows = []
+    for name, mb in models:
+        while mb >= 1:
+            for flash in (True, False):
+                ctx = _flash() if flash and device.type == "cuda" else None
+                try:
+                    with ctx or nullcontext():
+                        fb = measure_fwd_bwd(name, mb, device=device, repeats=repeats)
+                except torch.OutOfMemoryError:
+                    fb = "oom"
+                except RuntimeError as e:  # no flash kernel for this shape/dtype/device
+                    if ctx is None:
+                        raise
+                    say(f"{name}: FlashAttention refused ({str(e)[:120]}); default SDPA")
+                    continue
+                break
+            torch.cuda.empty_cache() if device.type == "cuda" else None
+            if fb != "oom":
+                break
+            say(f"{name}: micro-batch {mb} does not fit; halved")
+            mb //= 2
+        fb["flash"] = ctx is not None
+        fb["tflops"] = fb["flops"] / fb["total_s"] / 1e12
+        say(f"{name} mb {fb['micro_batch']} x {fb['seq_len']}: fwd {fb['fwd_s']*1e3:.1f} ms, "
+            f"bwd {fb['bwd_s']*1e3:.1f} ms, {fb['tflops']:.0f} TFLOP/s")
+        rows.append(fb)
+    return rows
+
+
+def _shapes(model_name: str, layers: int | None) -> list[torch.Size]:
+    """The parameter shapes of the model, with `layers` blocks where given."""
+    profile = load_model(model_name)
+    if layers is not None:
+        profile = replace(profile, arch=replace(profile.arch, n_layers=layers))
+    with torch.device("meta"):
+        model = GPT(profile)
+    return [p.shape for p in model.parameters()]
+
+
+def _time_scheme(device: torch.device, shapes, name: str, density, repeats: int) -> dict:
+    opts = {} if density is None else {"sparsity": 1 - density}
+    torch.manual_seed(0)
+    with torch.device(device):
+        params = [torch.nn.Parameter(torch.randn(s) * 0.02) for s in shapes]  # fp32
+        scheme = make_scheme(make_config(name, **opts), params, Comm(), Hyper())
+        times, parts = [], []
+        for i in range(repeats + 2):  # SCAPE's first step is dense: time steps 3..
+            for p in params:
+                p.grad = torch.randn_like(p) * 1e-3
+            _sync(device)
+            t0 = time.perf_counter()
+            kernels = scheme.step()
+            _sync(device)
+            if i >= 2:
+                times.append(time.perf_counter() - t0)
+                parts.append(kernels)
+    return {"step_s": statistics.median(times), "samples_s": times,
+            "parts_s": {k: statistics.median(p.get(k, 0.0) for p in parts)
+                        for k in sorted({k for p in parts for k in p})},
+            "peak_memory_GB": (torch.cuda.max_memory_allocated() / 1e9
+                               if device.type == "cuda" else None)}
+
+
+def _free(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def optimizer_steps(device: torch.device, model_name: str, cases, layer_counts,
+                    repeats: int) -> list[dict]:
+    """Each case at each layer count (the model's own last). Where the full model does not fit
+    (every [N] buffer of the runtime's step is fp32), `full_s` extends the two largest counts
+    that did linearly in the layers: the step is per-tensor and per-element work, so its time is
+    a + b * layers; dense AdamS, which fits whole, checks that line (`line_err_pct`)."""
+    rows = []
+    for name, density in cases:
+        for layers in layer_counts:
+            n = sum(s.numel() for s in _shapes(model_name, layers))
+            row = {"model": model_name, "layers": layers, "params": n, "scheme": name,
+                   "density": density}
+            try:
+                row.update(_time_scheme(device, _shapes(model_name, layers), name, density,
+                                        repeats))
+                say(f"{name} d={density} L={layers}: step {row['step_s']*1e3:.1f} ms "
+                    f"{ {k: round(v * 1e3, 2) for k, v in row['parts_s'].items()} }")
+            except torch.OutOfMemoryError:
+                row["step_s"] = None
+                say(f"{name} d={density} L={layers}: does not fit")
+            _free(device)
+            rows.append(row)
+    full = layer_counts[-1]
+    for name, density in cases:
+        mine = [r for r in rows if r["scheme"] == name and r["density"] == density]
+        done = [r for r in mine if r["step_s"] is not None and r["layers"] < full]
+        if len(done) < 2:
+            continue
+        (l0, t0), (l1, t1) = [(r["layers"], r["step_s"]) for r in done[-2:]]
+        line = t1 + (t1 - t0) / (l1 - l0) * (full - l1)
+        last = mine[-1]
+        last["line_s"] = line
+        if last["step_s"] is not None:
+            last["line_err_pct"] = 100 * (line - last["step_s"]) / last["step_s"]
+        last["full_s"] = last["step_s"] if last["step_s"] is not None else line
+    dense = next((r.get("full_s") for r in rows if r["scheme"] == "dense-adams"
+                  and r["layers"] == full), None)
+    for r in rows:
+        if r.get("full_s") is not None and dense is not None:
+            r["over_dense_s"] = r["full_s"] - dense
+            say(f"{r['scheme']} d={r['density']}: full model {r['full_s']*1e3:.1f} ms, "
+                f"{r['over_dense_s']*1e3:+.1f} ms over dense AdamS"
+                + (f" (line {r['line_s']*1e3:.1f} ms, {r['line_err_pct']:+.1f}%)"
+                   if "line_err_pct" in r else ""))
+    return rows
+
+
+def selection(device: torch.device, sizes, densities, repeats: int) -> list[dict]:
+    rows = []
+    for n in sizes:
+        try:
+            x = torch.randn(n, device=device)  # [n] fp32 scores' source
+        except torch.OutOfMemoryError:
+            say(f"select n={n:.0e}: does not fit")
+            continue
+        for d in densities:
+            k = round(d * n)
+            # both time the |x| pass too: every sparse scheme selects on a magnitude
+            for method, fn in (("torch.topk",
+                                lambda x=x, k=k: torch.topk(x.abs(), k, sorted=False)),
+                               ("threshold", lambda x=x, k=k: top_k_indices(x.abs(), k))):
+                try:
+                    s = time_call(fn, device, repeats)
+                except (torch.OutOfMemoryError, RuntimeError) as e:
+                    say(f"select {method} n={n:.0e} d={d}: failed ({str(e)[:100]})")
+                    s = None
+                rows.append({"n": n, "density": d, "method": method, "s": s})
+                if s is not None:
+                    say(f"select {method} n={n:.0e} d={d}: {s*1e3:.2f} ms")
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+        x = None  # free the 4 GB before the next size
+    return rows
+
+
+def quantize(device: torch.device, n: int, repeats: int) -> list[dict]:
+    rows = []
+    for kind in ("quantize", "dequantize"):
+        with torch.device(device):
+            bench = KERNEL_BENCH[kind](n, device)
+            s = time_call(bench, device, repeats)
+        del bench
+        rows.append({"kind": kind, "n": n, "s": s})
+        say(f"{kind} n={n:.0e}: {s*1e3:.2f} ms")
+    return rows
+
+
+def environment(device: torch.device) -> dict:
+    env = {"torch": torch.__version__, "python": sys.version.split()[0],
+           "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "device": str(device)}
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        env.update(gpu=props.name, sms=props.multi_processor_count,
+                   memory_GB=props.total_memory / 1e9, cuda=torch.version.cuda,
+                   nccl=".".join(map(str, torch.cuda.nccl.version())),
+                   cudnn=torch.backends.cudnn.version(),
+                   flash_sdp=torch.backends.cuda.flash_sdp_enabled())
+    return env
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=None, help="write the results as JSON here")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny models and sizes: checks the script (CPU)")
+    parser.add_argument("--parts", default="fwd_bwd,optimizer,select,quantize")
+    args = parser.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    parts = args.parts.split(",")
+    if args.quick:
+        models, opt_model, layers, sel, qn, reps = (
+            (("tiny-llama", 2),), "tiny-llama", (1, 2, 4), (10**6,), 2**20, 2)
+    else:
+        # quantize: the multiple of its 2048-value block nearest 1e8
+        models, opt_model, layers, sel, qn, reps = (
+            FWD_BWD, "llama-1.8b", OPT_LAYERS, SELECT_N, 2048 * 48828, 5)
+    result = {"environment": environment(device), "options": vars(args)}
+    say(json.dumps(result["environment"]))
+
+    def save() -> None:
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(result, f, indent=1)
+
+    steps = {"fwd_bwd": lambda: fwd_bwd(device, models, reps),
+             "optimizer": lambda: optimizer_steps(device, opt_model, OPTIMIZERS, layers, reps),
+             "select": lambda: selection(device, sel, DENSITIES, 3),
+             "quantize": lambda: quantize(device, qn, reps)}
+    for part in parts:
+        t0 = time.perf_counter()
+        try:
+            result[part] = steps[part]()
+        except Exception as e:  # one part failing must not lose the others' figures
+            result[part] = {"error": f"{type(e).__name__}: {e}"}
+            say(f"{part} failed: {type(e).__name__}: {e}")
+        say(f"{part} took {time.perf_counter() - t0:.1f} s")
+        save()
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
