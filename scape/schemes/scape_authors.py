@@ -115,56 +115,84 @@ class ScapeAuthors(Scheme):
         return self.cfg.density_at(t)
 
     # ---- the step ----
+    # Memory and passes (a lent H100, 2026-11-26: Llama-1.8B's step held ~18 fp32 buffers of the
+    # model's size and did not fit 80 GB): c is built in one buffer and becomes the residual in
+    # place; g_sync is written on the mask's K entries only; without the distributed optimizer
+    # the update touches only the K masked entries (off the mask m = 0 and the parameters only
+    # decay). Every value is the one the full-size expressions give (tests/test_scape_authors).
     def _step(self, lr: float) -> None:
         numel, b1 = self.flat.numel, self.hyper.beta1
         g = self.pull_grads()[:numel]  # [N] fp32, this rank's gradient
         m_prev = self.m  # [N] fp32
         with self.timed("pack"):
             r = self.residual.to(g.device)  # [N] fp32 (from the host with offload)
-            c = m_prev * b1 + g * (1 - b1) + r  # [N] corrected momentum, this rank's view
+            c = m_prev * b1  # [N] corrected momentum, this rank's view: b1 m + (1-b1) g + r
+            c.add_(g * (1 - b1)).add_(r)
+            del r
         if self.mask is None:  # bootstrap (R:4788-4853)
             self.mask = self._bootstrap(c)
         self._launch_next(c)
         mask = self.mask
         self.history.append(mask)
         with self.timed("pack"):
-            payload = c[mask]  # [K] fp32
-            r = c.masked_fill(mask, 0.0)  # the unsent part of c (single-pass)
-            self.residual.copy_(r)
+            idx = torch.nonzero(mask).squeeze(1)  # [K] int64, ascending
+            payload = c[idx]  # [K] fp32
+            c.index_fill_(0, idx, 0.0)  # the unsent part of c (single-pass) ...
+            if self.offload:
+                self.residual.copy_(c)  # ... back to the host
+            else:
+                self.residual = c  # ... is the residual: no copy
+            del c
         self.comm.all_reduce("momentum payload all-reduce (fp32)", payload)
         with self.timed("update"):
             payload.div_(self.world)  # AVG
-            m_sync = torch.zeros(numel)  # [N] fp32
-            m_sync[mask] = payload
-            g_sync = (m_sync - b1 * m_prev) / (1 - b1)  # [N] fp32, gradient units
-            if not self.distopt:
-                g_sync.mul_(mask)  # non-dist-opt masks it (R:5413); dist-opt does not
+            # g_sync = (m_sync - b1 m) / (1 - b1), m_sync = the payload on the mask, 0 off it:
+            # dist-opt keeps it off the mask, (0 - b1 m) / (1 - b1); non-dist-opt masks it
+            # (R:5413). [N] fp32, gradient units
+            g_sync = ((m_prev * b1).neg_().div_(1 - b1) if self.distopt
+                      else torch.zeros(numel))
+            g_sync[idx] = (payload - b1 * m_prev[idx]) / (1 - b1)
+            del payload
             self.clip_(g_sync, sharded=False)  # every rank holds the whole g_sync
-            self._update(g_sync, mask, lr)
+            self._update(g_sync, mask, idx, lr)
         self._wait_next()  # before the next forward (prepare_pre_forward)
 
-    def _update(self, g: torch.Tensor, mask: torch.Tensor, lr: float) -> None:
+    def _update(self, g: torch.Tensor, mask: torch.Tensor, idx: torch.Tensor,
+                lr: float) -> None:
         """AdamS from the reducer's g_sync (R:5552-5626; dist-opt: AdamS on the shard, A:375-457,
-        then the sparse parameter sync)."""
+        then the sparse parameter sync). `idx`: the mask's positions, ascending."""
         h, t, numel = self.hyper, self.t, self.flat.numel
         b1, b2 = h.beta1, h.beta2
         bc1 = 1 - b1**t if h.bias_correction else 1.0
         bc2 = math.sqrt(1 - b2**t) if h.bias_correction else 1.0
-        m_prev = self.m
-        denom = (m_prev.square() * b2 + g.square() * (1 - b2)).sqrt_().div_(bc2).add_(h.eps)
-        m = m_prev * b1 + g * (1 - b1)  # [N] fp32
-        if not self.distopt:
-            m.mul_(mask)  # off the mask m = 0 (R:5587-5589)
         theta = self.flat.master[:numel]  # [N] fp32
+
+        def adams(m_prev: torch.Tensor, g: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+            """p <- p (1 - lr wd) - lr (m / bc1) / (sqrt(v) / bc2 + eps) in place; returns m."""
+            denom = m_prev.square().mul_(b2)  # v = b2 m_prev^2 + (1 - b2) g^2
+            denom.add_(g.square().mul_(1 - b2)).sqrt_().div_(bc2).add_(h.eps)
+            m = m_prev * b1
+            m.add_(g * (1 - b1))
+            p.mul_(1 - lr * h.weight_decay).addcdiv_(m, denom, value=-lr / bc1)
+            return m
+
         if not self.distopt:
-            theta.mul_(1 - lr * h.weight_decay).addcdiv_(m, denom, value=-lr / bc1)
-        else:
-            lo = self.rank * self.flat.shard_size
-            hi = min(numel, lo + self.flat.shard_size)
-            mine = theta[lo:hi].clone()  # [N/P] the owner's fp32 shard
-            mine.mul_(1 - lr * h.weight_decay).addcdiv_(m[lo:hi], denom[lo:hi], value=-lr / bc1)
-            self._sparse_sync(theta, mine, lo, mask, lr)
-        self.m = m
+            # off the mask g_sync = 0 and m = 0 (R:5587-5589): the parameters only decay
+            on = theta[idx]  # [K] fp32
+            m_on = adams(self.m[idx], g[idx], on)
+            theta.mul_(1 - lr * h.weight_decay)
+            theta[idx] = on
+            self.m.zero_()
+            self.m[idx] = m_on
+            return
+        lo = self.rank * self.flat.shard_size
+        hi = min(numel, lo + self.flat.shard_size)
+        mine = theta[lo:hi].clone()  # [N/P] the owner's fp32 shard
+        m_mine = adams(self.m[lo:hi], g[lo:hi], mine)
+        del m_mine  # the same values as the whole first moment's below
+        # every rank keeps the whole first moment, unmasked with dist-opt
+        self.m.mul_(b1).add_(g * (1 - b1))
+        self._sparse_sync(theta, mine, lo, mask, lr)
 
     def _sparse_sync(self, theta: torch.Tensor, mine: torch.Tensor, lo: int,
                      mask: torch.Tensor, lr: float) -> None:
