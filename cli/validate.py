@@ -83,19 +83,18 @@ def validate_cmd(
     nprocs = "2,3" if nprocs is None else nprocs
     steps = 30 if steps is None else steps
     rounds = 1 if rounds is None else rounds
-    backend = "gloo" if backend is None else str(backend)
-    share_gpu = bool(share_gpu)
-    # the probe re-times the CPU testbed's forward/backward; ranks on GPUs are not that
-    if probe and backend == "nccl":
-        raise UserError("--probe-compute re-times a CPU testbed's forward and backward; NCCL "
-                        "ranks run on GPUs: leave it out with --backend nccl")
-    probe_typed, probe = probe, (backend == "gloo") if probe is None else probe
     if write_profile is not None:
         raise UserError("--write-profile goes with --external (a fit to publish)")
     if profile is None:
         raise UserError("give --profile measured/NAME (from scape calibrate) or --external NAME")
     hw = load_hardware(profile)
     v.check_profile_complete(hw.path)
+    backend, share_gpu = _backend_of(hw, None if backend is None else str(backend), share_gpu)
+    # the probe re-times the CPU testbed's forward/backward; ranks on GPUs are not that
+    if probe and backend == "nccl":
+        raise UserError("--probe-compute re-times a CPU testbed's forward and backward; NCCL "
+                        "ranks run on GPUs: leave it out with --backend nccl")
+    probe_typed, probe = probe, (backend == "gloo") if probe is None else probe
     if steps < 3:
         raise UserError(f"--steps must be at least 3 for a median, got {steps}")
     if rounds < 1:
@@ -107,7 +106,13 @@ def validate_cmd(
     worlds = _rank_counts(nprocs)
     from scape.train.launch import check_backend
 
-    check_backend(backend, max(worlds), _netbed(netbed) if netbed else None, share_gpu)
+    try:
+        check_backend(backend, max(worlds), _netbed(netbed) if netbed else None, share_gpu)
+    except UserError as exc:  # say why this backend: the profile's (gloo would not test it)
+        reason = str(exc).removesuffix("; use --backend gloo")
+        raise UserError(f"{hw.name}'s collectives were measured with {backend}"
+                        + (" on ranks sharing GPUs" if share_gpu else "")
+                        + f", and its runs need that here: {reason}") from None
     recorded = hw.measured.get("network_netbed", "")
     measured_on = _netbed(recorded) if recorded.startswith("rate=") else None
     spec = measured_on if netbed is None else _netbed(netbed)
@@ -149,6 +154,25 @@ def validate_cmd(
             "measured_fwd_bwd_s", "measured_comm_s", "predicted_exposed_comm_s"]
     print(render(df[cols], fmt, header=header, floatfmt={
         c: "{:.4f}" for c in cols if c.endswith("_s")} | {"error_pct": "{:+.1f}"}))
+
+
+def _backend_of(hw, backend: str | None, share_gpu: bool | None) -> tuple[str, bool]:
+    """The runs' backend and GPU sharing: the profile's own (its collectives were measured
+    there) unless given; a given one that differs is refused, as --netbed is: a run on another
+    link would not test the profile's prediction."""
+    recorded = hw.measured.get("network_backend", "gloo")
+    # profiles written before the key existed say it in their network text
+    shared = hw.measured.get("network_share_gpu",
+                             "sharing the GPU" in hw.measured.get("network", ""))
+    if backend is not None and backend != recorded:
+        raise UserError(f"--backend {backend}: {hw.name}'s collectives were measured with "
+                        f"{recorded}; validate it there (leave --backend out), or calibrate a "
+                        f"profile with --backend {backend}")
+    if share_gpu and not shared:
+        raise UserError(f"--share-gpu: {hw.name}'s collectives were measured with one GPU per "
+                        "rank (or on the CPU); leave --share-gpu out, or calibrate a profile "
+                        "with it")
+    return recorded, bool(shared)
 
 
 def _write_checked(path: Path, text: str) -> None:

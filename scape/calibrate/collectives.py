@@ -233,7 +233,7 @@ def calibrate(name: str, nprocs: list[int], backend: str = "gloo", netbed=None,
     interference = {r["world"]: r["value"] for r in every if r["op"] == "async_interference"}
     fit = fit_tier(rows)
     ranks = ",".join(map(str, nprocs))
-    prov = provenance(backend, netbed, ranks)
+    prov = {**provenance(backend, netbed, ranks), "share_gpu": share_gpu}
     link = f"netbed {netbed}" if netbed else f"{backend} over loopback"
     if share_gpu:  # said in the profile's own text: its [measured] keys are fixed
         link += ", ranks sharing the GPU(s) over NCCL's socket transport"
