@@ -49,6 +49,7 @@ H100_PROFILES = ("dgx-h100", "aws-p5", "oci-h100-roce")  # the same HGX H100 boa
 # the A100's sustained share is fitted on these whole steps (Korthikanti et al. 2022 Table 5),
 # as the H100's is on NeMo's: the rest of parallel-steps.csv is held out
 A100_CALIBRATION = "korthikanti-"
+AUTHORS_MICRO_BATCH = 8  # the scape-sc26 comp_comm_micro_bs_8 runs (--micro-batch-size 8)
 
 
 def gpt(row) -> object:
@@ -133,6 +134,34 @@ def layer_check(hw, cases: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def authors_compute_check() -> pd.DataFrame:
+    """The SCAPE authors' dense AdamS computation per step on GH200 (profiles/external/
+    scape-sc26.toml, comp_comm_micro_bs_8: Llama-500M and 1.8B, micro-batch 8, global batch
+    1024, 4-64 GPUs) against the dgx-h100 shapes model with the GH200's peak and HBM bandwidth
+    (vista-gh200-socket [gpu]): forward+backward of one micro-batch times the micro-batches of a
+    step. Neither model nor profile was fitted on these rows (vista-gh200-socket's [model_mfu]
+    was, and is not used). The authors' computation also holds their optimizer step and other
+    per-step work the shapes model leaves out."""
+    from profiles.external import load_external
+    from simulator.compute import fwd_bwd
+
+    h100, gh200 = load_hardware("dgx-h100"), load_hardware("vista-gh200-socket")
+    hw = replace(h100, gpu=replace(h100.gpu, peak_bf16_tflops=gh200.gpu.peak_bf16_tflops,
+                                   hbm_bw_GBps=gh200.gpu.hbm_bw_GBps))
+    out = []
+    for r in load_external("scape-sc26").rows:
+        if (r.table, r.series, r.quantity) != ("comp_comm_micro_bs_8", "adams", "compute_ms"):
+            continue
+        m = load_model(r.model)
+        micro = m.global_batch // r.gpus // AUTHORS_MICRO_BATCH  # micro-batches per step
+        t = fwd_bwd(m, hw, AUTHORS_MICRO_BATCH, m.arch.seq_len)
+        pred = micro * (t.fwd_s + t.bwd_s) * 1e3  # ms
+        out.append({"model": r.model, "gpus": r.gpus, "micro_batches": micro,
+                    "authors_ms": r.value, "predicted_ms": pred,
+                    "error_pct": 100 * (pred / r.value - 1)})
+    return pd.DataFrame(out)
+
+
 def calibrate_steps(hw, rows: pd.DataFrame) -> tuple[float, pd.DataFrame]:
     """The sustained share at which these whole steps' median log error is zero (bisection:
     a lower share only slows every step), rounded to 0.005, and its table."""
@@ -209,6 +238,12 @@ def main() -> int:
           "without the rest of a step")
     print(layer_check(shipped["dgx-a100"], cases).to_string(
         index=False, float_format=lambda x: f"{x:.2f}"))
+    authors = authors_compute_check()
+    err = authors["error_pct"].abs()
+    print("\ncheck, neither fitted nor counted: the SCAPE authors' GH200 computation per step "
+          "(dense AdamS, micro-batch 8) against the dgx-h100 shapes model at the GH200's peak "
+          f"and HBM bandwidth: median |error| {err.median():.1f}%, max {err.max():.1f}%")
+    print(authors.to_string(index=False, float_format=lambda x: f"{x:.1f}"))
     print()
     shipped_factors = ", ".join(f"{n} {h.roofline.sustained:g}" for n, h in shipped.items())
     print(summary(base, f"profiles as shipped (sustained: {shipped_factors})"))

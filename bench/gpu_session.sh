@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Issue 15's device checks, prepared for the one short run a lent GPU allows (the device tool
 # gives 10 minutes a command and 15 minutes a session): run from the repository root with the
-# simpy wheel carried (`carry: [".whl"]`; `pip download --no-deps simpy==4.1.2 -d .whl` here),
+# simpy wheel and iproute2 carried (`carry: [".whl", ".netbed-tools"]`; here: `pip download
+# --no-deps simpy==4.1.2 -d .whl` and `bash bench/netbed_tools.sh`),
 #   bash bench/gpu_session.sh
+# The whole script is more than one 15-minute lease holds: SKIP="step ..." leaves out what an
+# earlier session measured (reports/validation-gpu/README.md says which).
 # Everything lands in $OUT (the device tool's folder): the machine's versions, measured
 # profiles, the NCCL sweep and the nccl-vs-gloo training test. Each step has its own time limit
 # so a hang costs one step, not the run; a step that fails says so in $OUT/steps.txt and the
@@ -38,7 +41,9 @@ step() {  # step NAME SECONDS COMMAND...: run it with a limit, log it, record ho
     local rc=$?
     echo "$name rc=$rc $((SECONDS - t0))s" | tee -a "$W/steps.txt"
     tail -n 40 "$W/$name.log"
-    tar czf "$OUT/gpu-session.tgz" -C "$W" .
+    # the runs' folders (checkpoints) are left out: 276 MB of them kept the archive from
+    # coming back once
+    tar czf "$OUT/gpu-session.tgz" -C "$W" --exclude=runs .
 }
 
 step env 30 bash -c "nvidia-smi; $PY -c 'import torch, sys; print(sys.version); \
@@ -68,4 +73,18 @@ step validate-collectives 80 $PY -m cli calibrate collectives --out gpu-val --ba
 step validate 140 $PY -m cli validate --profile measured/gpu-val --backend nccl --share-gpu \
     --nprocs 2,4 --steps 8 --out "$W/validation-gpu" \
     --schemes dense-ddp,dense-adams,quantized:8,topk:0.99,scape:0.99,scape-partitioned:0.99
+# 5. the shaped netbed (item 2 at two rates): each rank in its own namespace behind a tbf link,
+#    NCCL's sockets over the veth; the device has no ip or tc of its own (2026-11-26)
+if [ -x .netbed-tools/bin/ip ]; then export PATH=$PWD/.netbed-tools/bin:$PATH; fi
+step netbed-probe 40 $PY -m cli netbed --netbed rate=1gbit --seconds 2
+for rate in 1gbit 200mbit; do
+    step "netbed-compute-$rate" 50 $PY -m cli calibrate compute --out "gpu-netbed-$rate" \
+        --model tiny-gpt --micro-batch 16 --max-ranks 4
+    step "netbed-collectives-$rate" 150 $PY -m cli calibrate collectives \
+        --out "gpu-netbed-$rate" --backend nccl --share-gpu --netbed "rate=$rate" \
+        --nprocs 2,4 --repeats 5
+    step "netbed-validate-$rate" 200 $PY -m cli validate --profile "measured/gpu-netbed-$rate" \
+        --nprocs 2,4 --steps 8 --out "$W/validation-netbed-$rate" \
+        --schemes dense-ddp,dense-adams,quantized:8,topk:0.99,scape:0.99,scape-partitioned:0.99
+done
 echo "done; see $OUT/gpu-session.tgz (steps.txt)"

@@ -220,11 +220,13 @@ class Netbed:
         return ["ip", "netns", "exec", self.rank_ns[rank], *argv]
 
     def rank_env(self, rank: int, base: dict | None = None) -> dict[str, str]:
-        """torch.distributed's env:// rendezvous, one node per rank, gloo bound to the veth."""
+        """torch.distributed's env:// rendezvous, one node per rank, gloo (and NCCL's sockets,
+        scape/train/devices.py) bound to the veth."""
         return {**(base if base is not None else os.environ), "RANK": str(rank),
                 "WORLD_SIZE": str(self.ranks), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
                 "GROUP_RANK": str(rank), "MASTER_ADDR": self.address(0),
-                "MASTER_PORT": str(PORT), "GLOO_SOCKET_IFNAME": "eth0"}
+                "MASTER_PORT": str(PORT), "GLOO_SOCKET_IFNAME": "eth0",
+                "NCCL_SOCKET_IFNAME": "eth0"}
 
     def run(self, argv: Sequence[str], timeout_s: float, env: dict | None = None,
             log: Path | None = None) -> list[int]:

@@ -50,3 +50,17 @@ def test_model_makes_its_positions_on_the_input_device(name):
         model = GPT(load_model(name))
     idx = torch.zeros(2, 16, dtype=torch.long, device="meta")  # [b, s]
     assert model(idx, idx).device.type == "meta"
+
+
+def test_nccl_on_the_netbed_shares_the_gpu_over_the_veth():
+    """Each netbed namespace is a one-rank node: NCCL's ranks there need --share-gpu, and both
+    gloo and NCCL's sockets bind the namespace's veth (a user's choice is kept)."""
+    from scape.netbed import Netbed, NetbedSpec
+
+    spec = NetbedSpec.parse("rate=100mbit")
+    with pytest.raises(UserError, match="give --share-gpu"):
+        check_backend("nccl", 2, spec, share_gpu=False)
+    env = Netbed(spec, 2).rank_env(1, {SHARE_ENV: "1"})  # nothing created before __enter__
+    assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "eth0"
+    assert shared_gpu_env(env)["NCCL_HOSTID"] == "scape-rank-1"
+    assert "NCCL_SOCKET_IFNAME" not in shared_gpu_env(env)  # the veth stays, not loopback

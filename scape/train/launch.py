@@ -94,8 +94,11 @@ def check_backend(backend: str, nprocs: int, netbed=None, share_gpu: bool = Fals
     if share_gpu and backend != "nccl":
         raise UserError("--share-gpu puts NCCL ranks on shared GPUs; gloo ranks run on the "
                         "CPU: give --backend nccl, or leave --share-gpu out")
-    if netbed is not None and backend != "gloo":
-        raise UserError("--netbed runs ranks on this machine's CPU: use --backend gloo")
+    if netbed is not None and backend == "nccl" and not share_gpu:
+        # each namespace is a one-rank node (LOCAL_RANK 0): every rank would take GPU 0
+        raise UserError("--netbed with --backend nccl: every rank is a node of its own on this "
+                        "machine's first GPU; give --share-gpu (each rank its own NCCL host, "
+                        "over its namespace's veth)")
     if backend == "nccl":
         import torch
         import torch.distributed as dist
