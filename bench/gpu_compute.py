@@ -242,6 +242,9 @@ def main() -> int:
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     parts = args.parts.split(",")
+    known = ("fwd_bwd", "optimizer", "select", "quantize")
+    if unknown := [p for p in parts if p not in known]:
+        parser.error(f"--parts: unknown {', '.join(unknown)}; choose from {', '.join(known)}")
     if args.quick:
         models, opt_model, layers, sel, qn, reps = (
             (("tiny-llama", 2),), "tiny-llama", (1, 2, 4), (10**6,), 2**20, 2)

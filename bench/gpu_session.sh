@@ -77,12 +77,14 @@ step validate 140 $PY -m cli validate --profile measured/gpu-val --backend nccl 
 #    NCCL's sockets over the veth; the device has no ip or tc of its own (2026-11-26)
 if [ -x .netbed-tools/bin/ip ]; then export PATH=$PWD/.netbed-tools/bin:$PATH; fi
 step netbed-probe 40 $PY -m cli netbed --netbed rate=1gbit --seconds 2
-for rate in 1gbit 200mbit; do
+# sizes where the shaped link's bandwidth, not the shared GPU's ~5 ms a call, sets the time
+for rate in ${NETBED_RATES:-1gbit 200mbit}; do
+    case $rate in 1gbit) sizes=64KiB..16MiB;; *) sizes=16KiB..4MiB;; esac
     step "netbed-compute-$rate" 50 $PY -m cli calibrate compute --out "gpu-netbed-$rate" \
         --model tiny-gpt --micro-batch 16 --max-ranks 4
     step "netbed-collectives-$rate" 150 $PY -m cli calibrate collectives \
         --out "gpu-netbed-$rate" --backend nccl --share-gpu --netbed "rate=$rate" \
-        --nprocs 2,4 --repeats 5
+        --nprocs 2,4 --repeats 5 --sizes "$sizes"
     step "netbed-validate-$rate" 200 $PY -m cli validate --profile "measured/gpu-netbed-$rate" \
         --nprocs 2,4 --steps 8 --out "$W/validation-netbed-$rate" \
         --schemes dense-ddp,dense-adams,quantized:8,topk:0.99,scape:0.99,scape-partitioned:0.99
