@@ -44,7 +44,8 @@ def validate_cmd(
     netbed: str = typer.Option(None, "--netbed",
                                help=NETBED_HELP + "; default: the profile's own"),
     backend: BackendChoice = typer.Option(None, "--backend",
-                                          help="gloo|nccl: the runs' backend [default: gloo]"),
+                                          help="gloo|nccl: the runs' backend [default: the one "
+                                               "the profile's collectives were measured with]"),
     share_gpu: bool = typer.Option(None, "--share-gpu", help=SHARE_GPU_HELP),
     steps: int = typer.Option(None, "--steps",
                               help="training steps per run (median taken) [default: 30]"),
