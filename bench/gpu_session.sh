@@ -54,7 +54,7 @@ torch.cuda.get_device_name())'; date -u; uname -r; command -v ip tc unshare nsen
 #    Llama-1.8B, selection at 1e8 and 1e9, quantize (issue 15 item 1)
 step gpu-compute 200 $PY bench/gpu_compute.py --parts "$PARTS" --out "$W/gpu-compute.json"
 # ... and the hardware profile: matmul peak, copy bandwidth, kernel fits, Llama-1.8B's MFU
-step calibrate-compute 100 $PY -m cli calibrate compute --out gpu --model llama-1.8b \
+step calibrate-compute 100 $PY -m cli calibrate compute --backend nccl --out gpu --model llama-1.8b \
     --micro-batch 8 --max-ranks 1
 # 2. every scheme: NCCL's losses against gloo's, same seed (item 3; marker gpu)
 step gpu-tests 170 $PY -m pytest -q --tb=short -m gpu -p no:cacheprovider tests/test_gpu.py
@@ -66,7 +66,7 @@ step nccl-collectives 100 $PY -m cli calibrate collectives --out gpu-nccl-socket
 # 4. validation on NCCL (item 2): a profile of tiny-gpt on ranks sharing this GPU (compute with
 #    1..4 ranks sharing it, NCCL's sockets), then real training steps of each scheme on 2 and
 #    4 ranks against the simulator's prediction from that profile
-step validate-compute 50 $PY -m cli calibrate compute --out gpu-val --model tiny-gpt \
+step validate-compute 50 $PY -m cli calibrate compute --backend nccl --out gpu-val --model tiny-gpt \
     --micro-batch 16 --max-ranks 4
 step validate-collectives 80 $PY -m cli calibrate collectives --out gpu-val --backend nccl \
     --share-gpu --nprocs 2,4 --repeats 5 --sizes 256KiB..64MiB
@@ -80,7 +80,7 @@ step netbed-probe 40 $PY -m cli netbed --netbed rate=1gbit --seconds 2
 # sizes where the shaped link's bandwidth, not the shared GPU's ~5 ms a call, sets the time
 for rate in ${NETBED_RATES:-1gbit 200mbit}; do
     case $rate in 1gbit) sizes=64KiB..16MiB;; *) sizes=16KiB..4MiB;; esac
-    step "netbed-compute-$rate" 50 $PY -m cli calibrate compute --out "gpu-netbed-$rate" \
+    step "netbed-compute-$rate" 50 $PY -m cli calibrate compute --backend nccl --out "gpu-netbed-$rate" \
         --model tiny-gpt --micro-batch 16 --max-ranks 4
     step "netbed-collectives-$rate" 150 $PY -m cli calibrate collectives \
         --out "gpu-netbed-$rate" --backend nccl --share-gpu --netbed "rate=$rate" \

@@ -134,6 +134,9 @@ def calibrate_compute_cmd(
     kinds: str = typer.Option(None, "--kinds",
                               help="only these kernel kinds (comma-separated), added to an "
                                    "existing profile; forward/backward is not timed again"),
+    backend: BackendChoice = typer.Option(None, "--backend",
+                                          help="nccl: this machine's GPU; gloo: its CPU "
+                                               "[default: the GPU where there is one]"),
 ):
     """Time forward/backward of a model and the scheme kernels; fit MFU and kernel constants."""
     from profiles.measured import merge
@@ -154,13 +157,18 @@ def calibrate_compute_cmd(
 
     from scape.train.launch import model_host_bytes, refuse_beyond_host
 
+    if backend is not None and str(backend) == "nccl" and not torch.cuda.is_available():
+        raise UserError("--backend nccl times this machine's GPU: none found (torch "
+                        f"{torch.__version__}); use --backend gloo for its CPU")
+    on_gpu = torch.cuda.is_available() if backend is None else str(backend) == "nccl"
+
     most = 4 * (os.cpu_count() or 1)  # ranks sharing a host: beyond this it measures nothing
     if max_ranks > most:
         raise UserError(f"--max-ranks {max_ranks}: at most {most} (4 per core of this host) "
                         "ranks sharing it")
 
     # on a CPU the measurement runs the model alone, then in 1..max_ranks processes at once
-    if not torch.cuda.is_available():
+    if not on_gpu:
         refuse_beyond_host(f"{max_ranks} process(es) of {model} at micro-batch "
                            f"{micro_batch}",
                            max_ranks * model_host_bytes(model, micro_batch),
@@ -171,10 +179,13 @@ def calibrate_compute_cmd(
 
     phases = 3 + len(KERNEL_BENCH) + (max_ranks > 1)  # peak, copy, kernels, fwd/bwd, sharing
     tables = calibrate_compute(model, micro_batch, max_ranks=max_ranks, threads=threads,
-                               progress=_phase_meter("calibrate compute", phases))
+                               progress=_phase_meter("calibrate compute", phases),
+                               device="cuda" if on_gpu else "cpu")
     device = tables["gpu"]["model"]
     tables["measured"] = {"device": device, "compute_model": model,
-                          "compute_micro_batch": micro_batch}
+                          "compute_micro_batch": micro_batch,
+                          **{f"compute_{k}" if k != "gpu_profile" else k: v
+                             for k, v in tables.pop("versions").items()}}
     path = merge(out, tables, CALIBRATE_HEADER)
     fb = tables["fwd_bwd"]
     print(f"# {device}")

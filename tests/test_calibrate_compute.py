@@ -86,7 +86,9 @@ def test_calibrate_compute_tables():
     out = calibrate_compute("tiny-gpt", 2, max_ranks=1, device="cpu", sizes=(4096, 8192),
                             kernel_repeats=1, fwd_bwd_repeats=1, matmul_n=128,
                             copy_elements=2**16)
-    assert set(out) == {"gpu", "compute", "kernels", "fwd_bwd", "concurrency"}
+    assert set(out) == {"gpu", "compute", "kernels", "fwd_bwd", "concurrency", "versions"}
+    # what measured it: torch and the date on a CPU (CUDA, NCCL and the driver on a GPU)
+    assert out["versions"]["torch"] == torch.__version__ and "cuda" not in out["versions"]
     # every required [gpu] key (the host link is optional: calibrate does not measure it)
     assert set(out["gpu"]) == {k for k, f in GPU_FIELDS.items() if f.required}
     # and the measured MFU, which a profile without a [roofline] table must give, and the
@@ -117,3 +119,20 @@ def test_measure_concurrency_two_ranks():
 def test_measure_concurrency_reports_a_failing_worker():
     with pytest.raises(RuntimeError, match="worker 0 failed"):
         measure_concurrency("no-such-model", 2, max_ranks=1, repeats=1, timeout_s=60)
+
+
+def test_the_profile_records_what_measured_it(tmp_path, monkeypatch, capsys):
+    """`scape calibrate compute` writes the software that measured into [measured] (on a GPU
+    also CUDA, NCCL, the driver and the shipped profile of the GPU: issue 15)."""
+    from profiles.measured import read_toml
+    from tests.test_cli import scape
+
+    monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path))
+    code, _, err = scape(capsys, "calibrate", "compute", "--out", "cpu-here", "--model",
+                         "tiny-gpt", "--micro-batch", "2", "--max-ranks", "1", "--backend",
+                         "gloo")
+    assert code == 0, err
+    # the compute half alone (a profile loads once calibrate collectives adds the network)
+    measured = read_toml(tmp_path / "measured" / "cpu-here.toml")["measured"]
+    assert measured["compute_torch"] == torch.__version__
+    assert measured["compute_model"] == "tiny-gpt" and "compute_date" in measured

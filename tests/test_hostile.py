@@ -178,6 +178,8 @@ def _override(base: tuple[str, ...], args: tuple[str, ...]) -> tuple[str, ...]:
     (("plan", "-m", "gpt-345m", "-H", "dgx-h100", "--tokens", "1e300"),
      "--tokens must be at most"),
     (("calibrate", "compute", "--out", "y", "--max-ranks", "100000"), "--max-ranks"),
+    (("calibrate", "compute", "--out", "y", "--backend", "nccl"),
+     "--backend nccl times this machine's GPU: none found"),
     (("netbed", "--cleanup", "--nprocs", "5"), "--cleanup builds no testbed: --nprocs"),
     (("netbed", "--netbed", "rate=1mbit,rate=1gbit"), "--netbed gives rate twice"),
     (("netbed", "--netbed", "rate=0.0001kbit"), "--netbed rate must be between"),
