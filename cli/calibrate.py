@@ -89,9 +89,11 @@ def calibrate_collectives(
 
 
 CALIBRATE_HEADER = "Written by scape calibrate. Rerun it to refresh; do not edit."
+# [measured] keys only a GPU measurement writes (scape.calibrate.compute.versions)
+GPU_ONLY_KEYS = ("compute_cuda", "compute_nccl", "compute_driver", "gpu_profile")
 
 
-def _calibrate_kinds(out: str, kinds: str, threads: int) -> None:
+def _calibrate_kinds(out: str, kinds: str, threads: int, on_gpu: bool) -> None:
     """Measure some kernel kinds on this machine and add them to profile `out`, saying where
     and when in its [measured] table (the other kernels may come from another host)."""
     import time
@@ -99,7 +101,13 @@ def _calibrate_kinds(out: str, kinds: str, threads: int) -> None:
     import torch
 
     from profiles.measured import merge, read_toml
-    from scape.calibrate.compute import KERNEL_BENCH, device_name, measure_kernels
+    from scape.calibrate.compute import (
+        CUDA_SIZES,
+        KERNEL_BENCH,
+        SIZES,
+        device_name,
+        measure_kernels,
+    )
 
     chosen = [k.strip() for k in kinds.split(",") if k.strip()]
     unknown = [k for k in chosen if k not in KERNEL_BENCH]
@@ -110,8 +118,9 @@ def _calibrate_kinds(out: str, kinds: str, threads: int) -> None:
     if not path.exists():
         raise UserError(f"{path} does not exist: run scape calibrate compute --out {out} first")
     print(f"calibrate compute: kernels {', '.join(chosen)} ...", file=sys.stderr)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    measured = measure_kernels(device=device, repeats=9, threads=threads, kinds=chosen)
+    device = torch.device("cuda" if on_gpu else "cpu")
+    measured = measure_kernels(CUDA_SIZES if on_gpu else SIZES, device=device, repeats=9,
+                               threads=threads, kinds=chosen)
     kernels = {**read_toml(path).get("kernels", {}), **measured}
     note = {f"kernel_{k}": f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on "
             f"{device_name(device, threads)} (torch {torch.__version__})" for k in chosen}
@@ -144,8 +153,14 @@ def calibrate_compute_cmd(
 
     load_model(model)
     _destination(out)
+    import torch
+
+    if backend is not None and str(backend) == "nccl" and not torch.cuda.is_available():
+        raise UserError("--backend nccl times this machine's GPU: none found (torch "
+                        f"{torch.__version__}); use --backend gloo for its CPU")
+    on_gpu = torch.cuda.is_available() if backend is None else str(backend) == "nccl"
     if kinds is not None:
-        _calibrate_kinds(out, kinds, threads)
+        _calibrate_kinds(out, kinds, threads, on_gpu)
         return
     for name, value in (("--micro-batch", micro_batch), ("--max-ranks", max_ranks),
                         ("--threads", threads)):
@@ -153,14 +168,7 @@ def calibrate_compute_cmd(
             raise UserError(f"{name} must be at least 1, got {value}")
     import os
 
-    import torch
-
     from scape.train.launch import model_host_bytes, refuse_beyond_host
-
-    if backend is not None and str(backend) == "nccl" and not torch.cuda.is_available():
-        raise UserError("--backend nccl times this machine's GPU: none found (torch "
-                        f"{torch.__version__}); use --backend gloo for its CPU")
-    on_gpu = torch.cuda.is_available() if backend is None else str(backend) == "nccl"
 
     most = 4 * (os.cpu_count() or 1)  # ranks sharing a host: beyond this it measures nothing
     if max_ranks > most:
@@ -186,7 +194,8 @@ def calibrate_compute_cmd(
                           "compute_micro_batch": micro_batch,
                           **{f"compute_{k}" if k != "gpu_profile" else k: v
                              for k, v in tables.pop("versions").items()}}
-    path = merge(out, tables, CALIBRATE_HEADER)
+    # a CPU measurement over a GPU's: no CUDA, NCCL, driver or GPU profile of the last one
+    path = merge(out, tables, CALIBRATE_HEADER, drop=GPU_ONLY_KEYS)
     fb = tables["fwd_bwd"]
     print(f"# {device}")
     print(f"forward+backward {model} mb {micro_batch}: {fb['total_s'] * 1e3:.2f} ms "

@@ -133,7 +133,7 @@ def validate_cmd(
     for world in worlds:  # fail fast, before any run
         for _, cfg in configs:
             v.predict(hw, model, cfg, world, micro_batch)
-            v.check_runnable(model, cfg, world, micro_batch, steps)
+            v.check_runnable(model, cfg, world, micro_batch, steps, backend)
     per_round = v.run(hw, model, configs, worlds, micro_batch, steps, rounds, probe, spec, dest,
                       say=lambda line: print(line, file=sys.stderr, flush=True),
                       backend=backend, share_gpu=share_gpu)

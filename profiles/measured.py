@@ -95,12 +95,15 @@ def dumps(doc: dict[str, Any]) -> str:
     return "\n".join(lines).lstrip("\n") + "\n"
 
 
-def merge(name: str, tables: dict[str, Any], header: str) -> Path:
+def merge(name: str, tables: dict[str, Any], header: str,
+          drop: tuple[str, ...] = ()) -> Path:
     """Write `tables` into <folder>/<name>.toml, keeping the tables other calibrate commands
-    wrote; the top keys name and description are (re)set."""
+    wrote, less the [measured] keys in `drop` (what a new measurement no longer says); the top
+    keys name and description are (re)set."""
     path = path_of(name)
     doc = read_toml(path) if path.exists() else {}
-    measured = {**doc.get("measured", {}), **tables.pop("measured", {})}
+    kept = {k: v for k, v in doc.get("measured", {}).items() if k not in drop}
+    measured = {**kept, **tables.pop("measured", {})}
     doc.update(tables)
     doc["measured"] = measured
     doc["name"] = name

@@ -225,11 +225,14 @@ def train_config(model: str, cfg: SchemeConfig, micro_batch: int, steps: int,
 
 
 def check_runnable(model: str, cfg: SchemeConfig, world: int, micro_batch: int,
-                   steps: int) -> None:
-    """Refuse, before any run, what the runtime would refuse or the host could not hold."""
+                   steps: int, backend: str = "gloo") -> None:
+    """Refuse, before any run, what the runtime would refuse or the host could not hold (gloo
+    ranks hold the model in the host's memory; NCCL ranks on their GPUs, as launch checks)."""
     from scape.train.launch import check_host_memory
 
-    check_host_memory(train_config(model, cfg, micro_batch, steps), world)
+    config = train_config(model, cfg, micro_batch, steps)
+    if backend == "gloo":
+        check_host_memory(config, world)
 
 
 def measure(model: str, cfg: SchemeConfig, world: int, micro_batch: int, steps: int,

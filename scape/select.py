@@ -29,7 +29,8 @@ def _kth_largest(score: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def top_k_exact(score: torch.Tensor, k: int) -> torch.Tensor:
-    """Indices (int64, ascending) of exactly k largest entries; ties by lowest index."""
+    """Indices (int64, ascending) of exactly k largest entries; ties by lowest index. A NaN
+    counts as larger than any number, as torch.topk ranks it, on every device."""
     n = score.numel()
     if k >= n:
         return torch.arange(n, device=score.device)
@@ -40,6 +41,8 @@ def top_k_exact(score: torch.Tensor, k: int) -> torch.Tensor:
     if above.numel() < k:
         ties = torch.nonzero(score == threshold).squeeze(1)[: k - above.numel()]
         above = torch.cat([above, ties]).sort().values
+    if above.numel() != k:  # NaNs compare false with everything: rank them as +inf
+        return top_k_exact(torch.nan_to_num(score, nan=float("inf")), k)
     return above
 
 

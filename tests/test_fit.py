@@ -89,7 +89,11 @@ def test_measured_profile_round_trip_drives_the_simulator(tmp_path, monkeypatch)
         "measured": {"device": "cpu"},
     }
     measured_mod.merge("bench", compute, "test")
+    # a later measurement drops what it no longer says, keeps what it does not touch
+    measured_mod.merge("bench", {"measured": {"device": "cpu", "gpu_profile": "x"}}, "test")
+    measured_mod.merge("bench", {"measured": {"device": "cpu"}}, "test", drop=("gpu_profile",))
     hw = load_hardware(str(path))
+    assert "gpu_profile" not in hw.measured
     assert hw.collectives["reduce_scatter"]["algo"] == "via_all_reduce"
     assert hw.measured["network"] == "synthetic" and hw.measured["device"] == "cpu"
     assert hw.slowdown == (1.0, 1.0, 1.5)

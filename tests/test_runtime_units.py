@@ -109,6 +109,21 @@ def test_selection_is_exact_with_ties(n, k):
         assert got.tolist() == sorted(order)
 
 
+@pytest.mark.parametrize("n", [10, 300_000])
+def test_selection_keeps_exactly_k_with_nans(n):
+    """A NaN score (a broken gradient) still leaves exactly k indices, so every rank's payload
+    has the size the plan says; the exact path ranks NaN above every number, as torch.topk
+    does (a review found none kept on CUDA: threshold NaN)."""
+    torch.manual_seed(n)
+    score = torch.randn(n).abs()
+    score[[1, n // 2]] = float("nan")
+    for k in (1, 3, n // 10):
+        exact = top_k_exact(score, k)
+        assert exact.numel() == k and torch.equal(exact, exact.sort().values)
+        assert {1, n // 2} & set(exact.tolist()) == ({1, n // 2} if k >= 2 else {1})
+        assert top_k_indices(score, k).numel() == k
+
+
 @pytest.mark.parametrize("bits", [1, 4, 8])
 def test_quantization_round_trip(bits):
     torch.manual_seed(bits)

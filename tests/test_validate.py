@@ -54,3 +54,16 @@ def test_kernel_probe_prices_the_runs_kernels_as_timed_now():
     assert kernel_time("authors_step", n, fresh) == pytest.approx(new["seconds"][2], rel=1e-9)
     assert fresh.kernels["quantize"] == hw.kernels["quantize"]
     assert v.probe_kernels(hw, []) == (hw, {})
+
+
+def test_gpu_runs_are_not_refused_for_host_memory():
+    """gloo ranks hold the model in the host's memory and are refused beyond it; NCCL ranks
+    hold it on their GPUs, which launch checks there (a review found GPU runs refused)."""
+    from profiles import UserError
+    from reports.validate import check_runnable
+    from scape.plan import make_config
+
+    cfg = make_config("dense-adams")
+    with pytest.raises(UserError, match="GB of memory"):
+        check_runnable("llama-70b", cfg, 4, 8, 3)
+    check_runnable("llama-70b", cfg, 4, 8, 3, backend="nccl")
