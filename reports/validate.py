@@ -226,8 +226,10 @@ def train_config(model: str, cfg: SchemeConfig, micro_batch: int, steps: int,
 
 def check_runnable(model: str, cfg: SchemeConfig, world: int, micro_batch: int,
                    steps: int, backend: str = "gloo") -> None:
-    """Refuse, before any run, what the runtime would refuse or the host could not hold (gloo
-    ranks hold the model in the host's memory; NCCL ranks on their GPUs, as launch checks)."""
+    """Refuse, before any run, what the runtime would refuse or the host could not hold. gloo
+    ranks hold the model in the host's memory; NCCL ranks hold it on their GPUs, which nothing
+    checks before the run: the host estimate (CPU fp32, attention scores materialized) would
+    refuse runs a GPU holds with FlashAttention and bf16."""
     from scape.train.launch import check_host_memory
 
     config = train_config(model, cfg, micro_batch, steps)
