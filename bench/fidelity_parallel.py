@@ -142,16 +142,14 @@ def authors_compute_check() -> pd.DataFrame:
     step. Neither model nor profile was fitted on these rows (vista-gh200-socket's [model_mfu]
     was, and is not used). The authors' computation also holds their optimizer step and other
     per-step work the shapes model leaves out."""
-    from profiles.external import load_external
+    from profiles.external import authors_compute_rows
     from simulator.compute import fwd_bwd
 
     h100, gh200 = load_hardware("dgx-h100"), load_hardware("vista-gh200-socket")
     hw = replace(h100, gpu=replace(h100.gpu, peak_bf16_tflops=gh200.gpu.peak_bf16_tflops,
                                    hbm_bw_GBps=gh200.gpu.hbm_bw_GBps))
     out = []
-    for r in load_external("scape-sc26").rows:
-        if (r.table, r.series, r.quantity) != ("comp_comm_micro_bs_8", "adams", "compute_ms"):
-            continue
+    for r in authors_compute_rows():
         m = load_model(r.model)
         micro = m.global_batch // r.gpus // AUTHORS_MICRO_BATCH  # micro-batches per step
         t = fwd_bwd(m, hw, AUTHORS_MICRO_BATCH, m.arch.seq_len)

@@ -142,12 +142,12 @@ def optimizer_steps(device: torch.device, model_name: str, cases, layer_counts,
     rows = []
     for name, density in cases:
         for layers in layer_counts:
-            n = sum(s.numel() for s in _shapes(model_name, layers))
+            shapes = _shapes(model_name, layers)
+            n = sum(s.numel() for s in shapes)
             row = {"model": model_name, "layers": layers, "params": n, "scheme": name,
                    "density": density}
             try:
-                row.update(_time_scheme(device, _shapes(model_name, layers), name, density,
-                                        repeats))
+                row.update(_time_scheme(device, shapes, name, density, repeats))
                 say(f"{name} d={density} L={layers}: step {row['step_s']*1e3:.1f} ms "
                     f"{ {k: round(v * 1e3, 2) for k, v in row['parts_s'].items()} }")
             except torch.OutOfMemoryError:

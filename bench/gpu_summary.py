@@ -25,7 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from profiles import load_hardware, load_model
-from profiles.external import load_external
+from profiles.external import authors_compute_rows
 from simulator.compute import fwd_bwd
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,9 +41,7 @@ def _load(name: str) -> dict:
 def authors_compute_s(model: str) -> tuple[float, int]:
     """(seconds of compute per micro-batch of 8 on one GH200, micro-batches per step) from the
     authors' dense AdamS computation time at 32 GPUs."""
-    ext = load_external("scape-sc26")
-    row = next(r for r in ext.rows if r.table == "comp_comm_micro_bs_8" and r.series == "adams"
-               and r.quantity == "compute_ms" and r.model == model and r.gpus == AUTHORS_GPUS)
+    row = next(r for r in authors_compute_rows() if r.model == model and r.gpus == AUTHORS_GPUS)
     m = load_model(model)
     per_gpu = m.global_batch // AUTHORS_GPUS  # sequences per GPU per step
     micro = per_gpu // AUTHORS_MB

@@ -107,16 +107,16 @@ def validate_cmd(
     worlds = _rank_counts(nprocs)
     from scape.train.launch import check_backend
 
-    try:
-        check_backend(backend, max(worlds), _netbed(netbed) if netbed else None, share_gpu)
+    recorded = hw.measured.get("network_netbed", "")
+    measured_on = _netbed(recorded) if recorded.startswith("rate=") else None
+    spec = measured_on if netbed is None else _netbed(netbed)
+    try:  # on the link the runs will use: the typed netbed, else the profile's own
+        check_backend(backend, max(worlds), spec, share_gpu)
     except UserError as exc:  # say why this backend: the profile's (gloo would not test it)
         reason = str(exc).removesuffix("; use --backend gloo")
         raise UserError(f"{hw.name}'s collectives were measured with {backend}"
                         + (" on ranks sharing GPUs" if share_gpu else "")
                         + f", and its runs need that here: {reason}") from None
-    recorded = hw.measured.get("network_netbed", "")
-    measured_on = _netbed(recorded) if recorded.startswith("rate=") else None
-    spec = measured_on if netbed is None else _netbed(netbed)
     if measured_on is not None and str(spec) != str(measured_on):
         # the prediction is the profile's: a run on another link would not test it
         raise UserError(f"--netbed {netbed}: {hw.name} was measured on {recorded}; validate it "
@@ -162,9 +162,7 @@ def _backend_of(hw, backend: str | None, share_gpu: bool | None) -> tuple[str, b
     there) unless given; a given one that differs is refused, as --netbed is: a run on another
     link would not test the profile's prediction."""
     recorded = hw.measured.get("network_backend", "gloo")
-    # profiles written before the key existed say it in their network text
-    shared = hw.measured.get("network_share_gpu",
-                             "sharing the GPU" in hw.measured.get("network", ""))
+    shared = hw.measured.get("network_share_gpu", False)
     if backend is not None and backend != recorded:
         raise UserError(f"--backend {backend}: {hw.name}'s collectives were measured with "
                         f"{recorded}; validate it there (leave --backend out), or calibrate a "

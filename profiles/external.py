@@ -66,6 +66,14 @@ def names() -> list[str]:
                   if "[[row]]" in p.read_text(errors="replace"))
 
 
+def authors_compute_rows() -> list[ExternalRow]:
+    """The SCAPE authors' dense AdamS computation per step on GH200 (scape-sc26, table
+    comp_comm_micro_bs_8: Llama-500M and 1.8B at micro-batch 8, global batch 1024, 4-64
+    GPUs), in ms."""
+    return [r for r in load_external("scape-sc26").rows
+            if (r.table, r.series, r.quantity) == ("comp_comm_micro_bs_8", "adams", "compute_ms")]
+
+
 def load_external(name: str) -> ExternalData:
     """Read profiles/external/NAME.toml; an unknown name (a path too: names only) or a
     malformed row is one clear error."""

@@ -312,20 +312,22 @@ def measured_compute(hw: HardwareProfile, compute_profile: str) -> tuple[Hardwar
     return replace(hw, model_mfu={**hw.model_mfu, **mfus}), mfus
 
 
-def compute_check(hw: HardwareProfile, measured_hw: HardwareProfile, mfus: dict,
+def compute_check(hw: HardwareProfile, pred: pd.DataFrame, measured: pd.DataFrame, mfus: dict,
                   compute_profile: str) -> pd.DataFrame:
-    """Dense AdamS's forward+backward per step on 32 GPUs, as `hw` prices it and from the
-    measured compute, against the authors' GH200 computation time (scape-sc26
-    comp_comm_micro_bs_8, the models they report)."""
-    from profiles.external import load_external
+    """Dense AdamS's forward+backward per step on 32 GPUs, as `hw` prices it (`pred`, from
+    `predict`) and from the measured compute (`measured`, `predict` of `measured_compute`'s
+    profile), against the authors' GH200 computation time (the models they report)."""
+    from profiles.external import authors_compute_rows
 
-    authors = {r.model: r for r in load_external("scape-sc26").rows
-               if r.table == "comp_comm_micro_bs_8" and r.series == "adams"
-               and r.quantity == "compute_ms" and r.gpus == GPUS}
+    authors = {r.model: r for r in authors_compute_rows() if r.gpus == GPUS}
+
+    def dense_compute_s(df: pd.DataFrame, model: str) -> float:
+        return float(df.loc[(df["model"] == model) & (df["scheme"] == "dense-adams"),
+                            "compute_s"].iloc[0])
+
     rows = []
     for s in SETTINGS:
-        model_s = simulate_step(_config(s, hw, "dense-adams", 0.0)).compute_s
-        meas_s = simulate_step(_config(s, measured_hw, "dense-adams", 0.0)).compute_s
+        model_s, meas_s = dense_compute_s(pred, s.model), dense_compute_s(measured, s.model)
         row = authors.get(s.model)
         # their table ran micro-batch 8; a step holds the same tokens at any micro-batch (the
         # global batch is fixed), so the setting's own micro-batch is compared as it is
@@ -388,8 +390,9 @@ def write_report(out: Path, hardware: str = DEFAULT_HARDWARE,
 
         files["measured_compute"] = out / "reproduce_measured_compute.csv"
         files["compute_check"] = out / "reproduce_compute_check.csv"
-        both = side_by_side(pred, predict(measured_hw))
-        check = compute_check(hw, measured_hw, mfus, compute_profile)
+        measured = predict(measured_hw)
+        both = side_by_side(pred, measured)
+        check = compute_check(hw, pred, measured, mfus, compute_profile)
         both.to_csv(files["measured_compute"], index=False)
         check.to_csv(files["compute_check"], index=False)
         intro = (f"Forward and backward at the rate `{compute_profile}` measured (its MFU of "

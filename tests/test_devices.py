@@ -22,7 +22,14 @@ def test_each_rank_is_its_own_nccl_host_over_sockets():
     assert shared_gpu_env({"RANK": "3"}) == {} and shared_gpu_env({SHARE_ENV: "0"}) == {}
 
 
-def test_ranks_take_the_gpus_round_robin():
+def test_ranks_take_the_gpus_round_robin(monkeypatch):
+    import torch
+
+    from scape.train.devices import local_gpu
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert local_gpu() == 1  # torchrun's LOCAL_RANK over the GPUs torch sees
     assert [rank_gpu(r, 1) for r in range(4)] == [0, 0, 0, 0]
     assert [rank_gpu(r, 2) for r in range(4)] == [0, 1, 0, 1]
     assert [rank_gpu(r, 8) for r in range(8)] == list(range(8))

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from profiles import UserError
 from scape.plan import WIRE_FACTOR
-from scape.train.devices import SHARE_ENV, prepare_rank, rank_gpu
+from scape.train.devices import SHARE_ENV, local_gpu, prepare_rank
 from simulator.units import format_duration
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all")
@@ -97,9 +97,8 @@ def bench_rank(spec: dict) -> list[dict]:
     import torch
     import torch.distributed as dist
 
-    device = torch.device("cuda", rank_gpu(int(os.environ.get("LOCAL_RANK", "0")),
-                                           torch.cuda.device_count())) if (
-        dist.get_backend() == "nccl") else torch.device("cpu")
+    device = (torch.device("cuda", local_gpu()) if dist.get_backend() == "nccl"
+              else torch.device("cpu"))
     world, rank = dist.get_world_size(), dist.get_rank()
     slowest = torch.zeros(1, dtype=torch.float64, device=device)
     rows = []
@@ -150,8 +149,7 @@ def main() -> int:
         backend = os.environ.get("SCAPE_BACKEND", "gloo")
         if backend == "nccl":  # its GPU first (shared round-robin when ranks outnumber them)
             prepare_rank()
-            torch.cuda.set_device(rank_gpu(int(os.environ.get("LOCAL_RANK", "0")),
-                                           torch.cuda.device_count()))
+            torch.cuda.set_device(local_gpu())
         dist.init_process_group(backend, timeout=timedelta(seconds=spec["timeout_s"]))
         rows = bench_rank(spec)
         dist.destroy_process_group()
@@ -235,7 +233,7 @@ def calibrate(name: str, nprocs: list[int], backend: str = "gloo", netbed=None,
     ranks = ",".join(map(str, nprocs))
     prov = {**provenance(backend, netbed, ranks), "share_gpu": share_gpu}
     link = f"netbed {netbed}" if netbed else f"{backend} over loopback"
-    if share_gpu:  # said in the profile's own text: its [measured] keys are fixed
+    if share_gpu:  # the description says it too ([measured] network_share_gpu is the key)
         link += ", ranks sharing the GPU(s) over NCCL's socket transport"
     where = f"scape calibrate collectives, {ranks} ranks, {link}, {prov['date']}"
     source = f"measured by {where}: least-absolute-relative-error fit (simulator/fit.py)"

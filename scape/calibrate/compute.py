@@ -17,6 +17,7 @@ import os
 import platform
 import queue
 import statistics
+import subprocess
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -441,8 +442,6 @@ def versions(device: torch.device) -> dict[str, str]:
     if torch.distributed.is_nccl_available():
         out["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
     try:
-        import subprocess
-
         driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version",
                                  "--format=csv,noheader"], capture_output=True, text=True,
                                 timeout=30).stdout.split()

@@ -167,19 +167,22 @@ class ScapeAuthors(Scheme):
         bc2 = math.sqrt(1 - b2**t) if h.bias_correction else 1.0
         theta = self.flat.master[:numel]  # [N] fp32
 
-        def adams(m_prev: torch.Tensor, g: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-            """p <- p (1 - lr wd) - lr (m / bc1) / (sqrt(v) / bc2 + eps) in place; returns m."""
-            denom = m_prev.square().mul_(b2)  # v = b2 m_prev^2 + (1 - b2) g^2
-            denom.add_(g.square().mul_(1 - b2)).sqrt_().div_(bc2).add_(h.eps)
-            m = m_prev * b1
-            m.add_(g * (1 - b1))
-            p.mul_(1 - lr * h.weight_decay).addcdiv_(m, denom, value=-lr / bc1)
-            return m
+        def denom(m_prev: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+            """sqrt(v) / bc2 + eps, v = b2 m_prev^2 + (1 - b2) g^2 (from m before the step)."""
+            d = m_prev.square().mul_(b2)
+            return d.add_(g.square().mul_(1 - b2)).sqrt_().div_(bc2).add_(h.eps)
+
+        def update(p: torch.Tensor, m: torch.Tensor, d: torch.Tensor) -> None:
+            """p <- p (1 - lr wd) - lr (m / bc1) / d, in place."""
+            p.mul_(1 - lr * h.weight_decay).addcdiv_(m, d, value=-lr / bc1)
 
         if not self.distopt:
             # off the mask g_sync = 0 and m = 0 (R:5587-5589): the parameters only decay
-            on = theta[idx]  # [K] fp32
-            m_on = adams(self.m[idx], g[idx], on)
+            on, m_prev, g_on = theta[idx], self.m[idx], g[idx]  # [K] fp32 each
+            d = denom(m_prev, g_on)
+            m_on = m_prev * b1
+            m_on.add_(g_on * (1 - b1))
+            update(on, m_on, d)
             theta.mul_(1 - lr * h.weight_decay)
             theta[idx] = on
             self.m.zero_()
@@ -188,10 +191,10 @@ class ScapeAuthors(Scheme):
         lo = self.rank * self.flat.shard_size
         hi = min(numel, lo + self.flat.shard_size)
         mine = theta[lo:hi].clone()  # [N/P] the owner's fp32 shard
-        m_mine = adams(self.m[lo:hi], g[lo:hi], mine)
-        del m_mine  # the same values as the whole first moment's below
+        d = denom(self.m[lo:hi], g[lo:hi])  # before m moves on
         # every rank keeps the whole first moment, unmasked with dist-opt
         self.m.mul_(b1).add_(g * (1 - b1))
+        update(mine, self.m[lo:hi], d)
         self._sparse_sync(theta, mine, lo, mask, lr)
 
     def _sparse_sync(self, theta: torch.Tensor, mine: torch.Tensor, lo: int,

@@ -47,3 +47,11 @@ def rank_gpu(local_rank: int, gpus: int) -> int:
     if gpus < 1:
         raise ValueError("no GPU to place the rank on")
     return local_rank % gpus
+
+
+def local_gpu() -> int:
+    """This process's GPU: `rank_gpu` of its LOCAL_RANK (torchrun's, or 0 on a netbed node)
+    over the GPUs torch sees."""
+    import torch
+
+    return rank_gpu(int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count())

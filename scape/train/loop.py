@@ -24,7 +24,7 @@ from scape.comm import Comm
 from scape.plan import WIRE_FACTOR, SchemeConfig
 from scape.schemes import make_scheme
 from scape.train.data import batch
-from scape.train.devices import prepare_rank, rank_gpu
+from scape.train.devices import local_gpu, prepare_rank
 from scape.train.model import GPT
 
 
@@ -131,8 +131,7 @@ def init_distributed(timeout_s: float) -> torch.device:
     device = torch.device("cpu")
     if backend == "nccl":
         prepare_rank()  # ranks sharing a GPU: each its own NCCL host, over sockets
-        device = torch.device("cuda", rank_gpu(int(os.environ.get("LOCAL_RANK", "0")),
-                                               torch.cuda.device_count()))
+        device = torch.device("cuda", local_gpu())
         torch.cuda.set_device(device)
         torch.set_default_device(device)
     if not dist.is_initialized() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
