@@ -12,8 +12,10 @@ cold cache before each call):
   both SCAPE variants (`scape`, the authors' per-tensor reducer, scape/schemes/scape_authors.py;
   `scape-partitioned`) at density 0.1 and 0.01; SCAPE's first step is dense, so steps 3.. are
   timed (as bench/optimizer_cost.py);
-- selection of the top d*n of n = 1e8 and 1e9 scores: torch.topk against scape.select's
-  threshold method (top_k_indices), d = 0.1 and 0.01;
+- selection of the top d*n of n = 1e8 and 1e9 scores, d = 0.1 and 0.01: torch.topk against
+  scape.select's exact threshold method (`threshold`: top_k_exact, the CUDA default until
+  2026-11-26 session 11) and its default (`banded`: top_k_indices, on CUDA the sampled band
+  of top_k_banded since then);
 - quantize and dequantize (8-bit, block 2048) of 1e8 values.
 Usage: python bench/gpu_compute.py [--out FILE.json] [--quick]
 """
@@ -37,7 +39,7 @@ from scape.calibrate.compute import KERNEL_BENCH, _sync, measure_fwd_bwd, time_c
 from scape.comm import Comm
 from scape.plan import make_config
 from scape.schemes import make_scheme
-from scape.select import top_k_indices
+from scape.select import top_k_exact, top_k_indices
 from scape.train.model import GPT
 
 # (model, the authors' micro-batch): llama-1.8b and gpt-345m scripts pass 8, llama-500m 16
@@ -193,7 +195,8 @@ def selection(device: torch.device, sizes, densities, repeats: int) -> list[dict
             # both time the |x| pass too: every sparse scheme selects on a magnitude
             for method, fn in (("torch.topk",
                                 lambda x=x, k=k: torch.topk(x.abs(), k, sorted=False)),
-                               ("threshold", lambda x=x, k=k: top_k_indices(x.abs(), k))):
+                               ("threshold", lambda x=x, k=k: top_k_exact(x.abs(), k)),
+                               ("banded", lambda x=x, k=k: top_k_indices(x.abs(), k))):
                 try:
                     s = time_call(fn, device, repeats)
                 except (torch.OutOfMemoryError, RuntimeError) as e:

@@ -29,6 +29,7 @@ export SCAPE_PROFILE_DIR="$W/profiles"  # measured profiles written here, not in
 
 SKIP=${SKIP:-}  # steps not to run, e.g. SKIP="env gpu-compute" (a rerun of what failed)
 PARTS=${PARTS:-fwd_bwd,optimizer,select,quantize}  # bench/gpu_compute.py's --parts
+GPU_TESTS=${GPU_TESTS:-tests/test_gpu.py}  # step 2's tests, e.g. one test's node id
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # big [N] buffers come and go
 
 step() {  # step NAME SECONDS COMMAND...: run it with a limit, log it, record how it ended
@@ -57,7 +58,7 @@ step gpu-compute 200 $PY bench/gpu_compute.py --parts "$PARTS" --out "$W/gpu-com
 step calibrate-compute 100 $PY -m cli calibrate compute --backend nccl --out gpu --model llama-1.8b \
     --micro-batch 8 --max-ranks 1
 # 2. every scheme: NCCL's losses against gloo's, same seed (item 3; marker gpu)
-step gpu-tests 170 $PY -m pytest -q --tb=short -m gpu -p no:cacheprovider tests/test_gpu.py
+step gpu-tests 170 $PY -m pytest -q --tb=short -m gpu -p no:cacheprovider $GPU_TESTS
 # 3. real NCCL between ranks sharing the GPU, over its socket transport (item 2)
 #    (from 256 KiB: below it every call takes the sockets' ~5 ms floor and the fit finds no
 #    bandwidth, as the first run on 2026-11-26 showed)

@@ -1,21 +1,31 @@
 """O(n) selection of the k largest scores, never a full sort (DESIGN section 5).
 
-Exact: a threshold from `kthvalue` (on CUDA from `torch.topk`, far faster there). Fast (the
-default for large n on the CPU): estimate the threshold from a fixed-size sample at a 25%
-looser quantile, keep the candidates above it in one pass, and run the exact selection on
-those few; if the estimate kept fewer than k, fall back to the exact path. Both return the
-same indices: the candidates always contain the true top k, and ties are broken by position
-in both. The sample comes from a private generator, so selection never
-touches the global random state (a resumed run stays identical).
+Exact: a threshold from `kthvalue` (on CUDA from `torch.topk`, far faster there). Sampled
+(the default for large n): estimate from a fixed-size sample where the k-th largest score
+lies, then finish exactly on the few scores near it. On the CPU one looser threshold keeps
+25% more candidates than k and the exact path runs on those; on CUDA two thresholds bracket
+the k-th largest (`top_k_banded`): everything above the upper one is kept outright and the
+exact path runs only on the narrow band between them, so no call of torch.topk sees more
+than the band (sampling thresholds as in Deep Gradient Compression, Lin et al., ICLR 2018,
+section 3.1, made exact here by the band). Whenever a sample misjudged, the exact path runs
+instead. All paths return the same indices: what they keep outright is in the true top k,
+what they drop is not, and ties are broken by position everywhere. The sample comes from a
+private generator, so selection never touches the global random state (a resumed run stays
+identical).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
 SAMPLE = 1 << 16  # sampled scores for the threshold estimate
 SLACK = 1.25  # keep 25% more candidates than needed
 MIN_SAMPLED_K = 256  # below this the sampled quantile is too noisy to bother
+# standard errors of the sampled rank on either side of the band: a sample this far off (odds
+# below 1e-8) costs one exact selection, never a wrong index
+BAND_SIGMAS = 6.0
 
 
 def _kth_largest(score: torch.Tensor, k: int) -> torch.Tensor:
@@ -46,13 +56,49 @@ def top_k_exact(score: torch.Tensor, k: int) -> torch.Tensor:
     return above
 
 
+def _sample(score: torch.Tensor, k: int) -> torch.Tensor:
+    """SAMPLE scores drawn with replacement by a private generator seeded from (n, k)."""
+    n = score.numel()
+    gen = torch.Generator().manual_seed(n * 31 + k)
+    return score[torch.randint(0, n, (SAMPLE,), generator=gen, device="cpu").to(score.device)]
+
+
+def top_k_banded(score: torch.Tensor, k: int) -> torch.Tensor | None:
+    """`top_k_exact`'s indices from a band around the k-th largest score, or None where the
+    sample missed it (the caller then runs the exact path). The sample's upper and lower
+    quantiles sit BAND_SIGMAS binomial standard errors either side of rank k; every score
+    above the upper one is in the top k (there are at most k of them, checked), every score
+    below the lower one is out (at least k are at or above it, checked), and the exact path
+    picks the rest from the band. Passes over `score`: two comparisons, a count and two
+    index extractions, all at memory speed; the exact selection sees the band only."""
+    n = score.numel()
+    sample = _sample(score, k)  # [SAMPLE]
+    p = k / n
+    spread = BAND_SIGMAS * math.sqrt(p * (1 - p) / SAMPLE)
+    over_hi = int(SAMPLE * (p - spread))  # sampled scores expected above the upper threshold
+    over_lo = math.ceil(SAMPLE * (p + spread))  # ... above the lower one
+    if over_hi < 1 or over_lo >= SAMPLE:
+        return None  # k too close to 0 or n for the sample to bracket it
+    t_hi = torch.kthvalue(sample, SAMPLE - over_hi).values
+    t_lo = torch.kthvalue(sample, SAMPLE - over_lo).values
+    keep = ~(score <= t_hi)  # [n] bool: above the band; a NaN ranks above every number
+    need = k - int(keep.sum())
+    band = torch.nonzero((score >= t_lo) & (score <= t_hi)).squeeze(1)  # [m] ascending
+    if need < 0 or band.numel() < need:
+        return None
+    keep[band[top_k_exact(score[band], need)]] = True
+    return torch.nonzero(keep).squeeze(1)
+
+
 def top_k_indices(score: torch.Tensor, k: int) -> torch.Tensor:
     """Indices (int64, ascending) of exactly k largest entries of a 1-D `score`."""
     n = score.numel()
-    if score.is_cuda or k < MIN_SAMPLED_K or n <= 4 * SAMPLE or k * SLACK >= n / 2:
-        return top_k_exact(score, k)  # on CUDA the exact path is the fast one (_kth_largest)
-    gen = torch.Generator().manual_seed(n * 31 + k)
-    sample = score[torch.randint(0, n, (SAMPLE,), generator=gen, device="cpu").to(score.device)]
+    if k < MIN_SAMPLED_K or n <= 4 * SAMPLE or k * SLACK >= n / 2:
+        return top_k_exact(score, k)
+    if score.is_cuda:
+        banded = top_k_banded(score, k)
+        return top_k_exact(score, k) if banded is None else banded
+    sample = _sample(score, k)
     keep = min(SAMPLE - 1, int(SAMPLE * SLACK * k / n) + 1)  # sample ranks above the estimate
     estimate = torch.kthvalue(sample, SAMPLE - keep).values
     candidates = torch.nonzero(score > estimate).squeeze(1)  # ascending

@@ -46,12 +46,13 @@ def test_nccl_losses_match_gloo(tmp_path, name, opts):
 
 @pytest.mark.parametrize("density", [0.1, 0.01])
 def test_selection_on_cuda_matches_the_cpu(density):
-    """scape.select on CUDA (a threshold from torch.topk) keeps exactly the CPU's indices
-    (kthvalue), ties by position included."""
-    from scape.select import top_k_indices
+    """scape.select on CUDA (the sampled band, and its exact path: a threshold from
+    torch.topk) keeps exactly the CPU's indices (kthvalue), ties by position included."""
+    from scape.select import top_k_exact, top_k_indices
 
     score = torch.randn(1 << 20).abs()  # [n] fp32
     score[1000:1100] = score[999]  # a run of ties at one value
     k = round(density * score.numel())
-    on_gpu = top_k_indices(score.cuda(), k).cpu()
-    assert torch.equal(on_gpu, top_k_indices(score, k))
+    on_cpu = top_k_indices(score, k)
+    assert torch.equal(top_k_indices(score.cuda(), k).cpu(), on_cpu)
+    assert torch.equal(top_k_exact(score.cuda(), k).cpu(), on_cpu)

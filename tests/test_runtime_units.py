@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 import torch
 
+import scape.select as select_mod
 from scape.adams import AdamS, Hyper, adams_update_
 from scape.adamw import adamw_update_
 from scape.schemes.quantized import dequantize, payload_bytes, quantize
-from scape.select import top_k_exact, top_k_indices
+from scape.select import top_k_banded, top_k_exact, top_k_indices
 from scape.sharding import FlatParams
 from tests.test_cli import scape
 
@@ -122,6 +123,47 @@ def test_selection_keeps_exactly_k_with_nans(n):
         assert exact.numel() == k and torch.equal(exact, exact.sort().values)
         assert {1, n // 2} & set(exact.tolist()) == ({1, n // 2} if k >= 2 else {1})
         assert top_k_indices(score, k).numel() == k
+
+
+@pytest.mark.parametrize("kind", ["normal", "ties", "nan", "inf", "two-values"])
+@pytest.mark.parametrize("density", [0.4, 0.1, 0.01, 0.001])
+def test_banded_selection_equals_the_exact_one(kind, density):
+    """The sampled band (scape.select's CUDA default, run here on the CPU: the same code)
+    keeps exactly top_k_exact's indices, ties by position and NaN ranked highest included;
+    where its sample cannot bracket rank k it says so (None), never a different set."""
+    n = 400_000
+    torch.manual_seed(7)
+    score = torch.randn(n)
+    if kind == "ties":
+        score = (score * 3).round()  # a few dozen distinct values, ties across the band
+    elif kind == "nan":
+        score[::97] = float("nan")
+    elif kind == "inf":
+        score[::1000], score[5::1000] = float("inf"), -float("inf")
+    elif kind == "two-values":
+        score = torch.zeros(n)
+        score[::7] = 1.0  # rank k inside one huge tie
+    score = score.abs() if kind != "ties" else score
+    k = round(density * n)
+    got = top_k_banded(score, k)
+    exact = top_k_exact(score, k)
+    if kind in ("normal", "inf") or (kind == "nan" and density > 0.0103):
+        # a continuous score (1.03% NaN: a k above them) lets the band bracket rank k
+        assert got is not None
+    if got is not None:
+        assert torch.equal(got, exact)
+
+
+def test_a_misjudging_sample_falls_back_to_the_exact_selection(monkeypatch):
+    """A sample that misplaces rank k (here: the smallest scores) leaves the band unable to
+    hold it; top_k_banded answers None and top_k_indices runs the exact path."""
+    n, k = 400_000, 4_000
+    torch.manual_seed(3)
+    score = torch.randn(n).abs()
+    monkeypatch.setattr(select_mod, "_sample",
+                        lambda s, _k: s.sort().values[: select_mod.SAMPLE].clone())
+    assert top_k_banded(score, k) is None
+    assert torch.equal(top_k_indices(score, k), top_k_exact(score, k))
 
 
 @pytest.mark.parametrize("bits", [1, 4, 8])
