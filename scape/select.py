@@ -69,8 +69,9 @@ def top_k_banded(score: torch.Tensor, k: int) -> torch.Tensor | None:
     quantiles sit BAND_SIGMAS binomial standard errors either side of rank k; every score
     above the upper one is in the top k (there are at most k of them, checked), every score
     below the lower one is out (at least k are at or above it, checked), and the exact path
-    picks the rest from the band. Passes over `score`: two comparisons, a count and two
-    index extractions, all at memory speed; the exact selection sees the band only."""
+    picks the rest from the band. Passes over `score`: two comparisons, then over byte masks
+    an and, a not, a count and two index extractions, all at memory speed, with two masks of
+    n bytes at most alive; the exact selection sees the band only."""
     n = score.numel()
     sample = _sample(score, k)  # [SAMPLE]
     p = k / n
@@ -81,9 +82,13 @@ def top_k_banded(score: torch.Tensor, k: int) -> torch.Tensor | None:
         return None  # k too close to 0 or n for the sample to bracket it
     t_hi = torch.kthvalue(sample, SAMPLE - over_hi).values
     t_lo = torch.kthvalue(sample, SAMPLE - over_lo).values
-    keep = ~(score <= t_hi)  # [n] bool: above the band; a NaN ranks above every number
+    keep = score <= t_hi  # [n] bool, for now: at or below the band's top
+    in_band = score >= t_lo  # [n] bool
+    in_band &= keep
+    keep.logical_not_()  # above the band; a NaN (false in every comparison) ranks above all
     need = k - int(keep.sum())
-    band = torch.nonzero((score >= t_lo) & (score <= t_hi)).squeeze(1)  # [m] ascending
+    band = torch.nonzero(in_band).squeeze(1)  # [m] int64 ascending
+    del in_band  # two [n] masks at most at any time
     if need < 0 or band.numel() < need:
         return None
     keep[band[top_k_exact(score[band], need)]] = True
