@@ -63,9 +63,9 @@ def _sample(score: torch.Tensor, k: int) -> torch.Tensor:
     return score[torch.randint(0, n, (SAMPLE,), generator=gen, device="cpu").to(score.device)]
 
 
-def top_k_banded(score: torch.Tensor, k: int) -> torch.Tensor | None:
-    """`top_k_exact`'s indices from a band around the k-th largest score, or None where the
-    sample missed it (the caller then runs the exact path). The sample's upper and lower
+def top_k_banded(score: torch.Tensor, k: int) -> torch.Tensor:
+    """`top_k_exact`'s indices from a band around the k-th largest score; where the sample
+    missed it, from `top_k_exact` on the whole of `score`. The sample's upper and lower
     quantiles sit BAND_SIGMAS binomial standard errors either side of rank k; every score
     above the upper one is in the top k (there are at most k of them, checked), every score
     below the lower one is out (at least k are at or above it, checked), and the exact path
@@ -78,8 +78,8 @@ def top_k_banded(score: torch.Tensor, k: int) -> torch.Tensor | None:
     spread = BAND_SIGMAS * math.sqrt(p * (1 - p) / SAMPLE)
     over_hi = int(SAMPLE * (p - spread))  # sampled scores expected above the upper threshold
     over_lo = math.ceil(SAMPLE * (p + spread))  # ... above the lower one
-    if over_hi < 1 or over_lo >= SAMPLE:
-        return None  # k too close to 0 or n for the sample to bracket it
+    if over_hi < 1 or over_lo >= SAMPLE:  # k too close to 0 or n for the sample to bracket it
+        return top_k_exact(score, k)
     t_hi = torch.kthvalue(sample, SAMPLE - over_hi).values
     t_lo = torch.kthvalue(sample, SAMPLE - over_lo).values
     keep = score <= t_hi  # [n] bool, for now: at or below the band's top
@@ -89,8 +89,9 @@ def top_k_banded(score: torch.Tensor, k: int) -> torch.Tensor | None:
     need = k - int(keep.sum())
     band = torch.nonzero(in_band).squeeze(1)  # [m] int64 ascending
     del in_band  # two [n] masks at most at any time
-    if need < 0 or band.numel() < need:
-        return None
+    if need < 0 or band.numel() < need:  # the sample misjudged rank k
+        del keep, band
+        return top_k_exact(score, k)
     keep[band[top_k_exact(score[band], need)]] = True
     return torch.nonzero(keep).squeeze(1)
 
@@ -101,8 +102,7 @@ def top_k_indices(score: torch.Tensor, k: int) -> torch.Tensor:
     if k < MIN_SAMPLED_K or n <= 4 * SAMPLE or k * SLACK >= n / 2:
         return top_k_exact(score, k)
     if score.is_cuda:
-        banded = top_k_banded(score, k)
-        return top_k_exact(score, k) if banded is None else banded
+        return top_k_banded(score, k)
     sample = _sample(score, k)
     keep = min(SAMPLE - 1, int(SAMPLE * SLACK * k / n) + 1)  # sample ranks above the estimate
     estimate = torch.kthvalue(sample, SAMPLE - keep).values

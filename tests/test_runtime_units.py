@@ -125,12 +125,25 @@ def test_selection_keeps_exactly_k_with_nans(n):
         assert top_k_indices(score, k).numel() == k
 
 
+def _spy_on_exact(monkeypatch) -> list[int]:
+    """Record the size of every score top_k_exact is called on from scape.select."""
+    sizes, exact = [], select_mod.top_k_exact
+
+    def spy(score, k):
+        sizes.append(score.numel())
+        return exact(score, k)
+
+    monkeypatch.setattr(select_mod, "top_k_exact", spy)
+    return sizes
+
+
 @pytest.mark.parametrize("kind", ["normal", "ties", "nan", "inf", "two-values"])
 @pytest.mark.parametrize("density", [0.4, 0.1, 0.01, 0.001])
-def test_banded_selection_equals_the_exact_one(kind, density):
+def test_banded_selection_equals_the_exact_one(monkeypatch, kind, density):
     """The sampled band (scape.select's CUDA default, run here on the CPU: the same code)
-    keeps exactly top_k_exact's indices, ties by position and NaN ranked highest included;
-    where its sample cannot bracket rank k it says so (None), never a different set."""
+    keeps exactly top_k_exact's indices, ties by position and NaN ranked highest included.
+    It finishes on the band alone, except where NaN outnumber k (1.03% of the scores here):
+    the sample's quantiles are NaN there and it selects exactly on the whole score."""
     n = 400_000
     torch.manual_seed(7)
     score = torch.randn(n)
@@ -145,25 +158,25 @@ def test_banded_selection_equals_the_exact_one(kind, density):
         score[::7] = 1.0  # rank k inside one huge tie
     score = score.abs() if kind != "ties" else score
     k = round(density * n)
-    got = top_k_banded(score, k)
     exact = top_k_exact(score, k)
-    if kind in ("normal", "inf") or (kind == "nan" and density > 0.0103):
-        # a continuous score (1.03% NaN: a k above them) lets the band bracket rank k
-        assert got is not None
-    if got is not None:
-        assert torch.equal(got, exact)
+    sizes = _spy_on_exact(monkeypatch)
+    assert torch.equal(top_k_banded(score, k), exact)
+    whole = kind == "nan" and density < 0.0103
+    assert (n in sizes) == whole, sizes
 
 
 def test_a_misjudging_sample_falls_back_to_the_exact_selection(monkeypatch):
     """A sample that misplaces rank k (here: the smallest scores) leaves the band unable to
-    hold it; top_k_banded answers None and top_k_indices runs the exact path."""
+    hold it; top_k_banded then selects exactly on the whole score."""
     n, k = 400_000, 4_000
     torch.manual_seed(3)
     score = torch.randn(n).abs()
+    exact = top_k_exact(score, k)
     monkeypatch.setattr(select_mod, "_sample",
                         lambda s, _k: s.sort().values[: select_mod.SAMPLE].clone())
-    assert top_k_banded(score, k) is None
-    assert torch.equal(top_k_indices(score, k), top_k_exact(score, k))
+    sizes = _spy_on_exact(monkeypatch)
+    assert torch.equal(top_k_banded(score, k), exact)
+    assert sizes == [n]
 
 
 @pytest.mark.parametrize("bits", [1, 4, 8])
