@@ -91,15 +91,13 @@ def optimizer_table() -> pd.DataFrame:
 def selection_table() -> pd.DataFrame:
     df = pd.DataFrame(_load("gpu-compute-run2.json")["select"])
     wide = df.pivot_table(index=["n", "density"], columns="method", values="s").reset_index()
-    for col in ("torch.topk", "threshold", "banded"):  # banded: runs from session 11 on
-        if col in wide:
-            wide[col] = 1e3 * wide[col]
+    for col in ("torch.topk", "threshold"):
+        wide[col] = 1e3 * wide[col]
     first = pd.DataFrame(_load("gpu-compute-run1.json")["select"])
     old = first[first["method"] == "threshold"].set_index(["n", "density"])["s"] * 1e3
     wide["threshold_before_ms"] = [old.get((n, d)) for n, d in zip(wide["n"], wide["density"],
                                                                      strict=True)]
-    return wide.rename(columns={"torch.topk": "torch_topk_ms", "threshold": "threshold_ms",
-                                "banded": "banded_ms"})
+    return wide.rename(columns={"torch.topk": "torch_topk_ms", "threshold": "threshold_ms"})
 
 
 def main() -> int:

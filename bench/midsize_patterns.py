@@ -8,8 +8,8 @@ profiles/external/public-collectives.csv so each figure in the notes can be reco
    sends the same bytes, (P-1)/P S, over half the ring steps);
 3. bus bandwidth as a share of its largest-size value, A100 one process per GPU (C3) against
    8x H100 (A2, NCCL_ALGO=Ring), at equal bytes sent per rank.
-Beside each measured pattern, the same quantity from `scape collective`'s model (the
-simulator's sweep, as bench/fidelity_public.py runs it). Fits nothing.
+Beside each measured pattern, the same quantity from `scape collective`'s model
+(bench/fidelity_public.py's predict). Fits nothing.
 Usage: python bench/midsize_patterns.py
 """
 
@@ -23,39 +23,37 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from profiles import load_hardware  # noqa: E402
-from simulator.collective import sweep  # noqa: E402
+from fidelity_public import predict  # noqa: E402  (bench/, this script's folder)
 
 DATA = REPO / "profiles" / "external" / "public-collectives.csv"
 MIB = 2**20
-
-
-def times(rows: pd.DataFrame, case: str) -> pd.Series:
-    part = rows[rows["case"] == case]
-    return part.set_index("size_bytes")["time_us"]
-
-
-def model(rows: pd.DataFrame, case: str) -> pd.Series:
-    """The model's time (us) of every size of `case`, launched as the case was."""
-    part = rows[rows["case"] == case]
-    first = part.iloc[0]
-    sizes = [int(s) for s in part["size_bytes"]]
-    got = sweep(load_hardware(first["hardware"]), int(first["gpus"]), first["op"],
-                first["nccl_algo"], sizes, gpus_per_process=int(first["gpus_per_process"]))
-    return pd.Series([r.time_s * 1e6 for r in got], index=sizes)
+CASES = ("C2-a100-allreduce", "C2-a100-allgather", "C3-a100-mpirun-allreduce",
+         "C4-a100-g8-allreduce", "A2-allreduce-ring")
 
 
 def main() -> int:
     rows = pd.read_csv(DATA)
+    df = predict(rows[rows["case"].isin(CASES)])  # time_us measured, pred_us the model's
+
+    def times(case: str, column: str = "time_us") -> pd.Series:
+        return df[df["case"] == case].set_index("size_bytes")[column]
+
+    def share(case: str, column: str) -> pd.Series:
+        """Bus bandwidth over its largest-size value: busbw is proportional to S / t, so the
+        share needs no bus factor."""
+        t = times(case, column)
+        bw = pd.Series(t.index, index=t.index) / t
+        return bw / bw.iloc[-1]
+
     sizes = [2**i for i in range(20, 31)]  # 1 MiB .. 1 GiB
-    c3, c4 = times(rows, "C3-a100-mpirun-allreduce"), times(rows, "C4-a100-g8-allreduce")
+    c3, c4 = times("C3-a100-mpirun-allreduce"), times("C4-a100-g8-allreduce")
     print("1. 8x A100, all_reduce, -g 8 (C4) over one process per GPU (C3), same machine")
     for s in sizes:
         if s in c3 and s in c4:
             print(f"   {s // MIB:>5} MiB  {c3[s]:8.1f} us  {c4[s]:8.1f} us  "
                   f"ratio {c4[s] / c3[s]:.2f}")
-    ar, ag = times(rows, "C2-a100-allreduce"), times(rows, "C2-a100-allgather")
-    mar, mag = model(rows, "C2-a100-allreduce"), model(rows, "C2-a100-allgather")
+    ar, ag = times("C2-a100-allreduce"), times("C2-a100-allgather")
+    mar, mag = times("C2-a100-allreduce", "pred_us"), times("C2-a100-allgather", "pred_us")
     print("2. C2 (-g 8, 8x A100): all_gather(S) over all_reduce(S/2), equal bytes sent per rank")
     for s in sizes:
         if s in ag and s // 2 in ar:
@@ -64,15 +62,8 @@ def main() -> int:
                   f"{mag[s] / mar[s // 2]:.2f}")
     print("3. all_reduce bus bandwidth / its value at the largest size, at equal bytes sent "
           "per rank 2 (P-1)/P S")
-    share, modelled = {}, {}
-    for case in ("C3-a100-mpirun-allreduce", "A2-allreduce-ring"):
-        part = rows[rows["case"] == case].set_index("size_bytes")
-        share[case] = part["busbw_GBps"] / part["busbw_GBps"].iloc[-1]
-        t = model(rows, case)  # busbw is proportional to S / t: the share needs no bus factor
-        bus = pd.Series(t.index, index=t.index) / t
-        modelled[case] = bus / bus.iloc[-1]
-    a, h = share["C3-a100-mpirun-allreduce"], share["A2-allreduce-ring"]
-    ma, mh = modelled["C3-a100-mpirun-allreduce"], modelled["A2-allreduce-ring"]
+    a, h = share("C3-a100-mpirun-allreduce", "time_us"), share("A2-allreduce-ring", "time_us")
+    ma, mh = share("C3-a100-mpirun-allreduce", "pred_us"), share("A2-allreduce-ring", "pred_us")
     print(f"   {'S':>9} {'A100 (C3)':>10} {'H100 (A2)':>10} {'model A100':>11} "
           f"{'model H100':>11}")
     for s in sizes:
