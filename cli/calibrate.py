@@ -101,13 +101,7 @@ def _calibrate_kinds(out: str, kinds: str, threads: int, on_gpu: bool) -> None:
     import torch
 
     from profiles.measured import merge, read_toml
-    from scape.calibrate.compute import (
-        CUDA_SIZES,
-        KERNEL_BENCH,
-        SIZES,
-        device_name,
-        measure_kernels,
-    )
+    from scape.calibrate.compute import KERNEL_BENCH, device_name, measure_kernels
 
     chosen = [k.strip() for k in kinds.split(",") if k.strip()]
     unknown = [k for k in chosen if k not in KERNEL_BENCH]
@@ -119,8 +113,7 @@ def _calibrate_kinds(out: str, kinds: str, threads: int, on_gpu: bool) -> None:
         raise UserError(f"{path} does not exist: run scape calibrate compute --out {out} first")
     print(f"calibrate compute: kernels {', '.join(chosen)} ...", file=sys.stderr)
     device = torch.device("cuda" if on_gpu else "cpu")
-    measured = measure_kernels(CUDA_SIZES if on_gpu else SIZES, device=device, repeats=9,
-                               threads=threads, kinds=chosen)
+    measured = measure_kernels(device=device, repeats=9, threads=threads, kinds=chosen)
     kernels = {**read_toml(path).get("kernels", {}), **measured}
     note = {f"kernel_{k}": f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on "
             f"{device_name(device, threads)} (torch {torch.__version__})" for k in chosen}

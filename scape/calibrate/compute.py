@@ -348,12 +348,15 @@ def fit_linear(sizes: Sequence[float], seconds: Sequence[float]) -> tuple[float,
     return a, b, 100.0 * residual
 
 
-def measure_kernels(sizes: Sequence[int] = SIZES, device: torch.device | str = "cpu",
+def measure_kernels(sizes: Sequence[int] | None = None, device: torch.device | str = "cpu",
                     repeats: int = 5, progress: Progress | None = None, threads: int = 1,
                     kinds: Sequence[str] | None = None) -> dict[str, dict]:
-    """Each KERNEL_BENCH kind at each size: median of `repeats` calls after one warm-up,
-    fitted as fixed_us + ns_per_element * n. `threads`: torch CPU threads (per rank)."""
+    """Each KERNEL_BENCH kind at each size (default SIZES on a CPU, CUDA_SIZES on a GPU):
+    median of `repeats` calls after one warm-up, fitted as fixed_us + ns_per_element * n.
+    `threads`: torch CPU threads (per rank)."""
     device = torch.device(device)
+    if sizes is None:
+        sizes = CUDA_SIZES if device.type == "cuda" else SIZES
     torch.set_num_threads(threads)
     out = {}
     for kind in kinds or KERNEL_BENCH:
@@ -641,8 +644,6 @@ def calibrate_compute(model_name: str, micro_batch: int, max_ranks: int = 1,
         device = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(device)
     say = progress or (lambda _msg: None)
-    if sizes is None:
-        sizes = CUDA_SIZES if device.type == "cuda" else SIZES
     torch.set_num_threads(threads)
     say("matmul peak")
     peak = measure_matmul_peak(device, threads, n=matmul_n)
