@@ -94,7 +94,7 @@ def train_cmd(
 ):
     """Train a model with a scheme on torch.distributed ranks (torchrun), and report."""
     check_format(fmt)
-    from scape.train.devices import SHARE_ENV
+    from scape.train.devices import backend_env
     from scape.train.launch import check_backend, launch, under_torchrun
     from scape.train.loop import TrainConfig, train
 
@@ -124,7 +124,7 @@ def train_cmd(
         check_backend(backend, nprocs, spec, share_gpu)  # before any folder is made
     else:  # torchrun started this rank: the typed backend is checked and used here too
         check_backend(backend, int(os.environ.get("LOCAL_WORLD_SIZE", "1")), spec, share_gpu)
-        os.environ.update({"SCAPE_BACKEND": backend, SHARE_ENV: "1" if share_gpu else "0"})
+        os.environ.update(backend_env(backend, share_gpu))
     if out is not None:
         output_dir(out, "--out")
         if not resume and not under_torchrun():

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from profiles import UserError
 from scape.plan import WIRE_FACTOR
-from scape.train.devices import SHARE_ENV, local_gpu, prepare_rank
+from scape.train.devices import backend_env, local_gpu, nccl_device
 from simulator.units import format_duration
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all")
@@ -143,13 +143,11 @@ def main() -> int:
     spec = json.loads(Path(sys.argv[1]).read_text())
     rank = int(os.environ.get("RANK", "0"))
     try:
-        import torch
         import torch.distributed as dist
 
         backend = os.environ.get("SCAPE_BACKEND", "gloo")
         if backend == "nccl":  # its GPU first (shared round-robin when ranks outnumber them)
-            prepare_rank()
-            torch.cuda.set_device(local_gpu())
+            nccl_device()
         dist.init_process_group(backend, timeout=timedelta(seconds=spec["timeout_s"]))
         rows = bench_rank(spec)
         dist.destroy_process_group()
@@ -177,8 +175,7 @@ def sweep(nprocs: int, backend: str = "gloo", netbed=None, ops=OPS, sizes=DEFAUL
             "interference": True,
             "warmup": warmup, "timeout_s": timeout_s, "out": str(out), "progress": progress}
     (out / "spec.json").write_text(json.dumps(spec))
-    env = {**os.environ, "SCAPE_BACKEND": backend, "OMP_NUM_THREADS": "1",
-           SHARE_ENV: "1" if share_gpu else "0"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **backend_env(backend, share_gpu)}
     code = run_ranks(["scape.calibrate.collectives", str(out / "spec.json")], nprocs, netbed,
                      env, out / "launcher.log", timeout_s * 4 + 600)
     error = rank_error(out)

@@ -37,9 +37,25 @@ def shared_gpu_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in want.items() if k == "NCCL_HOSTID" or k not in env}
 
 
+def backend_env(backend: str, share_gpu: bool) -> dict[str, str]:
+    """The variables a launcher gives its ranks: the backend they join with (SCAPE_BACKEND)
+    and whether they share the GPUs (`sharing`)."""
+    return {"SCAPE_BACKEND": backend, SHARE_ENV: "1" if share_gpu else "0"}
+
+
 def prepare_rank() -> None:
     """Set this rank's NCCL variables (before init_process_group reads them)."""
     os.environ.update(shared_gpu_env(os.environ))
+
+
+def nccl_device():
+    """An NCCL rank's GPU (`local_gpu`), made current, its sharing variables set first."""
+    import torch
+
+    prepare_rank()
+    device = torch.device("cuda", local_gpu())
+    torch.cuda.set_device(device)
+    return device
 
 
 def rank_gpu(local_rank: int, gpus: int) -> int:

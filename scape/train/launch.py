@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from profiles import UserError
-from scape.train.devices import SHARE_ENV
+from scape.train.devices import backend_env
 from scape.train.loop import TrainConfig
 from simulator.units import format_duration
 
@@ -137,8 +137,7 @@ def launch(cfg: TrainConfig, nprocs: int, backend: str = "gloo", netbed=None,
     config_file.write_text(json.dumps(cfg_dict, indent=2))
     for stale in [*out.glob("error_rank*.txt"), out / "summary.json"]:
         stale.unlink(missing_ok=True)
-    env = {**os.environ, "SCAPE_BACKEND": backend, "OMP_NUM_THREADS": str(cfg.threads),
-           SHARE_ENV: "1" if share_gpu else "0"}
+    env = {**os.environ, "OMP_NUM_THREADS": str(cfg.threads), **backend_env(backend, share_gpu)}
     t0 = time.perf_counter()
     meter = StepMeter(out / "log.jsonl", cfg.steps) if progress else None
     returncode = run_ranks(["scape.train.worker", str(config_file)], nprocs, netbed, env,

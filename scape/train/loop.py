@@ -24,7 +24,7 @@ from scape.comm import Comm
 from scape.plan import WIRE_FACTOR, SchemeConfig
 from scape.schemes import make_scheme
 from scape.train.data import batch
-from scape.train.devices import local_gpu, prepare_rank
+from scape.train.devices import nccl_device
 from scape.train.model import GPT
 
 
@@ -130,9 +130,7 @@ def init_distributed(timeout_s: float) -> torch.device:
     backend = os.environ.get("SCAPE_BACKEND", "gloo")
     device = torch.device("cpu")
     if backend == "nccl":
-        prepare_rank()  # ranks sharing a GPU: each its own NCCL host, over sockets
-        device = torch.device("cuda", local_gpu())
-        torch.cuda.set_device(device)
+        device = nccl_device()  # ranks sharing a GPU: each its own NCCL host, over sockets
         torch.set_default_device(device)
     if not dist.is_initialized() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
