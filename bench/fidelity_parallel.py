@@ -49,7 +49,6 @@ H100_PROFILES = ("dgx-h100", "aws-p5", "oci-h100-roce")  # the same HGX H100 boa
 # the A100's sustained share is fitted on these whole steps (Korthikanti et al. 2022 Table 5),
 # as the H100's is on NeMo's: the rest of parallel-steps.csv is held out
 A100_CALIBRATION = "korthikanti-"
-AUTHORS_MICRO_BATCH = 8  # the scape-sc26 comp_comm_micro_bs_8 runs (--micro-batch-size 8)
 
 
 def gpt(row) -> object:
@@ -142,7 +141,7 @@ def authors_compute_check() -> pd.DataFrame:
     step. Neither model nor profile was fitted on these rows (vista-gh200-socket's [model_mfu]
     was, and is not used). The authors' computation also holds their optimizer step and other
     per-step work the shapes model leaves out."""
-    from profiles.external import authors_compute_rows
+    from profiles.external import AUTHORS_MICRO_BATCH, authors_compute_rows, authors_micro_batches
     from simulator.compute import fwd_bwd
 
     h100, gh200 = load_hardware("dgx-h100"), load_hardware("vista-gh200-socket")
@@ -151,7 +150,7 @@ def authors_compute_check() -> pd.DataFrame:
     out = []
     for r in authors_compute_rows():
         m = load_model(r.model)
-        micro = m.global_batch // r.gpus // AUTHORS_MICRO_BATCH  # micro-batches per step
+        micro = authors_micro_batches(r)  # micro-batches per step
         t = fwd_bwd(m, hw, AUTHORS_MICRO_BATCH, m.arch.seq_len)
         pred = micro * (t.fwd_s + t.bwd_s) * 1e3  # ms
         out.append({"model": r.model, "gpus": r.gpus, "micro_batches": micro,

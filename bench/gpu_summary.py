@@ -25,13 +25,12 @@ from pathlib import Path
 import pandas as pd
 
 from profiles import load_hardware, load_model
-from profiles.external import authors_compute_rows
+from profiles.external import AUTHORS_MICRO_BATCH, authors_compute_rows, authors_micro_batches
 from simulator.compute import fwd_bwd
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = ROOT / "reports" / "validation-gpu"
 AUTHORS_GPUS = 32  # the comp_comm_micro_bs_8 column the issue quotes
-AUTHORS_MB = 8  # their --micro-batch-size in those runs
 
 
 def _load(name: str) -> dict:
@@ -42,9 +41,7 @@ def authors_compute_s(model: str) -> tuple[float, int]:
     """(seconds of compute per micro-batch of 8 on one GH200, micro-batches per step) from the
     authors' dense AdamS computation time at 32 GPUs."""
     row = next(r for r in authors_compute_rows() if r.model == model and r.gpus == AUTHORS_GPUS)
-    m = load_model(model)
-    per_gpu = m.global_batch // AUTHORS_GPUS  # sequences per GPU per step
-    micro = per_gpu // AUTHORS_MB
+    micro = authors_micro_batches(row)
     return row.value / 1e3 / micro, micro
 
 
@@ -69,7 +66,7 @@ def compute_table() -> pd.DataFrame:
             per_mb = None
         if per_mb is not None:
             # their micro-batch is 8; ours may differ (a halved one that fit): per token
-            scale = fb["micro_batch"] * fb["seq_len"] / (AUTHORS_MB * model.arch.seq_len)
+            scale = fb["micro_batch"] * fb["seq_len"] / (AUTHORS_MICRO_BATCH * model.arch.seq_len)
             row["authors_gh200_ms"] = 1e3 * per_mb * scale
             row["authors_as_h100_ms"] = row["authors_gh200_ms"] * peak_ratio
             row["ours_vs_authors_pct"] = 100 * (row["fwd_bwd_ms"] / row["authors_as_h100_ms"]

@@ -66,12 +66,24 @@ def names() -> list[str]:
                   if "[[row]]" in p.read_text(errors="replace"))
 
 
+# the SCAPE authors' --micro-batch-size in the runs of table comp_comm_micro_bs_8
+AUTHORS_MICRO_BATCH = 8
+
+
 def authors_compute_rows() -> list[ExternalRow]:
     """The SCAPE authors' dense AdamS computation per step on GH200 (scape-sc26, table
-    comp_comm_micro_bs_8: Llama-500M and 1.8B at micro-batch 8, global batch 1024, 4-64
-    GPUs), in ms."""
+    comp_comm_micro_bs_8: Llama-500M and 1.8B at micro-batch AUTHORS_MICRO_BATCH, global batch
+    1024, 4-64 GPUs), in ms."""
     return [r for r in load_external("scape-sc26").rows
             if (r.table, r.series, r.quantity) == ("comp_comm_micro_bs_8", "adams", "compute_ms")]
+
+
+def authors_micro_batches(row: ExternalRow) -> int:
+    """Micro-batches of AUTHORS_MICRO_BATCH each GPU runs per step in an `authors_compute_rows`
+    row: the model's global batch over the row's GPUs."""
+    from profiles import load_model  # lazily: profiles.external is imported by profiles
+
+    return load_model(row.model).global_batch // row.gpus // AUTHORS_MICRO_BATCH
 
 
 def load_external(name: str) -> ExternalData:
