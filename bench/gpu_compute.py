@@ -32,6 +32,7 @@ from contextlib import nullcontext
 from dataclasses import replace
 
 import torch
+from optimizer_cost import step_times  # bench/, this script's folder
 
 from profiles import load_model
 from scape.adams import Hyper
@@ -110,20 +111,8 @@ def _time_scheme(device: torch.device, shapes, name: str, density, repeats: int)
     with torch.device(device):
         params = [torch.nn.Parameter(torch.randn(s) * 0.02) for s in shapes]  # fp32
         scheme = make_scheme(make_config(name, **opts), params, Comm(), Hyper())
-        times, parts = [], []
-        for i in range(repeats + 2):  # SCAPE's first step is dense: time steps 3..
-            for p in params:
-                p.grad = torch.randn_like(p) * 1e-3
-            _sync(device)
-            t0 = time.perf_counter()
-            kernels = scheme.step()
-            _sync(device)
-            if i >= 2:
-                times.append(time.perf_counter() - t0)
-                parts.append(kernels)
-    return {"step_s": statistics.median(times), "samples_s": times,
-            "parts_s": {k: statistics.median(p.get(k, 0.0) for p in parts)
-                        for k in sorted({k for p in parts for k in p})},
+        times, parts = step_times(scheme, params, repeats, lambda: _sync(device))
+    return {"step_s": statistics.median(times), "samples_s": times, "parts_s": parts,
             "peak_memory_GB": (torch.cuda.max_memory_allocated() / 1e9
                                if device.type == "cuda" else None)}
 

@@ -15,6 +15,7 @@ import argparse
 import multiprocessing as mp
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -33,22 +34,32 @@ def _params(spec: str, n: int) -> list[torch.nn.Parameter]:
     return [torch.nn.Parameter(torch.randn(s, 1) * 0.02) for s in sizes]  # [s, 1] fp32
 
 
-def time_steps(spec: str, n: int, repeats: int, **opts) -> tuple[float, dict]:
-    params = _params(spec, n)
-    scheme = make_scheme(make_config(spec, **opts), params, Comm(), Hyper())
-    torch.manual_seed(1)
+def step_times(scheme, params, repeats: int,
+               sync: Callable[[], None] = lambda: None) -> tuple[list[float], dict]:
+    """`repeats` optimizer steps of `scheme` after two untimed ones (SCAPE's first step is
+    dense), each on fresh gradients: the seconds of each (`sync`: wait for the device before
+    and after) and the median seconds of each kernel the scheme reports."""
     times, parts = [], []
-    for i in range(repeats + 2):  # SCAPE's first step is dense; time only sparse steps
+    for i in range(repeats + 2):
         for p in params:
             p.grad = torch.randn_like(p) * 1e-3
+        sync()
         t0 = time.perf_counter()
         kernels = scheme.step()
+        sync()
         if i >= 2:
             times.append(time.perf_counter() - t0)
             parts.append(kernels)
     keys = sorted({k for p in parts for k in p})
-    return statistics.median(times), {k: statistics.median(p.get(k, 0.0) for p in parts)
-                                      for k in keys}
+    return times, {k: statistics.median(p.get(k, 0.0) for p in parts) for k in keys}
+
+
+def time_steps(spec: str, n: int, repeats: int, **opts) -> tuple[float, dict]:
+    params = _params(spec, n)
+    scheme = make_scheme(make_config(spec, **opts), params, Comm(), Hyper())
+    torch.manual_seed(1)
+    times, parts = step_times(scheme, params, repeats)
+    return statistics.median(times), parts
 
 
 def _peak_rss() -> int:
