@@ -42,9 +42,9 @@ step() {  # step NAME SECONDS COMMAND...: run it with a limit, log it, record ho
     local rc=$?
     echo "$name rc=$rc $((SECONDS - t0))s" | tee -a "$W/steps.txt"
     tail -n 40 "$W/$name.log"
-    # the runs' folders (checkpoints) are left out: 276 MB of them kept the archive from
-    # coming back once
-    tar czf "$OUT/gpu-session.tgz" -C "$W" --exclude=runs .
+    # the runs' checkpoints are left out (276 MB of them kept the archive from coming back
+    # once); their logs and summaries (each step's timed blocks) come back
+    tar czf "$OUT/gpu-session.tgz" -C "$W" --exclude=checkpoint .
 }
 
 step env 30 bash -c "nvidia-smi; $PY -c 'import torch, sys; print(sys.version); \
@@ -79,14 +79,18 @@ step validate 140 $PY -m cli validate --profile measured/gpu-val --backend nccl 
 if [ -x .netbed-tools/bin/ip ]; then export PATH=$PWD/.netbed-tools/bin:$PATH; fi
 step netbed-probe 40 $PY -m cli netbed --netbed rate=1gbit --seconds 2
 # sizes where the shaped link's bandwidth, not the shared GPU's ~5 ms a call, sets the time
+# profile names stamped with the run's time: a name the checkout already holds (a committed
+# profile of an earlier session) is refused, as the second call on 2026-11-26 found
+STAMP=$(date -u +%Y%m%d-%H%M)
 for rate in ${NETBED_RATES:-1gbit 200mbit}; do
     case $rate in 1gbit) sizes=64KiB..16MiB;; *) sizes=16KiB..4MiB;; esac
-    step "netbed-compute-$rate" 50 $PY -m cli calibrate compute --backend nccl --out "gpu-netbed-$rate" \
+    prof="gpu-netbed-$rate-$STAMP"
+    step "netbed-compute-$rate" 50 $PY -m cli calibrate compute --backend nccl --out "$prof" \
         --model tiny-gpt --micro-batch 16 --max-ranks 4
     step "netbed-collectives-$rate" 150 $PY -m cli calibrate collectives \
-        --out "gpu-netbed-$rate" --backend nccl --share-gpu --netbed "rate=$rate" \
+        --out "$prof" --backend nccl --share-gpu --netbed "rate=$rate" \
         --nprocs 2,4 --repeats 5 --sizes "$sizes"
-    step "netbed-validate-$rate" 200 $PY -m cli validate --profile "measured/gpu-netbed-$rate" \
+    step "netbed-validate-$rate" 200 $PY -m cli validate --profile "measured/$prof" \
         --nprocs 2,4 --steps 8 --out "$W/validation-netbed-$rate" \
         --schemes dense-ddp,dense-adams,quantized:8,topk:0.99,scape:0.99,scape-partitioned:0.99
 done

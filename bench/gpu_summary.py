@@ -13,7 +13,13 @@ every figure printed is computed from those files and the profiles, so it reruns
 2. The optimizer step of Llama-1.8B on one GPU: dense AdamS and both SCAPE variants, and
    SCAPE's overhead over dense AdamS (goal <= 20 ms; the authors report 150-300 ms).
 3. Selection at 1e8 and 1e9 (torch.topk against scape.select), quantize/dequantize at 1e8.
-4. The NCCL validation table: median and max |error| (goal <= 5% / 10%).
+4. The NCCL validation tables: median and max |error| (goal <= 5% / 10%): ranks sharing the
+   GPU over loopback (session 10), and over the shaped netbed at 1 Gbit/s and 200 Mbit/s
+   (session 12: reports/validation-gpu/session12, two calls with the same profiles and code),
+   with how far the two calls' measurements of the same run differ (the testbed's own
+   repeatability, which bounds any prediction's error).
+Session 12 (2026-11-26, the same H100 model) reran the optimizer and selection after the banded
+selection and the reducer rewrite: gpu-compute-run3.json; sections 2 and 3 print both runs.
 Usage: python bench/gpu_summary.py
 """
 
@@ -76,9 +82,10 @@ def compute_table() -> pd.DataFrame:
 
 
 def optimizer_table() -> pd.DataFrame:
-    rows = [r for r in _load("gpu-compute-run2.json")["optimizer"] if "full_s" in r]
+    rows = [{**r, "run": run} for run in ("run2", "run3")
+            for r in _load(f"gpu-compute-{run}.json")["optimizer"] if "full_s" in r]
     return pd.DataFrame([{
-        "scheme": r["scheme"], "density": r["density"], "params": r["params"],
+        "run": r["run"], "scheme": r["scheme"], "density": r["density"], "params": r["params"],
         "full_step_ms": 1e3 * r["full_s"],
         "measured_whole": r["step_s"] is not None,
         "line_check_pct": r.get("line_err_pct"),
@@ -86,15 +93,39 @@ def optimizer_table() -> pd.DataFrame:
 
 
 def selection_table() -> pd.DataFrame:
-    df = pd.DataFrame(_load("gpu-compute-run2.json")["select"])
-    wide = df.pivot_table(index=["n", "density"], columns="method", values="s").reset_index()
-    for col in ("torch.topk", "threshold"):
+    """Milliseconds per method: run 2 (session 10) and run 3 (session 12, with `banded`)."""
+    df = pd.concat([pd.DataFrame(_load(f"gpu-compute-{run}.json")["select"]).assign(run=run)
+                    for run in ("run2", "run3")])
+    wide = df.pivot_table(index=["run", "n", "density"], columns="method",
+                          values="s").reset_index()
+    for col in ("torch.topk", "threshold", "banded"):
         wide[col] = 1e3 * wide[col]
     first = pd.DataFrame(_load("gpu-compute-run1.json")["select"])
     old = first[first["method"] == "threshold"].set_index(["n", "density"])["s"] * 1e3
     wide["threshold_before_ms"] = [old.get((n, d)) for n, d in zip(wide["n"], wide["density"],
                                                                      strict=True)]
-    return wide.rename(columns={"torch.topk": "torch_topk_ms", "threshold": "threshold_ms"})
+    return wide.rename(columns={"torch.topk": "torch_topk_ms", "threshold": "threshold_ms",
+                                "banded": "banded_ms"})
+
+
+S12 = RUNS / "session12"
+NETBED = {rate: (S12 / f"netbed-{rate}", S12 / f"netbed-{rate}-repeat")
+          for rate in ("1gbit", "200mbit")}
+
+
+def netbed_tables() -> list[tuple[str, pd.DataFrame]]:
+    """Per rate: both calls' measured step, the prediction (the same profile in both) and
+    its error, and the second call's measurement against the first's."""
+    out = []
+    for rate, (first, second) in NETBED.items():
+        a, b = (pd.read_csv(d / "validate.csv") for d in (first, second))
+        df = a[["scheme", "ranks", "measured_step_s", "predicted_step_s", "error_pct"]].merge(
+            b[["scheme", "ranks", "measured_step_s", "error_pct"]], on=["scheme", "ranks"],
+            suffixes=("", "_repeat"))
+        df["repeat_vs_first_pct"] = 100 * (df["measured_step_s_repeat"]
+                                           / df["measured_step_s"] - 1)
+        out.append((rate, df))
+    return out
 
 
 def main() -> int:
@@ -118,6 +149,14 @@ def main() -> int:
           f"{err.median():.1f}%, max {err.max():.1f}% (goal 5% / 10%)")
     print(v[["scheme", "ranks", "measured_step_s", "predicted_step_s", "error_pct",
              "measured_comm_s", "predicted_exposed_comm_s"]].round(4).to_string(index=False))
+    for rate, df in netbed_tables():
+        e1, e2 = df["error_pct"].abs(), df["error_pct_repeat"].abs()
+        rep = df["repeat_vs_first_pct"].abs()
+        print(f"\n## 4. NCCL validation on the netbed at {rate} ({len(df)} runs per call): "
+              f"median |error| {e1.median():.1f}% / {e2.median():.1f}%, max {e1.max():.1f}% / "
+              f"{e2.max():.1f}% (first / repeat call); the repeat against the first call: "
+              f"median |difference| {rep.median():.1f}%, max {rep.max():.1f}%")
+        print(df.round(4).to_string(index=False))
     return 0
 
 

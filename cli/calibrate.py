@@ -119,9 +119,15 @@ def _calibrate_kinds(out: str, kinds: str, threads: int, on_gpu: bool) -> None:
             f"{device_name(device, threads)} (torch {torch.__version__})" for k in chosen}
     merge(out, {"kernels": kernels, "measured": note}, CALIBRATE_HEADER)
     for kind, k in measured.items():
-        print(f"  {kind:<16} {k['fixed_us']:9.1f} us + {k['ns_per_element']:7.3f} ns/element "
-              f"(fit residual {k['residual_pct']:.1f}%)")
+        _print_kernel(kind, k)
     print(f"wrote {path}")
+
+
+def _print_kernel(kind: str, k: dict) -> None:
+    per_tensor = (f", {k['per_tensor_us']:.1f} us per tensor beyond {k['tensors']}"
+                  if "per_tensor_us" in k else "")
+    print(f"  {kind:<16} {k['fixed_us']:9.1f} us + {k['ns_per_element']:7.3f} ns/element "
+          f"(fit residual {k['residual_pct']:.1f}%){per_tensor}")
 
 
 @calibrate_app.command("compute")
@@ -195,8 +201,7 @@ def calibrate_compute_cmd(
           f"-> MFU {tables['compute']['mfu']:.3f} of {tables['gpu']['peak_bf16_tflops']:.4f} "
           "TFLOP/s (measured matmul peak)")
     for kind, k in tables["kernels"].items():
-        print(f"  {kind:<16} {k['fixed_us']:9.1f} us + {k['ns_per_element']:7.3f} ns/element "
-              f"(fit residual {k['residual_pct']:.1f}%)")
+        _print_kernel(kind, k)
     slow = tables["concurrency"]["slowdown"]
     print("ranks sharing the host: " + ", ".join(f"{r + 1}: x{v:.2f}"
                                                 for r, v in enumerate(slow)))

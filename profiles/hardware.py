@@ -139,8 +139,13 @@ KERNEL_FIELDS = {
     "fixed_us": Field(float, ge=0),
     "ns_per_element": Field(float, ge=0),
     "residual_pct": Field(float, ge=0),
+    # kernels that loop over the model's parameter tensors (scape/calibrate/compute.py
+    # PER_TENSOR_KINDS): how many the benchmark had, and what one more costs
+    "tensors": Field(int, ge=1, required=False),
+    "per_tensor_us": Field(float, ge=0, required=False),
 }
-MEASURED_ONLY = ("measured", "collectives", "kernels", "fwd_bwd", "concurrency", "overlap")
+MEASURED_ONLY = ("measured", "collectives", "kernels", "fwd_bwd", "concurrency", "overlap",
+                 "sharing")
 TOP_FIELDS = {"name": Field(str, nonempty=True), "description": Field(str, nonempty=True)}
 
 
@@ -307,6 +312,9 @@ class HardwareProfile:
     measured: dict = field(default_factory=dict)
     # compute slowdown while an async collective is issued but not yet waited for, per ranks
     async_interference: dict[int, float] = field(default_factory=dict)
+    # ranks sharing one GPU (scape/calibrate/sharing.py): kernel kind -> {ranks: seconds each
+    # call of it takes more than alone}
+    sharing: dict[str, dict[int, float]] = field(default_factory=dict)
     transport: Transport | None = None
     nccl: Nccl | None = None
     # MFU measured or fitted for particular models (model name -> MFU); others use compute.mfu
@@ -450,6 +458,11 @@ def _measured_tables(path, doc: dict[str, Any]) -> dict[str, Any]:
             scalars = {k: v for k, v in table.items() if k not in curve and k not in per_rank}
             out[key][name] = {**validate_table(path, f"{key}.{name}", scalars, fields)[0],
                               **_curve(path, f"{key}.{name}", curve)}
+            pair = [out[key][name].get(k) for k in ("tensors", "per_tensor_us")]
+            if key == "kernels" and (pair[0] is None) != (pair[1] is None):
+                raise ProfileError(f"{path}: [{key}.{name}] tensors and per_tensor_us: give "
+                                   "both (the benchmark's tensor count and the cost of one "
+                                   "more) or neither")
             if per_rank:
                 ranks, effs = per_rank.get("ranks"), per_rank.get("efficiencies")
                 if not (isinstance(ranks, list) and isinstance(effs, list)
@@ -479,6 +492,30 @@ def _measured_tables(path, doc: dict[str, Any]) -> dict[str, Any]:
         raise ProfileError(f"{path}: [overlap] ranks/async_interference: two lists of equal "
                            "length, rank counts >= 2, values >= 0")
     out["async_interference"] = {int(r): float(v) for r, v in zip(ranks, values, strict=True)}
+    out["sharing"] = _sharing(path, doc.get("sharing", {}), known["kernels"])
+    return out
+
+
+def _sharing(path, table: dict, kinds: list[str]) -> dict[str, dict[int, float]]:
+    """[sharing]: ranks = [r, ...] and extra_us = {kind = [us per call at each r]}."""
+    if not table:
+        return {}
+    ranks, extra = table.get("ranks"), table.get("extra_us")
+    if not (isinstance(ranks, list) and ranks and len(set(ranks)) == len(ranks)
+            and all(_count(r) and r >= 2 for r in ranks)):
+        raise ProfileError(f"{path}: [sharing] ranks: a list of distinct rank counts >= 2")
+    if not isinstance(extra, dict):
+        raise ProfileError(f"{path}: [sharing] extra_us: a table of kernel kinds")
+    out = {}
+    for kind, values in extra.items():
+        if kind not in kinds:
+            raise ProfileError(f"{path}: [sharing.extra_us] {kind}: unknown kernel (known: "
+                               f"{', '.join(kinds)})")
+        if not (isinstance(values, list) and len(values) == len(ranks)
+                and all(_number(v) and v >= 0 for v in values)):
+            raise ProfileError(f"{path}: [sharing.extra_us] {kind}: one number >= 0 (us) per "
+                               "rank count")
+        out[kind] = {int(r): v * 1e-6 for r, v in zip(ranks, values, strict=True)}
     return out
 
 

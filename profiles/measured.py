@@ -96,12 +96,14 @@ def dumps(doc: dict[str, Any]) -> str:
 
 
 def merge(name: str, tables: dict[str, Any], header: str,
-          drop: tuple[str, ...] = ()) -> Path:
+          drop: tuple[str, ...] = (), drop_tables: tuple[str, ...] = ()) -> Path:
     """Write `tables` into <folder>/<name>.toml, keeping the tables other calibrate commands
-    wrote, less the [measured] keys in `drop` (what a new measurement no longer says); the top
-    keys name and description are (re)set."""
+    wrote, less the [measured] keys in `drop` (what a new measurement no longer says) and the
+    tables in `drop_tables`; the top keys name and description are (re)set."""
     path = path_of(name)
     doc = read_toml(path) if path.exists() else {}
+    for table in drop_tables:
+        doc.pop(table, None)
     kept = {k: v for k, v in doc.get("measured", {}).items() if k not in drop}
     measured = {**kept, **tables.pop("measured", {})}
     doc.update(tables)

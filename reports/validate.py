@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import date
+from functools import lru_cache
 from pathlib import Path
 
 import pandas as pd
@@ -43,9 +44,9 @@ def runtime_plan(cfg: SchemeConfig, model: str, world: int,
     from scape.sharding import padded_size
 
     numel = load_model(model).n_params
-    copies = Kernel("pull grads, push params", "flat_copy", numel, "post")
+    sizes, dense = runtime_tensors(model)
+    copies = Kernel("pull grads, push params", "flat_copy", numel, "post", len(sizes))
     if cfg.scheme == "scape":
-        sizes, dense = runtime_tensors(model)
         base = plan(cfg, numel, world, RUNTIME_DTYPES, tensors=sizes, dense=dense)
         calibrated = hw is not None and "authors_step" in hw.kernels
         kernels = (*authors_runtime_kernels(cfg, sizes, dense, world, calibrated), copies)
@@ -59,10 +60,20 @@ def runtime_plan(cfg: SchemeConfig, model: str, world: int,
 def runtime_tensors(model: str) -> tuple[list[int], list[bool]]:
     """The runtime model's trainable tensors in buffer order: sizes, and the one-dimensional
     (norm) ones the reducer sends whole."""
+    sizes, dense = _runtime_tensors(model)
+    return list(sizes), list(dense)
+
+
+@lru_cache(maxsize=32)
+def _runtime_tensors(model: str) -> tuple[tuple[int, ...], tuple[bool, ...]]:
+    import torch
+
     from scape.schemes.scape_authors import tensor_layout
     from scape.train.model import GPT
 
-    return tensor_layout(list(GPT(load_model(model)).parameters()))
+    with torch.device("meta"):  # shapes only: no memory, whatever the model's size
+        sizes, dense = tensor_layout(list(GPT(load_model(model)).parameters()))
+    return tuple(sizes), tuple(dense)
 
 
 def authors_runtime_kernels(cfg: SchemeConfig, sizes: list[int], dense: list[bool],
@@ -85,7 +96,8 @@ def authors_runtime_kernels(cfg: SchemeConfig, sizes: list[int], dense: list[boo
     # the owner that selects the most elements; its top-k calls, one per sparsified piece
     pieces = max(layout, key=lambda pcs: sum(b - a for a, b, d in pcs if not d))
     owned = sum(b - a for a, b, _ in pieces)
-    kernels = [Kernel("reducer step (calibrated)", "authors_step", n, "pre")] if calibrated else [
+    kernels = [Kernel("reducer step (calibrated)", "authors_step", n, "pre", len(sizes))
+               ] if calibrated else [
         Kernel("corrected momentum", "error_feedback", n, "pre"),
         *(Kernel("owner's top-k", "select", b - a, "pre") for a, b, d in pieces if not d),
         Kernel("bitmap pack", "pack", owned, "pre"),

@@ -46,14 +46,17 @@ class Comm:
 
     log: list[Record] = field(default_factory=list)
     sync: bool = False  # on GPUs: wait for the device so times cover the work, not its launch
+    # a world of one even inside a process group (a kernel benchmark timing one rank's local
+    # work on every rank at once: scape/calibrate/sharing.py)
+    alone: bool = False
 
     @property
     def world(self) -> int:
-        return dist.get_world_size() if dist.is_initialized() else 1
+        return dist.get_world_size() if dist.is_initialized() and not self.alone else 1
 
     @property
     def rank(self) -> int:
-        return dist.get_rank() if dist.is_initialized() else 0
+        return dist.get_rank() if dist.is_initialized() and not self.alone else 0
 
     def _run(self, name, collective, size, fn, async_op=False):
         record = Record(name, collective, int(size), 0.0)

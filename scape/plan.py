@@ -68,6 +68,9 @@ class Kernel:
     kind: str  # a key of simulator.compute.KERNEL_BYTES
     elements: float
     stage: str = "pre"
+    # parameter tensors it loops over, where it does (the runtime's copies and the authors'
+    # reducer: a profile's per_tensor_us prices each); None: one pass over a flat buffer
+    tensors: int | None = None
 
 
 @dataclass(frozen=True)

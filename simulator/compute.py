@@ -145,10 +145,21 @@ def fwd_bwd(
         head_fwd_s=head[0], head_bwd_s=head[1], how=how, parts=parts)
 
 
-def kernel_time(kind: str, elements: float, hw: HardwareProfile) -> float:
+def kernel_time(kind: str, elements: float, hw: HardwareProfile,
+                tensors: int | None = None) -> float:
     """Seconds for a memory-bound kernel over `elements` values: the measured constants of a
-    calibrated profile where it has them, bytes moved over memory bandwidth otherwise."""
+    calibrated profile where it has them, bytes moved over memory bandwidth otherwise. A
+    kernel that loops over `tensors` parameter tensors pays the profile's per_tensor_us for
+    each beyond (or short of) the benchmark's own count, where the profile measured it."""
     measured = hw.kernels.get(kind)
+    base = _kernel_time(kind, elements, hw, measured)
+    if tensors is None or not measured or measured.get("per_tensor_us") is None:
+        return base
+    return max(0.0, base + measured["per_tensor_us"] * 1e-6 * (tensors - measured["tensors"]))
+
+
+def _kernel_time(kind: str, elements: float, hw: HardwareProfile, measured: dict | None
+                 ) -> float:
     if measured is not None and "sizes" in measured and elements > 0:
         # the measured curve, interpolated log-log (the cost per element changes as a kernel
         # leaves the caches, which no single line fits); past its ends, at the end's rate
@@ -171,6 +182,20 @@ def kernel_time(kind: str, elements: float, hw: HardwareProfile) -> float:
                             "copies between host and GPU memory (CPU offload)")
         return elements / (hw.gpu.host_bw_GBps * 1e9 * hw.compute.mem_efficiency)
     return KERNEL_BYTES[kind] * elements / (hw.gpu.hbm_bw_GBps * 1e9 * hw.compute.mem_efficiency)
+
+
+def sharing_wait(hw: HardwareProfile, kind: str, ranks: int) -> float:
+    """Seconds one call of kernel `kind` takes more when `ranks` ranks share one GPU, as the
+    profile's [sharing] table measured them (scape/calibrate/sharing.py: the one-GPU NCCL
+    testbed); 0 for a profile without it (each rank computes on its own device) or one rank."""
+    if not hw.sharing or ranks < 2:
+        return 0.0
+    measured = next(iter(hw.sharing.values()))
+    if ranks not in measured:
+        raise UserError(f"profile {hw.name} measured ranks sharing its GPU at "
+                        f"{', '.join(map(str, sorted(measured)))} ranks, not {ranks}: rerun "
+                        f"scape calibrate collectives --share-gpu --nprocs {ranks}")
+    return hw.sharing.get(kind, {}).get(ranks, 0.0)
 
 
 def host_slowdown(hw: HardwareProfile, ranks: int) -> float:

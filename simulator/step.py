@@ -36,7 +36,14 @@ from profiles import HardwareProfile, ModelProfile, UserError
 from scape.plan import Dtypes, Plan, SchemeConfig, StepPlan, plan
 from simulator.collective import MAX_GPUS, PhaseCache, Span, calibrated, execute, time_alone
 from simulator.collectives import ALGORITHMS, AUTO
-from simulator.compute import COMPRESSION_KINDS, RECOMPUTE, fwd_bwd, host_slowdown, kernel_time
+from simulator.compute import (
+    COMPRESSION_KINDS,
+    RECOMPUTE,
+    fwd_bwd,
+    host_slowdown,
+    kernel_time,
+    sharing_wait,
+)
 from simulator.flows import FlowNetwork
 from simulator.network import Topology, build_topology
 
@@ -424,7 +431,11 @@ class _StepSim:
         for k in self.step.kernels:
             if k.stage == stage:
                 kind = "compression" if k.kind in COMPRESSION_KINDS else "compute"
-                yield from self._work(k.name, kernel_time(k.kind, k.elements, self.cfg.hardware),
+                hw = self.cfg.hardware
+                # ranks sharing one GPU: the measured wait per call, already at that sharing,
+                # so not scaled again by the host slowdown _work applies
+                wait = sharing_wait(hw, k.kind, self.cfg.gpus) / self.slowdown
+                yield from self._work(k.name, kernel_time(k.kind, k.elements, hw, k.tensors) + wait,
                                       kind)
 
     def run(self) -> float:

@@ -15,6 +15,7 @@ from profiles.hardware import COMPUTE_FIELDS, GPU_FIELDS
 from profiles.schema import validate_table
 from scape.calibrate.compute import (
     KERNEL_BENCH,
+    PER_TENSOR_KINDS,
     SIZES,
     calibrate_compute,
     fit_linear,
@@ -100,8 +101,11 @@ def test_calibrate_compute_tables():
     validate_table("calibrated", "compute", out["compute"], COMPUTE_FIELDS)
     assert out["gpu"]["source"].startswith("measured by scape calibrate compute")
     assert set(out["kernels"]) == set(KERNEL_BENCH)
-    for fit in out["kernels"].values():
-        assert set(fit) == {"fixed_us", "ns_per_element", "residual_pct", "sizes", "seconds"}
+    for kind, fit in out["kernels"].items():
+        # the kernels that loop over parameter tensors also say what one more tensor costs
+        per_tensor = {"tensors", "per_tensor_us"} if kind in PER_TENSOR_KINDS else set()
+        assert set(fit) == {"fixed_us", "ns_per_element", "residual_pct", "sizes",
+                            "seconds"} | per_tensor
     assert set(out["fwd_bwd"]) == {"model", "micro_batch", "seq_len", "fwd_s", "bwd_s",
                                    "total_s", "flops"}
     assert out["concurrency"] == {"ranks": [1], "slowdown": [1.0]}

@@ -134,6 +134,13 @@ def bench_rank(spec: dict) -> list[dict]:
         x = async_interference(device)
         if rank == 0:
             rows.append({"op": "async_interference", "value": x, "world": world})
+    if spec.get("sharing"):
+        from scape.calibrate.sharing import sharing_extra
+
+        extra = sharing_extra(device, spec["sharing"])
+        if rank == 0:
+            rows += [{"op": "sharing", "kind": k, "value": v, "world": world}
+                     for k, v in extra.items()]
     return rows
 
 
@@ -161,8 +168,11 @@ def main() -> int:
 
 def sweep(nprocs: int, backend: str = "gloo", netbed=None, ops=OPS, sizes=DEFAULT_SIZES,
           repeats: int = 7, warmup: int = 2, timeout_s: float = 120.0,
-          progress: bool = False, share_gpu: bool = False) -> list[dict]:
-    """Launch the ranks (torchrun here, or one per netbed namespace) and return the rows."""
+          progress: bool = False, share_gpu: bool = False,
+          sharing: tuple[str, ...] = ()) -> list[dict]:
+    """Launch the ranks (torchrun here, or one per netbed namespace) and return the rows;
+    `sharing`: kernel kinds whose cost of sharing the device to measure after the sweep
+    (scape/calibrate/sharing.py)."""
     from scape.train.launch import rank_error, run_ranks
 
     if nprocs < 2:
@@ -172,7 +182,7 @@ def sweep(nprocs: int, backend: str = "gloo", netbed=None, ops=OPS, sizes=DEFAUL
         raise UserError(f"unknown collective(s) {sorted(unknown)}; choose from {', '.join(OPS)}")
     out = Path(tempfile.mkdtemp(prefix="scape-calibrate-"))
     spec = {"ops": list(ops), "sizes": [int(s) for s in sizes], "repeats": repeats,
-            "interference": True,
+            "interference": True, "sharing": list(sharing),
             "warmup": warmup, "timeout_s": timeout_s, "out": str(out), "progress": progress}
     (out / "spec.json").write_text(json.dumps(spec))
     env = {**os.environ, "OMP_NUM_THREADS": "1", **backend_env(backend, share_gpu)}
@@ -218,14 +228,20 @@ def calibrate(name: str, nprocs: list[int], backend: str = "gloo", netbed=None,
     import pandas as pd
 
     from profiles.measured import merge, path_of
+    from scape.calibrate.compute import KERNEL_BENCH
+    from scape.calibrate.sharing import SHARING_ELEMENTS
     from simulator.fit import fit_tier
 
     path_of(name)  # a bad name fails before minutes of measuring
+    # ranks sharing one GPU: what each kernel kind costs more there (profile [sharing])
+    kinds = tuple(KERNEL_BENCH) if share_gpu else ()
     every = [r for p in nprocs for r in sweep(p, backend, netbed, sizes=sizes,
                                               repeats=repeats, progress=progress,
-                                              share_gpu=share_gpu)]
-    rows = [r for r in every if r["op"] != "async_interference"]
+                                              share_gpu=share_gpu, sharing=kinds)]
+    rows = [r for r in every if r["op"] not in ("async_interference", "sharing")]
     interference = {r["world"]: r["value"] for r in every if r["op"] == "async_interference"}
+    extra = {k: [next(r["value"] for r in every if r["op"] == "sharing" and r["kind"] == k
+                      and r["world"] == p) * 1e6 for p in nprocs] for k in kinds}
     fit = fit_tier(rows)
     ranks = ",".join(map(str, nprocs))
     prov = {**provenance(backend, netbed, ranks), "share_gpu": share_gpu}
@@ -256,7 +272,15 @@ def calibrate(name: str, nprocs: list[int], backend: str = "gloo", netbed=None,
                              "overheads_us": [o * 1e6 for o in c.overheads_s]}
                         for op, c in fit.collectives.items()},
     }
-    path = merge(name, tables, f"Written by {where}. Rerun it to refresh; do not edit.")
+    if kinds:
+        tables["sharing"] = {
+            "ranks": list(nprocs), "elements": SHARING_ELEMENTS, "extra_us": extra,
+            "source": f"measured by {where}: each kernel kind at {SHARING_ELEMENTS} elements, "
+                      "called by every rank at once behind a collective, against rank 0 "
+                      "alone (scape/calibrate/sharing.py); the slowest rank's extra time"}
+    # a sweep without shared GPUs leaves no [sharing] of an earlier one behind
+    path = merge(name, tables, f"Written by {where}. Rerun it to refresh; do not edit.",
+                 drop_tables=() if kinds else ("sharing",))
     df = pd.DataFrame(rows)
     df["predicted_s"] = fit.predictions
     df["error_pct"] = 100 * (df["predicted_s"] / df["seconds"] - 1)

@@ -58,6 +58,12 @@ SPREAD = 16
 QUANT_BITS, QUANT_BLOCK = 8, 2048  # SchemeConfig defaults for quantized:8
 OPT_STEP = 2  # step > 1, as in training: both bias corrections are applied
 FLAT_TENSORS = 8  # parameter tensors behind a flat_copy of n elements
+# kernels that loop over parameter tensors, one or more launches each (on a GPU ~20 us apiece:
+# flat_copy's fixed 310 us on the H100, 2026-11-26, is 16 copies): timed again with
+# PER_TENSOR_FACTOR times the tensors, so a model with more (tiny-gpt has 52) is priced by its
+# own count (simulator/compute.py kernel_time)
+PER_TENSOR_KINDS = ("flat_copy", "authors_step")
+PER_TENSOR_FACTOR = 4
 
 
 # ---- kernels: one builder per kind ----
@@ -225,13 +231,17 @@ def reducer_bytes_bench(n: int, device: torch.device) -> Bench:
     return run
 
 
-def flat_copy_bench(n: int, device: torch.device) -> Bench:
+def _split(n: int, tensors: int) -> list[int]:
+    """`tensors` sizes (the last takes the remainder) totalling n."""
+    sizes = [n // tensors] * (tensors - 1)
+    return [*sizes, n - sum(sizes)]
+
+
+def flat_copy_bench(n: int, device: torch.device, tensors: int = FLAT_TENSORS) -> Bench:
     """Copy between the model and the flat fp32 buffers, per parameter element: every scheme's
     FlatParams.pull_grads (model .grad -> flat gradient) and push_params (master -> model),
-    over FLAT_TENSORS parameters totalling n elements."""
-    sizes = [n // FLAT_TENSORS] * (FLAT_TENSORS - 1)
-    sizes.append(n - sum(sizes))
-    params = [torch.nn.Parameter(_randn(s, device)) for s in sizes]  # [n / 8] fp32 each
+    over `tensors` parameters totalling n elements."""
+    params = [torch.nn.Parameter(_randn(s, device)) for s in _split(n, tensors)]  # [n/T] fp32
     for p in params:
         p.grad = torch.randn_like(p)  # [n / 8] fp32
     with _default_device(device):  # FlatParams allocates on the default device
@@ -244,10 +254,10 @@ def flat_copy_bench(n: int, device: torch.device) -> Bench:
     return run
 
 
-def authors_step_bench(n: int, device: torch.device) -> Bench:
+def authors_step_bench(n: int, device: torch.device, tensors: int = FLAT_TENSORS) -> Bench:
     """The local work of one step of the authors' reducer as this runtime runs it
     (scape/schemes/scape_authors.py, density 0.01, one rank: it owns and selects every tensor),
-    per parameter element, over FLAT_TENSORS weight matrices totalling n: the corrected
+    per parameter element, over `tensors` weight matrices totalling n: the corrected
     momentum, top-k, bitmap, payload, residual, g_sync and update passes; the gradient pull is
     in it too (flat_copy counts it again: 1/4 of that kernel's bytes)."""
     from scape.adams import Hyper
@@ -255,14 +265,13 @@ def authors_step_bench(n: int, device: torch.device) -> Bench:
     from scape.plan import make_config
     from scape.schemes import make_scheme
 
-    sizes = [n // FLAT_TENSORS] * (FLAT_TENSORS - 1)
-    sizes.append(n - sum(sizes))
-    params = [torch.nn.Parameter(_randn(s, device).view(s, 1)) for s in sizes]  # [s, 1] fp32
+    params = [torch.nn.Parameter(_randn(s, device).view(s, 1))  # [s, 1] fp32
+              for s in _split(n, tensors)]
     for p in params:
         p.grad = torch.randn_like(p)
     with _default_device(device):
-        scheme = make_scheme(make_config("scape", sparsity=1 - DENSITY), params, Comm(),
-                             Hyper())
+        scheme = make_scheme(make_config("scape", sparsity=1 - DENSITY), params,
+                             Comm(alone=True), Hyper())
 
     def run() -> None:
         scheme.t += 1
@@ -352,8 +361,9 @@ def measure_kernels(sizes: Sequence[int] | None = None, device: torch.device | s
                     repeats: int = 5, progress: Progress | None = None, threads: int = 1,
                     kinds: Sequence[str] | None = None) -> dict[str, dict]:
     """Each KERNEL_BENCH kind at each size (default SIZES on a CPU, CUDA_SIZES on a GPU):
-    median of `repeats` calls after one warm-up, fitted as fixed_us + ns_per_element * n.
-    `threads`: torch CPU threads (per rank)."""
+    median of `repeats` calls after one warm-up, fitted as fixed_us + ns_per_element * n; a
+    PER_TENSOR_KINDS kind also at its second size over PER_TENSOR_FACTOR times the tensors,
+    for per_tensor_us. `threads`: torch CPU threads (per rank)."""
     device = torch.device(device)
     if sizes is None:
         sizes = CUDA_SIZES if device.type == "cuda" else SIZES
@@ -373,7 +383,25 @@ def measure_kernels(sizes: Sequence[int] | None = None, device: torch.device | s
                      "sizes": list(sizes), "seconds": seconds}
         if kind == "select":
             out[kind]["density"] = DENSITY
+        if kind in PER_TENSOR_KINDS:
+            out[kind].update(per_tensor(kind, sizes[min(1, len(sizes) - 1)], device, repeats))
     return out
+
+
+def per_tensor(kind: str, n: int, device: torch.device, repeats: int) -> dict:
+    """{tensors, per_tensor_us}: `kind` over n elements in FLAT_TENSORS and in
+    PER_TENSOR_FACTOR times as many tensors, alternated (drift hits both alike); the extra
+    time per extra tensor, at least 0."""
+    many = FLAT_TENSORS * PER_TENSOR_FACTOR
+    times: dict[int, list[float]] = {FLAT_TENSORS: [], many: []}
+    with _default_device(device):
+        benches = {t: KERNEL_BENCH[kind](n, device, tensors=t) for t in times}
+        for _ in range(repeats):
+            for t, bench in benches.items():
+                times[t].append(time_call(bench, device, 1))
+    extra = statistics.median(times[many]) - statistics.median(times[FLAT_TENSORS])
+    return {"tensors": FLAT_TENSORS, "per_tensor_us": max(0.0, extra / (many - FLAT_TENSORS))
+            * 1e6}
 
 
 # ---- the device: matmul peak, copy bandwidth, name, memory ----
@@ -691,7 +719,8 @@ def calibrate_compute(model_name: str, micro_batch: int, max_ranks: int = 1,
                        f"{DENSITY}"),
         },
         "kernels": {kind: {key: fit[key] for key in ("fixed_us", "ns_per_element",
-                                                     "residual_pct", "sizes", "seconds")}
+                                                     "residual_pct", "sizes", "seconds",
+                                                     "tensors", "per_tensor_us") if key in fit}
                     for kind, fit in kernels.items()},
         "fwd_bwd": {key: fb[key] for key in ("model", "micro_batch", "seq_len", "fwd_s", "bwd_s",
                                              "total_s", "flops")},
