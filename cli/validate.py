@@ -149,8 +149,12 @@ def validate_cmd(
         return
     header = (f"{model}, micro-batch {micro_batch}, {steps} steps per run, profile {hw.path}\n"
               f"median |error| {stats['median_abs_error_pct']:.1f}%, max "
-              f"{stats['max_abs_error_pct']:.1f}% over {stats['n']} runs; saved "
-              + ", ".join(str(f) for f in files))
+              f"{stats['max_abs_error_pct']:.1f}% over {stats['n']} runs"
+              + (f"; the rounds' measurements of a run spread by a median "
+                 f"{stats['median_round_spread_pct']:.1f}%, max "
+                 f"{stats['max_round_spread_pct']:.1f}% (what the testbed repeats to)"
+                 if "median_round_spread_pct" in stats else "")
+              + "; saved " + ", ".join(str(f) for f in files))
     cols = ["scheme", "ranks", "netbed", "measured_step_s", "predicted_step_s", "error_pct",
             "measured_fwd_bwd_s", "measured_comm_s", "predicted_exposed_comm_s"]
     print(render(df[cols], fmt, header=header, floatfmt={

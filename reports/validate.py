@@ -214,14 +214,21 @@ def run(hw: HardwareProfile, model: str, configs: list[tuple[str, SchemeConfig]]
 
 
 def aggregate(rounds: pd.DataFrame) -> pd.DataFrame:
-    """One row per scheme and rank count: the median over rounds of every timing, and the
-    error of the median prediction against the median measurement."""
+    """One row per scheme and rank count: the median over rounds of every timing, the error
+    of the median prediction against the median measurement, and how far the rounds'
+    measurements of the run spread (largest over smallest, minus 1; NaN with one round): a
+    testbed that does not repeat to within the goal cannot show a model meets it."""
     keys = ["scheme", "ranks", "netbed"]
     numeric = [c for c in rounds.columns if c not in keys and c != "round"
                and pd.api.types.is_numeric_dtype(rounds[c])]
-    df = rounds.groupby(keys, sort=False)[numeric].median().reset_index()
+    groups = rounds.groupby(keys, sort=False)
+    df = groups[numeric].median().reset_index()
     df["error_pct"] = 100 * (df["predicted_step_s"] / df["measured_step_s"] - 1)
-    df["rounds"] = rounds.groupby(keys, sort=False)["round"].count().to_numpy()
+    df["rounds"] = groups["round"].count().to_numpy()
+    step = groups["measured_step_s"]
+    spread = 100 * (step.max() / step.min() - 1).to_numpy()
+    df["measured_spread_pct"] = [x if n > 1 else float("nan")
+                                 for x, n in zip(spread, df["rounds"], strict=True)]
     return df
 
 
@@ -286,9 +293,16 @@ def row(spec: str, world: int, link: str, measured: dict, predicted: StepResult)
 
 
 def summarize(df: pd.DataFrame) -> dict:
+    """Median and max |error|; with several rounds also the median and max spread of the
+    rounds' measurements (aggregate's measured_spread_pct)."""
     err = df["error_pct"].abs()
-    return {"median_abs_error_pct": float(err.median()), "max_abs_error_pct": float(err.max()),
-            "n": len(df)}
+    out = {"median_abs_error_pct": float(err.median()), "max_abs_error_pct": float(err.max()),
+           "n": len(df)}
+    spread = df["measured_spread_pct"].dropna() if "measured_spread_pct" in df else []
+    if len(spread):
+        out |= {"median_round_spread_pct": float(spread.median()),
+                "max_round_spread_pct": float(spread.max())}
+    return out
 
 
 def save(df: pd.DataFrame, out: Path, config: dict) -> list[Path]:

@@ -21,6 +21,14 @@ def test_aggregate_takes_medians_over_rounds_and_recomputes_the_error():
     assert list(df["predicted_step_s"]) == [1.3, 0.55]
     assert list(df["error_pct"]) == pytest.approx([100 * (1.3 / 1.2 - 1), 100 * (0.55 / 0.6 - 1)])
     assert list(df["rounds"]) == [3, 3]
+    # the rounds' spread: largest over smallest measurement, minus 1
+    assert list(df["measured_spread_pct"]) == pytest.approx([100.0, 100 * (0.7 / 0.5 - 1)])
+    stats = v.summarize(df)
+    assert stats["max_round_spread_pct"] == pytest.approx(100.0)
+    assert stats["median_round_spread_pct"] == pytest.approx((100 + 40) / 2)
+    one = v.aggregate(rows[rows["round"] == 1])
+    assert one["measured_spread_pct"].isna().all()
+    assert "median_round_spread_pct" not in v.summarize(one)
 
 
 def test_probe_sets_the_predicted_forward_backward_to_the_time_measured_now():
