@@ -25,6 +25,9 @@ source = "test"
 [sharing.extra_us]
 select = [1000.0, 3000.0]
 pack = [500.0, 900.0]
+
+[sharing.extra_mean_us]
+select = [1500.0, 4000.0]
 """
 
 
@@ -42,7 +45,8 @@ def test_the_sharing_sweep_reports_each_kind_on_every_rank_without_hanging():
                  sharing=("scale", "authors_step"))
     shared = {r["kind"]: r for r in rows if r["op"] == "sharing"}
     assert set(shared) == {"scale", "authors_step"}
-    assert all(r["world"] == 2 and r["value"] >= 0 for r in shared.values())
+    assert all(r["world"] == 2 and r["value"] >= 0 and r["mean"] >= 0
+               for r in shared.values())
 
 
 def test_each_kernel_call_pays_the_measured_wait_at_its_rank_count(tmp_path):
