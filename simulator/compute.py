@@ -184,18 +184,19 @@ def _kernel_time(kind: str, elements: float, hw: HardwareProfile, measured: dict
     return KERNEL_BYTES[kind] * elements / (hw.gpu.hbm_bw_GBps * 1e9 * hw.compute.mem_efficiency)
 
 
-def sharing_wait(hw: HardwareProfile, kind: str, ranks: int) -> float:
-    """Seconds one call of kernel `kind` takes more when `ranks` ranks share one GPU, as the
-    profile's [sharing] table measured them (scape/calibrate/sharing.py: the one-GPU NCCL
-    testbed); 0 for a profile without it (each rank computes on its own device) or one rank."""
+def sharing_waits(hw: HardwareProfile, ranks: int) -> dict[str, float]:
+    """{kernel kind: seconds one call of it takes more} when `ranks` ranks share one GPU, as
+    the profile's [sharing] table measured them (scape/calibrate/sharing.py: the one-GPU NCCL
+    testbed); empty for a profile without it (each rank computes on its own device) or one
+    rank."""
     if not hw.sharing or ranks < 2:
-        return 0.0
+        return {}
     measured = next(iter(hw.sharing.values()))
     if ranks not in measured:
         raise UserError(f"profile {hw.name} measured ranks sharing its GPU at "
                         f"{', '.join(map(str, sorted(measured)))} ranks, not {ranks}: rerun "
                         f"scape calibrate collectives --share-gpu --nprocs {ranks}")
-    return hw.sharing.get(kind, {}).get(ranks, 0.0)
+    return {kind: by_ranks[ranks] for kind, by_ranks in hw.sharing.items()}
 
 
 def host_slowdown(hw: HardwareProfile, ranks: int) -> float:

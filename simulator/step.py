@@ -42,7 +42,7 @@ from simulator.compute import (
     fwd_bwd,
     host_slowdown,
     kernel_time,
-    sharing_wait,
+    sharing_waits,
 )
 from simulator.flows import FlowNetwork
 from simulator.network import Topology, build_topology
@@ -351,6 +351,10 @@ class _StepSim:
         self.compute_s = self.compression_s = self.tp_s = self.interference_s = 0.0
         self.tp_layer_s = tp_allreduce_s(cfg)
         self.slowdown = host_slowdown(cfg.hardware, cfg.gpus)
+        # ranks sharing one GPU: the measured wait per kernel call, already at that sharing,
+        # so not scaled again by the host slowdown _work applies
+        self.waits = {kind: wait / self.slowdown
+                      for kind, wait in sharing_waits(cfg.hardware, cfg.gpus).items()}
         self.async_pending = False  # an issued async collective not yet waited for
         self.bubble_s = 0.0  # the first pipeline stage's idle time waiting for the others
 
@@ -431,12 +435,8 @@ class _StepSim:
         for k in self.step.kernels:
             if k.stage == stage:
                 kind = "compression" if k.kind in COMPRESSION_KINDS else "compute"
-                hw = self.cfg.hardware
-                # ranks sharing one GPU: the measured wait per call, already at that sharing,
-                # so not scaled again by the host slowdown _work applies
-                wait = sharing_wait(hw, k.kind, self.cfg.gpus) / self.slowdown
-                yield from self._work(k.name, kernel_time(k.kind, k.elements, hw, k.tensors) + wait,
-                                      kind)
+                seconds = kernel_time(k.kind, k.elements, self.cfg.hardware, k.tensors)
+                yield from self._work(k.name, seconds + self.waits.get(k.kind, 0.0), kind)
 
     def run(self) -> float:
         self.env.process(self._compute())
