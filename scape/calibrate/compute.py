@@ -243,7 +243,7 @@ def flat_copy_bench(n: int, device: torch.device, tensors: int = FLAT_TENSORS) -
     over `tensors` parameters totalling n elements."""
     params = [torch.nn.Parameter(_randn(s, device)) for s in _split(n, tensors)]  # [n/T] fp32
     for p in params:
-        p.grad = torch.randn_like(p)  # [n / 8] fp32
+        p.grad = torch.randn_like(p)  # [n / T] fp32
     with _default_device(device):  # FlatParams allocates on the default device
         flat = FlatParams(params, world=1)
 
@@ -396,9 +396,11 @@ def per_tensor(kind: str, n: int, device: torch.device, repeats: int) -> dict:
     times: dict[int, list[float]] = {FLAT_TENSORS: [], many: []}
     with _default_device(device):
         benches = {t: KERNEL_BENCH[kind](n, device, tensors=t) for t in times}
+        for bench in benches.values():
+            bench()  # warm-up, once: first calls allocate
         for _ in range(repeats):
             for t, bench in benches.items():
-                times[t].append(time_call(bench, device, 1))
+                times[t].append(time_call(bench, device, 1, warmup=0))
     extra = statistics.median(times[many]) - statistics.median(times[FLAT_TENSORS])
     return {"tensors": FLAT_TENSORS, "per_tensor_us": max(0.0, extra / (many - FLAT_TENSORS))
             * 1e6}
