@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from simulator.collective import Request, run
 from simulator.network import Topology
+
+SHIPPED_MEASURED = Path(__file__).resolve().parents[1] / "profiles/measured/netbed-100mbit.toml"
+
+
+def renamed_measured(name: str) -> str:
+    """A whole shipped measured profile (netbed-100mbit: 2-3 ranks, compute and network) as
+    TOML text named `name`, for a test to write as <name>.toml, edited or not."""
+    return SHIPPED_MEASURED.read_text().replace('name = "netbed-100mbit"', f'name = "{name}"')
 
 
 def topo(

@@ -10,6 +10,7 @@ from profiles import measured as measured_mod
 from scape.plan import make_config
 from simulator.fit import coefficients, fit_tier
 from simulator.step import StepConfig, simulate_step
+from tests.conftest import renamed_measured
 
 SIZES = [2 ** i * 16384 for i in range(9)]
 TRUTH = {"all_reduce": ("ring", 1.0), "reduce_scatter": ("via_all_reduce", 1.0),
@@ -153,8 +154,7 @@ def test_measured_profiles_go_to_the_user_folder(tmp_path, monkeypatch):
     assert ROOT not in path.parents
     with pytest.raises(UserError, match="built-in measured profile has that name"):
         measured_mod.path_of("netbed-100mbit")
-    shipped = (ROOT / "measured" / "netbed-100mbit.toml").read_text()
     assert path.parent.is_dir()  # made (and its writing tried) before any measuring
-    path.write_text(shipped.replace('name = "netbed-100mbit"', 'name = "my-cluster"'))
+    path.write_text(renamed_measured("my-cluster"))
     assert load_hardware("measured/my-cluster").name == "my-cluster"
     assert load_hardware("measured/netbed-100mbit").path.startswith(str(ROOT))

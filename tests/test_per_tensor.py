@@ -12,15 +12,15 @@ from reports.validate import runtime_plan, runtime_tensors
 from scape.calibrate.compute import FLAT_TENSORS, measure_kernels
 from scape.plan import make_config
 from simulator.compute import kernel_time
+from tests.conftest import SHIPPED_MEASURED, renamed_measured
 
-REPO = Path(__file__).resolve().parents[1]
-BASE = REPO / "profiles/measured/netbed-100mbit.toml"  # flat_copy measured, no per-tensor cost
+BASE = SHIPPED_MEASURED  # flat_copy measured, no per-tensor cost
 COPY = "[kernels.flat_copy]\n"
 
 
 def _profile(tmp_path, keys: str) -> Path:
     path = tmp_path / "pt.toml"
-    text = BASE.read_text().replace('name = "netbed-100mbit"', 'name = "pt"')
+    text = renamed_measured("pt")
     assert COPY in text
     path.write_text(text.replace(COPY, COPY + keys, 1))
     return path

@@ -13,9 +13,9 @@ from profiles.measured import merge
 from reports.validate import predict, runtime_plan
 from scape.calibrate.collectives import sweep
 from scape.plan import make_config
+from tests.conftest import SHIPPED_MEASURED, renamed_measured
 
-REPO = Path(__file__).resolve().parents[1]
-BASE = REPO / "profiles/measured/netbed-100mbit.toml"  # a whole measured profile, 2-3 ranks
+BASE = SHIPPED_MEASURED
 SHARING = """
 [sharing]
 ranks = [2, 3]
@@ -33,8 +33,7 @@ select = [1500.0, 4000.0]
 
 def _profile(tmp_path, extra: str = SHARING) -> Path:
     path = tmp_path / "shared.toml"
-    path.write_text(BASE.read_text().replace('name = "netbed-100mbit"', 'name = "shared"')
-                    + extra)
+    path.write_text(renamed_measured("shared") + extra)
     return path
 
 
@@ -88,7 +87,7 @@ def test_a_calibration_without_shared_gpus_drops_an_earlier_sharing_table(tmp_pa
     monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path))
     path = tmp_path / "measured" / "p.toml"
     path.parent.mkdir()
-    path.write_text(BASE.read_text().replace('name = "netbed-100mbit"', 'name = "p"') + SHARING)
+    path.write_text(renamed_measured("p") + SHARING)
     merge("p", {"overlap": {"ranks": [2], "async_interference": [0.1]}}, "test")
     assert "sharing" in read_toml(path)
     merge("p", {"overlap": {"ranks": [2], "async_interference": [0.1]}}, "test",
