@@ -32,6 +32,26 @@ PARTS=${PARTS:-fwd_bwd,optimizer,select,quantize}  # bench/gpu_compute.py's --pa
 GPU_TESTS=${GPU_TESTS:-tests/test_gpu.py}  # step 2's tests, e.g. one test's node id
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # big [N] buffers come and go
 
+# MPS=1: the ranks' kernels run side by side through CUDA's multi-process service (a daemon
+# this script starts and stops; the GPU's compute mode and settings are left as they are)
+# instead of taking turns in time slices, which made a timed block take its usual time or
+# 4-20 ms more from step to step (reports/validation-gpu, sessions 12 and 13)
+TAG=""
+if [ "${MPS:-0}" = 1 ]; then
+    MPSCTL=$(command -v nvidia-cuda-mps-control || ls /usr/local/nvidia/bin/nvidia-cuda-mps-control 2>/dev/null)
+    if [ -z "$MPSCTL" ]; then
+        echo "MPS=1 but this machine has no nvidia-cuda-mps-control" | tee -a "$W/steps.txt"
+        tar czf "$OUT/gpu-session.tgz" -C "$W" .
+        exit 1
+    fi
+    export CUDA_MPS_PIPE_DIRECTORY=$W/mps-pipe CUDA_MPS_LOG_DIRECTORY=$W/mps-log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    "$MPSCTL" -d && echo "mps daemon started ($MPSCTL)" | tee -a "$W/steps.txt"
+    trap 'echo quit | "$MPSCTL"' EXIT
+    export NCCL_CUMEM_ENABLE=0  # cuMem allocations under MPS: not needed by the socket transport
+    TAG="-mps"
+fi
+
 step() {  # step NAME SECONDS COMMAND...: run it with a limit, log it, record how it ended
     local name=$1 limit=$2
     shift 2
@@ -84,7 +104,7 @@ step netbed-probe 40 $PY -m cli netbed --netbed rate=1gbit --seconds 2
 STAMP=$(date -u +%Y%m%d-%H%M)
 for rate in ${NETBED_RATES:-1gbit 200mbit}; do
     case $rate in 1gbit) sizes=64KiB..16MiB;; *) sizes=16KiB..4MiB;; esac
-    prof="gpu-netbed-$rate-$STAMP"
+    prof="gpu-netbed-$rate$TAG-$STAMP"
     step "netbed-compute-$rate" 50 $PY -m cli calibrate compute --backend nccl --out "$prof" \
         --model tiny-gpt --micro-batch 16 --max-ranks 4
     step "netbed-collectives-$rate" 150 $PY -m cli calibrate collectives \
@@ -94,7 +114,7 @@ for rate in ${NETBED_RATES:-1gbit 200mbit}; do
     # the GPU), and the median of 8 landed on either (session 12: the same runs repeated to
     # within a median 4-9%, at most 27-53%)
     step "netbed-validate-$rate" 200 $PY -m cli validate --profile "measured/$prof" \
-        --nprocs 2,4 --steps 24 --out "$W/validation-netbed-$rate" \
+        --nprocs 2,4 --steps 24 --out "$W/validation-netbed-$rate$TAG" \
         --schemes dense-ddp,dense-adams,quantized:8,topk:0.99,scape:0.99,scape-partitioned:0.99
 done
 echo "done; see $OUT/gpu-session.tgz (steps.txt)"

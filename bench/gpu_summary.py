@@ -20,12 +20,16 @@ every figure printed is computed from those files and the profiles, so it reruns
    repeatability, which bounds any prediction's error).
 Session 12 (2026-11-26, the same H100 model) reran the optimizer and selection after the banded
 selection and the reducer rewrite: gpu-compute-run3.json; sections 2 and 3 print both runs.
+Session 13 (2026-11-26, an H200): reports/validation-gpu/session13 (run 4 in sections 2 and 3;
+the netbed at 1 Gbit/s under CUDA MPS measured twice in section 4; section 5 its forward and
+backward).
 Usage: python bench/gpu_summary.py
 """
 
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 
 import pandas as pd
@@ -51,18 +55,23 @@ def authors_compute_s(model: str) -> tuple[float, int]:
     return row.value / 1e3 / micro, micro
 
 
-def compute_table() -> pd.DataFrame:
+def compute_table(run: str = "gpu-compute-run1.json",
+                  measured_peak_tflops: float | None = None) -> pd.DataFrame:
+    """Section 1 from `run` (a bench/gpu_compute.py JSON under reports/validation-gpu); the
+    matmul peak measured beside it (default: the H100 profile's). The H200's datasheet bf16
+    peak is the H100's (device notes, H200.md), so dgx-h100 stands for both."""
     h100, gh200 = load_hardware("dgx-h100"), load_hardware("vista-gh200-socket")
-    measured = load_hardware("measured/h100-2026-11-26")
+    if measured_peak_tflops is None:
+        measured_peak_tflops = load_hardware("measured/h100-2026-11-26").gpu.peak_bf16_tflops
     peak_ratio = gh200.gpu.peak_bf16_tflops / h100.gpu.peak_bf16_tflops
     rows = []
-    for fb in _load("gpu-compute-run1.json")["fwd_bwd"]:
+    for fb in _load(run)["fwd_bwd"]:
         model = load_model(fb["model"])
         shape = fwd_bwd(model, h100, fb["micro_batch"], fb["seq_len"])
         row = {"model": fb["model"], "micro_batch": fb["micro_batch"], "seq": fb["seq_len"],
                "flash": fb["flash"], "fwd_bwd_ms": 1e3 * fb["total_s"],
                "tflops": fb["tflops"],
-               "mfu_of_measured_peak": fb["tflops"] / measured.gpu.peak_bf16_tflops,
+               "mfu_of_measured_peak": fb["tflops"] / measured_peak_tflops,
                "mfu_of_datasheet": fb["tflops"] / h100.gpu.peak_bf16_tflops,
                "shape_model_ms": 1e3 * (shape.fwd_s + shape.bwd_s)}
         row["shape_model_err_pct"] = 100 * (row["shape_model_ms"] / row["fwd_bwd_ms"] - 1)
@@ -81,9 +90,14 @@ def compute_table() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+# each bench/gpu_compute.py run with an optimizer part: label -> file, GPU
+OPT_RUNS = {"run2": ("gpu-compute-run2.json", "H100"), "run3": ("gpu-compute-run3.json", "H100"),
+            "run4": ("session13/call1/gpu-compute.json", "H200")}
+
+
 def optimizer_table() -> pd.DataFrame:
-    rows = [{**r, "run": run} for run in ("run2", "run3")
-            for r in _load(f"gpu-compute-{run}.json")["optimizer"] if "full_s" in r]
+    rows = [{**r, "run": f"{run} ({gpu})"} for run, (name, gpu) in OPT_RUNS.items()
+            for r in _load(name)["optimizer"] if "full_s" in r]
     return pd.DataFrame([{
         "run": r["run"], "scheme": r["scheme"], "density": r["density"], "params": r["params"],
         "full_step_ms": 1e3 * r["full_s"],
@@ -93,9 +107,10 @@ def optimizer_table() -> pd.DataFrame:
 
 
 def selection_table() -> pd.DataFrame:
-    """Milliseconds per method: run 2 (session 10) and run 3 (session 12, with `banded`)."""
-    df = pd.concat([pd.DataFrame(_load(f"gpu-compute-{run}.json")["select"]).assign(run=run)
-                    for run in ("run2", "run3")])
+    """Milliseconds per method: run 2 (session 10), run 3 (session 12, with `banded`), run 4
+    (session 13, the H200)."""
+    df = pd.concat([pd.DataFrame(_load(name)["select"]).assign(run=f"{run} ({gpu})")
+                    for run, (name, gpu) in OPT_RUNS.items()])
     wide = df.pivot_table(index=["run", "n", "density"], columns="method",
                           values="s").reset_index()
     for col in ("torch.topk", "threshold", "banded"):
@@ -108,14 +123,18 @@ def selection_table() -> pd.DataFrame:
                                 "banded": "banded_ms"})
 
 
-S12 = RUNS / "session12"
-NETBED = {rate: (S12 / f"netbed-{rate}", S12 / f"netbed-{rate}-repeat")
-          for rate in ("1gbit", "200mbit")}
+S12, S13 = RUNS / "session12", RUNS / "session13"
+# the same validation measured twice with the same profile: (first, repeat) folders
+NETBED = {**{f"H100 {rate}": (S12 / f"netbed-{rate}", S12 / f"netbed-{rate}-repeat")
+             for rate in ("1gbit", "200mbit")},
+          "H200 1gbit under MPS": (S13 / "call2-mps" / "validation-netbed-1gbit-mps",
+                                   S13 / "call3-mps-repeat")}
 
 
 def netbed_tables() -> list[tuple[str, pd.DataFrame]]:
-    """Per rate: both calls' measured step, the prediction (the same profile in both) and
-    its error, and the second call's measurement against the first's."""
+    """Per testbed: both calls' measured step, the prediction (the same profile in both) and
+    its error as the run printed it, and the second call's measurement against the first's.
+    (bench/revalidate_netbed.py --sets gpu predicts them again with the model as it is now.)"""
     out = []
     for rate, (first, second) in NETBED.items():
         a, b = (pd.read_csv(d / "validate.csv") for d in (first, second))
@@ -152,11 +171,22 @@ def main() -> int:
     for rate, df in netbed_tables():
         e1, e2 = df["error_pct"].abs(), df["error_pct_repeat"].abs()
         rep = df["repeat_vs_first_pct"].abs()
-        print(f"\n## 4. NCCL validation on the netbed at {rate} ({len(df)} runs per call): "
+        print(f"\n## 4. NCCL validation on the netbed, {rate} ({len(df)} runs per call): "
               f"median |error| {e1.median():.1f}% / {e2.median():.1f}%, max {e1.max():.1f}% / "
               f"{e2.max():.1f}% (first / repeat call); the repeat against the first call: "
               f"median |difference| {rep.median():.1f}%, max {rep.max():.1f}%")
         print(df.round(4).to_string(index=False))
+    for rate in ("1gbit", "200mbit"):  # session 13's time-sliced runs, measured once
+        v = pd.read_csv(S13 / "call1" / f"validation-netbed-{rate}" / "validate.csv")
+        err = v["error_pct"].abs()
+        print(f"\n## 4. NCCL validation on the netbed, H200 {rate}, time-sliced (no MPS; "
+              f"{len(v)} runs): median |error| {err.median():.1f}%, max {err.max():.1f}%")
+    h200 = tomllib.loads((S13 / "call1" / "profiles" / "h200-compute-only.toml").read_text())
+    env = _load("session13/call1/gpu-compute.json")["environment"]
+    print(f"\n## 5. forward+backward on the H200 ({env['gpu']}, torch {env['torch']}, "
+          f"{env['date']}; measured matmul peak {h200['gpu']['peak_bf16_tflops']:.0f} TFLOP/s)")
+    print(compute_table("session13/call1/gpu-compute.json",
+                        h200["gpu"]["peak_bf16_tflops"]).round(3).to_string(index=False))
     return 0
 
 
