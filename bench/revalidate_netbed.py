@@ -8,6 +8,7 @@ old and new errors against the same measurements. Runs whose kernels were probed
 was renamed `scape-partitioned` (commit 89a2c96) are predicted as what they ran.
 
 Usage: python bench/revalidate_netbed.py [--sets netbed-100mbit,netbed-400mbit,netbed-1gbit]
+       python bench/revalidate_netbed.py --sets gpu   (the GPU netbed runs, one set each)
 """
 
 from __future__ import annotations
@@ -31,6 +32,20 @@ from simulator.compare import parse_scheme  # noqa: E402
 
 VALIDATION = REPO / "reports" / "validation"
 SETS = ("netbed-100mbit", "netbed-400mbit", "netbed-1gbit")
+# the GPU netbed validations (reports/validation-gpu, NCCL ranks sharing one GPU): folder under
+# reports/validation-gpu -> the committed profile its runs were predicted from (renamed from
+# the stamped name the run gave it, which validate.json keeps)
+GPU = REPO / "reports" / "validation-gpu"
+GPU_SETS = {
+    "session12/netbed-1gbit": "h100-netbed-1gbit-2026-11-26",
+    "session12/netbed-200mbit": "h100-netbed-200mbit-2026-11-26",
+    "session12/netbed-1gbit-repeat": "h100-netbed-1gbit-2026-11-26",
+    "session12/netbed-200mbit-repeat": "h100-netbed-200mbit-2026-11-26",
+    "session13/call1/validation-netbed-1gbit": "h200-netbed-1gbit-2026-11-26",
+    "session13/call1/validation-netbed-200mbit": "h200-netbed-200mbit-2026-11-26",
+    "session13/call2-mps/validation-netbed-1gbit-mps": "h200-netbed-1gbit-mps-2026-11-26",
+    "session13/call3-mps-repeat": "h200-netbed-1gbit-mps-2026-11-26",
+}
 # the commit that renamed scheme `scape` (this project's variant until then) to
 # `scape-partitioned` and gave the name to the authors' reducer: runs saved before it ran the
 # variant under the old name
@@ -51,7 +66,10 @@ def scheme_then(spec: str, measured_at: str) -> str:
 
 
 def probed(hw, model: str, micro_batch: int, ranks: int, row) -> object:
-    """The profile as the run's probe left it (reports/validate.py, probe_compute)."""
+    """The profile as the run's probe left it (reports/validate.py, probe_compute); as it is
+    where the run probed nothing (the GPU runs)."""
+    if not hasattr(row, "probe_fwd_bwd_s"):
+        return hw
     profile = load_model(model)
     flops = step_flops(profile, micro_batch, profile.arch.seq_len)
     mfu = flops / row.probe_fwd_bwd_s / (hw.gpu.peak_bf16_tflops * 1e12)
@@ -62,16 +80,19 @@ def probed(hw, model: str, micro_batch: int, ranks: int, row) -> object:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sets", default=",".join(SETS))
+    parser.add_argument("--sets", default=",".join(SETS),
+                        help=f"of reports/validation, or 'gpu': {', '.join(GPU_SETS)}")
     args = parser.parse_args()
     out, skipped = [], 0
-    for name in args.sets.split(","):
-        meta = json.loads((VALIDATION / name / "validate.json").read_text())
-        rows = pd.read_csv(VALIDATION / name / "validate.csv")
+    names = [n for part in args.sets.split(",") for n in (GPU_SETS if part == "gpu" else [part])]
+    for name in names:
+        where = GPU / name if name in GPU_SETS else VALIDATION / name
+        meta = json.loads((where / "validate.json").read_text())
+        rows = pd.read_csv(where / "validate.csv")
         if any(c.startswith("probe_") and c.endswith("_ns_per_element") for c in rows.columns):
             skipped += len(rows)
             continue
-        hw = load_hardware(f"measured/{Path(meta['profile']).stem}")
+        hw = load_hardware(f"measured/{GPU_SETS.get(name) or Path(meta['profile']).stem}")
         for row in rows.itertuples():
             now = probed(hw, meta["model"], meta["micro_batch"], row.ranks, row)
             spec = scheme_then(row.scheme, meta["git"])
@@ -82,6 +103,10 @@ def main() -> int:
                         "now_pct": 100 * (r.step_time_s / row.measured_step_s - 1)})
     df = pd.DataFrame(out)
     print(df.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    if len(names) > 1:  # each set's own figures: sets differ in testbed and machine
+        per = df.assign(then=df["then_pct"].abs(), now=df["now_pct"].abs()).groupby(
+            "set", sort=False)[["then", "now"]].agg(["median", "max"])
+        print("\n|error| % per set\n" + per.to_string(float_format=lambda x: f"{x:.1f}"))
     then, now = df["then_pct"].abs(), df["now_pct"].abs()
     moved = (df["now_s"] / df["then_s"] - 1).abs().max()
     print(f"\n{len(df)} runs ({skipped} skipped: kernels probed too): median |error| then "

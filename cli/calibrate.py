@@ -75,6 +75,27 @@ def calibrate_collectives(
           file=sys.stderr)
     path, fit, df = calibrate(out, worlds, backend, spec, chosen, repeats,
                               progress=sys.stderr.isatty(), share_gpu=share_gpu)
+    _print_sweep(df, fit, path, fmt)
+
+
+@calibrate_app.command("refit")
+def calibrate_refit(
+    profile: str = typer.Option(..., "--profile", help="NAME of measured/NAME.toml in the "
+                                                       "user's profile folder"),
+    fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
+):
+    """Fit the link again from the sweep saved beside a profile (NAME.collectives.csv), with the
+    fit as it is now; nothing is measured."""
+    check_format(fmt)
+    from scape.calibrate.collectives import refit
+
+    name = profile.removeprefix("measured/")
+    path, fit, df = refit(name)
+    _print_sweep(df, fit, path, fmt)
+
+
+def _print_sweep(df, fit, path, fmt: str) -> None:
+    """A sweep's rows against its fit, the fit's link and collectives first."""
     shown = df[["op", "size_bytes", "world", "seconds", "busbw_GBps", "predicted_s",
                 "error_pct"]]
     header = (f"fit: latency {fit.latency_s * 1e6:.1f} us per hop, bandwidth "

@@ -39,6 +39,9 @@ NIC_FIELDS = {
     "bw_Gbps": Field(float, gt=0, le=1e6),
     "efficiency": Field(float, gt=0, le=1),
     "latency_us": Field(float, ge=0, le=1e5),
+    # a token-bucket link's bucket (the netbed's tbf, scape/netbed.py): each call's first
+    # bytes pass at once (simulator/collective.py); measured netbed profiles only
+    "burst_bytes": Field(float, ge=0, le=1e12, required=False),
     "source": SOURCE,
 }
 # How NCCL moves bytes between nodes (DESIGN section 9). Without this table the [nic] numbers
@@ -191,6 +194,7 @@ class Nic:
     efficiency: float
     latency_us: float  # one hop through a single leaf switch
     source: str
+    burst_bytes: float | None = None  # a token-bucket link's bucket (the netbed's); None: none
     sources: dict[str, str] = field(default_factory=dict)
 
     @property

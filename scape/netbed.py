@@ -86,6 +86,15 @@ class NetbedSpec:
     def rate_Bps(self) -> float:
         return self.rate_mbit * 1e6 / 8
 
+    @property
+    def burst_bytes(self) -> int:
+        """The tbf bucket of each shaped link: 0.5 ms of traffic, at least two full frames (a
+        larger bucket lets the first bytes of every message pass at veth speed, a smaller one
+        starves the timer at 1 Gbit/s). A call that starts with the bucket full sends its
+        first burst_bytes at veth speed: the collective fit and the simulator take them off
+        the bytes a link carries (simulator/fit.py, simulator/collective.py)."""
+        return max(2 * 1514, int(self.rate_Bps * 5e-4))
+
 
 def check_available() -> None:
     """Refuse in one line where namespaces cannot be built."""
@@ -184,11 +193,9 @@ class Netbed:
     def _shape(self, ns: str, dev: str) -> None:
         spec = self.spec
         rate_Bps = spec.rate_Bps
-        # tbf: a bucket of 0.5 ms of traffic (at least two full frames: a larger bucket lets
-        # the first bytes of every message pass at veth speed, a smaller one starves the
-        # timer at 1 Gbit/s) and a queue of 100 ms,
-        # so TCP sees a paced link, not a dropping one.
-        burst = max(2 * 1514, int(rate_Bps * 5e-4))
+        # tbf: a bucket of spec.burst_bytes and a queue of 100 ms, so TCP sees a paced link,
+        # not a dropping one
+        burst = spec.burst_bytes
         limit = max(4 * burst, int(rate_Bps * 0.1))
         tbf = ["tbf", "rate", f"{spec.rate_mbit * 1000:.0f}kbit", "burst", str(burst),
                "limit", str(limit)]

@@ -8,6 +8,7 @@ start times and GPU groups, so concurrent ones slow each other down as max-min f
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 import numpy as np
 import simpy
@@ -248,7 +249,8 @@ def calibrated(hw: HardwareProfile, op: str, algo: str, ranks: int, size: float,
                             "per-call overhead at other counts is unknown; rerun scape "
                             f"calibrate collectives --nprocs {ranks}")
         eff = measured.get("by_ranks", {}).get(ranks, measured["efficiency"])
-        return Choice(measured["algo"], size / eff, call + overheads.get(ranks, 0.0))
+        return Choice(measured["algo"], past_bucket(hw, op, measured["algo"], ranks, size) / eff,
+                      call + overheads.get(ranks, 0.0))
     algos = None if algo == AUTO else (algo,)
     protos = None if proto == nccl.AUTO_PROTO else (proto,)
     chosen, p, pr = nccl.decide(op, size, m, algos, protos)
@@ -257,6 +259,26 @@ def calibrated(hw: HardwareProfile, op: str, algo: str, ranks: int, size: float,
     # NCCL's latency replaces the phases' per-step latency (hop_scale 0)
     return Choice(chosen, size * pr.wire * (1 + fill), call + pr.latency_s, 0.0, p,
                   hw.nccl.launch_us * 1e-6)
+
+
+def past_bucket(hw: HardwareProfile, op: str, algo: str, ranks: int, size: float) -> float:
+    """The bytes of S that cross a token-bucket link at its rate: on a netbed profile (its
+    [nic] burst_bytes, the tbf bucket of scape/netbed.py) a call's first burst_bytes on its
+    busiest link pass at once, as the profile's fit assumed (simulator/fit.py), so S shrinks
+    by burst / C (C: busiest-link bytes per byte of S); elsewhere S."""
+    burst = hw.nic.burst_bytes
+    if burst is None or burst == 0:
+        return size
+    # at least one byte (phases need a positive size): a call inside the bucket takes its
+    # latency and nanoseconds of data
+    return max(1.0, size - burst / _link_bytes_per_byte(op, algo, ranks))
+
+
+@lru_cache(maxsize=256)
+def _link_bytes_per_byte(op: str, algo: str, ranks: int) -> float:
+    from simulator.fit import coefficients  # the fit's own testbed: one rank per link
+
+    return float(coefficients(op, algo, ranks, float(2**20))[1])
 
 
 def sweep(

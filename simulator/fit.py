@@ -15,7 +15,12 @@ uses the simulator's own algorithms, not a closed form beside them:
 3. The tier's bandwidth is the best collective's; the others carry an efficiency <= 1 against it
    (several TCP flows through one shaped port share it less well than a ring's single flow).
 
-The topology is the testbed's: one rank per node, one link per rank, one switch.
+The topology is the testbed's: one rank per node, one link per rank, one switch. Its links are
+token buckets (tbf, scape/netbed.py): a call that starts with the bucket full sends its first
+`burst_bytes` at veth speed and the rest at the rate, so the data term is
+max(0, S * C - burst) / B. Fitted without it, the bucket reads as a bandwidth above the rate at
+small sizes and drags the fitted bandwidth up: the H200's 1 Gbit/s sweep under MPS
+(2026-11-26) missed its own rows from 1 MiB up by a median 8.5%, 1.6% with it.
 """
 
 from __future__ import annotations
@@ -100,6 +105,10 @@ def _solve(rows_a: np.ndarray, rows_c: np.ndarray, t: np.ndarray, op_idx: np.nda
 def _gamma_given_alpha(lat: np.ndarray, c: np.ndarray, t: np.ndarray) -> float:
     """The inverse bandwidth minimizing sum |(lat + g c) / t - 1|: a weighted median of the
     per-point solutions (t - lat) / c, weights c / t (the L1 optimum of one parameter)."""
+    data = c > 0  # a call inside the links' bucket says nothing about the bandwidth
+    if not data.any():
+        return 0.0
+    lat, c, t = lat[data], c[data], t[data]
     sol, w = (t - lat) / c, c / t
     order = np.argsort(sol)
     cum = np.cumsum(w[order])
@@ -115,12 +124,15 @@ def scaled_lstsq(design: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     return x / norms
 
 
-def fit_tier(rows: list[dict]) -> TierFit:
+def fit_tier(rows: list[dict], burst_bytes: float = 0.0) -> TierFit:
     """Fit rows of {op, size_bytes, world, seconds} (scape.calibrate.collectives).
 
     One latency for the tier; one algorithm per collective; one inverse bandwidth per
     collective and rank count (gloo's all-gather and all-to-all reach a different share of the
-    link at 2 ranks than at 3, which no algorithm registered here explains)."""
+    link at 2 ranks than at 3, which no algorithm registered here explains). `burst_bytes`:
+    the links' token bucket (the netbed's; 0 elsewhere), off each call's busiest-link bytes."""
+    if burst_bytes < 0:
+        raise UserError(f"burst_bytes must be >= 0, got {burst_bytes}")
     if not rows:
         raise UserError("no measurements to fit")
     ops = sorted({r["op"] for r in rows})
@@ -141,7 +153,9 @@ def fit_tier(rows: list[dict]) -> TierFit:
     def columns(choice: dict[str, str]):
         ac = np.array([coef[(r["op"], choice[r["op"]], r["world"], r["size_bytes"])]
                        for r in rows])
-        return ac[:, 0], ac[:, 1] * sizes  # latency steps, bytes on the busiest link
+        # latency steps; bytes on the busiest link past the bucket (none past it: no data
+        # term, only the latency)
+        return ac[:, 0], np.maximum(0.0, ac[:, 1] * sizes - burst_bytes)
 
     choice = {op: software_algorithms(op)[0] for op in ops}
     x = _solve(*columns(choice), t, group_idx, len(groups))

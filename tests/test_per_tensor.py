@@ -55,3 +55,24 @@ def test_the_runtime_copies_carry_the_models_tensor_count():
 def test_half_a_per_tensor_measurement_is_refused(tmp_path):
     with pytest.raises(ProfileError, match="tensors and per_tensor_us"):
         load_hardware(str(_profile(tmp_path, "per_tensor_us = 20.0\n")))
+
+
+def test_the_calibrated_reducer_step_counts_the_pieces_its_slowest_owner_selects():
+    """authors_step's per-tensor cost is its per-piece top-k (the benchmark selects every one
+    of its 2-D tensors): priced per piece the slowest owner sparsifies, not per model tensor
+    (tiny-gpt's 34 one-dimensional tensors are sent whole, and at P ranks each owner selects
+    about 1/P of the 18 others)."""
+    from scape.plan_authors import owner_pieces
+
+    hw = load_hardware(str(BASE))  # its authors_step calibrated
+    sizes, dense = runtime_tensors("tiny-gpt")
+    cfg = make_config("scape", sparsity=0.99)
+    for world in (1, 2, 4):
+        kernels = runtime_plan(cfg, "tiny-gpt", world, hw).steps[0][1].kernels
+        (step,) = [k for k in kernels if k.kind == "authors_step"]
+        # the slowest owner: the one that selects the most elements
+        slowest = max(owner_pieces(sizes, dense, world, False),
+                      key=lambda pcs: sum(b - a for a, b, d in pcs if not d))
+        selecting = sum(1 for _, _, d in slowest if not d)
+        assert step.tensors == selecting < len(sizes)
+    assert step.tensors < sum(1 for d in dense if not d)  # 4 ranks: fewer than all 18

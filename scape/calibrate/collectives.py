@@ -243,36 +243,29 @@ def calibrate(name: str, nprocs: list[int], backend: str = "gloo", netbed=None,
     shared = {(r["kind"], r["world"]): r for r in every if r["op"] == "sharing"}
     extra = {k: [shared[k, p]["value"] * 1e6 for p in nprocs] for k in kinds}
     extra_mean = {k: [shared[k, p]["mean"] * 1e6 for p in nprocs] for k in kinds}
-    fit = fit_tier(rows)
+    burst = netbed.burst_bytes if netbed else 0
+    fit = fit_tier(rows, burst)
     ranks = ",".join(map(str, nprocs))
     prov = {**provenance(backend, netbed, ranks), "share_gpu": share_gpu}
     link = f"netbed {netbed}" if netbed else f"{backend} over loopback"
     if share_gpu:  # the description says it too ([measured] network_share_gpu is the key)
         link += ", ranks sharing the GPU(s) over NCCL's socket transport"
     where = f"scape calibrate collectives, {ranks} ranks, {link}, {prov['date']}"
-    source = f"measured by {where}: least-absolute-relative-error fit (simulator/fit.py)"
     tables = {
-        "measured": {**{f"network_{k}": v for k, v in prov.items()},
-                     "network": f"{ranks} ranks on {link} ({backend})",
-                     "network_fit_median_residual_pct": fit.residual_median_pct},
+        **link_tables(fit, burst, f"measured by {where}"),
         "node": {"gpus_per_node": 1, "source": "one rank per node (namespace or process)"},
         "intra_node": {"kind": "none", "bw_GBps": 0.0, "efficiency": 1.0, "latency_us": 0.0,
                        "source": "one rank per node: no intra-node tier"},
-        "nic": {"nics_per_node": 1, "bw_Gbps": fit.bandwidth_Bps * 8 / 1e9, "efficiency": 1.0,
-                "latency_us": fit.latency_s * 1e6, "source": source},
         "fabric": {"topology": "fat-tree", "nodes_per_leaf": 250, "oversubscription": 1.0,
                    "switch_latency_us": 0.0,
                    "source": "one switch (the netbed's bridge, or the host's loopback)"},
         "overlap": {"ranks": list(interference), "async_interference": list(interference.values()),
                     "source": f"measured by {where}: a matmul workload behind an async "
                               "all-gather not yet waited for, against the same alone"},
-        "collectives": {op: {"algo": c.algo, "efficiency": c.efficiency,
-                             "residual_median_pct": c.residual_median_pct,
-                             "residual_max_pct": c.residual_max_pct,
-                             "ranks": list(c.ranks), "efficiencies": list(c.efficiencies),
-                             "overheads_us": [o * 1e6 for o in c.overheads_s]}
-                        for op, c in fit.collectives.items()},
     }
+    tables["measured"] = {**{f"network_{k}": v for k, v in prov.items()},
+                          "network": f"{ranks} ranks on {link} ({backend})",
+                          **tables["measured"]}
     if kinds:
         tables["sharing"] = {
             "ranks": list(nprocs), "elements": SHARING_ELEMENTS, "extra_us": extra,
@@ -284,8 +277,76 @@ def calibrate(name: str, nprocs: list[int], backend: str = "gloo", netbed=None,
     # a sweep without shared GPUs leaves no [sharing] of an earlier one behind
     path = merge(name, tables, f"Written by {where}. Rerun it to refresh; do not edit.",
                  drop_tables=() if kinds else ("sharing",))
-    df = pd.DataFrame(rows)
+    return path, fit, _save_rows(path, pd.DataFrame(rows), fit)
+
+
+def _save_rows(path, df, fit):
+    """The sweep beside the profile (<name>.collectives.csv), with the fit's predictions."""
     df["predicted_s"] = fit.predictions
     df["error_pct"] = 100 * (df["predicted_s"] / df["seconds"] - 1)
     df.to_csv(path.with_suffix(".collectives.csv"), index=False)
-    return path, fit, df
+    return df
+
+
+def link_tables(fit, burst: float, how: str) -> dict:
+    """A fit's profile tables: the link ([nic]), each collective's algorithm, efficiency and
+    per-call overhead, and the fit's residual ([measured])."""
+    source = f"{how}: least-absolute-relative-error fit (simulator/fit.py)"
+    nic = {"nics_per_node": 1, "bw_Gbps": fit.bandwidth_Bps * 8 / 1e9, "efficiency": 1.0,
+           "latency_us": fit.latency_s * 1e6, "source": source}
+    if burst:
+        nic["burst_bytes"] = burst
+        nic["source"] += "; burst_bytes: the netbed's tbf bucket (scape/netbed.py burst_bytes)"
+    return {
+        "measured": {"network_fit_median_residual_pct": fit.residual_median_pct},
+        "nic": nic,
+        "collectives": {op: {"algo": c.algo, "efficiency": c.efficiency,
+                             "residual_median_pct": c.residual_median_pct,
+                             "residual_max_pct": c.residual_max_pct,
+                             "ranks": list(c.ranks), "efficiencies": list(c.efficiencies),
+                             "overheads_us": [o * 1e6 for o in c.overheads_s]}
+                        for op, c in fit.collectives.items()},
+    }
+
+
+def refit(name: str):
+    """Fit the link of measured/<name>.toml again, with the fit as it is now, from the sweep
+    saved beside it (<name>.collectives.csv: the measured rows, never re-measured); on a
+    netbed profile with the bucket of the rate it names ([measured] network_netbed). Rewrites
+    the link tables and the sweep's predictions; compute, kernels, overlap and sharing stay.
+    Returns (path, fit, the sweep as a DataFrame)."""
+    from datetime import datetime
+
+    import pandas as pd
+
+    from profiles.loader import read_toml
+    from profiles.measured import merge, path_of
+    from scape.netbed import NetbedSpec
+    from simulator.fit import fit_tier
+
+    path = path_of(name)
+    sweep_csv = path.with_suffix(".collectives.csv")
+    if not path.exists() or not sweep_csv.exists():
+        raise UserError(f"refit {name}: needs {path} and the sweep beside it, {sweep_csv.name} "
+                        "(written by scape calibrate collectives --out NAME)")
+    measured = read_toml(path).get("measured", {})
+    netbed = measured.get("network_netbed")
+    if netbed is None:
+        raise UserError(f"refit {name}: its [measured] table has no network_netbed: not a "
+                        "profile scape calibrate collectives wrote")
+    burst = 0 if netbed.startswith("none") else NetbedSpec.parse(netbed).burst_bytes
+    df = pd.read_csv(sweep_csv)
+    missing = {"op", "size_bytes", "world", "seconds"} - set(df.columns)
+    if missing:
+        raise UserError(f"refit {name}: {sweep_csv.name} lacks column(s) {sorted(missing)}")
+    df = df[["op", "size_bytes", "world", "seconds", *(
+        c for c in ("min_s", "max_s", "algbw_GBps", "busbw_GBps") if c in df.columns)]].copy()
+    fit = fit_tier(df[["op", "size_bytes", "world", "seconds"]].to_dict("records"), burst)
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    how = (f"refitted by scape calibrate refit on {when} from {sweep_csv.name} (measured "
+           f"{measured.get('network_date', 'on an unrecorded date')})")
+    tables = link_tables(fit, burst, how)
+    tables["measured"]["network_refit"] = when
+    header = (path.read_text().splitlines() or ["# "])[0].lstrip("# ").split(" Link refit")[0]
+    path = merge(name, tables, f"{header} Link refitted by scape calibrate refit, {when}.")
+    return path, fit, _save_rows(path, df, fit)
