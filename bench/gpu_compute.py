@@ -16,8 +16,10 @@ cold cache before each call):
   scape.select's exact threshold method (`threshold`: top_k_exact, the CUDA default until
   2026-11-26 session 11) and its default (`banded`: top_k_indices, on CUDA the sampled band
   of top_k_banded since then);
-- quantize and dequantize (8-bit, block 2048) of 1e8 values.
-Usage: python bench/gpu_compute.py [--out FILE.json] [--quick]
+- quantize and dequantize (8-bit, block 2048) of 1e8 values;
+- with --parts profile (not by default): the operators of one step of SCAPE partitioned at
+  d = 0.1 and the authors' reducer at d = 0.01 by their own device time (op_profile).
+Usage: python bench/gpu_compute.py [--out FILE.json] [--quick] [--parts fwd_bwd,...,profile]
 """
 
 from __future__ import annotations
@@ -171,6 +173,58 @@ def optimizer_steps(device: torch.device, model_name: str, cases, layer_counts,
     return rows
 
 
+# where a SCAPE step's time goes, op by op: the variants and densities whose overhead misses
+# the goal (session 13, H200: partitioned d = 0.1 +50.5 ms, its `pack` block 33.9 ms against
+# 0.6 at d = 0.01; the authors' reducer +71.0 ms at d = 0.01)
+PROFILED = (("scape-partitioned", 0.1), ("scape", 0.01))
+PROFILE_TOP = 15
+
+
+def op_profile(device: torch.device, model_name: str, cases, layer_counts,
+               top: int = PROFILE_TOP) -> list[dict]:
+    """The `top` operators of one optimizer step by their own time on the device (torch.profiler;
+    on a CPU, on the host), each case at the largest layer count that fits: after three
+    untimed steps (SCAPE's first is dense), with fresh gradients, as `step_times` runs them."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    attr = "self_device_time_total" if cuda else "self_cpu_time_total"
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
+    rows = []
+    for name, density in cases:
+        for layers in sorted(layer_counts, reverse=True):
+            try:
+                torch.manual_seed(0)
+                with torch.device(device):
+                    params = [torch.nn.Parameter(torch.randn(s) * 0.02)
+                              for s in _shapes(model_name, layers)]  # fp32
+                    scheme = make_scheme(make_config(name, sparsity=1 - density), params,
+                                         Comm(), Hyper())
+                    step_times(scheme, params, 1, lambda: _sync(device))  # 3 untimed steps
+                    for p in params:
+                        p.grad = torch.randn_like(p) * 1e-3
+                    _sync(device)
+                    with profile(activities=activities) as prof:
+                        scheme.step()
+                        _sync(device)
+            except torch.OutOfMemoryError:
+                say(f"profile {name} d={density} L={layers}: does not fit")
+                _free(device)
+                continue
+            events = sorted(prof.key_averages(), key=lambda e: getattr(e, attr), reverse=True)
+            total = sum(getattr(e, attr) for e in events) / 1e3  # ms, every op's own time
+            mine = [{"scheme": name, "density": density, "layers": layers, "op": e.key,
+                     "calls": e.count, "self_ms": getattr(e, attr) / 1e3, "all_ops_ms": total}
+                    for e in events[:top]]
+            rows += mine
+            say(f"profile {name} d={density} L={layers}, {total:.1f} ms in all: " + "; ".join(
+                f"{r['op']} {r['self_ms']:.1f} ms x{r['calls']}" for r in mine[:5]))
+            del scheme, params, prof
+            _free(device)
+            break
+    return rows
+
+
 def selection(device: torch.device, sizes, densities, repeats: int) -> list[dict]:
     rows = []
     for n in sizes:
@@ -234,7 +288,7 @@ def main() -> int:
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     parts = args.parts.split(",")
-    known = ("fwd_bwd", "optimizer", "select", "quantize")
+    known = ("fwd_bwd", "optimizer", "select", "quantize", "profile")
     if unknown := [p for p in parts if p not in known]:
         parser.error(f"--parts: unknown {', '.join(unknown)}; choose from {', '.join(known)}")
     if args.quick:
@@ -255,7 +309,8 @@ def main() -> int:
     steps = {"fwd_bwd": lambda: fwd_bwd(device, models, reps),
              "optimizer": lambda: optimizer_steps(device, opt_model, OPTIMIZERS, layers, reps),
              "select": lambda: selection(device, sel, DENSITIES, 3),
-             "quantize": lambda: quantize(device, qn, reps)}
+             "quantize": lambda: quantize(device, qn, reps),
+             "profile": lambda: op_profile(device, opt_model, PROFILED, layers)}
     for part in parts:
         t0 = time.perf_counter()
         try:
