@@ -243,7 +243,7 @@ def calibrate(name: str, nprocs: list[int], backend: str = "gloo", netbed=None,
     shared = {(r["kind"], r["world"]): r for r in every if r["op"] == "sharing"}
     extra = {k: [shared[k, p]["value"] * 1e6 for p in nprocs] for k in kinds}
     extra_mean = {k: [shared[k, p]["mean"] * 1e6 for p in nprocs] for k in kinds}
-    burst = netbed.burst_bytes if netbed else 0
+    burst = netbed.burst_bytes if netbed is not None else 0  # the links' tbf bucket
     fit = fit_tier(rows, burst)
     ranks = ",".join(map(str, nprocs))
     prov = {**provenance(backend, netbed, ranks), "share_gpu": share_gpu}
