@@ -111,7 +111,8 @@ def _print_sweep(df, fit, path, fmt: str) -> None:
 
 CALIBRATE_HEADER = "Written by scape calibrate. Rerun it to refresh; do not edit."
 # [measured] keys only a GPU measurement writes (scape.calibrate.compute.versions)
-GPU_ONLY_KEYS = ("compute_cuda", "compute_nccl", "compute_driver", "gpu_profile")
+GPU_ONLY_KEYS = ("compute_cuda", "compute_nccl", "compute_driver", "gpu_profile",
+                 "compute_gpu_sharing")
 
 
 def _calibrate_kinds(out: str, kinds: str, threads: int, on_gpu: bool) -> None:

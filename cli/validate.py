@@ -24,6 +24,7 @@ from cli.common import (
 from profiles import ProfileError, UserError, check_profile, load_hardware, load_model
 from reports.tables import check_format, render
 from reports.validate import DEFAULT_SCHEMES as VALIDATE_SCHEMES
+from scape.train.devices import gpu_sharing
 from simulator.compare import (
     parse_scheme,
 )
@@ -142,7 +143,8 @@ def validate_cmd(
     files = v.save(df, dest, {"profile": hw.path, "model": model, "micro_batch": micro_batch,
                               "steps": steps, "rounds": rounds, "probe_compute": probe,
                               "netbed": str(spec) if spec else None, "backend": backend,
-                              "share_gpu": share_gpu})
+                              "share_gpu": share_gpu,
+                              "gpu_sharing": gpu_sharing() if share_gpu else None})
     stats = v.summarize(df)
     if fmt == "json":
         print(render(df, "json"))

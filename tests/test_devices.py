@@ -71,3 +71,17 @@ def test_nccl_on_the_netbed_shares_the_gpu_over_the_veth():
     assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "eth0"
     assert shared_gpu_env(env)["NCCL_HOSTID"] == "scape-rank-1"
     assert "NCCL_SOCKET_IFNAME" not in shared_gpu_env(env)  # the veth stays, not loopback
+
+
+def test_the_gpu_sharing_mode_is_mps_only_where_its_daemon_runs(tmp_path):
+    """Profiles and validations record how ranks shared a GPU: under CUDA's multi-process
+    service (its daemon among the processes) or in the driver's time slices."""
+    from scape.train.devices import gpu_sharing
+
+    for pid, comm in (("1", "systemd\n"), ("77", "python3\n"), ("self", "nvidia-cuda-mps\n")):
+        (tmp_path / pid).mkdir()
+        (tmp_path / pid / "comm").write_text(comm)
+    assert gpu_sharing(tmp_path) == "time-sliced"  # only numbered entries are processes
+    (tmp_path / "4242").mkdir()
+    (tmp_path / "4242" / "comm").write_text("nvidia-cuda-mps-control\n")
+    assert gpu_sharing(tmp_path) == "mps"

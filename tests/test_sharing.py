@@ -93,3 +93,26 @@ def test_a_calibration_without_shared_gpus_drops_an_earlier_sharing_table(tmp_pa
     merge("p", {"overlap": {"ranks": [2], "async_interference": [0.1]}}, "test",
           drop_tables=("sharing",))
     assert "sharing" not in read_toml(path) and "overlap" in read_toml(path)
+
+
+def test_a_shared_gpu_calibration_records_how_the_ranks_shared_it(tmp_path, monkeypatch):
+    """The sharing mode (MPS or time slices: timings differ by far) goes into the profile with
+    the [sharing] table, and a later calibration without shared GPUs takes both away."""
+    import scape.calibrate.collectives as cc
+    from scape.calibrate.compute import KERNEL_BENCH
+    from tests.test_fit import synthetic
+
+    monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path))
+    links = synthetic(100e-6, 25e6, worlds=(2,))
+    waits = [{"op": "sharing", "kind": k, "world": 2, "value": 1e-4, "mean": 2e-4}
+             for k in KERNEL_BENCH]
+    monkeypatch.setattr(cc, "gpu_sharing", lambda: "mps")
+    monkeypatch.setattr(cc, "sweep", lambda p, *a, share_gpu, **k: links + (
+        waits if share_gpu else []))
+    path, _, _ = cc.calibrate("shared", [2], "nccl", None, share_gpu=True)
+    doc = read_toml(path)
+    assert doc["measured"]["network_gpu_sharing"] == "mps" and "(mps)" in doc["description"]
+    assert doc["sharing"]["extra_us"]["pack"] == [pytest.approx(100.0)]
+    cc.calibrate("shared", [2], "gloo", None, share_gpu=False)
+    doc = read_toml(path)
+    assert "network_gpu_sharing" not in doc["measured"] and "sharing" not in doc

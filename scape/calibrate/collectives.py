@@ -24,7 +24,7 @@ from pathlib import Path
 
 from profiles import UserError
 from scape.plan import WIRE_FACTOR
-from scape.train.devices import backend_env, local_gpu, nccl_device
+from scape.train.devices import backend_env, gpu_sharing, local_gpu, nccl_device
 from simulator.units import format_duration
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all")
@@ -247,9 +247,11 @@ def calibrate(name: str, nprocs: list[int], backend: str = "gloo", netbed=None,
     fit = fit_tier(rows, burst)
     ranks = ",".join(map(str, nprocs))
     prov = {**provenance(backend, netbed, ranks), "share_gpu": share_gpu}
-    link = f"netbed {netbed}" if netbed else f"{backend} over loopback"
+    link = f"netbed {netbed}" if netbed is not None else f"{backend} over loopback"
     if share_gpu:  # the description says it too ([measured] network_share_gpu is the key)
-        link += ", ranks sharing the GPU(s) over NCCL's socket transport"
+        prov["gpu_sharing"] = gpu_sharing()  # MPS or time slices: timings differ by far
+        link += (f", ranks sharing the GPU(s) ({prov['gpu_sharing']}) over NCCL's socket "
+                 "transport")
     where = f"scape calibrate collectives, {ranks} ranks, {link}, {prov['date']}"
     tables = {
         **link_tables(fit, burst, f"measured by {where}"),
@@ -274,8 +276,9 @@ def calibrate(name: str, nprocs: list[int], backend: str = "gloo", netbed=None,
             "source": f"measured by {where}: each kernel kind at {SHARING_ELEMENTS} elements, "
                       "called by every rank at once behind a collective, against rank 0 "
                       "alone (scape/calibrate/sharing.py); the slowest rank's extra time"}
-    # a sweep without shared GPUs leaves no [sharing] of an earlier one behind
+    # a sweep without shared GPUs leaves no [sharing] (nor sharing mode) of an earlier one
     path = merge(name, tables, f"Written by {where}. Rerun it to refresh; do not edit.",
+                 drop=() if share_gpu else ("network_gpu_sharing",),
                  drop_tables=() if kinds else ("sharing",))
     return path, fit, _save_rows(path, pd.DataFrame(rows), fit)
 

@@ -34,6 +34,7 @@ from scape.schemes.scalecom import DEFAULT_BETA
 from scape.select import top_k_indices
 from scape.sharding import FlatParams
 from scape.train.data import batch
+from scape.train.devices import gpu_sharing
 from scape.train.model import GPT
 from simulator.compute import forward_flops_per_token
 
@@ -485,6 +486,9 @@ def versions(device: torch.device) -> dict[str, str]:
     name = torch.cuda.get_device_name(device)
     if name in GPU_PROFILES:
         out["gpu_profile"] = GPU_PROFILES[name]
+    # ranks timed together on one GPU ([concurrency]) run side by side under MPS, in turns
+    # without it
+    out["gpu_sharing"] = gpu_sharing()
     return out
 
 

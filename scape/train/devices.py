@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 
 SHARE_ENV = "SCAPE_SHARE_GPU"  # "1": ranks share the GPUs round-robin over NCCL's sockets
 
@@ -35,6 +36,21 @@ def shared_gpu_env(env: Mapping[str, str]) -> dict[str, str]:
         "NCCL_SOCKET_IFNAME": "lo",  # torchrun's ranks on this machine
     }
     return {k: v for k, v in want.items() if k == "NCCL_HOSTID" or k not in env}
+
+
+def gpu_sharing(proc: Path = Path("/proc")) -> str:
+    """How ranks on one GPU share it: "mps" where CUDA's multi-process service runs (its
+    control daemon or server among this machine's processes), their kernels side by side;
+    else "time-sliced", the driver's default, one context at a time. Timings differ by the
+    mode: on the H200 a 64 KiB all-gather on 4 ranks over the netbed took 14.5 ms time-sliced
+    and 0.28 ms under MPS (reports/validation-gpu/session13)."""
+    for comm in proc.glob("[0-9]*/comm"):
+        try:
+            if comm.read_text().startswith("nvidia-cuda-mps"):
+                return "mps"
+        except OSError:  # the process ended meanwhile
+            continue
+    return "time-sliced"
 
 
 def backend_env(backend: str, share_gpu: bool) -> dict[str, str]:
