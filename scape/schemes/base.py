@@ -96,7 +96,9 @@ class Scheme:
         clip = self.cfg.clip_grad
         if clip is None:
             return
-        sq = g.double().square().sum().reshape(1)  # [1] fp64
+        # [1] fp64: the squares summed in fp64 inside one reduction (g.double() first made an
+        # [N] fp64 copy and its square: 84 against 44 ms at 1e7, one CPU thread)
+        sq = torch.linalg.vector_norm(g, dtype=torch.float64).square().reshape(1)
         if sharded:
             self.comm.all_reduce("grad-norm all-reduce", sq)
         coef = clip / (math.sqrt(sq.item()) + 1e-6)

@@ -162,12 +162,16 @@ class ScapeAuthors(Scheme):
         with self.timed("update"):
             payload.div_(self.world)  # AVG
             # g_sync = (m_sync - b1 m) / (1 - b1), m_sync = the payload on the mask, 0 off it:
-            # dist-opt keeps it off the mask, (0 - b1 m) / (1 - b1); non-dist-opt masks it
-            # (R:5413). [N] fp32, gradient units
-            g_sync = ((m_prev * b1).neg_().div_(1 - b1) if self.distopt
-                      else torch.zeros(numel))
-            g_sync[idx] = (payload - b1 * m_prev[idx]) / (1 - b1)
+            # dist-opt keeps it off the mask, (0 - b1 m) / (1 - b1), [N] fp32; non-dist-opt
+            # masks it (R:5413), so only its [K] entries on the mask are made (the clip's norm
+            # is theirs: the rest are 0). Gradient units
+            on_mask = (payload - b1 * m_prev[idx]).div_(1 - b1)  # [K] fp32
             del payload
+            if self.distopt:
+                g_sync = (m_prev * b1).neg_().div_(1 - b1)  # [N] fp32
+                g_sync[idx] = on_mask
+            else:
+                g_sync = on_mask
             self.clip_(g_sync, sharded=False)  # every rank holds the whole g_sync
             self._update(g_sync, mask, idx, lr)
         self._wait_next()  # before the next forward (prepare_pre_forward)
@@ -175,7 +179,8 @@ class ScapeAuthors(Scheme):
     def _update(self, g: torch.Tensor, mask: torch.Tensor, idx: torch.Tensor,
                 lr: float) -> None:
         """AdamS from the reducer's g_sync (R:5552-5626; dist-opt: AdamS on the shard, A:375-457,
-        then the sparse parameter sync). `idx`: the mask's positions, ascending."""
+        then the sparse parameter sync). `idx`: the mask's positions, ascending; `g`: g_sync,
+        [N] with the distributed optimizer, else its [K] entries on the mask (0 off it)."""
         h, t, numel = self.hyper, self.t, self.flat.numel
         b1, b2 = h.beta1, h.beta2
         bc1 = 1 - b1**t if h.bias_correction else 1.0
@@ -193,7 +198,7 @@ class ScapeAuthors(Scheme):
 
         if not self.distopt:
             # off the mask g_sync = 0 and m = 0 (R:5587-5589): the parameters only decay
-            on, m_prev, g_on = theta[idx], self.m[idx], g[idx]  # [K] fp32 each
+            on, m_prev, g_on = theta[idx], self.m[idx], g  # [K] fp32 each
             d = denom(m_prev, g_on)
             m_on = m_prev * b1
             m_on.add_(g_on * (1 - b1))
