@@ -28,27 +28,28 @@ def folder() -> Path:
     return FOLDER if FOLDER is not None else user_dir() / "measured"
 
 
-def path_of(name: str) -> Path:
+def path_of(name: str, option: str = "--out") -> Path:
     """Where `calibrate --out NAME` writes. A name a built-in measured profile has is refused
     unless the user folder is that folder (SCAPE_PROFILE_DIR=profiles in a checkout): the
-    built-in would be found first and hide the new measurement."""
+    built-in would be found first and hide the new measurement. `option`: the flag that gave
+    the name, as the refusals say it (`calibrate refit --profile`)."""
     if (not name or "/" in name or name.startswith((".", "-")) or name != name.strip()
             or not name.isprintable()):
-        raise UserError(f"--out must be a plain profile name like netbed-100mbit, got {name!r}")
+        raise UserError(f"{option} must be a plain profile name like netbed-100mbit, got {name!r}")
     if name.endswith(".toml"):  # it is written as NAME.toml and named NAME
-        raise UserError(f"--out {name}: give the name without .toml ({name[:-5]}); it is "
+        raise UserError(f"{option} {name}: give the name without .toml ({name[:-5]}); it is "
                         f"written as measured/{name[:-5]}.toml")
     path = folder() / f"{name}.toml"
     if inside_shipped(path.parent):
-        raise UserError(f"--out {name}: the profile folder {path.parent} is inside the shipped "
+        raise UserError(f"{option} {name}: the profile folder {path.parent} is inside the shipped "
                         f"profiles ({ROOT}); point SCAPE_PROFILE_DIR elsewhere, or at {ROOT} "
                         "itself to rewrite a shipped measured profile")
     if (ROOT / "hardware" / f"{name}.toml").exists():  # rows would not tell the two apart
-        raise UserError(f"--out {name}: a shipped hardware profile has that name; choose "
+        raise UserError(f"{option} {name}: a shipped hardware profile has that name; choose "
                         "another (e.g. my-" + name + ")")
     shipped = BUILT_IN / f"{name}.toml"
     if shipped.exists() and shipped.resolve() != path.resolve():
-        raise UserError(f"--out {name}: a built-in measured profile has that name ({shipped}) "
+        raise UserError(f"{option} {name}: a built-in measured profile has that name ({shipped}) "
                         f"and would hide yours; choose another name, or set "
                         f"SCAPE_PROFILE_DIR={ROOT} to rewrite it in this checkout")
     try:  # the folder it goes in, made and written now, before minutes of measuring
@@ -56,7 +57,7 @@ def path_of(name: str) -> Path:
         with tempfile.TemporaryFile(dir=path.parent):
             pass
     except OSError as exc:
-        raise UserError(f"--out {name}: cannot write into the profile folder {path.parent} "
+        raise UserError(f"{option} {name}: cannot write into the profile folder {path.parent} "
                         f"({exc.strerror}; it is $SCAPE_PROFILE_DIR/measured when that is set)"
                         ) from None
     return path

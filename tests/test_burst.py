@@ -114,3 +114,8 @@ def test_refit_refuses_a_profile_without_its_sweep(folder, capsys):
     (folder / "alone.toml").write_text(renamed_measured("alone"))
     code, _, err = scape(capsys, "calibrate", "refit", "--profile", "alone")
     assert code == 2 and "alone.collectives.csv" in err and "Traceback" not in err
+
+
+def test_refit_names_its_own_flag_when_it_refuses_a_name(folder, capsys):
+    code, _, err = scape(capsys, "calibrate", "refit", "--profile", "../elsewhere")
+    assert code == 2 and err.startswith("scape: error: --profile must be a plain profile name")

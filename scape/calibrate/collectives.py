@@ -327,7 +327,7 @@ def refit(name: str):
     from scape.netbed import NetbedSpec
     from simulator.fit import fit_tier
 
-    path = path_of(name)
+    path = path_of(name, option="--profile")
     sweep_csv = path.with_suffix(".collectives.csv")
     if not path.exists() or not sweep_csv.exists():
         raise UserError(f"refit {name}: needs {path} and the sweep beside it, {sweep_csv.name} "
