@@ -46,8 +46,13 @@ if [ "${MPS:-0}" = 1 ]; then
     fi
     export CUDA_MPS_PIPE_DIRECTORY=$W/mps-pipe CUDA_MPS_LOG_DIRECTORY=$W/mps-log
     mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-    "$MPSCTL" -d && echo "mps daemon started ($MPSCTL)" | tee -a "$W/steps.txt"
-    trap 'echo quit | "$MPSCTL"' EXIT
+    if ! "$MPSCTL" -d; then
+        echo "MPS=1 but the MPS daemon did not start" | tee -a "$W/steps.txt"
+        tar czf "$OUT/gpu-session.tgz" -C "$W" .
+        exit 1
+    fi
+    echo "mps daemon started ($MPSCTL)" | tee -a "$W/steps.txt"
+    trap 'echo quit | "$MPSCTL"' EXIT  # the profiles record the mode (network_gpu_sharing)
     export NCCL_CUMEM_ENABLE=0  # cuMem allocations under MPS: not needed by the socket transport
     TAG="-mps"
 fi
