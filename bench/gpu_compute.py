@@ -185,6 +185,7 @@ def op_profile(device: torch.device, model_name: str, cases, layer_counts,
     """The `top` operators of one optimizer step by their own time on the device (torch.profiler;
     on a CPU, on the host), each case at the largest layer count that fits: after three
     untimed steps (SCAPE's first is dense), with fresh gradients, as `step_times` runs them."""
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     cuda = device.type == "cuda"
@@ -193,6 +194,7 @@ def op_profile(device: torch.device, model_name: str, cases, layer_counts,
     rows = []
     for name, density in cases:
         for layers in sorted(layer_counts, reverse=True):
+            scheme = params = None
             try:
                 torch.manual_seed(0)
                 with torch.device(device):
@@ -209,9 +211,13 @@ def op_profile(device: torch.device, model_name: str, cases, layer_counts,
                         _sync(device)
             except torch.OutOfMemoryError:
                 say(f"profile {name} d={density} L={layers}: does not fit")
+                scheme = params = None  # what the failed try holds, before it is freed
                 _free(device)
                 continue
-            events = sorted(prof.key_averages(), key=lambda e: getattr(e, attr), reverse=True)
+            # operators only: on a GPU the kernels they launch are listed too, with the same
+            # device time, and would count it twice
+            events = sorted((e for e in prof.key_averages() if e.device_type == DeviceType.CPU),
+                            key=lambda e: getattr(e, attr), reverse=True)
             total = sum(getattr(e, attr) for e in events) / 1e3  # ms, every op's own time
             mine = [{"scheme": name, "density": density, "layers": layers, "op": e.key,
                      "calls": e.count, "self_ms": getattr(e, attr) / 1e3, "all_ops_ms": total}

@@ -96,8 +96,9 @@ def calibrate_refit(
 
 def _print_sweep(df, fit, path, fmt: str) -> None:
     """A sweep's rows against its fit, the fit's link and collectives first."""
-    shown = df[["op", "size_bytes", "world", "seconds", "busbw_GBps", "predicted_s",
-                "error_pct"]]
+    # a refitted sweep may lack busbw_GBps (refit needs op, size, world and seconds only)
+    shown = df[[c for c in ("op", "size_bytes", "world", "seconds", "busbw_GBps",
+                            "predicted_s", "error_pct") if c in df.columns]]
     header = (f"fit: latency {fit.latency_s * 1e6:.1f} us per hop, bandwidth "
               f"{fit.bandwidth_Bps * 8 / 1e6:.1f} Mbit/s per link; " + "; ".join(
                   f"{op} {c.algo} x" + "/".join(f"{e:.2f}" for e in c.efficiencies)

@@ -86,7 +86,10 @@ def global_batch(model: ModelProfile, gpus: int) -> int:
 def _step_config(p: Point) -> StepConfig | None:
     hw = p.hardware
     if p.nic_Gbps != hw.nic.bw_Gbps:
-        hw = replace(hw, nic=replace(hw.nic, bw_Gbps=p.nic_Gbps))
+        nic = replace(hw.nic, bw_Gbps=p.nic_Gbps)
+        if hw.nic.burst_bytes is not None:  # a netbed's tbf bucket holds 0.5 ms of its rate
+            nic = replace(nic, burst_bytes=hw.nic.burst_bytes * p.nic_Gbps / hw.nic.bw_Gbps)
+        hw = replace(hw, nic=nic)
     seq = p.model.arch.seq_len
     batch = global_batch(p.model, p.gpus)
     chosen = layout(p.model, hw, p.scheme, p.gpus, seq, batch)

@@ -106,7 +106,9 @@ def authors_runtime_kernels(cfg: SchemeConfig, sizes: list[int], dense: list[boo
         Kernel("bitmap pack", "pack", owned, "pre"),
         Kernel("payload pack", "pack", k, "pre"),
         Kernel("residual", "error_feedback", n, "pre"),
-        Kernel("g_sync", "optimizer_adams", n, "update"),
+        # g_sync: [N] with the distributed optimizer, else its K entries on the mask
+        Kernel("g_sync", "optimizer_adams",
+               n if cfg.extra.get("distributed_optimizer") else k, "update"),
         Kernel("adams update", "optimizer_adams", n, "update"),
         Kernel("bitmaps unpacked", "dequantize", n, "post"),
     ]

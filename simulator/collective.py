@@ -265,9 +265,11 @@ def past_bucket(hw: HardwareProfile, op: str, algo: str, ranks: int, size: float
     """The bytes of S that cross a token-bucket link at its rate: on a netbed profile (its
     [nic] burst_bytes, the tbf bucket of scape/netbed.py) a call's first burst_bytes on its
     busiest link pass at once, as the profile's fit assumed (simulator/fit.py), so S shrinks
-    by burst / C (C: busiest-link bytes per byte of S); elsewhere S."""
+    by burst / C (C: busiest-link bytes per byte of S); elsewhere S. Every call starts with a
+    full bucket: the link idles between a step's calls long enough to refill it (0.5 ms of
+    traffic), which many small calls back to back would not, so those come out fast."""
     burst = hw.nic.burst_bytes
-    if burst is None or burst == 0:
+    if burst is None or burst == 0 or ranks < 2:  # one rank sends nothing
         return size
     # at least one byte (phases need a positive size): a call inside the bucket takes its
     # latency and nanoseconds of data

@@ -119,3 +119,6 @@ def test_refit_refuses_a_profile_without_its_sweep(folder, capsys):
 def test_refit_names_its_own_flag_when_it_refuses_a_name(folder, capsys):
     code, _, err = scape(capsys, "calibrate", "refit", "--profile", "../elsewhere")
     assert code == 2 and err.startswith("scape: error: --profile must be a plain profile name")
+    # a shipped one: how to refit it, not "choose another name"
+    code, _, err = scape(capsys, "calibrate", "refit", "--profile", "netbed-100mbit")
+    assert code == 2 and "SCAPE_PROFILE_DIR=" in err and "built-in" in err

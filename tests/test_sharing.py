@@ -113,6 +113,8 @@ def test_a_shared_gpu_calibration_records_how_the_ranks_shared_it(tmp_path, monk
     doc = read_toml(path)
     assert doc["measured"]["network_gpu_sharing"] == "mps" and "(mps)" in doc["description"]
     assert doc["sharing"]["extra_us"]["pack"] == [pytest.approx(100.0)]
+    merge("shared", {"measured": {"network_refit": "2026-11-27 00:00 UTC"}}, "test")
     cc.calibrate("shared", [2], "gloo", None, share_gpu=False)
     doc = read_toml(path)
     assert "network_gpu_sharing" not in doc["measured"] and "sharing" not in doc
+    assert "network_refit" not in doc["measured"]  # a new sweep is no refit

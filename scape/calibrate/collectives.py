@@ -276,9 +276,10 @@ def calibrate(name: str, nprocs: list[int], backend: str = "gloo", netbed=None,
             "source": f"measured by {where}: each kernel kind at {SHARING_ELEMENTS} elements, "
                       "called by every rank at once behind a collective, against rank 0 "
                       "alone (scape/calibrate/sharing.py); the slowest rank's extra time"}
-    # a sweep without shared GPUs leaves no [sharing] (nor sharing mode) of an earlier one
+    # a new sweep leaves no refit date of an earlier fit, and one without shared GPUs no
+    # [sharing] (nor sharing mode)
     path = merge(name, tables, f"Written by {where}. Rerun it to refresh; do not edit.",
-                 drop=() if share_gpu else ("network_gpu_sharing",),
+                 drop=("network_refit", *(() if share_gpu else ("network_gpu_sharing",))),
                  drop_tables=() if kinds else ("sharing",))
     return path, fit, _save_rows(path, pd.DataFrame(rows), fit)
 
@@ -322,11 +323,17 @@ def refit(name: str):
 
     import pandas as pd
 
-    from profiles.loader import read_toml
-    from profiles.measured import merge, path_of
+    from profiles.loader import ROOT, read_toml
+    from profiles.measured import BUILT_IN, folder, merge, path_of
     from scape.netbed import NetbedSpec
     from simulator.fit import fit_tier
 
+    shipped = BUILT_IN / f"{name}.toml"
+    if "/" not in name and shipped.exists() and shipped.resolve() != (
+            folder() / f"{name}.toml").resolve():
+        raise UserError(f"refit {name}: a built-in measured profile ({shipped}); refit it in "
+                        f"this checkout with SCAPE_PROFILE_DIR={ROOT}, or copy it and its "
+                        f".collectives.csv into {folder()} under another name")
     path = path_of(name, option="--profile")
     sweep_csv = path.with_suffix(".collectives.csv")
     if not path.exists() or not sweep_csv.exists():
