@@ -107,12 +107,19 @@ def _shapes(model_name: str, layers: int | None) -> list[torch.Size]:
     return [p.shape for p in model.parameters()]
 
 
-def _time_scheme(device: torch.device, shapes, name: str, density, repeats: int) -> dict:
+def _scheme(device: torch.device, shapes, name: str, density):
+    """(params, scheme): fp32 parameters of `shapes` on `device` (seed 0) and the scheme's
+    optimizer over them on one rank (density None: dense)."""
     opts = {} if density is None else {"sparsity": 1 - density}
     torch.manual_seed(0)
     with torch.device(device):
         params = [torch.nn.Parameter(torch.randn(s) * 0.02) for s in shapes]  # fp32
-        scheme = make_scheme(make_config(name, **opts), params, Comm(), Hyper())
+        return params, make_scheme(make_config(name, **opts), params, Comm(), Hyper())
+
+
+def _time_scheme(device: torch.device, shapes, name: str, density, repeats: int) -> dict:
+    params, scheme = _scheme(device, shapes, name, density)
+    with torch.device(device):
         times, parts = step_times(scheme, params, repeats, lambda: _sync(device))
     return {"step_s": statistics.median(times), "samples_s": times, "parts_s": parts,
             "peak_memory_GB": (torch.cuda.max_memory_allocated() / 1e9
@@ -196,12 +203,8 @@ def op_profile(device: torch.device, model_name: str, cases, layer_counts,
         for layers in sorted(layer_counts, reverse=True):
             scheme = params = None
             try:
-                torch.manual_seed(0)
+                params, scheme = _scheme(device, _shapes(model_name, layers), name, density)
                 with torch.device(device):
-                    params = [torch.nn.Parameter(torch.randn(s) * 0.02)
-                              for s in _shapes(model_name, layers)]  # fp32
-                    scheme = make_scheme(make_config(name, sparsity=1 - density), params,
-                                         Comm(), Hyper())
                     step_times(scheme, params, 1, lambda: _sync(device))  # 3 untimed steps
                     for p in params:
                         p.grad = torch.randn_like(p) * 1e-3

@@ -37,20 +37,17 @@ export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # big [N] buffers come 
 # instead of taking turns in time slices, which made a timed block take its usual time or
 # 4-20 ms more from step to step (reports/validation-gpu, sessions 12 and 13)
 TAG=""
+no_mps() {  # no_mps WHY: say it in steps.txt, return what there is, stop
+    echo "MPS=1 but $1" | tee -a "$W/steps.txt"
+    tar czf "$OUT/gpu-session.tgz" -C "$W" .
+    exit 1
+}
 if [ "${MPS:-0}" = 1 ]; then
     MPSCTL=$(command -v nvidia-cuda-mps-control || ls /usr/local/nvidia/bin/nvidia-cuda-mps-control 2>/dev/null)
-    if [ -z "$MPSCTL" ]; then
-        echo "MPS=1 but this machine has no nvidia-cuda-mps-control" | tee -a "$W/steps.txt"
-        tar czf "$OUT/gpu-session.tgz" -C "$W" .
-        exit 1
-    fi
+    [ -n "$MPSCTL" ] || no_mps "this machine has no nvidia-cuda-mps-control"
     export CUDA_MPS_PIPE_DIRECTORY=$W/mps-pipe CUDA_MPS_LOG_DIRECTORY=$W/mps-log
     mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-    if ! "$MPSCTL" -d; then
-        echo "MPS=1 but the MPS daemon did not start" | tee -a "$W/steps.txt"
-        tar czf "$OUT/gpu-session.tgz" -C "$W" .
-        exit 1
-    fi
+    "$MPSCTL" -d || no_mps "the MPS daemon did not start"
     echo "mps daemon started ($MPSCTL)" | tee -a "$W/steps.txt"
     trap 'echo quit | "$MPSCTL"' EXIT  # the profiles record the mode (network_gpu_sharing)
     export NCCL_CUMEM_ENABLE=0  # cuMem allocations under MPS: not needed by the socket transport

@@ -50,8 +50,8 @@ def path_of(name: str, option: str = "--out") -> Path:
     shipped = BUILT_IN / f"{name}.toml"
     if shipped.exists() and shipped.resolve() != path.resolve():
         raise UserError(f"{option} {name}: a built-in measured profile has that name ({shipped}) "
-                        f"and would hide yours; choose another name, or set "
-                        f"SCAPE_PROFILE_DIR={ROOT} to rewrite it in this checkout")
+                        f"and is found before the user's; set SCAPE_PROFILE_DIR={ROOT} to "
+                        "rewrite it in this checkout, or use another name")
     try:  # the folder it goes in, made and written now, before minutes of measuring
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=path.parent):

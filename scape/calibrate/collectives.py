@@ -323,17 +323,11 @@ def refit(name: str):
 
     import pandas as pd
 
-    from profiles.loader import ROOT, read_toml
-    from profiles.measured import BUILT_IN, folder, merge, path_of
+    from profiles.loader import read_toml
+    from profiles.measured import merge, path_of
     from scape.netbed import NetbedSpec
     from simulator.fit import fit_tier
 
-    shipped = BUILT_IN / f"{name}.toml"
-    if "/" not in name and shipped.exists() and shipped.resolve() != (
-            folder() / f"{name}.toml").resolve():
-        raise UserError(f"refit {name}: a built-in measured profile ({shipped}); refit it in "
-                        f"this checkout with SCAPE_PROFILE_DIR={ROOT}, or copy it and its "
-                        f".collectives.csv into {folder()} under another name")
     path = path_of(name, option="--profile")
     sweep_csv = path.with_suffix(".collectives.csv")
     if not path.exists() or not sweep_csv.exists():

@@ -61,11 +61,10 @@ def _top_k(score: torch.Tensor, k: int) -> torch.Tensor:
     """The k largest of one piece's scores (the authors' reducer takes torch.topk of each
     layer's piece, fp8_topk_adams_reducer.py): the same set either way but for ties (this
     one keeps the lowest positions, torch.topk any; the ranks agree either way, as the owners'
-    masks are all-gathered). On a CPU
-    scape.select's exact threshold (1.25e6 scores, one thread: 5.1 against 10.9 ms at
-    d = 0.01, 10.6 against 12.3 at 0.1); on a GPU torch.topk itself, faster there at a
-    piece's size (1e8 scores on the H200: 2.2 against 3.1 ms for the sampled band,
-    reports/validation-gpu/session13)."""
+    masks are all-gathered). On a CPU scape.select's exact threshold (1.25e6 scores, one
+    thread: 5.1 against 10.9 ms at d = 0.01, 10.6 against 12.3 at 0.1); on a GPU torch.topk
+    itself, faster there at a piece's size (1e8 scores on the H200: 2.2 against 3.1 ms for
+    the sampled band, reports/validation-gpu/session13)."""
     if score.is_cuda:
         return torch.topk(score, k, sorted=False).indices
     return top_k_indices(score, k)
