@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pandas as pd
 import typer
 
@@ -16,7 +18,7 @@ from profiles import UserError, load_hardware
 from profiles.external import published_collective
 from reports.fidelity import lookup
 from reports.tables import check_format, render
-from simulator.collective import describe, sweep
+from simulator.collective import describe, fit_warning, sweep
 from simulator.network import build_topology
 from simulator.units import format_bytes, parse_sizes
 
@@ -38,7 +40,8 @@ def collective(
                                    "it (profiles with [nccl]; others run simple)"),
     sizes: str = typer.Option(None, "--sizes",
                               help="list 1KiB,1MiB,1GiB or doubling range 1KiB..8GiB "
-                                   f"[default: {DEFAULT_SIZES}]"),
+                                   "(doubling while not past the end, as nccl-tests: 3..100 "
+                                   f"ends at 96) [default: {DEFAULT_SIZES}]"),
     gpus_per_process: int = typer.Option(None, "--gpus-per-process",
                                          help="GPUs one process drives, as nccl-tests' -g: "
                                               "back-to-back calls come no faster than its "
@@ -65,6 +68,9 @@ def collective(
                         f"them (its sizes: {format_bytes(min(run.rows))}.."
                         f"{format_bytes(max(run.rows))}, doubling); leave --sizes out for them")
     results = sweep(hw, gpus, op, algo, size_list, proto, gpus_per_process)
+    warning = fit_warning(hw, str(op))
+    if warning is not None:
+        print(f"scape: {warning}", file=sys.stderr)
     shipped = _shipped(hw)
     df = pd.DataFrame([{**r.as_dict(), "algo_asked": algo, "proto_asked": proto,
                         "gpus_per_process": gpus_per_process,
@@ -100,6 +106,8 @@ def collective(
               "in brackets the median signed error, - = the model is fast; "
               "profiles/external/fidelity-bands.csv from bench/fidelity_public.py); blank: no "
               "published run like it")
+    if warning is not None:
+        header += f"\n{warning}"
     if run is not None:  # blank where the run has no such size
         columns += ["published_us", "error_pct"]
         for col, form in (("published_us", "{:.1f}"), ("error_pct", "{:+.1f}")):

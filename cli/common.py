@@ -4,6 +4,7 @@ checks, and the helpers that turn options into library calls. Parse, call, print
 from __future__ import annotations
 
 import contextlib
+import errno
 import math
 import os
 import signal
@@ -186,6 +187,8 @@ class App(StrictTyper):
         except UserError as exc:
             _fail(str(exc))
         except OSError as exc:  # a path the user gave: too long, a loop, no permission, ...
+            if exc.filename is None and exc.errno in OUTPUT_ERRNOS:
+                _output_failed(exc)
             if exc.filename is None or exc.errno is None:
                 raise
             name = str(exc.filename)
@@ -257,8 +260,25 @@ AttentionChoice = _choice("AttentionChoice", ATTENTION)
 
 
 def _fail(message: str) -> None:
-    print(f"scape: error: {message}", file=sys.stderr)
+    with contextlib.suppress(OSError):  # stderr itself may be the full disk or closed pipe
+        print(f"scape: error: {message}", file=sys.stderr)
     sys.exit(2)
+
+
+# errors of writing the command's own output (stdout: a full disk, a closed pipe, a quota)
+OUTPUT_ERRNOS = (errno.EPIPE, errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
+
+
+def _output_failed(exc: OSError) -> None:
+    """The output could not be written: one line, not a traceback. stdout goes to /dev/null
+    first, so that Python's flush at exit does not fail again; a reader that closed the pipe
+    (`scape ... | head`) gets the shell's usual status for it, 141, and no message."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    if exc.errno == errno.EPIPE:
+        sys.exit(141)
+    _fail(f"cannot write the output: {exc.strerror}")
 
 
 app = App(

@@ -92,7 +92,7 @@ def plan_cmd(
         cols += ["quality_tokens_ratio", "hours_to_quality", "cost_to_quality_usd"]
         header += (f"\nquality: tokens to reach dense AdamS's final loss over dense AdamS's, "
                    f"from {q.path} ({q.model} on {q.corpus}, {q.steps} steps, {q.date}): "
-                   "a small-model reading applied to this run; NaN: no reading, or never "
+                   "a small-model reading applied to this run; -: no reading, or never "
                    "reached")
     if density_warmup_frac > 0:
         cols.insert(cols.index("step_time_s") + 1, "run_mean_step_s")

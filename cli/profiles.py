@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from pathlib import Path
 
 import pandas as pd
 import typer
@@ -85,8 +86,10 @@ def profiles_show(
 
 
 @profiles_app.command("check")
-def profiles_check(path: str = typer.Argument(..., help="path to a profile TOML file")):
+def profiles_check(path: str = typer.Argument(..., help="path to a profile TOML file, or "
+                                              "a profile name (dgx-h100, measured/NAME)")):
     """Validate a profile file: unknown or missing keys, wrong units, out-of-range values."""
-    kind, prof = check_profile(path)
+    # a path that exists is checked as that file; anything else as the name -H / -m take
+    kind, prof = check_profile(path) if Path(path).exists() or not path.strip() else find(path)
     extra = f", {prof.n_params:,} parameters" if kind == "model" else ""
     print(f"ok: {path} is a valid {kind} profile ({prof.name}{extra})")

@@ -77,7 +77,8 @@ def simulate(
     update_scope: ScopeChoice = typer.Option(None, "--update-scope",
                                      help="scape-partitioned: masked|all"),
     refresh_every: int = typer.Option(None, "--refresh-every",
-                                      help="scape-partitioned: dense step every R"),
+                                      help="scape-partitioned: a dense step every R steps "
+                                           "(0: none; 1 is refused: that is ZeRO-1 AdamS)"),
     error_feedback: bool = typer.Option(None, "--error-feedback/--no-error-feedback"),
     score: ScoreChoice = typer.Option(None, "--score", help="scape-partitioned: m|m_over_sqrt_v"),
     sync: SyncChoice = typer.Option(None, "--sync", help=SYNC_HELP),

@@ -115,13 +115,31 @@ def _resolve(kind: Kind, name_or_path: str | Path) -> Path:
     path = ROOT / kind.folder / f"{text}.toml"
     if not path.exists():
         known = ", ".join(names(kind.name)) or "none"
-        raise ProfileError(f"unknown {kind.name} profile {text!r}; known: {known}")
+        other = next((k.name for k in KINDS.values() if k is not kind
+                      and (ROOT / k.folder / f"{text}.toml").exists()), None)
+        hint = f" ({text} is a {other} profile)" if other else ""
+        raise ProfileError(f"unknown {kind.name} profile {text!r}{hint}; known: {known}")
     return path
+
+
+def _parse_as(kind: Kind, path: Path) -> Any:
+    """`_parse`, refused with what the file is where it is a profile of another kind."""
+    try:
+        return _parse(kind, path)
+    except ProfileError:
+        try:
+            other = kind_of(path, read_toml(path))
+        except ProfileError:
+            other = kind
+        if other is not kind:
+            raise ProfileError(f"{path}: a {other.name} profile, where a {kind.name} profile "
+                               "is needed") from None
+        raise
 
 
 @lru_cache(maxsize=64)
 def _load_cached(kind_name: str, path: Path) -> Any:
-    return _parse(KINDS[kind_name], path)
+    return _parse_as(KINDS[kind_name], path)
 
 
 def load_hardware(name_or_path: str | Path) -> HardwareProfile:

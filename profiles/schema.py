@@ -50,6 +50,9 @@ class Field:
     le: float | None = None  # value must be <= le
     choices: tuple[str, ...] | None = None
     nonempty: bool = False
+    # a rate or share that is not 0 must be at least this: 1e-300 passes gt=0 and prints
+    # step times of 300 digits
+    least: float | None = None
 
 
 def _split_unit(key: str) -> tuple[str, str | None]:
@@ -82,6 +85,11 @@ def _check_value(path, table, key, spec: Field, value):
         raise ProfileError(f"{where}: must be > {spec.gt:g}, got {value!r}")
     if spec.ge is not None and not value >= spec.ge:
         raise ProfileError(f"{where}: must be >= {spec.ge:g}, got {value!r}")
+    if spec.least is not None and value != 0 and not value >= spec.least:
+        raise ProfileError(f"{where}: must be 0 or >= {spec.least:g} (a rate or share this "
+                           f"small is a typo), got {value!r}" if spec.ge == 0 else
+                           f"{where}: must be >= {spec.least:g} (a rate or share this small "
+                           f"is a typo), got {value!r}")
     if spec.le is not None and not value <= spec.le:
         raise ProfileError(f"{where}: must be <= {spec.le:g}, got {value!r}")
     if spec.choices is not None and value not in spec.choices:

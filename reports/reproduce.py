@@ -291,7 +291,14 @@ def measured_compute(hw: HardwareProfile, compute_profile: str) -> tuple[Hardwar
     profile) that is an MFU, which on `hw`'s GPU scales with the two datasheet peaks (an
     H100 and a GH200's Hopper GPU: the same 989.4 TFLOP/s). Returns (that profile, the MFU
     per model)."""
-    m = load_hardware(compute_profile)
+    if not compute_profile.strip():
+        raise UserError("--compute-profile: give a measured profile, measured/NAME (scape "
+                        "calibrate compute writes one)")
+    try:
+        m = load_hardware(compute_profile)
+    except UserError as exc:
+        raise UserError(f"--compute-profile {compute_profile}: {exc}; a measured profile is "
+                        "named measured/NAME (ls profiles/measured)") from None
     if not m.measured:
         raise UserError(f"--compute-profile {compute_profile}: not a measured profile; give "
                         "measured/NAME (scape calibrate compute writes one)")

@@ -52,9 +52,28 @@ def _clean(value):
     return value
 
 
+_MISSING = "-"  # a table's cell with no value (NaN, None); csv leaves it empty, json null
+
+
+def _missing(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def _formatted(form: str, v) -> str:
+    """`v` in its column's format, except that a value that is not zero never reads as zero
+    (a tiny model's hours, a cheap plan's cost): it gets two significant digits instead."""
+    text = form.format(v)
+    try:
+        shown = float(text.replace(",", ""))
+    except ValueError:
+        return text
+    return f"{v:.2g}" if shown == 0 and v != 0 else text
+
+
 def render(df: pd.DataFrame, fmt: str, *, floatfmt: dict[str, str] | None = None,
            header: str = "") -> str:
-    """The frame as `table` (aligned text, with `header` lines prefixed by '#'), `csv`, `json`."""
+    """The frame as `table` (aligned text, with `header` lines prefixed by '#'; a missing
+    value reads "-"), `csv`, `json`."""
     check_format(fmt)
     if fmt == "json":
         rows = [{k: _clean(v) for k, v in row.items()} for row in df.to_dict(orient="records")]
@@ -63,7 +82,8 @@ def render(df: pd.DataFrame, fmt: str, *, floatfmt: dict[str, str] | None = None
         return df.to_csv(index=False).rstrip("\n")
     floatfmt = floatfmt or {}
     cells = {
-        col: [floatfmt[col].format(v) if col in floatfmt else str(v) for v in df[col]]
+        col: [_MISSING if _missing(v) else _formatted(floatfmt[col], v) if col in floatfmt
+              else str(v) for v in df[col]]
         for col in df.columns
     }
     widths = {c: max(len(c), *(len(x) for x in cells[c])) if len(df) else len(c) for c in cells}

@@ -118,7 +118,7 @@ class SchemeConfig:
     score: str = "m"  # m | m_over_sqrt_v
     error_feedback: bool = False
     update_scope: str = "masked"  # masked | all
-    refresh_every: int = 0  # 0: never a dense refresh step
+    refresh_every: int = 0  # 0: never a dense refresh step; R >= 2: every R-th step dense
     # What the compact buffer carries: "gradient" (this project's first reading of DESIGN
     # section 5) or "momentum" (each rank's error-corrected first moment, as the authors' public
     # Megatron reducer does); the convergence study compares them.
@@ -161,6 +161,9 @@ class SchemeConfig:
             raise UserError(f"update_scope must be masked or all, got {self.update_scope!r}")
         if self.refresh_every < 0:
             raise UserError(f"refresh_every must be >= 0, got {self.refresh_every}")
+        if self.refresh_every == 1:  # R = 1 would make every step a dense refresh step
+            raise UserError("refresh_every 1 makes every step dense, which is ZeRO-1 AdamS "
+                            "(sparsity 0); give 0 (no refresh steps) or 2 and more")
         if self.sync not in ("gradient", "momentum"):
             raise UserError(f"sync must be gradient or momentum, got {self.sync!r}")
         if self.sync == "momentum" and (self.refresh_every or self.update_scope != "masked"
@@ -419,7 +422,7 @@ def scape_partitioned(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan
     else:
         kernels += [_optimizer(cfg, n / world), select]
     sparse = StepPlan(ops, tuple(kernels))
-    if cfg.refresh_every <= 1:
+    if cfg.refresh_every == 0:
         return Plan(cfg.scheme, ((1.0, sparse),))
     zero1 = dense_zero1(cfg, n, world, dt).steps[0][1]
     # a refresh step is dense, and still chooses and gathers the next mask

@@ -239,9 +239,16 @@ def calibrated(hw: HardwareProfile, op: str, algo: str, ranks: int, size: float,
             raise UserError(f"--proto {proto}: --algo {algo} is not one of NCCL's algorithms "
                             f"({', '.join(nccl.TUNED_ALGOS)}), whose protocols are modelled; "
                             "it runs Simple")
-        # the algorithm the profile measured, asked for or not, runs as measured
-        if measured is None or algo not in (AUTO, measured["algo"]):
+        if measured is not None and algo not in (AUTO, measured["algo"]):
+            # its links' nominal rates say nothing of the measured backend (a gloo ring over
+            # loopback runs ~50x below them): an unmeasured algorithm has no honest time here
+            raise UserError(f"--algo {algo}: profile {hw.name} measured {op} as "
+                            f"{measured['algo']} (scape calibrate collectives), not {algo}, "
+                            "whose time on that backend it cannot know; use --algo auto or "
+                            f"{measured['algo']}, or a hardware profile")
+        if measured is None:
             return Choice(algo, size, call, proto="simple" if proto == "simple" else "")
+        # the algorithm the profile measured runs as measured
         overheads = measured.get("overhead_s", {})
         if overheads and ranks not in overheads:  # a per-call cost measured per rank count
             raise UserError(f"profile {hw.name} measured {op} with "
@@ -259,6 +266,22 @@ def calibrated(hw: HardwareProfile, op: str, algo: str, ranks: int, size: float,
     # NCCL's latency replaces the phases' per-step latency (hop_scale 0)
     return Choice(chosen, size * pr.wire * (1 + fill), call + pr.latency_s, 0.0, p,
                   hw.nccl.launch_us * 1e-6)
+
+
+# a measured fit that misses its own measurements by more than this is flagged where it is used
+FIT_WARN_PCT = 50.0
+
+
+def fit_warning(hw: HardwareProfile, op: str) -> str | None:
+    """A line saying that `hw`'s measured fit of `op` misses its own measurements badly (a
+    rank count whose runs the fit's one latency and bandwidth cannot follow), or None."""
+    measured = hw.collectives.get(op)
+    if measured is None or measured.get("residual_max_pct", 0.0) <= FIT_WARN_PCT:
+        return None
+    return (f"warning: profile {hw.name} fitted its {op} measurements with up to "
+            f"{measured['residual_max_pct']:.0f}% error (median "
+            f"{measured.get('residual_median_pct', float('nan')):.0f}%): its {op} times are "
+            "that uncertain; scape calibrate collectives again with more --sizes or repeats")
 
 
 def past_bucket(hw: HardwareProfile, op: str, algo: str, ranks: int, size: float) -> float:

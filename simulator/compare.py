@@ -148,11 +148,18 @@ def compare(base: StepConfig, specs: list[str], baseline: str,
     if not specs:
         raise UserError("no schemes to compare")
     names = [s.strip() for s in specs]
-    if baseline not in names:
-        names.append(baseline)
-        specs = [*specs, baseline]
     schemes = [parse_scheme(spec, base.scheme, only_own=True) for spec in specs]
     refuse_same(names, schemes)
+    baseline = baseline.strip()
+    if baseline not in names:
+        ref_scheme = parse_scheme(baseline, base.scheme, only_own=True)
+        # another spelling of a listed scheme (scape:0.990 for scape:0.99) is that row
+        same = [n for n, s in zip(names, schemes, strict=True) if s == ref_scheme]
+        if same:
+            baseline = same[0]
+        else:
+            names.append(baseline)
+            schemes.append(ref_scheme)
     cache = PhaseCache(build_topology(base.hardware, base.gpus))
     rows = []
     for name, scheme in zip(names, schemes, strict=True):

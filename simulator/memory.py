@@ -62,14 +62,16 @@ class MemoryUse:
 def memory_use(
     model: ModelProfile, scheme: SchemeConfig, dp: int, tp: int, micro_batch: int,
     seq_len: int, dtypes: Dtypes, recompute: str = "none", sequence_parallel: bool = True,
-    pp: int = 1, chunks: int = 1, attention: str = "flash",
+    pp: int = 1, chunks: int = 1, attention: str = "flash", micro_batches: int | None = None,
 ) -> MemoryUse:
     """Bytes one GPU holds at its peak (end of forward of its micro-batch). With pipeline
     parallelism, a GPU of the first stage (the largest peak), counted with as many layers as the
     busiest stage (n_layers / p rounded up) and the embedding, and
     the activations of the micro-batches 1F1B keeps in flight there: p of them for its n/p
     layers, the same as one micro-batch through every layer, times 1 + (p - 1)/(p v) when
-    interleaved over v chunks (Korthikanti et al. 2022, section 4.2.3)."""
+    interleaved over v chunks (Korthikanti et al. 2022, section 4.2.3). `micro_batches` (a
+    step's, its gradient accumulation): fewer than p leave the first stage as many in flight,
+    not p; None: at least p."""
     a = model.arch
     # the busiest stage's layers with the embedding: at most one layer more than the first's
     stage_params = sum(size for size, _ in model.stage_tensors(pp))
@@ -110,6 +112,8 @@ def memory_use(
         per_layer, working = kept, 0.0
     logits = 4 * seq_len * micro_batch * a.vocab_size / tp if pp == 1 else 0.0  # last stage
     in_flight = 1 + (pp - 1) / (pp * chunks) if chunks > 1 else 1.0
+    if micro_batches is not None and chunks == 1 and micro_batches < pp:
+        in_flight = micro_batches / pp  # its n/p layers hold m micro-batches, not p
     return MemoryUse(
         weights=weights,
         grads=grads,
@@ -123,7 +127,7 @@ def step_memory(cfg) -> MemoryUse:
     """What one GPU of a simulated step (simulator.step.StepConfig) holds at its peak."""
     return memory_use(cfg.model, cfg.scheme, cfg.dp, cfg.tp, cfg.micro_batch, cfg.seq,
                       cfg.dtypes, cfg.recompute, cfg.sequence_parallel, cfg.pp, cfg.chunks_pp,
-                      cfg.attention)
+                      cfg.attention, cfg.accum)
 
 
 def memory_columns(cfg) -> dict:

@@ -327,7 +327,10 @@ def choose(op: str, size: float, m: Machine, algos: tuple[str, ...] | None = Non
     if best is None:
         asked = set(algos or TUNED_ALGOS)
         why = [text for cond, text in (
-            (asked & {"nvls", "nvls_tree"} and not m.nvls,
+            (asked & {"nvls", "nvls_tree"} and not m.nvls and m.ppn <= 2,
+             f"NVLS runs on 3 or more GPUs of a node (here {m.ppn:g}), where the profile's "
+             "[nccl] nvls is true"),
+            (asked & {"nvls", "nvls_tree"} and not m.nvls and m.ppn > 2,
              "NVLS: the profile's [nccl] nvls is false, or its nodes have no NVSwitch"),
             ("nvls" in asked and m.nvls and m.nodes > 1,
              "nvls runs inside one node (across nodes: nvls_tree)"),

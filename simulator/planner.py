@@ -239,7 +239,8 @@ def candidates(req: PlanRequest) -> tuple[list[Candidate], Counter]:
                             continue
                         for recompute in RECOMPUTE_ORDER:
                             use = memory_use(req.model, scheme, dp, tp, mb, req.seq, req.dtypes,
-                                             recompute, pp=pp, chunks=chunks)
+                                             recompute, pp=pp, chunks=chunks,
+                                             micro_batches=req.batch // (mb * dp))
                             if use.total <= usable:
                                 kept.append(Candidate(hw, gpus, spec, tp, mb, recompute,
                                                       use.total / 1e9, pp, schedule, chunks))
@@ -355,7 +356,7 @@ def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None
             best = df.iloc[0]
             raise UserError(
                 f"no plan trains {req.tokens:.3g} tokens within {req.deadline_hours:g} h: the "
-                f"fastest takes {best['hours']:.1f} h ({best['gpus']} x {best['hardware']}, "
+                f"fastest takes {best['hours']:.3g} h ({best['gpus']} x {best['hardware']}, "
                 f"{best['scheme']}); relax --deadline-hours or raise --max-gpus")
         df = ok
     if req.budget_usd is not None:
@@ -364,7 +365,7 @@ def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None
             cheapest = df.sort_values("cost_usd").iloc[0]
             raise UserError(
                 f"no plan trains {req.tokens:.3g} tokens for ${req.budget_usd:,.6g}: the "
-                f"cheapest costs ${cheapest['cost_usd']:,.0f} ({cheapest['gpus']} x "
+                f"cheapest costs ${cheapest['cost_usd']:,.3g} ({cheapest['gpus']} x "
                 f"{cheapest['hardware']}, {cheapest['scheme']}); relax --budget-usd")
         df = ok
     return df.reset_index(drop=True)

@@ -51,7 +51,8 @@ MAX_BYTES = 1 << 50  # 1 PiB: a sane bound for one collective
 
 
 def parse_sizes(text: str) -> list[int]:
-    """`1KiB,1MiB,1GiB` (a list) or `1KiB..8GiB` (doubling from the first to the last)."""
+    """`1KiB,1MiB,1GiB` (a list) or `1KiB..8GiB` (doubling from the first while not past the
+    last, as nccl-tests' -f 2: `3..100` ends at 96)."""
     text = text.strip()
     if ".." in text:
         lo_text, _, hi_text = text.partition("..")
@@ -81,11 +82,17 @@ def parse_sizes(text: str) -> list[int]:
 
 
 def format_bytes(n: float) -> str:
-    """Shortest exact binary form when there is one (`1GiB`), else bytes."""
-    for unit, factor in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= factor and n % factor == 0:
+    """Shortest exact binary form of at most four digits when there is one (`1GiB`,
+    `1536KiB`), else bytes up to ten digits (`3145729B`), else four significant digits of the
+    largest unit, marked approximate (`~931.3GiB` for 1e12 bytes, not `976562500KiB`)."""
+    units = (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+    for unit, factor in units:
+        if n >= factor and n % factor == 0 and n // factor < 10_000:
             return f"{int(n // factor)}{unit}"
-    return f"{int(n)}B"
+    if n < 1e10:
+        return f"{int(n)}B"
+    unit, factor = next((u, f) for u, f in units if n >= f)
+    return f"~{n / factor:.4g}{unit}"
 
 
 def format_duration(seconds: float) -> str:

@@ -870,3 +870,58 @@ def test_round_seven_refusals(capsys, tmp_path):
     code, _, err = scape(capsys, "collective", "-H", str(copy), "-g", "8", "--published",
                          "A1-nvls")
     _refused(code, err, "is another file of that name")
+
+
+@pytest.mark.parametrize(("args", "match"), [
+    # session 14's probe: an algorithm a measured profile never ran, R = 1, profiles of the
+    # other kind, a measured profile named wrongly, NVLS on two GPUs
+    (("collective", "-H", "measured/h100-2026-11-26", "-g", "4", "--sizes", "1GiB", "--algo",
+      "tree"), "measured all_reduce as ring"),
+    (("simulate", "-m", "llama-1.8b", "-H", "dgx-h100", "-g", "16", "-s",
+      "scape-partitioned:0.99", "--refresh-every", "1"), "refresh_every 1 makes every step"),
+    (("collective", "-H", "llama-7b", "-g", "8"), "(llama-7b is a model profile)"),
+    (("simulate", "-m", "profiles/hardware/dgx-h100.toml", "-H", "dgx-h100", "-g", "8"),
+     "a hardware profile, where a model profile is needed"),
+    (("reproduce", "--compute-profile", "nosuch"), "a measured profile is named measured/NAME"),
+    (("collective", "-H", "dgx-h100", "-g", "2", "--algo", "nvls", "--sizes", "1MiB"),
+     "NVLS runs on 3 or more GPUs of a node (here 2)"),
+])
+def test_round_eight_refusals(capsys, tmp_path, args, match):
+    if args[0] == "reproduce":
+        args = (*args, "--out", str(tmp_path / "r"))
+    code, _out, err = scape(capsys, *args)
+    _refused(code, err, match)
+
+
+def test_round_eight_outputs(capsys, tmp_path):
+    """A profile rate of 1e-300 is a typo; a measured fit that misses its own runs by 592%
+    says so; another spelling of a listed scheme is that scheme's row as the baseline; the
+    activations of one micro-batch through 16 stages are not those of 16 micro-batches."""
+    bad = tmp_path / "dgx-h100.toml"
+    text = (Path(__file__).resolve().parents[1] / "profiles" / "hardware"
+            / "dgx-h100.toml").read_text()
+    bad.write_text(re.sub(r"(?m)^bw_Gbps = .*$", "bw_Gbps = 1e-300", text))
+    code, _, err = scape(capsys, "profiles", "check", str(bad))
+    _refused(code, err, "must be >= 0.001")
+    code, out, err = scape(capsys, "collective", "-H", "measured/h100-2026-11-26", "-g", "2",
+                           "--op", "broadcast", "--sizes", "1GiB")
+    assert code == 0 and "fitted its broadcast measurements with up to 592% error" in out, err
+    assert "warning" in err
+    code, out, err = scape(capsys, "compare", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16",
+                           "--schemes", "scape:0.99,topk", "--baseline", "scape:0.990",
+                           "--format", "json")
+    assert code == 0, err
+    rows = {r["scheme"]: r for r in json.loads(out)}
+    assert set(rows) == {"scape:0.99", "topk"} and rows["scape:0.99"]["speedup"] == 1.0
+    acts = []
+    for pp in ("1", "16"):
+        code, out, err = scape(capsys, "simulate", "-m", "llama-7b", "-H", "dgx-h100", "-g",
+                               "16", "--pp", pp, "--format", "json")
+        assert code == 0, err
+        acts.append(json.loads(out)[0]["memory_activations_GB"])
+    assert acts[1] < acts[0] / 8  # 2 of 32 layers, one micro-batch (was 18.25 against 18.78)
+    code, out, err = scape(capsys, "plan", "-m", "tiny-gpt", "--tokens", "1e8", "-H",
+                           "dgx-h100", "--max-gpus", "8", "--workers", "1", "--top", "1")
+    assert code == 0, err
+    row = out.strip().splitlines()[-1].split()
+    assert "0.0" not in row and "0" not in row[1:], out  # tiny values keep two digits

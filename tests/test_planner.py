@@ -38,7 +38,8 @@ def test_plans_respect_every_constraint():
         if row.chunks > 1:  # Megatron's interleaved schedule: micro-batches a multiple of pp
             assert row.grad_accum % row.pp == 0
         use = memory_use(req.model, parse_scheme(row.scheme), row.dp, row.tp, row.micro_batch,
-                         req.seq, req.dtypes, row.recompute, pp=row.pp, chunks=row.chunks)
+                         req.seq, req.dtypes, row.recompute, pp=row.pp, chunks=row.chunks,
+                         micro_batches=row.grad_accum)
         assert use.total <= usable_bytes(hw)
         assert row.memory_GB == pytest.approx(use.total / 1e9)
         assert row.hours <= 10.0
