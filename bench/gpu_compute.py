@@ -18,7 +18,9 @@ cold cache before each call):
   of top_k_banded since then);
 - quantize and dequantize (8-bit, block 2048) of 1e8 values;
 - with --parts profile (not by default): the operators of one step of SCAPE partitioned at
-  d = 0.1 and the authors' reducer at d = 0.01 by their own device time (op_profile).
+  d = 0.1 and the authors' reducer at d = 0.01 by their own device time (op_profile);
+- with --parts bits (not by default): the mask's bitmap made and read back, the kernels in use
+  against candidates, at n = 2^30 (bitmap_kernels).
 Usage: python bench/gpu_compute.py [--out FILE.json] [--quick] [--parts fwd_bwd,...,profile]
 """
 
@@ -180,6 +182,66 @@ def optimizer_steps(device: torch.device, model_name: str, cases, layer_counts,
     return rows
 
 
+# The mask's bitmap, made and read back: the kernels that partitioned d = 0.1's `pack` block
+# runs (33.9 ms of its +50.5 on the H200, session 13) against candidates that touch fewer
+# bytes. The candidates live here until a GPU says which is faster (on a CPU the int64 shifts
+# ran slower than the uint8 sum): scape/schemes/scape.py and quantized.py use the first.
+_MSB = torch.tensor([int(f"{i:08b}"[::-1], 2) for i in range(256)], dtype=torch.uint8)
+_BITS_LSB = ((torch.arange(256).unsqueeze(1) >> torch.arange(8)) & 1).bool()  # [256, 8]
+
+
+def _pack_shifts(b: torch.Tensor) -> torch.Tensor:
+    """[n] bool -> [n/8] uint8, LSB first: each 8 bools read as one little-endian int64 and
+    their 0/1 bytes gathered into the low byte by three shift-or steps (no overflow)."""
+    x = b.view(torch.uint8).view(torch.int64)  # [n/8], element 8w+j in byte j
+    x = (x | (x >> 7)) & 0x0003000300030003
+    x = (x | (x >> 14)) & 0x0000000F0000000F
+    return ((x | (x >> 28)) & 0xFF).to(torch.uint8)
+
+
+def bitmap_kernels(device: torch.device, n: int, density: float, repeats: int) -> dict:
+    """Seconds of each way to turn k ascending indices of n into the bitmap the mask
+    all-gather sends, and back into indices (scape/schemes/scape.py _send_mask, _decode)."""
+    from scape.schemes.quantized import _pack_bits, _unpack_bits
+    from scape.schemes.scape_authors import pack_lsb, unpack_lsb
+
+    g = torch.Generator(device="cpu").manual_seed(0)
+    local = torch.randperm(n, generator=g)[: int(density * n)].sort().values.to(device)  # [k]
+    msb, lut = _MSB.to(device), _BITS_LSB.to(device)
+
+    def mask() -> torch.Tensor:
+        bits = torch.zeros(n, dtype=torch.bool, device=device)  # [n]
+        bits[local] = True
+        return bits
+
+    bits = mask()
+    codes = _pack_bits(bits)  # [n/8] uint8, MSB first
+    lsb = pack_lsb(bits)
+    cases = {
+        "mask (zeros + index_put)": mask,
+        "pack sum (in use, MSB)": lambda: _pack_bits(bits),
+        "pack shifts (MSB via table)": lambda: msb[_pack_shifts(bits).long()],
+        "pack_lsb sum (in use, authors')": lambda: pack_lsb(bits),
+        "pack shifts (LSB)": lambda: _pack_shifts(bits),
+        "unpack shifts (in use, MSB)": lambda: _unpack_bits(codes),
+        "unpack table (MSB)": lambda: lut[msb[codes.long()].long()].reshape(-1),
+        "unpack_lsb shifts (in use, authors')": lambda: unpack_lsb(lsb, n),
+        "unpack table (LSB)": lambda: lut[lsb.long()].reshape(-1),
+        "decode nonzero": lambda: torch.nonzero(bits).squeeze(1),
+    }
+    # the candidates must give the bytes in use, or their times mean nothing
+    same = (torch.equal(msb[_pack_shifts(bits).long()], codes)
+            and torch.equal(_pack_shifts(bits), lsb)
+            and torch.equal(lut[msb[codes.long()].long()].reshape(-1), bits)
+            and torch.equal(lut[lsb.long()].reshape(-1), bits))
+    out = {"n": n, "density": density, "candidates_equal": same}
+    for name, fn in cases.items():
+        out[name] = time_call(fn, device, repeats)
+        say(f"bitmap n={n:.0e} d={density}: {name} {out[name] * 1e3:.2f} ms")
+    _free(device)
+    return out
+
+
 # where a SCAPE step's time goes, op by op: the variants and densities whose overhead misses
 # the goal (session 13, H200: partitioned d = 0.1 +50.5 ms, its `pack` block 33.9 ms against
 # 0.6 at d = 0.01; the authors' reducer +71.0 ms at d = 0.01)
@@ -297,7 +359,7 @@ def main() -> int:
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     parts = args.parts.split(",")
-    known = ("fwd_bwd", "optimizer", "select", "quantize", "profile")
+    known = ("fwd_bwd", "optimizer", "select", "quantize", "profile", "bits")
     if unknown := [p for p in parts if p not in known]:
         parser.error(f"--parts: unknown {', '.join(unknown)}; choose from {', '.join(known)}")
     if args.quick:
@@ -319,7 +381,10 @@ def main() -> int:
              "optimizer": lambda: optimizer_steps(device, opt_model, OPTIMIZERS, layers, reps),
              "select": lambda: selection(device, sel, DENSITIES, 3),
              "quantize": lambda: quantize(device, qn, reps),
-             "profile": lambda: op_profile(device, opt_model, PROFILED, layers)}
+             "profile": lambda: op_profile(device, opt_model, PROFILED, layers),
+             # Llama-1.8B's whole shard on one GPU is 1.8e9; 2^30 leaves room for the copies
+             "bits": lambda: [bitmap_kernels(device, 2**20 if args.quick else 2**30, d, reps)
+                              for d in DENSITIES]}
     for part in parts:
         t0 = time.perf_counter()
         try:

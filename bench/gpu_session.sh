@@ -77,7 +77,7 @@ torch.cuda.get_device_name())'; date -u; uname -r; command -v ip tc unshare nsen
 #    Llama-1.8B, selection at 1e8 and 1e9, quantize (issue 15 item 1)
 step gpu-compute 200 $PY bench/gpu_compute.py --parts "$PARTS" --out "$W/gpu-compute.json"
 # ... where the SCAPE steps that miss the 20 ms goal spend their time, op by op (torch.profiler)
-step gpu-profile 90 $PY bench/gpu_compute.py --parts profile --out "$W/gpu-profile.json"
+step gpu-profile 120 $PY bench/gpu_compute.py --parts profile,bits --out "$W/gpu-profile.json"
 # ... and the hardware profile: matmul peak, copy bandwidth, kernel fits, Llama-1.8B's MFU
 step calibrate-compute 100 $PY -m cli calibrate compute --backend nccl --out gpu --model llama-1.8b \
     --micro-batch 8 --max-ranks 1

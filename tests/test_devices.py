@@ -85,3 +85,21 @@ def test_the_gpu_sharing_mode_is_mps_only_where_its_daemon_runs(tmp_path):
     (tmp_path / "4242").mkdir()
     (tmp_path / "4242" / "comm").write_text("nvidia-cuda-mps-control\n")
     assert gpu_sharing(tmp_path) == "mps"
+
+
+def test_the_bitmap_candidates_the_gpu_session_times_give_the_bytes_in_use(tmp_path):
+    """bench/gpu_compute.py --parts bits times other ways to make and read the mask's bitmap;
+    they are worth timing only if they give the same bytes (checked on this CPU, small n)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = tmp_path / "bits.json"
+    repo = Path(__file__).resolve().parents[1]
+    subprocess.run([sys.executable, str(repo / "bench" / "gpu_compute.py"), "--quick",
+                    "--parts", "bits", "--out", str(out)], check=True, cwd=repo,
+                   capture_output=True, timeout=300)
+    rows = json.loads(out.read_text())["bits"]
+    assert [r["candidates_equal"] for r in rows] == [True, True]
+    assert all(r["pack sum (in use, MSB)"] > 0 for r in rows)
