@@ -69,8 +69,15 @@ def collective(
                         f"{format_bytes(max(run.rows))}, doubling); leave --sizes out for them")
     results = sweep(hw, gpus, op, algo, size_list, proto, gpus_per_process)
     warning = fit_warning(hw, str(op))
+    memory = hw.gpu.memory_GB * 1e9
+    if max(size_list) > memory:  # nccl-tests' buffers must fit; this model would still price it
+        too_big = (f"warning: sizes above {hw.gpu.memory_GB:g} GB exceed the memory of one "
+                   f"{hw.gpu.model}: no GPU of {hw.name} can hold such a buffer; those rows "
+                   "are arithmetic, not a run that could happen")
+        warning = too_big if warning is None else f"{warning}\n{too_big}"
     if warning is not None:
-        print(f"scape: {warning}", file=sys.stderr)
+        for line in warning.splitlines():
+            print(f"scape: {line}", file=sys.stderr)
     shipped = _shipped(hw)
     df = pd.DataFrame([{**r.as_dict(), "algo_asked": algo, "proto_asked": proto,
                         "gpus_per_process": gpus_per_process,
