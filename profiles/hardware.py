@@ -20,8 +20,8 @@ GPU_FIELDS = {
     "peak_bf16_tflops": Field(float, gt=0, le=1e6, least=1e-3),
     "memory_GB": Field(float, gt=0, le=1e6, least=1e-3),
     "hbm_bw_GBps": Field(float, gt=0, le=1e6, least=1e-3),
-    # CPU-GPU link per direction (NVLink-C2C, PCIe); needed to price CPU offload
-    # PCIe/C2C, not TB/s typos
+    # CPU-GPU link per direction (NVLink-C2C, PCIe; the bound refuses TB/s typos); needed to
+    # price CPU offload
     "host_bw_GBps": Field(float, gt=0, le=1e5, required=False, least=1e-3),
     # streaming multiprocessors: what a running NCCL kernel's CTAs take from compute
     "sms": Field(int, ge=1, le=1024, required=False),
