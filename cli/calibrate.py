@@ -157,10 +157,11 @@ def _print_kernel(kind: str, k: dict) -> None:
 def calibrate_compute_cmd(
     out: str = typer.Option(..., "--out", help="profile name: measured/NAME.toml in the user's "
                                                "profile folder; use it as -H measured/NAME"),
-    model: str = typer.Option("tiny-gpt", "--model", "-m"),
-    micro_batch: int = typer.Option(16, "--micro-batch"),
-    max_ranks: int = typer.Option(3, "--max-ranks",
-                                  help="measure the slowdown of 1..N ranks sharing this host"),
+    model: str = typer.Option(None, "--model", "-m", help="[default: tiny-gpt]"),
+    micro_batch: int = typer.Option(None, "--micro-batch", help="[default: 16]"),
+    max_ranks: int = typer.Option(None, "--max-ranks",
+                                  help="measure the slowdown of 1..N ranks sharing this host "
+                                       "[default: 3]"),
     threads: int = typer.Option(1, "--threads", help="torch threads per rank"),
     kinds: str = typer.Option(None, "--kinds",
                               help="only these kernel kinds (comma-separated), added to an "
@@ -170,9 +171,26 @@ def calibrate_compute_cmd(
                                                "[default: the GPU where there is one]"),
 ):
     """Time forward/backward of a model and the scheme kernels; fit MFU and kernel constants."""
+    import os
+
     from profiles.measured import merge
     from scape.calibrate.compute import calibrate_compute
 
+    if threads < 1:
+        raise UserError(f"--threads must be at least 1, got {threads}")
+    cores = os.cpu_count() or 1
+    if threads > cores:  # more threads than cores time contention, not the kernels
+        raise UserError(f"--threads {threads}: this host has {cores} core(s); give at most "
+                        f"{cores}")
+    if kinds is not None:  # kernels only: the model's options would be ignored
+        given = [flag for flag, v in (("--model", model), ("--micro-batch", micro_batch),
+                                      ("--max-ranks", max_ranks)) if v is not None]
+        if given:
+            raise UserError(f"{', '.join(given)}: --kinds times kernels only (forward and "
+                            "backward are not timed again); leave them out")
+    model = "tiny-gpt" if model is None else model
+    micro_batch = 16 if micro_batch is None else micro_batch
+    max_ranks = 3 if max_ranks is None else max_ranks
     load_model(model)
     _destination(out)
     import torch
@@ -184,15 +202,12 @@ def calibrate_compute_cmd(
     if kinds is not None:
         _calibrate_kinds(out, kinds, threads, on_gpu)
         return
-    for name, value in (("--micro-batch", micro_batch), ("--max-ranks", max_ranks),
-                        ("--threads", threads)):
+    for name, value in (("--micro-batch", micro_batch), ("--max-ranks", max_ranks)):
         if value < 1:
             raise UserError(f"{name} must be at least 1, got {value}")
-    import os
-
     from scape.train.launch import model_host_bytes, refuse_beyond_host
 
-    most = 4 * (os.cpu_count() or 1)  # ranks sharing a host: beyond this it measures nothing
+    most = 4 * cores  # ranks sharing a host: beyond this it measures nothing
     if max_ranks > most:
         raise UserError(f"--max-ranks {max_ranks}: at most {most} (4 per core of this host) "
                         "ranks sharing it")

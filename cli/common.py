@@ -23,7 +23,7 @@ except ImportError:  # older typer depends on click itself
 from typer.core import TyperCommand
 
 from profiles import UserError, load_hardware, load_model
-from profiles.errors import Terminated, raise_terminated
+from profiles.errors import Terminated, catch_terminating, restore
 from reports.tables import FORMATS
 from scape.plan import SHAPES, Dtypes, foreign_options
 from scape.train import CORPORA
@@ -175,7 +175,7 @@ class App(StrictTyper):
     def __call__(self, *args, **kwargs):
         main = threading.current_thread() is threading.main_thread()  # signals: main only
         if main:  # Ctrl-C / SIGINT ends the run even where a parent shell ignored it
-            previous = (signal.signal(signal.SIGTERM, raise_terminated),
+            previous = (catch_terminating(),
                         signal.signal(signal.SIGINT, signal.default_int_handler))
         for stream in (sys.stdout, sys.stderr):  # an ASCII terminal gets escapes, not a crash
             if hasattr(stream, "reconfigure"):
@@ -194,10 +194,11 @@ class App(StrictTyper):
             name = str(exc.filename)
             shown = name if len(name) <= 120 else f"{name[:60]}...{name[-40:]} ({len(name)} chars)"
             _fail(f"{shown}: {exc.strerror}")
-        except Terminated:
-            print("scape: terminated (SIGTERM); every process it started was ended",
-                  file=sys.stderr)
-            sys.exit(143)
+        except Terminated as exc:
+            with contextlib.suppress(OSError):  # a closed terminal may refuse the line
+                print(f"scape: terminated ({signal.Signals(exc.signum).name}); every process "
+                      "it started was ended", file=sys.stderr)
+            sys.exit(128 + exc.signum)
         except KeyboardInterrupt:
             print("scape: interrupted (SIGINT); every process it started was ended",
                   file=sys.stderr)
@@ -215,7 +216,7 @@ class App(StrictTyper):
             if rv not in (None, 0) or sys.exc_info()[0] is not None:
                 _remove_created()  # refused, failed or stopped: no empty folder left behind
             if main:
-                signal.signal(signal.SIGTERM, previous[0])
+                restore(previous[0])
                 signal.signal(signal.SIGINT, previous[1])
         if rv == 130:  # typer returns Ctrl-C (KeyboardInterrupt) as exit code 130
             print("scape: interrupted (SIGINT); every process it started was ended",

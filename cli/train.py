@@ -132,7 +132,9 @@ def train_cmd(
     if resume and not under_torchrun():
         from scape.train.loop import checkpoint_step
 
-        _refuse_changed(Path(out), cfg)
+        before = _refuse_changed(Path(out), cfg)
+        if before is not None:
+            cfg = _resumed_steps(cfg, before)
         done = checkpoint_step(Path(out), nprocs)
         if done >= steps:
             raise UserError(f"--resume: {out} is already at step {done} of --steps {steps}")
@@ -178,16 +180,24 @@ def _refuse_other_run(out: Path) -> None:
                         "continue it, or another folder")
 
 
-def _refuse_changed(out: Path, cfg) -> None:
+def _refuse_changed(out: Path, cfg) -> dict | None:
     """--resume with other settings than the checkpoint's run: refused, naming them (the
-    run would mix two trainings, and its summary describe only the second)."""
+    run would mix two trainings, and its summary describe only the second). Returns the run's
+    settings (None: no checkpoint folder, which checkpoint_step reports)."""
     import json
     from dataclasses import asdict
 
+    if not (out / "checkpoint").is_dir():
+        return None  # nothing to resume: checkpoint_step says so
     try:
         before = json.loads((out / "config.json").read_text())
-    except (OSError, ValueError):
-        return  # no readable config: checkpoint_step says what is missing
+        if not isinstance(before, dict):
+            raise ValueError("not a table")
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not JSON"
+        raise UserError(f"--resume {out}: its config.json cannot be read ({why}), so this run's "
+                        "settings cannot be checked against the checkpoint's; restore it, or "
+                        "start a new run in another folder") from None
     now = json.loads(json.dumps(asdict(cfg)))
     parts = []
     for k in RESUME_KEYS:
@@ -203,6 +213,25 @@ def _refuse_changed(out: Path, cfg) -> None:
         parts = "; ".join(parts)
         raise UserError(f"--resume {out}: the checkpoint's run had other settings ({parts}); "
                         "resume with the same ones")
+    return before
+
+
+def _resumed_steps(cfg, before: dict):
+    """The run's --steps set its learning-rate schedule (TrainConfig.lr_at decays over them):
+    a resume keeps that schedule. Fewer steps stop the run early on it (stop_at); more would
+    stretch the schedule in mid-run and are refused."""
+    from dataclasses import replace
+
+    run_steps = before.get("steps")
+    if not isinstance(run_steps, int) or cfg.steps == run_steps:
+        return cfg
+    if cfg.steps > run_steps:
+        raise UserError(f"--resume: --steps {cfg.steps} goes past the run's {run_steps}, over "
+                        "which its learning rate decays (warm-up, then cosine); start a new run "
+                        f"for a longer schedule, or resume with --steps {run_steps} or fewer")
+    print(f"train: stopping at step {cfg.steps} of the run's {run_steps}-step learning-rate "
+          "schedule", file=sys.stderr)
+    return replace(cfg, steps=run_steps, stop_at=cfg.steps)
 
 
 @app.command("netbed")

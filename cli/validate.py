@@ -99,8 +99,8 @@ def validate_cmd(
     probe_typed, probe = probe, (backend == "gloo") if probe is None else probe
     if steps < 3:
         raise UserError(f"--steps must be at least 3 for a median, got {steps}")
-    if rounds < 1:
-        raise UserError(f"--rounds must be at least 1, got {rounds}")
+    if not 1 <= rounds <= MAX_ROUNDS:
+        raise UserError(f"--rounds must be between 1 and {MAX_ROUNDS}, got {rounds}")
     if probe_typed and not hw.slowdown:
         raise UserError(f"--probe-compute: {hw.name} has no [concurrency] slowdown (ranks "
                         "sharing one host's cores) to probe against; leave it out")
@@ -110,6 +110,12 @@ def validate_cmd(
 
     recorded = hw.measured.get("network_netbed", "")
     measured_on = _netbed(recorded) if recorded.startswith("rate=") else None
+    if netbed is not None and measured_on is None:
+        # a loopback (or cluster) profile predicts its own links, not a shaped one
+        raise UserError(f"--netbed {netbed}: {hw.name} was measured "
+                        f"{'on ' + recorded if recorded else 'without a netbed'}, not on a "
+                        f"shaped link; calibrate a profile with --netbed {netbed} and validate "
+                        "that one")
     spec = measured_on if netbed is None else _netbed(netbed)
     try:  # on the link the runs will use: the typed netbed, else the profile's own
         check_backend(backend, max(worlds), spec, share_gpu)
@@ -180,6 +186,9 @@ def _backend_of(hw, backend: str | None, share_gpu: bool | None) -> tuple[str, b
     return recorded, bool(shared)
 
 
+MAX_ROUNDS = 100  # repeats of the whole validation: each is minutes of training runs
+
+
 def _write_checked(path: Path, text: str) -> None:
     """Write a fitted profile to `path` only once it loads back: checked under its own name in
     a scratch folder beside it, then moved into place, so a profile that fails leaves neither
@@ -213,7 +222,13 @@ def _validate_external(name: str, profile: str | None, out: str | None, fmt: str
         if not write_profile.endswith(".toml"):  # what `-H` and `profiles show` read
             raise UserError(f"--write-profile {write_profile}: a profile is a .toml file; "
                             "end the name with .toml")
+        if not Path(write_profile).stem or Path(write_profile).name.startswith("."):
+            raise UserError(f"--write-profile {write_profile}: give the profile a name before "
+                            ".toml (it becomes the profile's name)")
         output_file(write_profile, "--write-profile")
+        if Path(write_profile).exists():  # a calibrated profile would be lost
+            raise UserError(f"--write-profile {write_profile}: the file exists; give a new "
+                            "name, or remove it first")
     hardware = x.BASE_HARDWARE if profile is None else profile
     base = load_hardware(hardware)
     table, fit, meta = x.validate_external(name, hardware)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from profiles import UserError
-from profiles.errors import raise_terminated
+from profiles.errors import catch_terminating, restore
 
 PREFIX = "scape-"
 SUBNET = "10.77.0"  # private; exists only inside the namespaces a testbed creates
@@ -159,7 +159,7 @@ class Netbed:
     # ---- up and down ----
     def __enter__(self) -> Netbed:
         check_available()
-        self._old_term = signal.signal(signal.SIGTERM, raise_terminated)
+        self._old_term = catch_terminating()  # SIGTERM / SIGHUP: torn down as for Ctrl-C
         try:
             self.up()
         except BaseException:
@@ -219,7 +219,7 @@ class Netbed:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         self.created = []
         if self._old_term is not None:
-            signal.signal(signal.SIGTERM, self._old_term)
+            restore(self._old_term)
             self._old_term = None
 
     # ---- running ranks ----

@@ -139,13 +139,29 @@ def fit_tier(rows: list[dict], burst_bytes: float = 0.0) -> TierFit:
     unknown = set(ops) - set(ALGORITHMS)
     if unknown:
         raise UserError(f"cannot fit unknown collective(s) {sorted(unknown)}")
-    t = np.array([r["seconds"] for r in rows])
-    if (t <= 0).any():
-        raise UserError("measured times must be positive")
+    t = np.array([r["seconds"] for r in rows], dtype=float)
+    if not (np.isfinite(t) & (t > 0)).all():
+        raise UserError("measured times must be positive numbers (a row has "
+                        f"{float(t[~(np.isfinite(t) & (t > 0))][0])})")
+    sizes = np.array([float(r["size_bytes"]) for r in rows])
+    if not (np.isfinite(sizes) & (sizes > 0)).all():
+        raise UserError("measured sizes must be positive byte counts (a row has "
+                        f"{float(sizes[~(np.isfinite(sizes) & (sizes > 0))][0])})")
+    bad_world = [r["world"] for r in rows if not (float(r["world"]) >= 2
+                                                  and float(r["world"]) % 1 == 0)]
+    if bad_world:
+        raise UserError(f"a collective's rank count must be a whole number of at least 2, got "
+                        f"{bad_world[0]!r}")
+    rows = [{**r, "world": int(r["world"])} for r in rows]
     groups = sorted({(r["op"], r["world"]) for r in rows})
+    for op, world in groups:  # a latency and a bandwidth: one size cannot tell them apart
+        distinct = {r["size_bytes"] for r in rows if (r["op"], r["world"]) == (op, world)}
+        if len(distinct) < 2:
+            raise UserError(f"{op} on {world} ranks was measured at one size only "
+                            f"({int(next(iter(distinct)))} B): a latency and a bandwidth need "
+                            "two sizes or more (calibrate collectives --sizes)")
     group_idx = np.array([groups.index((r["op"], r["world"])) for r in rows])
     op_of = np.array([r["op"] for r in rows])
-    sizes = np.array([float(r["size_bytes"]) for r in rows])
     coef = {(r["op"], algo, r["world"], r["size_bytes"]):
             coefficients(r["op"], algo, r["world"], r["size_bytes"])
             for r in rows for algo in software_algorithms(r["op"])}
@@ -178,7 +194,8 @@ def fit_tier(rows: list[dict], burst_bytes: float = 0.0) -> TierFit:
         x = _solve(*columns(choice), t, group_idx, len(groups))
     if (x[1:] <= 0).any():
         raise UserError("the fit found a non-positive inverse bandwidth: measurements too "
-                        "noisy or too small; add larger --sizes")
+                        "noisy or too small; measure larger sizes (calibrate collectives "
+                        "--sizes)")
     a, c = columns(choice)
     # Last, each group's own fixed cost per call beyond alpha * steps (a backend's software
     # overhead: thread wake-ups, bookkeeping), with its inverse bandwidth refitted; never < 0.

@@ -158,3 +158,23 @@ def test_measured_profiles_go_to_the_user_folder(tmp_path, monkeypatch):
     path.write_text(renamed_measured("my-cluster"))
     assert load_hardware("measured/my-cluster").name == "my-cluster"
     assert load_hardware("measured/netbed-100mbit").path.startswith(str(ROOT))
+
+
+@pytest.mark.parametrize(("rows", "match"), [
+    ([{"op": "all_reduce", "size_bytes": 1024, "world": 2, "seconds": 1e-3}] * 2,
+     "measured at one size only"),
+    ([{"op": "all_reduce", "size_bytes": 1024, "world": 2, "seconds": float("nan")},
+      {"op": "all_reduce", "size_bytes": 2048, "world": 2, "seconds": 1e-3}],
+     "measured times must be positive numbers"),
+    ([{"op": "all_reduce", "size_bytes": 0, "world": 2, "seconds": 1e-3},
+      {"op": "all_reduce", "size_bytes": 2048, "world": 2, "seconds": 1e-3}],
+     "measured sizes must be positive"),
+    ([{"op": "all_reduce", "size_bytes": 1024, "world": 1, "seconds": 1e-3},
+      {"op": "all_reduce", "size_bytes": 2048, "world": 1, "seconds": 1e-3}],
+     "whole number of at least 2"),
+])
+def test_a_fit_refuses_rows_it_cannot_fit(rows, match):
+    """One size cannot separate a latency from a bandwidth (it fitted 0.0% from one point);
+    a damaged row is named, not a numpy traceback."""
+    with pytest.raises(UserError, match=match):
+        fit_tier(rows)

@@ -925,3 +925,50 @@ def test_round_eight_outputs(capsys, tmp_path):
     assert code == 0, err
     row = out.strip().splitlines()[-1].split()
     assert "0.0" not in row and "0" not in row[1:], out  # tiny values keep two digits
+
+
+@pytest.mark.parametrize(("args", "match"), [
+    # session 14's second probe (train, calibrate, validate)
+    (("calibrate", "compute", "--out", "c1", "--kinds", "scale", "--threads", "0"),
+     "--threads must be at least 1"),
+    (("calibrate", "compute", "--out", "c1", "--kinds", "scale", "--micro-batch", "2"),
+     "--kinds times kernels only"),
+    (("calibrate", "compute", "--out", "c1", "--threads", "100000"), "give at most"),
+    (("validate", "--profile", "measured/h100-2026-11-26", "--netbed", "rate=100mbit"),
+     "not on a shaped link"),
+    (("validate", "--profile", "measured/netbed-1gbit", "--rounds", str(10**12)),
+     "--rounds must be between 1 and 100"),
+    (("validate", "--external", "scape-sc26", "--write-profile", ".toml"),
+     "give the profile a name before .toml"),
+])
+def test_round_nine_refusals(capsys, args, match):
+    code, _out, err = scape(capsys, *args)
+    _refused(code, err, match)
+
+
+def test_a_resume_keeps_the_runs_schedule_and_a_broken_config_is_refused(tmp_path, monkeypatch):
+    """--steps set the learning-rate schedule: a resume may stop earlier on it (stop_at), not
+    go past it; a config.json that cannot be read cannot vouch for the settings; RANK and
+    WORLD_SIZE alone (a job script's) do not make scape train a torchrun rank."""
+    from cli.train import _refuse_changed, _resumed_steps
+    from profiles import UserError
+    from scape.train.launch import under_torchrun
+    from scape.train.loop import TrainConfig
+
+    cfg = TrainConfig(steps=5)
+    assert _resumed_steps(cfg, {"steps": 5}) is cfg
+    early = _resumed_steps(cfg, {"steps": 8})
+    assert (early.steps, early.stop_at) == (8, 5)
+    assert early.lr_at(5) == TrainConfig(steps=8).lr_at(5)  # the run's own schedule
+    with pytest.raises(UserError, match="goes past the run's 3"):
+        _resumed_steps(cfg, {"steps": 3})
+    (tmp_path / "checkpoint").mkdir()
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(UserError, match=r"config\.json cannot be read"):
+        _refuse_changed(tmp_path, cfg)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    assert not under_torchrun()
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")
+    assert under_torchrun()

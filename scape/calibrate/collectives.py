@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -181,19 +182,27 @@ def sweep(nprocs: int, backend: str = "gloo", netbed=None, ops=OPS, sizes=DEFAUL
     if unknown:
         raise UserError(f"unknown collective(s) {sorted(unknown)}; choose from {', '.join(OPS)}")
     out = Path(tempfile.mkdtemp(prefix="scape-calibrate-"))
-    spec = {"ops": list(ops), "sizes": [int(s) for s in sizes], "repeats": repeats,
-            "interference": True, "sharing": list(sharing),
-            "warmup": warmup, "timeout_s": timeout_s, "out": str(out), "progress": progress}
-    (out / "spec.json").write_text(json.dumps(spec))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", **backend_env(backend, share_gpu)}
-    code = run_ranks(["scape.calibrate.collectives", str(out / "spec.json")], nprocs, netbed,
-                     env, out / "launcher.log", timeout_s * 4 + 600)
-    error = rank_error(out)
-    if error:
-        raise UserError(f"collective sweep failed: {error}")
-    if code != 0 or not (out / "rows.json").exists():
-        raise UserError(f"collective sweep failed (exit code {code}); see {out}/launcher.log")
-    return json.loads((out / "rows.json").read_text())
+    keep = False  # the folder stays only where an error message points into it
+    try:
+        spec = {"ops": list(ops), "sizes": [int(s) for s in sizes], "repeats": repeats,
+                "interference": True, "sharing": list(sharing),
+                "warmup": warmup, "timeout_s": timeout_s, "out": str(out),
+                "progress": progress}
+        (out / "spec.json").write_text(json.dumps(spec))
+        env = {**os.environ, "OMP_NUM_THREADS": "1", **backend_env(backend, share_gpu)}
+        code = run_ranks(["scape.calibrate.collectives", str(out / "spec.json")], nprocs,
+                         netbed, env, out / "launcher.log", timeout_s * 4 + 600)
+        error = rank_error(out)
+        if error:
+            raise UserError(f"collective sweep failed: {error}")
+        if code != 0 or not (out / "rows.json").exists():
+            keep = True
+            raise UserError(f"collective sweep failed (exit code {code}); see "
+                            f"{out}/launcher.log")
+        return json.loads((out / "rows.json").read_text())
+    finally:
+        if not keep:
+            shutil.rmtree(out, ignore_errors=True)
 
 
 if __name__ == "__main__":
@@ -339,10 +348,21 @@ def refit(name: str):
         raise UserError(f"refit {name}: its [measured] table has no network_netbed: not a "
                         "profile scape calibrate collectives wrote")
     burst = 0 if netbed.startswith("none") else NetbedSpec.parse(netbed).burst_bytes
-    df = pd.read_csv(sweep_csv)
+    try:
+        df = pd.read_csv(sweep_csv)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise UserError(f"refit {name}: {sweep_csv.name} is not a sweep table "
+                        f"({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
     missing = {"op", "size_bytes", "world", "seconds"} - set(df.columns)
     if missing:
         raise UserError(f"refit {name}: {sweep_csv.name} lacks column(s) {sorted(missing)}")
+    for col in ("size_bytes", "world", "seconds"):  # a damaged cell, not a traceback
+        values = pd.to_numeric(df[col], errors="coerce")
+        if values.isna().any():
+            bad = df.loc[values.isna(), col].iloc[0]
+            raise UserError(f"refit {name}: {sweep_csv.name} column {col} holds "
+                            f"{str(bad)!r}, not a number")
+        df[col] = values
     df = df[["op", "size_bytes", "world", "seconds", *(
         c for c in ("min_s", "max_s", "algbw_GBps", "busbw_GBps") if c in df.columns)]].copy()
     fit = fit_tier(df[["op", "size_bytes", "world", "seconds"]].to_dict("records"), burst)

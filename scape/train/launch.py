@@ -19,7 +19,10 @@ from simulator.units import format_duration
 
 
 def under_torchrun() -> bool:
-    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    """Whether torchrun started this process as one of its ranks. RANK and WORLD_SIZE alone
+    do not say so (a job script may export them for its own launcher); torchrun's agent also
+    sets TORCHELASTIC_RUN_ID for every worker it starts."""
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID"))
 
 
 # Host memory of one CPU rank, measured with /usr/bin/time (max RSS) on 2026-11-25, torch
@@ -245,10 +248,12 @@ def run_ranks(module_args: list[str], nprocs: int, netbed, env: dict, log: Path,
             codes = bed.run([sys.executable, "-m", *module_args], timeout_s=timeout_s, env=env,
                             log=log)
         return next((c for c in codes if c), 0)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
-           "--nproc-per-node", str(nprocs), "--master-addr", "127.0.0.1",
-           "--master-port", str(free_port()), "--max-restarts", "0", "-m", *module_args]
-    with open(log, "w") as out:
+    # torchrun's own log folder (else a /tmp/torchelastic_* it never removes), gone afterwards
+    with tempfile.TemporaryDirectory(prefix="scape-torchrun-") as logs, open(log, "w") as out:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
+               "--nproc-per-node", str(nprocs), "--master-addr", "127.0.0.1",
+               "--master-port", str(free_port()), "--max-restarts", "0", "--log-dir", logs,
+               "-m", *module_args]
         # its own process group: on any way out, torchrun and every rank it started end with it
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)

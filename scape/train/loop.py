@@ -34,6 +34,8 @@ class TrainConfig:
     corpus: str = "python-stdlib"  # scape.train.data.CORPORA
     scheme: SchemeConfig = field(default_factory=lambda: SchemeConfig("dense-zero1"))
     steps: int = 100
+    # a resumed run that stops before `steps` on the schedule they set (cli train); None: at them
+    stop_at: int | None = None
     micro_batch: int = 16
     seq_len: int | None = None
     lr: float = 1e-3
@@ -243,8 +245,8 @@ def train(cfg: TrainConfig, steps_this_run: int | None = None) -> dict:
         # a fresh one starts it anew
         keep_log(out / "log.jsonl", scheme.t)
     log_file = open(out / "log.jsonl", "a") if out and rank == 0 else None  # noqa: SIM115
-    rows, last = [], cfg.steps if steps_this_run is None else min(
-        cfg.steps, scheme.t + steps_this_run)
+    end = cfg.steps if cfg.stop_at is None else min(cfg.steps, cfg.stop_at)
+    rows, last = [], end if steps_this_run is None else min(end, scheme.t + steps_this_run)
     try:
         while scheme.t < last:
             t = scheme.t + 1
@@ -273,10 +275,10 @@ def train(cfg: TrainConfig, steps_this_run: int | None = None) -> dict:
             }
             if cfg.checksum:
                 row["param_crc"] = zlib.crc32(scheme.flat.master.cpu().numpy().tobytes())
-            if cfg.eval_every and (t % cfg.eval_every == 0 or t == cfg.steps) and rank == 0:
+            if cfg.eval_every and (t % cfg.eval_every == 0 or t == end) and rank == 0:
                 # the curve always on the same sample; the last step also on the larger one
                 row["val_loss"] = evaluate(model, cfg, seq)
-                if t == cfg.steps and cfg.final_eval_batches is not None:
+                if t == end and cfg.final_eval_batches is not None:
                     row["final_val_loss"] = evaluate(model, cfg, seq, cfg.final_eval_batches)
             rows.append(row)
             if log_file:
