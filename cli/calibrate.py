@@ -21,7 +21,7 @@ from cli.common import (
 )
 from profiles import UserError, load_model
 from reports.tables import check_format, render
-from simulator.units import parse_sizes
+from simulator.units import format_bytes, parse_sizes
 
 calibrate_app = StrictTyper(help="Measure this machine and write measured/NAME.toml in the user's "
                                  "profile folder ($SCAPE_PROFILE_DIR, else "
@@ -71,6 +71,10 @@ def calibrate_collectives(
                        "fewer ranks (--nprocs)")
     chosen = (parse_sizes(sizes) if sizes is not None
               else list(SHARED_GPU_SIZES if share_gpu else DEFAULT_SIZES))
+    if backend != "nccl":  # gloo's buffers are host memory: each rank's send, receive, copy
+        refuse_beyond_host(f"{max(worlds)} ranks with {format_bytes(max(chosen))} buffers",
+                           max(worlds) * (RANK_BASE_BYTES + 3 * max(chosen)),
+                           "smaller --sizes or fewer ranks")
     print(f"calibrate collectives: {nprocs} ranks, {len(chosen)} sizes x 5 collectives ...",
           file=sys.stderr)
     path, fit, df = calibrate(out, worlds, backend, spec, chosen, repeats,

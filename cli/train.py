@@ -144,6 +144,10 @@ def train_cmd(
                else launch(cfg, nprocs, backend, spec, progress=True, share_gpu=share_gpu))
     summary = {**summary, "backend": backend, "share_gpu": share_gpu,
                "netbed": str(spec) if spec else None}
+    if out is not None and not under_torchrun() and (Path(out) / "summary.json").exists():
+        import json  # what the ranks wrote, with how they were launched (its files only had it)
+
+        (Path(out) / "summary.json").write_text(json.dumps(summary, indent=2))
     if under_torchrun() and os.environ.get("RANK", "0") != "0":
         return  # one report, rank 0's: every rank holds the same run
     if fmt != "table":  # one row with the configuration it ran with, nested keys dotted
@@ -152,7 +156,8 @@ def train_cmd(
     print(f"# {model}, {scheme} on {summary['world']} rank(s), {summary['steps']} steps")
     print("# options: " + ", ".join(
         f"{k} {v}" for k, v in {**resolved_scheme(cfg.scheme), "micro_batch": cfg.micro_batch,
-                                "seq_len": cfg.seq_len, "lr": cfg.lr, "seed": cfg.seed,
+                                "seq_len": summary.get("seq_len", cfg.seq_len),
+                                "lr": cfg.lr, "seed": cfg.seed,
                                 "corpus": cfg.corpus, "backend": backend,
                                 "share_gpu": share_gpu,
                                 "netbed": summary["netbed"], "out": cfg.out}.items()))

@@ -60,9 +60,12 @@ def _missing(v) -> bool:
 
 
 def _formatted(form: str, v) -> str:
-    """`v` in its column's format, except that a value that is not zero never reads as zero
-    (a tiny model's hours, a cheap plan's cost): it gets two significant digits instead."""
+    """`v` in its column's format, except that a quantity that is not zero never reads as zero
+    (a tiny model's hours, a cheap plan's cost): it gets two significant digits instead. A
+    signed format ("{:+.1f}": an error, a difference) keeps its +0.0: near zero is the news."""
     text = form.format(v)
+    if "+" in form:
+        return text
     try:
         shown = float(text.replace(",", ""))
     except ValueError:

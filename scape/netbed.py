@@ -196,7 +196,8 @@ class Netbed:
         # tbf: a bucket of spec.burst_bytes and a queue of 100 ms, so TCP sees a paced link,
         # not a dropping one
         burst = spec.burst_bytes
-        limit = max(4 * burst, int(rate_Bps * 0.1))
+        # tc takes a 32-bit byte count: at 400 Gbit/s 100 ms would be 5 GB (its raw error)
+        limit = min(max(4 * burst, int(rate_Bps * 0.1)), 2**32 - 1)
         tbf = ["tbf", "rate", f"{spec.rate_mbit * 1000:.0f}kbit", "burst", str(burst),
                "limit", str(limit)]
         if spec.delay_ms == 0:

@@ -940,6 +940,8 @@ def test_round_eight_outputs(capsys, tmp_path):
      "--rounds must be between 1 and 100"),
     (("validate", "--external", "scape-sc26", "--write-profile", ".toml"),
      "give the profile a name before .toml"),
+    (("calibrate", "collectives", "--out", "big", "--nprocs", "2", "--sizes", "1KiB,1TiB"),
+     "1TiB buffers need about"),
 ])
 def test_round_nine_refusals(capsys, args, match):
     code, _out, err = scape(capsys, *args)
@@ -972,3 +974,16 @@ def test_a_resume_keeps_the_runs_schedule_and_a_broken_config_is_refused(tmp_pat
     assert not under_torchrun()
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")
     assert under_torchrun()
+
+
+def test_tables_keep_small_quantities_and_signed_zeros():
+    """A nonzero quantity never prints as 0 (a tiny plan's cost); a signed error near zero
+    stays +0.0 (the probe saw -2.2e-14 in a calibration sweep)."""
+    import pandas as pd
+
+    from reports.tables import render
+
+    df = pd.DataFrame({"cost": [0.0004, 12.0], "err": [-2.2e-14, 0.021]})
+    text = render(df, "table", floatfmt={"cost": "{:,.0f}", "err": "{:+.1f}"})
+    cells = [line.split() for line in text.splitlines()[1:]]
+    assert cells == [["0.0004", "-0.0"], ["12", "+0.0"]]

@@ -291,7 +291,7 @@ def train(cfg: TrainConfig, steps_this_run: int | None = None) -> dict:
     finally:
         if log_file:
             log_file.close()
-    summary = summarize(rows, cfg, world, scheme)
+    summary = summarize(rows, cfg, world, scheme, seq)
     if out and rank == 0:
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return {"summary": summary, "rows": rows, "scheme": scheme, "model": model}
@@ -310,7 +310,10 @@ def save_checkpoint(scheme, out: Path, rank: int) -> None:
         mine[step].unlink(missing_ok=True)
 
 
-def summarize(rows: list[dict], cfg: TrainConfig, world: int, scheme) -> dict:
+def summarize(rows: list[dict], cfg: TrainConfig, world: int, scheme,
+              seq: int | None = None) -> dict:
+    """Rank 0's summary of a run: `seq` is the sequence length it ran (cfg.seq_len, or the
+    model's own where that is None); `bits` only where the scheme quantizes."""
     if not rows:
         return {}
     tail = rows[-min(10, len(rows)):]
@@ -318,7 +321,9 @@ def summarize(rows: list[dict], cfg: TrainConfig, world: int, scheme) -> dict:
     keys = sorted({k for r in rows for k in r if k.endswith("_s") and k != "step_s"})
     return {
         "model": cfg.model, "scheme": cfg.scheme.scheme, "sparsity": cfg.scheme.sparsity,
-        "bits": cfg.scheme.bits, "world": world, "steps": rows[-1]["step"],
+        "bits": cfg.scheme.bits if cfg.scheme.scheme == "quantized" else None,
+        "seq_len": cfg.seq_len if seq is None else seq, "world": world,
+        "steps": rows[-1]["step"],
         "final_train_loss": sum(r["loss"] for r in tail) / len(tail),
         "final_val_loss": vals[-1] if vals else None,
         "median_step_s": statistics.median(r["step_s"] for r in rows),
