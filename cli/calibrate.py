@@ -71,6 +71,9 @@ def calibrate_collectives(
                        "fewer ranks (--nprocs)")
     chosen = (parse_sizes(sizes) if sizes is not None
               else list(SHARED_GPU_SIZES if share_gpu else DEFAULT_SIZES))
+    if len(set(chosen)) < 2:  # the fit needs two sizes: refused now, not after the sweep
+        raise UserError(f"--sizes {sizes}: the fit separates a latency from a bandwidth, which "
+                        "takes two sizes or more")
     if backend != "nccl":  # gloo's buffers are host memory: each rank's send, receive, copy
         refuse_beyond_host(f"{max(worlds)} ranks with {format_bytes(max(chosen))} buffers",
                            max(worlds) * (RANK_BASE_BYTES + 3 * max(chosen)),

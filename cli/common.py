@@ -266,20 +266,21 @@ def _fail(message: str) -> None:
     sys.exit(2)
 
 
-# errors of writing the command's own output (stdout: a full disk, a closed pipe, a quota)
-OUTPUT_ERRNOS = (errno.EPIPE, errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
+# errors of a write that names no file (the command's output on a full disk or over quota,
+# a closed pipe): one line, not a traceback
+OUTPUT_ERRNOS = (errno.EPIPE, errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 def _output_failed(exc: OSError) -> None:
-    """The output could not be written: one line, not a traceback. stdout goes to /dev/null
-    first, so that Python's flush at exit does not fail again; a reader that closed the pipe
-    (`scape ... | head`) gets the shell's usual status for it, 141, and no message."""
+    """A write failed: one line, not a traceback. stdout goes to /dev/null first, so that
+    Python's flush at exit does not fail again. (A reader that closed the pipe mostly never
+    gets here: click ends the command itself, with status 1.)"""
     with contextlib.suppress(OSError, ValueError):
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
     if exc.errno == errno.EPIPE:
-        sys.exit(141)
-    _fail(f"cannot write the output: {exc.strerror}")
+        sys.exit(1)
+    _fail(f"cannot write: {exc.strerror}")
 
 
 app = App(

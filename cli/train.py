@@ -71,7 +71,8 @@ def train_cmd(
     lowpass_beta: float = typer.Option(None, "--lowpass-beta",
                                        help="scalecom: the residual's low-pass factor, in (0, "
                                             "1] (default 1: plain error feedback)"),
-    steps: int = typer.Option(100, "--steps"),
+    steps: int = typer.Option(None, "--steps",
+                              help="[default: 100; with --resume, the run's own]"),
     nprocs: int = typer.Option(2, "--nprocs", help="ranks on this machine"),
     backend: BackendChoice = typer.Option("gloo", "--backend", help="gloo|nccl"),
     share_gpu: bool = typer.Option(False, "--share-gpu", help=SHARE_GPU_HELP),
@@ -110,6 +111,8 @@ def train_cmd(
     extra.update(_reducer_extra(distopt, residual_offload, None) or {})
     if lowpass_beta is not None:  # refused for other schemes and outside (0, 1] by _scheme
         extra["lowpass_beta"] = lowpass_beta
+    if steps is None:  # not given: a resumed run's own count (its schedule), else 100
+        steps = (_run_steps(Path(out)) if resume and out is not None else None) or 100
     cfg = TrainConfig(model=model, scheme=_scheme(scheme, opts, extra), steps=steps,
                       micro_batch=micro_batch, seq_len=seq_len, lr=lr, seed=seed,
                       corpus=corpus, eval_every=eval_every, timeout_s=timeout, resume=resume,
@@ -120,6 +123,12 @@ def train_cmd(
     if netbed is not None and nprocs < 2:
         raise UserError(f"--netbed shapes the links between ranks: --nprocs {nprocs} has none")
     spec = _netbed(netbed)
+    if not under_torchrun() and {"RANK", "WORLD_SIZE"} <= set(os.environ):
+        # a launcher's ranks (srun, mpirun, a job without torchrun) would each start a
+        # separate local run into the same --out
+        raise UserError("RANK and WORLD_SIZE are set, but not by torchrun: scape train starts "
+                        "its own ranks, or runs as one under torchrun (on every node); unset "
+                        "them, or launch it with torchrun")
     if not under_torchrun():
         check_backend(backend, nprocs, spec, share_gpu)  # before any folder is made
     else:  # torchrun started this rank: the typed backend is checked and used here too
@@ -138,6 +147,9 @@ def train_cmd(
         done = checkpoint_step(Path(out), nprocs)
         if done >= steps:
             raise UserError(f"--resume: {out} is already at step {done} of --steps {steps}")
+        if cfg.stop_at is not None:
+            print(f"train: stopping at step {cfg.stop_at} of the run's {cfg.steps}-step "
+                  "learning-rate schedule", file=sys.stderr)
         print(f"train: resuming from step {done} ({out}/checkpoint); the log keeps steps "
               f"1-{done}", file=sys.stderr)
     summary = (train(cfg)["summary"] if under_torchrun()
@@ -234,9 +246,19 @@ def _resumed_steps(cfg, before: dict):
         raise UserError(f"--resume: --steps {cfg.steps} goes past the run's {run_steps}, over "
                         "which its learning rate decays (warm-up, then cosine); start a new run "
                         f"for a longer schedule, or resume with --steps {run_steps} or fewer")
-    print(f"train: stopping at step {cfg.steps} of the run's {run_steps}-step learning-rate "
-          "schedule", file=sys.stderr)
     return replace(cfg, steps=run_steps, stop_at=cfg.steps)
+
+
+def _run_steps(out: Path) -> int | None:
+    """The --steps a run in OUT was started with (its config.json), or None where there is
+    none to read (the resume's own checks then say what is missing)."""
+    import json
+
+    try:
+        steps = json.loads((out / "config.json").read_text()).get("steps")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return steps if isinstance(steps, int) and steps > 0 else None
 
 
 @app.command("netbed")

@@ -112,10 +112,11 @@ def validate_cmd(
     measured_on = _netbed(recorded) if recorded.startswith("rate=") else None
     if netbed is not None and measured_on is None:
         # a loopback (or cluster) profile predicts its own links, not a shaped one
-        raise UserError(f"--netbed {netbed}: {hw.name} was measured "
-                        f"{'on ' + recorded if recorded else 'without a netbed'}, not on a "
-                        f"shaped link; calibrate a profile with --netbed {netbed} and validate "
-                        "that one")
+        where = ("over loopback" if recorded.startswith("none") else
+                 f"on {recorded}" if recorded else "without a netbed")
+        raise UserError(f"--netbed {netbed}: {hw.name} was measured {where}, not on a shaped "
+                        f"link; calibrate a profile with --netbed {netbed} and validate that "
+                        "one")
     spec = measured_on if netbed is None else _netbed(netbed)
     try:  # on the link the runs will use: the typed netbed, else the profile's own
         check_backend(backend, max(worlds), spec, share_gpu)

@@ -25,8 +25,10 @@ def catch_terminating() -> list[tuple[int, object]]:
     for `restore`."""
     import signal
 
-    return [(sig, signal.signal(sig, raise_terminated))
-            for sig in (getattr(signal, name) for name in TERMINATING if hasattr(signal, name))]
+    wanted = [getattr(signal, name) for name in TERMINATING if hasattr(signal, name)]
+    # a signal already ignored stays ignored: `nohup scape ...` must outlive its terminal
+    return [(sig, signal.signal(sig, raise_terminated)) for sig in wanted
+            if signal.getsignal(sig) is not signal.SIG_IGN]
 
 
 def restore(previous: list[tuple[int, object]]) -> None:

@@ -17,12 +17,12 @@ NCCL_PROTOCOLS = ("ll", "ll128", "simple")  # NCCL's protocols, as simulator/ncc
 GPU_FIELDS = {
     "model": Field(str, nonempty=True),
     # upper bounds far above any GPU: a typo (1e300) is refused, not priced as infinitely fast
-    "peak_bf16_tflops": Field(float, gt=0, le=1e6, least=1e-3),
-    "memory_GB": Field(float, gt=0, le=1e6, least=1e-3),
-    "hbm_bw_GBps": Field(float, gt=0, le=1e6, least=1e-3),
+    "peak_bf16_tflops": Field(float, gt=0, le=1e6, least=1e-6),
+    "memory_GB": Field(float, gt=0, le=1e6, least=1e-6),
+    "hbm_bw_GBps": Field(float, gt=0, le=1e6, least=1e-6),
     # CPU-GPU link per direction (NVLink-C2C, PCIe; the bound refuses TB/s typos); needed to
     # price CPU offload
-    "host_bw_GBps": Field(float, gt=0, le=1e5, required=False, least=1e-3),
+    "host_bw_GBps": Field(float, gt=0, le=1e5, required=False, least=1e-6),
     # streaming multiprocessors: what a running NCCL kernel's CTAs take from compute
     "sms": Field(int, ge=1, le=1024, required=False),
     "source": SOURCE,
@@ -30,15 +30,15 @@ GPU_FIELDS = {
 NODE_FIELDS = {"gpus_per_node": Field(int, ge=1, le=1024), "source": SOURCE}
 INTRA_FIELDS = {
     "kind": Field(str, choices=("nvlink", "pcie", "none")),
-    "bw_GBps": Field(float, ge=0, le=1e6, least=1e-3),
-    "efficiency": Field(float, gt=0, le=1, least=1e-3),
+    "bw_GBps": Field(float, ge=0, le=1e6, least=1e-6),
+    "efficiency": Field(float, gt=0, le=1, least=1e-6),
     "latency_us": Field(float, ge=0, le=1e5),
     "source": SOURCE,
 }
 NIC_FIELDS = {
     "nics_per_node": Field(int, ge=1, le=64),
-    "bw_Gbps": Field(float, gt=0, le=1e6, least=1e-3),
-    "efficiency": Field(float, gt=0, le=1, least=1e-3),
+    "bw_Gbps": Field(float, gt=0, le=1e6, least=1e-6),
+    "efficiency": Field(float, gt=0, le=1, least=1e-6),
     "latency_us": Field(float, ge=0, le=1e5),
     # a token-bucket link's bucket (the netbed's tbf, scape/netbed.py): each call's first
     # bytes pass at once (simulator/collective.py); measured netbed profiles only
@@ -53,7 +53,7 @@ TRANSPORTS = ("ib-verbs", "roce", "efa", "socket", "tcpx")
 TRANSPORT_FIELDS = {
     "kind": Field(str, choices=TRANSPORTS),
     # of the NIC line rate, for bulk collectives
-    "efficiency": Field(float, gt=0, le=1, least=1e-3),
+    "efficiency": Field(float, gt=0, le=1, least=1e-6),
     "latency_us": Field(float, ge=0, le=1e5),  # per inter-node ring step
     "call_us": Field(float, ge=0, le=1e6),  # fixed cost of one inter-node collective call
     # bytes a ring step stores and forwards as one unit through the NIC (NCCL's proxy slice
@@ -98,8 +98,8 @@ FABRIC_FIELDS = {
 }
 COMPUTE_FIELDS = {
     # model FLOPs utilization of forward and backward; optional where [roofline] prices them
-    "mfu": Field(float, gt=0, le=1, required=False, least=1e-3),
-    "mem_efficiency": Field(float, gt=0, le=1, least=1e-3),
+    "mfu": Field(float, gt=0, le=1, required=False, least=1e-6),
+    "mem_efficiency": Field(float, gt=0, le=1, least=1e-6),
     # fractional compute slowdown while a collective runs beside it; absent: derived from the
     # SMs a running collective holds (nccl_ctas, one CTA per NCCL channel) out of [gpu] sms
     "interference": Field(float, ge=0, le=1, required=False),
@@ -113,19 +113,19 @@ COMPUTE_FIELDS = {
 # [compute] mfu prices them from FLOPs alone.
 ROOFLINE_FIELDS = {
     # the best matmul's share of peak bf16
-    "gemm_peak_fraction": Field(float, gt=0, le=1, least=1e-3),
+    "gemm_peak_fraction": Field(float, gt=0, le=1, least=1e-6),
     "gemm_launch_us": Field(float, ge=0, le=1e4),  # fixed seconds per kernel
     "gemm_blend": Field(float, ge=1, le=16),  # smooth-max exponent of the two rooflines
     # FlashAttention forward, share of peak
-    "attn_fwd_fraction": Field(float, gt=0, le=1, least=1e-3),
-    "attn_bwd_fraction": Field(float, gt=0, le=1, least=1e-3),
+    "attn_fwd_fraction": Field(float, gt=0, le=1, least=1e-6),
+    "attn_bwd_fraction": Field(float, gt=0, le=1, least=1e-6),
     # FlashAttention-2 itself, where the fractions above are another kernel's (cuDNN's fused
     # attention on H100): the rates of `--attention flash2`, stacks that predate that kernel
-    "attn_flash2_fwd_fraction": Field(float, gt=0, le=1, required=False, least=1e-3),
-    "attn_flash2_bwd_fraction": Field(float, gt=0, le=1, required=False, least=1e-3),
+    "attn_flash2_fwd_fraction": Field(float, gt=0, le=1, required=False, least=1e-6),
+    "attn_flash2_bwd_fraction": Field(float, gt=0, le=1, required=False, least=1e-6),
     # share of those benchmark peaks a whole training step sustains (clocks under sustained
     # load, shapes other than the benchmarks'): applied to GEMMs and attention
-    "sustained": Field(float, gt=0, le=1, least=1e-3),
+    "sustained": Field(float, gt=0, le=1, least=1e-6),
     "source": SOURCE,
 }
 # as the planner's --price-per-gpu-hour (simulator/planner.py MAX_PRICE): far above any rent

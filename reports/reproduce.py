@@ -297,8 +297,10 @@ def measured_compute(hw: HardwareProfile, compute_profile: str) -> tuple[Hardwar
     try:
         m = load_hardware(compute_profile)
     except UserError as exc:
+        if "unknown hardware profile" not in str(exc):  # a profile found but broken: as is
+            raise
         raise UserError(f"--compute-profile {compute_profile}: {exc}; a measured profile is "
-                        "named measured/NAME (ls profiles/measured)") from None
+                        "named measured/NAME (scape profiles list shows them)") from None
     if not m.measured:
         raise UserError(f"--compute-profile {compute_profile}: not a measured profile; give "
                         "measured/NAME (scape calibrate compute writes one)")

@@ -60,17 +60,20 @@ def _missing(v) -> bool:
 
 
 def _formatted(form: str, v) -> str:
-    """`v` in its column's format, except that a quantity that is not zero never reads as zero
-    (a tiny model's hours, a cheap plan's cost): it gets two significant digits instead. A
-    signed format ("{:+.1f}": an error, a difference) keeps its +0.0: near zero is the news."""
+    """`v` in its column's format, except that a positive quantity never reads as zero (a tiny
+    model's hours, a cheap plan's cost): from 1e-9 up it gets two significant digits instead
+    (below, float residue reads 0). A value that rounds to zero never reads -0: signed
+    formats ("{:+.1f}": an error, a difference) show +0.0, the others 0."""
     text = form.format(v)
-    if "+" in form:
-        return text
     try:
         shown = float(text.replace(",", ""))
     except ValueError:
         return text
-    return f"{v:.2g}" if shown == 0 and v != 0 else text
+    if shown != 0:
+        return text
+    if "+" not in form and isinstance(v, float | int) and v >= 1e-9:
+        return f"{v:.2g}"
+    return form.format(0.0) if text.startswith("-") else text
 
 
 def render(df: pd.DataFrame, fmt: str, *, floatfmt: dict[str, str] | None = None,

@@ -242,10 +242,11 @@ def calibrated(hw: HardwareProfile, op: str, algo: str, ranks: int, size: float,
         if measured is not None and algo not in (AUTO, measured["algo"]):
             # its links' nominal rates say nothing of the measured backend (a gloo ring over
             # loopback runs ~50x below them): an unmeasured algorithm has no honest time here
-            raise UserError(f"--algo {algo}: profile {hw.name} measured {op} as "
+            raise UserError(f"{op} as {algo}: profile {hw.name} measured {op} as "
                             f"{measured['algo']} (scape calibrate collectives), not {algo}, "
-                            "whose time on that backend it cannot know; use --algo auto or "
-                            f"{measured['algo']}, or a hardware profile")
+                            "whose time on that backend it cannot know; ask for auto or "
+                            f"{measured['algo']} (scape collective --algo), or use a hardware "
+                            "profile")
         if measured is None:
             return Choice(algo, size, call, proto="simple" if proto == "simple" else "")
         # the algorithm the profile measured runs as measured

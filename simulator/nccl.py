@@ -58,6 +58,7 @@ class Machine:
     nvls_heads: int = 0  # GPUs of a node whose NVLS channels use a NIC (NVLS_TREE)
     collnet: bool = False  # SHARP in the network switches, turned on (NCCL_COLLNET_ENABLE=1)
     protocols: tuple[str, ...] = PROTOCOLS  # NCCL_PROTO as the platform sets it
+    switch_nvls: bool = False  # the profile's NVSwitches multicast, whatever this group's size
 
     @property
     def ppn(self) -> float:
@@ -86,7 +87,8 @@ def machine(hw: HardwareProfile, ranks: int, nodes: int | None = None) -> Machin
                    net_latency_us=hw.nccl.net_latency_us or 0.0,
                    message_us=hw.inter_node_message_us,
                    nvls_heads=max(1, min(g, round(nics))),
-                   collnet=bool(hw.nccl.collnet) and nvlink, protocols=hw.nccl.protocols)
+                   collnet=bool(hw.nccl.collnet) and nvlink, protocols=hw.nccl.protocols,
+                   switch_nvls=hw.nccl.nvls and nvlink)
 
 
 def nvls_tree_chunk(size: float, m: Machine) -> int:
@@ -327,10 +329,9 @@ def choose(op: str, size: float, m: Machine, algos: tuple[str, ...] | None = Non
     if best is None:
         asked = set(algos or TUNED_ALGOS)
         why = [text for cond, text in (
-            (asked & {"nvls", "nvls_tree"} and not m.nvls and m.ppn <= 2,
-             f"NVLS runs on 3 or more GPUs of a node (here {m.ppn:g}), where the profile's "
-             "[nccl] nvls is true"),
-            (asked & {"nvls", "nvls_tree"} and not m.nvls and m.ppn > 2,
+            (asked & {"nvls", "nvls_tree"} and not m.nvls and m.switch_nvls,
+             f"NVLS runs on 3 or more GPUs of a node (here {m.ppn:g})"),
+            (asked & {"nvls", "nvls_tree"} and not m.switch_nvls,
              "NVLS: the profile's [nccl] nvls is false, or its nodes have no NVSwitch"),
             ("nvls" in asked and m.nvls and m.nodes > 1,
              "nvls runs inside one node (across nodes: nvls_tree)"),

@@ -356,7 +356,8 @@ def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None
             best = df.iloc[0]
             raise UserError(
                 f"no plan trains {req.tokens:.3g} tokens within {req.deadline_hours:g} h: the "
-                f"fastest takes {best['hours']:.3g} h ({best['gpus']} x {best['hardware']}, "
+                f"fastest takes {_figure(best['hours'], 1)} h ({best['gpus']} x "
+                f"{best['hardware']}, "
                 f"{best['scheme']}); relax --deadline-hours or raise --max-gpus")
         df = ok
     if req.budget_usd is not None:
@@ -365,10 +366,17 @@ def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None
             cheapest = df.sort_values("cost_usd").iloc[0]
             raise UserError(
                 f"no plan trains {req.tokens:.3g} tokens for ${req.budget_usd:,.6g}: the "
-                f"cheapest costs ${cheapest['cost_usd']:,.3g} ({cheapest['gpus']} x "
+                f"cheapest costs ${_figure(cheapest['cost_usd'], 0)} ({cheapest['gpus']} x "
                 f"{cheapest['hardware']}, {cheapest['scheme']}); relax --budget-usd")
         df = ok
     return df.reset_index(drop=True)
+
+
+def _figure(value: float, decimals: int) -> str:
+    """`value` with thousands separators and `decimals` places, or two significant digits
+    where those would round it to zero (a tiny model's hours, a cheap plan's cost)."""
+    text = f"{value:,.{decimals}f}"
+    return f"{value:.2g}" if value > 0 and float(text.replace(",", "")) == 0 else text
 
 
 def best_without(df: pd.DataFrame, family: str = SCAPE_FAMILY) -> pd.Series | None:

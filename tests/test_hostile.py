@@ -876,7 +876,7 @@ def test_round_seven_refusals(capsys, tmp_path):
     # session 14's probe: an algorithm a measured profile never ran, R = 1, profiles of the
     # other kind, a measured profile named wrongly, NVLS on two GPUs
     (("collective", "-H", "measured/h100-2026-11-26", "-g", "4", "--sizes", "1GiB", "--algo",
-      "tree"), "measured all_reduce as ring"),
+      "tree"), "all_reduce as tree: profile h100-2026-11-26 measured all_reduce as ring"),
     (("simulate", "-m", "llama-1.8b", "-H", "dgx-h100", "-g", "16", "-s",
       "scape-partitioned:0.99", "--refresh-every", "1"), "refresh_every 1 makes every step"),
     (("collective", "-H", "llama-7b", "-g", "8"), "(llama-7b is a model profile)"),
@@ -885,6 +885,8 @@ def test_round_seven_refusals(capsys, tmp_path):
     (("reproduce", "--compute-profile", "nosuch"), "a measured profile is named measured/NAME"),
     (("collective", "-H", "dgx-h100", "-g", "2", "--algo", "nvls", "--sizes", "1MiB"),
      "NVLS runs on 3 or more GPUs of a node (here 2)"),
+    (("collective", "-H", "dgx-a100", "-g", "2", "--algo", "nvls", "--sizes", "1MiB"),
+     "the profile's [nccl] nvls is false"),
 ])
 def test_round_eight_refusals(capsys, tmp_path, args, match):
     if args[0] == "reproduce":
@@ -902,7 +904,7 @@ def test_round_eight_outputs(capsys, tmp_path):
             / "dgx-h100.toml").read_text()
     bad.write_text(re.sub(r"(?m)^bw_Gbps = .*$", "bw_Gbps = 1e-300", text))
     code, _, err = scape(capsys, "profiles", "check", str(bad))
-    _refused(code, err, "must be >= 0.001")
+    _refused(code, err, "must be >= 1e-06")
     code, out, err = scape(capsys, "collective", "-H", "measured/h100-2026-11-26", "-g", "2",
                            "--op", "broadcast", "--sizes", "1GiB")
     assert code == 0 and "fitted its broadcast measurements with up to 592% error" in out, err
@@ -942,13 +944,16 @@ def test_round_eight_outputs(capsys, tmp_path):
      "give the profile a name before .toml"),
     (("calibrate", "collectives", "--out", "big", "--nprocs", "2", "--sizes", "1KiB,1TiB"),
      "1TiB buffers need about"),
+    (("calibrate", "collectives", "--out", "one", "--nprocs", "2", "--sizes", "1MiB"),
+     "takes two sizes or more"),
 ])
 def test_round_nine_refusals(capsys, args, match):
     code, _out, err = scape(capsys, *args)
     _refused(code, err, match)
 
 
-def test_a_resume_keeps_the_runs_schedule_and_a_broken_config_is_refused(tmp_path, monkeypatch):
+def test_a_resume_keeps_the_runs_schedule_and_a_broken_config_is_refused(capsys, tmp_path,
+                                                                        monkeypatch):
     """--steps set the learning-rate schedule: a resume may stop earlier on it (stop_at), not
     go past it; a config.json that cannot be read cannot vouch for the settings; RANK and
     WORLD_SIZE alone (a job script's) do not make scape train a torchrun rank."""
@@ -957,11 +962,11 @@ def test_a_resume_keeps_the_runs_schedule_and_a_broken_config_is_refused(tmp_pat
     from scape.train.launch import under_torchrun
     from scape.train.loop import TrainConfig
 
-    cfg = TrainConfig(steps=5)
+    cfg = TrainConfig(steps=5, warmup_steps=1)
     assert _resumed_steps(cfg, {"steps": 5}) is cfg
     early = _resumed_steps(cfg, {"steps": 8})
     assert (early.steps, early.stop_at) == (8, 5)
-    assert early.lr_at(5) == TrainConfig(steps=8).lr_at(5)  # the run's own schedule
+    assert early.lr_at(5) != cfg.lr_at(5)  # step 5 of the run's 8-step schedule, not of 5
     with pytest.raises(UserError, match="goes past the run's 3"):
         _resumed_steps(cfg, {"steps": 3})
     (tmp_path / "checkpoint").mkdir()
@@ -972,18 +977,42 @@ def test_a_resume_keeps_the_runs_schedule_and_a_broken_config_is_refused(tmp_pat
     monkeypatch.setenv("WORLD_SIZE", "1")
     monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
     assert not under_torchrun()
+    code, _out, err = scape(capsys, "train", "--steps", "1", "--out", str(tmp_path / "r"))
+    _refused(code, err, "RANK and WORLD_SIZE are set, but not by torchrun")
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")
     assert under_torchrun()
 
 
+def test_an_ignored_sighup_stays_ignored():
+    """`nohup scape ...` ignores SIGHUP before scape starts: the run must outlive its terminal
+    (the review caught SIGHUP ending such a run); a default SIGHUP ends it with cleanup."""
+    import signal
+
+    from profiles.errors import catch_terminating, raise_terminated, restore
+
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        previous = catch_terminating()
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) is raise_terminated
+        restore(previous)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        previous = catch_terminating()
+        assert signal.getsignal(signal.SIGHUP) is raise_terminated
+        restore(previous)
+    finally:
+        signal.signal(signal.SIGHUP, before)
+
+
 def test_tables_keep_small_quantities_and_signed_zeros():
-    """A nonzero quantity never prints as 0 (a tiny plan's cost); a signed error near zero
-    stays +0.0 (the probe saw -2.2e-14 in a calibration sweep)."""
+    """A positive quantity never prints as 0 (a tiny plan's cost), float residue does, and
+    nothing near zero prints -0 (the probe saw -2.2e-14 in a calibration sweep)."""
     import pandas as pd
 
     from reports.tables import render
 
-    df = pd.DataFrame({"cost": [0.0004, 12.0], "err": [-2.2e-14, 0.021]})
+    df = pd.DataFrame({"cost": [0.0004, 12.0, 1e-17, -1e-17],
+                       "err": [-2.2e-14, 0.021, -0.04, 3.0]})
     text = render(df, "table", floatfmt={"cost": "{:,.0f}", "err": "{:+.1f}"})
     cells = [line.split() for line in text.splitlines()[1:]]
-    assert cells == [["0.0004", "-0.0"], ["12", "+0.0"]]
+    assert cells == [["0.0004", "+0.0"], ["12", "+0.0"], ["0", "+0.0"], ["0", "+3.0"]]
