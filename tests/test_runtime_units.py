@@ -291,6 +291,13 @@ def test_resume_takes_the_newest_step_every_rank_holds(tmp_path):
     save(1, 12)
     with pytest.raises(UserError, match="cannot read"):
         checkpoint_step(tmp_path, 2)
+    # rank 1's file cut short is found before any rank starts (it was found after launch)
+    save(0, 15)
+    save(1, 15)
+    whole = checkpoints(tmp_path)[1][15]
+    whole.write_bytes(whole.read_bytes()[:200])
+    with pytest.raises(UserError, match="not a whole checkpoint"):
+        checkpoint_step(tmp_path, 2)
 
 
 def test_shakespeare_corpus_holds_out_whole_works():

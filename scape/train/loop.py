@@ -215,7 +215,24 @@ def checkpoint_step(out: Path, ranks: int) -> int:
         raise UserError(f"--resume: cannot read {path}: {type(exc).__name__}") from None
     if int(state["t"]) != step:
         raise UserError(f"--resume: {path} holds step {state['t']}, its name says {step}")
+    for rank in sorted(found)[1:]:  # the others whole, without loading them (a zip's index)
+        other = found[rank][step]
+        if not _whole_zip(other):
+            raise UserError(f"--resume: cannot read {other}: not a whole checkpoint (cut short "
+                            "or another file)")
     return step
+
+
+def _whole_zip(path: Path) -> bool:
+    """Whether `path` is a whole torch.save file (a zip archive whose central directory, at
+    its end, is there): a truncated copy fails this without being loaded."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            return bool(z.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return False
 
 
 def train(cfg: TrainConfig, steps_this_run: int | None = None) -> dict:
