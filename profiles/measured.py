@@ -39,6 +39,9 @@ def path_of(name: str, option: str = "--out") -> Path:
     if name.endswith(".toml"):  # it is written as NAME.toml and named NAME
         raise UserError(f"{option} {name}: give the name without .toml ({name[:-5]}); it is "
                         f"written as measured/{name[:-5]}.toml")
+    if len(f"{name}.collectives.csv".encode()) > 255:  # the longest file written beside it
+        raise UserError(f"{option}: a profile name of {len(name)} characters makes file names "
+                        "longer than the 255 bytes a file system allows; give a shorter one")
     path = folder() / f"{name}.toml"
     if inside_shipped(path.parent):
         raise UserError(f"{option} {name}: the profile folder {path.parent} is inside the shipped "

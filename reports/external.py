@@ -147,9 +147,12 @@ def validate_external(name: str, hardware: str = BASE_HARDWARE
         try:
             predicted = predict_row(ext, r, hw)
         except UserError as exc:  # name the profile the user gave, not the fit made from it
-            raise UserError(f"--profile {hardware}: {r.series} ({r.cite}) cannot be predicted "
-                            f"on the fit made from it: "
-                            f"{str(exc).replace(f'profile {hw.name} ', 'the fit ')}") from None
+            raise UserError(f"--profile {hardware}: the authors' runs are fitted on this "
+                            f"profile's hardware and then predicted, and {r.series} ({r.cite}) "
+                            "cannot be: "
+                            f"{str(exc).replace(f'profile {hw.name} ', 'the fit ')}; give a "
+                            f"profile that has it, or leave --profile out ({BASE_HARDWARE})"
+                            ) from None
         fitted = is_fit_input(ext, r)
         rows.append({"series": r.series, "model": r.model, "gpus": r.gpus,
                      "quantity": r.quantity, "measured_s": r.value / 1e3,

@@ -946,6 +946,10 @@ def test_round_eight_outputs(capsys, tmp_path):
      "1TiB buffers need about"),
     (("calibrate", "collectives", "--out", "one", "--nprocs", "2", "--sizes", "1MiB"),
      "takes two sizes or more"),
+    (("calibrate", "collectives", "--out", "a" * 300, "--nprocs", "2"),
+     "longer than the 255 bytes"),
+    (("validate", "--external", "scape-sc26", "--profile", "dgx-h100"),
+     "leave --profile out (vista-gh200)"),
 ])
 def test_round_nine_refusals(capsys, args, match):
     code, _out, err = scape(capsys, *args)
