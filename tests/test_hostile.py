@@ -887,8 +887,29 @@ def test_round_seven_refusals(capsys, tmp_path):
      "NVLS runs on 3 or more GPUs of a node (here 2)"),
     (("collective", "-H", "dgx-a100", "-g", "2", "--algo", "nvls", "--sizes", "1MiB"),
      "the profile's [nccl] nvls is false"),
+    # session 14's second probe (train, calibrate, validate)
+    (("calibrate", "compute", "--out", "c1", "--kinds", "scale", "--threads", "0"),
+     "--threads must be at least 1"),
+    (("calibrate", "compute", "--out", "c1", "--kinds", "scale", "--micro-batch", "2"),
+     "--kinds times kernels only"),
+    (("calibrate", "compute", "--out", "c1", "--threads", "100000"), "give at most"),
+    (("validate", "--profile", "measured/h100-2026-11-26", "--netbed", "rate=100mbit"),
+     "not on a shaped link"),
+    (("validate", "--profile", "measured/netbed-1gbit", "--rounds", str(10**12)),
+     "--rounds must be between 1 and 100"),
+    (("validate", "--external", "scape-sc26", "--write-profile", ".toml"),
+     "give the profile a name before .toml"),
+    (("calibrate", "collectives", "--out", "big", "--nprocs", "2", "--sizes", "1KiB,1TiB"),
+     "1TiB buffers need about"),
+    (("calibrate", "collectives", "--out", "one", "--nprocs", "2", "--sizes", "1MiB"),
+     "takes two sizes or more"),
+    (("calibrate", "collectives", "--out", "a" * 300, "--nprocs", "2"),
+     "longer than the 255 bytes"),
+    (("validate", "--external", "scape-sc26", "--profile", "dgx-h100"),
+     "leave --profile out (vista-gh200)"),
 ])
-def test_round_eight_refusals(capsys, tmp_path, args, match):
+def test_session_fourteen_refusals(capsys, tmp_path, args, match):
+    """Both of session 14's probes: collective..plan, then train, calibrate, validate."""
     if args[0] == "reproduce":
         args = (*args, "--out", str(tmp_path / "r"))
     code, _out, err = scape(capsys, *args)
@@ -927,33 +948,6 @@ def test_round_eight_outputs(capsys, tmp_path):
     assert code == 0, err
     row = out.strip().splitlines()[-1].split()
     assert "0.0" not in row and "0" not in row[1:], out  # tiny values keep two digits
-
-
-@pytest.mark.parametrize(("args", "match"), [
-    # session 14's second probe (train, calibrate, validate)
-    (("calibrate", "compute", "--out", "c1", "--kinds", "scale", "--threads", "0"),
-     "--threads must be at least 1"),
-    (("calibrate", "compute", "--out", "c1", "--kinds", "scale", "--micro-batch", "2"),
-     "--kinds times kernels only"),
-    (("calibrate", "compute", "--out", "c1", "--threads", "100000"), "give at most"),
-    (("validate", "--profile", "measured/h100-2026-11-26", "--netbed", "rate=100mbit"),
-     "not on a shaped link"),
-    (("validate", "--profile", "measured/netbed-1gbit", "--rounds", str(10**12)),
-     "--rounds must be between 1 and 100"),
-    (("validate", "--external", "scape-sc26", "--write-profile", ".toml"),
-     "give the profile a name before .toml"),
-    (("calibrate", "collectives", "--out", "big", "--nprocs", "2", "--sizes", "1KiB,1TiB"),
-     "1TiB buffers need about"),
-    (("calibrate", "collectives", "--out", "one", "--nprocs", "2", "--sizes", "1MiB"),
-     "takes two sizes or more"),
-    (("calibrate", "collectives", "--out", "a" * 300, "--nprocs", "2"),
-     "longer than the 255 bytes"),
-    (("validate", "--external", "scape-sc26", "--profile", "dgx-h100"),
-     "leave --profile out (vista-gh200)"),
-])
-def test_round_nine_refusals(capsys, args, match):
-    code, _out, err = scape(capsys, *args)
-    _refused(code, err, match)
 
 
 def test_a_resume_keeps_the_runs_schedule_and_a_broken_config_is_refused(capsys, tmp_path,
