@@ -205,8 +205,13 @@ def bitmap_kernels(device: torch.device, n: int, density: float, repeats: int) -
     from scape.schemes.quantized import _pack_bits, _unpack_bits
     from scape.schemes.scape_authors import pack_lsb, unpack_lsb
 
-    g = torch.Generator(device="cpu").manual_seed(0)
-    local = torch.randperm(n, generator=g)[: int(density * n)].sort().values.to(device)  # [k]
+    # k ascending, distinct indices, one in each stride of n / k (made on the device: a CPU
+    # randperm of 2^30 would take 8 GB and tens of seconds)
+    k = int(density * n)
+    stride = n // k
+    torch.manual_seed(0)
+    local = (torch.arange(k, device=device) * stride
+             + torch.randint(0, stride, (k,), device=device))  # [k] int64
     msb, lut = _MSB.to(device), _BITS_LSB.to(device)
 
     def mask() -> torch.Tensor:
