@@ -132,8 +132,9 @@ def main() -> int:
         print(f"{label}: {sel.sum()} rows, median |error| {e.median():.1f}%, max {e.max():.1f}%")
         by_case = df[sel].groupby("case", sort=False)["err_pct"].agg(
             lambda s: f"median {s.abs().median():.1f}%, max {s.abs().max():.1f}%")
+        width = max(map(len, df["case"].unique()))  # one column however long a case's name
         for case, text in by_case.items():
-            print(f"  {case:<24} {text}")
+            print(f"  {case:<{width}} {text}")
     outputs = []
     if args.csv is not None:
         outputs.append(("--csv", args.csv, df))
