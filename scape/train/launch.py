@@ -142,8 +142,7 @@ def launch(cfg: TrainConfig, nprocs: int, backend: str = "gloo", netbed=None,
         stale.unlink(missing_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": str(cfg.threads), **backend_env(backend, share_gpu)}
     t0 = time.perf_counter()
-    last = cfg.steps if cfg.stop_at is None else min(cfg.steps, cfg.stop_at)
-    meter = StepMeter(out / "log.jsonl", last) if progress else None
+    meter = StepMeter(out / "log.jsonl", cfg.last_step) if progress else None
     returncode = run_ranks(["scape.train.worker", str(config_file)], nprocs, netbed, env,
                            out / "launcher.log", cfg.timeout_s * 2 + 60 + 60 * cfg.steps,
                            meter)

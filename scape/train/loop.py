@@ -61,6 +61,11 @@ class TrainConfig:
     autocast: str | None = None
     checksum: bool = False  # record a CRC of the parameters after every step (tests)
 
+    @property
+    def last_step(self) -> int:
+        """The step this run ends at: `steps`, or `stop_at` where a resume stops earlier."""
+        return self.steps if self.stop_at is None else min(self.steps, self.stop_at)
+
     def validate(self) -> TrainConfig:
         """Everything the ranks would trip over, refused before any rank starts."""
         from profiles import UserError
@@ -262,7 +267,7 @@ def train(cfg: TrainConfig, steps_this_run: int | None = None) -> dict:
         # a fresh one starts it anew
         keep_log(out / "log.jsonl", scheme.t)
     log_file = open(out / "log.jsonl", "a") if out and rank == 0 else None  # noqa: SIM115
-    end = cfg.steps if cfg.stop_at is None else min(cfg.steps, cfg.stop_at)
+    end = cfg.last_step
     rows, last = [], end if steps_this_run is None else min(end, scheme.t + steps_this_run)
     try:
         while scheme.t < last:
