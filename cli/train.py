@@ -207,9 +207,7 @@ def _refuse_changed(out: Path, cfg) -> dict | None:
     if not (out / "checkpoint").is_dir():
         return None  # nothing to resume: checkpoint_step says so
     try:
-        before = json.loads((out / "config.json").read_text())
-        if not isinstance(before, dict):
-            raise ValueError("not a table")
+        before = _run_config(out)
     except (OSError, ValueError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not JSON"
         raise UserError(f"--resume {out}: its config.json cannot be read ({why}), so this run's "
@@ -249,14 +247,23 @@ def _resumed_steps(cfg, before: dict):
     return replace(cfg, steps=run_steps, stop_at=cfg.steps)
 
 
-def _run_steps(out: Path) -> int | None:
-    """The --steps a run in OUT was started with (its config.json), or None where there is
-    none to read (the resume's own checks then say what is missing)."""
+def _run_config(out: Path) -> dict:
+    """The settings the run in OUT was launched with (its config.json); OSError or ValueError
+    where it cannot be read as a table."""
     import json
 
+    config = json.loads((out / "config.json").read_text())
+    if not isinstance(config, dict):
+        raise ValueError("not a table")
+    return config
+
+
+def _run_steps(out: Path) -> int | None:
+    """The --steps a run in OUT was started with, or None where there is none to read (the
+    resume's own checks then say what is missing)."""
     try:
-        steps = json.loads((out / "config.json").read_text()).get("steps")
-    except (OSError, ValueError, AttributeError):
+        steps = _run_config(out).get("steps")
+    except (OSError, ValueError):
         return None
     return steps if isinstance(steps, int) and steps > 0 else None
 
