@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from profiles import UserError
+from simulator.units import never_zero, reads_zero
 
 FORMATS = ("table", "csv", "json")
 
@@ -65,15 +66,9 @@ def _formatted(form: str, v) -> str:
     (below, float residue reads 0). A value that rounds to zero never reads -0: signed
     formats ("{:+.1f}": an error, a difference) show +0.0, the others 0."""
     text = form.format(v)
-    try:
-        shown = float(text.replace(",", ""))
-    except ValueError:
-        return text
-    if shown != 0:
-        return text
-    if "+" not in form and isinstance(v, float | int) and v >= 1e-9:
-        return f"{v:.2g}"
-    return form.format(0.0) if text.startswith("-") else text
+    if "+" not in form and isinstance(v, float | int):
+        text = never_zero(text, v, least=1e-9)
+    return form.format(0.0) if text.startswith("-") and reads_zero(text) else text
 
 
 def render(df: pd.DataFrame, fmt: str, *, floatfmt: dict[str, str] | None = None,

@@ -19,6 +19,7 @@ from simulator.compare import parse_scheme, refuse_same
 from simulator.memory import memory_use, usable_bytes
 from simulator.schedule import run_mean
 from simulator.step import MAX_GPUS, StepConfig
+from simulator.units import never_zero
 
 # dense-zero3 (FSDP) is searched when asked for (--schemes): it gathers for every micro-batch,
 # thousands of collectives per step at large accumulation, and would dominate the search time
@@ -373,10 +374,8 @@ def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None
 
 
 def _figure(value: float, decimals: int) -> str:
-    """`value` with thousands separators and `decimals` places, or two significant digits
-    where those would round it to zero (a tiny model's hours, a cheap plan's cost)."""
-    text = f"{value:,.{decimals}f}"
-    return f"{value:.2g}" if value > 0 and float(text.replace(",", "")) == 0 else text
+    """`value` with thousands separators and `decimals` places, never rounded to zero."""
+    return never_zero(f"{value:,.{decimals}f}", value)
 
 
 def best_without(df: pd.DataFrame, family: str = SCAPE_FAMILY) -> pd.Series | None:

@@ -95,6 +95,21 @@ def format_bytes(n: float) -> str:
     return f"~{n / factor:.4g}{unit}"
 
 
+def reads_zero(text: str) -> bool:
+    """Whether a formatted number (`0.0`, `-0`, `0.000`; separators allowed) reads as zero."""
+    try:
+        return float(text.replace(",", "")) == 0
+    except ValueError:
+        return False
+
+
+def never_zero(text: str, value: float, least: float = 0.0) -> str:
+    """`text` (`value` formatted), except where it reads as zero while `value` is positive and
+    at least `least`: then two significant digits (a tiny model's hours, a cheap plan's cost;
+    `least` leaves float residue at zero)."""
+    return f"{value:.2g}" if value > 0 and value >= least and reads_zero(text) else text
+
+
 def format_duration(seconds: float) -> str:
     """H:MM:SS from an hour up, M:SS below (progress lines' time left)."""
     seconds = max(0, round(seconds))
