@@ -19,7 +19,11 @@ all-reduce (Megatron's DDP of 2021, no distributed optimizer), overlapped with b
 under DDP=torch, the paper's micro-batch, chunks per stage and recomputation, and attention as
 Megatron-LM ran it before FlashAttention (batched score and context GEMMs, fused softmax).
 
-Usage: python bench/fidelity_parallel.py [--csv out.csv] [--cases narayanan]
+With --bands PATH it also writes the held-out errors with the profiles as shipped, grouped by
+profile, layout and schemes (reports/step_fidelity.py): profiles/external/step-fidelity-bands.csv
+is that file, which `scape simulate`, `compare` and `plan` show.
+
+Usage: python bench/fidelity_parallel.py [--csv out.csv] [--cases narayanan] [--bands PATH]
 """
 
 from __future__ import annotations
@@ -36,8 +40,10 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from profiles import load_hardware, load_model  # noqa: E402
+from cli.common import output_file  # noqa: E402
+from profiles import UserError, load_hardware, load_model  # noqa: E402
 from profiles.models import Arch  # noqa: E402
+from reports.step_fidelity import step_bands  # noqa: E402
 from scape.plan import make_config  # noqa: E402
 from simulator.compute import fwd_bwd  # noqa: E402
 from simulator.step import StepConfig, simulate_step, tp_allreduce_s  # noqa: E402
@@ -183,8 +189,8 @@ def run(hardware: dict, rows: pd.DataFrame) -> pd.DataFrame:
         check_params(row)
         measured = measured_step_s(row)
         sim = simulate(row, hardware[row.hardware])
-        out.append({"case": row.case, "hardware": row.hardware, "tp": row.tp, "pp": row.pp,
-                    "v": row.chunks,
+        out.append({"case": row.case, "hardware": row.hardware, "scheme": row.scheme,
+                    "tp": row.tp, "pp": row.pp, "v": row.chunks,
                     "gpus": row.gpus, "mb": row.micro_batch, "recompute": row.recompute,
                     "measured_s": measured, **sim,
                     "error_pct": 100 * (sim["predicted_s"] / measured - 1)})
@@ -198,17 +204,38 @@ def summary(df: pd.DataFrame, label: str) -> str:
             f"{df['error_pct'].median():+.1f}%")
 
 
+def split(cases: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The A100 calibration rows and the held-out rest of parallel-steps.csv."""
+    a100_steps = cases[cases["case"].str.startswith(A100_CALIBRATION)]
+    return a100_steps, cases.drop(a100_steps.index)
+
+
+def shipped_profiles(cases: pd.DataFrame) -> dict:
+    return {name: load_hardware(name) for name in sorted(set(cases["hardware"]))}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", default=None, help="also write the table here")
     parser.add_argument("--cases", default=None, help="only cases whose name contains this")
+    parser.add_argument("--bands", default=None,
+                        help="write the held-out errors by band here (every case; "
+                             "profiles/external/step-fidelity-bands.csv is shipped)")
     args = parser.parse_args()
+    if args.bands is not None and args.cases:
+        parser.exit(2, f"{parser.prog}: error: --bands counts every held-out case; leave "
+                       "--cases out\n")
+    for flag, path in (("--csv", args.csv), ("--bands", args.bands)):
+        if path is not None:  # refused before the work, in one line, as the CLI's outputs are
+            try:
+                output_file(path, flag)
+            except UserError as exc:
+                parser.exit(2, f"{parser.prog}: error: {exc}\n")
     cases = pd.read_csv(DATA, comment="#")
-    a100_steps = cases[cases["case"].str.startswith(A100_CALIBRATION)]
-    held = cases.drop(a100_steps.index)
+    a100_steps, held = split(cases)
     rows = held[held["case"].str.contains(args.cases)] if args.cases else held
     t0 = time.perf_counter()
-    shipped = {name: load_hardware(name) for name in sorted(set(cases["hardware"]))}
+    shipped = shipped_profiles(cases)
     factor, fit = calibrate_steps(shipped["dgx-a100"], a100_steps)
     h100, h100_fit = calibrate_steps(load_hardware("dgx-h100"), pd.read_csv(H100_STEPS,
                                                                              comment="#"))
@@ -254,6 +281,9 @@ def main() -> int:
     print(f"wall time {time.perf_counter() - t0:.1f} s")
     if args.csv:
         both.to_csv(args.csv, index=False)
+    if args.bands:
+        step_bands(base).to_csv(args.bands, index=False)
+        print(f"bands written to {args.bands}")
     return 0
 
 

@@ -16,7 +16,7 @@ from cli.common import (
 )
 from profiles import UserError, load_hardware
 from profiles.external import published_collective
-from reports.fidelity import lookup
+from reports.fidelity import lookup, shipped
 from reports.tables import check_format, render
 from simulator.collective import describe, fit_warning, sweep
 from simulator.network import build_topology
@@ -78,12 +78,12 @@ def collective(
     if warning is not None:
         for line in warning.splitlines():
             print(f"scape: {line}", file=sys.stderr)
-    shipped = _shipped(hw)
+    is_shipped = shipped(hw)
     df = pd.DataFrame([{**r.as_dict(), "algo_asked": algo, "proto_asked": proto,
                         "gpus_per_process": gpus_per_process,
                         "hardware": hardware, "hardware_profile": hw.path,
                         # how far published runs like this one were from the model
-                        **lookup(hw.name if shipped and _banded(op, algo, proto) else "", gpus,
+                        **lookup(hw.name if is_shipped and _banded(op, algo, proto) else "", gpus,
                                  hw.node.gpus_per_node, gpus_per_process, r.size_bytes)}
                        for r in results])
     if run is not None:  # the published time where the run measured this size
@@ -132,25 +132,16 @@ def _banded(op: str, algo: str, proto: str) -> bool:
             and proto == "auto")
 
 
-def _shipped(hw) -> bool:
-    """Whether `hw` is the shipped profile of its name (a copy elsewhere, however named, has
-    no published runs of its own)."""
-    try:
-        return load_hardware(hw.name).path == hw.path
-    except UserError:
-        return False
-
-
 def _published(case: str, hw, gpus: int, op: str, algo: str, proto: str,
                gpus_per_process: int | None):
     """The published run, refused where it ran in another setting than the command's (a
     copy of its profile elsewhere, however named, is another setting)."""
     run = published_collective(case)
-    shipped = _shipped(hw)
-    asked = (hw.name if shipped else hw.path, gpus, op, algo,
+    is_shipped = shipped(hw)
+    asked = (hw.name if is_shipped else hw.path, gpus, op, algo,
              run.gpus_per_process if gpus_per_process is None else gpus_per_process)
     ran = (run.hardware, run.gpus, run.op, run.nccl_algo, run.gpus_per_process)
-    if hw.name == run.hardware and not shipped:  # same name, another file
+    if hw.name == run.hardware and not is_shipped:  # same name, another file
         raise UserError(f"--published {case} ran on the shipped {run.hardware} profile; "
                         f"{hw.path} is another file of that name (a copy may differ): give "
                         f"-H {run.hardware}")

@@ -15,6 +15,9 @@ from cli.common import (
     app,
 )
 from profiles import UserError, load_hardware, load_model
+from reports.fidelity import heldout
+from reports.step_fidelity import how_sure
+from reports.step_fidelity import lookup as step_lookup
 from reports.tables import check_format, render
 from simulator.planner import PLAN_SCHEMES, PlanRequest, best_without, plan_training
 
@@ -67,6 +70,15 @@ def plan_cmd(
         df = plan_training(req, progress_total=lambda n: bar.update(task, total=n),
                            progress=lambda n: bar.advance(task, n))
     shown = df.head(top)
+    # how far published steps like each plan were from the model (the planner prices compute
+    # with each profile's own model: no --mfu here); rows name their profile, and two
+    # profiles of one name (a copy beside the shipped one) leave the name without a band
+    names = [hw.name for hw in req.hardware]
+    hardware_of = {hw.name: hw for hw in req.hardware if names.count(hw.name) == 1}
+    shown = shown.assign(**{col: [
+        step_lookup(hardware_of[r.hardware], r.tp, r.pp, r.scheme, None)[col]
+        if r.hardware in hardware_of else empty for r in shown.itertuples()]
+        for col, empty in heldout(None, "heldout_step").items()})
     asked = {"model": model, "hardware_asked": hardware, "schemes_asked": schemes,
              "price_per_gpu_hour": price, "tokens": tokens, "global_batch": req.batch,
              "seq_len": req.seq,
@@ -87,6 +99,10 @@ def plan_cmd(
               + ", ".join(f"{k} {v}" for k, v in asked.items()))
     for reason in df.attrs.get("skipped", []):
         header += f"\nleft out: {reason}"
+    best = df.iloc[0]
+    if best["hardware"] in hardware_of:
+        header += "\ntop plan: " + how_sure(hardware_of[best["hardware"]], best["tp"],
+                                            best["pp"], [best["scheme"]], None)
     if req.quality is not None:
         q = req.quality
         cols += ["quality_tokens_ratio", "hours_to_quality", "cost_to_quality_usd"]

@@ -38,6 +38,8 @@ from cli.common import (
     output_file,
     ran_options,
 )
+from reports.step_fidelity import how_sure
+from reports.step_fidelity import lookup as step_lookup
 from reports.tables import check_format, render
 from simulator.collective import describe
 from simulator.compare import (
@@ -119,6 +121,8 @@ def simulate(
 
     refuse_if_too_big(cfg, scheme)  # a step time for a step no GPU can hold would mislead
     result = simulate_step(cfg, trace=trace is not None)  # a trace shows every micro-batch
+    # how far published steps like this one were from the model
+    sure = step_lookup(cfg.hardware, tp, pp, scheme, cfg.mfu)
     row = {"model": model, "hardware": hardware, "hardware_profile": cfg.hardware.path,
            "gpus": gpus, "scheme": scheme,
            **resolved_scheme(cfg.scheme), "micro_batch": micro_batch, "seq_len": cfg.seq,
@@ -126,7 +130,7 @@ def simulate(
            "tp": tp, **ran_options(parallel, cfg), "dp": cfg.dp,
            "compute_model": compute_model(cfg),
            "grad_dtype": grad_dtype, "param_dtype": param_dtype, "algo": algo,
-           **result.as_dict(), **memory_columns(cfg)}
+           **result.as_dict(), **memory_columns(cfg), **sure}
     if steps:
         mean = run_mean(cfg, steps)
         row.update(run_steps=steps, run_mean_step_s=mean.mean_step_s,
@@ -146,6 +150,7 @@ def simulate(
     print(f"# grad_dtype {grad_dtype}, param_dtype {param_dtype}, attention "
           f"{row.get('attention')}, sequence_parallel {row.get('sequence_parallel')}, "
           f"mfu {row.get('mfu')}, global_batch {cfg.sequences}")
+    print(f"# {how_sure(cfg.hardware, tp, pp, [scheme], cfg.mfu)}")
     for key in ("step_time_s", "compute_s", "compression_s", "tp_comm_s", "exposed_comm_s",
                 "overlapped_comm_s", *(("pipeline_bubble_s",) if pp > 1 else ()),
                 "interference_s"):
@@ -214,6 +219,9 @@ def compare_cmd(
                        grad_dtype, param_dtype, algo, opts, global_batch, extra, lineup,
                        parallel)
     df = compare(cfg, lineup, baseline, steps)
+    # how far published steps like each one were from the model
+    sure = [step_lookup(cfg.hardware, tp, pp, name, cfg.mfu) for name in df["scheme"]]
+    df = pd.concat([df, pd.DataFrame(sure, index=df.index)], axis=1)
     asked = {"model": model, "hardware": hardware, "hardware_profile": cfg.hardware.path,
              "gpus": gpus, "baseline": baseline,
              "micro_batch": micro_batch, "seq_len": cfg.seq, "grad_accum": cfg.accum,
@@ -247,6 +255,7 @@ def compare_cmd(
                   # typed scheme options the rows' own columns carry in csv and json
                   **({"sync": sync} if sync is not None else {}),
                   **({"scheme_options": dict(extra)} if extra else {})}.items()))
+    header += "\n" + how_sure(cfg.hardware, tp, pp, list(df["scheme"]), cfg.mfu)
     if not df["fits_memory"].all():
         header += ("\nfits NO: one GPU cannot hold that configuration; its times are what it "
                    "would take if it could")

@@ -15,10 +15,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from profiles import UserError, load_hardware
+
 BANDS = Path(__file__).resolve().parents[1] / "profiles" / "external" / "fidelity-bands.csv"
 MIB = 2**20
-COLUMNS = ["hardware", "nodes", "launch", "sizes", "rows", "median_abs_err_pct",
-           "max_abs_err_pct", "median_err_pct", "cases"]
+KEYS = ["hardware", "nodes", "launch", "sizes"]
+STATS = ["rows", "median_abs_err_pct", "max_abs_err_pct", "median_err_pct", "cases"]
 
 
 def node_class(gpus: int, gpus_per_node: int) -> str:
@@ -44,6 +46,20 @@ def size_class(size: float) -> str:
     return "<1MiB" if size < MIB else "1-64MiB" if size < 64 * MIB else ">=64MiB"
 
 
+def summarize(held: pd.DataFrame, keys: list[str], err: str) -> pd.DataFrame:
+    """Per group of `keys`: held-out rows, median and max |error| and median signed error (in
+    %, column `err`), and the cases they come from; a group without rows is absent."""
+    rows = []
+    for values, part in held.groupby(keys, sort=True):
+        e = part[err]
+        rows.append({**dict(zip(keys, values, strict=True)), "rows": len(part),
+                     "median_abs_err_pct": round(e.abs().median(), 1),
+                     "max_abs_err_pct": round(e.abs().max(), 1),
+                     "median_err_pct": round(e.median(), 1),
+                     "cases": ";".join(sorted(part["case"].unique()))})
+    return pd.DataFrame(rows, columns=[*keys, *STATS])
+
+
 def bands(df: pd.DataFrame, gpus_per_node: dict[str, int]) -> pd.DataFrame:
     """The bands of the bench's held-out rows (`df`: its predictions, with case, hardware,
     gpus, gpus_per_process, size_bytes, err_pct and held_out)."""
@@ -53,37 +69,46 @@ def bands(df: pd.DataFrame, gpus_per_node: dict[str, int]) -> pd.DataFrame:
     held["launch"] = [launch_class(int(p), s)
                       for p, s in zip(held["gpus_per_process"], held["size_bytes"], strict=True)]
     held["sizes"] = [size_class(s) for s in held["size_bytes"]]
-    rows = []
-    for (hw, nodes, launch, sizes), part in held.groupby(
-            ["hardware", "nodes", "launch", "sizes"], sort=True):
-        err = part["err_pct"]
-        rows.append({"hardware": hw, "nodes": nodes, "launch": launch, "sizes": sizes,
-                     "rows": len(part), "median_abs_err_pct": round(err.abs().median(), 1),
-                     "max_abs_err_pct": round(err.abs().max(), 1),
-                     "median_err_pct": round(err.median(), 1),
-                     "cases": ";".join(sorted(part["case"].unique()))})
-    return pd.DataFrame(rows, columns=COLUMNS)
+    return summarize(held, KEYS, "err_pct")
 
 
-@lru_cache(maxsize=1)
-def _stored() -> dict[tuple[str, str, str, str], dict]:
-    if not BANDS.is_file():
+@lru_cache(maxsize=4)
+def stored(path: Path, keys: tuple[str, ...]) -> dict[tuple[str, ...], dict]:
+    """A shipped band file by its key columns; empty where the file is absent."""
+    if not path.is_file():
         return {}
-    with BANDS.open() as f:
-        return {(r["hardware"], r["nodes"], r["launch"], r["sizes"]): r for r in csv.DictReader(f)}
+    with path.open() as f:
+        return {tuple(r[k] for k in keys): r for r in csv.DictReader(f)}
+
+
+def heldout(band: dict | None, prefix: str = "heldout") -> dict:
+    """A band's figures as output columns: held-out rows, median and max |error| in %, median
+    signed error (negative: the model is fast); empty values where no band is like it."""
+    names = [f"{prefix}_rows", f"{prefix}_median_abs_err_pct", f"{prefix}_max_abs_err_pct",
+             f"{prefix}_median_err_pct"]
+    if band is None:
+        return dict(zip(names, (0, None, None, None), strict=True))
+    return {names[0]: int(band["rows"]), **{
+        name: float(band[col]) for name, col in zip(names[1:], STATS[1:4], strict=True)}}
+
+
+def shipped(hw) -> bool:
+    """Whether `hw` is the shipped profile of its name (a copy elsewhere, however named, has
+    no published runs of its own)."""
+    return _shipped_path(hw.name) == hw.path
+
+
+@lru_cache(maxsize=64)
+def _shipped_path(name: str):
+    try:
+        return load_hardware(name).path
+    except UserError:
+        return None
 
 
 def lookup(hardware: str, gpus: int, gpus_per_node: int, gpus_per_process: int,
            size: float) -> dict:
-    """The band of a call like this one: held-out rows and their median and max |error| in %,
-    and the median signed error (negative: the model is fast); empty values where no
-    published run is like it."""
-    band = _stored().get((hardware, node_class(gpus, gpus_per_node),
-                          launch_class(gpus_per_process, size), size_class(size)))
-    if band is None:
-        return {"heldout_rows": 0, "heldout_median_abs_err_pct": None,
-                "heldout_max_abs_err_pct": None, "heldout_median_err_pct": None}
-    return {"heldout_rows": int(band["rows"]),
-            "heldout_median_abs_err_pct": float(band["median_abs_err_pct"]),
-            "heldout_max_abs_err_pct": float(band["max_abs_err_pct"]),
-            "heldout_median_err_pct": float(band["median_err_pct"])}
+    """The band of a call like this one (`heldout`'s columns)."""
+    return heldout(stored(BANDS, tuple(KEYS)).get((
+        hardware, node_class(gpus, gpus_per_node), launch_class(gpus_per_process, size),
+        size_class(size))))

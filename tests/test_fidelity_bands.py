@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from profiles import load_hardware
-from reports import fidelity
+from reports import fidelity, step_fidelity
 from tests.test_cli import scape
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,3 +60,71 @@ def test_a_call_finds_the_band_of_runs_like_it(capsys, tmp_path):
                            "1GiB", "--format", "json")
     assert code == 0, err
     assert json.loads(out)[0]["heldout_rows"] == 0
+
+
+def _step_bench():
+    spec = importlib.util.spec_from_file_location("fidelity_parallel",
+                                                  REPO / "bench" / "fidelity_parallel.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_shipped_step_bands_are_the_bench_of_this_model():
+    """Regenerate: SCAPE_PROFILE_DIR=profiles python bench/fidelity_parallel.py --bands
+    profiles/external/step-fidelity-bands.csv (a change to the step model or the rows moves
+    them). Only held-out rows count: the calibration rows are in no band."""
+    bench = _step_bench()
+    cases = pd.read_csv(bench.DATA, comment="#")
+    calibration, held = bench.split(cases)
+    df = bench.run(bench.shipped_profiles(cases), held)
+    now = step_fidelity.step_bands(df).reset_index(drop=True)
+    shipped = pd.read_csv(step_fidelity.STEP_BANDS)
+    pd.testing.assert_frame_equal(now, shipped, check_dtype=False)
+    named = ";".join(shipped["cases"]).split(";")
+    assert sorted(named) == sorted(held["case"])
+    assert not set(named) & set(calibration["case"])
+
+
+def test_a_step_finds_the_band_of_published_steps_like_it(capsys, tmp_path):
+    """simulate, compare and plan carry the band of dense steps on the same shipped profile and
+    layout; a typed --mfu, another layout, a compressed scheme or a copy of the profile have
+    none, and the table says why."""
+    band = pd.read_csv(step_fidelity.STEP_BANDS).set_index(["hardware", "layout", "schemes"])
+    rows = int(band.loc[("dgx-h100", "data parallel", "dense"), "rows"])
+    step = ("simulate", "-m", "llama-1.8b", "-g", "32", "--micro-batch", "8")
+
+    def one(*args: str) -> dict:
+        code, out, err = scape(capsys, *step, *args, "--format", "json")
+        assert code == 0, err
+        return json.loads(out)[0]
+
+    assert one("-H", "dgx-h100")["heldout_step_rows"] == rows
+    assert one("-H", "dgx-h100")["heldout_step_max_abs_err_pct"] == pytest.approx(
+        band.loc[("dgx-h100", "data parallel", "dense"), "max_abs_err_pct"])
+    for args in (("--mfu", "0.4"), ("--tp", "2"), ("--scheme", "scape", "--sparsity", "0.99")):
+        assert one("-H", "dgx-h100", *args)["heldout_step_rows"] == 0, args
+    copy = tmp_path / "dgx-h100.toml"
+    copy.write_text((REPO / "profiles" / "hardware" / "dgx-h100.toml").read_text())
+    assert one("-H", str(copy))["heldout_step_rows"] == 0
+    code, out, err = scape(capsys, *step, "-H", "dgx-h100", "--mfu", "0.4")
+    assert code == 0, err
+    assert "how sure: unvalidated: its compute is your --mfu 0.4" in out
+    code, out, err = scape(capsys, "compare", "-m", "llama-1.8b", "-H", "dgx-h100", "-g", "32",
+                           "--micro-batch", "8", "--schemes", "dense-adamw,scape:0.99")
+    assert code == 0, err
+    assert f"how sure: {rows} published dense steps like this one" in out
+    assert "scape:0.99: no published step was held out" in out
+    code, out, err = scape(capsys, "compare", "-m", "llama-1.8b", "-H", "dgx-h100", "-g", "32",
+                           "--micro-batch", "8", "--schemes", "dense-adamw,scape:0.99",
+                           "--format", "json")
+    assert code == 0, err
+    assert {r["scheme"]: r["heldout_step_rows"] for r in json.loads(out)} == {
+        "dense-adams": rows, "dense-adamw": rows, "scape:0.99": 0}
+    code, out, err = scape(capsys, "plan", "-m", "gpt-345m", "--tokens", "1e9", "-H",
+                           "dgx-h100", "--max-gpus", "8", "--schemes", "dense-adams,scape:0.99",
+                           "--top", "3", "--format", "json")
+    assert code == 0, err
+    for r in json.loads(out):
+        plain = r["tp"] == 1 and r["pp"] == 1 and r["scheme"].startswith("dense")
+        assert r["heldout_step_rows"] == (rows if plain else 0), r

@@ -1,0 +1,87 @@
+"""How far the step model is from published training steps like the one asked about: the
+held-out errors of bench/fidelity_parallel.py (issue 18's step times), grouped into bands and
+shown by `scape simulate`, `compare` and `plan` ("how sure is the answer").
+
+A band is (shipped hardware profile, layout, schemes): data parallel only or with tensor or
+pipeline stages (the tensor-parallel all-reduces and the pipeline bubble are what the layout
+adds), and dense schemes, the only ones published runs used. The bench writes the bands to
+profiles/external/step-fidelity-bands.csv (`--bands`); `lookup` reads them. A step priced
+another way than those runs were (a typed --mfu, a profile that is not the shipped one, a
+compressed scheme) has no band, and says so: never a band borrowed from another setting.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from reports.fidelity import heldout, shipped, stored, summarize
+
+STEP_BANDS = (Path(__file__).resolve().parents[1] / "profiles" / "external"
+              / "step-fidelity-bands.csv")
+KEYS = ["hardware", "layout", "schemes"]
+SOURCE = "profiles/external/step-fidelity-bands.csv from bench/fidelity_parallel.py"
+
+
+def layout_class(tp: int, pp: int) -> str:
+    return "data parallel" if tp == 1 and pp == 1 else "tensor/pipeline parallel"
+
+
+def scheme_class(scheme: str) -> str:
+    """Dense schemes differ in how they shard and reduce, which the published runs cover
+    (Megatron's DDP, ZeRO-1, FSDP); every other scheme is its own class."""
+    return "dense" if scheme.startswith("dense") else scheme
+
+
+def step_bands(df: pd.DataFrame) -> pd.DataFrame:
+    """The bands of the bench's held-out rows (`df`: case, hardware, tp, pp, scheme,
+    error_pct, on the shipped profiles)."""
+    held = df.assign(layout=[layout_class(t, p) for t, p in zip(df["tp"], df["pp"],
+                                                                 strict=True)],
+                     schemes=[scheme_class(s) for s in df["scheme"]])
+    return summarize(held, KEYS, "error_pct")
+
+
+def _band(hw, tp: int, pp: int, scheme: str, mfu: float | None) -> tuple[dict | None, str]:
+    """The band of a step like this one, or None and why there is none."""
+    layout = layout_class(tp, pp)
+    if mfu is not None:
+        return None, (f"its compute is your --mfu {mfu:g}; the held-out runs checked the "
+                      "profile's own compute model")
+    if not shipped(hw):
+        return None, f"{hw.path} is not a shipped profile; published runs were checked on those"
+    band = stored(STEP_BANDS, tuple(KEYS)).get((hw.name, layout, scheme_class(scheme)))
+    if band is None and scheme_class(scheme) != "dense":
+        return None, f"no published {scheme} step was held out"
+    if band is None:
+        return None, f"no published step like this one ({hw.name}, {layout}) was held out"
+    return band, f"{band['rows']} published dense steps like this one ({hw.name}, {layout})"
+
+
+def lookup(hw, tp: int, pp: int, scheme: str, mfu: float | None) -> dict:
+    """The band of a step like this one as output columns (`heldout`, prefixed heldout_step)."""
+    return heldout(_band(hw, tp, pp, scheme, mfu)[0], "heldout_step")
+
+
+def how_sure(hw, tp: int, pp: int, schemes: list[str], mfu: float | None) -> str:
+    """One line on how far published steps like these were from the model: the dense band,
+    and which schemes no published run checks (what they add to a dense step: their
+    compression kernels and their own collectives)."""
+    dense, why = _band(hw, tp, pp, "dense", mfu)
+    text = (f"how sure: {why} held out: {_figures(dense)}" if dense is not None
+            else f"how sure: unvalidated: {why}")
+    others = [s for s in schemes if scheme_class(s) != "dense"]
+    if others and (dense is not None or (mfu is None and shipped(hw))):
+        text += (f"; {', '.join(others)}: no published step was held out, so what "
+                 f"{'it adds' if len(others) == 1 else 'they add'} to a dense step is "
+                 "unvalidated")
+    if any(s.startswith("scape") for s in others):
+        text += "; SCAPE's own step times: scape validate --external scape-sc26"
+    return text
+
+
+def _figures(band: dict) -> str:
+    return (f"median |error| {float(band['median_abs_err_pct']):g}%, max "
+            f"{float(band['max_abs_err_pct']):g}%, median {float(band['median_err_pct']):+g}% "
+            f"(-: the model is fast; {SOURCE})")
