@@ -1,6 +1,7 @@
-"""Fidelity of the parallel step model (issue 19, item 6; issue 18, step times): published
-iteration times of Megatron-LM runs with tensor and pipeline parallelism on DGX A100
-(profiles/external/parallel-steps.csv) against `simulate_step` on the dgx-a100 profile.
+"""Fidelity of the step model (issue 19, item 6; issue 18, step times): published iteration
+times (profiles/external/parallel-steps.csv: Megatron-LM with tensor and pipeline parallelism
+on DGX A100, llm.c on A100 and H100, MosaicML's FSDP runs on A100 and H100, FlashAttention-2's
+GPT runs on A100) against `simulate_step` on the dgx-a100 and dgx-h100 profiles.
 
 Forward and backward come from the profile's shapes model ([roofline], constants from
 kernel-level sources and bench/fidelity_gemm.py), communication from the collective and NCCL

@@ -32,9 +32,9 @@ def collective(
     op: OpChoice = typer.Option("all_reduce", "--op",
                            help="all_reduce|reduce_scatter|all_gather|broadcast|all_to_all"),
     algo: AlgoChoice = typer.Option("auto", "--algo",
-                             help="ring|tree|nvls|hierarchical|pairwise|auto (profiles with "
-                                  "[nccl]: what NCCL's tuner picks, like NCCL_ALGO; others: "
-                                  "the fastest in this model)"),
+                             help="the algorithm, as NCCL_ALGO forces it, or auto (profiles "
+                                  "with [nccl]: what NCCL's tuner picks; others: the fastest "
+                                  "in this model)"),
     proto: ProtoChoice = typer.Option("auto", "--proto",
                               help="ll|ll128|simple|auto: the protocol, as NCCL_PROTO forces "
                                    "it (profiles with [nccl]; others run simple)"),

@@ -41,6 +41,7 @@ from cli.common import (
 from reports.step_fidelity import how_sure
 from reports.step_fidelity import lookup as step_lookup
 from reports.tables import check_format, render
+from scape.plan import ALIASES, SCHEMES
 from simulator.collective import describe
 from simulator.compare import (
     DEFAULT_SCHEMES,
@@ -58,9 +59,8 @@ def simulate(
     model: str = STEP_OPTS["model"], hardware: str = STEP_OPTS["hardware"],
     gpus: int = STEP_OPTS["gpus"],
     scheme: str = typer.Option("dense-adams", "--scheme", "-s",
-                               help="dense-adamw|dense-adams|dense-ddp|dense-zero1|dense-zero2|"
-                                    "dense-zero3|quantized|"
-                                    "topk|scalecom|scape, or NAME:VALUE (scape:0.99)"),
+                               help="|".join([*ALIASES, *SCHEMES])
+                               + ", or NAME:VALUE (scape:0.99)"),
     sparsity: float = typer.Option(None, "--sparsity", help="fraction not sent, in [0, 1)"),
     bits: int = typer.Option(None, "--bits", help="quantized: 1, 4, 8, 16 or 32"),
     optimizer: OptimizerChoice = typer.Option(None, "--optimizer", help="adamw|adams"),
@@ -71,8 +71,10 @@ def simulate(
     global_batch: int = typer.Option(None, "--global-batch",
                                      help="sequences per step; sets grad-accum"),
     tp: int = typer.Option(1, "--tp", help="tensor-parallel degree inside a node"),
-    grad_dtype: DtypeChoice = typer.Option("bf16", "--grad-dtype", help="bf16|fp32"),
-    param_dtype: DtypeChoice = typer.Option("bf16", "--param-dtype", help="bf16|fp32"),
+    grad_dtype: DtypeChoice = typer.Option("bf16", "--grad-dtype",
+                                           help="dtype of the gradients reduced"),
+    param_dtype: DtypeChoice = typer.Option("bf16", "--param-dtype",
+                                            help="dtype of the parameters gathered"),
     overlap_grad: bool = typer.Option(None, "--overlap-grad/--no-overlap-grad"),
     overlap_param: bool = typer.Option(None, "--overlap-param/--no-overlap-param"),
     bucket_mb: float = typer.Option(None, "--bucket-mb", help="gradient bucket size, MB"),

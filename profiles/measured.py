@@ -114,7 +114,8 @@ def merge(name: str, tables: dict[str, Any], header: str,
     doc["measured"] = measured
     doc["name"] = name
     parts = [doc.get("measured", {}).get(k) for k in ("network", "device")]
-    doc["description"] = "Measured on this machine: " + "; ".join(p for p in parts if p)
+    doc["description"] = ("Measured on the host that ran scape calibrate: "
+                          + "; ".join(p for p in parts if p))
     top = {k: doc[k] for k in ("name", "description")}
     rest = {k: v for k, v in doc.items() if k not in top}
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -429,7 +429,8 @@ def write_report(out: Path, hardware: str = DEFAULT_HARDWARE,
     sensitivity_figure(sens, files["figure"], hw.name)
     shown = pred[["model", "scheme", "sparsity", "step_time_s", "exposed_comm_s",
                   "speedup_vs_dense_adams", "end_to_end_reduction", "paper_metric",
-                  "paper_value", "table_value", "memory_GB", "fits_memory"]]
+                  "predicted_value", "paper_value", "table_value", "memory_GB",
+                  "fits_memory"]]
     scape_rows = pred[pred["scheme"].str.startswith("scape") & pred["fits_memory"]]
     if scape_rows.empty:  # the answer names a step a GPU can hold
         scape_rows = pred[pred["scheme"].str.startswith("scape")]
