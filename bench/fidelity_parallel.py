@@ -41,8 +41,8 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from cli.common import output_file  # noqa: E402
-from profiles import UserError, load_hardware, load_model  # noqa: E402
+from cli.common import script_outputs  # noqa: E402
+from profiles import load_hardware, load_model  # noqa: E402
 from profiles.models import Arch  # noqa: E402
 from reports.step_fidelity import step_bands  # noqa: E402
 from scape.plan import make_config  # noqa: E402
@@ -226,12 +226,7 @@ def main() -> int:
     if args.bands is not None and args.cases:
         parser.exit(2, f"{parser.prog}: error: --bands counts every held-out case; leave "
                        "--cases out\n")
-    for flag, path in (("--csv", args.csv), ("--bands", args.bands)):
-        if path is not None:  # refused before the work, in one line, as the CLI's outputs are
-            try:
-                output_file(path, flag)
-            except UserError as exc:
-                parser.exit(2, f"{parser.prog}: error: {exc}\n")
+    script_outputs(parser, {"--csv": args.csv, "--bands": args.bands})
     cases = pd.read_csv(DATA, comment="#")
     a100_steps, held = split(cases)
     rows = held[held["case"].str.contains(args.cases)] if args.cases else held

@@ -23,7 +23,6 @@ Usage: python bench/fidelity_public.py [--csv out/fidelity.csv] [--bands PATH]
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -32,8 +31,8 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from cli.common import output_file  # noqa: E402
-from profiles import UserError, load_hardware  # noqa: E402
+from cli.common import script_outputs  # noqa: E402
+from profiles import load_hardware  # noqa: E402
 from profiles.external import default_gpus_per_process  # noqa: E402
 from reports.fidelity import bands  # noqa: E402
 from simulator.collective import sweep  # noqa: E402
@@ -73,16 +72,7 @@ def main() -> int:
     parser.add_argument("--bands", help="write the held-out errors by band here "
                                         "(profiles/external/fidelity-bands.csv is shipped)")
     args = parser.parse_args()
-    if (args.csv is not None and args.bands is not None
-            and os.path.realpath(args.csv) == os.path.realpath(args.bands)):
-        parser.exit(2, f"{parser.prog}: error: --csv and --bands name the same file "
-                       f"({args.csv}); give two\n")
-    for flag, path in (("--csv", args.csv), ("--bands", args.bands)):
-        if path is not None:  # refused before the work, in one line, as the CLI's outputs are
-            try:
-                output_file(path, flag)
-            except UserError as exc:
-                parser.exit(2, f"{parser.prog}: error: {exc}\n")
+    script_outputs(parser, {"--csv": args.csv, "--bands": args.bands})
     rows = pd.read_csv(DATA)
     # a row that does not say how its run was launched (rows in the file's earlier layout, or
     # an empty last field) takes the documented default, and the output says which cases did

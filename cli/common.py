@@ -94,6 +94,25 @@ def output_file(path: str, flag: str) -> Path:
     return p
 
 
+def script_outputs(parser, outputs: dict[str, str | None]) -> None:
+    """A bench script's output files ({flag: path}, None: not given), refused before its work
+    in one line, as the CLI's outputs are: two flags naming one file, or a file `output_file`
+    refuses."""
+    given = {flag: path for flag, path in outputs.items() if path is not None}
+    seen: dict[str, str] = {}
+    for flag, path in given.items():
+        real = os.path.realpath(path)
+        if real in seen:
+            parser.exit(2, f"{parser.prog}: error: {seen[real]} and {flag} name the same file "
+                           f"({path}); give two\n")
+        seen[real] = flag
+    for flag, path in given.items():
+        try:
+            output_file(path, flag)
+        except UserError as exc:
+            parser.exit(2, f"{parser.prog}: error: {exc}\n")
+
+
 def out_folder(out: str | None, default: str) -> Path:
     """--out, or `default` when it was not given (and an error about that folder says so)."""
     if out is None:

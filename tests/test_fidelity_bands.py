@@ -18,9 +18,9 @@ from tests.test_cli import scape
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("fidelity_public",
-                                                  REPO / "bench" / "fidelity_public.py")
+def _bench(name: str = "fidelity_public"):
+    """A bench script as a module (bench/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -62,19 +62,11 @@ def test_a_call_finds_the_band_of_runs_like_it(capsys, tmp_path):
     assert json.loads(out)[0]["heldout_rows"] == 0
 
 
-def _step_bench():
-    spec = importlib.util.spec_from_file_location("fidelity_parallel",
-                                                  REPO / "bench" / "fidelity_parallel.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_shipped_step_bands_are_the_bench_of_this_model():
     """Regenerate: SCAPE_PROFILE_DIR=profiles python bench/fidelity_parallel.py --bands
     profiles/external/step-fidelity-bands.csv (a change to the step model or the rows moves
     them). Only held-out rows count: the calibration rows are in no band."""
-    bench = _step_bench()
+    bench = _bench("fidelity_parallel")
     cases = pd.read_csv(bench.DATA, comment="#")
     calibration, held = bench.split(cases)
     df = bench.run(bench.shipped_profiles(cases), held)
