@@ -106,10 +106,13 @@ def validate_cmd(
                         "sharing one host's cores) to probe against; leave it out")
     probe = probe and bool(hw.slowdown)  # a host shared by ranks: a CPU testbed
     worlds = _rank_counts(nprocs)
+    from scape.netbed import NetbedSpec, check_available
     from scape.train.launch import check_backend
 
     recorded = hw.measured.get("network_netbed", "")
-    measured_on = _netbed(recorded) if recorded.startswith("rate=") else None
+    measured_on = NetbedSpec.recorded(recorded, hw.name) if recorded else None
+    if measured_on is not None:  # the runs go on the profile's own netbed: build it
+        check_available()
     if netbed is not None and measured_on is None:
         # a loopback (or cluster) profile predicts its own links, not a shaped one
         where = ("over loopback" if recorded.startswith("none") else

@@ -129,7 +129,7 @@ ROOFLINE_FIELDS = {
     "source": SOURCE,
 }
 # as the planner's --price-per-gpu-hour (simulator/planner.py MAX_PRICE): far above any rent
-PRICE_FIELDS = {"usd_per_gpu_hour": Field(float, gt=0, le=1e6), "source": SOURCE}
+PRICE_FIELDS = {"usd_per_gpu_hour": Field(float, gt=0, le=1e6, least=1e-6), "source": SOURCE}
 REFERENCE_FIELDS = {
     "ring_allreduce_busbw_GBps": Field(float, gt=0),
     "ring_allreduce_gpus": Field(int, ge=2),
@@ -138,21 +138,47 @@ REFERENCE_FIELDS = {
 # Tables only measured profiles carry (profiles/measured.py, `scape calibrate`).
 COLLECTIVE_FIELDS = {
     "algo": Field(str, nonempty=True),  # how the backend runs it (a simulator algorithm)
-    "efficiency": Field(float, gt=0, le=1),  # of the tier's fitted bandwidth
-    "residual_median_pct": Field(float, ge=0),
-    "residual_max_pct": Field(float, ge=0),
+    "efficiency": Field(float, gt=0, le=1, least=1e-6),  # of the tier's fitted bandwidth
+    "residual_median_pct": Field(float, ge=0, le=1e6),
+    "residual_max_pct": Field(float, ge=0, le=1e6),
 }
 KERNEL_FIELDS = {
-    "fixed_us": Field(float, ge=0),
-    "ns_per_element": Field(float, ge=0),
-    "residual_pct": Field(float, ge=0),
+    "fixed_us": Field(float, ge=0, le=1e7),
+    "ns_per_element": Field(float, ge=0, le=1e9),
+    "residual_pct": Field(float, ge=0, le=1e6),
     # kernels that loop over the model's parameter tensors (scape/calibrate/compute.py
     # PER_TENSOR_KINDS): how many the benchmark had, and what one more costs
     "tensors": Field(int, ge=1, required=False),
-    "per_tensor_us": Field(float, ge=0, required=False),
+    "per_tensor_us": Field(float, ge=0, le=1e7, required=False),
 }
 MEASURED_ONLY = ("measured", "collectives", "kernels", "fwd_bwd", "concurrency", "overlap",
                  "sharing")
+# [measured]: provenance `scape calibrate` writes. The keys code reads are typed (validate,
+# refit and reproduce act on them); the rest are strings for people. A key outside both is a
+# typo of one of them, refused like any unknown key.
+MEASURED_FIELDS = {
+    "network_netbed": Field(str, required=False, nonempty=True),
+    "network_backend": Field(str, required=False, choices=("gloo", "nccl")),
+    "network_share_gpu": Field(bool, required=False),
+    "network_fit_median_residual_pct": Field(float, required=False, ge=0, le=1e6),
+    "compute_model": Field(str, required=False, nonempty=True),
+    "compute_micro_batch": Field(int, required=False, ge=1),
+    "gpu_profile": Field(str, required=False, nonempty=True),
+    **{key: Field(str, required=False) for key in (
+        "network", "network_date", "network_host", "network_device", "network_torch",
+        "network_nprocs", "network_refit", "network_gpu_sharing", "device", "compute_torch",
+        "compute_date", "compute_cuda", "compute_nccl", "compute_driver", "compute_gpu_sharing",
+        "kernel_authors_step", "kernels_note", "driver", "cuda", "torch", "nccl", "python",
+        "date", "host", "command")},
+}
+# the keys of the other measured tables (their lists are checked where they are read)
+MEASURED_KEYS = {
+    "concurrency": ("ranks", "slowdown", "source"),
+    "overlap": ("ranks", "async_interference", "source"),
+    "fwd_bwd": ("model", "micro_batch", "seq_len", "fwd_s", "bwd_s", "total_s", "flops",
+                "source"),
+    "sharing": ("ranks", "elements", "extra_us", "extra_mean_us", "source"),
+}
 TOP_FIELDS = {"name": Field(str, nonempty=True), "description": Field(str, nonempty=True)}
 
 
@@ -448,7 +474,18 @@ def _measured_tables(path, doc: dict[str, Any]) -> dict[str, Any]:
     from simulator.compute import KERNEL_BYTES, OTHER_KINDS
 
     known = {"collectives": list(ALGORITHMS), "kernels": [*KERNEL_BYTES, *OTHER_KINDS]}
-    out: dict[str, Any] = {"measured": dict(doc.get("measured", {}))}
+    for table, keys in MEASURED_KEYS.items():
+        data = doc.get(table, {})
+        if not isinstance(data, dict):
+            raise ProfileError(f"{path}: [{table}]: expected a table, got {data!r}")
+        for key in data:
+            if key not in keys:
+                raise ProfileError(f"{path}: [{table}] {key}: unknown key (allowed: "
+                                   f"{', '.join(keys)})")
+    given = doc.get("measured", {})
+    values = validate_table(path, "measured", given, MEASURED_FIELDS)[0]
+    # only what the file says: a reader's default stands for a key it does not have
+    out: dict[str, Any] = {"measured": {k: v for k, v in values.items() if k in given}}
     for key, fields in (("collectives", COLLECTIVE_FIELDS), ("kernels", KERNEL_FIELDS)):
         out[key] = {}
         for name, table in doc.get(key, {}).items():
@@ -475,22 +512,23 @@ def _measured_tables(path, doc: dict[str, Any]) -> dict[str, Any]:
                 ranks, effs = per_rank.get("ranks"), per_rank.get("efficiencies")
                 if not (isinstance(ranks, list) and isinstance(effs, list)
                         and len(ranks) == len(effs) and len(set(ranks)) == len(ranks)
-                        and all(isinstance(r, int) and r >= 2 for r in ranks)
-                        and all(isinstance(e, int | float) and 0 < e <= 1 for e in effs)):
+                        and all(_count(r) and r >= 2 for r in ranks)
+                        and all(_number(e) and LEAST <= e <= 1 for e in effs)):
                     raise ProfileError(f"{path}: [{key}.{name}] ranks/efficiencies: two lists "
                                        "of equal length, distinct rank counts >= 2, "
-                                       "efficiencies in (0, 1]")
+                                       f"efficiencies in [{LEAST:g}, 1]")
                 out[key][name]["by_ranks"] = dict(zip(ranks, map(float, effs), strict=True))
                 over = per_rank.get("overheads_us", [0.0] * len(ranks))
                 if not (isinstance(over, list) and len(over) == len(ranks)
-                        and all(isinstance(o, int | float) and o >= 0 for o in over)):
-                    raise ProfileError(f"{path}: [{key}.{name}] overheads_us: one number >= 0 "
-                                       "per rank count")
+                        and all(_number(o) and 0 <= o <= MAX_US for o in over)):
+                    raise ProfileError(f"{path}: [{key}.{name}] overheads_us: one number in "
+                                       f"[0, {MAX_US:g}] per rank count")
                 out[key][name]["overhead_s"] = {r: o * 1e-6 for r, o in zip(ranks, over,
                                                                              strict=True)}
     slow = doc.get("concurrency", {}).get("slowdown", [])
-    if not isinstance(slow, list) or not all(_number(x) and x > 0 for x in slow):
-        raise ProfileError(f"{path}: [concurrency] slowdown: must be a list of positive numbers")
+    if not isinstance(slow, list) or not all(_number(x) and LEAST <= x <= 1e6 for x in slow):
+        raise ProfileError(f"{path}: [concurrency] slowdown: must be a list of numbers in "
+                           f"[{LEAST:g}, 1e6] (1: ranks ran as fast as one alone)")
     out["slowdown"] = tuple(float(x) for x in slow)
     overlap = doc.get("overlap", {})
     ranks, values = overlap.get("ranks", []), overlap.get("async_interference", [])
@@ -527,6 +565,12 @@ def _sharing(path, table: dict, kinds: list[str]) -> dict[str, dict[int, float]]
     return out
 
 
+# the floor of a measured rate or share, as the scalar fields' `least` (profiles/schema.py),
+# and the longest one measured call may take (a per-call cost of seconds is a typo of units)
+LEAST = 1e-6
+MAX_US = 1e7
+
+
 def _number(x) -> bool:
     """A finite int or float (TOML booleans are not numbers here)."""
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
@@ -546,9 +590,9 @@ def _model_mfu(path, table: dict | None) -> dict[str, float]:
     for name, value in table.items():
         if name == "source":
             continue
-        if not (_number(value) and 0 < value <= 1):
-            raise ProfileError(f"{path}: [model_mfu] {name}: must be a number in (0, 1], got "
-                               f"{value!r}")
+        if not (_number(value) and LEAST <= value <= 1):
+            raise ProfileError(f"{path}: [model_mfu] {name}: must be a number in [{LEAST:g}, 1] "
+                               f"(an MFU this small is a typo), got {value!r}")
         out[name] = float(value)
     return out
 
@@ -559,12 +603,13 @@ def _curve(path, table: str, curve: dict) -> dict:
         return {}
     sizes, seconds = curve.get("sizes"), curve.get("seconds")
     ok = (isinstance(sizes, list) and isinstance(seconds, list) and len(sizes) == len(seconds)
-          and len(sizes) >= 2 and all(isinstance(x, int | float) and x > 0
-                                      for x in [*sizes, *seconds])
+          and len(sizes) >= 2 and all(_number(x) and x > 0 for x in sizes)
+          and all(_number(x) and LEAST * 1e-6 <= x <= MAX_US * 1e-6 for x in seconds)
           and all(a < b for a, b in itertools.pairwise(sizes)))
     if not ok:
-        raise ProfileError(f"{path}: [{table}] sizes/seconds: must be two lists of positive "
-                           "numbers of equal length, sizes increasing")
+        raise ProfileError(f"{path}: [{table}] sizes/seconds: must be two lists of equal "
+                           "length, sizes positive and increasing, seconds in "
+                           f"[{LEAST * 1e-6:g}, {MAX_US * 1e-6:g}]")
     return {"sizes": tuple(sizes), "seconds": tuple(seconds)}
 
 

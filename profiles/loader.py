@@ -65,7 +65,11 @@ def read_toml(path: Path) -> dict[str, Any]:
             if len(data) > MAX_PROFILE_BYTES:
                 raise ProfileError(f"{path}: larger than {MAX_PROFILE_BYTES >> 20} MiB; a "
                                    "profile is a small TOML file")
-            return tomllib.loads(data.decode("utf-8"))
+            # utf-8-sig: a byte-order mark some editors write is not part of the text
+            return tomllib.loads(data.decode("utf-8-sig"))
+    except RecursionError:  # tomllib recurses into nested arrays and inline tables
+        raise ProfileError(f"{path}: not valid TOML here: arrays or tables nested too deeply "
+                           "for the reader (a profile nests two or three levels)") from None
     except FileNotFoundError:
         raise ProfileError(f"{path}: no such file") from None
     except IsADirectoryError:

@@ -25,7 +25,8 @@ SCHEME_FIELDS = {
     "sparsity": Field(float, ge=0, le=1), "lr": Field(float, gt=0), "seeds": Field(int, ge=1),
     "final_val_loss": Field(float, gt=0), "gap_pct": Field(float),
     "mean_bytes_ratio": Field(float, gt=0),
-    "tokens_ratio": Field(float, gt=0, required=False),  # absent: never reached
+    # absent: never reached; a scheme cannot need a millionth of dense AdamS's tokens
+    "tokens_ratio": Field(float, gt=0, least=1e-6, required=False),
     "reached": Field(bool, required=False),
 }
 
@@ -68,9 +69,18 @@ class QualityStudy:
 def parse_quality(path: Path | str, doc: dict) -> QualityStudy:
     top = {k: v for k, v in doc.items() if k != "scheme"}
     values, _ = validate_table(path, "", top, STUDY_FIELDS)
+    from scape.plan import ALIASES, SCHEMES  # the names a plan can ask a study about
+
+    tables = doc.get("scheme", [])
+    if not isinstance(tables, list):
+        raise ProfileError(f"{path}: scheme: must be [[scheme]] tables, one per scheme, got "
+                           f"{tables!r}")
     entries = []
-    for i, table in enumerate(doc.get("scheme", [])):
+    for i, table in enumerate(tables):
         e, _ = validate_table(path, f"scheme #{i + 1}", table, SCHEME_FIELDS)
+        if e["scheme"] not in (*ALIASES, *SCHEMES):
+            raise ProfileError(f"{path}: [scheme #{i + 1}] scheme: unknown scheme "
+                               f"{e['scheme']!r} (known: {', '.join([*ALIASES, *SCHEMES])})")
         reached = e.pop("reached")
         if (e["tokens_ratio"] is None) == (reached is None or reached):
             raise ProfileError(f"{path}: [scheme #{i + 1}] gives tokens_ratio, or reached = "

@@ -309,7 +309,11 @@ def measured_compute(hw: HardwareProfile, compute_profile: str) -> tuple[Hardwar
         raise UserError(f"--compute-profile {compute_profile}: its [measured] table names no "
                         "gpu_profile (the shipped profile of the GPU it measured, whose "
                         "datasheet peak turns its speed into an MFU)")
-    ref = load_hardware(ref_name)
+    try:
+        ref = load_hardware(ref_name)
+    except UserError as exc:
+        raise UserError(f"--compute-profile {compute_profile}: its [measured] gpu_profile "
+                        f"{ref_name!r} is no hardware profile here ({exc})") from None
     mfus = {}
     for s in SETTINGS:
         timed = s.model in m.model_mfu or m.measured.get("compute_model") == s.model
@@ -318,6 +322,11 @@ def measured_compute(hw: HardwareProfile, compute_profile: str) -> tuple[Hardwar
                             f"backward of {s.model}; run scape calibrate compute --model "
                             f"{s.model} there")
         mfus[s.model] = m.mfu_for(s.model) * m.gpu.peak_bf16_tflops / ref.gpu.peak_bf16_tflops
+        if mfus[s.model] > 1:  # faster than the named GPU's datasheet: not that GPU
+            raise UserError(f"--compute-profile {compute_profile}: {s.model} ran at "
+                            f"{mfus[s.model]:,.2f}x the datasheet peak of its [measured] "
+                            f"gpu_profile {ref_name} ({ref.gpu.peak_bf16_tflops:g} TFLOP/s); "
+                            "that names another GPU than the one it measured")
     return replace(hw, model_mfu={**hw.model_mfu, **mfus}), mfus
 
 

@@ -79,6 +79,19 @@ class NetbedSpec:
                             f"{fields['delay']!r}")
         return cls(rate, delay)
 
+    @classmethod
+    def recorded(cls, text: str, profile: str) -> NetbedSpec | None:
+        """The netbed a measured profile's [measured] network_netbed names (None: loopback,
+        "none ..."); a damaged value is refused as the profile's, not as a typed --netbed."""
+        if text.startswith("none"):
+            return None
+        try:
+            return cls.parse(text)
+        except UserError as exc:
+            raise UserError(f"profile {profile}: [measured] network_netbed {text!r} is no "
+                            f"netbed `scape calibrate` writes ({str(exc).removeprefix('--')}); "
+                            "calibrate the profile again") from None
+
     def __str__(self) -> str:
         return f"rate={self.rate_mbit:g}mbit,delay={self.delay_ms:g}ms"
 

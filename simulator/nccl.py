@@ -33,6 +33,7 @@ TUNED_ALGOS = ("ring", "tree", "nvls", "nvls_tree", "collnet_direct")
 # Collectives NCCL's tuner chooses for; all-to-all is point-to-point sends (Simple, no tuning)
 TUNED_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 AUTO_PROTO = "auto"
+NVLS_ARITY = 32  # NCCL_MAX_NVLS_ARITY
 
 
 @lru_cache(maxsize=1)
@@ -136,8 +137,12 @@ def available(op: str, algo: str, proto: str, m: Machine) -> bool:
         return op == "all_reduce"
     if algo in ("nvls", "nvls_tree") and m.channels < 2:  # NCCL skips NVLS graphs of 1 channel
         return False
+    # one multicast group holds at most NCCL_MAX_NVLS_ARITY GPUs of a node (device.h, 32;
+    # profiles/external/research/nccl-tuning.md), one node's or each node's in a tree
+    if algo in ("nvls", "nvls_tree") and m.ppn > NVLS_ARITY:
+        return False
     if algo == "nvls":  # Simple only; one node (NVLS across nodes needs CollNet)
-        return (m.nvls and proto == "simple" and m.nodes == 1 and m.ranks <= 32
+        return (m.nvls and proto == "simple" and m.nodes == 1
                 and op in ("all_reduce", "all_gather", "reduce_scatter"))
     if algo == "nvls_tree":  # NVLS inside each node, a tree between nodes
         return m.nvls and proto == "simple" and m.nodes > 1 and op == "all_reduce"
@@ -331,6 +336,9 @@ def choose(op: str, size: float, m: Machine, algos: tuple[str, ...] | None = Non
         why = [text for cond, text in (
             (asked & {"nvls", "nvls_tree"} and not m.nvls and m.switch_nvls,
              f"NVLS runs on 3 or more GPUs of a node (here {m.ppn:g})"),
+            (asked & {"nvls", "nvls_tree"} and m.ppn > NVLS_ARITY,
+             f"NVLS holds at most {NVLS_ARITY} GPUs of a node (NCCL_MAX_NVLS_ARITY; here "
+             f"{m.ppn:g})"),
             (asked & {"nvls", "nvls_tree"} and not m.switch_nvls,
              "NVLS: the profile's [nccl] nvls is false, or its nodes have no NVSwitch"),
             ("nvls" in asked and m.nvls and m.nodes > 1,

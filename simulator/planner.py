@@ -181,11 +181,12 @@ def gpu_counts(hw: HardwareProfile, max_gpus: int) -> list[int]:
 
 def layouts(req: PlanRequest, hw: HardwareProfile, gpus: int):
     """(tp, pp, schedule, chunks) a job of `gpus` GPUs can take: tensor parallelism inside a
-    node dividing the heads, pipeline stages that leave whole tensor-parallel groups and at
+    node dividing the heads and the sequence (sequence parallelism, on with tensor
+    parallelism, splits it), pipeline stages that leave whole tensor-parallel groups and at
     least a layer per model chunk."""
     n_layers = req.model.arch.n_layers
     for tp in (t for t in (1, 2, 4, 8) if hw.node.gpus_per_node % t == 0
-               and req.model.arch.splits_over(t) and t <= gpus):
+               and req.model.arch.splits_over(t) and req.seq % t == 0 and t <= gpus):
         for pp in PIPELINE_DEGREES:
             if gpus % (tp * pp) or pp > n_layers:
                 continue

@@ -1014,3 +1014,81 @@ def test_tables_keep_small_quantities_and_signed_zeros():
     text = render(df, "table", floatfmt={"cost": "{:,.0f}", "err": "{:+.1f}"})
     cells = [line.split() for line in text.splitlines()[1:]]
     assert cells == [["0.0004", "+0.0"], ["12", "+0.0"], ["0", "+0.0"], ["0", "+3.0"]]
+
+
+def _edited(tmp_path: Path, shipped: str, old: str, new: str) -> Path:
+    """A copy of a shipped profile (profiles/<shipped>) with one line replaced."""
+    text = (Path(__file__).resolve().parents[1] / "profiles" / shipped).read_text()
+    assert old in text, old
+    path = tmp_path / Path(shipped).name
+    path.write_text(text.replace(old, new, 1))
+    return path
+
+
+@pytest.mark.parametrize(("shipped", "old", "new", "match"), [
+    ("measured/netbed-1gbit.toml", 'network_netbed = "rate=1000mbit,delay=0ms"',
+     "network_netbed = 7", "[measured] network_netbed: expected str"),
+    ("measured/netbed-1gbit.toml", "compute_micro_batch = 16", 'compute_micro_batch = "abc"',
+     "[measured] compute_micro_batch: expected an integer"),
+    ("measured/h100-2026-11-26.toml", "network_share_gpu = true", 'network_share_gpu = "no"',
+     "[measured] network_share_gpu: expected bool"),
+    ("measured/netbed-1gbit.toml", "[concurrency]\n", "[concurrency]\nslowdwon = [1.0]\n",
+     "[concurrency] slowdwon: unknown key"),
+    ("measured/netbed-1gbit.toml", "network_host =", 'netwrok_backend = "gloo"\nnetwork_host =',
+     "[measured] netwrok_backend: unknown key"),
+    ("hardware/dgx-h100.toml", "[gpu]\n", "[gpu]\nsms_source = " + "[" * 500 + "]" * 500
+     + "\n", "nested too deeply"),
+    ("hardware/dgx-h100.toml", "[price]\nusd_per_gpu_hour = 6.155",
+     "[price]\nusd_per_gpu_hour = 1e-300", "usd_per_gpu_hour: must be >= 1e-06"),
+])
+def test_session_fifteen_profile_contents_refused(capsys, tmp_path, shipped, old, new, match):
+    """Round 9 (a probe of hostile profile files): what a file holds is checked where it is
+    read, in one line naming the file, table and key, before any command uses it."""
+    path = _edited(tmp_path, shipped, old, new)
+    code, _out, err = scape(capsys, "profiles", "check", str(path))
+    _refused(code, err, match)
+
+
+def test_session_fifteen_measured_lists_and_files(capsys, tmp_path):
+    """Measured lists take finite values with the scalars' floors (an inf kernel time printed
+    an infinite step, exit 0); a profile's own netbed is blamed on the profile, not on a
+    --netbed never typed; a BOM is not TOML's business; a study names known schemes."""
+    source = Path(__file__).resolve().parents[1] / "profiles" / "measured" / "netbed-1gbit.toml"
+    bad = _edited(tmp_path, "measured/netbed-1gbit.toml", "0.01499870100087719]", "inf]")
+    code, _out, err = scape(capsys, "simulate", "-m", "gpt-345m", "-H", str(bad), "-g", "3",
+                            "-s", "dense-adamw")
+    _refused(code, err, "sizes/seconds: must be two lists")
+    netbed = _edited(tmp_path, "measured/netbed-1gbit.toml", '"rate=1000mbit,delay=0ms"',
+                     '"rate=garbage"')
+    code, _out, err = scape(capsys, "validate", "--profile", str(netbed), "--steps", "3",
+                            "--nprocs", "2")
+    _refused(code, err, "profile netbed-1gbit: [measured] network_netbed 'rate=garbage'")
+    bom = tmp_path / "bom" / "dgx-h100.toml"
+    bom.parent.mkdir()
+    bom.write_bytes(b"\xef\xbb\xbf" + (source.parents[1] / "hardware" / "dgx-h100.toml")
+                    .read_bytes())
+    code, out, err = scape(capsys, "profiles", "check", str(bom))
+    assert "valid hardware profile" in out
+    assert code == 0, err
+    study = (source.parents[1] / "quality" / "convergence-protocol.toml").read_text()
+    typo = tmp_path / "typo.toml"
+    typo.write_text(study.replace('scheme = "scape"', 'scheme = "scpae"', 1))
+    code, _out, err = scape(capsys, "plan", "-m", "tiny-gpt", "-t", "1e8", "-H", "dgx-h100",
+                            "--quality", str(typo))
+    _refused(code, err, "unknown scheme 'scpae'")
+
+
+def test_session_fifteen_plans_and_nvls(capsys, tmp_path):
+    """A model whose sequence tensor parallelism cannot split plans on the layouts that can
+    (plan has no --seq-len or --no-sequence-parallel to offer); NVLS holds at most 32 GPUs of a
+    node, across nodes too (a 72-GPU node had 2 nodes 19x faster than one)."""
+    model = _edited(tmp_path, "models/gpt-345m.toml", "seq_len = 1024", "seq_len = 1020")
+    code, out, err = scape(capsys, "plan", "-m", str(model), "-t", "1e9", "-H", "dgx-h100",
+                           "--max-gpus", "16", "--top", "100000", "--format", "json")
+    assert code == 0, err
+    assert {r["tp"] for r in json.loads(out)} == {1, 2, 4}  # 1020 splits over 2 and 4, not 8
+    big = _edited(tmp_path, "hardware/dgx-b200.toml", "gpus_per_node = 8",
+                  "gpus_per_node = 72")
+    code, _out, err = scape(capsys, "collective", "-H", str(big), "-g", "144", "--sizes",
+                            "1MiB", "--algo", "nvls_tree")
+    _refused(code, err, "NVLS holds at most 32 GPUs of a node")

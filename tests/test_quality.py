@@ -54,7 +54,7 @@ def test_refuses_an_entry_that_says_neither(tmp_path):
     path.write_text('study = "s"\ncommand = "c"\ndate = "d"\nmodel = "m"\ncorpus = "c"\n'
                     "tokens_per_step = 1\nsteps = 1\ndense_adams_lr = 0.1\n"
                     "dense_adams_final_val_loss = 1.0\ndense_adams_steps_to_quality = 1.0\n"
-                    '[[scheme]]\nscheme = "x"\nvariant = "v"\nsparsity = 0.5\nlr = 0.1\n'
+                    '[[scheme]]\nscheme = "topk"\nvariant = "v"\nsparsity = 0.5\nlr = 0.1\n'
                     "seeds = 1\nfinal_val_loss = 1.0\ngap_pct = 0.0\nmean_bytes_ratio = 1.0\n")
     with pytest.raises(ProfileError, match="tokens_ratio, or reached = false"):
         load_quality(str(path))

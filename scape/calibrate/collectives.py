@@ -342,12 +342,16 @@ def refit(name: str):
     if not path.exists() or not sweep_csv.exists():
         raise UserError(f"refit {name}: needs {path} and the sweep beside it, {sweep_csv.name} "
                         "(written by scape calibrate collectives --out NAME)")
+    from profiles import load_hardware
+
+    load_hardware(str(path))  # the profile as every command reads it: refused whole, if damaged
     measured = read_toml(path).get("measured", {})
     netbed = measured.get("network_netbed")
     if netbed is None:
         raise UserError(f"refit {name}: its [measured] table has no network_netbed: not a "
                         "profile scape calibrate collectives wrote")
-    burst = 0 if netbed.startswith("none") else NetbedSpec.parse(netbed).burst_bytes
+    spec = NetbedSpec.recorded(netbed, name)
+    burst = 0 if spec is None else spec.burst_bytes
     try:
         df = pd.read_csv(sweep_csv)
     except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as exc:
