@@ -16,7 +16,7 @@ from cli.common import (
     app,
 )
 from profiles import check_profile, find, names
-from reports.tables import check_format, render
+from reports.tables import check_format, render, visible
 
 profiles_app = StrictTyper(help="List, show and check hardware and model profiles.",
                            no_args_is_help=True, rich_markup_mode=None)
@@ -40,7 +40,11 @@ def profiles_list(fmt: Format3 = typer.Option("table", "--format", help="table|c
     for base in (ROOT, user_dir()):
         for path in sorted((base / "measured").glob("*.toml")):
             name = f"measured/{path.stem}"
-            if name in seen:  # the shipped one is found first, as -H finds it
+            if name in seen:  # the shipped one is found first, as -H finds it: said, not lost
+                if path.resolve() != (ROOT / "measured" / path.name).resolve():
+                    rows.append({"kind": "measured", "name": str(path), "description":
+                                 f"HIDDEN: {name} names the shipped profile of that name; "
+                                 f"use this one by its path, or rename it"})
                 continue
             seen.add(name)
             try:
@@ -65,7 +69,7 @@ def profiles_show(
     if fmt == "json":
         print(json.dumps(data, indent=2))
         return
-    print(f"{kind} profile {prof.name}: {prof.description}\n  file: {prof.path}")
+    print(visible(f"{kind} profile {prof.name}: {prof.description}") + f"\n  file: {prof.path}")
     for key, value in data.items():
         if isinstance(value, dict):
             # a table the profile does not fill (a shipped profile's measured-only tables) is
@@ -77,12 +81,12 @@ def profiles_show(
                 continue
             print(f"[{key}]")
             for k, v in items.items():
-                print(f"  {k} = {v}")
+                print(visible(f"  {k} = {v}"))
             for k, v in sources.items():
-                print(f"  {k}_source = {v}")
+                print(visible(f"  {k}_source = {v}"))
         elif key not in ("name", "description", "path") and value is not None:
             is_count = isinstance(value, int) and not isinstance(value, bool)
-            print(f"{key} = {value:,}" if is_count else f"{key} = {value}")
+            print(f"{key} = {value:,}" if is_count else visible(f"{key} = {value}"))
 
 
 @profiles_app.command("check")
@@ -92,4 +96,7 @@ def profiles_check(path: str = typer.Argument(..., help="path to a profile TOML 
     # a path that exists is checked as that file; anything else as the name -H / -m take
     kind, prof = check_profile(path) if Path(path).exists() or not path.strip() else find(path)
     extra = f", {prof.n_params:,} parameters" if kind == "model" else ""
-    print(f"ok: {path} is a valid {kind} profile ({prof.name}{extra})")
+    where = "" if Path(path).resolve() == Path(prof.path).resolve() else f" ({prof.path})"
+    what = f"{kind} profile" if kind != "quality study" else kind
+    name = prof.study if kind == "quality study" else prof.name
+    print(f"ok: {path}{where} is a valid {what} ({name}{extra})")

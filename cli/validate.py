@@ -132,12 +132,19 @@ def validate_cmd(
         # the prediction is the profile's: a run on another link would not test it
         raise UserError(f"--netbed {netbed}: {hw.name} was measured on {recorded}; validate it "
                         f"there (leave --netbed out), or calibrate a profile on {netbed}")
+    typed_model = model is not None
     model = hw.measured.get("compute_model", "tiny-gpt") if model is None else model
     if micro_batch is None:
         micro_batch = int(hw.measured.get("compute_micro_batch", 16))
     elif micro_batch < 1:
         raise UserError(f"--micro-batch must be at least 1, got {micro_batch}")
-    load_model(model)
+    try:
+        load_model(model)
+    except UserError as exc:  # the profile's model, not one typed: say whose it is
+        if typed_model:
+            raise
+        raise UserError(f"profile {hw.name}: [measured] compute_model {model!r}: {exc}; give "
+                        "--model") from None
     configs = [(s, parse_scheme(s)) for s in _names(schemes, "--schemes")]
     dest = out_folder(out, f"out/validate/{Path(hw.path).stem}")
     dest.mkdir(parents=True, exist_ok=True)

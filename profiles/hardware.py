@@ -618,6 +618,15 @@ def _cross_check(path, hw: HardwareProfile) -> None:
     if hw.compute.mfu is None and hw.roofline is None:
         raise ProfileError(f"{path}: [compute] mfu: required unless the profile has a "
                            "[roofline] table (forward and backward from shapes)")
+    if hw.nic.burst_bytes and not hw.collectives:  # it would be read by nothing
+        raise ProfileError(f"{path}: [nic] burst_bytes: the token bucket of a netbed link, read "
+                           "only with the collectives a netbed profile measured "
+                           "([collectives.*], scape calibrate collectives --netbed); remove it")
+    if hw.compute.mfu is not None and hw.roofline is not None:  # it would be read by nothing
+        raise ProfileError(f"{path}: [compute] mfu: a profile with a [roofline] table prices "
+                           "forward and backward from shapes and never reads it; remove one "
+                           "(an MFU for particular models goes in [model_mfu], which "
+                           "[roofline] leaves in force)")
     r = hw.roofline
     if r is not None and (r.attn_flash2_fwd_fraction is None) != (
             r.attn_flash2_bwd_fraction is None):

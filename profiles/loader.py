@@ -32,10 +32,12 @@ def user_dir() -> Path:
     ~/.local/share/scape-costmodel/profiles (never inside the installed package)."""
     import os
 
+    # "~" as a shell would have expanded it: a quoted SCAPE_PROFILE_DIR='~/x' is no folder
+    # named "~" in the current directory
     if os.environ.get("SCAPE_PROFILE_DIR"):
-        return Path(os.environ["SCAPE_PROFILE_DIR"])
+        return Path(os.environ["SCAPE_PROFILE_DIR"]).expanduser()
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "scape-costmodel" / "profiles"
+    return Path(base).expanduser() / "scape-costmodel" / "profiles"
 
 
 @dataclass(frozen=True)
@@ -101,10 +103,12 @@ def _resolve(kind: Kind, name_or_path: str | Path) -> Path:
     text = str(name_or_path)
     if text.endswith(".toml") or "/" in text:
         path = Path(text)
-        if not text.endswith(".toml") and not path.exists():
+        named = not text.endswith(".toml") and not path.exists()
+        if named:
             path = Path(text + ".toml")  # measured/NAME names profiles/measured/NAME.toml
-        if not path.is_absolute() and not path.exists():
-            # built-in first, then the user's measured profiles
+        if not path.is_absolute() and (named or not path.exists()):
+            # a name (measured/NAME): built-in first, then the user's measured profiles, as
+            # `profiles show` finds it; a file of that name here only after them
             for base in (ROOT, user_dir()):
                 if (base / path).exists():
                     path = base / path
@@ -159,17 +163,21 @@ def load_model(name_or_path: str | Path) -> ModelProfile:
 
 
 def kind_of(path: Path, doc: dict[str, Any]) -> Kind:
-    """Tell a hardware from a model profile: by its folder, else by its tables."""
-    for kind in KINDS.values():
-        if path.resolve().parent.name == kind.folder:
-            return kind
+    """Tell a hardware from a model profile: by its tables ([arch] is a model's, [gpu] or [nic]
+    a hardware profile's), else by its folder (a file with neither is checked as its folder's
+    kind, whose errors then name what is missing). The tables come first: a copy kept in a
+    folder named for the other kind is still what it holds."""
     if "arch" in doc:
         return KINDS["model"]
     if "gpu" in doc or "nic" in doc:
         return KINDS["hardware"]
+    for kind in KINDS.values():
+        if path.resolve().parent.name == kind.folder:
+            return kind
     raise ProfileError(
         f"{path}: cannot tell the profile kind: a hardware profile has [gpu], [node], "
-        "[intra_node], [nic] and [fabric]; a model profile has [arch]"
+        "[intra_node], [nic] and [fabric]; a model profile has [arch]; a convergence study "
+        "(plan --quality) has study and [[scheme]]"
     )
 
 
@@ -178,7 +186,12 @@ def check_profile(path: str | Path) -> tuple[str, Any]:
     if not str(path).strip():
         raise ProfileError("no profile file given: give the path of a TOML file")
     path = Path(path)
-    kind = kind_of(path, read_toml(path))
+    doc = read_toml(path)
+    if "study" in doc and "scheme" in doc:  # a convergence study (plan --quality) reads so
+        from profiles.quality import parse_quality
+
+        return "quality study", parse_quality(path, doc)
+    kind = kind_of(path, doc)
     return kind.name, _parse(kind, path)
 
 

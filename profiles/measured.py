@@ -28,11 +28,13 @@ def folder() -> Path:
     return FOLDER if FOLDER is not None else user_dir() / "measured"
 
 
-def path_of(name: str, option: str = "--out") -> Path:
+def path_of(name: str, option: str = "--out", create: bool = True) -> Path:
     """Where `calibrate --out NAME` writes. A name a built-in measured profile has is refused
     unless the user folder is that folder (SCAPE_PROFILE_DIR=profiles in a checkout): the
     built-in would be found first and hide the new measurement. `option`: the flag that gave
-    the name, as the refusals say it (`calibrate refit --profile`)."""
+    the name, as the refusals say it (`calibrate refit --profile`). `create`: make the folder
+    and test that it takes a file now (a new measurement); False for a profile that must
+    already be there (a refit), which leaves no folder behind when it is not."""
     if (not name or "/" in name or name.startswith((".", "-")) or name != name.strip()
             or not name.isprintable()):
         raise UserError(f"{option} must be a plain profile name like netbed-100mbit, got {name!r}")
@@ -55,6 +57,8 @@ def path_of(name: str, option: str = "--out") -> Path:
         raise UserError(f"{option} {name}: a built-in measured profile has that name ({shipped}) "
                         f"and is found before the user's; set SCAPE_PROFILE_DIR={ROOT} to "
                         "rewrite it in this checkout, or use another name")
+    if not create:
+        return path
     try:  # the folder it goes in, made and written now, before minutes of measuring
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=path.parent):

@@ -152,6 +152,9 @@ def require_tables(
 ) -> None:
     """Every table in `required` is present; no table outside required | optional is."""
     for name in doc:
+        if name in required | optional and not isinstance(doc[name], dict):
+            raise ProfileError(f"{path}: [{name}] must be a table ([{name}] and its keys "
+                               f"below it), got {name} = {doc[name]!r}")
         if isinstance(doc[name], dict) and name not in required | optional:
             allowed = ", ".join(sorted(required | optional))
             raise ProfileError(f"{path}: [{name}]: unknown table (allowed: {allowed})")

@@ -380,6 +380,10 @@ def write_report(out: Path, hardware: str = DEFAULT_HARDWARE,
     computation times."""
     refuse_special_files(out)
     hw = load_hardware(hardware)
+    g = hw.node.gpus_per_node
+    if g < GPUS and GPUS % g:  # the paper's count is fixed: say so, not "got 32"
+        raise UserError(f"-H {hardware}: the paper's setting runs {GPUS} GPUs, which nodes of "
+                        f"{g} GPUs do not make up; give a profile whose nodes divide {GPUS}")
     if compute_profile is not None:
         measured_hw, mfus = measured_compute(hw, compute_profile)
     out.mkdir(parents=True, exist_ok=True)

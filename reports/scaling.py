@@ -41,14 +41,25 @@ class Sweep:
 
     @classmethod
     def full(cls, node: int) -> Sweep:
-        ladder = tuple(g for g in (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
-                       if g % node == 0 or (g < node and node % g == 0))
+        ladder = _ladder((8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384), node, 2)
         return cls(ladder, ladder, ladder)
 
     @classmethod
     def quick(cls, node: int) -> Sweep:
-        ladder = tuple(g for g in (8, 64, 512, 4096) if g % node == 0 or node % g == 0)
+        ladder = _ladder((8, 64, 512, 4096), node, 8)
         return cls(ladder, ladder[-2:], ladder[-2:])
+
+
+def _ladder(counts: tuple[int, ...], node: int, step: int) -> tuple[int, ...]:
+    """The GPU counts of a sweep on nodes of `node` GPUs: those of `counts` whole nodes make
+    up (or that divide one node); on nodes of a size that is no power of two, also whole
+    nodes times powers of `step` up to the largest count, so that a node of 72 GPUs sweeps
+    72, 144, ... rather than the one count it divides."""
+    fits = {g for g in counts if g % node == 0 or (g < node and node % g == 0)}
+    if node & (node - 1) == 0:
+        return tuple(sorted(fits))
+    nodes = {node * step**k for k in range(16) if node * step**k <= counts[-1]}
+    return tuple(sorted(fits | nodes))
 
 
 @dataclass(frozen=True)
@@ -387,7 +398,9 @@ def write_report(model: str, hardware: str, out: Path, quick: bool = False,
     table.columns.name = None  # the pivot's "scheme" label is not a column
     md += ["## Speedup table", "", markdown(table, "{:.2f}"), ""]
     all_csv = out / "all_points.csv"
-    df.to_csv(all_csv, index=False)
+    # counts stay counts where a point that fits nowhere left them blank (pandas made them float)
+    df.astype({c: "Int64" for c in ("gpus", "tp", "grad_accum", "global_batch")
+               if c in df}).to_csv(all_csv, index=False)
     md += [f"All points: [{all_csv.name}]({all_csv.name})", ""]
     files["all_csv"] = all_csv
     files["markdown"] = out / "scaling.md"

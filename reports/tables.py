@@ -16,12 +16,18 @@ FORMATS = ("table", "csv", "json")
 
 
 def git_revision() -> str:
-    """The short git revision of this code (not of the caller's directory), or "unknown"."""
+    """The short git revision of this code (not of the caller's directory), "+dirty" when its
+    tracked files differ from that revision (the output came from code no commit holds), or
+    "unknown"."""
+    here = Path(__file__).parent
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True, cwd=Path(__file__).parent).stdout.strip()
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, check=True, cwd=here).stdout.strip()
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                                 capture_output=True, text=True, check=True, cwd=here).stdout
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+    return rev + ("+dirty" if changed.strip() else "")
 
 
 OUTPUT_SUFFIXES = (".csv", ".png", ".md", ".html", ".json")
@@ -71,6 +77,14 @@ def _formatted(form: str, v) -> str:
     return form.format(0.0) if text.startswith("-") and reads_zero(text) else text
 
 
+def visible(text: str) -> str:
+    """`text` with its control characters escaped (a newline or an ESC sequence in a profile's
+    description would break a table's rows or drive the terminal)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def render(df: pd.DataFrame, fmt: str, *, floatfmt: dict[str, str] | None = None,
            header: str = "") -> str:
     """The frame as `table` (aligned text, with `header` lines prefixed by '#'; a missing
@@ -84,7 +98,7 @@ def render(df: pd.DataFrame, fmt: str, *, floatfmt: dict[str, str] | None = None
     floatfmt = floatfmt or {}
     cells = {
         col: [_MISSING if _missing(v) else _formatted(floatfmt[col], v) if col in floatfmt
-              else str(v) for v in df[col]]
+              else visible(str(v)) for v in df[col]]
         for col in df.columns
     }
     widths = {c: max(len(c), *(len(x) for x in cells[c])) if len(df) else len(c) for c in cells}

@@ -25,6 +25,7 @@ from simulator.collectives import (
 )
 from simulator.flows import FlowNetwork
 from simulator.network import Demand, Topology, build_topology
+from simulator.units import never_zero
 
 MAX_GPUS = 1 << 20  # a sane upper bound: the largest clusters have ~10^5 GPUs
 
@@ -355,12 +356,15 @@ def sweep(
 
 def describe(topo: Topology) -> str:
     """One line on the topology a result was simulated on."""
+    def rate(bps: float) -> str:  # a slow link's rate is not 0.0 GB/s
+        return never_zero(f"{bps / 1e9:.1f}", bps / 1e9)
+
     intra = ""
     if topo.gpus_per_node > 1:
-        intra = f"intra-node {topo.intra_Bps / 1e9:.1f} GB/s per GPU, "
+        intra = f"intra-node {rate(topo.intra_Bps)} GB/s per GPU, "
     text = (
         f"{topo.gpus} GPUs of {topo.name}: {topo.nodes} node(s) x {topo.gpus_per_node} GPU(s), "
-        f"{intra}{topo.nics_per_node} NIC(s)/node x {topo.nic_Bps / 1e9:.1f} GB/s"
+        f"{intra}{topo.nics_per_node} NIC(s)/node x {rate(topo.nic_Bps)} GB/s"
     )
     if topo.nodes > 1:
         text += f", {topo.leaves} leaf switch(es) of {topo.nodes_per_leaf} nodes"

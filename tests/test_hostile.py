@@ -1092,3 +1092,81 @@ def test_session_fifteen_plans_and_nvls(capsys, tmp_path):
     code, _out, err = scape(capsys, "collective", "-H", str(big), "-g", "144", "--sizes",
                             "1MiB", "--algo", "nvls_tree")
     _refused(code, err, "NVLS holds at most 32 GPUs of a node")
+
+
+def test_session_fifteen_values_read_by_nothing_and_where_files_are(capsys, tmp_path,
+                                                                   monkeypatch):
+    """A profile value nothing reads is refused (an MFU beside [roofline], a netbed bucket on
+    a cluster profile); a file is what its tables say wherever it is kept; measured/NAME is the
+    same file for -H and for `profiles show` whatever the current directory holds; a
+    description's control characters are escaped; a study is checked as a study."""
+    for shipped, old, new, match in (
+            ("hardware/dgx-h100.toml", "[compute]\n", "[compute]\nmfu = 0.05\n",
+             "[compute] mfu: a profile with a [roofline] table"),
+            ("hardware/dgx-h100.toml", "[nic]\n", "[nic]\nburst_bytes = 1e9\n",
+             "[nic] burst_bytes: the token bucket of a netbed link"),
+            ("hardware/dgx-h100.toml", "[gpu]\n", "[gpu_tables]\n",
+             "[gpu] must be a table")):
+        path = _edited(tmp_path, shipped, old, new)
+        if new.startswith("[gpu_tables]"):  # gpu as a key, not a table
+            path.write_text("gpu = [1, 2]\n" + path.read_text())
+        code, _out, err = scape(capsys, "profiles", "check", str(path))
+        _refused(code, err, match)
+    kept = tmp_path / "models"
+    kept.mkdir()
+    (kept / "dgx-h100.toml").write_bytes(
+        (Path(__file__).resolve().parents[1] / "profiles" / "hardware" / "dgx-h100.toml")
+        .read_bytes())
+    code, out, err = scape(capsys, "profiles", "check", str(kept / "dgx-h100.toml"))
+    assert code == 0 and "valid hardware profile" in out, err
+    here = tmp_path / "cwd"
+    shadow = _edited(tmp_path, "measured/netbed-1gbit.toml", "[nic]\n", "[nic]\n")
+    (here / "measured").mkdir(parents=True)
+    shadow.rename(here / "measured" / "netbed-1gbit.toml")
+    monkeypatch.chdir(here)
+    code, out, err = scape(capsys, "collective", "-H", "measured/netbed-1gbit", "-g", "2",
+                           "--sizes", "1MiB")
+    assert code == 0, err
+    shipped = Path(__file__).resolve().parents[1] / "profiles" / "measured" / "netbed-1gbit.toml"
+    assert f"# profile {shipped}" in out
+    code, out, err = scape(capsys, "profiles", "check", "measured/netbed-1gbit")
+    assert code == 0 and str(shipped) in out, err
+    escaped = _edited(tmp_path, "hardware/dgx-h100.toml", 'description = "',
+                      'description = "line1\\nline2 \\u001b[31m')
+    code, out, err = scape(capsys, "profiles", "show", str(escaped))
+    assert code == 0 and "line1\\nline2 \\x1b[31m" in out and "\x1b" not in out, err
+    study = shipped.parents[1] / "quality" / "convergence-protocol.toml"
+    code, out, err = scape(capsys, "profiles", "check", str(study))
+    assert code == 0 and "valid quality study" in out, err
+
+
+def test_session_fifteen_refusals_name_their_source(capsys, tmp_path, monkeypatch):
+    """A refit of no profile makes no folder; a quoted ~ in SCAPE_PROFILE_DIR is the home
+    folder; the paper's fixed 32 GPUs (nodes of 24 cannot make them) and a profile's own
+    model are named as such; a slow
+    link's rate is not printed as 0.0 GB/s; nodes of 72 GPUs sweep 72, 144, ... GPUs."""
+    from profiles.loader import user_dir
+    from reports.scaling import Sweep
+
+    monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path / "new"))
+    code, _out, err = scape(capsys, "calibrate", "refit", "--profile", "nosuch")
+    _refused(code, err, "refit nosuch: needs")
+    assert not (tmp_path / "new").exists()
+    monkeypatch.setenv("SCAPE_PROFILE_DIR", "~/scape-profiles")
+    assert user_dir() == Path.home() / "scape-profiles"
+    monkeypatch.delenv("SCAPE_PROFILE_DIR")
+    big = _edited(tmp_path, "hardware/dgx-h100.toml", "gpus_per_node = 8",
+                  "gpus_per_node = 24")
+    code, _out, err = scape(capsys, "reproduce", "-H", str(big), "--out", str(tmp_path / "r"))
+    _refused(code, err, "the paper's setting runs 32 GPUs, which nodes of 24 GPUs")
+    model = _edited(tmp_path, "measured/netbed-1gbit.toml", 'compute_model = "tiny-gpt"',
+                    'compute_model = "nosuch"')
+    code, _out, err = scape(capsys, "validate", "--profile", str(model), "--steps", "3",
+                            "--nprocs", "2")
+    _refused(code, err, "profile netbed-1gbit: [measured] compute_model 'nosuch'")
+    slow = _edited(tmp_path, "hardware/dgx-h100.toml", "bw_Gbps = 400.0", "bw_Gbps = 0.000001")
+    code, out, err = scape(capsys, "collective", "-H", str(slow), "-g", "16", "--sizes",
+                           "1MiB")
+    assert code == 0 and "x 0.0 GB/s" not in out.splitlines()[0], err
+    assert Sweep.full(72).gpus[:3] == (8, 72, 144)
+    assert Sweep.full(8).gpus[0] == 8 and 72 not in Sweep.full(8).gpus

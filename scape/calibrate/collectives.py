@@ -337,7 +337,7 @@ def refit(name: str):
     from scape.netbed import NetbedSpec
     from simulator.fit import fit_tier
 
-    path = path_of(name, option="--profile")
+    path = path_of(name, option="--profile", create=False)
     sweep_csv = path.with_suffix(".collectives.csv")
     if not path.exists() or not sweep_csv.exists():
         raise UserError(f"refit {name}: needs {path} and the sweep beside it, {sweep_csv.name} "
@@ -368,8 +368,16 @@ def refit(name: str):
                             f"{str(bad)!r}, not a number")
         df[col] = values
     df = df[["op", "size_bytes", "world", "seconds", *(
-        c for c in ("min_s", "max_s", "algbw_GBps", "busbw_GBps") if c in df.columns)]].copy()
-    fit = fit_tier(df[["op", "size_bytes", "world", "seconds"]].to_dict("records"), burst)
+        c for c in ("min_s", "max_s") if c in df.columns)]].copy()
+    try:
+        fit = fit_tier(df[["op", "size_bytes", "world", "seconds"]].to_dict("records"), burst)
+    except UserError as exc:  # a damaged row: say which file holds it
+        raise UserError(f"refit {name}: {sweep_csv.name}: {exc}") from None
+    # the rates as the times give them (the file's own columns may be stale or edited)
+    known = df["op"].isin(list(WIRE_FACTOR))
+    df["algbw_GBps"] = df["size_bytes"] / df["seconds"] / 1e9
+    df["busbw_GBps"] = [a * WIRE_FACTOR[op](int(w)) if ok else float("nan") for a, op, w, ok
+                        in zip(df["algbw_GBps"], df["op"], df["world"], known, strict=True)]
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     how = (f"refitted by scape calibrate refit on {when} from {sweep_csv.name} (measured "
            f"{measured.get('network_date', 'on an unrecorded date')})")
