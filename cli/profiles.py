@@ -48,7 +48,9 @@ def profiles_list(fmt: Format3 = typer.Option("table", "--format", help="table|c
                 continue
             seen.add(name)
             try:
-                description = check_profile(path)[1].description
+                kind, prof = check_profile(path)
+                description = (prof.description if kind == "hardware" else
+                               f"INVALID: a {kind}, not a measured hardware profile")
             except ProfileError as exc:
                 description = f"INVALID: {exc}"
             rows.append({"kind": "measured", "name": name, "description": description})
@@ -68,6 +70,11 @@ def profiles_show(
         data["n_params"] = prof.n_params
     if fmt == "json":
         print(json.dumps(data, indent=2))
+        return
+    if kind == "quality study":  # a study's entries, one line each
+        print(visible(f"{kind} {prof.study}: {prof.model} on {prof.corpus}, {prof.steps} "
+                      f"steps, {prof.date}") + f"\n  file: {prof.path}")
+        print(render(pd.DataFrame(data["entries"]), "table"))
         return
     print(visible(f"{kind} profile {prof.name}: {prof.description}") + f"\n  file: {prof.path}")
     for key, value in data.items():

@@ -41,7 +41,7 @@ from cli.common import (
 from reports.step_fidelity import how_sure
 from reports.step_fidelity import lookup as step_lookup
 from reports.tables import check_format, render
-from scape.plan import ALIASES, SCHEMES
+from scape.plan import scheme_names
 from simulator.collective import describe
 from simulator.compare import (
     DEFAULT_SCHEMES,
@@ -59,8 +59,7 @@ def simulate(
     model: str = STEP_OPTS["model"], hardware: str = STEP_OPTS["hardware"],
     gpus: int = STEP_OPTS["gpus"],
     scheme: str = typer.Option("dense-adams", "--scheme", "-s",
-                               help="|".join([*ALIASES, *SCHEMES])
-                               + ", or NAME:VALUE (scape:0.99)"),
+                               help=scheme_names("|") + ", or NAME:VALUE (scape:0.99)"),
     sparsity: float = typer.Option(None, "--sparsity", help="fraction not sent, in [0, 1)"),
     bits: int = typer.Option(None, "--bits", help="quantized: 1, 4, 8, 16 or 32"),
     optimizer: OptimizerChoice = typer.Option(None, "--optimizer", help="adamw|adams"),

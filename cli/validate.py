@@ -111,8 +111,6 @@ def validate_cmd(
 
     recorded = hw.measured.get("network_netbed", "")
     measured_on = NetbedSpec.recorded(recorded, hw.name) if recorded else None
-    if measured_on is not None:  # the runs go on the profile's own netbed: build it
-        check_available()
     if netbed is not None and measured_on is None:
         # a loopback (or cluster) profile predicts its own links, not a shaped one
         where = ("over loopback" if recorded.startswith("none") else
@@ -148,6 +146,9 @@ def validate_cmd(
     configs = [(s, parse_scheme(s)) for s in _names(schemes, "--schemes")]
     dest = out_folder(out, f"out/validate/{Path(hw.path).stem}")
     dest.mkdir(parents=True, exist_ok=True)
+    if netbed is None and measured_on is not None:  # the runs go on the profile's own netbed
+        check_available(f"validate a profile measured without one ({hw.name} was measured on "
+                        f"{recorded})")
     for world in worlds:  # fail fast, before any run
         for _, cfg in configs:
             v.predict(hw, model, cfg, world, micro_batch)

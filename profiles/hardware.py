@@ -479,13 +479,10 @@ def _measured_tables(path, doc: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(data, dict):
             raise ProfileError(f"{path}: [{table}]: expected a table, got {data!r}")
         for key in data:
-            if key not in keys:
+            if key not in keys and key.removesuffix("_source") not in keys:
                 raise ProfileError(f"{path}: [{table}] {key}: unknown key (allowed: "
-                                   f"{', '.join(keys)})")
-    given = doc.get("measured", {})
-    values = validate_table(path, "measured", given, MEASURED_FIELDS)[0]
-    # only what the file says: a reader's default stands for a key it does not have
-    out: dict[str, Any] = {"measured": {k: v for k, v in values.items() if k in given}}
+                                   f"{', '.join(keys)}, each with its _source)")
+    out: dict[str, Any] = {"measured": measured_provenance(path, doc)}
     for key, fields in (("collectives", COLLECTIVE_FIELDS), ("kernels", KERNEL_FIELDS)):
         out[key] = {}
         for name, table in doc.get(key, {}).items():
@@ -542,6 +539,20 @@ def _measured_tables(path, doc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def measured_provenance(path, doc: dict[str, Any]) -> dict[str, Any]:
+    """A measured profile's [measured] table, checked (MEASURED_FIELDS, and a `kernel_<kind>`
+    note per kernel kind `calibrate compute --kinds` timed): only the keys the file has, so
+    that a reader's default stands for a key it lacks. Also what `calibrate refit` reads of a
+    profile that has its network tables only."""
+    from simulator.compute import KERNEL_BYTES, OTHER_KINDS
+
+    fields = {**MEASURED_FIELDS, **{f"kernel_{k}": Field(str, required=False)
+                                    for k in (*KERNEL_BYTES, *OTHER_KINDS)}}
+    given = doc.get("measured", {})
+    values = validate_table(path, "measured", given, fields)[0]
+    return {k: v for k, v in values.items() if k in given}
+
+
 def _sharing(path, table: dict, kinds: list[str]) -> dict[str, dict[int, float]]:
     """[sharing]: ranks = [r, ...] and extra_us = {kind = [us per call at each r]}."""
     if not table:
@@ -592,7 +603,7 @@ def _model_mfu(path, table: dict | None) -> dict[str, float]:
             continue
         if not (_number(value) and LEAST <= value <= 1):
             raise ProfileError(f"{path}: [model_mfu] {name}: must be a number in [{LEAST:g}, 1] "
-                               f"(an MFU this small is a typo), got {value!r}")
+                               f"(a share of the GPU's peak), got {value!r}")
         out[name] = float(value)
     return out
 

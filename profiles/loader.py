@@ -103,12 +103,14 @@ def _resolve(kind: Kind, name_or_path: str | Path) -> Path:
     text = str(name_or_path)
     if text.endswith(".toml") or "/" in text:
         path = Path(text)
-        named = not text.endswith(".toml") and not path.exists()
-        if named:
+        bare = not text.endswith(".toml") and not path.exists()
+        if bare:
             path = Path(text + ".toml")  # measured/NAME names profiles/measured/NAME.toml
+        # measured/NAME is a name: built-in first, then the user's measured profiles, as
+        # `profiles show` finds it, and a file of that name here only after them; any other
+        # path is that file, or else one of those folders'
+        named = bare and text.startswith("measured/")
         if not path.is_absolute() and (named or not path.exists()):
-            # a name (measured/NAME): built-in first, then the user's measured profiles, as
-            # `profiles show` finds it; a file of that name here only after them
             for base in (ROOT, user_dir()):
                 if (base / path).exists():
                     path = base / path
@@ -214,7 +216,8 @@ def find(name: str) -> tuple[str, Any]:
     for kind in KINDS.values():
         if folder in ("", kind.folder) and (ROOT / kind.folder / f"{stem}.toml").exists():
             return kind.name, _load_cached(kind.name, ROOT / kind.folder / f"{stem}.toml")
-    for base in (ROOT, user_dir()):  # measured/NAME, as -H takes it: built-in, then the user's
+    # measured/NAME, as -H takes it: built-in, then the user's, then a file of that name here
+    for base in (ROOT, user_dir(), Path(".")):
         if folder and (base / f"{name}.toml").is_file():
             return check_profile(base / f"{name}.toml")
     known = ", ".join(n for k in KINDS for n in names(k))

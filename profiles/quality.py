@@ -69,7 +69,7 @@ class QualityStudy:
 def parse_quality(path: Path | str, doc: dict) -> QualityStudy:
     top = {k: v for k, v in doc.items() if k != "scheme"}
     values, _ = validate_table(path, "", top, STUDY_FIELDS)
-    from scape.plan import ALIASES, SCHEMES  # the names a plan can ask a study about
+    from scape.plan import ALIASES, SCHEMES, scheme_names  # the names a plan can ask about
 
     tables = doc.get("scheme", [])
     if not isinstance(tables, list):
@@ -80,7 +80,7 @@ def parse_quality(path: Path | str, doc: dict) -> QualityStudy:
         e, _ = validate_table(path, f"scheme #{i + 1}", table, SCHEME_FIELDS)
         if e["scheme"] not in (*ALIASES, *SCHEMES):
             raise ProfileError(f"{path}: [scheme #{i + 1}] scheme: unknown scheme "
-                               f"{e['scheme']!r} (known: {', '.join([*ALIASES, *SCHEMES])})")
+                               f"{e['scheme']!r} (known: {scheme_names()})")
         reached = e.pop("reached")
         if (e["tokens_ratio"] is None) == (reached is None or reached):
             raise ProfileError(f"{path}: [scheme #{i + 1}] gives tokens_ratio, or reached = "

@@ -53,12 +53,13 @@ class Sweep:
 def _ladder(counts: tuple[int, ...], node: int, step: int) -> tuple[int, ...]:
     """The GPU counts of a sweep on nodes of `node` GPUs: those of `counts` whole nodes make
     up (or that divide one node); on nodes of a size that is no power of two, also whole
-    nodes times powers of `step` up to the largest count, so that a node of 72 GPUs sweeps
-    72, 144, ... rather than the one count it divides."""
+    nodes times powers of `step` up to the first at or past the largest count, so that a node
+    of 72 GPUs sweeps 72, 144, ... rather than the one count it divides."""
     fits = {g for g in counts if g % node == 0 or (g < node and node % g == 0)}
     if node & (node - 1) == 0:
         return tuple(sorted(fits))
-    nodes = {node * step**k for k in range(16) if node * step**k <= counts[-1]}
+    # whole nodes up to the first count at or past the largest one: as far as 8-GPU nodes go
+    nodes = {node * step**k for k in range(32) if node * step ** (k - 1) < counts[-1]}
     return tuple(sorted(fits | nodes))
 
 

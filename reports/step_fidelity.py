@@ -50,7 +50,8 @@ def _band(hw, tp: int, pp: int, scheme: str, mfu: float | None) -> tuple[dict | 
         return None, (f"its compute is your --mfu {mfu:g}; the held-out runs checked the "
                       "profile's own compute model")
     if not shipped(hw):
-        return None, f"{hw.path} is not a shipped profile; published runs were checked on those"
+        return None, (f"no published step ran on {hw.path}; the bands are of the shipped "
+                      "hardware profiles")
     band = stored(STEP_BANDS, tuple(KEYS)).get((hw.name, layout, scheme_class(scheme)))
     if band is None and scheme_class(scheme) != "dense":
         return None, f"no published {scheme} step was held out"
@@ -72,7 +73,7 @@ def how_sure(hw, tp: int, pp: int, schemes: list[str], mfu: float | None) -> str
     text = (f"how sure: {why} held out: {_figures(dense)}" if dense is not None
             else f"how sure: unvalidated: {why}")
     others = [s for s in schemes if scheme_class(s) != "dense"]
-    if others and (dense is not None or (mfu is None and shipped(hw))):
+    if others and (dense is not None or why.startswith("no published step like")):
         text += (f"; {', '.join(others)}: no published step was held out, so what "
                  f"{'it adds' if len(others) == 1 else 'they add'} to a dense step is "
                  "unvalidated")

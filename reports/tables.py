@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import subprocess
+import unicodedata
 from pathlib import Path
 
 import pandas as pd
@@ -82,7 +83,8 @@ def visible(text: str) -> str:
     description would break a table's rows or drive the terminal)."""
     if text.isprintable():
         return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    # control characters only: a no-break or thin space from a pasted source stays as it is
+    return "".join(repr(c)[1:-1] if unicodedata.category(c) == "Cc" else c for c in text)
 
 
 def render(df: pd.DataFrame, fmt: str, *, floatfmt: dict[str, str] | None = None,

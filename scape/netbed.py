@@ -109,15 +109,16 @@ class NetbedSpec:
         return max(2 * 1514, int(self.rate_Bps * 5e-4))
 
 
-def check_available() -> None:
-    """Refuse in one line where namespaces cannot be built."""
+def check_available(why: str = "drop --netbed") -> None:
+    """Refuse in one line where namespaces cannot be built; `why`: what else the user can do
+    (a typed --netbed can be dropped; a profile measured on a netbed runs on one)."""
     if os.geteuid() != 0:
-        raise UserError("the netbed needs root (network namespaces and tc); run as root or "
-                        "drop --netbed")
+        raise UserError(f"the netbed needs root (network namespaces and tc); run as root or "
+                        f"{why}")
     missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
     if missing:
         raise UserError(f"the netbed needs the {' and '.join(missing)} command(s) "
-                        f"(iproute2); install iproute2 or drop --netbed")
+                        f"(iproute2); install iproute2 or {why}")
 
 
 def _sh(*args: str) -> None:

@@ -497,8 +497,9 @@ ALIASES: dict[str, dict] = {
 }
 
 
-def scheme_names() -> str:
-    return ", ".join([*SCHEMES, *ALIASES])
+def scheme_names(sep: str = ", ") -> str:
+    """Every name a scheme goes by: the paper's baseline aliases first, then the schemes."""
+    return sep.join([*ALIASES, *SCHEMES])
 
 
 def make_config(name: str, **options) -> SchemeConfig:

@@ -137,9 +137,10 @@ def available(op: str, algo: str, proto: str, m: Machine) -> bool:
         return op == "all_reduce"
     if algo in ("nvls", "nvls_tree") and m.channels < 2:  # NCCL skips NVLS graphs of 1 channel
         return False
-    # one multicast group holds at most NCCL_MAX_NVLS_ARITY GPUs of a node (device.h, 32;
-    # profiles/external/research/nccl-tuning.md), one node's or each node's in a tree
-    if algo in ("nvls", "nvls_tree") and m.ppn > NVLS_ARITY:
+    # NVLS all-gather and reduce-scatter hold at most NCCL_MAX_NVLS_ARITY GPUs of a node
+    # (device.h, 32); all-reduce runs on any number (enqueue.cc updateCollCostTable: "func !=
+    # ncclFuncAllReduce && localRanks > NCCL_MAX_NVLS_ARITY"; research/nccl-tuning.md)
+    if algo in ("nvls", "nvls_tree") and op != "all_reduce" and m.ppn > NVLS_ARITY:
         return False
     if algo == "nvls":  # Simple only; one node (NVLS across nodes needs CollNet)
         return (m.nvls and proto == "simple" and m.nodes == 1
@@ -336,9 +337,9 @@ def choose(op: str, size: float, m: Machine, algos: tuple[str, ...] | None = Non
         why = [text for cond, text in (
             (asked & {"nvls", "nvls_tree"} and not m.nvls and m.switch_nvls,
              f"NVLS runs on 3 or more GPUs of a node (here {m.ppn:g})"),
-            (asked & {"nvls", "nvls_tree"} and m.ppn > NVLS_ARITY,
-             f"NVLS holds at most {NVLS_ARITY} GPUs of a node (NCCL_MAX_NVLS_ARITY; here "
-             f"{m.ppn:g})"),
+            (asked & {"nvls", "nvls_tree"} and op != "all_reduce" and m.ppn > NVLS_ARITY,
+             f"NVLS all-gather and reduce-scatter hold at most {NVLS_ARITY} GPUs of a node "
+             f"(NCCL_MAX_NVLS_ARITY; here {m.ppn:g})"),
             (asked & {"nvls", "nvls_tree"} and not m.switch_nvls,
              "NVLS: the profile's [nccl] nvls is false, or its nodes have no NVSwitch"),
             ("nvls" in asked and m.nvls and m.nodes > 1,

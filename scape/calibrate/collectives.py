@@ -342,10 +342,11 @@ def refit(name: str):
     if not path.exists() or not sweep_csv.exists():
         raise UserError(f"refit {name}: needs {path} and the sweep beside it, {sweep_csv.name} "
                         "(written by scape calibrate collectives --out NAME)")
-    from profiles import load_hardware
+    from profiles.hardware import measured_provenance
 
-    load_hardware(str(path))  # the profile as every command reads it: refused whole, if damaged
-    measured = read_toml(path).get("measured", {})
+    # its [measured] table as every command checks it (a profile of collectives alone has no
+    # [gpu] or [compute] for a whole load to accept)
+    measured = measured_provenance(path, read_toml(path))
     netbed = measured.get("network_netbed")
     if netbed is None:
         raise UserError(f"refit {name}: its [measured] table has no network_netbed: not a "
