@@ -40,7 +40,12 @@ def step_bands(df: pd.DataFrame) -> pd.DataFrame:
     held = df.assign(layout=[layout_class(t, p) for t, p in zip(df["tp"], df["pp"],
                                                                  strict=True)],
                      schemes=[scheme_class(s) for s in df["scheme"]])
-    return summarize(held, KEYS, "error_pct")
+    bands = summarize(held, KEYS, "error_pct")
+    # the job sizes the runs had: a band of 8-64 GPU runs says nothing of 4,096
+    sizes = held.groupby(KEYS)["gpus"].agg(lambda g: f"{g.min()}-{g.max()}")
+    bands.insert(len(KEYS), "gpus", [sizes[tuple(k)] for k in bands[KEYS].itertuples(
+        index=False)])
+    return bands
 
 
 def _band(hw, tp: int, pp: int, scheme: str, mfu: float | None) -> tuple[dict | None, str]:
@@ -57,7 +62,8 @@ def _band(hw, tp: int, pp: int, scheme: str, mfu: float | None) -> tuple[dict | 
         return None, f"no published {scheme} step was held out"
     if band is None:
         return None, f"no published step like this one ({hw.name}, {layout}) was held out"
-    return band, f"{band['rows']} published dense steps like this one ({hw.name}, {layout})"
+    return band, (f"{band['rows']} published dense steps like this one ({hw.name}, {layout}, "
+                  f"runs of {band['gpus']} GPUs)")
 
 
 def lookup(hw, tp: int, pp: int, scheme: str, mfu: float | None) -> dict:
