@@ -487,7 +487,7 @@ MAX_STEPS = 10**12
 
 
 def _run_steps(run_steps: int | None, density_warmup: int | None,
-               dense_steps: int | None = None) -> int | None:
+               dense_steps: int | None = None, shape: str | None = None) -> int | None:
     """Steps to average over: --run-steps, else the schedule itself (what the dense steps and
     warm-up cost while they last; the authors' scripts warm up over 10k of 100k iterations),
     else none (steady step only)."""
@@ -498,6 +498,13 @@ def _run_steps(run_steps: int | None, density_warmup: int | None,
             raise UserError(f"{flag} must be at most {MAX_STEPS:.0e} steps, got {value}")
     if run_steps is not None and run_steps < 1:
         raise UserError(f"--run-steps must be positive, got {run_steps}")
+    if shape is not None and not density_warmup:  # a shape of no warm-up would be dropped
+        raise UserError(f"--density-shape {shape}: the shape of a density warm-up; give "
+                        "--density-warmup W too")
+    if dense_steps and not density_warmup and run_steps is None:
+        raise UserError(f"--density-dense-steps {dense_steps} without a warm-up: the run to "
+                        "average over would be the dense steps alone; give --run-steps (longer) "
+                        "or --density-warmup")
     schedule = (density_warmup or 0) + (dense_steps or 0)
     if run_steps is not None and schedule > run_steps:
         raise UserError(f"--run-steps {run_steps} ends before the density schedule does "

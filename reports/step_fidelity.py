@@ -61,9 +61,11 @@ def _band(hw, tp: int, pp: int, scheme: str, mfu: float | None) -> tuple[dict | 
     if band is None and scheme_class(scheme) != "dense":
         return None, f"no published {scheme} step was held out"
     if band is None:
-        return None, f"no published step like this one ({hw.name}, {layout}) was held out"
-    return band, (f"{band['rows']} published dense steps like this one ({hw.name}, {layout}, "
-                  f"runs of {band['gpus']} GPUs)")
+        return None, (f"no published step on this profile and layout ({hw.name}, {layout}) "
+                      "was held out")
+    return band, (f"{band['rows']} published dense steps on this profile and layout "
+                  f"({hw.name}, {layout}, runs of {band['gpus']} GPUs, each with its own model, "
+                  "batch and attention kernel)")
 
 
 def lookup(hw, tp: int, pp: int, scheme: str, mfu: float | None) -> dict:
@@ -79,7 +81,7 @@ def how_sure(hw, tp: int, pp: int, schemes: list[str], mfu: float | None) -> str
     text = (f"how sure: {why} held out: {_figures(dense)}" if dense is not None
             else f"how sure: unvalidated: {why}")
     others = [s for s in schemes if scheme_class(s) != "dense"]
-    if others and (dense is not None or why.startswith("no published step like")):
+    if others and (dense is not None or why.startswith("no published step on this")):
         text += (f"; {', '.join(others)}: no published step was held out, so what "
                  f"{'it adds' if len(others) == 1 else 'they add'} to a dense step is "
                  "unvalidated")

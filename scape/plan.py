@@ -475,6 +475,12 @@ OPTION_SCHEMES: dict[str, tuple[str, ...]] = {
     **{name: ("scape-partitioned",) for name in PARTITIONED_OPTIONS},
     **{name: ("scape",) for name in AUTHORS_OPTIONS},
     "lowpass_beta": ("scalecom",),
+    # the schemes whose collectives a flag moves: ZeRO-3 gathers and reduces on its own
+    # schedule, and the sparse and quantized schemes send after backward, once the whole
+    # gradient is there to select from or quantize (their dense fallbacks, sparsity 0 and
+    # bits at the gradient's width, are dense-ddp's)
+    "overlap_grad_reduce": ("dense-ddp", "dense-zero1", "dense-zero2"),
+    "overlap_param_gather": ("dense-zero1", "dense-zero2", "scape-partitioned"),
 }
 
 
@@ -487,6 +493,8 @@ def flag(option: str) -> str:
     """The command-line flag of a SchemeConfig option."""
     if option == "density_warmup_steps":
         return "--density-warmup"
+    if option in ("overlap_grad_reduce", "overlap_param_gather"):  # --overlap-grad/--no-...
+        return "--" + option.replace("_", "-").rsplit("-", 1)[0]
     return "--" + option.replace("_", "-")
 
 

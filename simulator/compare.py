@@ -37,9 +37,10 @@ DEFAULT_SPARSITY = 0.99  # the SCAPE paper's headline setting, when none is give
 def resolved_scheme(cfg: SchemeConfig) -> dict:
     """The options a scheme ran with, for every output: its family, sparsity, bits, optimizer,
     overlap and buckets, and its variant's options."""
+    # an overlap flag the scheme does not read is None: nothing of it overlaps either way
     out = {"scheme_name": cfg.scheme, "sparsity": cfg.sparsity, "optimizer": cfg.optimizer,
-           "overlap_grad_reduce": cfg.overlap_grad_reduce,
-           "overlap_param_gather": cfg.overlap_param_gather,
+           **{o: getattr(cfg, o) if cfg.scheme in OPTION_SCHEMES[o] else None
+              for o in ("overlap_grad_reduce", "overlap_param_gather")},
            "bucket_MB": None if cfg.bucket_bytes is None else cfg.bucket_bytes / 1e6}
     if cfg.scheme in BITS_SCHEMES:
         out["bits"] = cfg.bits

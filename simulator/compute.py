@@ -145,6 +145,9 @@ def fwd_bwd(
         head_fwd_s=head[0], head_bwd_s=head[1], how=how, parts=parts)
 
 
+OPTIMIZER_SIBLING = {"optimizer_adamw": "optimizer_adams", "optimizer_adams": "optimizer_adamw"}
+
+
 def kernel_time(kind: str, elements: float, hw: HardwareProfile,
                 tensors: int | None = None) -> float:
     """Seconds for a memory-bound kernel over `elements` values: the measured constants of a
@@ -152,6 +155,14 @@ def kernel_time(kind: str, elements: float, hw: HardwareProfile,
     kernel that loops over `tensors` parameter tensors pays the profile's per_tensor_us for
     each beyond (or short of) the benchmark's own count, where the profile measured it."""
     measured = hw.kernels.get(kind)
+    sibling = OPTIMIZER_SIBLING.get(kind)
+    if measured is None and sibling in hw.kernels:
+        # one optimizer measured (or fitted), the other not: both are memory-bound passes over
+        # the same elements, so the other takes the measured time scaled by the bytes each
+        # moves (an unmeasured AdamW priced from datasheet bandwidth came out cheaper than a
+        # fitted AdamS, which moves less)
+        return (kernel_time(sibling, elements, hw, tensors)
+                * KERNEL_BYTES[kind] / KERNEL_BYTES[sibling])
     base = _kernel_time(kind, elements, hw, measured)
     if tensors is None or not measured or measured.get("per_tensor_us") is None:
         return base

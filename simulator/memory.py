@@ -82,7 +82,11 @@ def memory_use(
     if scheme.scheme in SHARDED or distopt:
         state /= dp
     extra = 0.0
-    if scheme.scheme in RESIDUAL_SCHEMES and (scheme.sparsity > 0 or scheme.scheme == "quantized"):
+    # a residual where something is left unsent: sparsity, or bits below the gradient's
+    # (quantized at its width runs as dense-ddp, scape/plan.py quantized)
+    compresses = (scheme.sparsity > 0 if scheme.scheme != "quantized"
+                  else scheme.bits < 8 * dtypes.grad_bytes)
+    if scheme.scheme in RESIDUAL_SCHEMES and compresses:
         extra = 4 * n
     if scheme.scheme == "scape":
         extra = authors_state(n, scheme, max(size for size, _ in model.tensors()) / tp)

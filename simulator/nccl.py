@@ -292,15 +292,27 @@ def estimate_us(op: str, algo: str, proto: str, size: float, m: Machine) -> floa
     return call_latency_us(op, algo, proto, size, m) + size / (1000 * bw)
 
 
-def tree_correction(op: str, algo: str, proto: str, size: float) -> float:
+def tree_correction(op: str, algo: str, proto: str, size: float,
+                    smooth: bool = False) -> float:
     """The share of its bandwidth NCCL's tree all-reduce reaches at `size` bytes
     (tuning.cc treeCorrectionFactor[proto][log2(bytes / 64)], NCCL's own table): below 1 at
     the middle sizes, where a call is too short to keep each channel's chunk pipeline full
-    (0.6 for LL128 at 512 KiB-2 MiB); 1 for every other algorithm."""
-    log_size = int(math.log2(size / 64)) if size >= 64 else -1
-    if algo == "tree" and op == "all_reduce" and 0 <= log_size < 23:
-        return constants()["tree_correction"][proto][log_size]
-    return 1.0
+    (0.6 for LL128 at 512 KiB-2 MiB); 1 for every other algorithm. NCCL's tuner reads the
+    table by whole powers of two; `smooth`: read between them, linearly in log2(size), as
+    the time a call takes is (how full a pipeline gets changes with the size, not in steps at
+    each power of two; at a power of two both read the same)."""
+    if algo != "tree" or op != "all_reduce" or size < 64:
+        return 1.0
+    table = constants()["tree_correction"][proto]
+    x = math.log2(size / 64)
+    i = int(x)
+    if i >= len(table):
+        return 1.0
+    here = table[i]
+    if not smooth:
+        return here
+    after = table[i + 1] if i + 1 < len(table) else 1.0
+    return here + (x - i) * (after - here)
 
 
 def call_latency_us(op: str, algo: str, proto: str, size: float, m: Machine,
@@ -384,7 +396,7 @@ def protocol(op: str, algo: str, proto: str, size: float, m: Machine) -> Protoco
         # the tree's unfilled pipeline at the middle sizes slows its bytes as NCCL's own
         # estimate has it (NVLS_TREE's fill is modelled from its chunking, collective.py)
         wire = busbw(op, algo, "simple", m) / (
-            busbw(op, algo, proto, m) * tree_correction(op, algo, proto, size))
+            busbw(op, algo, proto, m) * tree_correction(op, algo, proto, size, smooth=True))
     # NCCL's tuner chooses by its own latency; the call pays its critical path (`paid`)
     return Protocol(proto, wire, call_latency_us(op, algo, proto, size, m, paid=True) * 1e-6)
 

@@ -105,7 +105,7 @@ def test_a_step_finds_the_band_of_published_steps_like_it(capsys, tmp_path):
     code, out, err = scape(capsys, "compare", "-m", "llama-1.8b", "-H", "dgx-h100", "-g", "32",
                            "--micro-batch", "8", "--schemes", "dense-adamw,scape:0.99")
     assert code == 0, err
-    assert f"how sure: {rows} published dense steps like this one" in out
+    assert f"how sure: {rows} published dense steps on this profile and layout" in out
     assert "scape:0.99: no published step was held out" in out
     code, out, err = scape(capsys, "compare", "-m", "llama-1.8b", "-H", "dgx-h100", "-g", "32",
                            "--micro-batch", "8", "--schemes", "dense-adamw,scape:0.99",

@@ -1220,3 +1220,37 @@ def test_session_fifteen_review_findings(capsys, tmp_path, monkeypatch):
     assert code == 0 and "2 node(s) x 4 GPU(s)" in out, err
     code, out, err = scape(capsys, "profiles", "check", "measured/localonly")
     assert code == 0 and "localonly" in out, err
+
+
+def test_session_fifteen_physics_probe(capsys):
+    """Round 10 (numbers that broke sense): a tree call one KiB under a power of two is not
+    slower than at it (NCCL's size table read between its points for the time, as its tuner
+    reads it for the choice); an overlap flag a scheme never reads is refused and shows as
+    None; quantized at the gradient's width holds no residual; an unmeasured AdamW is not
+    cheaper than a fitted AdamS; density options without a warm-up are refused, not dropped."""
+    def rows(*args: str) -> list[dict]:
+        code, out, err = scape(capsys, *args, "--format", "json")
+        assert code == 0, err
+        return json.loads(out)
+
+    times = [r["time_s"] for r in rows("collective", "-H", "dgx-h100", "-g", "16", "--algo",
+                                       "tree", "--sizes", "4095KiB,4MiB,4097KiB")]
+    assert times == sorted(times), times
+    code, _out, err = scape(capsys, "simulate", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16",
+                            "-s", "dense-zero3", "--no-overlap-grad")
+    _refused(code, err, "--overlap-grad: not an option of dense-zero3")
+    (topk,) = rows("simulate", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16", "-s",
+                   "topk:0.99")
+    assert topk["overlap_grad_reduce"] is None and topk["overlap_param_gather"] is None
+    mem = {r["scheme"]: r["memory_GB"] for r in rows(
+        "compare", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16", "--schemes",
+        "quantized:16,dense-ddp")}
+    assert mem["quantized:16"] == pytest.approx(mem["dense-ddp"])
+    compute = {s: rows("simulate", "-m", "llama-1.8b", "-H", "vista-gh200-socket", "-g", "32",
+                       "-s", s)[0]["compute_s"] for s in ("dense-adamw", "dense-adams")}
+    assert compute["dense-adamw"] > compute["dense-adams"]
+    for args, match in ((("--density-shape", "linear"), "the shape of a density warm-up"),
+                        (("--density-dense-steps", "5"), "without a warm-up")):
+        code, _out, err = scape(capsys, "simulate", "-m", "gpt-345m", "-H", "aws-p5", "-g",
+                                "16", "-s", "scape:0.99", *args)
+        _refused(code, err, match)
