@@ -1025,6 +1025,15 @@ def _edited(tmp_path: Path, shipped: str, old: str, new: str) -> Path:
     return path
 
 
+def _validate_refused(capsys, tmp_path: Path, old: str, new: str, match: str) -> None:
+    """`scape validate` on the shipped netbed-1gbit profile with one line replaced: refused,
+    before any run, in one line."""
+    profile = _edited(tmp_path, "measured/netbed-1gbit.toml", old, new)
+    code, _out, err = scape(capsys, "validate", "--profile", str(profile), "--steps", "3",
+                            "--nprocs", "2")
+    _refused(code, err, match)
+
+
 @pytest.mark.parametrize(("shipped", "old", "new", "match"), [
     ("measured/netbed-1gbit.toml", 'network_netbed = "rate=1000mbit,delay=0ms"',
      "network_netbed = 7", "[measured] network_netbed: expected str"),
@@ -1058,11 +1067,8 @@ def test_session_fifteen_measured_lists_and_files(capsys, tmp_path):
     code, _out, err = scape(capsys, "simulate", "-m", "gpt-345m", "-H", str(bad), "-g", "3",
                             "-s", "dense-adamw")
     _refused(code, err, "sizes/seconds: must be two lists")
-    netbed = _edited(tmp_path, "measured/netbed-1gbit.toml", '"rate=1000mbit,delay=0ms"',
-                     '"rate=garbage"')
-    code, _out, err = scape(capsys, "validate", "--profile", str(netbed), "--steps", "3",
-                            "--nprocs", "2")
-    _refused(code, err, "profile netbed-1gbit: [measured] network_netbed 'rate=garbage'")
+    _validate_refused(capsys, tmp_path, '"rate=1000mbit,delay=0ms"', '"rate=garbage"',
+                      "profile netbed-1gbit: [measured] network_netbed 'rate=garbage'")
     bom = tmp_path / "bom" / "dgx-h100.toml"
     bom.parent.mkdir()
     bom.write_bytes(b"\xef\xbb\xbf" + (source.parents[1] / "hardware" / "dgx-h100.toml")
@@ -1161,11 +1167,8 @@ def test_session_fifteen_refusals_name_their_source(capsys, tmp_path, monkeypatc
                   "gpus_per_node = 24")
     code, _out, err = scape(capsys, "reproduce", "-H", str(big), "--out", str(tmp_path / "r"))
     _refused(code, err, "the paper's setting runs 32 GPUs, which nodes of 24 GPUs")
-    model = _edited(tmp_path, "measured/netbed-1gbit.toml", 'compute_model = "tiny-gpt"',
-                    'compute_model = "nosuch"')
-    code, _out, err = scape(capsys, "validate", "--profile", str(model), "--steps", "3",
-                            "--nprocs", "2")
-    _refused(code, err, "profile netbed-1gbit: [measured] compute_model 'nosuch'")
+    _validate_refused(capsys, tmp_path, 'compute_model = "tiny-gpt"', 'compute_model = "nosuch"',
+                      "profile netbed-1gbit: [measured] compute_model 'nosuch'")
     slow = _edited(tmp_path, "hardware/dgx-h100.toml", "bw_Gbps = 400.0", "bw_Gbps = 0.000001")
     code, out, err = scape(capsys, "collective", "-H", str(slow), "-g", "16", "--sizes",
                            "1MiB")
