@@ -398,7 +398,9 @@ class _StepSim:
             seconds, tp_s = seconds * scale, tp_s * scale
         t0 = self.env.now
         yield from self._run_beside_comm(seconds + tp_s)
-        self.interference_s += self.env.now - t0 - (seconds + tp_s)
+        extra = self.env.now - t0 - (seconds + tp_s)
+        # float residue of the subtraction (2e-19 s printed where nothing interfered) is none
+        self.interference_s += extra if abs(extra) > 1e-9 * (seconds + tp_s) else 0.0
         # the time the work took, collective slowdown included, shared by its two parts
         share = (self.env.now - t0) / (seconds + tp_s)
         seconds, tp_s = seconds * share, tp_s * share
