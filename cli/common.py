@@ -499,7 +499,7 @@ def _run_steps(run_steps: int | None, density_warmup: int | None,
     if run_steps is not None and run_steps < 1:
         raise UserError(f"--run-steps must be positive, got {run_steps}")
     if shape is not None and not density_warmup:  # a shape of no warm-up would be dropped
-        raise UserError(f"--density-shape {shape}: the shape of a density warm-up; give "
+        raise UserError(f"--density-shape {shape!s}: the shape of a density warm-up; give "
                         "--density-warmup W too")
     if dense_steps and not density_warmup and run_steps is None:
         raise UserError(f"--density-dense-steps {dense_steps} without a warm-up: the run to "

@@ -124,7 +124,7 @@ def plan_cmd(
         "hours": "{:,.1f}", "gpu_hours": "{:,.0f}", "cost_usd": "{:,.0f}",
         "quality_tokens_ratio": "{:.3f}", "hours_to_quality": "{:,.1f}",
         "cost_to_quality_usd": "{:,.0f}"}))
-    best, rest = df.iloc[0], best_without(df)
+    rest = best_without(df)
     if rest is not None and best["scheme"].startswith("scape"):
         print(f"# best plan without SCAPE: {rest['gpus']} x {rest['hardware']}, {rest['scheme']}"
               f", tp {rest['tp']}, pp {rest['pp']}: {rest['hours']:,.1f} h, "

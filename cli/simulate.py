@@ -111,8 +111,7 @@ def simulate(
                            update_scope, refresh_every, error_feedback, score)
     opts.update(sync=sync, density_warmup_steps=density_warmup,
                 density_dense_steps=density_dense_steps, density_shape=density_shape)
-    steps = _run_steps(run_steps, density_warmup, density_dense_steps,
-                       None if density_shape is None else str(density_shape))
+    steps = _run_steps(run_steps, density_warmup, density_dense_steps, density_shape)
     extra = _reducer_extra(distopt, residual_offload, param_offload)
     parallel = _parallel(pp, pp_schedule, virtual_stages, recompute, sequence_parallel, mfu,
                          attention)
@@ -212,8 +211,7 @@ def compare_cmd(
                            None, None, None, None)
     opts.update(sync=sync, density_warmup_steps=density_warmup,
                 density_dense_steps=density_dense_steps, density_shape=density_shape)
-    steps = _run_steps(run_steps, density_warmup, density_dense_steps,
-                       None if density_shape is None else str(density_shape))
+    steps = _run_steps(run_steps, density_warmup, density_dense_steps, density_shape)
     extra = _reducer_extra(distopt, residual_offload, param_offload)
     lineup = _names(schemes, "--schemes")
     parallel = _parallel(pp, pp_schedule, virtual_stages, recompute, sequence_parallel, mfu,

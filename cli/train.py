@@ -112,7 +112,7 @@ def train_cmd(
     if lowpass_beta is not None:  # refused for other schemes and outside (0, 1] by _scheme
         extra["lowpass_beta"] = lowpass_beta
     if steps is None:  # not given: a resumed run's own count (its schedule), else 100
-        steps = (_run_steps(Path(out)) if resume and out is not None else None) or 100
+        steps = (_config_steps(Path(out)) if resume and out is not None else None) or 100
     cfg = TrainConfig(model=model, scheme=_scheme(scheme, opts, extra), steps=steps,
                       micro_batch=micro_batch, seq_len=seq_len, lr=lr, seed=seed,
                       corpus=corpus, eval_every=eval_every, timeout_s=timeout, resume=resume,
@@ -258,7 +258,7 @@ def _run_config(out: Path) -> dict:
     return config
 
 
-def _run_steps(out: Path) -> int | None:
+def _config_steps(out: Path) -> int | None:
     """The --steps a run in OUT was started with, or None where there is none to read (the
     resume's own checks then say what is missing)."""
     try:

@@ -144,11 +144,11 @@ def validate_cmd(
         raise UserError(f"profile {hw.name}: [measured] compute_model {model!r}: {exc}; give "
                         "--model") from None
     configs = [(s, parse_scheme(s)) for s in _names(schemes, "--schemes")]
-    dest = out_folder(out, f"out/validate/{Path(hw.path).stem}")
-    dest.mkdir(parents=True, exist_ok=True)
     if netbed is None and measured_on is not None:  # the runs go on the profile's own netbed
         check_available(f"validate a profile measured without one ({hw.name} was measured on "
                         f"{recorded})")
+    dest = out_folder(out, f"out/validate/{Path(hw.path).stem}")
+    dest.mkdir(parents=True, exist_ok=True)
     for world in worlds:  # fail fast, before any run
         for _, cfg in configs:
             v.predict(hw, model, cfg, world, micro_batch)

@@ -489,13 +489,14 @@ def foreign_options(scheme: str, typed) -> list[str]:
     return sorted(o for o in typed if scheme not in OPTION_SCHEMES.get(o, (scheme,)))
 
 
+# SchemeConfig options whose flag is not the option's own name with dashes
+FLAGS = {"density_warmup_steps": "--density-warmup", "overlap_grad_reduce": "--overlap-grad",
+         "overlap_param_gather": "--overlap-param"}
+
+
 def flag(option: str) -> str:
     """The command-line flag of a SchemeConfig option."""
-    if option == "density_warmup_steps":
-        return "--density-warmup"
-    if option in ("overlap_grad_reduce", "overlap_param_gather"):  # --overlap-grad/--no-...
-        return "--" + option.replace("_", "-").rsplit("-", 1)[0]
-    return "--" + option.replace("_", "-")
+    return FLAGS.get(option, "--" + option.replace("_", "-"))
 
 
 # Names people use for the paper's baselines: Megatron's distributed optimizer with each update.

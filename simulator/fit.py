@@ -140,13 +140,12 @@ def fit_tier(rows: list[dict], burst_bytes: float = 0.0) -> TierFit:
     if unknown:
         raise UserError(f"cannot fit unknown collective(s) {sorted(unknown)}")
     t = np.array([r["seconds"] for r in rows], dtype=float)
-    if not (np.isfinite(t) & (t > 0)).all():
-        raise UserError("measured times must be positive numbers (a row has "
-                        f"{float(t[~(np.isfinite(t) & (t > 0))][0])})")
     sizes = np.array([float(r["size_bytes"]) for r in rows])
-    if not (np.isfinite(sizes) & (sizes > 0)).all():
-        raise UserError("measured sizes must be positive byte counts (a row has "
-                        f"{float(sizes[~(np.isfinite(sizes) & (sizes > 0))][0])})")
+    for values, what in ((t, "times must be positive numbers"),
+                         (sizes, "sizes must be positive byte counts")):
+        bad = ~(np.isfinite(values) & (values > 0))
+        if bad.any():
+            raise UserError(f"measured {what} (a row has {float(values[bad][0])})")
     bad_world = [r["world"] for r in rows if not (float(r["world"]) >= 2
                                                   and float(r["world"]) % 1 == 0)]
     if bad_world:
