@@ -133,7 +133,7 @@ def train_cmd(
         check_backend(backend, nprocs, spec, share_gpu)  # before any folder is made
     else:  # torchrun started this rank: the typed backend is checked and used here too
         check_backend(backend, int(os.environ.get("LOCAL_WORLD_SIZE", "1")), spec, share_gpu)
-        os.environ.update(backend_env(backend, share_gpu))
+        os.environ.update(backend_env(backend, share_gpu, spec))
     if out is not None:
         output_dir(out, "--out")
         if not resume and not under_torchrun():

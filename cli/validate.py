@@ -147,8 +147,7 @@ def validate_cmd(
     if netbed is None and measured_on is not None:  # the runs go on the profile's own netbed
         check_available(f"validate a profile measured without one ({hw.name} was measured on "
                         f"{recorded})")
-    dest = out_folder(out, f"out/validate/{Path(hw.path).stem}")
-    dest.mkdir(parents=True, exist_ok=True)
+    dest = _measurement_folder(out, f"out/validate/{Path(hw.path).stem}")
     for world in worlds:  # fail fast, before any run
         for _, cfg in configs:
             v.predict(hw, model, cfg, world, micro_batch)
@@ -179,6 +178,29 @@ def validate_cmd(
             "measured_fwd_bwd_s", "measured_comm_s", "predicted_exposed_comm_s"]
     print(render(df[cols], fmt, header=header, floatfmt={
         c: "{:.4f}" for c in cols if c.endswith("_s")} | {"error_pct": "{:+.1f}"}))
+
+
+# what a measured validation saves: minutes of real runs, never overwritten
+MEASURED_FILES = ("validate.csv", "validate.rounds.csv", "validate.json")
+
+
+def _measurement_folder(out: str | None, default: str) -> Path:
+    """Where a measured validation goes: --out, refused where it holds one measured before;
+    without --out the first of `default`, `default`-2, ... that holds none (each repeat of
+    the same command keeps the last one's measurements; the table says where it saved)."""
+    def held(folder: str) -> list[str]:
+        return [f for f in MEASURED_FILES if (Path(folder) / f).exists()]
+
+    if out is not None:
+        if held(out):
+            raise UserError(f"--out {out}: holds a validation measured before "
+                            f"({', '.join(held(out))}), which is not overwritten; give another "
+                            "folder, or move those files away")
+        return out_folder(out, default)
+    tries = 1
+    while held(folder := default if tries == 1 else f"{default}-{tries}"):
+        tries += 1
+    return out_folder(None, folder)
 
 
 def _backend_of(hw, backend: str | None, share_gpu: bool | None) -> tuple[str, bool]:

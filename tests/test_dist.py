@@ -256,6 +256,22 @@ def test_train_cli_json(tmp_path):
     for key in ("final_train_loss", "final_val_loss", "median_step_s", "bytes_per_step"):
         assert summary[key] is not None and summary[key] > 0
     assert (tmp_path / "log.jsonl").read_text().count("\n") == 6
+    # rank 0 wrote how the run was launched into the summary, once; the CLI prints that file
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    assert (saved["backend"], saved["share_gpu"], saved["netbed"]) == ("gloo", False, None)
+    assert {k: summary[k] for k in ("backend", "share_gpu", "netbed")} == {
+        k: saved[k] for k in ("backend", "share_gpu", "netbed")}
+
+
+def test_ranks_read_how_they_were_launched():
+    """The launcher's variables reach rank 0's summary as they were given."""
+    from scape.netbed import NetbedSpec
+    from scape.train.devices import backend_env, launched_as
+
+    spec = NetbedSpec(rate_mbit=200.0)
+    env = backend_env("nccl", True, spec)
+    assert launched_as(env) == {"backend": "nccl", "share_gpu": True, "netbed": str(spec)}
+    assert launched_as({}) == {"backend": "gloo", "share_gpu": False, "netbed": None}
 
 
 def test_dead_rank_ends_every_rank_with_a_clear_error(tmp_path):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
-from profiles import load_hardware
+from profiles import UserError, load_hardware
 from reports import validate as v
 
 
@@ -75,3 +77,21 @@ def test_gpu_runs_are_not_refused_for_host_memory():
     with pytest.raises(UserError, match="GB of memory"):
         check_runnable("llama-70b", cfg, 4, 8, 3)
     check_runnable("llama-70b", cfg, 4, 8, 3, backend="nccl")
+
+
+def test_a_measured_validation_is_never_overwritten(tmp_path, monkeypatch):
+    """--out holding an earlier measurement is refused; without --out each repeat goes to the
+    next free folder (NAME, NAME-2, ...), so no measured run is lost."""
+    from cli.validate import _measurement_folder
+
+    monkeypatch.chdir(tmp_path)
+    first = _measurement_folder(None, "out/validate/prof")
+    assert first == Path("out/validate/prof") and first.is_dir()
+    (first / "validate.rounds.csv").write_text("scheme\n")  # a run that got that far
+    second = _measurement_folder(None, "out/validate/prof")
+    assert second == Path("out/validate/prof-2")
+    (second / "validate.csv").write_text("scheme\n")
+    assert _measurement_folder(None, "out/validate/prof") == Path("out/validate/prof-3")
+    with pytest.raises(UserError, match="holds a validation measured before"):
+        _measurement_folder(str(first), "out/validate/prof")
+    assert _measurement_folder("fresh", "out/validate/prof") == Path("fresh")

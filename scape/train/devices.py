@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 SHARE_ENV = "SCAPE_SHARE_GPU"  # "1": ranks share the GPUs round-robin over NCCL's sockets
+NETBED_ENV = "SCAPE_NETBED"  # the shaped testbed the ranks run on, as --netbed spells it
 
 
 def sharing(env: Mapping[str, str] | None = None) -> bool:
@@ -55,10 +56,20 @@ def gpu_sharing(proc: Path = Path("/proc")) -> str:
     return "time-sliced"
 
 
-def backend_env(backend: str, share_gpu: bool) -> dict[str, str]:
-    """The variables a launcher gives its ranks: the backend they join with (SCAPE_BACKEND)
-    and whether they share the GPUs (`sharing`)."""
-    return {"SCAPE_BACKEND": backend, SHARE_ENV: "1" if share_gpu else "0"}
+def backend_env(backend: str, share_gpu: bool, netbed=None) -> dict[str, str]:
+    """The variables a launcher gives its ranks: the backend they join with (SCAPE_BACKEND),
+    whether they share the GPUs (`sharing`) and the testbed they run on (`netbed`, a
+    NetbedSpec or None), so that rank 0's summary says how the run was launched."""
+    return {"SCAPE_BACKEND": backend, SHARE_ENV: "1" if share_gpu else "0",
+            NETBED_ENV: "" if netbed is None else str(netbed)}
+
+
+def launched_as(env: Mapping[str, str] | None = None) -> dict:
+    """How this rank was launched (`backend_env`'s variables read back): backend, share_gpu,
+    netbed (None: on the host's own links)."""
+    env = os.environ if env is None else env
+    return {"backend": env.get("SCAPE_BACKEND", "gloo"), "share_gpu": sharing(env),
+            "netbed": env.get(NETBED_ENV) or None}
 
 
 def prepare_rank() -> None:

@@ -140,7 +140,8 @@ def launch(cfg: TrainConfig, nprocs: int, backend: str = "gloo", netbed=None,
     config_file.write_text(json.dumps(cfg_dict, indent=2))
     for stale in [*out.glob("error_rank*.txt"), out / "summary.json"]:
         stale.unlink(missing_ok=True)
-    env = {**os.environ, "OMP_NUM_THREADS": str(cfg.threads), **backend_env(backend, share_gpu)}
+    env = {**os.environ, "OMP_NUM_THREADS": str(cfg.threads),
+           **backend_env(backend, share_gpu, netbed)}
     t0 = time.perf_counter()
     meter = StepMeter(out / "log.jsonl", cfg.last_step) if progress else None
     returncode = run_ranks(["scape.train.worker", str(config_file)], nprocs, netbed, env,

@@ -24,7 +24,7 @@ from scape.comm import Comm
 from scape.plan import WIRE_FACTOR, SchemeConfig
 from scape.schemes import make_scheme
 from scape.train.data import batch
-from scape.train.devices import nccl_device
+from scape.train.devices import launched_as, nccl_device
 from scape.train.model import GPT
 
 
@@ -353,4 +353,5 @@ def summarize(rows: list[dict], cfg: TrainConfig, world: int, scheme,
         "bytes_per_step": statistics.median(r["bytes"] for r in rows),
         "mean_bytes_per_step": statistics.fmean(r["bytes"] for r in rows),
         "config": {**asdict(cfg), "scheme": asdict(cfg.scheme)},
+        **launched_as(),  # backend, share_gpu, netbed: written once, here
     }
