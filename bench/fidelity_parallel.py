@@ -1,7 +1,11 @@
 """Fidelity of the step model (issue 19, item 6; issue 18, step times): published iteration
 times (profiles/external/parallel-steps.csv: Megatron-LM with tensor and pipeline parallelism
 on DGX A100, llm.c on A100 and H100, MosaicML's FSDP runs on A100 and H100, FlashAttention-2's
-GPT runs on A100) against `simulate_step` on the dgx-a100 and dgx-h100 profiles.
+GPT runs on A100, NVIDIA's NeMo recipes of Nemotron-4 15B and 340B on DGX H100) against
+`simulate_step` on the dgx-a100 and dgx-h100 profiles. Rows may name what differs from the GPT
+layout (kv_heads, ffn, mlp, tied), their gradient reduction's width (grad_dtype) and whether
+their tensor-parallel communication overlapped its GEMMs (tp_overlap, as NeMo's
+ub_tp_comm_overlap does: simulator/tp_overlap.py); blank means GPT, bf16, not overlapped.
 
 Forward and backward come from the profile's shapes model ([roofline], constants from
 kernel-level sources and bench/fidelity_gemm.py), communication from the collective and NCCL
@@ -14,11 +18,12 @@ the script prints each one's error and the median and max |error| with the profi
 and at the kernels' benchmark peaks (sustained 1) for comparison, then Korthikanti Table 4's
 per-layer times (profiles/external/layer-times.csv) as a check of the kernels alone.
 
-Each case runs as the paper ran it: GPT layout (learned positions, tied embeddings, d_ff = 4h,
-vocabulary 51,200, sequence 2,048), Adam with fp32 master weights and a full gradient
-all-reduce (Megatron's DDP of 2021, no distributed optimizer), overlapped with backward only
-under DDP=torch, the paper's micro-batch, chunks per stage and recomputation, and attention as
-Megatron-LM ran it before FlashAttention (batched score and context GEMMs, fused softmax).
+Each case runs as its source ran it; Narayanan's and Korthikanti's: GPT layout (learned
+positions, tied embeddings, d_ff = 4h, vocabulary 51,200, sequence 2,048), Adam with fp32
+master weights and a full gradient all-reduce (Megatron's DDP of 2021, no distributed
+optimizer), overlapped with backward only under DDP=torch, the paper's micro-batch, chunks per
+stage and recomputation, and attention as Megatron-LM ran it before FlashAttention (batched
+score and context GEMMs, fused softmax).
 
 With --bands PATH it also writes the held-out errors with the profiles as shipped, grouped by
 profile, layout and schemes (reports/step_fidelity.py): profiles/external/step-fidelity-bands.csv
@@ -45,26 +50,46 @@ from cli.common import script_outputs  # noqa: E402
 from profiles import load_hardware, load_model  # noqa: E402
 from profiles.models import Arch  # noqa: E402
 from reports.step_fidelity import step_bands  # noqa: E402
-from scape.plan import make_config  # noqa: E402
+from scape.plan import Dtypes, make_config  # noqa: E402
 from simulator.compute import fwd_bwd  # noqa: E402
 from simulator.step import StepConfig, simulate_step, tp_allreduce_s  # noqa: E402
 
 DATA = REPO / "profiles" / "external" / "parallel-steps.csv"
 LAYERS = REPO / "profiles" / "external" / "layer-times.csv"
 H100_STEPS = REPO / "profiles" / "external" / "step-calibration.csv"
-H100_PROFILES = ("dgx-h100", "aws-p5", "oci-h100-roce")  # the same HGX H100 board
+H100_PROFILES = ("dgx-h100", "aws-p5", "oci-h100-roce", "gcp-a3-mega")  # the same HGX H100 board
 # the A100's sustained share is fitted on these whole steps (Korthikanti et al. 2022 Table 5),
 # as the H100's is on NeMo's: the rest of parallel-steps.csv is held out
 A100_CALIBRATION = "korthikanti-"
 
 
+def given(row, column: str, default):
+    """A column the row may leave blank (older rows predate it): `default` where blank."""
+    value = getattr(row, column, None)
+    return default if value is None or (isinstance(value, float) and math.isnan(value)) \
+        else value
+
+
 def gpt(row) -> object:
-    """The case's GPT model as a profile (the shipped gpt-345m with its numbers replaced)."""
+    """The case's model as a profile (the shipped gpt-345m with its numbers replaced): GPT
+    layout unless the row says otherwise. `mlp` squared_relu (Nemotron-4: a plain up and down
+    projection of width `ffn`, squared ReLU, no biases, grouped-query attention with `kv_heads`)
+    is built as the llama family with d_ff = 2 ffn / 3, whose three SwiGLU projections then
+    hold exactly the parameters and FLOPs of the two plain ones (3 h 2f/3 = 2 h f); what
+    differs is the GEMMs' shapes and the elementwise bytes of the gate."""
     base = load_model("gpt-345m")
-    arch = Arch(n_layers=int(row.layers), d_model=int(row.hidden), n_heads=int(row.heads),
-                n_kv_heads=int(row.heads), d_ff=4 * int(row.hidden), vocab_size=int(row.vocab),
-                seq_len=int(row.seq), tied_embeddings=True, source=str(DATA), assumed=None)
-    return replace(base, name=row.case, description=row.case, arch=arch, reference_params=None)
+    hidden = int(row.hidden)
+    ffn = int(given(row, "ffn", 4 * hidden))
+    squared_relu = given(row, "mlp", "gelu") == "squared_relu"
+    if squared_relu and (2 * ffn) % 3:
+        raise SystemExit(f"{row.case}: ffn {ffn} has no whole 2/3 for the llama layout")
+    arch = Arch(n_layers=int(row.layers), d_model=hidden, n_heads=int(row.heads),
+                n_kv_heads=int(given(row, "kv_heads", row.heads)),
+                d_ff=2 * ffn // 3 if squared_relu else ffn, vocab_size=int(row.vocab),
+                seq_len=int(row.seq), tied_embeddings=bool(given(row, "tied", True)),
+                source=str(DATA), assumed=None)
+    return replace(base, name=row.case, description=row.case, arch=arch, reference_params=None,
+                   family="llama" if squared_relu else "gpt")
 
 
 def measured_step_s(row) -> float:
@@ -97,13 +122,15 @@ def check_params(row) -> None:
 
 def simulate(row, hw) -> dict:
     scheme = make_config(row.scheme, optimizer="adamw", overlap_grad_reduce=bool(row.overlap_grad))
+    grad_bytes = {"bf16": 2, "fp32": 4}[given(row, "grad_dtype", "bf16")]
     cfg = StepConfig(
         gpt(row), hw, int(row.gpus), scheme, micro_batch=int(row.micro_batch),
-        seq_len=int(row.seq),
+        seq_len=int(row.seq), dtypes=Dtypes(grad_bytes=grad_bytes),
         global_batch=int(row.global_batch), tp=int(row.tp), pp=int(row.pp),
         pp_schedule="interleaved" if row.chunks > 1 else "1f1b",
         virtual_stages=int(row.chunks) if row.chunks > 1 else None, recompute=row.recompute,
-        sequence_parallel=bool(row.sequence_parallel), attention=row.attention)
+        sequence_parallel=bool(row.sequence_parallel), attention=row.attention,
+        tp_comm_overlap=bool(given(row, "tp_overlap", False)))
     t0 = time.perf_counter()
     r = simulate_step(cfg)
     return {"predicted_s": r.step_time_s, "compute_s": r.compute_s, "tp_comm_s": r.tp_comm_s,
@@ -192,6 +219,7 @@ def run(hardware: dict, rows: pd.DataFrame) -> pd.DataFrame:
         sim = simulate(row, hardware[row.hardware])
         out.append({"case": row.case, "hardware": row.hardware, "scheme": row.scheme,
                     "tp": row.tp, "pp": row.pp, "v": row.chunks,
+                    "tp_overlap": bool(given(row, "tp_overlap", False)),
                     "gpus": row.gpus, "mb": row.micro_batch, "recompute": row.recompute,
                     "measured_s": measured, **sim,
                     "error_pct": 100 * (sim["predicted_s"] / measured - 1)})
@@ -249,9 +277,9 @@ def main() -> int:
     print(f"\nA100 calibration rows (Korthikanti et al. 2022 Table 5, Megatron-LM on DGX A100) "
           f"at the fitted sustained share {factor:.3f} (dgx-a100):")
     print(fit[columns].to_string(index=False, float_format=lambda x: f"{x:.2f}"))
-    print(f"\nH100 calibration rows (NVIDIA dgxc-benchmarking GPT-3 175B, NeMo 24.05 and "
-          f"24.11, profiles/external/step-calibration.csv) at the fitted sustained share "
-          f"{h100:.3f} (H100 profiles: {', '.join(H100_PROFILES)}):")
+    print(f"\nH100 calibration rows (NVIDIA dgxc-benchmarking GPT-3 175B, suites 24.11 and "
+          f"25.02 on NeMo 24.05, profiles/external/step-calibration.csv) at the fitted "
+          f"sustained share {h100:.3f} (H100 profiles: {', '.join(H100_PROFILES)}):")
     print(h100_fit[columns].to_string(index=False, float_format=lambda x: f"{x:.2f}"))
     print("\ncheck, neither fitted nor counted (Korthikanti Table 4, one layer of the 22B model "
           "alone, ms) on dgx-a100 as shipped: a whole step's share prices kernels measured "

@@ -386,6 +386,8 @@ def _step_config(model, hardware, gpus, scheme, micro_batch, seq_len, grad_accum
                             "group, and --tp 1 has none: give --tp above 1 or leave it out")
         if parallel["sequence_parallel"] is None:
             parallel["sequence_parallel"] = tp > 1
+    if "tp_comm_overlap" in parallel and parallel["tp_comm_overlap"] is None:
+        parallel["tp_comm_overlap"] = False  # not given: Megatron-LM's default
     cfg = StepConfig(
         model=load_model(model), hardware=load_hardware(hardware), gpus=gpus,
         scheme=_scheme(scheme, scheme_options, extra, lineup), micro_batch=micro_batch,
@@ -405,6 +407,9 @@ def _step_config(model, hardware, gpus, scheme, micro_batch, seq_len, grad_accum
     return cfg
 
 
+TP_OVERLAP_HELP = ("overlap the tensor-parallel all-gathers and reduce-scatters with their "
+                   "GEMMs, as Transformer Engine does (Megatron-Core --tp-comm-overlap, NeMo "
+                   "ub_tp_comm_overlap); needs --tp above 1 and sequence parallelism")
 # pipeline parallelism, recomputation and the compute model: simulate and compare
 PARALLEL_OPTS = {
     "pp": typer.Option(1, "--pp", help="pipeline-parallel stages"),
@@ -422,6 +427,8 @@ PARALLEL_OPTS = {
                               help="shapes model: flash (the profile's fused attention), flash2 "
                                    "(FlashAttention-2's rates) or unfused (Megatron "
                                    "before it: batched GEMMs and softmax) [default: flash]"),
+    "tp_comm_overlap": typer.Option(None, "--tp-comm-overlap/--no-tp-comm-overlap",
+                                    help=TP_OVERLAP_HELP + " [default: off, as Megatron-LM]"),
 }
 
 
@@ -437,10 +444,11 @@ def _schedule_name(cfg: StepConfig) -> str:
 
 
 def _parallel(pp, pp_schedule, virtual_stages, recompute, sequence_parallel, mfu,
-              attention) -> dict:
+              attention, tp_comm_overlap) -> dict:
     return {"pp": pp, "pp_schedule": str(pp_schedule), "virtual_stages": virtual_stages,
             "recompute": str(recompute), "sequence_parallel": sequence_parallel, "mfu": mfu,
-            "attention": None if attention is None else str(attention)}
+            "attention": None if attention is None else str(attention),
+            "tp_comm_overlap": tp_comm_overlap}
 
 
 STEP_OPTS = {
@@ -578,6 +586,7 @@ def _rank_counts(text: str) -> list[int]:
 
 def ran_options(parallel: dict, cfg: StepConfig) -> dict:
     """The parallel options as the step ran them: each typed value, and what `_step_config`
-    chose for those not given (the attention kernel, sequence parallelism)."""
-    chosen = ("attention", "sequence_parallel")
+    chose for those not given (the attention kernel, sequence parallelism, the overlap of
+    its collectives)."""
+    chosen = ("attention", "sequence_parallel", "tp_comm_overlap")
     return {k: getattr(cfg, k) if k in chosen else v for k, v in parallel.items()}

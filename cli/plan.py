@@ -6,6 +6,7 @@ import typer
 
 from cli.common import (
     STEP_OPTS,
+    TP_OVERLAP_HELP,
     DtypeChoice,
     Format3,
     RankChoice,
@@ -42,6 +43,8 @@ def plan_cmd(
         0.0, "--density-warmup-frac", help="scape: density warms up from 1 over this fraction "
         "of the run's steps (the authors' scripts: 10k of 100k iterations, 0.1); 0: the "
         "target from the start"),
+    tp_comm_overlap: bool = typer.Option(False, "--tp-comm-overlap/--no-tp-comm-overlap",
+                                         help=TP_OVERLAP_HELP + " (plans with tp above 1)"),
     workers: int = typer.Option(None, "--workers", help="processes; default: every core"),
     quality: str = typer.Option(None, "--quality",
                                 help="a convergence study (profiles/quality/STUDY.toml): adds "
@@ -64,6 +67,7 @@ def plan_cmd(
         schemes=tuple(_names(schemes, "--schemes")),
         dtypes=_dtypes(grad_dtype, param_dtype), density_warmup_frac=density_warmup_frac,
         workers=workers, quality=None if quality is None else load_quality(quality), rank=rank,
+        tp_comm_overlap=tp_comm_overlap,
     ).validate()
     with _progress("simulating plans") as bar:
         task = bar.add_task("plans", total=None)
@@ -76,7 +80,7 @@ def plan_cmd(
     names = [hw.name for hw in req.hardware]
     hardware_of = {hw.name: hw for hw in req.hardware if names.count(hw.name) == 1}
     shown = shown.assign(**{col: [
-        step_lookup(hardware_of[r.hardware], r.tp, r.pp, r.scheme, None)[col]
+        step_lookup(hardware_of[r.hardware], r.tp, r.pp, r.scheme, None, tp_comm_overlap)[col]
         if r.hardware in hardware_of else empty for r in shown.itertuples()]
         for col, empty in heldout(None, "heldout_step").items()})
     asked = {"model": model, "hardware_asked": hardware, "schemes_asked": schemes,
@@ -84,7 +88,8 @@ def plan_cmd(
              "seq_len": req.seq,
              "grad_dtype": grad_dtype, "param_dtype": param_dtype, "max_gpus": max_gpus,
              "deadline_hours": deadline_hours, "budget_usd": budget_usd,
-             "density_warmup_frac": density_warmup_frac, "quality": quality, "rank": rank}
+             "density_warmup_frac": density_warmup_frac, "tp_comm_overlap": tp_comm_overlap,
+             "quality": quality, "rank": rank}
     if fmt != "table":  # every row carries the request it answers
         print(render(shown.assign(**asked), fmt))
         return
@@ -102,7 +107,8 @@ def plan_cmd(
     best = df.iloc[0]
     if best["hardware"] in hardware_of:
         header += "\ntop plan: " + how_sure(hardware_of[best["hardware"]], best["tp"],
-                                            best["pp"], [best["scheme"]], None)
+                                            best["pp"], [best["scheme"]], None,
+                                            tp_comm_overlap)
     if req.quality is not None:
         q = req.quality
         cols += ["quality_tokens_ratio", "hours_to_quality", "cost_to_quality_usd"]

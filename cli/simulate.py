@@ -100,6 +100,7 @@ def simulate(
     sequence_parallel: bool | None = PARALLEL_OPTS["sequence_parallel"],
     mfu: float = PARALLEL_OPTS["mfu"],
     attention: AttentionChoice = PARALLEL_OPTS["attention"],
+    tp_comm_overlap: bool | None = PARALLEL_OPTS["tp_comm_overlap"],
     trace: str = typer.Option(None, "--trace", help="write a Chrome trace JSON (Perfetto)"),
     fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
 ):
@@ -114,7 +115,7 @@ def simulate(
     steps = _run_steps(run_steps, density_warmup, density_dense_steps, density_shape)
     extra = _reducer_extra(distopt, residual_offload, param_offload)
     parallel = _parallel(pp, pp_schedule, virtual_stages, recompute, sequence_parallel, mfu,
-                         attention)
+                         attention, tp_comm_overlap)
     cfg = _step_config(model, hardware, gpus, scheme, micro_batch, seq_len, grad_accum, tp,
                        grad_dtype, param_dtype, algo, opts, global_batch, extra,
                        parallel=parallel)
@@ -123,7 +124,7 @@ def simulate(
     refuse_if_too_big(cfg, scheme)  # a step time for a step no GPU can hold would mislead
     result = simulate_step(cfg, trace=trace is not None)  # a trace shows every micro-batch
     # how far published steps like this one were from the model
-    sure = step_lookup(cfg.hardware, tp, pp, scheme, cfg.mfu)
+    sure = step_lookup(cfg.hardware, tp, pp, scheme, cfg.mfu, cfg.tp_comm_overlap)
     row = {"model": model, "hardware": hardware, "hardware_profile": cfg.hardware.path,
            "gpus": gpus, "scheme": scheme,
            **resolved_scheme(cfg.scheme), "micro_batch": micro_batch, "seq_len": cfg.seq,
@@ -150,8 +151,9 @@ def simulate(
                                             resolved_scheme(cfg.scheme).items()))
     print(f"# grad_dtype {grad_dtype}, param_dtype {param_dtype}, attention "
           f"{row.get('attention')}, sequence_parallel {row.get('sequence_parallel')}, "
-          f"mfu {row.get('mfu')}, global_batch {cfg.sequences}")
-    print(f"# {how_sure(cfg.hardware, tp, pp, [scheme], cfg.mfu)}")
+          f"tp_comm_overlap {row.get('tp_comm_overlap')}, mfu {row.get('mfu')}, "
+          f"global_batch {cfg.sequences}")
+    print(f"# {how_sure(cfg.hardware, tp, pp, [scheme], cfg.mfu, cfg.tp_comm_overlap)}")
     for key in ("step_time_s", "compute_s", "compression_s", "tp_comm_s", "exposed_comm_s",
                 "overlapped_comm_s", *(("pipeline_bubble_s",) if pp > 1 else ()),
                 "interference_s"):
@@ -203,6 +205,7 @@ def compare_cmd(
     sequence_parallel: bool | None = PARALLEL_OPTS["sequence_parallel"],
     mfu: float = PARALLEL_OPTS["mfu"],
     attention: AttentionChoice = PARALLEL_OPTS["attention"],
+    tp_comm_overlap: bool | None = PARALLEL_OPTS["tp_comm_overlap"],
     fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
 ):
     """Every scheme side by side with its speedup over the baseline."""
@@ -215,13 +218,14 @@ def compare_cmd(
     extra = _reducer_extra(distopt, residual_offload, param_offload)
     lineup = _names(schemes, "--schemes")
     parallel = _parallel(pp, pp_schedule, virtual_stages, recompute, sequence_parallel, mfu,
-                         attention)
+                         attention, tp_comm_overlap)
     cfg = _step_config(model, hardware, gpus, baseline, micro_batch, seq_len, grad_accum, tp,
                        grad_dtype, param_dtype, algo, opts, global_batch, extra, lineup,
                        parallel)
     df = compare(cfg, lineup, baseline, steps)
     # how far published steps like each one were from the model
-    sure = [step_lookup(cfg.hardware, tp, pp, name, cfg.mfu) for name in df["scheme"]]
+    sure = [step_lookup(cfg.hardware, tp, pp, name, cfg.mfu, cfg.tp_comm_overlap)
+            for name in df["scheme"]]
     df = pd.concat([df, pd.DataFrame(sure, index=df.index)], axis=1)
     asked = {"model": model, "hardware": hardware, "hardware_profile": cfg.hardware.path,
              "gpus": gpus, "baseline": baseline,
@@ -256,7 +260,8 @@ def compare_cmd(
                   # typed scheme options the rows' own columns carry in csv and json
                   **({"sync": sync} if sync is not None else {}),
                   **({"scheme_options": dict(extra)} if extra else {})}.items()))
-    header += "\n" + how_sure(cfg.hardware, tp, pp, list(df["scheme"]), cfg.mfu)
+    header += "\n" + how_sure(cfg.hardware, tp, pp, list(df["scheme"]), cfg.mfu,
+                               cfg.tp_comm_overlap)
     if not df["fits_memory"].all():
         header += ("\nfits NO: one GPU cannot hold that configuration; its times are what it "
                    "would take if it could")

@@ -24,8 +24,14 @@ KEYS = ["hardware", "layout", "schemes"]
 SOURCE = "profiles/external/step-fidelity-bands.csv from bench/fidelity_parallel.py"
 
 
-def layout_class(tp: int, pp: int) -> str:
-    return "data parallel" if tp == 1 and pp == 1 else "tensor/pipeline parallel"
+def layout_class(tp: int, pp: int, tp_overlap: bool = False) -> str:
+    """Data parallel alone, or with tensor or pipeline stages; tensor-parallel communication
+    overlapped with its GEMMs (simulator/tp_overlap.py) is a layout of its own: what the
+    model leaves exposed there differs."""
+    if tp == 1 and pp == 1:
+        return "data parallel"
+    return "tensor/pipeline parallel" + (", TP comm overlapped" if tp_overlap and tp > 1
+                                         else "")
 
 
 def scheme_class(scheme: str) -> str:
@@ -35,10 +41,10 @@ def scheme_class(scheme: str) -> str:
 
 
 def step_bands(df: pd.DataFrame) -> pd.DataFrame:
-    """The bands of the bench's held-out rows (`df`: case, hardware, tp, pp, scheme,
-    error_pct, on the shipped profiles)."""
-    held = df.assign(layout=[layout_class(t, p) for t, p in zip(df["tp"], df["pp"],
-                                                                 strict=True)],
+    """The bands of the bench's held-out rows (`df`: case, hardware, tp, pp, tp_overlap,
+    scheme, error_pct, on the shipped profiles)."""
+    held = df.assign(layout=[layout_class(t, p, o) for t, p, o in zip(
+                         df["tp"], df["pp"], df["tp_overlap"], strict=True)],
                      schemes=[scheme_class(s) for s in df["scheme"]])
     bands = summarize(held, KEYS, "error_pct")
     # the job sizes the runs had: a band of 8-64 GPU runs says nothing of 4,096
@@ -48,9 +54,10 @@ def step_bands(df: pd.DataFrame) -> pd.DataFrame:
     return bands
 
 
-def _band(hw, tp: int, pp: int, scheme: str, mfu: float | None) -> tuple[dict | None, str]:
+def _band(hw, tp: int, pp: int, scheme: str, mfu: float | None, tp_overlap: bool = False
+          ) -> tuple[dict | None, str]:
     """The band of a step like this one, or None and why there is none."""
-    layout = layout_class(tp, pp)
+    layout = layout_class(tp, pp, tp_overlap)
     if mfu is not None:
         return None, (f"its compute is your --mfu {mfu:g}; the held-out runs checked the "
                       "profile's own compute model")
@@ -68,16 +75,18 @@ def _band(hw, tp: int, pp: int, scheme: str, mfu: float | None) -> tuple[dict | 
                   "batch and attention kernel)")
 
 
-def lookup(hw, tp: int, pp: int, scheme: str, mfu: float | None) -> dict:
+def lookup(hw, tp: int, pp: int, scheme: str, mfu: float | None, tp_overlap: bool = False
+           ) -> dict:
     """The band of a step like this one as output columns (`heldout`, prefixed heldout_step)."""
-    return heldout(_band(hw, tp, pp, scheme, mfu)[0], "heldout_step")
+    return heldout(_band(hw, tp, pp, scheme, mfu, tp_overlap)[0], "heldout_step")
 
 
-def how_sure(hw, tp: int, pp: int, schemes: list[str], mfu: float | None) -> str:
+def how_sure(hw, tp: int, pp: int, schemes: list[str], mfu: float | None,
+             tp_overlap: bool = False) -> str:
     """One line on how far published steps like these were from the model: the dense band,
     and which schemes no published run checks (what they add to a dense step: their
     compression kernels and their own collectives)."""
-    dense, why = _band(hw, tp, pp, "dense", mfu)
+    dense, why = _band(hw, tp, pp, "dense", mfu, tp_overlap)
     text = (f"how sure: {why} held out: {_figures(dense)}" if dense is not None
             else f"how sure: unvalidated: {why}")
     others = [s for s in schemes if scheme_class(s) != "dense"]

@@ -66,6 +66,9 @@ class PlanRequest:
     # plan also gets the time and cost to reach that quality, and `rank` may be "quality"
     quality: object | None = None  # profiles.quality.QualityStudy
     rank: str = "time"  # time | quality
+    # tensor-parallel collectives overlapped with their GEMMs in every plan with a TP group
+    # (simulator/tp_overlap.py; the plans run sequence parallelism)
+    tp_comm_overlap: bool = False
 
     @property
     def batch(self) -> int:
@@ -166,6 +169,7 @@ class Candidate:
             micro_batch=self.micro_batch, seq_len=req.seq, global_batch=req.batch, tp=self.tp,
             dtypes=req.dtypes, recompute=self.recompute, pp=self.pp, pp_schedule=self.schedule,
             virtual_stages=self.chunks if self.schedule == "interleaved" else None,
+            tp_comm_overlap=req.tp_comm_overlap and self.tp > 1,
         )
 
 

@@ -46,6 +46,7 @@ from simulator.compute import (
 )
 from simulator.flows import FlowNetwork
 from simulator.network import Topology, build_topology
+from simulator.tp_overlap import layer_tp_s
 
 DEFAULT_ALGO = "auto"  # per collective and size, the fastest registered algorithm
 # bounds far below or above any training run: a typo is refused, not priced
@@ -74,6 +75,8 @@ class StepConfig:
     pp: int = 1  # pipeline-parallel stages (simulator/pipeline.py)
     pp_schedule: str = "1f1b"  # 1f1b | interleaved
     virtual_stages: int | None = None  # model chunks per stage, interleaved; None: 2
+    # tensor-parallel collectives overlapped with their GEMMs (simulator/tp_overlap.py)
+    tp_comm_overlap: bool = False
 
     @property
     def chunks_pp(self) -> int:
@@ -149,6 +152,10 @@ class StepConfig:
         if not self.model.arch.splits_over(self.tp):  # whole key/value groups per rank
             raise UserError(f"tensor-parallel degree {self.tp} must divide the "
                             f"{self.model.arch.n_kv_heads} key/value heads of {self.model.name}")
+        if self.tp_comm_overlap and not (self.tp > 1 and self.sequence_parallel):
+            raise UserError("--tp-comm-overlap overlaps the all-gathers and reduce-scatters of "
+                            "sequence parallelism: it needs --tp above 1 and sequence "
+                            "parallelism on")
         if self.sequence_parallel and self.tp > 1 and self.seq % self.tp:
             raise UserError(f"sequence parallelism (on by default with --tp; "
                             f"--no-sequence-parallel turns it off) splits the sequence over "
@@ -349,7 +356,8 @@ class _StepSim:
                              attention=cfg.attention)
         self.n_chunks = cfg.chunks or cfg.model.arch.n_layers
         self.compute_s = self.compression_s = self.tp_s = self.interference_s = 0.0
-        self.tp_layer_s = tp_allreduce_s(cfg)
+        # one layer's tensor-parallel seconds on the compute stream, forward and backward
+        self.tp_fwd_s, self.tp_bwd_s = layer_tp_s(cfg, tp_allreduce_s(cfg))
         self.slowdown = host_slowdown(cfg.hardware, cfg.gpus)
         # ranks sharing one GPU: the measured wait per kernel call, already at that sharing,
         # so not scaled again by the host slowdown _work applies
@@ -460,16 +468,15 @@ class _StepSim:
         cfg, t = self.cfg, self.times
         v, p = cfg.chunks_pp, cfg.pp
         layers = stage_layers(cfg.model.arch.n_layers, p, v)  # [stage][chunk]
-        tp_layer = 2 * self.tp_layer_s  # two activation all-reduces per layer per pass
         head = [[0.0] * v for _ in range(p)]
         head[p - 1][v - 1] = 1.0  # the output layer runs on the last stage's last chunk
         # every stage's compute at the pace it runs: slowed as `_work` slows it where ranks
         # share one host (a CPU testbed); else the timeline would wait on faster stages than
         # the first one runs, and hide the bubble
         slow = self.slowdown
-        fwd = tuple(tuple(layers[s][c] * (t.layer_fwd_s * slow + tp_layer)
+        fwd = tuple(tuple(layers[s][c] * (t.layer_fwd_s * slow + self.tp_fwd_s)
                           + head[s][c] * t.head_fwd_s * slow for c in range(v)) for s in range(p))
-        bwd = tuple(tuple(layers[s][c] * (t.layer_bwd_s * slow + tp_layer)
+        bwd = tuple(tuple(layers[s][c] * (t.layer_bwd_s * slow + self.tp_bwd_s)
                           + head[s][c] * t.head_bwd_s * slow for c in range(v)) for s in range(p))
         return first_stage(p, cfg.accum, v, fwd, bwd, self._send_s()), layers[0]
 
@@ -480,13 +487,13 @@ class _StepSim:
         one of waiting (their sum is exact; only which instants of the middle are idle is
         lost), so a step costs a few simulation events whatever its micro-batch count."""
         summary, chunk_layers = self._pipeline_ops()
-        t, tp_layer = self.times, 2 * self.tp_layer_s
-        cfg = self.cfg
+        t, cfg = self.times, self.cfg
 
         def cost(kind, chunk):  # compute and tensor-parallel seconds of one op
             layers = chunk_layers[chunk]
-            return (layers * (t.layer_fwd_s if kind == "F" else t.layer_bwd_s),
-                    layers * tp_layer)
+            if kind == "F":
+                return layers * t.layer_fwd_s, layers * self.tp_fwd_s
+            return layers * t.layer_bwd_s, layers * self.tp_bwd_s
 
         first, last = summary.first, summary.last
         pieces = [(first[3], *cost(first[0], first[2]), "forward mb0", False)]
@@ -525,7 +532,8 @@ class _StepSim:
         carried = {ph: [p for op in ops if op.phase == ph for p in self._launch(op)]
                    for ph in ("next_forward", "next_step")}
         bwd_s = self.times.bwd_s  # recomputation included
-        tp_total = 2 * self.tp_layer_s * cfg.model.arch.n_layers  # per pass, per micro-batch
+        n_layers = cfg.model.arch.n_layers  # tensor-parallel seconds per pass, per micro-batch
+        tp_fwd, tp_bwd = self.tp_fwd_s * n_layers, self.tp_bwd_s * n_layers
         backward_ops = [op for op in ops if op.phase == "backward"]
         in_flight: list[simpy.Process] = []
         gate = carried["next_forward"]
@@ -549,7 +557,7 @@ class _StepSim:
                 if gated:
                     yield simpy.AllOf(self.env, gate[:math.ceil((c + 1) * len(gate) / fwd_parts)])
                 yield from self._work(f"forward mb{mb}", self.times.fwd_s / fwd_parts, "compute",
-                                      tp_s=tp_total / fwd_parts)
+                                      tp_s=tp_fwd / fwd_parts)
             releases = [op for op in backward_ops if last or op.every_micro_batch]
             bwd_parts = self.n_chunks if releases else 1
             prefetch = _Prefetch(self, [op for op in every if op.collective == "all_gather"],
@@ -557,7 +565,7 @@ class _StepSim:
             for c in range(bwd_parts):
                 yield from prefetch.before(c, in_flight)  # this chunk's parameters, the next's
                 yield from self._work(f"backward mb{mb}", bwd_s / bwd_parts, "compute",
-                                      tp_s=tp_total / bwd_parts)
+                                      tp_s=tp_bwd / bwd_parts)
                 for op in releases:
                     if op in prefetch.ops:
                         continue

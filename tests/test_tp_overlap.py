@@ -1,0 +1,122 @@
+"""Tensor-parallel communication overlapped with its GEMMs (simulator/tp_overlap.py)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pandas as pd
+import pytest
+
+from profiles import UserError, load_hardware, load_model
+from reports import step_fidelity
+from scape.plan import make_config
+from simulator.compute import fwd_bwd
+from simulator.step import StepConfig, simulate_step, tp_allreduce_s
+from simulator.tp_overlap import _exposed, layer_tp_s
+from tests.test_cli import scape
+from tests.test_fidelity_bands import _bench
+
+
+@pytest.mark.parametrize("tp", [2, 4, 8])
+def test_a_ring_step_waits_only_for_transfers_slower_than_its_gemm_chunk(tp):
+    """Nothing is exposed while each of the tp - 1 transfers is shorter than a GEMM chunk;
+    past that, what shows is the transfers' excess, never more than the collective itself
+    and never less than the collective minus the whole GEMM."""
+    gemm = 1.0
+    assert _exposed(gemm * (tp - 1) / tp, gemm, tp) == 0.0  # transfer = chunk: all hidden
+    for comm in (0.1, 0.5, 1.0, 2.0, 10.0):
+        e = _exposed(comm, gemm, tp)
+        assert max(0.0, comm - gemm) <= e + 1e-12 and e <= comm
+    assert _exposed(10.0, gemm, tp) == pytest.approx(10.0 - gemm * (tp - 1) / tp)
+
+
+def _cfg(**kw) -> StepConfig:
+    return StepConfig(load_model("llama-70b"), load_hardware("dgx-h100"), 64,
+                      make_config("dense-adams"), micro_batch=1, global_batch=64, tp=8,
+                      **kw).validate()
+
+
+def test_without_the_overlap_a_layer_pays_two_all_reduces_each_pass():
+    cfg = _cfg()
+    ar = tp_allreduce_s(cfg)
+    assert layer_tp_s(cfg, ar) == (2 * ar, 2 * ar)
+    fwd, bwd = layer_tp_s(_cfg(tp_comm_overlap=True), ar)
+    assert 0 <= fwd < 2 * ar and 0 <= bwd < 2 * ar  # NVLink: mostly behind the GEMMs
+    # on a link 100 times slower the transfers outrun the GEMMs: what stays hidden is at
+    # most the layer's forward compute, and more than nothing
+    slow = replace(cfg, tp_comm_overlap=True)
+    f_slow, _ = layer_tp_s(slow, 100 * ar)
+    layer_fwd = fwd_bwd(cfg.model, cfg.hardware, 1, cfg.seq, 8,
+                        sequence_parallel=True).layer_fwd_s
+    assert 0 < 2 * 100 * ar - f_slow < layer_fwd
+
+
+def test_the_step_hides_what_the_overlap_hides():
+    plain = simulate_step(_cfg())
+    over = simulate_step(_cfg(tp_comm_overlap=True))
+    assert over.tp_comm_s < plain.tp_comm_s
+    assert over.step_time_s == pytest.approx(
+        plain.step_time_s - (plain.tp_comm_s - over.tp_comm_s), rel=0.02)
+    assert over.compute_s == pytest.approx(plain.compute_s, rel=0.01)  # interference moves
+
+
+@pytest.mark.parametrize("kw", [{"tp": 1}, {"sequence_parallel": False}])
+def test_the_overlap_needs_a_sequence_parallel_tp_group(kw):
+    with pytest.raises(UserError, match="--tp-comm-overlap"):
+        StepConfig(load_model("llama-70b"), load_hardware("dgx-h100"), 64,
+                   make_config("dense-adams"), micro_batch=1, global_batch=64,
+                   **{"tp": 8, **kw}, tp_comm_overlap=True).validate()
+
+
+def test_commands_carry_the_overlap_and_its_own_band(capsys):
+    """simulate, compare and plan take --tp-comm-overlap, show it (False when not given), and
+    find the band of published steps that ran with it; without it that band is not borrowed."""
+    band = pd.read_csv(step_fidelity.STEP_BANDS).set_index(["hardware", "layout", "schemes"])
+    rows = int(band.loc[("dgx-h100", "tensor/pipeline parallel, TP comm overlapped", "dense"),
+                        "rows"])
+    step = ("-m", "llama-70b", "-H", "dgx-h100", "-g", "64", "--tp", "8", "--micro-batch",
+            "1", "--global-batch", "64", "--format", "json")
+    code, out, err = scape(capsys, "simulate", *step, "--scheme", "dense-adams")
+    assert code == 0, err
+    plain = json.loads(out)[0]
+    assert plain["tp_comm_overlap"] is False and plain["heldout_step_rows"] == 0
+    code, out, err = scape(capsys, "simulate", *step, "--scheme", "dense-adams",
+                           "--tp-comm-overlap")
+    assert code == 0, err
+    over = json.loads(out)[0]
+    assert over["tp_comm_overlap"] is True and over["heldout_step_rows"] == rows
+    assert over["tp_comm_s"] < plain["tp_comm_s"]
+    code, out, err = scape(capsys, "compare", *step, "--schemes", "dense-adams,scape:0.99",
+                           "--tp-comm-overlap")
+    assert code == 0, err
+    assert {r["scheme"]: (r["tp_comm_overlap"], r["heldout_step_rows"])
+            for r in json.loads(out)} == {"dense-adams": (True, rows), "scape:0.99": (True, 0)}
+    code, _, err = scape(capsys, "simulate", "-m", "llama-70b", "-H", "dgx-h100", "-g", "8",
+                         "--micro-batch", "1", "--tp-comm-overlap")
+    assert code == 2 and "needs --tp above 1" in err
+    code, out, err = scape(capsys, "plan", "-m", "gpt-345m", "--tokens", "1e9", "-H",
+                           "dgx-h100", "--max-gpus", "16", "--schemes", "dense-adams",
+                           "--tp-comm-overlap", "--top", "50", "--format", "json")
+    assert code == 0, err
+    plans = json.loads(out)
+    assert all(r["tp_comm_overlap"] is True for r in plans)
+    tp_rows = [r for r in plans if r["tp"] > 1]
+    assert tp_rows and all(r["heldout_step_rows"] == rows for r in tp_rows)
+
+
+def test_nemotron_rows_keep_their_parameters_in_the_llama_layout():
+    """The bench builds Nemotron-4's squared-ReLU MLP as the llama layout with d_ff = 2 ffn / 3:
+    the parameter count equals Nemotron's own (two plain projections, GQA, untied, no
+    biases), counted here independently."""
+    bench = _bench("fidelity_parallel")
+    cases = pd.read_csv(bench.DATA, comment="#")
+    for name, (h, layers, ffn) in {"dgxc-nemotron4-15b-2411-16": (6144, 32, 24576),
+                                   "dgxc-nemotron4-340b-2411-128": (18432, 96, 73728)}.items():
+        row = next(cases[cases["case"] == name].itertuples())
+        model = bench.gpt(row)
+        kv = 8 * h // int(row.heads)  # 8 key/value heads
+        layer = 2 * h * h + 2 * h * kv + 2 * h * ffn + 2 * h  # q, o, k, v; up, down; two norms
+        want = 2 * 256000 * h + layers * layer + h
+        assert model.family == "llama" and model.arch.d_ff == 2 * ffn // 3
+        assert model.n_params == pytest.approx(want, rel=1e-4)
