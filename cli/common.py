@@ -429,6 +429,9 @@ PARALLEL_OPTS = {
                                    "before it: batched GEMMs and softmax) [default: flash]"),
     "tp_comm_overlap": typer.Option(None, "--tp-comm-overlap/--no-tp-comm-overlap",
                                     help=TP_OVERLAP_HELP + " [default: off, as Megatron-LM]"),
+    "cp": typer.Option(1, "--cp", help="context-parallel ranks splitting each sequence "
+                                       "(Megatron-Core --context-parallel-size; Transformer "
+                                       "Engine's ring exchange of keys and values)"),
 }
 
 
@@ -444,11 +447,11 @@ def _schedule_name(cfg: StepConfig) -> str:
 
 
 def _parallel(pp, pp_schedule, virtual_stages, recompute, sequence_parallel, mfu,
-              attention, tp_comm_overlap) -> dict:
+              attention, tp_comm_overlap, cp) -> dict:
     return {"pp": pp, "pp_schedule": str(pp_schedule), "virtual_stages": virtual_stages,
             "recompute": str(recompute), "sequence_parallel": sequence_parallel, "mfu": mfu,
             "attention": None if attention is None else str(attention),
-            "tp_comm_overlap": tp_comm_overlap}
+            "tp_comm_overlap": tp_comm_overlap, "cp": cp}
 
 
 STEP_OPTS = {

@@ -17,7 +17,7 @@ from cli.common import (
 )
 from profiles import UserError, load_hardware, load_model
 from reports.fidelity import heldout
-from reports.step_fidelity import how_sure
+from reports.step_fidelity import how_sure, layout_class
 from reports.step_fidelity import lookup as step_lookup
 from reports.tables import check_format, render
 from simulator.planner import PLAN_SCHEMES, PlanRequest, best_without, plan_training
@@ -80,7 +80,8 @@ def plan_cmd(
     names = [hw.name for hw in req.hardware]
     hardware_of = {hw.name: hw for hw in req.hardware if names.count(hw.name) == 1}
     shown = shown.assign(**{col: [
-        step_lookup(hardware_of[r.hardware], r.tp, r.pp, r.scheme, None, tp_comm_overlap)[col]
+        step_lookup(hardware_of[r.hardware], layout_class(r.tp, r.pp, tp_comm_overlap),
+                    r.scheme, None)[col]
         if r.hardware in hardware_of else empty for r in shown.itertuples()]
         for col, empty in heldout(None, "heldout_step").items()})
     asked = {"model": model, "hardware_asked": hardware, "schemes_asked": schemes,
@@ -106,9 +107,9 @@ def plan_cmd(
         header += f"\nleft out: {reason}"
     best = df.iloc[0]
     if best["hardware"] in hardware_of:
-        header += "\ntop plan: " + how_sure(hardware_of[best["hardware"]], best["tp"],
-                                            best["pp"], [best["scheme"]], None,
-                                            tp_comm_overlap)
+        header += "\ntop plan: " + how_sure(
+            hardware_of[best["hardware"]], layout_class(best["tp"], best["pp"], tp_comm_overlap),
+            [best["scheme"]], None)
     if req.quality is not None:
         q = req.quality
         cols += ["quality_tokens_ratio", "hours_to_quality", "cost_to_quality_usd"]

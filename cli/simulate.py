@@ -38,7 +38,7 @@ from cli.common import (
     output_file,
     ran_options,
 )
-from reports.step_fidelity import how_sure
+from reports.step_fidelity import how_sure, layout_of
 from reports.step_fidelity import lookup as step_lookup
 from reports.tables import check_format, render
 from scape.plan import scheme_names
@@ -101,6 +101,7 @@ def simulate(
     mfu: float = PARALLEL_OPTS["mfu"],
     attention: AttentionChoice = PARALLEL_OPTS["attention"],
     tp_comm_overlap: bool | None = PARALLEL_OPTS["tp_comm_overlap"],
+    cp: int = PARALLEL_OPTS["cp"],
     trace: str = typer.Option(None, "--trace", help="write a Chrome trace JSON (Perfetto)"),
     fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
 ):
@@ -115,7 +116,7 @@ def simulate(
     steps = _run_steps(run_steps, density_warmup, density_dense_steps, density_shape)
     extra = _reducer_extra(distopt, residual_offload, param_offload)
     parallel = _parallel(pp, pp_schedule, virtual_stages, recompute, sequence_parallel, mfu,
-                         attention, tp_comm_overlap)
+                         attention, tp_comm_overlap, cp)
     cfg = _step_config(model, hardware, gpus, scheme, micro_batch, seq_len, grad_accum, tp,
                        grad_dtype, param_dtype, algo, opts, global_batch, extra,
                        parallel=parallel)
@@ -124,7 +125,7 @@ def simulate(
     refuse_if_too_big(cfg, scheme)  # a step time for a step no GPU can hold would mislead
     result = simulate_step(cfg, trace=trace is not None)  # a trace shows every micro-batch
     # how far published steps like this one were from the model
-    sure = step_lookup(cfg.hardware, tp, pp, scheme, cfg.mfu, cfg.tp_comm_overlap)
+    sure = step_lookup(cfg.hardware, layout_of(cfg), scheme, cfg.mfu)
     row = {"model": model, "hardware": hardware, "hardware_profile": cfg.hardware.path,
            "gpus": gpus, "scheme": scheme,
            **resolved_scheme(cfg.scheme), "micro_batch": micro_batch, "seq_len": cfg.seq,
@@ -145,7 +146,8 @@ def simulate(
     print(f"# {scheme} on {describe(build_topology(cfg.hardware, gpus))}")
     print(f"# profile {hardware} ({cfg.hardware.path})")
     print(f"# {model}: micro-batch {micro_batch} x seq {cfg.seq}, grad-accum {cfg.accum}, "
-          f"tp {tp}, pp {pp}{_schedule_name(cfg)}, data-parallel {cfg.dp}, recompute "
+          f"tp {tp}, pp {pp}{_schedule_name(cfg)}, "
+          + (f"cp {cfg.cp}, " if cfg.cp > 1 else "") + f"data-parallel {cfg.dp}, recompute "
           f"{recompute}, algo {algo}; forward/backward: {row['compute_model']}")
     print("# scheme options: " + ", ".join(f"{k} {v}" for k, v in
                                             resolved_scheme(cfg.scheme).items()))
@@ -153,9 +155,10 @@ def simulate(
           f"{row.get('attention')}, sequence_parallel {row.get('sequence_parallel')}, "
           f"tp_comm_overlap {row.get('tp_comm_overlap')}, mfu {row.get('mfu')}, "
           f"global_batch {cfg.sequences}")
-    print(f"# {how_sure(cfg.hardware, tp, pp, [scheme], cfg.mfu, cfg.tp_comm_overlap)}")
+    print(f"# {how_sure(cfg.hardware, layout_of(cfg), [scheme], cfg.mfu)}")
     for key in ("step_time_s", "compute_s", "compression_s", "tp_comm_s", "exposed_comm_s",
                 "overlapped_comm_s", *(("pipeline_bubble_s",) if pp > 1 else ()),
+                *(("cp_comm_s",) if cfg.cp > 1 else ()),
                 "interference_s"):
         print(f"{key:>20}  {row[key] * 1e3:12.3f} ms")
     print(f"{'bytes_per_gpu':>20}  {row['bytes_per_gpu'] / 1e9:12.4f} GB")
@@ -206,6 +209,7 @@ def compare_cmd(
     mfu: float = PARALLEL_OPTS["mfu"],
     attention: AttentionChoice = PARALLEL_OPTS["attention"],
     tp_comm_overlap: bool | None = PARALLEL_OPTS["tp_comm_overlap"],
+    cp: int = PARALLEL_OPTS["cp"],
     fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
 ):
     """Every scheme side by side with its speedup over the baseline."""
@@ -218,14 +222,13 @@ def compare_cmd(
     extra = _reducer_extra(distopt, residual_offload, param_offload)
     lineup = _names(schemes, "--schemes")
     parallel = _parallel(pp, pp_schedule, virtual_stages, recompute, sequence_parallel, mfu,
-                         attention, tp_comm_overlap)
+                         attention, tp_comm_overlap, cp)
     cfg = _step_config(model, hardware, gpus, baseline, micro_batch, seq_len, grad_accum, tp,
                        grad_dtype, param_dtype, algo, opts, global_batch, extra, lineup,
                        parallel)
     df = compare(cfg, lineup, baseline, steps)
     # how far published steps like each one were from the model
-    sure = [step_lookup(cfg.hardware, tp, pp, name, cfg.mfu, cfg.tp_comm_overlap)
-            for name in df["scheme"]]
+    sure = [step_lookup(cfg.hardware, layout_of(cfg), name, cfg.mfu) for name in df["scheme"]]
     df = pd.concat([df, pd.DataFrame(sure, index=df.index)], axis=1)
     asked = {"model": model, "hardware": hardware, "hardware_profile": cfg.hardware.path,
              "gpus": gpus, "baseline": baseline,
@@ -260,8 +263,7 @@ def compare_cmd(
                   # typed scheme options the rows' own columns carry in csv and json
                   **({"sync": sync} if sync is not None else {}),
                   **({"scheme_options": dict(extra)} if extra else {})}.items()))
-    header += "\n" + how_sure(cfg.hardware, tp, pp, list(df["scheme"]), cfg.mfu,
-                               cfg.tp_comm_overlap)
+    header += "\n" + how_sure(cfg.hardware, layout_of(cfg), list(df["scheme"]), cfg.mfu)
     if not df["fits_memory"].all():
         header += ("\nfits NO: one GPU cannot hold that configuration; its times are what it "
                    "would take if it could")

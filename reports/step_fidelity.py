@@ -24,14 +24,22 @@ KEYS = ["hardware", "layout", "schemes"]
 SOURCE = "profiles/external/step-fidelity-bands.csv from bench/fidelity_parallel.py"
 
 
-def layout_class(tp: int, pp: int, tp_overlap: bool = False) -> str:
+def layout_class(tp: int, pp: int, tp_overlap: bool = False, cp: int = 1) -> str:
     """Data parallel alone, or with tensor or pipeline stages; tensor-parallel communication
-    overlapped with its GEMMs (simulator/tp_overlap.py) is a layout of its own: what the
-    model leaves exposed there differs."""
-    if tp == 1 and pp == 1:
+    overlapped with its GEMMs (simulator/tp_overlap.py) and context parallelism
+    (simulator/cp_comm.py) are layouts of their own: what the model leaves exposed there
+    differs."""
+    if tp == 1 and pp == 1 and cp == 1:
         return "data parallel"
-    return "tensor/pipeline parallel" + (", TP comm overlapped" if tp_overlap and tp > 1
-                                         else "")
+    name = "tensor/pipeline parallel" if tp > 1 or pp > 1 else "data parallel"
+    if tp_overlap and tp > 1:
+        name += ", TP comm overlapped"
+    return name + (", context parallel" if cp > 1 else "")
+
+
+def layout_of(cfg) -> str:
+    """The layout class of a simulated step (simulator.step.StepConfig)."""
+    return layout_class(cfg.tp, cfg.pp, cfg.tp_comm_overlap, cfg.cp)
 
 
 def scheme_class(scheme: str) -> str:
@@ -54,10 +62,9 @@ def step_bands(df: pd.DataFrame) -> pd.DataFrame:
     return bands
 
 
-def _band(hw, tp: int, pp: int, scheme: str, mfu: float | None, tp_overlap: bool = False
-          ) -> tuple[dict | None, str]:
-    """The band of a step like this one, or None and why there is none."""
-    layout = layout_class(tp, pp, tp_overlap)
+def _band(hw, layout: str, scheme: str, mfu: float | None) -> tuple[dict | None, str]:
+    """The band of a step like this one (`layout`: its `layout_class`), or None and why
+    there is none."""
     if mfu is not None:
         return None, (f"its compute is your --mfu {mfu:g}; the held-out runs checked the "
                       "profile's own compute model")
@@ -75,18 +82,16 @@ def _band(hw, tp: int, pp: int, scheme: str, mfu: float | None, tp_overlap: bool
                   "batch and attention kernel)")
 
 
-def lookup(hw, tp: int, pp: int, scheme: str, mfu: float | None, tp_overlap: bool = False
-           ) -> dict:
+def lookup(hw, layout: str, scheme: str, mfu: float | None) -> dict:
     """The band of a step like this one as output columns (`heldout`, prefixed heldout_step)."""
-    return heldout(_band(hw, tp, pp, scheme, mfu, tp_overlap)[0], "heldout_step")
+    return heldout(_band(hw, layout, scheme, mfu)[0], "heldout_step")
 
 
-def how_sure(hw, tp: int, pp: int, schemes: list[str], mfu: float | None,
-             tp_overlap: bool = False) -> str:
+def how_sure(hw, layout: str, schemes: list[str], mfu: float | None) -> str:
     """One line on how far published steps like these were from the model: the dense band,
     and which schemes no published run checks (what they add to a dense step: their
     compression kernels and their own collectives)."""
-    dense, why = _band(hw, tp, pp, "dense", mfu, tp_overlap)
+    dense, why = _band(hw, layout, "dense", mfu)
     text = (f"how sure: {why} held out: {_figures(dense)}" if dense is not None
             else f"how sure: unvalidated: {why}")
     others = [s for s in schemes if scheme_class(s) != "dense"]

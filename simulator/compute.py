@@ -80,6 +80,10 @@ class ComputeTimes:
     layer_bwd_s: float = 0.0
     head_fwd_s: float = 0.0
     head_bwd_s: float = 0.0
+    # one layer's attention core, forward and backward (recomputation not included): what a
+    # context-parallel ring exchange overlaps (simulator/cp_comm.py)
+    attn_fwd_s: float = 0.0
+    attn_bwd_s: float = 0.0
     how: str = ""  # "roofline" or the MFU it ran at, and where that came from
     parts: dict = field(default_factory=dict)  # roofline: gemm/attention/memory seconds
 
@@ -108,7 +112,7 @@ def pricing(model: ModelProfile, hw: HardwareProfile, mfu: float | None = None
 def fwd_bwd(
     model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_len: int, tp: int = 1,
     grad_accum: int = 1, *, mfu: float | None = None, recompute: str = "none",
-    sequence_parallel: bool = False, attention: str = "flash",
+    sequence_parallel: bool = False, attention: str = "flash", cp: int = 1,
 ) -> ComputeTimes:
     """Forward and backward time of one micro-batch on one GPU (tensor parallel degree `tp`).
 
@@ -116,12 +120,13 @@ def fwd_bwd(
     unless an MFU is given (`mfu`, the user's override) or the profile measured or fitted one
     for this model ([model_mfu]); from FLOPs at that MFU otherwise. Recomputation adds to the
     backward: `full` the layers' forward, `selective` the attention core's (Korthikanti et al.
-    2022, section 5)."""
+    2022, section 5). `cp` context-parallel ranks each run seq_len / cp tokens of the
+    micro-batch (simulator/shapes.py layer_shapes)."""
     if recompute not in RECOMPUTE:
         raise UserError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
     if attention not in ATTENTION:
         raise UserError(f"attention must be one of {', '.join(ATTENTION)}, got {attention!r}")
-    a, tokens = model.arch, micro_batch * seq_len
+    a, tokens = model.arch, micro_batch * seq_len / cp  # this context-parallel rank's
     flops = 3 * forward_flops_per_token(model, seq_len) * tokens / tp * grad_accum  # FLOP
     mfu, how = pricing(model, hw, mfu)
     if mfu is not None:
@@ -129,20 +134,23 @@ def fwd_bwd(
         attn = 4.0 * seq_len * a.d_model * tokens / tp / rate  # s: one layer's s x s products
         layer_f = 2.0 * model.layer_params * tokens / tp / rate + attn
         head_f = 2.0 * a.vocab_size * a.d_model * tokens / tp / rate
-        layer, head = (layer_f, 2 * layer_f, attn), (head_f, 2 * head_f)
+        layer, head = (layer_f, 2 * layer_f, attn, 2 * attn), (head_f, 2 * head_f)
         parts: dict = {}
     else:
-        lt = layer_times(model, hw, micro_batch, seq_len, tp, sequence_parallel, attention)
-        ht = head_times(model, hw, micro_batch, seq_len, tp)
-        layer, head = (lt.fwd_s, lt.bwd_s, lt.parts["attention_fwd"]), (ht.fwd_s, ht.bwd_s)
+        lt = layer_times(model, hw, micro_batch, seq_len, tp, sequence_parallel, attention,
+                         cp)
+        ht = head_times(model, hw, micro_batch, seq_len, tp, cp)
+        layer = (lt.fwd_s, lt.bwd_s, lt.parts["attention_fwd"], lt.parts["attention_bwd"])
+        head = (ht.fwd_s, ht.bwd_s)
         parts = {k: a.n_layers * lt.parts[k] + ht.parts[k] for k in ("gemm", "attention",
                                                                       "memory")}
-    layer_f, layer_b, attn_f = layer
+    layer_f, layer_b, attn_f, attn_b = layer
     layer_b += {"none": 0.0, "selective": attn_f, "full": layer_f}[recompute]
     return ComputeTimes(
         fwd_s=a.n_layers * layer_f + head[0], bwd_s=a.n_layers * layer_b + head[1],
         flops_per_step_per_gpu=flops, layer_fwd_s=layer_f, layer_bwd_s=layer_b,
-        head_fwd_s=head[0], head_bwd_s=head[1], how=how, parts=parts)
+        head_fwd_s=head[0], head_bwd_s=head[1], attn_fwd_s=attn_f, attn_bwd_s=attn_b,
+        how=how, parts=parts)
 
 
 OPTIMIZER_SIBLING = {"optimizer_adamw": "optimizer_adams", "optimizer_adams": "optimizer_adamw"}

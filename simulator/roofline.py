@@ -65,14 +65,14 @@ class PassTimes:
 
 
 def layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_len: int,
-                tp: int = 1, sequence_parallel: bool = False, attention: str = "flash"
-                ) -> PassTimes:
+                tp: int = 1, sequence_parallel: bool = False, attention: str = "flash",
+                cp: int = 1) -> PassTimes:
     """One transformer layer on one GPU: forward and backward (without recomputation).
     `attention`: flash (the profile's fused attention at its measured rates), flash2
     (FlashAttention-2's rates where the profile gives them apart) or unfused (the score
     and context products as batched GEMMs on the roofline, the softmax and dropout over the
     s x s scores at HBM bandwidth: Megatron-LM before FlashAttention)."""
-    s = layer_shapes(model, micro_batch, seq_len, tp, sequence_parallel)
+    s = layer_shapes(model, micro_batch, seq_len, tp, sequence_parallel, cp)
     r = hw.roofline
     peak = hw.gpu.peak_bf16_tflops * 1e12 * r.sustained  # FLOP/s a training step sustains
     launch = r.gemm_launch_us * 1e-6
@@ -90,17 +90,18 @@ def layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_
     mem_b = 2 * mem_f  # each elementwise kernel's backward reads its input and output grads
     return PassTimes(gemm_f + attn_f + mem_f, gemm_b + attn_b + mem_b,
                      {"gemm": gemm_f + gemm_b, "attention": attn_f + attn_b,
-                      "memory": mem_f + mem_b, "attention_fwd": attn_f})
+                      "memory": mem_f + mem_b, "attention_fwd": attn_f,
+                      "attention_bwd": attn_b})
 
 
 def head_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_len: int,
-               tp: int = 1) -> PassTimes:
+               tp: int = 1, cp: int = 1) -> PassTimes:
     """The logit layer and its cross-entropy on one GPU."""
-    s = head_shapes(model, micro_batch, seq_len, tp)
+    s = head_shapes(model, micro_batch, seq_len, tp, cp)
     launch = hw.roofline.gemm_launch_us * 1e-6
     gemm_f = gemm_s(s.gemm, hw)
     gemm_b = sum(gemm_s(b, hw) for b in s.gemm.backward())
     mem = 2 * launch + s.memory_bytes / _hbm_Bps(hw)  # softmax forward, its gradient backward
     return PassTimes(gemm_f + mem, gemm_b + mem,
                      {"gemm": gemm_f + gemm_b, "attention": 0.0, "memory": 2 * mem,
-                      "attention_fwd": 0.0})
+                      "attention_fwd": 0.0, "attention_bwd": 0.0})

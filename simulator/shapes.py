@@ -59,10 +59,13 @@ class LayerShapes:
 
 
 def layer_shapes(model: ModelProfile, micro_batch: int, seq_len: int, tp: int = 1,
-                 sequence_parallel: bool = False) -> LayerShapes:
+                 sequence_parallel: bool = False, cp: int = 1) -> LayerShapes:
+    """`cp` context-parallel ranks split the sequence: each holds seq_len / cp tokens of
+    every GEMM and elementwise kernel, and its queries attend to all seq_len keys (the
+    causal half of it, load-balanced: 1/cp of the whole attention)."""
     a = model.arch
     h, f, t = a.d_model, a.d_ff, tp
-    tokens = micro_batch * seq_len
+    tokens = micro_batch * seq_len // cp
     heads = a.n_heads // t
     if model.family == "gpt":
         gemms = (Gemm("qkv", tokens, 3 * h // t, h), Gemm("attn out", tokens, h, h // t),
@@ -87,7 +90,7 @@ def layer_shapes(model: ModelProfile, micro_batch: int, seq_len: int, tp: int = 
         kernels = 6
     # 4 b s^2 heads head_dim: the score and value products; causal FlashAttention skips the
     # masked half (FlashAttention-2, Dao 2023, section 4.1)
-    full = 4.0 * micro_batch * seq_len**2 * heads * a.head_dim
+    full = 4.0 * micro_batch * seq_len**2 * heads * a.head_dim / cp
     products = micro_batch * heads
     unfused = (Gemm("scores", seq_len, seq_len, a.head_dim, products),
                Gemm("context", seq_len, a.head_dim, seq_len, products))
@@ -104,8 +107,9 @@ class HeadShapes:
     memory_bytes: float  # forward: read the bf16 logits, write fp32 (vocabulary-parallel CE)
 
 
-def head_shapes(model: ModelProfile, micro_batch: int, seq_len: int, tp: int = 1) -> HeadShapes:
+def head_shapes(model: ModelProfile, micro_batch: int, seq_len: int, tp: int = 1,
+                cp: int = 1) -> HeadShapes:
     a = model.arch
-    tokens = micro_batch * seq_len
+    tokens = micro_batch * seq_len // cp  # this context-parallel rank's share
     vocab = a.vocab_size / tp
     return HeadShapes(Gemm("logits", tokens, round(vocab), a.d_model), 6.0 * tokens * vocab)

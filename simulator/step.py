@@ -44,6 +44,7 @@ from simulator.compute import (
     kernel_time,
     sharing_waits,
 )
+from simulator.cp_comm import cp_bytes_per_layer, layer_cp_s
 from simulator.flows import FlowNetwork
 from simulator.network import Topology, build_topology
 from simulator.tp_overlap import layer_tp_s
@@ -77,6 +78,9 @@ class StepConfig:
     virtual_stages: int | None = None  # model chunks per stage, interleaved; None: 2
     # tensor-parallel collectives overlapped with their GEMMs (simulator/tp_overlap.py)
     tp_comm_overlap: bool = False
+    # context-parallel ranks splitting each sequence (simulator/cp_comm.py); they share the
+    # micro-batch, so the data-parallel degree (and the batch) is gpus / (tp pp cp)
+    cp: int = 1
 
     @property
     def chunks_pp(self) -> int:
@@ -100,7 +104,14 @@ class StepConfig:
 
     @property
     def dp(self) -> int:
-        return self.gpus // (self.tp * self.pp)
+        return self.gpus // (self.tp * self.pp * self.cp)
+
+    @property
+    def grad_ranks(self) -> int:
+        """Ranks of a gradient reduction (and of the distributed optimizer's shards): the data-
+        parallel ranks with the context-parallel ones, which hold other tokens of the same
+        micro-batch (Megatron-Core's data-parallel group with context parallelism)."""
+        return self.dp * self.cp
 
     @property
     def accum(self) -> int:
@@ -122,7 +133,7 @@ class StepConfig:
         # the whole of every norm and bias vector, replicated over the group (Megatron)
         tensors = [(size if vector else math.ceil(size / self.tp), vector)
                    for size, vector in stage]
-        return plan(self.scheme, sum(size for size, _ in tensors), self.dp, self.dtypes,
+        return plan(self.scheme, sum(size for size, _ in tensors), self.grad_ranks, self.dtypes,
                     tensors=[size for size, _ in tensors], dense=[d for _, d in tensors])
 
     def validate(self) -> StepConfig:
@@ -156,10 +167,12 @@ class StepConfig:
             raise UserError("--tp-comm-overlap overlaps the all-gathers and reduce-scatters of "
                             "sequence parallelism: it needs --tp above 1 and sequence "
                             "parallelism on")
-        if self.sequence_parallel and self.tp > 1 and self.seq % self.tp:
+        self._validate_cp()
+        if self.sequence_parallel and self.tp > 1 and (self.seq // self.cp) % self.tp:
             raise UserError(f"sequence parallelism (on by default with --tp; "
                             f"--no-sequence-parallel turns it off) splits the sequence over "
-                            f"--tp {self.tp} ranks: --seq-len {self.seq} does not divide")
+                            f"--tp {self.tp} ranks: --seq-len {self.seq}"
+                            + (f" / --cp {self.cp}" if self.cp > 1 else "") + " does not divide")
         if self.gpus % self.tp:
             raise UserError(f"gpus ({self.gpus}) must be a multiple of --tp {self.tp}")
         self._validate_pipeline()
@@ -200,6 +213,21 @@ class StepConfig:
         return self
 
 
+    def _validate_cp(self) -> None:
+        if self.cp < 1:
+            raise UserError(f"--cp must be at least 1, got {self.cp}")
+        if self.cp == 1:
+            return
+        if self.seq % (2 * self.cp):
+            raise UserError(f"--cp {self.cp} cuts the sequence into 2 x {self.cp} chunks (two "
+                            f"per rank, for causal balance): --seq-len {self.seq} does not divide")
+        if self.attention == "unfused":
+            raise UserError(f"--cp {self.cp} runs attention as Transformer Engine's fused "
+                            "kernels ring it; --attention unfused has no context-parallel form")
+        if self.gpus % (self.tp * self.pp * self.cp):
+            raise UserError(f"gpus ({self.gpus}) must be a multiple of --tp x --pp x --cp "
+                            f"({self.tp} x {self.pp} x {self.cp})")
+
     def _validate_pipeline(self) -> None:
         from simulator.pipeline import SCHEDULES
 
@@ -237,6 +265,8 @@ class StepResult:
     # of compute_s, compression_s and tp_comm_s: the slowdown while collectives ran beside
     # them (the SMs their CTAs hold, the profile's `interference`)
     interference_s: float = 0.0
+    # context-parallel ring exchanges the compute stream waited for (simulator/cp_comm.py)
+    cp_comm_s: float = 0.0
 
     def as_dict(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k not in ("spans", "kinds")}
@@ -326,7 +356,7 @@ def tp_allreduce_s(cfg: StepConfig) -> float:
     """One activation all-reduce of a tensor-parallel group, on its node's links alone."""
     if cfg.tp == 1:
         return 0.0
-    size = cfg.micro_batch * cfg.seq * cfg.model.arch.d_model * cfg.dtypes.param_bytes
+    size = cfg.micro_batch * cfg.seq / cfg.cp * cfg.model.arch.d_model * cfg.dtypes.param_bytes
     node = build_topology(cfg.hardware, cfg.tp)
     # as NCCL runs it on this profile (NVLS on an NVSwitch node with [nccl]), else `algo`
     c = calibrated(cfg.hardware, "all_reduce", cfg.algo, cfg.tp, size, nodes=1)
@@ -347,17 +377,21 @@ class _StepSim:
         self.spans: list[Span] = []
         # data-parallel groups of the first pipeline stage (ranks: tp fastest, then dp, pp
         # slowest, Megatron-Core's default order); the other stages run theirs on other GPUs
-        stage = cfg.tp * cfg.dp
-        self.groups = [np.arange(r, stage, cfg.tp) for r in range(cfg.tp)]
+        stage = cfg.tp * cfg.cp * cfg.dp  # tp fastest, then cp, then dp
+        self.groups = [np.arange(r, stage, cfg.tp) for r in range(cfg.tp)]  # dp x cp each
         self.group_nodes = len(np.unique(topo.node_of(self.groups[0])))  # nodes a group spans
         self.times = fwd_bwd(cfg.model, cfg.hardware, cfg.micro_batch, cfg.seq, cfg.tp,
                              cfg.accum, mfu=cfg.mfu, recompute=cfg.recompute,
                              sequence_parallel=cfg.sequence_parallel and cfg.tp > 1,
-                             attention=cfg.attention)
+                             attention=cfg.attention, cp=cfg.cp)
         self.n_chunks = cfg.chunks or cfg.model.arch.n_layers
         self.compute_s = self.compression_s = self.tp_s = self.interference_s = 0.0
-        # one layer's tensor-parallel seconds on the compute stream, forward and backward
+        # one layer's tensor- and context-parallel seconds on the compute stream, forward and
+        # backward
         self.tp_fwd_s, self.tp_bwd_s = layer_tp_s(cfg, tp_allreduce_s(cfg))
+        self.cp_fwd_s, self.cp_bwd_s = layer_cp_s(cfg, topo, self.times.attn_fwd_s,
+                                                  self.times.attn_bwd_s)
+        self.cp_s = 0.0
         self.slowdown = host_slowdown(cfg.hardware, cfg.gpus)
         # ranks sharing one GPU: the measured wait per kernel call, already at that sharing,
         # so not scaled again by the host slowdown _work applies
@@ -374,8 +408,8 @@ class _StepSim:
             self.comm.toggled()
             t0 = self.env.now
             # how this backend runs it, where the profile was calibrated
-            c = calibrated(self.cfg.hardware, collective, self.cfg.algo, self.cfg.dp, size,
-                           nodes=self.group_nodes)
+            c = calibrated(self.cfg.hardware, collective, self.cfg.algo, self.cfg.grad_ranks,
+                           size, nodes=self.group_nodes)
             if c.overhead_s > 0:
                 yield self.env.timeout(c.overhead_s)
             phases = c.applied(self.cache.phases(collective, c.algo, self.groups, c.moved))
@@ -393,25 +427,29 @@ class _StepSim:
                 for i, s in enumerate(sizes)]
 
     # ---- compute ----
-    def _work(self, name: str, seconds: float, kind: str, tp_s: float = 0.0):
+    def _work(self, name: str, seconds: float, kind: str, tp_s: float = 0.0,
+              cp_s: float = 0.0):
         """Occupy the compute stream; slowed while the comm stream is busy. `tp_s` seconds of
-        tensor-parallel all-reduces that follow it on the stream run in the same event (one
-        event instead of two; the time is attributed to each)."""
-        if seconds <= 0 and tp_s <= 0:
+        tensor-parallel collectives and `cp_s` of context-parallel ring exchanges that the
+        work waits for on the stream run in the same event (one event instead of three; the
+        time is attributed to each)."""
+        if seconds <= 0 and tp_s <= 0 and cp_s <= 0:
             return
         if kind != "tp":
             seconds *= self.slowdown
         if self.async_pending:  # measured on backends whose async ops cost compute time
-            scale = 1 + self.cfg.hardware.async_interference.get(self.cfg.dp, 0.0)
-            seconds, tp_s = seconds * scale, tp_s * scale
+            scale = 1 + self.cfg.hardware.async_interference.get(self.cfg.grad_ranks, 0.0)
+            seconds, tp_s, cp_s = seconds * scale, tp_s * scale, cp_s * scale
         t0 = self.env.now
-        yield from self._run_beside_comm(seconds + tp_s)
-        extra = self.env.now - t0 - (seconds + tp_s)
+        total = seconds + tp_s + cp_s
+        yield from self._run_beside_comm(total)
+        extra = self.env.now - t0 - total
         # float residue of the subtraction (2e-19 s printed where nothing interfered) is none
-        self.interference_s += extra if abs(extra) > 1e-9 * (seconds + tp_s) else 0.0
-        # the time the work took, collective slowdown included, shared by its two parts
-        share = (self.env.now - t0) / (seconds + tp_s)
-        seconds, tp_s = seconds * share, tp_s * share
+        self.interference_s += extra if abs(extra) > 1e-9 * total else 0.0
+        # the time the work took, collective slowdown included, shared by its parts
+        share = (self.env.now - t0) / total
+        seconds, tp_s, cp_s = seconds * share, tp_s * share, cp_s * share
+        self.cp_s += cp_s
         self.compute.busy.append((t0, self.env.now))
         self.spans.append(Span("compute", name, t0, self.env.now, 0.0))
         if kind == "compute":
@@ -457,8 +495,9 @@ class _StepSim:
         """One activation (or its gradient) from a stage to the next (`pipeline_send_s`).
         Megatron sends b s h / t bytes per tensor-parallel rank (scatter-gather)."""
         cfg = self.cfg
-        size = cfg.micro_batch * cfg.seq * cfg.model.arch.d_model * cfg.dtypes.param_bytes / cfg.tp
-        return pipeline_send_s(self.topo, cfg.tp * cfg.dp, size)
+        size = (cfg.micro_batch * cfg.seq / cfg.cp * cfg.model.arch.d_model
+                * cfg.dtypes.param_bytes / cfg.tp)
+        return pipeline_send_s(self.topo, cfg.tp * cfg.cp * cfg.dp, size)
 
     def _pipeline_ops(self):
         """The first stage's timeline summary (simulator.pipeline.FirstStage) and its layers
@@ -474,9 +513,9 @@ class _StepSim:
         # share one host (a CPU testbed); else the timeline would wait on faster stages than
         # the first one runs, and hide the bubble
         slow = self.slowdown
-        fwd = tuple(tuple(layers[s][c] * (t.layer_fwd_s * slow + self.tp_fwd_s)
+        fwd = tuple(tuple(layers[s][c] * (t.layer_fwd_s * slow + self.tp_fwd_s + self.cp_fwd_s)
                           + head[s][c] * t.head_fwd_s * slow for c in range(v)) for s in range(p))
-        bwd = tuple(tuple(layers[s][c] * (t.layer_bwd_s * slow + self.tp_bwd_s)
+        bwd = tuple(tuple(layers[s][c] * (t.layer_bwd_s * slow + self.tp_bwd_s + self.cp_bwd_s)
                           + head[s][c] * t.head_bwd_s * slow for c in range(v)) for s in range(p))
         return first_stage(p, cfg.accum, v, fwd, bwd, self._send_s()), layers[0]
 
@@ -489,27 +528,26 @@ class _StepSim:
         summary, chunk_layers = self._pipeline_ops()
         t, cfg = self.times, self.cfg
 
-        def cost(kind, chunk):  # compute and tensor-parallel seconds of one op
+        def cost(kind, chunk):  # compute, tensor- and context-parallel seconds of one op
             layers = chunk_layers[chunk]
             if kind == "F":
-                return layers * t.layer_fwd_s, layers * self.tp_fwd_s
-            return layers * t.layer_bwd_s, layers * self.tp_bwd_s
+                return (layers * t.layer_fwd_s, layers * self.tp_fwd_s,
+                        layers * self.cp_fwd_s)
+            return layers * t.layer_bwd_s, layers * self.tp_bwd_s, layers * self.cp_bwd_s
 
         first, last = summary.first, summary.last
         pieces = [(first[3], *cost(first[0], first[2]), "forward mb0", False)]
         if summary.count > 2:  # every op of the stage: m micro-batches through each chunk
-            work = sum(cfg.accum * (cost("F", c)[0] + cost("B", c)[0])
-                       for c in range(cfg.chunks_pp)) - cost(first[0], first[2])[0] - cost(
-                last[0], last[2])[0]
-            tp = sum(cfg.accum * (cost("F", c)[1] + cost("B", c)[1])
-                     for c in range(cfg.chunks_pp)) - cost(first[0], first[2])[1] - cost(
-                last[0], last[2])[1]
-            pieces.append((summary.second_start, work, tp,
+            middle = [sum(cfg.accum * (cost("F", c)[i] + cost("B", c)[i])
+                          for c in range(cfg.chunks_pp))
+                      - cost(first[0], first[2])[i] - cost(last[0], last[2])[i]
+                      for i in range(3)]  # compute, tensor- and context-parallel seconds
+            pieces.append((summary.second_start, *middle,
                            f"forward/backward x{summary.count - 2}", False))
         if summary.count > 1:
             pieces.append((last[3], *cost(last[0], last[2]), f"backward mb{last[1]}", True))
         start = self.env.now
-        for n, (op_start, work, tp, name, is_last) in enumerate(pieces):
+        for n, (op_start, work, tp, cp, name, is_last) in enumerate(pieces):
             wait = op_start - (self.env.now - start)
             if wait > 1e-15:
                 yield self.env.timeout(wait)  # the stage's input is not there yet: bubble
@@ -519,7 +557,8 @@ class _StepSim:
             # the last backward releases gradient buckets layer by layer
             parts = chunk_layers[last[2]] if is_last else 1
             for c in range(parts):
-                yield from self._work(name, work / parts, "compute", tp_s=tp / parts)
+                yield from self._work(name, work / parts, "compute", tp_s=tp / parts,
+                                      cp_s=cp / parts)
                 if is_last:
                     for bop in backward_ops:
                         ready = math.floor((c + 1) * bop.buckets / parts)
@@ -532,8 +571,9 @@ class _StepSim:
         carried = {ph: [p for op in ops if op.phase == ph for p in self._launch(op)]
                    for ph in ("next_forward", "next_step")}
         bwd_s = self.times.bwd_s  # recomputation included
-        n_layers = cfg.model.arch.n_layers  # tensor-parallel seconds per pass, per micro-batch
+        n_layers = cfg.model.arch.n_layers  # model-parallel seconds per pass, per micro-batch
         tp_fwd, tp_bwd = self.tp_fwd_s * n_layers, self.tp_bwd_s * n_layers
+        cp_fwd, cp_bwd = self.cp_fwd_s * n_layers, self.cp_bwd_s * n_layers
         backward_ops = [op for op in ops if op.phase == "backward"]
         in_flight: list[simpy.Process] = []
         gate = carried["next_forward"]
@@ -557,7 +597,7 @@ class _StepSim:
                 if gated:
                     yield simpy.AllOf(self.env, gate[:math.ceil((c + 1) * len(gate) / fwd_parts)])
                 yield from self._work(f"forward mb{mb}", self.times.fwd_s / fwd_parts, "compute",
-                                      tp_s=tp_fwd / fwd_parts)
+                                      tp_s=tp_fwd / fwd_parts, cp_s=cp_fwd / fwd_parts)
             releases = [op for op in backward_ops if last or op.every_micro_batch]
             bwd_parts = self.n_chunks if releases else 1
             prefetch = _Prefetch(self, [op for op in every if op.collective == "all_gather"],
@@ -565,7 +605,7 @@ class _StepSim:
             for c in range(bwd_parts):
                 yield from prefetch.before(c, in_flight)  # this chunk's parameters, the next's
                 yield from self._work(f"backward mb{mb}", bwd_s / bwd_parts, "compute",
-                                      tp_s=tp_bwd / bwd_parts)
+                                      tp_s=tp_bwd / bwd_parts, cp_s=cp_bwd / bwd_parts)
                 for op in releases:
                     if op in prefetch.ops:
                         continue
@@ -601,7 +641,8 @@ class _StepSim:
 EXTEND_FROM = 12
 EXTEND_PLAIN_FROM = 256
 STEADY = 4
-_KEYS = ("step", "compute", "compression", "tp", "exposed", "overlap", "bubble", "interference")
+_KEYS = ("step", "compute", "compression", "tp", "cp", "exposed", "overlap", "bubble",
+         "interference")
 
 
 def _run_kind(cfg: StepConfig, topo: Topology, cache: PhaseCache, step: StepPlan
@@ -613,7 +654,8 @@ def _run_kind(cfg: StepConfig, topo: Topology, cache: PhaseCache, step: StepPlan
     comm = _union_length(sim.comm.busy)
     overlap = _busy_overlap(sim.compute.busy, sim.comm.busy)
     return {"step": t, "compute": sim.compute_s, "compression": sim.compression_s,
-            "tp": sim.tp_s, "exposed": t - busy - sim.bubble_s, "bubble": sim.bubble_s,
+            "tp": sim.tp_s, "cp": sim.cp_s, "exposed": t - busy - sim.bubble_s,
+            "bubble": sim.bubble_s,
             "overlap": min(overlap, comm), "interference": sim.interference_s}, sim.spans
 
 
@@ -663,15 +705,18 @@ def simulate_step(
             spans = kind_spans  # the trace shows the most frequent step kind
     tp_bytes = 0.0
     if cfg.tp > 1:  # 4 all-reduces per layer (of a stage) per micro-batch, ring 2(t-1)/t * S
-        size = cfg.micro_batch * cfg.seq * cfg.model.arch.d_model * cfg.dtypes.param_bytes
+        size = (cfg.micro_batch * cfg.seq / cfg.cp * cfg.model.arch.d_model
+                * cfg.dtypes.param_bytes)
         tp_bytes = (4 * cfg.stage0_layers * cfg.accum
                     * 2 * (cfg.tp - 1) / cfg.tp * size)
+    tp_bytes += cp_bytes_per_layer(cfg) * cfg.stage0_layers * cfg.accum
     return StepResult(
         step_time_s=totals["step"], compute_s=totals["compute"],
         compression_s=totals["compression"], tp_comm_s=totals["tp"],
         exposed_comm_s=totals["exposed"], overlapped_comm_s=totals["overlap"],
-        bytes_per_gpu=the_plan.wire_bytes(cfg.dp, cfg.accum) + tp_bytes, spans=spans,
+        bytes_per_gpu=the_plan.wire_bytes(cfg.grad_ranks, cfg.accum) + tp_bytes, spans=spans,
         kinds=kinds,
         pipeline_bubble_s=totals["bubble"],
         interference_s=max(0.0, totals["interference"]),  # no -1e-17 from rounding
+        cp_comm_s=totals["cp"],
     )

@@ -1,0 +1,61 @@
+"""Context parallelism's ring exchange of keys and values, overlapped with attention.
+
+With `cp` context-parallel ranks (Megatron-Core `--context-parallel-size`, Transformer
+Engine's default `cp_comm_type` "p2p": `AttnFuncWithCPAndKVP2P`) each rank holds 2 of the
+sequence's 2 cp chunks (load-balanced for causal attention) and its queries meet every rank's
+keys and values in cp steps: at each of the first cp - 1 steps it sends the key/value block it
+holds to the next rank of the ring and receives the previous one's, while it computes attention
+on the block it already has. A rank's block is K and V of its seq / cp tokens: 2 b (s / cp)
+(kv_heads / tp) head_dim values of 2 bytes. The backward sends K and V again and the gradient
+of the block's K and V alongside, twice the bytes. A layer waits only where a transfer is
+slower than one step's attention (the ring-exchange bound of simulator/tp_overlap.py, with
+attention in place of the GEMM). Megatron-Core orders ranks tp, cp, dp, pp (tensor-parallel
+fastest): a ring of cp ranks strides tp GPUs, so tp x cp above a node's GPUs sends over NICs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.collective import time_alone
+from simulator.collectives.base import Phase
+from simulator.network import Topology
+from simulator.tp_overlap import _exposed
+
+
+def kv_block_bytes(cfg) -> float:
+    """K and V of one context-parallel rank's tokens on one tensor-parallel rank (bf16)."""
+    a = cfg.model.arch
+    kv_heads = max(1, a.n_kv_heads // cfg.tp)  # replicated where the group outnumbers them
+    return 2 * cfg.micro_batch * (cfg.seq / cfg.cp) * kv_heads * a.head_dim * 2
+
+
+def ring_step_s(cfg, topo: Topology, size: float) -> float:
+    """Seconds for every rank of the first pipeline stage to send `size` bytes to the next
+    rank of its context-parallel ring, all at once, on the network model."""
+    tp, cp = cfg.tp, cfg.cp
+    ranks = np.arange(tp * cp * cfg.dp)  # the first stage: tp fastest, then cp, then dp
+    cp_rank = (ranks // tp) % cp
+    peer = ranks + ((cp_rank + 1) % cp - cp_rank) * tp
+    return time_alone(topo, [Phase("context-parallel ring", 1,
+                                   (topo.pairs("context-parallel ring", ranks, peer, size),))])
+
+
+def layer_cp_s(cfg, topo: Topology, attn_fwd_s: float, attn_bwd_s: float
+               ) -> tuple[float, float]:
+    """Seconds the compute stream waits for one layer's ring exchanges in the forward and in
+    the backward (`attn_*_s`: the layer's attention core on this rank, whose cp steps the
+    transfers overlap)."""
+    if cfg.cp == 1:
+        return 0.0, 0.0
+    block = kv_block_bytes(cfg)
+    fwd = ring_step_s(cfg, topo, block)
+    bwd = ring_step_s(cfg, topo, 2 * block)  # K, V and their gradients
+    steps = cfg.cp - 1
+    return (_exposed(steps * fwd, attn_fwd_s, cfg.cp), _exposed(steps * bwd, attn_bwd_s, cfg.cp))
+
+
+def cp_bytes_per_layer(cfg) -> float:
+    """Bytes one GPU sends in one layer's forward and backward ring exchanges, per
+    micro-batch."""
+    return 3 * (cfg.cp - 1) * kv_block_bytes(cfg) if cfg.cp > 1 else 0.0

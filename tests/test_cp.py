@@ -1,0 +1,98 @@
+"""Context parallelism (simulator/cp_comm.py, StepConfig.cp)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from profiles import UserError, load_hardware, load_model
+from scape.plan import make_config
+from simulator.cp_comm import kv_block_bytes, layer_cp_s
+from simulator.memory import step_memory
+from simulator.network import build_topology
+from simulator.shapes import layer_shapes
+from simulator.step import StepConfig, simulate_step
+from tests.test_cli import scape
+
+L70 = load_model("llama-70b")
+H100 = load_hardware("dgx-h100")
+
+
+def _cfg(cp: int, gpus: int = 256, **kw) -> StepConfig:
+    return StepConfig(L70, H100, gpus, make_config("dense-adams"), micro_batch=1,
+                      global_batch=64, tp=4, pp=4, cp=cp, seq_len=8192, **kw).validate()
+
+
+def test_each_rank_holds_its_tokens_and_its_share_of_attention():
+    """GEMMs and elementwise work per rank shrink with cp; attention too (each rank's queries
+    meet every key, causal and load-balanced: 1/cp of the whole)."""
+    one, two = layer_shapes(L70, 1, 8192, 4, True), layer_shapes(L70, 1, 8192, 4, True, cp=2)
+    assert [g.m for g in two.gemms] == [g.m // 2 for g in one.gemms]
+    assert two.attention_flops == pytest.approx(one.attention_flops / 2)
+    assert two.memory_bytes == pytest.approx(one.memory_bytes / 2)
+
+
+def test_the_batch_and_the_gradient_group_follow_megatron():
+    """cp ranks share a micro-batch: data parallelism is gpus / (tp pp cp), gradients are
+    reduced (and the optimizer sharded) over dp x cp ranks."""
+    c = _cfg(4)
+    assert (c.dp, c.grad_ranks, c.accum) == (4, 16, 16)
+    plain = _cfg(1)
+    assert (plain.dp, plain.grad_ranks, plain.accum) == (16, 16, 4)
+    # the same tokens per GPU per step: the compute a step holds is about the same
+    r4, r1 = simulate_step(c), simulate_step(plain)
+    assert r4.compute_s == pytest.approx(r1.compute_s, rel=0.05)
+    # the gradient reduction spans the same 16 ranks, so its bytes are the same
+    assert step_memory(c).optimizer == pytest.approx(step_memory(plain).optimizer)
+    # each rank keeps the activations of its own tokens of a micro-batch
+    half = _cfg(2, gpus=128)
+    assert step_memory(half).activations == pytest.approx(
+        step_memory(_cfg(1, gpus=64)).activations / 2, rel=0.01)
+
+
+def test_the_ring_hides_behind_attention_unless_its_links_are_slow():
+    c = _cfg(2)  # tp 4 x cp 2 ranks fill one 8-GPU node: the ring runs over NVLink
+    topo = build_topology(c.hardware, c.gpus)
+    assert layer_cp_s(c, topo, 1e-3, 2e-3) == (0.0, 0.0)
+    # with almost no attention to hide behind, the transfer shows (K and V of 4,096 tokens,
+    # 8 key/value heads over tp 4: 2 x 4096 x 2 x 128 x 2 bytes)
+    assert kv_block_bytes(c) == 2 * 4096 * 2 * 128 * 2
+    fwd, bwd = layer_cp_s(c, topo, 0.0, 0.0)
+    assert 0 < fwd < bwd  # the backward sends twice the bytes
+    # the same ring between nodes (tp 4 x cp 4 spans two): slower links, more exposed
+    wide = _cfg(4)
+    f4, _ = layer_cp_s(wide, build_topology(wide.hardware, wide.gpus), 0.0, 0.0)
+    assert f4 > fwd
+    assert simulate_step(wide).cp_comm_s >= 0.0
+
+
+@pytest.mark.parametrize(("kw", "match"), [
+    ({"cp": 0}, "--cp must be at least 1"),
+    ({"cp": 3}, "does not divide"),
+    ({"cp": 2, "attention": "unfused"}, "no context-parallel form"),
+    ({"cp": 4, "gpus": 96}, "multiple of --tp x --pp x --cp"),
+])
+def test_impossible_context_parallel_layouts_are_refused(kw, match):
+    with pytest.raises(UserError, match=match):
+        _cfg(**kw)
+
+
+def test_commands_carry_cp_and_no_borrowed_band(capsys):
+    base = ("-m", "llama-70b", "-H", "dgx-h100", "-g", "256", "--tp", "4", "--pp", "4",
+            "--micro-batch", "1", "--global-batch", "64", "--seq-len", "8192")
+    code, out, err = scape(capsys, "simulate", *base, "--cp", "2", "--format", "json")
+    assert code == 0, err
+    row = json.loads(out)[0]
+    assert row["cp"] == 2 and row["dp"] == 8 and row["grad_accum"] == 8
+    assert row["heldout_step_rows"] == 0 and row["cp_comm_s"] >= 0
+    code, out, err = scape(capsys, "simulate", *base, "--cp", "2")
+    assert code == 0, err
+    assert "cp 2, data-parallel 8" in out and "context parallel) was held out" in out
+    code, out, err = scape(capsys, "compare", *base, "--cp", "2", "--schemes",
+                           "dense-adams,scape:0.99", "--format", "json")
+    assert code == 0, err
+    assert {r["cp"] for r in json.loads(out)} == {2}
+    code, _, err = scape(capsys, "simulate", *base, "--cp", "3")
+    assert code == 2 and "--cp 3" in err
+
