@@ -3,9 +3,11 @@ times (profiles/external/parallel-steps.csv: Megatron-LM with tensor and pipelin
 on DGX A100, llm.c on A100 and H100, MosaicML's FSDP runs on A100 and H100, FlashAttention-2's
 GPT runs on A100, NVIDIA's NeMo recipes of Nemotron-4 15B and 340B on DGX H100) against
 `simulate_step` on the dgx-a100 and dgx-h100 profiles. Rows may name what differs from the GPT
-layout (kv_heads, ffn, mlp, tied), their gradient reduction's width (grad_dtype) and whether
+layout (kv_heads, ffn, mlp, tied), their gradient reduction's width (grad_dtype), whether
 their tensor-parallel communication overlapped its GEMMs (tp_overlap, as NeMo's
-ub_tp_comm_overlap does: simulator/tp_overlap.py); blank means GPT, bf16, not overlapped.
+ub_tp_comm_overlap does: simulator/tp_overlap.py) and whether the distributed optimizer's
+parameter all-gathers overlapped the next forward (overlap_param); blank means GPT, bf16, not
+overlapped.
 
 Forward and backward come from the profile's shapes model ([roofline], constants from
 kernel-level sources and bench/fidelity_gemm.py), communication from the collective and NCCL
@@ -63,11 +65,26 @@ H100_PROFILES = ("dgx-h100", "aws-p5", "oci-h100-roce", "gcp-a3-mega")  # the sa
 A100_CALIBRATION = "korthikanti-"
 
 
+# the optional columns and the values each may take (blank: the first)
+CHOICES = {"mlp": ("gelu", "squared_relu"), "grad_dtype": ("bf16", "fp32")}
+FLAGS = ("tied", "tp_overlap", "overlap_param")  # true or false
+
+
 def given(row, column: str, default):
-    """A column the row may leave blank (older rows predate it): `default` where blank."""
+    """A column the row may leave blank (older rows predate it): `default` where blank; a
+    value outside the column's choices stops the bench, naming the row."""
     value = getattr(row, column, None)
-    return default if value is None or (isinstance(value, float) and math.isnan(value)) \
-        else value
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return default
+    if column in FLAGS:
+        flag = {"true": True, "false": False}.get(str(value).strip().lower())
+        if flag is None:
+            raise SystemExit(f"{row.case}: {column} must be true or false, got {value!r}")
+        return flag
+    if column in CHOICES and value not in CHOICES[column]:
+        raise SystemExit(f"{row.case}: {column} must be one of {', '.join(CHOICES[column])}, "
+                         f"got {value!r}")
+    return value
 
 
 def gpt(row) -> object:
@@ -86,7 +103,7 @@ def gpt(row) -> object:
     arch = Arch(n_layers=int(row.layers), d_model=hidden, n_heads=int(row.heads),
                 n_kv_heads=int(given(row, "kv_heads", row.heads)),
                 d_ff=2 * ffn // 3 if squared_relu else ffn, vocab_size=int(row.vocab),
-                seq_len=int(row.seq), tied_embeddings=bool(given(row, "tied", True)),
+                seq_len=int(row.seq), tied_embeddings=given(row, "tied", True),
                 source=str(DATA), assumed=None)
     return replace(base, name=row.case, description=row.case, arch=arch, reference_params=None,
                    family="llama" if squared_relu else "gpt")
@@ -121,7 +138,8 @@ def check_params(row) -> None:
 
 
 def simulate(row, hw) -> dict:
-    scheme = make_config(row.scheme, optimizer="adamw", overlap_grad_reduce=bool(row.overlap_grad))
+    scheme = make_config(row.scheme, optimizer="adamw", overlap_grad_reduce=bool(row.overlap_grad),
+                         overlap_param_gather=given(row, "overlap_param", False))
     grad_bytes = {"bf16": 2, "fp32": 4}[given(row, "grad_dtype", "bf16")]
     cfg = StepConfig(
         gpt(row), hw, int(row.gpus), scheme, micro_batch=int(row.micro_batch),
@@ -130,7 +148,7 @@ def simulate(row, hw) -> dict:
         pp_schedule="interleaved" if row.chunks > 1 else "1f1b",
         virtual_stages=int(row.chunks) if row.chunks > 1 else None, recompute=row.recompute,
         sequence_parallel=bool(row.sequence_parallel), attention=row.attention,
-        tp_comm_overlap=bool(given(row, "tp_overlap", False)))
+        tp_comm_overlap=given(row, "tp_overlap", False))
     t0 = time.perf_counter()
     r = simulate_step(cfg)
     return {"predicted_s": r.step_time_s, "compute_s": r.compute_s, "tp_comm_s": r.tp_comm_s,
@@ -219,7 +237,7 @@ def run(hardware: dict, rows: pd.DataFrame) -> pd.DataFrame:
         sim = simulate(row, hardware[row.hardware])
         out.append({"case": row.case, "hardware": row.hardware, "scheme": row.scheme,
                     "tp": row.tp, "pp": row.pp, "v": row.chunks,
-                    "tp_overlap": bool(given(row, "tp_overlap", False)),
+                    "tp_overlap": given(row, "tp_overlap", False),
                     "gpus": row.gpus, "mb": row.micro_batch, "recompute": row.recompute,
                     "measured_s": measured, **sim,
                     "error_pct": 100 * (sim["predicted_s"] / measured - 1)})
@@ -278,7 +296,7 @@ def main() -> int:
           f"at the fitted sustained share {factor:.3f} (dgx-a100):")
     print(fit[columns].to_string(index=False, float_format=lambda x: f"{x:.2f}"))
     print(f"\nH100 calibration rows (NVIDIA dgxc-benchmarking GPT-3 175B, suites 24.11 and "
-          f"25.02 on NeMo 24.05, profiles/external/step-calibration.csv) at the fitted "
+          f"25.02, profiles/external/step-calibration.csv) at the fitted "
           f"sustained share {h100:.3f} (H100 profiles: {', '.join(H100_PROFILES)}):")
     print(h100_fit[columns].to_string(index=False, float_format=lambda x: f"{x:.2f}"))
     print("\ncheck, neither fitted nor counted (Korthikanti Table 4, one layer of the 22B model "

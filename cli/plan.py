@@ -45,6 +45,8 @@ def plan_cmd(
         "target from the start"),
     tp_comm_overlap: bool = typer.Option(False, "--tp-comm-overlap/--no-tp-comm-overlap",
                                          help=TP_OVERLAP_HELP + " (plans with tp above 1)"),
+    cp: int = typer.Option(1, "--cp", help="context-parallel ranks per sequence in every plan "
+                                           "(not searched)"),
     workers: int = typer.Option(None, "--workers", help="processes; default: every core"),
     quality: str = typer.Option(None, "--quality",
                                 help="a convergence study (profiles/quality/STUDY.toml): adds "
@@ -67,7 +69,7 @@ def plan_cmd(
         schemes=tuple(_names(schemes, "--schemes")),
         dtypes=_dtypes(grad_dtype, param_dtype), density_warmup_frac=density_warmup_frac,
         workers=workers, quality=None if quality is None else load_quality(quality), rank=rank,
-        tp_comm_overlap=tp_comm_overlap,
+        tp_comm_overlap=tp_comm_overlap, cp=cp,
     ).validate()
     with _progress("simulating plans") as bar:
         task = bar.add_task("plans", total=None)
@@ -80,7 +82,7 @@ def plan_cmd(
     names = [hw.name for hw in req.hardware]
     hardware_of = {hw.name: hw for hw in req.hardware if names.count(hw.name) == 1}
     shown = shown.assign(**{col: [
-        step_lookup(hardware_of[r.hardware], layout_class(r.tp, r.pp, tp_comm_overlap),
+        step_lookup(hardware_of[r.hardware], layout_class(r.tp, r.pp, r.tp_comm_overlap, r.cp),
                     r.scheme, None)[col]
         if r.hardware in hardware_of else empty for r in shown.itertuples()]
         for col, empty in heldout(None, "heldout_step").items()})
@@ -89,7 +91,9 @@ def plan_cmd(
              "seq_len": req.seq,
              "grad_dtype": grad_dtype, "param_dtype": param_dtype, "max_gpus": max_gpus,
              "deadline_hours": deadline_hours, "budget_usd": budget_usd,
-             "density_warmup_frac": density_warmup_frac, "tp_comm_overlap": tp_comm_overlap,
+             "density_warmup_frac": density_warmup_frac,
+             # each row says whether its plan ran it (tp above 1 only): "tp_comm_overlap"
+             "tp_comm_overlap_asked": tp_comm_overlap, "cp": cp,
              "quality": quality, "rank": rank}
     if fmt != "table":  # every row carries the request it answers
         print(render(shown.assign(**asked), fmt))
@@ -108,7 +112,8 @@ def plan_cmd(
     best = df.iloc[0]
     if best["hardware"] in hardware_of:
         header += "\ntop plan: " + how_sure(
-            hardware_of[best["hardware"]], layout_class(best["tp"], best["pp"], tp_comm_overlap),
+            hardware_of[best["hardware"]],
+            layout_class(best["tp"], best["pp"], best["tp_comm_overlap"], best["cp"]),
             [best["scheme"]], None)
     if req.quality is not None:
         q = req.quality

@@ -154,12 +154,6 @@ def train_cmd(
               f"1-{done}", file=sys.stderr)
     summary = (train(cfg)["summary"] if under_torchrun()
                else launch(cfg, nprocs, backend, spec, progress=True, share_gpu=share_gpu))
-    summary = {**summary, "backend": backend, "share_gpu": share_gpu,
-               "netbed": str(spec) if spec else None}
-    if out is not None and not under_torchrun() and (Path(out) / "summary.json").exists():
-        import json  # what the ranks wrote, with how they were launched (its files only had it)
-
-        (Path(out) / "summary.json").write_text(json.dumps(summary, indent=2))
     if under_torchrun() and os.environ.get("RANK", "0") != "0":
         return  # one report, rank 0's: every rank holds the same run
     if fmt != "table":  # one row with the configuration it ran with, nested keys dotted

@@ -163,8 +163,8 @@ def validate_cmd(
                               "share_gpu": share_gpu,
                               "gpu_sharing": gpu_sharing() if share_gpu else None})
     stats = v.summarize(df)
-    if fmt == "json":
-        print(render(df, "json"))
+    if fmt == "json":  # each row says where its measurement was saved (NAME-2, ...)
+        print(render(df.assign(out=str(dest)), "json"))
         return
     header = (f"{model}, micro-batch {micro_batch}, {steps} steps per run, profile {hw.path}\n"
               f"median |error| {stats['median_abs_error_pct']:.1f}%, max "
@@ -176,12 +176,16 @@ def validate_cmd(
               + "; saved " + ", ".join(str(f) for f in files))
     cols = ["scheme", "ranks", "netbed", "measured_step_s", "predicted_step_s", "error_pct",
             "measured_fwd_bwd_s", "measured_comm_s", "predicted_exposed_comm_s"]
+    if fmt == "csv":  # the table's header names the folder; a CSV row carries it
+        df, cols = df.assign(out=str(dest)), [*cols, "out"]
     print(render(df[cols], fmt, header=header, floatfmt={
         c: "{:.4f}" for c in cols if c.endswith("_s")} | {"error_pct": "{:+.1f}"}))
 
 
-# what a measured validation saves: minutes of real runs, never overwritten
-MEASURED_FILES = ("validate.csv", "validate.rounds.csv", "validate.json")
+# what a measured validation saves: minutes of real runs, never overwritten (an interrupted
+# one keeps its rows so far in validate.partial.csv and each run's files under runs/)
+MEASURED_FILES = ("validate.csv", "validate.rounds.csv", "validate.json", "validate.partial.csv",
+                  "runs")
 
 
 def _measurement_folder(out: str | None, default: str) -> Path:

@@ -20,7 +20,7 @@ import numpy as np
 from simulator.collective import time_alone
 from simulator.collectives.base import Phase
 from simulator.network import Topology
-from simulator.tp_overlap import _exposed
+from simulator.tp_overlap import _ring
 
 
 def kv_block_bytes(cfg) -> float:
@@ -52,7 +52,7 @@ def layer_cp_s(cfg, topo: Topology, attn_fwd_s: float, attn_bwd_s: float
     fwd = ring_step_s(cfg, topo, block)
     bwd = ring_step_s(cfg, topo, 2 * block)  # K, V and their gradients
     steps = cfg.cp - 1
-    return (_exposed(steps * fwd, attn_fwd_s, cfg.cp), _exposed(steps * bwd, attn_bwd_s, cfg.cp))
+    return _ring(steps * fwd, attn_fwd_s, cfg.cp), _ring(steps * bwd, attn_bwd_s, cfg.cp)
 
 
 def cp_bytes_per_layer(cfg) -> float:

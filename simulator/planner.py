@@ -69,6 +69,8 @@ class PlanRequest:
     # tensor-parallel collectives overlapped with their GEMMs in every plan with a TP group
     # (simulator/tp_overlap.py; the plans run sequence parallelism)
     tp_comm_overlap: bool = False
+    # context-parallel ranks per sequence in every plan (simulator/cp_comm.py); not searched
+    cp: int = 1
 
     @property
     def batch(self) -> int:
@@ -90,6 +92,11 @@ class PlanRequest:
             if value is not None and value < 1:
                 raise UserError(f"{name} must be at least 1, got {value}")
         check_workers(self.workers)
+        if self.cp < 1:
+            raise UserError(f"--cp must be at least 1, got {self.cp}")
+        if self.cp > 1 and self.seq % (2 * self.cp):
+            raise UserError(f"--cp {self.cp} cuts each sequence into 2 x {self.cp} chunks: "
+                            f"sequence {self.seq} does not divide")
         # a finite positive number each: inf tokens or an inf price would rank plans by inf
         for name, value in (("--tokens", self.tokens), ("--deadline-hours", self.deadline_hours),
                             ("--budget-usd", self.budget_usd),
@@ -162,6 +169,7 @@ class Candidate:
     pp: int = 1
     schedule: str = "1f1b"
     chunks: int = 1
+    cp: int = 1
 
     def step_config(self, req: PlanRequest) -> StepConfig:
         return StepConfig(
@@ -169,7 +177,7 @@ class Candidate:
             micro_batch=self.micro_batch, seq_len=req.seq, global_batch=req.batch, tp=self.tp,
             dtypes=req.dtypes, recompute=self.recompute, pp=self.pp, pp_schedule=self.schedule,
             virtual_stages=self.chunks if self.schedule == "interleaved" else None,
-            tp_comm_overlap=req.tp_comm_overlap and self.tp > 1,
+            tp_comm_overlap=req.tp_comm_overlap and self.tp > 1, cp=self.cp,
         )
 
 
@@ -186,13 +194,14 @@ def gpu_counts(hw: HardwareProfile, max_gpus: int) -> list[int]:
 def layouts(req: PlanRequest, hw: HardwareProfile, gpus: int):
     """(tp, pp, schedule, chunks) a job of `gpus` GPUs can take: tensor parallelism inside a
     node dividing the heads and the sequence (sequence parallelism, on with tensor
-    parallelism, splits it), pipeline stages that leave whole tensor-parallel groups and at
-    least a layer per model chunk."""
-    n_layers = req.model.arch.n_layers
+    parallelism, splits it; context parallelism first, `req.cp`), pipeline stages that leave
+    whole tensor- and context-parallel groups and at least a layer per model chunk."""
+    n_layers, cp = req.model.arch.n_layers, req.cp
     for tp in (t for t in (1, 2, 4, 8) if hw.node.gpus_per_node % t == 0
-               and req.model.arch.splits_over(t) and req.seq % t == 0 and t <= gpus):
+               and req.model.arch.splits_over(t) and (req.seq // cp) % t == 0
+               and t * cp <= gpus):
         for pp in PIPELINE_DEGREES:
-            if gpus % (tp * pp) or pp > n_layers:
+            if gpus % (tp * pp * cp) or pp > n_layers:
                 continue
             for schedule, chunks in (PIPELINE_SCHEDULES if pp > 1 else (("1f1b", 1),)):
                 if pp * chunks <= n_layers:
@@ -230,7 +239,7 @@ def candidates(req: PlanRequest) -> tuple[list[Candidate], Counter]:
                     f"collectives --nprocs, compute --max-ranks)"] += 1
                 continue
             for tp, pp, schedule, chunks in layouts(req, hw, gpus):
-                dp = gpus // (tp * pp)
+                dp = gpus // (tp * pp * req.cp)
                 for mb in MICRO_BATCHES:
                     if req.batch % (mb * dp):
                         why["global batch does not split over the data-parallel ranks"] += 1
@@ -244,12 +253,15 @@ def candidates(req: PlanRequest) -> tuple[list[Candidate], Counter]:
                             why["dense-zero3 (FSDP) with pipeline stages: not modelled"] += 1
                             continue
                         for recompute in RECOMPUTE_ORDER:
-                            use = memory_use(req.model, scheme, dp, tp, mb, req.seq, req.dtypes,
-                                             recompute, pp=pp, chunks=chunks,
+                            # as simulator.memory.step_memory counts a step's
+                            use = memory_use(req.model, scheme, dp * req.cp, tp, mb,
+                                             req.seq // req.cp, req.dtypes, recompute, pp=pp,
+                                             chunks=chunks,
                                              micro_batches=req.batch // (mb * dp))
                             if use.total <= usable:
                                 kept.append(Candidate(hw, gpus, spec, tp, mb, recompute,
-                                                      use.total / 1e9, pp, schedule, chunks))
+                                                      use.total / 1e9, pp, schedule, chunks,
+                                                      req.cp))
                                 break
                         else:
                             why[f"does not fit in {hw.name} memory "
@@ -279,7 +291,8 @@ def _evaluate(args: tuple[Candidate, PlanRequest]) -> dict:
         "schedule": ("-" if cand.pp == 1 else cand.schedule if cand.chunks == 1
                      else f"{cand.schedule} x{cand.chunks}"),
         "chunks": cand.chunks,
-        "dp": cfg.dp, "micro_batch": cand.micro_batch,
+        "dp": cfg.dp, "cp": cfg.cp, "tp_comm_overlap": cfg.tp_comm_overlap,
+        "micro_batch": cand.micro_batch,
         "grad_accum": cfg.accum, "recompute": cand.recompute, "memory_GB": cand.memory_GB,
         "step_time_s": r.step_time_s, "run_mean_step_s": mean_step,
         "tokens_per_s": req.batch * req.seq / mean_step,

@@ -16,11 +16,16 @@ step for the next one (`next_forward`, `next_step`) are the previous step's, lau
 - Tensor parallelism of degree t inside a node divides per-GPU compute by t and adds, per layer
   and micro-batch, two all-reduces of the activations in forward and two in backward
   (Megatron-LM, Shoeybi et al. 2019, section 3), blocking on the compute stream and simulated on
-  the node's own links.
+  the node's own links; with `tp_comm_overlap`, what Transformer Engine's overlap of them with
+  the GEMMs leaves exposed (simulator/tp_overlap.py). A fully recomputed layer runs its
+  forward's collectives again in the backward.
+- Context parallelism of degree c splits each sequence: per-GPU compute of seq / c tokens, the
+  ring exchange of keys and values beside attention (simulator/cp_comm.py), gradients reduced
+  over the dp x c ranks.
 
 Breakdown: compute (forward, backward, optimizer), compression (the scheme's other kernels),
-tensor-parallel communication, exposed data-parallel communication (compute stream idle,
-waiting), overlapped communication (communication busy while compute runs).
+tensor- and context-parallel communication, exposed data-parallel communication (compute
+stream idle, waiting), overlapped communication (communication busy while compute runs).
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ from simulator.compute import (
 from simulator.cp_comm import cp_bytes_per_layer, layer_cp_s
 from simulator.flows import FlowNetwork
 from simulator.network import Topology, build_topology
-from simulator.tp_overlap import layer_tp_s
+from simulator.tp_overlap import layer_tp_s, tp_collective_s
 
 DEFAULT_ALGO = "auto"  # per collective and size, the fastest registered algorithm
 # bounds far below or above any training run: a typo is refused, not priced
@@ -353,18 +358,9 @@ class _Prefetch:
 
 
 def tp_allreduce_s(cfg: StepConfig) -> float:
-    """One activation all-reduce of a tensor-parallel group, on its node's links alone."""
-    if cfg.tp == 1:
-        return 0.0
-    size = cfg.micro_batch * cfg.seq / cfg.cp * cfg.model.arch.d_model * cfg.dtypes.param_bytes
-    node = build_topology(cfg.hardware, cfg.tp)
-    # as NCCL runs it on this profile (NVLS on an NVSwitch node with [nccl]), else `algo`
-    c = calibrated(cfg.hardware, "all_reduce", cfg.algo, cfg.tp, size, nodes=1)
-    phases = c.applied(PhaseCache(node).phases("all_reduce", c.algo, [np.arange(cfg.tp)],
-                                                c.moved))
-    # no launch floor inside a step: the host enqueues ahead of the GPU (the floor is what
-    # nccl-tests' back-to-back calls measure)
-    return time_alone(node, phases) + c.overhead_s
+    """One activation all-reduce of a tensor-parallel group, on its node's links alone, as
+    NCCL runs it on this profile (NVLS on an NVSwitch node with [nccl]), else `algo`."""
+    return tp_collective_s(cfg, "all_reduce", cfg.algo)
 
 
 class _StepSim:
@@ -391,6 +387,12 @@ class _StepSim:
         self.tp_fwd_s, self.tp_bwd_s = layer_tp_s(cfg, tp_allreduce_s(cfg))
         self.cp_fwd_s, self.cp_bwd_s = layer_cp_s(cfg, topo, self.times.attn_fwd_s,
                                                   self.times.attn_bwd_s)
+        # a recomputed forward runs its collectives again: the whole layer's (full), or the
+        # attention core's ring exchange (selective; its tensor-parallel part has none)
+        if cfg.recompute == "full":
+            self.tp_bwd_s += self.tp_fwd_s
+        if cfg.recompute in ("full", "selective"):
+            self.cp_bwd_s += self.cp_fwd_s
         self.cp_s = 0.0
         self.slowdown = host_slowdown(cfg.hardware, cfg.gpus)
         # ranks sharing one GPU: the measured wait per kernel call, already at that sharing,

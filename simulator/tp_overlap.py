@@ -1,24 +1,53 @@
 """Tensor-parallel communication per layer, exposed or overlapped with the GEMMs beside it.
 
 Megatron's tensor parallelism with sequence parallelism (Korthikanti et al. 2022, section 4.2.2)
-runs, per layer and pass, an all-gather of b s h activations before each column-parallel GEMM
-(QKV, MLP in) and a reduce-scatter after each row-parallel one (attention out, MLP out): four
-halves of an all-reduce. Run plainly, the compute stream waits for each. Transformer Engine's
-userbuffers overlap (Megatron-Core `--tp-comm-overlap`, NeMo `ub_tp_comm_overlap`, which
-NVIDIA's dgxc-benchmarking recipes for GPT-3 175B and Nemotron-4 turn on) splits each such GEMM
-into `tp` chunks and moves one chunk's activations over the ring while the GEMM works on
-another (the ring exchange of TE's `CommOverlapP2P`): `tp - 1` transfer steps against `tp`
-GEMM chunks, the first on the local shard, so a layer waits only where a transfer step is
-slower than a GEMM chunk. In the backward the same collectives pair with the data-gradient
-GEMMs. What the overlap costs the GEMMs (SMs its copies hold, smaller GEMM tiles) is not
-modelled here: a profile's sustained share, fitted on whole steps that ran with it, carries it.
+runs, per layer and pass, an all-gather of the b s h activations before each column-parallel
+GEMM (QKV, MLP in) and a reduce-scatter after each row-parallel one (attention out, MLP out):
+run plainly, two all-reduces' worth each pass, and the compute stream waits for them.
+
+Transformer Engine's userbuffers overlap (Megatron-Core `--tp-comm-overlap`, NeMo
+`ub_tp_comm_overlap`, which NVIDIA's dgxc-benchmarking recipes for GPT-3 175B and Nemotron-4
+turn on) hides them behind GEMMs, by its default methods (`initialize_ub` in
+transformer_engine/pytorch/module/base.py, read, not copied):
+- ring exchange (`qkv_fprop`, `fc1_fprop`, `proj_dgrad`, `fc2_dgrad`): the all-gather's
+  tp - 1 point-to-point steps against the GEMM in tp chunks, the first on the local shard;
+- pipeline (`proj_fprop`, `fc2_fprop`, `num_splits` 4): the GEMM in 4 chunks, each chunk's
+  reduce-scatter beside the next chunk, the last one's exposed;
+- bulk (`qkv_dgrad`/`fc1_dgrad`: the all-gather of the layer's input for the weight gradient
+  beside the data-gradient GEMM; `qkv_wgrad`/`fc1_wgrad`: the data gradient's reduce-scatter
+  beside the weight-gradient GEMM): the whole collective beside the whole GEMM.
+Each collective is priced as a ring on the group's own links (the ring exchange is
+point-to-point: no NVLS). What the overlap costs the GEMMs (the SMs its copies hold, smaller
+GEMM tiles) is not modelled: a profile's sustained share, fitted on whole steps that ran with
+it, carries it.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
+from simulator.collective import PhaseCache, calibrated, time_alone
 from simulator.compute import pricing
+from simulator.network import build_topology
 from simulator.roofline import gemm_s
 from simulator.shapes import Gemm, layer_shapes
+
+PIPELINE_SPLITS = 4  # Transformer Engine's default num_splits for the pipeline method
+
+
+def tp_collective_s(cfg, op: str, algo: str) -> float:
+    """One collective of a layer's activations (b s h of this context-parallel rank's tokens)
+    on a tensor-parallel group, on its node's links alone; `algo` as NCCL would run it there
+    (auto: NVLS on an NVSwitch node with [nccl]) or forced."""
+    if cfg.tp == 1:
+        return 0.0
+    size = cfg.micro_batch * cfg.seq / cfg.cp * cfg.model.arch.d_model * cfg.dtypes.param_bytes
+    node = build_topology(cfg.hardware, cfg.tp)
+    c = calibrated(cfg.hardware, op, algo, cfg.tp, size, nodes=1)
+    phases = c.applied(PhaseCache(node).phases(op, c.algo, [np.arange(cfg.tp)], c.moved))
+    # no launch floor inside a step: the host enqueues ahead of the GPU (the floor is what
+    # nccl-tests' back-to-back calls measure)
+    return time_alone(node, phases) + c.overhead_s
 
 
 def _gemm_time(g: Gemm, cfg) -> float:
@@ -30,23 +59,46 @@ def _gemm_time(g: Gemm, cfg) -> float:
     return g.flops / (cfg.hardware.gpu.peak_bf16_tflops * 1e12 * mfu)
 
 
-def _exposed(comm_s: float, gemm_s_: float, tp: int) -> float:
-    """What a collective of `comm_s` overlapped with a GEMM of `gemm_s_` leaves exposed: each
-    of the tp - 1 ring steps waits for the slower of its transfer and its GEMM chunk."""
-    return (tp - 1) * max(0.0, comm_s / (tp - 1) - gemm_s_ / tp)
+def _ring(comm_s: float, gemm: float, tp: int) -> float:
+    """Exposed by a ring exchange: each of the tp - 1 steps waits for the slower of its
+    transfer and its GEMM chunk (the first chunk, local, waits for nothing)."""
+    return (tp - 1) * max(0.0, comm_s / (tp - 1) - gemm / tp)
+
+
+def _pipeline(comm_s: float, gemm: float, splits: int = PIPELINE_SPLITS) -> float:
+    """Exposed by the pipeline method: the last chunk's reduce-scatter, and any chunk's that
+    outlasts the next GEMM chunk."""
+    return comm_s / splits + (splits - 1) * max(0.0, comm_s / splits - gemm / splits)
+
+
+def _bulk(comm_s: float, gemm: float) -> float:
+    """Exposed by the bulk method: what the collective takes beyond the GEMM beside it."""
+    return max(0.0, comm_s - gemm)
 
 
 def layer_tp_s(cfg, allreduce_s: float) -> tuple[float, float]:
     """Seconds the compute stream spends on one layer's tensor-parallel communication in the
-    forward and in the backward (`allreduce_s`: one all-reduce of the layer's b s h
-    activations on the tensor-parallel group): two all-reduces each pass, or with
-    `cfg.tp_comm_overlap` what the four halves leave exposed beside their GEMMs."""
+    forward and in the backward (`allreduce_s`: one all-reduce of the layer's activations on
+    the group, as NCCL runs it): two all-reduces each pass, or with `cfg.tp_comm_overlap`
+    what Transformer Engine's overlap leaves exposed."""
     if cfg.tp == 1:
         return 0.0, 0.0
     if not cfg.tp_comm_overlap:
         return 2 * allreduce_s, 2 * allreduce_s
-    gemms = layer_shapes(cfg.model, cfg.micro_batch, cfg.seq, cfg.tp, True).gemms
-    half = allreduce_s / 2  # an all-gather or a reduce-scatter of b s h activations
-    fwd = sum(_exposed(half, _gemm_time(g, cfg), cfg.tp) for g in gemms)
-    bwd = sum(_exposed(half, _gemm_time(g.backward()[0], cfg), cfg.tp) for g in gemms)
+    ag = tp_collective_s(cfg, "all_gather", "ring")
+    rs = tp_collective_s(cfg, "reduce_scatter", "ring")
+    qkv, proj, fc1, fc2 = layer_shapes(cfg.model, cfg.micro_batch, cfg.seq, cfg.tp, True,
+                                       cfg.cp).gemms
+    t = cfg.tp
+
+    def dgrad(g: Gemm) -> float:
+        return _gemm_time(g.backward()[0], cfg)
+
+    def wgrad(g: Gemm) -> float:
+        return _gemm_time(g.backward()[1], cfg)
+
+    fwd = (_ring(ag, _gemm_time(qkv, cfg), t) + _pipeline(rs, _gemm_time(proj, cfg))
+           + _ring(ag, _gemm_time(fc1, cfg), t) + _pipeline(rs, _gemm_time(fc2, cfg)))
+    bwd = (_ring(ag, dgrad(proj), t) + _ring(ag, dgrad(fc2), t)
+           + sum(_bulk(ag, dgrad(g)) + _bulk(rs, wgrad(g)) for g in (qkv, fc1)))
     return fwd, bwd

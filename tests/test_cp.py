@@ -96,3 +96,17 @@ def test_commands_carry_cp_and_no_borrowed_band(capsys):
     code, _, err = scape(capsys, "simulate", *base, "--cp", "3")
     assert code == 2 and "--cp 3" in err
 
+
+def test_plan_takes_a_context_parallel_degree(capsys):
+    """plan --cp C plans every layout with C context-parallel ranks (data parallelism shrinks
+    by C, so fewer layouts split the batch), and its rows say so."""
+    base = ("plan", "-m", "llama-7b", "--tokens", "1e10", "-H", "dgx-h100", "--max-gpus",
+            "64", "--schemes", "dense-adams", "--top", "200", "--format", "json")
+    code, out, err = scape(capsys, *base, "--cp", "2")
+    assert code == 0, err
+    rows = json.loads(out)
+    assert rows and {r["cp"] for r in rows} == {2}
+    assert all(r["gpus"] == r["tp"] * r["pp"] * r["dp"] * 2 for r in rows)
+    code, _, err = scape(capsys, *base, "--cp", "0")
+    assert code == 2 and "--cp must be at least 1" in err
+

@@ -584,7 +584,7 @@ def test_reproduce_runs_on_a_shapes_priced_profile(capsys, tmp_path):
                             "--format", "csv")
     assert code == 0, err
     text = (tmp_path / "r" / "reproduce_assumptions.csv").read_text()
-    assert "dgx-h100: 8 GPU(s) per node" in text and "([roofline], sustained 0.73)" in text
+    assert "dgx-h100: 8 GPU(s) per node" in text and "([roofline], sustained 0.72)" in text
 
 
 def test_symlink_loops_and_fifos_are_refused_in_one_line(capsys, tmp_path):

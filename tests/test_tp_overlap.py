@@ -13,7 +13,7 @@ from reports import step_fidelity
 from scape.plan import make_config
 from simulator.compute import fwd_bwd
 from simulator.step import StepConfig, simulate_step, tp_allreduce_s
-from simulator.tp_overlap import _exposed, layer_tp_s
+from simulator.tp_overlap import _bulk, _pipeline, _ring, layer_tp_s
 from tests.test_cli import scape
 from tests.test_fidelity_bands import _bench
 
@@ -24,11 +24,11 @@ def test_a_ring_step_waits_only_for_transfers_slower_than_its_gemm_chunk(tp):
     past that, what shows is the transfers' excess, never more than the collective itself
     and never less than the collective minus the whole GEMM."""
     gemm = 1.0
-    assert _exposed(gemm * (tp - 1) / tp, gemm, tp) == 0.0  # transfer = chunk: all hidden
+    assert _ring(gemm * (tp - 1) / tp, gemm, tp) == 0.0  # transfer = chunk: all hidden
     for comm in (0.1, 0.5, 1.0, 2.0, 10.0):
-        e = _exposed(comm, gemm, tp)
+        e = _ring(comm, gemm, tp)
         assert max(0.0, comm - gemm) <= e + 1e-12 and e <= comm
-    assert _exposed(10.0, gemm, tp) == pytest.approx(10.0 - gemm * (tp - 1) / tp)
+    assert _ring(10.0, gemm, tp) == pytest.approx(10.0 - gemm * (tp - 1) / tp)
 
 
 def _cfg(**kw) -> StepConfig:
@@ -37,19 +37,30 @@ def _cfg(**kw) -> StepConfig:
                       **kw).validate()
 
 
+def test_the_pipeline_and_bulk_methods_expose_what_they_cannot_hide():
+    """Pipeline (4 splits): the last chunk's reduce-scatter always shows; bulk: only what
+    outlasts the GEMM beside it."""
+    assert _pipeline(1.0, 100.0) == pytest.approx(0.25)
+    assert _pipeline(8.0, 4.0) == pytest.approx(2.0 + 3 * (2.0 - 1.0))
+    assert _bulk(1.0, 3.0) == 0.0 and _bulk(5.0, 3.0) == 2.0
+
+
 def test_without_the_overlap_a_layer_pays_two_all_reduces_each_pass():
     cfg = _cfg()
     ar = tp_allreduce_s(cfg)
     assert layer_tp_s(cfg, ar) == (2 * ar, 2 * ar)
     fwd, bwd = layer_tp_s(_cfg(tp_comm_overlap=True), ar)
-    assert 0 <= fwd < 2 * ar and 0 <= bwd < 2 * ar  # NVLink: mostly behind the GEMMs
-    # on a link 100 times slower the transfers outrun the GEMMs: what stays hidden is at
-    # most the layer's forward compute, and more than nothing
-    slow = replace(cfg, tp_comm_overlap=True)
-    f_slow, _ = layer_tp_s(slow, 100 * ar)
-    layer_fwd = fwd_bwd(cfg.model, cfg.hardware, 1, cfg.seq, 8,
-                        sequence_parallel=True).layer_fwd_s
-    assert 0 < 2 * 100 * ar - f_slow < layer_fwd
+    assert 0 < fwd < 2 * ar and 0 <= bwd < 2 * ar  # NVLink: mostly behind the GEMMs
+    # on NVLink 100 times slower the transfers outrun the GEMMs: more shows, yet less than
+    # the layer's plain all-reduces on that link, by at most its forward GEMMs
+    hw = cfg.hardware
+    slow_hw = replace(hw, intra_node=replace(hw.intra_node, bw_GBps=hw.intra_node.bw_GBps / 100))
+    slow = replace(cfg, hardware=slow_hw, tp_comm_overlap=True)
+    ar_slow = tp_allreduce_s(replace(cfg, hardware=slow_hw))
+    f_slow, b_slow = layer_tp_s(slow, ar_slow)
+    layer_fwd = fwd_bwd(cfg.model, hw, 1, cfg.seq, 8, sequence_parallel=True).layer_fwd_s
+    assert f_slow > 10 * fwd and b_slow > 10 * max(bwd, 1e-6)
+    assert f_slow < 2 * ar_slow * 1.5 and 2 * ar_slow - f_slow < layer_fwd
 
 
 def test_the_step_hides_what_the_overlap_hides():
@@ -100,7 +111,9 @@ def test_commands_carry_the_overlap_and_its_own_band(capsys):
                            "--tp-comm-overlap", "--top", "50", "--format", "json")
     assert code == 0, err
     plans = json.loads(out)
-    assert all(r["tp_comm_overlap"] is True for r in plans)
+    # asked of every plan, run by those with a tensor-parallel group
+    assert all(r["tp_comm_overlap_asked"] is True for r in plans)
+    assert {(r["tp"] > 1, r["tp_comm_overlap"]) for r in plans} == {(True, True), (False, False)}
     tp_rows = [r for r in plans if r["tp"] > 1]
     assert tp_rows and all(r["heldout_step_rows"] == rows for r in tp_rows)
 

@@ -95,3 +95,10 @@ def test_a_measured_validation_is_never_overwritten(tmp_path, monkeypatch):
     with pytest.raises(UserError, match="holds a validation measured before"):
         _measurement_folder(str(first), "out/validate/prof")
     assert _measurement_folder("fresh", "out/validate/prof") == Path("fresh")
+    # an interrupted validation keeps its measured rows and runs: not overwritten either
+    (Path("out/validate/prof-3") / "runs").mkdir(parents=True)
+    assert _measurement_folder(None, "out/validate/prof") == Path("out/validate/prof-4")
+    (Path("part") / "validate.partial.csv").parent.mkdir()
+    (Path("part") / "validate.partial.csv").write_text("scheme\n")
+    with pytest.raises(UserError, match=r"validate\.partial\.csv"):
+        _measurement_folder("part", "out/validate/prof")
