@@ -252,7 +252,8 @@ def compare_cmd(
     shown["fits"] = df["fits_memory"].map({True: "yes", False: "NO"})
     header = (f"{model} on {describe(build_topology(cfg.hardware, gpus))}\n"
               f"micro-batch {micro_batch} x seq {cfg.seq}, grad-accum {cfg.accum}, tp {tp}, "
-              f"pp {pp}{_schedule_name(cfg)}, dp {cfg.dp}, recompute {recompute}; "
+              f"pp {pp}{_schedule_name(cfg)}, " + (f"cp {cfg.cp}, " if cfg.cp > 1 else "")
+              + f"dp {cfg.dp}, recompute {recompute}; "
               f"forward/backward: {compute_model(cfg)}; "
               f"speedup = {baseline} step time / scheme step time; mem_GB per GPU of "
               f"{df['usable_memory_GB'].iloc[0]:.1f} usable\n"

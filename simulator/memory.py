@@ -131,7 +131,8 @@ def step_memory(cfg) -> MemoryUse:
     """What one GPU of a simulated step (simulator.step.StepConfig) holds at its peak: with
     context parallelism, the activations of its seq / cp tokens, and state sharded over the
     data-parallel ranks with the context-parallel ones (`grad_ranks`). The key/value blocks a
-    ring exchange holds in flight (two of seq / cp tokens) are not counted."""
+    ring exchange keeps (one buffer per step, up to cp of seq / cp tokens each) are not
+    counted."""
     return memory_use(cfg.model, cfg.scheme, cfg.grad_ranks, cfg.tp, cfg.micro_batch,
                       cfg.seq // cfg.cp, cfg.dtypes, cfg.recompute, cfg.sequence_parallel,
                       cfg.pp, cfg.chunks_pp, cfg.attention, cfg.accum)

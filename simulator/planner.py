@@ -94,6 +94,9 @@ class PlanRequest:
         check_workers(self.workers)
         if self.cp < 1:
             raise UserError(f"--cp must be at least 1, got {self.cp}")
+        if self.cp > self.max_gpus:
+            raise UserError(f"--cp {self.cp}: more context-parallel ranks than --max-gpus "
+                            f"{self.max_gpus}")
         if self.cp > 1 and self.seq % (2 * self.cp):
             raise UserError(f"--cp {self.cp} cuts each sequence into 2 x {self.cp} chunks: "
                             f"sequence {self.seq} does not divide")
@@ -238,7 +241,14 @@ def candidates(req: PlanRequest) -> tuple[list[Candidate], Counter]:
                     f"{', '.join(map(str, sorted(priced))) or 'no'} ranks (scape calibrate "
                     f"collectives --nprocs, compute --max-ranks)"] += 1
                 continue
-            for tp, pp, schedule, chunks in layouts(req, hw, gpus):
+            if req.cp > 1 and gpus % req.cp:
+                why[f"{gpus} GPUs do not split into --cp {req.cp} context-parallel ranks"] += 1
+                continue
+            shapes = list(layouts(req, hw, gpus))
+            if not shapes:
+                why[f"{hw.name}: {gpus} GPUs: no tensor-parallel degree divides the heads and "
+                    f"the sequence{' over --cp ' + str(req.cp) if req.cp > 1 else ''}"] += 1
+            for tp, pp, schedule, chunks in shapes:
                 dp = gpus // (tp * pp * req.cp)
                 for mb in MICRO_BATCHES:
                     if req.batch % (mb * dp):

@@ -229,18 +229,16 @@ class StepConfig:
         if self.attention == "unfused":
             raise UserError(f"--cp {self.cp} runs attention as Transformer Engine's fused "
                             "kernels ring it; --attention unfused has no context-parallel form")
-        if self.gpus % (self.tp * self.pp * self.cp):
-            raise UserError(f"gpus ({self.gpus}) must be a multiple of --tp x --pp x --cp "
-                            f"({self.tp} x {self.pp} x {self.cp})")
 
     def _validate_pipeline(self) -> None:
         from simulator.pipeline import SCHEDULES
 
         if self.pp < 1:
             raise UserError(f"--pp must be at least 1, got {self.pp}")
-        if self.gpus % (self.tp * self.pp):
+        if self.gpus % (self.tp * self.pp * self.cp):
             raise UserError(f"gpus ({self.gpus}) must be a multiple of --tp x --pp "
-                            f"({self.tp} x {self.pp})")
+                            + (f"x --cp ({self.tp} x {self.pp} x {self.cp})" if self.cp > 1
+                               else f"({self.tp} x {self.pp})"))
         if self.pp_schedule not in SCHEDULES:
             raise UserError(f"--pp-schedule must be one of {', '.join(SCHEDULES)}, got "
                             f"{self.pp_schedule!r}")
@@ -371,7 +369,7 @@ class _StepSim:
         self.compute = _Stream(self.env, "compute")
         self.comm = _Stream(self.env, "comm")
         self.spans: list[Span] = []
-        # data-parallel groups of the first pipeline stage (ranks: tp fastest, then dp, pp
+        # gradient groups of the first pipeline stage (ranks: tp fastest, then cp, then dp, pp
         # slowest, Megatron-Core's default order); the other stages run theirs on other GPUs
         stage = cfg.tp * cfg.cp * cfg.dp  # tp fastest, then cp, then dp
         self.groups = [np.arange(r, stage, cfg.tp) for r in range(cfg.tp)]  # dp x cp each
@@ -706,10 +704,12 @@ def simulate_step(
         if not spans:
             spans = kind_spans  # the trace shows the most frequent step kind
     tp_bytes = 0.0
-    if cfg.tp > 1:  # 4 all-reduces per layer (of a stage) per micro-batch, ring 2(t-1)/t * S
+    if cfg.tp > 1:  # 4 all-reduces per layer (of a stage) per micro-batch, ring 2(t-1)/t * S,
+        # and 2 more where the forward is recomputed whole
         size = (cfg.micro_batch * cfg.seq / cfg.cp * cfg.model.arch.d_model
                 * cfg.dtypes.param_bytes)
-        tp_bytes = (4 * cfg.stage0_layers * cfg.accum
+        reduces = 6 if cfg.recompute == "full" else 4
+        tp_bytes = (reduces * cfg.stage0_layers * cfg.accum
                     * 2 * (cfg.tp - 1) / cfg.tp * size)
     tp_bytes += cp_bytes_per_layer(cfg) * cfg.stage0_layers * cfg.accum
     return StepResult(

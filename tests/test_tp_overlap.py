@@ -133,3 +133,30 @@ def test_nemotron_rows_keep_their_parameters_in_the_llama_layout():
         want = 2 * 256000 * h + layers * layer + h
         assert model.family == "llama" and model.arch.d_ff == 2 * ffn // 3
         assert model.n_params == pytest.approx(want, rel=1e-4)
+
+
+def test_each_gemm_uses_transformer_engines_default_method():
+    """TE's initialize_ub defaults: ring exchange for qkv_fprop, fc1_fprop, proj_dgrad,
+    fc2_dgrad; pipeline for proj_fprop, fc2_fprop; bulk for the column-parallel backward (the
+    input's all-gather beside the data gradient, the reduce-scatter beside the weight
+    gradient). The collectives are rings on the node, not the all-reduce's NVLS."""
+    from simulator.shapes import layer_shapes
+    from simulator.tp_overlap import _gemm_time, tp_collective_s
+
+    cfg = _cfg(tp_comm_overlap=True)
+    ag = tp_collective_s(cfg, "all_gather", "ring")
+    rs = tp_collective_s(cfg, "reduce_scatter", "ring")
+    qkv, proj, fc1, fc2 = layer_shapes(cfg.model, 1, cfg.seq, 8, True).gemms
+
+    def g(x):
+        return _gemm_time(x, cfg)
+
+    want_fwd = _ring(ag, g(qkv), 8) + _pipeline(rs, g(proj)) + _ring(ag, g(fc1), 8) + _pipeline(
+        rs, g(fc2))
+    want_bwd = (_ring(ag, g(proj.backward()[0]), 8) + _ring(ag, g(fc2.backward()[0]), 8)
+                + sum(_bulk(ag, g(x.backward()[0])) + _bulk(rs, g(x.backward()[1]))
+                      for x in (qkv, fc1)))
+    assert layer_tp_s(cfg, tp_allreduce_s(cfg)) == pytest.approx((want_fwd, want_bwd))
+    assert want_fwd > 0  # the pipeline's last chunk always shows
+    nvls = tp_collective_s(cfg, "all_reduce", "auto")
+    assert nvls != pytest.approx(ag + rs)  # the all-reduce runs NVLS; the overlap does not
