@@ -67,7 +67,7 @@ A100_CALIBRATION = "korthikanti-"
 
 # the optional columns and the values each may take (blank: the first)
 CHOICES = {"mlp": ("gelu", "squared_relu"), "grad_dtype": ("bf16", "fp32")}
-FLAGS = ("tied", "tp_overlap", "overlap_param")  # true or false
+FLAGS = ("tied", "tp_overlap", "overlap_param", "fp8")  # true or false
 
 
 def given(row, column: str, default):
@@ -148,7 +148,7 @@ def simulate(row, hw) -> dict:
         pp_schedule="interleaved" if row.chunks > 1 else "1f1b",
         virtual_stages=int(row.chunks) if row.chunks > 1 else None, recompute=row.recompute,
         sequence_parallel=bool(row.sequence_parallel), attention=row.attention,
-        tp_comm_overlap=given(row, "tp_overlap", False))
+        tp_comm_overlap=given(row, "tp_overlap", False), fp8=given(row, "fp8", False))
     t0 = time.perf_counter()
     r = simulate_step(cfg)
     return {"predicted_s": r.step_time_s, "compute_s": r.compute_s, "tp_comm_s": r.tp_comm_s,
@@ -238,6 +238,7 @@ def run(hardware: dict, rows: pd.DataFrame) -> pd.DataFrame:
         out.append({"case": row.case, "hardware": row.hardware, "scheme": row.scheme,
                     "tp": row.tp, "pp": row.pp, "v": row.chunks,
                     "tp_overlap": given(row, "tp_overlap", False),
+                    "fp8": given(row, "fp8", False),
                     "gpus": row.gpus, "mb": row.micro_batch, "recompute": row.recompute,
                     "measured_s": measured, **sim,
                     "error_pct": 100 * (sim["predicted_s"] / measured - 1)})

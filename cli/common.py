@@ -407,6 +407,8 @@ def _step_config(model, hardware, gpus, scheme, micro_batch, seq_len, grad_accum
     return cfg
 
 
+FP8_HELP = ("the layers' linear GEMMs in FP8, as Transformer Engine's recipe runs them (at the "
+            "profile's FP8 rate; attention and the output layer stay 16-bit)")
 TP_OVERLAP_HELP = ("overlap the tensor-parallel all-gathers and reduce-scatters with their "
                    "GEMMs, as Transformer Engine does (Megatron-Core --tp-comm-overlap, NeMo "
                    "ub_tp_comm_overlap); needs --tp above 1 and sequence parallelism")
@@ -429,6 +431,7 @@ PARALLEL_OPTS = {
                                    "before it: batched GEMMs and softmax) [default: flash]"),
     "tp_comm_overlap": typer.Option(None, "--tp-comm-overlap/--no-tp-comm-overlap",
                                     help=TP_OVERLAP_HELP + " [default: off, as Megatron-LM]"),
+    "fp8": typer.Option(False, "--fp8/--no-fp8", help=FP8_HELP),
     "cp": typer.Option(1, "--cp", help="context-parallel ranks splitting each sequence "
                                        "(Megatron-Core --context-parallel-size; Transformer "
                                        "Engine's ring exchange of keys and values)"),
@@ -447,11 +450,11 @@ def _schedule_name(cfg: StepConfig) -> str:
 
 
 def _parallel(pp, pp_schedule, virtual_stages, recompute, sequence_parallel, mfu,
-              attention, tp_comm_overlap, cp) -> dict:
+              attention, tp_comm_overlap, cp, fp8) -> dict:
     return {"pp": pp, "pp_schedule": str(pp_schedule), "virtual_stages": virtual_stages,
             "recompute": str(recompute), "sequence_parallel": sequence_parallel, "mfu": mfu,
             "attention": None if attention is None else str(attention),
-            "tp_comm_overlap": tp_comm_overlap, "cp": cp}
+            "tp_comm_overlap": tp_comm_overlap, "cp": cp, "fp8": fp8}
 
 
 STEP_OPTS = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from cli.common import (
+    FP8_HELP,
     STEP_OPTS,
     TP_OVERLAP_HELP,
     DtypeChoice,
@@ -45,6 +46,7 @@ def plan_cmd(
         "target from the start"),
     tp_comm_overlap: bool = typer.Option(False, "--tp-comm-overlap/--no-tp-comm-overlap",
                                          help=TP_OVERLAP_HELP + " (plans with tp above 1)"),
+    fp8: bool = typer.Option(False, "--fp8/--no-fp8", help=FP8_HELP + " (every plan)"),
     cp: int = typer.Option(1, "--cp", help="context-parallel ranks per sequence in every plan "
                                            "(not searched)"),
     workers: int = typer.Option(None, "--workers", help="processes; default: every core"),
@@ -69,7 +71,7 @@ def plan_cmd(
         schemes=tuple(_names(schemes, "--schemes")),
         dtypes=_dtypes(grad_dtype, param_dtype), density_warmup_frac=density_warmup_frac,
         workers=workers, quality=None if quality is None else load_quality(quality), rank=rank,
-        tp_comm_overlap=tp_comm_overlap, cp=cp,
+        tp_comm_overlap=tp_comm_overlap, cp=cp, fp8=fp8,
     ).validate()
     with _progress("simulating plans") as bar:
         task = bar.add_task("plans", total=None)
@@ -82,8 +84,9 @@ def plan_cmd(
     names = [hw.name for hw in req.hardware]
     hardware_of = {hw.name: hw for hw in req.hardware if names.count(hw.name) == 1}
     shown = shown.assign(**{col: [
-        step_lookup(hardware_of[r.hardware], layout_class(r.tp, r.pp, r.tp_comm_overlap, r.cp),
-                    r.scheme, None)[col]
+        step_lookup(hardware_of[r.hardware],
+                    layout_class(r.tp, r.pp, r.tp_comm_overlap, r.cp, r.fp8), r.scheme,
+                    None)[col]
         if r.hardware in hardware_of else empty for r in shown.itertuples()]
         for col, empty in heldout(None, "heldout_step").items()})
     asked = {"model": model, "hardware_asked": hardware, "schemes_asked": schemes,
@@ -93,7 +96,7 @@ def plan_cmd(
              "deadline_hours": deadline_hours, "budget_usd": budget_usd,
              "density_warmup_frac": density_warmup_frac,
              # each row says whether its plan ran it (tp above 1 only): "tp_comm_overlap"
-             "tp_comm_overlap_asked": tp_comm_overlap, "cp": cp,
+             "tp_comm_overlap_asked": tp_comm_overlap, "cp": cp, "fp8": fp8,
              "quality": quality, "rank": rank}
     if fmt != "table":  # every row carries the request it answers
         print(render(shown.assign(**asked), fmt))
@@ -113,7 +116,8 @@ def plan_cmd(
     if best["hardware"] in hardware_of:
         header += "\ntop plan: " + how_sure(
             hardware_of[best["hardware"]],
-            layout_class(best["tp"], best["pp"], best["tp_comm_overlap"], best["cp"]),
+            layout_class(best["tp"], best["pp"], best["tp_comm_overlap"], best["cp"],
+                         best["fp8"]),
             [best["scheme"]], None)
     if req.quality is not None:
         q = req.quality

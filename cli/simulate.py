@@ -102,6 +102,7 @@ def simulate(
     attention: AttentionChoice = PARALLEL_OPTS["attention"],
     tp_comm_overlap: bool | None = PARALLEL_OPTS["tp_comm_overlap"],
     cp: int = PARALLEL_OPTS["cp"],
+    fp8: bool = PARALLEL_OPTS["fp8"],
     trace: str = typer.Option(None, "--trace", help="write a Chrome trace JSON (Perfetto)"),
     fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
 ):
@@ -116,7 +117,7 @@ def simulate(
     steps = _run_steps(run_steps, density_warmup, density_dense_steps, density_shape)
     extra = _reducer_extra(distopt, residual_offload, param_offload)
     parallel = _parallel(pp, pp_schedule, virtual_stages, recompute, sequence_parallel, mfu,
-                         attention, tp_comm_overlap, cp)
+                         attention, tp_comm_overlap, cp, fp8)
     cfg = _step_config(model, hardware, gpus, scheme, micro_batch, seq_len, grad_accum, tp,
                        grad_dtype, param_dtype, algo, opts, global_batch, extra,
                        parallel=parallel)
@@ -210,6 +211,7 @@ def compare_cmd(
     attention: AttentionChoice = PARALLEL_OPTS["attention"],
     tp_comm_overlap: bool | None = PARALLEL_OPTS["tp_comm_overlap"],
     cp: int = PARALLEL_OPTS["cp"],
+    fp8: bool = PARALLEL_OPTS["fp8"],
     fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
 ):
     """Every scheme side by side with its speedup over the baseline."""
@@ -222,7 +224,7 @@ def compare_cmd(
     extra = _reducer_extra(distopt, residual_offload, param_offload)
     lineup = _names(schemes, "--schemes")
     parallel = _parallel(pp, pp_schedule, virtual_stages, recompute, sequence_parallel, mfu,
-                         attention, tp_comm_overlap, cp)
+                         attention, tp_comm_overlap, cp, fp8)
     cfg = _step_config(model, hardware, gpus, baseline, micro_batch, seq_len, grad_accum, tp,
                        grad_dtype, param_dtype, algo, opts, global_batch, extra, lineup,
                        parallel)

@@ -25,6 +25,8 @@ GPU_FIELDS = {
     "host_bw_GBps": Field(float, gt=0, le=1e5, required=False, least=1e-6),
     # streaming multiprocessors: what a running NCCL kernel's CTAs take from compute
     "sms": Field(int, ge=1, le=1024, required=False),
+    # dense FP8 (Transformer Engine's GEMMs with --fp8); needed to price them
+    "peak_fp8_tflops": Field(float, gt=0, le=1e6, required=False, least=1e-6),
     "source": SOURCE,
 }
 NODE_FIELDS = {"gpus_per_node": Field(int, ge=1, le=1024), "source": SOURCE}
@@ -126,6 +128,8 @@ ROOFLINE_FIELDS = {
     # share of those benchmark peaks a whole training step sustains (clocks under sustained
     # load, shapes other than the benchmarks'): applied to GEMMs and attention
     "sustained": Field(float, gt=0, le=1, least=1e-6),
+    # an FP8 GEMM's share of peak FP8 (with --fp8), where it differs from bf16's
+    "fp8_gemm_peak_fraction": Field(float, gt=0, le=1, required=False, least=1e-6),
     "source": SOURCE,
 }
 # as the planner's --price-per-gpu-hour (simulator/planner.py MAX_PRICE): far above any rent
@@ -192,6 +196,7 @@ class Gpu:
     sources: dict[str, str] = field(default_factory=dict)
     host_bw_GBps: float | None = None
     sms: int | None = None
+    peak_fp8_tflops: float | None = None
 
 
 @dataclass(frozen=True)
@@ -306,6 +311,7 @@ class Roofline:
     attn_flash2_fwd_fraction: float | None = None
     attn_flash2_bwd_fraction: float | None = None
     sources: dict[str, str] = field(default_factory=dict)
+    fp8_gemm_peak_fraction: float | None = None
 
 
 @dataclass(frozen=True)
@@ -643,6 +649,9 @@ def _cross_check(path, hw: HardwareProfile) -> None:
             r.attn_flash2_bwd_fraction is None):
         raise ProfileError(f"{path}: [roofline] attn_flash2_fwd_fraction and "
                            "attn_flash2_bwd_fraction: give both or neither")
+    if r is not None and r.fp8_gemm_peak_fraction is not None and hw.gpu.peak_fp8_tflops is None:
+        raise ProfileError(f"{path}: [roofline] fp8_gemm_peak_fraction: a share of [gpu] "
+                           "peak_fp8_tflops, which the profile does not give; give both")
     unknown = [p for p in (hw.nccl.protocols if hw.nccl else ()) if p not in NCCL_PROTOCOLS]
     if unknown or (hw.nccl and not hw.nccl.protocols):
         raise ProfileError(f"{path}: [nccl] proto: a comma-separated list of LL, LL128 and "

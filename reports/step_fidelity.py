@@ -24,22 +24,24 @@ KEYS = ["hardware", "layout", "schemes"]
 SOURCE = "profiles/external/step-fidelity-bands.csv from bench/fidelity_parallel.py"
 
 
-def layout_class(tp: int, pp: int, tp_overlap: bool = False, cp: int = 1) -> str:
+def layout_class(tp: int, pp: int, tp_overlap: bool = False, cp: int = 1,
+                 fp8: bool = False) -> str:
     """Data parallel alone, or with tensor or pipeline stages; tensor-parallel communication
     overlapped with its GEMMs (simulator/tp_overlap.py) and context parallelism
     (simulator/cp_comm.py) are layouts of their own: what the model leaves exposed there
-    differs."""
+    differs. FP8 GEMMs are a class of their own too (another rate, fitted apart)."""
+    suffix = ", FP8" if fp8 else ""
     if tp == 1 and pp == 1 and cp == 1:
-        return "data parallel"
+        return "data parallel" + suffix
     name = "tensor/pipeline parallel" if tp > 1 or pp > 1 else "data parallel"
     if tp_overlap and tp > 1:
         name += ", TP comm overlapped"
-    return name + (", context parallel" if cp > 1 else "")
+    return name + (", context parallel" if cp > 1 else "") + suffix
 
 
 def layout_of(cfg) -> str:
     """The layout class of a simulated step (simulator.step.StepConfig)."""
-    return layout_class(cfg.tp, cfg.pp, cfg.tp_comm_overlap, cfg.cp)
+    return layout_class(cfg.tp, cfg.pp, cfg.tp_comm_overlap, cfg.cp, cfg.fp8)
 
 
 def scheme_class(scheme: str) -> str:
@@ -51,8 +53,8 @@ def scheme_class(scheme: str) -> str:
 def step_bands(df: pd.DataFrame) -> pd.DataFrame:
     """The bands of the bench's held-out rows (`df`: case, hardware, tp, pp, tp_overlap,
     scheme, error_pct, on the shipped profiles)."""
-    held = df.assign(layout=[layout_class(t, p, o) for t, p, o in zip(
-                         df["tp"], df["pp"], df["tp_overlap"], strict=True)],
+    held = df.assign(layout=[layout_class(t, p, o, 1, f) for t, p, o, f in zip(
+                         df["tp"], df["pp"], df["tp_overlap"], df["fp8"], strict=True)],
                      schemes=[scheme_class(s) for s in df["scheme"]])
     bands = summarize(held, KEYS, "error_pct")
     # the job sizes the runs had: a band of 8-64 GPU runs says nothing of 4,096

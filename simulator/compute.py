@@ -112,7 +112,7 @@ def pricing(model: ModelProfile, hw: HardwareProfile, mfu: float | None = None
 def fwd_bwd(
     model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_len: int, tp: int = 1,
     grad_accum: int = 1, *, mfu: float | None = None, recompute: str = "none",
-    sequence_parallel: bool = False, attention: str = "flash", cp: int = 1,
+    sequence_parallel: bool = False, attention: str = "flash", cp: int = 1, fp8: bool = False,
 ) -> ComputeTimes:
     """Forward and backward time of one micro-batch on one GPU (tensor parallel degree `tp`).
 
@@ -121,7 +121,8 @@ def fwd_bwd(
     for this model ([model_mfu]); from FLOPs at that MFU otherwise. Recomputation adds to the
     backward: `full` the layers' forward, `selective` the attention core's (Korthikanti et al.
     2022, section 5). `cp` context-parallel ranks each run seq_len / cp tokens of the
-    micro-batch (simulator/shapes.py layer_shapes)."""
+    micro-batch (simulator/shapes.py layer_shapes). `fp8`: the layers' linear GEMMs at the
+    profile's FP8 rate (shapes only: simulator/roofline.py gemm_s)."""
     if recompute not in RECOMPUTE:
         raise UserError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
     if attention not in ATTENTION:
@@ -129,6 +130,10 @@ def fwd_bwd(
     a, tokens = model.arch, micro_batch * seq_len / cp  # this context-parallel rank's
     flops = 3 * forward_flops_per_token(model, seq_len) * tokens / tp * grad_accum  # FLOP
     mfu, how = pricing(model, hw, mfu)
+    if fp8 and mfu is not None:
+        raise UserError(f"--fp8 prices the layers' GEMMs from their shapes; forward and backward "
+                        f"are priced here by {how}, one rate for every kernel: leave --fp8 out, "
+                        "or price from shapes (no --mfu, a profile with [roofline])")
     if mfu is not None:
         rate = hw.gpu.peak_bf16_tflops * 1e12 * mfu  # FLOP/s achieved
         attn = 4.0 * seq_len * a.d_model * tokens / tp / rate  # s: one layer's s x s products
@@ -138,7 +143,7 @@ def fwd_bwd(
         parts: dict = {}
     else:
         lt = layer_times(model, hw, micro_batch, seq_len, tp, sequence_parallel, attention,
-                         cp)
+                         cp, fp8)
         ht = head_times(model, hw, micro_batch, seq_len, tp, cp)
         layer = (lt.fwd_s, lt.bwd_s, lt.parts["attention_fwd"], lt.parts["attention_bwd"])
         head = (ht.fwd_s, ht.bwd_s)

@@ -71,6 +71,7 @@ class PlanRequest:
     tp_comm_overlap: bool = False
     # context-parallel ranks per sequence in every plan (simulator/cp_comm.py); not searched
     cp: int = 1
+    fp8: bool = False  # every plan's linear GEMMs in FP8 (simulator/roofline.py)
 
     @property
     def batch(self) -> int:
@@ -139,6 +140,10 @@ class PlanRequest:
                             + ", ".join(hw.path for hw in self.hardware if hw.name in alike)
                             + "): rename one")
         for hw in self.hardware:
+            if self.fp8:  # before any plan is simulated
+                from simulator.roofline import fp8_rate
+
+                fp8_rate(hw)
             if self.price_per_gpu_hour is None and hw.price is None:
                 raise UserError(f"hardware {hw.name} has no [price] in its profile; "
                                 "give --price-per-gpu-hour")
@@ -180,7 +185,7 @@ class Candidate:
             micro_batch=self.micro_batch, seq_len=req.seq, global_batch=req.batch, tp=self.tp,
             dtypes=req.dtypes, recompute=self.recompute, pp=self.pp, pp_schedule=self.schedule,
             virtual_stages=self.chunks if self.schedule == "interleaved" else None,
-            tp_comm_overlap=req.tp_comm_overlap and self.tp > 1, cp=self.cp,
+            tp_comm_overlap=req.tp_comm_overlap and self.tp > 1, cp=self.cp, fp8=req.fp8,
         )
 
 
@@ -301,7 +306,7 @@ def _evaluate(args: tuple[Candidate, PlanRequest]) -> dict:
         "schedule": ("-" if cand.pp == 1 else cand.schedule if cand.chunks == 1
                      else f"{cand.schedule} x{cand.chunks}"),
         "chunks": cand.chunks,
-        "dp": cfg.dp, "cp": cfg.cp, "tp_comm_overlap": cfg.tp_comm_overlap,
+        "dp": cfg.dp, "cp": cfg.cp, "tp_comm_overlap": cfg.tp_comm_overlap, "fp8": cfg.fp8,
         "micro_batch": cand.micro_batch,
         "grad_accum": cfg.accum, "recompute": cand.recompute, "memory_GB": cand.memory_GB,
         "step_time_s": r.step_time_s, "run_mean_step_s": mean_step,

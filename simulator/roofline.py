@@ -30,11 +30,23 @@ from simulator.shapes import Gemm, head_shapes, layer_shapes
 ATTN_BWD_FLOPS = 2.5  # backward FLOPs per forward FLOP of FlashAttention (5 matmuls vs 2)
 
 
-def gemm_s(g: Gemm, hw: HardwareProfile) -> float:
-    """Seconds for one bf16 GEMM on this profile's GPU."""
+def fp8_rate(hw: HardwareProfile) -> float:
+    """FLOP/s of an FP8 GEMM's benchmark peak (Transformer Engine's, with --fp8); refused
+    where the profile does not give it."""
     r = hw.roofline
-    compute = g.flops / (r.gemm_peak_fraction * r.sustained * hw.gpu.peak_bf16_tflops * 1e12)
-    memory = g.bytes / _hbm_Bps(hw)
+    if hw.gpu.peak_fp8_tflops is None or r is None or r.fp8_gemm_peak_fraction is None:
+        raise UserError(f"--fp8: {hw.name} gives no FP8 GEMM rate ([gpu] peak_fp8_tflops and "
+                        "[roofline] fp8_gemm_peak_fraction)")
+    return r.fp8_gemm_peak_fraction * hw.gpu.peak_fp8_tflops * 1e12
+
+
+def gemm_s(g: Gemm, hw: HardwareProfile, fp8: bool = False) -> float:
+    """Seconds for one bf16 GEMM on this profile's GPU, or an FP8 one (`fp8`: its inputs one
+    byte each, at the FP8 rate; the output stays 16-bit)."""
+    r = hw.roofline
+    peak = fp8_rate(hw) if fp8 else r.gemm_peak_fraction * hw.gpu.peak_bf16_tflops * 1e12
+    compute = g.flops / (r.sustained * peak)
+    memory = (g.bytes - (g.m * g.k + g.k * g.n) * g.batch if fp8 else g.bytes) / _hbm_Bps(hw)
     n = r.gemm_blend
     return r.gemm_launch_us * 1e-6 + (compute**n + memory**n) ** (1 / n)
 
@@ -66,7 +78,7 @@ class PassTimes:
 
 def layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_len: int,
                 tp: int = 1, sequence_parallel: bool = False, attention: str = "flash",
-                cp: int = 1) -> PassTimes:
+                cp: int = 1, fp8: bool = False) -> PassTimes:
     """One transformer layer on one GPU: forward and backward (without recomputation).
     `attention`: flash (the profile's fused attention at its measured rates), flash2
     (FlashAttention-2's rates where the profile gives them apart) or unfused (the score
@@ -76,8 +88,10 @@ def layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_
     r = hw.roofline
     peak = hw.gpu.peak_bf16_tflops * 1e12 * r.sustained  # FLOP/s a training step sustains
     launch = r.gemm_launch_us * 1e-6
-    gemm_f = sum(gemm_s(g, hw) for g in s.gemms)
-    gemm_b = sum(gemm_s(b, hw) for g in s.gemms for b in g.backward())
+    # --fp8: the layer's linear GEMMs in FP8, forward and both gradients (Transformer Engine's
+    # recipe); attention and the output layer stay 16-bit
+    gemm_f = sum(gemm_s(g, hw, fp8) for g in s.gemms)
+    gemm_b = sum(gemm_s(b, hw, fp8) for g in s.gemms for b in g.backward())
     if attention in ("flash", "flash2"):
         fwd, bwd = attention_fractions(hw, attention)
         attn_f = launch + s.attention_flops / (fwd * peak)

@@ -47,6 +47,7 @@ from simulator.compute import (
     fwd_bwd,
     host_slowdown,
     kernel_time,
+    pricing,
     sharing_waits,
 )
 from simulator.cp_comm import cp_bytes_per_layer, layer_cp_s
@@ -86,6 +87,9 @@ class StepConfig:
     # context-parallel ranks splitting each sequence (simulator/cp_comm.py); they share the
     # micro-batch, so the data-parallel degree (and the batch) is gpus / (tp pp cp)
     cp: int = 1
+    # the layers' linear GEMMs in FP8 (Transformer Engine), their tensor-parallel all-gathers
+    # in FP8 when overlapped (simulator/roofline.py, simulator/tp_overlap.py)
+    fp8: bool = False
 
     @property
     def chunks_pp(self) -> int:
@@ -173,6 +177,14 @@ class StepConfig:
                             "sequence parallelism: it needs --tp above 1 and sequence "
                             "parallelism on")
         self._validate_cp()
+        if self.fp8:
+            from simulator.roofline import fp8_rate
+
+            mfu, how = pricing(self.model, self.hardware, self.mfu)
+            if mfu is not None:
+                raise UserError(f"--fp8 prices the layers' GEMMs from their shapes; this step "
+                                f"is priced by {how}: leave --fp8 out, or --mfu")
+            fp8_rate(self.hardware)  # refused where the profile gives no FP8 rate
         if self.sequence_parallel and self.tp > 1 and (self.seq // self.cp) % self.tp:
             raise UserError(f"sequence parallelism (on by default with --tp; "
                             f"--no-sequence-parallel turns it off) splits the sequence over "
@@ -377,7 +389,7 @@ class _StepSim:
         self.times = fwd_bwd(cfg.model, cfg.hardware, cfg.micro_batch, cfg.seq, cfg.tp,
                              cfg.accum, mfu=cfg.mfu, recompute=cfg.recompute,
                              sequence_parallel=cfg.sequence_parallel and cfg.tp > 1,
-                             attention=cfg.attention, cp=cfg.cp)
+                             attention=cfg.attention, cp=cfg.cp, fp8=cfg.fp8)
         self.n_chunks = cfg.chunks or cfg.model.arch.n_layers
         self.compute_s = self.compression_s = self.tp_s = self.interference_s = 0.0
         # one layer's tensor- and context-parallel seconds on the compute stream, forward and

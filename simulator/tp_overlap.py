@@ -17,9 +17,10 @@ transformer_engine/pytorch/module/base.py, read, not copied):
   beside the data-gradient GEMM; `qkv_wgrad`/`fc1_wgrad`: the data gradient's reduce-scatter
   beside the weight-gradient GEMM): the whole collective beside the whole GEMM.
 Each collective is priced as a ring on the group's own links (the ring exchange is
-point-to-point: no NVLS). What the overlap costs the GEMMs (the SMs its copies hold, smaller
-GEMM tiles) is not modelled: a profile's sustained share, fitted on whole steps that ran with
-it, carries it.
+point-to-point: no NVLS). With FP8 the all-gathers move one byte a value and the GEMMs run at
+the FP8 rate; without the overlap the collectives stay 16-bit all-reduces. What the overlap
+costs the GEMMs (the SMs its copies hold, smaller GEMM tiles) is not modelled: a profile's
+sustained share, fitted on whole steps that ran with it, carries it.
 """
 
 from __future__ import annotations
@@ -35,13 +36,15 @@ from simulator.shapes import Gemm, layer_shapes
 PIPELINE_SPLITS = 4  # Transformer Engine's default num_splits for the pipeline method
 
 
-def tp_collective_s(cfg, op: str, algo: str) -> float:
-    """One collective of a layer's activations (b s h of this context-parallel rank's tokens)
-    on a tensor-parallel group, on its node's links alone; `algo` as NCCL would run it there
-    (auto: NVLS on an NVSwitch node with [nccl]) or forced."""
+def tp_collective_s(cfg, op: str, algo: str, value_bytes: float | None = None) -> float:
+    """One collective of a layer's activations (b s h of this context-parallel rank's tokens,
+    `value_bytes` each, default the activations' width) on a tensor-parallel group, on its
+    node's links alone; `algo` as NCCL would run it there (auto: NVLS on an NVSwitch node with
+    [nccl]) or forced."""
     if cfg.tp == 1:
         return 0.0
-    size = cfg.micro_batch * cfg.seq / cfg.cp * cfg.model.arch.d_model * cfg.dtypes.param_bytes
+    width = cfg.dtypes.param_bytes if value_bytes is None else value_bytes
+    size = cfg.micro_batch * cfg.seq / cfg.cp * cfg.model.arch.d_model * width
     node = build_topology(cfg.hardware, cfg.tp)
     c = calibrated(cfg.hardware, op, algo, cfg.tp, size, nodes=1)
     phases = c.applied(PhaseCache(node).phases(op, c.algo, [np.arange(cfg.tp)], c.moved))
@@ -55,7 +58,7 @@ def _gemm_time(g: Gemm, cfg) -> float:
     profile, else its FLOPs at the MFU forward and backward run at."""
     mfu, _ = pricing(cfg.model, cfg.hardware, cfg.mfu)
     if mfu is None:
-        return gemm_s(g, cfg.hardware)
+        return gemm_s(g, cfg.hardware, cfg.fp8)
     return g.flops / (cfg.hardware.gpu.peak_bf16_tflops * 1e12 * mfu)
 
 
@@ -85,7 +88,9 @@ def layer_tp_s(cfg, allreduce_s: float) -> tuple[float, float]:
         return 0.0, 0.0
     if not cfg.tp_comm_overlap:
         return 2 * allreduce_s, 2 * allreduce_s
-    ag = tp_collective_s(cfg, "all_gather", "ring")
+    # with FP8, TE's all-gather buffers hold FP8 values (initialize_ub: "AllGather buffers
+    # use fp8 when using fp8 recipe"); its reduce-scatters stay 16-bit
+    ag = tp_collective_s(cfg, "all_gather", "ring", 1 if cfg.fp8 else None)
     rs = tp_collective_s(cfg, "reduce_scatter", "ring")
     qkv, proj, fc1, fc2 = layer_shapes(cfg.model, cfg.micro_batch, cfg.seq, cfg.tp, True,
                                        cfg.cp).gemms

@@ -1,0 +1,81 @@
+"""FP8 GEMMs (--fp8: simulator/roofline.py gemm_s, simulator/tp_overlap.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from profiles import ProfileError, UserError, check_profile, load_hardware, load_model
+from reports import step_fidelity
+from scape.plan import make_config
+from simulator.roofline import gemm_s
+from simulator.shapes import Gemm
+from simulator.step import StepConfig, simulate_step
+from simulator.tp_overlap import tp_collective_s
+from tests.test_cli import REPO, scape
+
+H100 = load_hardware("dgx-h100")
+
+
+def test_an_fp8_gemm_runs_at_the_measured_fp8_rate():
+    """A large GEMM is compute-bound: FP8 over bf16 is the ratio of the two measured matmul
+    rates (stas00's table: 1402.6 against 794.5 TFLOP/s, 1.77x, not the datasheet's 2x)."""
+    g = Gemm("big", 16384, 16384, 16384)
+    r = H100.roofline
+    want = (r.fp8_gemm_peak_fraction * H100.gpu.peak_fp8_tflops) / (
+        r.gemm_peak_fraction * H100.gpu.peak_bf16_tflops)
+    assert gemm_s(g, H100) / gemm_s(g, H100, fp8=True) == pytest.approx(want, rel=0.01)
+    assert 1.7 < want < 1.8
+
+
+def _cfg(**kw) -> StepConfig:
+    return StepConfig(load_model("llama-70b"), H100, 64, make_config("dense-adams"),
+                      micro_batch=1, global_batch=64, tp=8, tp_comm_overlap=True, **kw).validate()
+
+
+def test_fp8_speeds_up_the_gemms_and_halves_the_overlapped_all_gathers():
+    bf16, fp8 = _cfg(), _cfg(fp8=True)
+    assert simulate_step(fp8).compute_s < 0.8 * simulate_step(bf16).compute_s
+    assert tp_collective_s(fp8, "all_gather", "ring", 1) < tp_collective_s(
+        bf16, "all_gather", "ring")
+
+
+def test_fp8_is_refused_where_it_cannot_be_priced(tmp_path):
+    a100 = load_hardware("dgx-a100")
+    with pytest.raises(UserError, match="no FP8 GEMM rate"):
+        StepConfig(load_model("llama-7b"), a100, 8, make_config("dense-adams"),
+                   fp8=True).validate()
+    with pytest.raises(UserError, match="--fp8 prices the layers' GEMMs from their shapes"):
+        _cfg(fp8=True, mfu=0.4)
+    text = (REPO / "profiles" / "hardware" / "dgx-h100.toml").read_text()
+    bad = tmp_path / "h100.toml"
+    bad.write_text("\n".join(line for line in text.splitlines()
+                             if not line.startswith("peak_fp8_tflops")))
+    with pytest.raises(ProfileError, match="fp8_gemm_peak_fraction"):
+        check_profile(str(bad))
+
+
+def test_commands_carry_fp8_and_its_own_band(capsys):
+    band = pd.read_csv(step_fidelity.STEP_BANDS).set_index(["hardware", "layout", "schemes"])
+    rows = int(band.loc[("dgx-h100", "tensor/pipeline parallel, TP comm overlapped, FP8",
+                         "dense"), "rows"])
+    step = ("simulate", "-m", "llama-70b", "-H", "dgx-h100", "-g", "64", "--tp", "8",
+            "--micro-batch", "1", "--global-batch", "64", "--tp-comm-overlap", "--format",
+            "json")
+    code, out, err = scape(capsys, *step, "--fp8")
+    assert code == 0, err
+    row = json.loads(out)[0]
+    assert row["fp8"] is True and row["heldout_step_rows"] == rows
+    code, out, err = scape(capsys, *step)
+    assert code == 0, err
+    assert json.loads(out)[0]["fp8"] is False
+    code, _, err = scape(capsys, "simulate", "-m", "llama-7b", "-H", "dgx-a100", "-g", "8",
+                         "--fp8")
+    assert code == 2 and "no FP8 GEMM rate" in err
+    code, out, err = scape(capsys, "plan", "-m", "gpt-345m", "--tokens", "1e9", "-H",
+                           "dgx-h100", "--max-gpus", "8", "--schemes", "dense-adams", "--fp8",
+                           "--top", "3", "--format", "json")
+    assert code == 0, err
+    assert all(r["fp8"] is True for r in json.loads(out))
