@@ -1,13 +1,14 @@
 """Fidelity of the step model (issue 19, item 6; issue 18, step times): published iteration
 times (profiles/external/parallel-steps.csv: Megatron-LM with tensor and pipeline parallelism
 on DGX A100, llm.c on A100 and H100, MosaicML's FSDP runs on A100 and H100, FlashAttention-2's
-GPT runs on A100, NVIDIA's NeMo recipes of Nemotron-4 15B and 340B on DGX H100) against
+GPT runs on A100, NVIDIA's NeMo recipes of Nemotron-4 15B and 340B on DGX H100 in BF16 and of
+GPT-3 175B and Nemotron-4 in FP8) against
 `simulate_step` on the dgx-a100 and dgx-h100 profiles. Rows may name what differs from the GPT
 layout (kv_heads, ffn, mlp, tied), their gradient reduction's width (grad_dtype), whether
 their tensor-parallel communication overlapped its GEMMs (tp_overlap, as NeMo's
 ub_tp_comm_overlap does: simulator/tp_overlap.py) and whether the distributed optimizer's
-parameter all-gathers overlapped the next forward (overlap_param); blank means GPT, bf16, not
-overlapped.
+parameter all-gathers overlapped the next forward (overlap_param), and whether their linear
+GEMMs ran FP8 (fp8: simulator/roofline.py); blank means GPT, bf16, not overlapped.
 
 Forward and backward come from the profile's shapes model ([roofline], constants from
 kernel-level sources and bench/fidelity_gemm.py), communication from the collective and NCCL

@@ -96,7 +96,7 @@ def plan_cmd(
              "deadline_hours": deadline_hours, "budget_usd": budget_usd,
              "density_warmup_frac": density_warmup_frac,
              # each row says whether its plan ran it (tp above 1 only): "tp_comm_overlap"
-             "tp_comm_overlap_asked": tp_comm_overlap, "cp": cp, "fp8": fp8,
+             "tp_comm_overlap_asked": tp_comm_overlap, "cp": cp, "fp8_asked": fp8,
              "quality": quality, "rank": rank}
     if fmt != "table":  # every row carries the request it answers
         print(render(shown.assign(**asked), fmt))

@@ -154,7 +154,8 @@ def simulate(
                                             resolved_scheme(cfg.scheme).items()))
     print(f"# grad_dtype {grad_dtype}, param_dtype {param_dtype}, attention "
           f"{row.get('attention')}, sequence_parallel {row.get('sequence_parallel')}, "
-          f"tp_comm_overlap {row.get('tp_comm_overlap')}, mfu {row.get('mfu')}, "
+          f"tp_comm_overlap {row.get('tp_comm_overlap')}, fp8 {row.get('fp8')}, "
+          f"mfu {row.get('mfu')}, "
           f"global_batch {cfg.sequences}")
     print(f"# {how_sure(cfg.hardware, layout_of(cfg), [scheme], cfg.mfu)}")
     for key in ("step_time_s", "compute_s", "compression_s", "tp_comm_s", "exposed_comm_s",

@@ -128,7 +128,7 @@ ROOFLINE_FIELDS = {
     # share of those benchmark peaks a whole training step sustains (clocks under sustained
     # load, shapes other than the benchmarks'): applied to GEMMs and attention
     "sustained": Field(float, gt=0, le=1, least=1e-6),
-    # an FP8 GEMM's share of peak FP8 (with --fp8), where it differs from bf16's
+    # an FP8 GEMM's share of [gpu] peak_fp8_tflops: needed, with it, to price --fp8
     "fp8_gemm_peak_fraction": Field(float, gt=0, le=1, required=False, least=1e-6),
     "source": SOURCE,
 }

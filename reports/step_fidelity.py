@@ -29,7 +29,8 @@ def layout_class(tp: int, pp: int, tp_overlap: bool = False, cp: int = 1,
     """Data parallel alone, or with tensor or pipeline stages; tensor-parallel communication
     overlapped with its GEMMs (simulator/tp_overlap.py) and context parallelism
     (simulator/cp_comm.py) are layouts of their own: what the model leaves exposed there
-    differs. FP8 GEMMs are a class of their own too (another rate, fitted apart)."""
+    differs. FP8 GEMMs are a class of their own too (another GEMM rate, the profile's
+    measured FP8 matmul's)."""
     suffix = ", FP8" if fp8 else ""
     if tp == 1 and pp == 1 and cp == 1:
         return "data parallel" + suffix

@@ -15,8 +15,9 @@ step for the next one (`next_forward`, `next_step`) are the previous step's, lau
   SMs its CTAs hold, profiles/hardware.py sm_share_interference): only the overlapped part.
 - Tensor parallelism of degree t inside a node divides per-GPU compute by t and adds, per layer
   and micro-batch, two all-reduces of the activations in forward and two in backward
-  (Megatron-LM, Shoeybi et al. 2019, section 3), blocking on the compute stream and simulated on
-  the node's own links; with `tp_comm_overlap`, what Transformer Engine's overlap of them with
+  (Megatron-LM, Shoeybi et al. 2019, section 3; with sequence parallelism each an all-gather
+  and a reduce-scatter), blocking on the compute stream and simulated on the node's own
+  links; with `tp_comm_overlap`, what Transformer Engine's overlap of them with
   the GEMMs leaves exposed (simulator/tp_overlap.py). A fully recomputed layer runs its
   forward's collectives again in the backward.
 - Context parallelism of degree c splits each sequence: per-GPU compute of seq / c tokens, the
@@ -157,6 +158,9 @@ class StepConfig:
                 raise UserError(f"unknown --algo {self.algo!r}; choose auto or one of: "
                                 f"{', '.join(known)}")
             used = {op.collective for _, s in self._plan().steps for op in s.ops}
+            if self.tp > 1:  # the tensor-parallel group's, as tp_overlap.layer_tp_s runs them
+                used |= ({"all_gather", "reduce_scatter"} if self.sequence_parallel
+                         else {"all_reduce"})
             unsupported = sorted(op for op in used if self.algo not in ALGORITHMS[op])
             if unsupported:
                 raise UserError(
@@ -183,7 +187,9 @@ class StepConfig:
             mfu, how = pricing(self.model, self.hardware, self.mfu)
             if mfu is not None:
                 raise UserError(f"--fp8 prices the layers' GEMMs from their shapes; this step "
-                                f"is priced by {how}: leave --fp8 out, or --mfu")
+                                f"is priced by {how}, one rate for every kernel: leave --fp8 "
+                                "out, or price from shapes (no --mfu, a profile with "
+                                "[roofline])")
             fp8_rate(self.hardware)  # refused where the profile gives no FP8 rate
         if self.sequence_parallel and self.tp > 1 and (self.seq // self.cp) % self.tp:
             raise UserError(f"sequence parallelism (on by default with --tp; "
@@ -717,10 +723,13 @@ def simulate_step(
             spans = kind_spans  # the trace shows the most frequent step kind
     tp_bytes = 0.0
     if cfg.tp > 1:  # 4 all-reduces per layer (of a stage) per micro-batch, ring 2(t-1)/t * S,
-        # and 2 more where the forward is recomputed whole
+        # and 2 more where the forward is recomputed whole; with FP8 and sequence parallelism
+        # their all-gather halves move one byte a value
         size = (cfg.micro_batch * cfg.seq / cfg.cp * cfg.model.arch.d_model
                 * cfg.dtypes.param_bytes)
         reduces = 6 if cfg.recompute == "full" else 4
+        if cfg.fp8 and cfg.sequence_parallel:
+            reduces *= (1 + 1 / cfg.dtypes.param_bytes) / 2
         tp_bytes = (reduces * cfg.stage0_layers * cfg.accum
                     * 2 * (cfg.tp - 1) / cfg.tp * size)
     tp_bytes += cp_bytes_per_layer(cfg) * cfg.stage0_layers * cfg.accum

@@ -18,7 +18,7 @@ transformer_engine/pytorch/module/base.py, read, not copied):
   beside the weight-gradient GEMM): the whole collective beside the whole GEMM.
 Each collective is priced as a ring on the group's own links (the ring exchange is
 point-to-point: no NVLS). With FP8 the all-gathers move one byte a value and the GEMMs run at
-the FP8 rate; without the overlap the collectives stay 16-bit all-reduces. What the overlap
+the FP8 rate, with the overlap or without it. What the overlap
 costs the GEMMs (the SMs its copies hold, smaller GEMM tiles) is not modelled: a profile's
 sustained share, fitted on whole steps that ran with it, carries it.
 """
@@ -45,12 +45,25 @@ def tp_collective_s(cfg, op: str, algo: str, value_bytes: float | None = None) -
         return 0.0
     width = cfg.dtypes.param_bytes if value_bytes is None else value_bytes
     size = cfg.micro_batch * cfg.seq / cfg.cp * cfg.model.arch.d_model * width
+    # the planner asks the same collective for every scheme of a layout: remembered per
+    # profile object (kept in the entry, so its id is not reused while the entry lives)
+    key = (id(cfg.hardware), op, algo, cfg.tp, size)
+    hit = _SEEN.get(key)
+    if hit is not None and hit[0] is cfg.hardware:
+        return hit[1]
     node = build_topology(cfg.hardware, cfg.tp)
     c = calibrated(cfg.hardware, op, algo, cfg.tp, size, nodes=1)
     phases = c.applied(PhaseCache(node).phases(op, c.algo, [np.arange(cfg.tp)], c.moved))
     # no launch floor inside a step: the host enqueues ahead of the GPU (the floor is what
     # nccl-tests' back-to-back calls measure)
-    return time_alone(node, phases) + c.overhead_s
+    seconds = time_alone(node, phases) + c.overhead_s
+    if len(_SEEN) > 4096:
+        _SEEN.clear()
+    _SEEN[key] = (cfg.hardware, seconds)
+    return seconds
+
+
+_SEEN: dict = {}  # tp_collective_s's answers
 
 
 def _gemm_time(g: Gemm, cfg) -> float:
@@ -82,11 +95,18 @@ def _bulk(comm_s: float, gemm: float) -> float:
 def layer_tp_s(cfg, allreduce_s: float) -> tuple[float, float]:
     """Seconds the compute stream spends on one layer's tensor-parallel communication in the
     forward and in the backward (`allreduce_s`: one all-reduce of the layer's activations on
-    the group, as NCCL runs it): two all-reduces each pass, or with `cfg.tp_comm_overlap`
-    what Transformer Engine's overlap leaves exposed."""
+    the group, as NCCL runs it): without sequence parallelism two all-reduces each pass; with
+    it two all-gathers and two reduce-scatters (Megatron's sequence parallelism issues those,
+    not all-reduces, so NCCL's NVLS all-reduce does not price them), the all-gathers of FP8
+    values with `cfg.fp8` (Transformer Engine gathers the FP8-cast input); or with
+    `cfg.tp_comm_overlap` what its overlap leaves exposed."""
     if cfg.tp == 1:
         return 0.0, 0.0
     if not cfg.tp_comm_overlap:
+        if cfg.sequence_parallel:
+            pair = (tp_collective_s(cfg, "all_gather", cfg.algo, 1 if cfg.fp8 else None)
+                    + tp_collective_s(cfg, "reduce_scatter", cfg.algo))
+            return 2 * pair, 2 * pair
         return 2 * allreduce_s, 2 * allreduce_s
     # with FP8, TE's all-gather buffers hold FP8 values (initialize_ub: "AllGather buffers
     # use fp8 when using fp8 recipe"); its reduce-scatters stay 16-bit

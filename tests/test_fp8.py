@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pandas as pd
 import pytest
@@ -35,11 +36,35 @@ def _cfg(**kw) -> StepConfig:
                       micro_batch=1, global_batch=64, tp=8, tp_comm_overlap=True, **kw).validate()
 
 
-def test_fp8_speeds_up_the_gemms_and_halves_the_overlapped_all_gathers():
+def test_fp8_runs_the_layer_gemms_and_the_all_gathers_in_one_byte():
+    """The layer's linear GEMMs speed up; attention and the output layer do not; the
+    sequence-parallel all-gathers move one byte a value (overlapped or not), the
+    reduce-scatters two; a memory-bound GEMM saves its inputs' bytes."""
+    from simulator.compute import fwd_bwd
+    from simulator.roofline import _hbm_Bps
+    from simulator.tp_overlap import layer_tp_s
+
     bf16, fp8 = _cfg(), _cfg(fp8=True)
     assert simulate_step(fp8).compute_s < 0.8 * simulate_step(bf16).compute_s
-    assert tp_collective_s(fp8, "all_gather", "ring", 1) < tp_collective_s(
-        bf16, "all_gather", "ring")
+    m = load_model("llama-70b")
+    for attention in ("flash", "unfused"):
+        a = fwd_bwd(m, H100, 1, 4096, 8, sequence_parallel=True, attention=attention)
+        b = fwd_bwd(m, H100, 1, 4096, 8, sequence_parallel=True, attention=attention, fp8=True)
+        assert (a.head_fwd_s, a.attn_fwd_s, a.attn_bwd_s) == (b.head_fwd_s, b.attn_fwd_s,
+                                                              b.attn_bwd_s)
+        assert b.layer_fwd_s < a.layer_fwd_s
+    ag1 = tp_collective_s(fp8, "all_gather", "ring", 1)
+    assert ag1 < 0.7 * tp_collective_s(bf16, "all_gather", "ring")
+    plain_bf16 = replace(bf16, tp_comm_overlap=False)
+    plain_fp8 = replace(fp8, tp_comm_overlap=False)
+    pair = (tp_collective_s(plain_fp8, "all_gather", "auto", 1)
+            + tp_collective_s(plain_fp8, "reduce_scatter", "auto"))
+    assert layer_tp_s(plain_fp8, 1.0) == (2 * pair, 2 * pair)
+    assert simulate_step(plain_fp8).tp_comm_s < simulate_step(plain_bf16).tp_comm_s
+    assert simulate_step(plain_fp8).bytes_per_gpu < simulate_step(plain_bf16).bytes_per_gpu
+    thin = Gemm("thin", 1, 8192, 8192)  # a vector times a matrix: all bytes, few FLOPs
+    saved = (thin.m * thin.k + thin.k * thin.n) / _hbm_Bps(H100)
+    assert gemm_s(thin, H100) - gemm_s(thin, H100, fp8=True) == pytest.approx(saved, rel=0.05)
 
 
 def test_fp8_is_refused_where_it_cannot_be_priced(tmp_path):
@@ -78,4 +103,11 @@ def test_commands_carry_fp8_and_its_own_band(capsys):
                            "dgx-h100", "--max-gpus", "8", "--schemes", "dense-adams", "--fp8",
                            "--top", "3", "--format", "json")
     assert code == 0, err
-    assert all(r["fp8"] is True for r in json.loads(out))
+    fp8_plans = json.loads(out)
+    assert all(r["fp8"] is True and r["fp8_asked"] is True for r in fp8_plans)
+    code, out, err = scape(capsys, "plan", "-m", "gpt-345m", "--tokens", "1e9", "-H",
+                           "dgx-h100", "--max-gpus", "8", "--schemes", "dense-adams",
+                           "--top", "3", "--format", "json")
+    assert code == 0, err
+    # the same top layout runs faster with its GEMMs in FP8
+    assert fp8_plans[0]["step_time_s"] < 0.9 * json.loads(out)[0]["step_time_s"]

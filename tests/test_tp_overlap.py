@@ -45,10 +45,19 @@ def test_the_pipeline_and_bulk_methods_expose_what_they_cannot_hide():
     assert _bulk(1.0, 3.0) == 0.0 and _bulk(5.0, 3.0) == 2.0
 
 
-def test_without_the_overlap_a_layer_pays_two_all_reduces_each_pass():
+def test_without_the_overlap_a_layer_pays_its_collectives_each_pass():
+    """Sequence parallelism issues two all-gathers and two reduce-scatters a pass (as rings:
+    NVLS prices only the all-reduce), without it two all-reduces (NVLS on this node)."""
+    from simulator.tp_overlap import tp_collective_s
+
     cfg = _cfg()
     ar = tp_allreduce_s(cfg)
-    assert layer_tp_s(cfg, ar) == (2 * ar, 2 * ar)
+    pair = (tp_collective_s(cfg, "all_gather", "auto")
+            + tp_collective_s(cfg, "reduce_scatter", "auto"))
+    assert layer_tp_s(cfg, ar) == (2 * pair, 2 * pair)
+    no_sp = replace(cfg, sequence_parallel=False)
+    assert layer_tp_s(no_sp, tp_allreduce_s(no_sp)) == (2 * tp_allreduce_s(no_sp),) * 2
+    assert pair > ar  # the node's NVLS all-reduce beats a ring all-gather and reduce-scatter
     fwd, bwd = layer_tp_s(_cfg(tp_comm_overlap=True), ar)
     assert 0 < fwd < 2 * ar and 0 <= bwd < 2 * ar  # NVLink: mostly behind the GEMMs
     # on NVLink 100 times slower the transfers outrun the GEMMs: more shows, yet less than
