@@ -411,7 +411,7 @@ FP8_HELP = ("the layers' linear GEMMs in FP8, as Transformer Engine's recipe run
             "profile's FP8 rate; attention and the output layer stay 16-bit)")
 TP_OVERLAP_HELP = ("overlap the tensor-parallel all-gathers and reduce-scatters with their "
                    "GEMMs, as Transformer Engine does (Megatron-Core --tp-comm-overlap, NeMo "
-                   "ub_tp_comm_overlap); needs --tp above 1 and sequence parallelism")
+                   "ub_tp_comm_overlap)")
 # pipeline parallelism, recomputation and the compute model: simulate and compare
 PARALLEL_OPTS = {
     "pp": typer.Option(1, "--pp", help="pipeline-parallel stages"),
@@ -430,7 +430,8 @@ PARALLEL_OPTS = {
                                    "(FlashAttention-2's rates) or unfused (Megatron "
                                    "before it: batched GEMMs and softmax) [default: flash]"),
     "tp_comm_overlap": typer.Option(None, "--tp-comm-overlap/--no-tp-comm-overlap",
-                                    help=TP_OVERLAP_HELP + " [default: off, as Megatron-LM]"),
+                                    help=TP_OVERLAP_HELP + "; needs --tp above 1 and sequence "
+                                         "parallelism [default: off, as Megatron-LM]"),
     "fp8": typer.Option(False, "--fp8/--no-fp8", help=FP8_HELP),
     "cp": typer.Option(1, "--cp", help="context-parallel ranks splitting each sequence "
                                        "(Megatron-Core --context-parallel-size; Transformer "

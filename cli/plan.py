@@ -45,7 +45,9 @@ def plan_cmd(
         "of the run's steps (the authors' scripts: 10k of 100k iterations, 0.1); 0: the "
         "target from the start"),
     tp_comm_overlap: bool = typer.Option(False, "--tp-comm-overlap/--no-tp-comm-overlap",
-                                         help=TP_OVERLAP_HELP + " (plans with tp above 1)"),
+                                         help=TP_OVERLAP_HELP + " in every plan with tp "
+                                              "above 1 (those run sequence parallelism); "
+                                              "plans with tp 1 run without it"),
     fp8: bool = typer.Option(False, "--fp8/--no-fp8", help=FP8_HELP + " (every plan)"),
     cp: int = typer.Option(1, "--cp", help="context-parallel ranks per sequence in every plan "
                                            "(not searched)"),

@@ -59,7 +59,10 @@ def validate_cmd(
                                     "[default: probe-compute]"),
     model: str = typer.Option(None, "--model", help="default: the profile's calibrated model"),
     micro_batch: int = typer.Option(None, "--micro-batch", help="default: the calibrated one"),
-    out: str = typer.Option(None, "--out", help="folder for CSV, JSON and PNG"),
+    out: str = typer.Option(None, "--out", help="folder for CSV, JSON and PNG; refused where "
+                                                "it holds a measured validation [default: "
+                                                "out/validate/NAME, or NAME-2, NAME-3, ... "
+                                                "where that holds one]"),
     write_profile: str = typer.Option(None, "--write-profile",
                                       help="with --external: also write the fitted cluster "
                                            "as a hardware profile TOML here"),

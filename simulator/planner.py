@@ -13,12 +13,12 @@ from dataclasses import dataclass, field, replace
 import pandas as pd
 
 from profiles import HardwareProfile, ModelProfile, UserError
-from scape.plan import SCAPE_SCHEMES, Dtypes
+from scape.plan import SCAPE_SCHEMES, Dtypes, SchemeConfig
 from simulator.batch import check_workers, parallel_map, phase_cache, simulate_cached
 from simulator.compare import parse_scheme, refuse_same
-from simulator.memory import memory_use, usable_bytes
+from simulator.memory import step_memory, usable_bytes
 from simulator.schedule import run_mean
-from simulator.step import MAX_GPUS, StepConfig
+from simulator.step import MAX_GPUS, StepConfig, check_cp
 from simulator.units import never_zero
 
 # dense-zero3 (FSDP) is searched when asked for (--schemes): it gathers for every micro-batch,
@@ -93,14 +93,10 @@ class PlanRequest:
             if value is not None and value < 1:
                 raise UserError(f"{name} must be at least 1, got {value}")
         check_workers(self.workers)
-        if self.cp < 1:
-            raise UserError(f"--cp must be at least 1, got {self.cp}")
+        check_cp(self.cp, self.seq)
         if self.cp > self.max_gpus:
             raise UserError(f"--cp {self.cp}: more context-parallel ranks than --max-gpus "
                             f"{self.max_gpus}")
-        if self.cp > 1 and self.seq % (2 * self.cp):
-            raise UserError(f"--cp {self.cp} cuts each sequence into 2 x {self.cp} chunks: "
-                            f"sequence {self.seq} does not divide")
         # a finite positive number each: inf tokens or an inf price would rank plans by inf
         for name, value in (("--tokens", self.tokens), ("--deadline-hours", self.deadline_hours),
                             ("--budget-usd", self.budget_usd),
@@ -179,9 +175,11 @@ class Candidate:
     chunks: int = 1
     cp: int = 1
 
-    def step_config(self, req: PlanRequest) -> StepConfig:
+    def step_config(self, req: PlanRequest, scheme: SchemeConfig | None = None) -> StepConfig:
+        """The step this plan runs (`scheme`: its scheme already parsed, or None)."""
         return StepConfig(
-            req.model, self.hardware, self.gpus, parse_scheme(self.scheme),
+            req.model, self.hardware, self.gpus,
+            parse_scheme(self.scheme) if scheme is None else scheme,
             micro_batch=self.micro_batch, seq_len=req.seq, global_batch=req.batch, tp=self.tp,
             dtypes=req.dtypes, recompute=self.recompute, pp=self.pp, pp_schedule=self.schedule,
             virtual_stages=self.chunks if self.schedule == "interleaved" else None,
@@ -268,15 +266,11 @@ def candidates(req: PlanRequest) -> tuple[list[Candidate], Counter]:
                             why["dense-zero3 (FSDP) with pipeline stages: not modelled"] += 1
                             continue
                         for recompute in RECOMPUTE_ORDER:
-                            # as simulator.memory.step_memory counts a step's
-                            use = memory_use(req.model, scheme, dp * req.cp, tp, mb,
-                                             req.seq // req.cp, req.dtypes, recompute, pp=pp,
-                                             chunks=chunks,
-                                             micro_batches=req.batch // (mb * dp))
+                            cand = Candidate(hw, gpus, spec, tp, mb, recompute, 0.0, pp,
+                                             schedule, chunks, req.cp)
+                            use = step_memory(cand.step_config(req, scheme))
                             if use.total <= usable:
-                                kept.append(Candidate(hw, gpus, spec, tp, mb, recompute,
-                                                      use.total / 1e9, pp, schedule, chunks,
-                                                      req.cp))
+                                kept.append(replace(cand, memory_GB=use.total / 1e9))
                                 break
                         else:
                             why[f"does not fit in {hw.name} memory "

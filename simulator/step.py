@@ -237,16 +237,7 @@ class StepConfig:
 
 
     def _validate_cp(self) -> None:
-        if self.cp < 1:
-            raise UserError(f"--cp must be at least 1, got {self.cp}")
-        if self.cp == 1:
-            return
-        if self.seq % (2 * self.cp):
-            raise UserError(f"--cp {self.cp} cuts the sequence into 2 x {self.cp} chunks (two "
-                            f"per rank, for causal balance): --seq-len {self.seq} does not divide")
-        if self.attention == "unfused":
-            raise UserError(f"--cp {self.cp} runs attention as Transformer Engine's fused "
-                            "kernels ring it; --attention unfused has no context-parallel form")
+        check_cp(self.cp, self.seq, self.attention)
 
     def _validate_pipeline(self) -> None:
         from simulator.pipeline import SCHEDULES
@@ -371,6 +362,20 @@ class _Prefetch:
         self._issue(c, in_flight)
         self._issue(c + 1, in_flight)
         yield simpy.AllOf(self.sim.env, self.issued[c])
+
+
+def check_cp(cp: int, seq: int, attention: str = "flash") -> None:
+    """A context-parallel degree a sequence can take (StepConfig, the planner's request)."""
+    if cp < 1:
+        raise UserError(f"--cp must be at least 1, got {cp}")
+    if cp == 1:
+        return
+    if seq % (2 * cp):
+        raise UserError(f"--cp {cp} cuts the sequence into 2 x {cp} chunks (two per rank, for "
+                        f"causal balance): sequence length {seq} does not divide")
+    if attention == "unfused":
+        raise UserError(f"--cp {cp} runs attention as Transformer Engine's fused kernels ring "
+                        "it; --attention unfused has no context-parallel form")
 
 
 def tp_allreduce_s(cfg: StepConfig) -> float:
