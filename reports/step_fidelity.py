@@ -78,8 +78,13 @@ def _band(hw, layout: str, scheme: str, mfu: float | None) -> tuple[dict | None,
     if band is None and scheme_class(scheme) != "dense":
         return None, f"no published {scheme} step was held out"
     if band is None:
+        # the layouts of this profile that do have one: a step a flag away from checked runs
+        # (the TP overlap, FP8) says which
+        others = sorted(k[1] for k in stored(STEP_BANDS, tuple(KEYS))
+                        if k[0] == hw.name and k[2] == "dense")
         return None, (f"no published step on this profile and layout ({hw.name}, {layout}) "
-                      "was held out")
+                      "was held out" + (f"; held-out layouts on {hw.name}: "
+                                        + "; ".join(others) if others else ""))
     return band, (f"{band['rows']} published dense steps on this profile and layout "
                   f"({hw.name}, {layout}, runs of {band['gpus']} GPUs, each with its own model, "
                   "batch and attention kernel)")
