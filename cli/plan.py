@@ -128,6 +128,8 @@ def plan_cmd(
                    f"from {q.path} ({q.model} on {q.corpus}, {q.steps} steps, {q.date}): "
                    "a small-model reading applied to this run; -: no reading, or never "
                    "reached")
+    if cp > 1:  # every plan's, but the dp column means nothing without it
+        cols.insert(cols.index("dp"), "cp")
     if density_warmup_frac > 0:
         cols.insert(cols.index("step_time_s") + 1, "run_mean_step_s")
         header += (f"\nscape: density warms up from 1 over {density_warmup_frac:.0%} of the run; "

@@ -107,6 +107,10 @@ def test_plan_takes_a_context_parallel_degree(capsys):
     rows = json.loads(out)
     assert rows and {r["cp"] for r in rows} == {2}
     assert all(r["gpus"] == r["tp"] * r["pp"] * r["dp"] * 2 for r in rows)
+    code, out, err = scape(capsys, *base[:-2], "--cp", "2")  # the table names it
+    assert code == 0, err
+    assert " cp " in out.splitlines()[next(i for i, line in enumerate(out.splitlines())
+                                             if line.startswith("hardware"))]
     code, _, err = scape(capsys, *base, "--cp", "0")
     assert code == 2 and "--cp must be at least 1" in err
 
