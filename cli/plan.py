@@ -85,10 +85,12 @@ def plan_cmd(
     # profiles of one name (a copy beside the shipped one) leave the name without a band
     names = [hw.name for hw in req.hardware]
     hardware_of = {hw.name: hw for hw in req.hardware if names.count(hw.name) == 1}
+
+    def layout(r) -> str:  # a plan row's band layout (a row tuple or the top row's Series)
+        return layout_class(r.tp, r.pp, r.tp_comm_overlap, r.cp, r.fp8)
+
     shown = shown.assign(**{col: [
-        step_lookup(hardware_of[r.hardware],
-                    layout_class(r.tp, r.pp, r.tp_comm_overlap, r.cp, r.fp8), r.scheme,
-                    None)[col]
+        step_lookup(hardware_of[r.hardware], layout(r), r.scheme, None)[col]
         if r.hardware in hardware_of else empty for r in shown.itertuples()]
         for col, empty in heldout(None, "heldout_step").items()})
     asked = {"model": model, "hardware_asked": hardware, "schemes_asked": schemes,
@@ -116,11 +118,8 @@ def plan_cmd(
         header += f"\nleft out: {reason}"
     best = df.iloc[0]
     if best["hardware"] in hardware_of:
-        header += "\ntop plan: " + how_sure(
-            hardware_of[best["hardware"]],
-            layout_class(best["tp"], best["pp"], best["tp_comm_overlap"], best["cp"],
-                         best["fp8"]),
-            [best["scheme"]], None)
+        header += "\ntop plan: " + how_sure(hardware_of[best["hardware"]], layout(best),
+                                            [best["scheme"]], None)
     if req.quality is not None:
         q = req.quality
         cols += ["quality_tokens_ratio", "hours_to_quality", "cost_to_quality_usd"]

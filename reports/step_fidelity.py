@@ -74,14 +74,14 @@ def _band(hw, layout: str, scheme: str, mfu: float | None) -> tuple[dict | None,
     if not shipped(hw):
         return None, (f"no published step ran on {hw.path}; the bands are of the shipped "
                       "hardware profiles")
-    band = stored(STEP_BANDS, tuple(KEYS)).get((hw.name, layout, scheme_class(scheme)))
+    bands = stored(STEP_BANDS, tuple(KEYS))
+    band = bands.get((hw.name, layout, scheme_class(scheme)))
     if band is None and scheme_class(scheme) != "dense":
         return None, f"no published {scheme} step was held out"
     if band is None:
         # the layouts of this profile that do have one: a step a flag away from checked runs
         # (the TP overlap, FP8) says which
-        others = sorted(k[1] for k in stored(STEP_BANDS, tuple(KEYS))
-                        if k[0] == hw.name and k[2] == "dense")
+        others = sorted(k[1] for k in bands if k[0] == hw.name and k[2] == "dense")
         return None, (f"no published step on this profile and layout ({hw.name}, {layout}) "
                       "was held out" + (f"; held-out layouts on {hw.name}: "
                                         + "; ".join(others) if others else ""))

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from profiles import HardwareProfile, ModelProfile, UserError
-from simulator.roofline import head_times, layer_times
+from simulator.roofline import fp8_rate, head_times, layer_times
 
 # HBM bytes read + written per element, counted from each kernel's loads and stores
 # (fp32 master weights, gradients and optimizer state; bf16 model weights).
@@ -109,6 +109,17 @@ def pricing(model: ModelProfile, hw: HardwareProfile, mfu: float | None = None
     return hw.compute.mfu, f"mfu {hw.compute.mfu:g} ([compute])"
 
 
+def check_fp8(model: ModelProfile, hw: HardwareProfile, mfu: float | None = None) -> None:
+    """Refuse --fp8 where it cannot be priced: forward and backward priced by an MFU (one rate
+    for every kernel, `pricing`), or a profile without an FP8 GEMM rate (`fp8_rate`)."""
+    rate, how = pricing(model, hw, mfu)
+    if rate is not None:
+        raise UserError(f"--fp8 prices the layers' GEMMs from their shapes; forward and backward "
+                        f"are priced here by {how}, one rate for every kernel: leave --fp8 out, "
+                        "or price from shapes (no --mfu, a profile with [roofline])")
+    fp8_rate(hw)
+
+
 def fwd_bwd(
     model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_len: int, tp: int = 1,
     grad_accum: int = 1, *, mfu: float | None = None, recompute: str = "none",
@@ -129,11 +140,9 @@ def fwd_bwd(
         raise UserError(f"attention must be one of {', '.join(ATTENTION)}, got {attention!r}")
     a, tokens = model.arch, micro_batch * seq_len / cp  # this context-parallel rank's
     flops = 3 * forward_flops_per_token(model, seq_len) * tokens / tp * grad_accum  # FLOP
+    if fp8:
+        check_fp8(model, hw, mfu)
     mfu, how = pricing(model, hw, mfu)
-    if fp8 and mfu is not None:
-        raise UserError(f"--fp8 prices the layers' GEMMs from their shapes; forward and backward "
-                        f"are priced here by {how}, one rate for every kernel: leave --fp8 out, "
-                        "or price from shapes (no --mfu, a profile with [roofline])")
     if mfu is not None:
         rate = hw.gpu.peak_bf16_tflops * 1e12 * mfu  # FLOP/s achieved
         attn = 4.0 * seq_len * a.d_model * tokens / tp / rate  # s: one layer's s x s products

@@ -57,14 +57,15 @@ def layer_cp_s(cfg, topo: Topology, attn_fwd_s: float, attn_bwd_s: float
                ) -> tuple[float, float]:
     """Seconds the compute stream waits for one layer's ring exchanges in the forward and in
     the backward (`attn_*_s`: the layer's attention core on this rank, whose cp steps the
-    transfers overlap)."""
+    transfers overlap); a recomputed attention core (selective or full) runs the forward's
+    again in the backward."""
     if cfg.cp == 1:
         return 0.0, 0.0
     block = kv_block_bytes(cfg)
-    fwd = ring_step_s(cfg, topo, block)
-    bwd = ring_step_s(cfg, topo, 2 * block)  # K, V and their gradients
     steps = cfg.cp - 1
-    return _ring(steps * fwd, attn_fwd_s, cfg.cp), _ring(steps * bwd, attn_bwd_s, cfg.cp)
+    fwd = _ring(steps * ring_step_s(cfg, topo, block), attn_fwd_s, cfg.cp)
+    bwd = _ring(steps * ring_step_s(cfg, topo, 2 * block), attn_bwd_s, cfg.cp)  # K, V, grads
+    return fwd, bwd + (fwd if cfg.recompute in ("full", "selective") else 0.0)
 
 
 def cp_bytes_per_layer(cfg) -> float:

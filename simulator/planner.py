@@ -16,6 +16,7 @@ from profiles import HardwareProfile, ModelProfile, UserError
 from scape.plan import SCAPE_SCHEMES, Dtypes, SchemeConfig
 from simulator.batch import check_workers, parallel_map, phase_cache, simulate_cached
 from simulator.compare import parse_scheme, refuse_same
+from simulator.compute import check_fp8
 from simulator.memory import step_memory, usable_bytes
 from simulator.schedule import run_mean
 from simulator.step import MAX_GPUS, StepConfig, check_cp
@@ -137,9 +138,7 @@ class PlanRequest:
                             + "): rename one")
         for hw in self.hardware:
             if self.fp8:  # before any plan is simulated
-                from simulator.roofline import fp8_rate
-
-                fp8_rate(hw)
+                check_fp8(self.model, hw)
             if self.price_per_gpu_hour is None and hw.price is None:
                 raise UserError(f"hardware {hw.name} has no [price] in its profile; "
                                 "give --price-per-gpu-hour")

@@ -45,16 +45,16 @@ from simulator.collectives import ALGORITHMS, AUTO
 from simulator.compute import (
     COMPRESSION_KINDS,
     RECOMPUTE,
+    check_fp8,
     fwd_bwd,
     host_slowdown,
     kernel_time,
-    pricing,
     sharing_waits,
 )
 from simulator.cp_comm import cp_bytes_per_layer, layer_cp_s
 from simulator.flows import FlowNetwork
 from simulator.network import Topology, build_topology
-from simulator.tp_overlap import layer_tp_s, tp_collective_s
+from simulator.tp_overlap import layer_tp_s, tp_bytes_per_layer, tp_collective_s
 
 DEFAULT_ALGO = "auto"  # per collective and size, the fastest registered algorithm
 # bounds far below or above any training run: a typo is refused, not priced
@@ -88,8 +88,8 @@ class StepConfig:
     # context-parallel ranks splitting each sequence (simulator/cp_comm.py); they share the
     # micro-batch, so the data-parallel degree (and the batch) is gpus / (tp pp cp)
     cp: int = 1
-    # the layers' linear GEMMs in FP8 (Transformer Engine), their tensor-parallel all-gathers
-    # in FP8 when overlapped (simulator/roofline.py, simulator/tp_overlap.py)
+    # the layers' linear GEMMs in FP8 (Transformer Engine) and their sequence-parallel
+    # all-gathers (simulator/roofline.py, simulator/tp_overlap.py)
     fp8: bool = False
 
     @property
@@ -115,6 +115,13 @@ class StepConfig:
     @property
     def dp(self) -> int:
         return self.gpus // (self.tp * self.pp * self.cp)
+
+    @property
+    def activation_values(self) -> float:
+        """One layer's activations on one GPU before the tensor-parallel split: b s h of this
+        context-parallel rank's tokens (what tensor-parallel collectives and pipeline sends
+        carry)."""
+        return self.micro_batch * self.seq / self.cp * self.model.arch.d_model
 
     @property
     def grad_ranks(self) -> int:
@@ -180,17 +187,9 @@ class StepConfig:
             raise UserError("--tp-comm-overlap overlaps the all-gathers and reduce-scatters of "
                             "sequence parallelism: it needs --tp above 1 and sequence "
                             "parallelism on")
-        self._validate_cp()
+        check_cp(self.cp, self.seq, self.attention)
         if self.fp8:
-            from simulator.roofline import fp8_rate
-
-            mfu, how = pricing(self.model, self.hardware, self.mfu)
-            if mfu is not None:
-                raise UserError(f"--fp8 prices the layers' GEMMs from their shapes; this step "
-                                f"is priced by {how}, one rate for every kernel: leave --fp8 "
-                                "out, or price from shapes (no --mfu, a profile with "
-                                "[roofline])")
-            fp8_rate(self.hardware)  # refused where the profile gives no FP8 rate
+            check_fp8(self.model, self.hardware, self.mfu)
         if self.sequence_parallel and self.tp > 1 and (self.seq // self.cp) % self.tp:
             raise UserError(f"sequence parallelism (on by default with --tp; "
                             f"--no-sequence-parallel turns it off) splits the sequence over "
@@ -235,9 +234,6 @@ class StepConfig:
                     f"{self.micro_batch} over {self.dp} data-parallel ranks")
         return self
 
-
-    def _validate_cp(self) -> None:
-        check_cp(self.cp, self.seq, self.attention)
 
     def _validate_pipeline(self) -> None:
         from simulator.pipeline import SCHEDULES
@@ -404,16 +400,10 @@ class _StepSim:
         self.n_chunks = cfg.chunks or cfg.model.arch.n_layers
         self.compute_s = self.compression_s = self.tp_s = self.interference_s = 0.0
         # one layer's tensor- and context-parallel seconds on the compute stream, forward and
-        # backward
-        self.tp_fwd_s, self.tp_bwd_s = layer_tp_s(cfg, tp_allreduce_s(cfg))
+        # backward (recomputed collectives included)
+        self.tp_fwd_s, self.tp_bwd_s = layer_tp_s(cfg)
         self.cp_fwd_s, self.cp_bwd_s = layer_cp_s(cfg, topo, self.times.attn_fwd_s,
                                                   self.times.attn_bwd_s)
-        # a recomputed forward runs its collectives again: the whole layer's (full), or the
-        # attention core's ring exchange (selective; its tensor-parallel part has none)
-        if cfg.recompute == "full":
-            self.tp_bwd_s += self.tp_fwd_s
-        if cfg.recompute in ("full", "selective"):
-            self.cp_bwd_s += self.cp_fwd_s
         self.cp_s = 0.0
         self.slowdown = host_slowdown(cfg.hardware, cfg.gpus)
         # ranks sharing one GPU: the measured wait per kernel call, already at that sharing,
@@ -518,8 +508,7 @@ class _StepSim:
         """One activation (or its gradient) from a stage to the next (`pipeline_send_s`).
         Megatron sends b s h / t bytes per tensor-parallel rank (scatter-gather)."""
         cfg = self.cfg
-        size = (cfg.micro_batch * cfg.seq / cfg.cp * cfg.model.arch.d_model
-                * cfg.dtypes.param_bytes / cfg.tp)
+        size = cfg.activation_values * cfg.dtypes.param_bytes / cfg.tp
         return pipeline_send_s(self.topo, cfg.tp * cfg.cp * cfg.dp, size)
 
     def _pipeline_ops(self):
@@ -726,18 +715,9 @@ def simulate_step(
         kinds.append((weight, values["step"]))
         if not spans:
             spans = kind_spans  # the trace shows the most frequent step kind
-    tp_bytes = 0.0
-    if cfg.tp > 1:  # 4 all-reduces per layer (of a stage) per micro-batch, ring 2(t-1)/t * S,
-        # and 2 more where the forward is recomputed whole; with FP8 and sequence parallelism
-        # their all-gather halves move one byte a value
-        size = (cfg.micro_batch * cfg.seq / cfg.cp * cfg.model.arch.d_model
-                * cfg.dtypes.param_bytes)
-        reduces = 6 if cfg.recompute == "full" else 4
-        if cfg.fp8 and cfg.sequence_parallel:
-            reduces *= (1 + 1 / cfg.dtypes.param_bytes) / 2
-        tp_bytes = (reduces * cfg.stage0_layers * cfg.accum
-                    * 2 * (cfg.tp - 1) / cfg.tp * size)
-    tp_bytes += cp_bytes_per_layer(cfg) * cfg.stage0_layers * cfg.accum
+    # the layers of a stage, each micro-batch
+    tp_bytes = ((tp_bytes_per_layer(cfg) + cp_bytes_per_layer(cfg))
+                * cfg.stage0_layers * cfg.accum)
     return StepResult(
         step_time_s=totals["step"], compute_s=totals["compute"],
         compression_s=totals["compression"], tp_comm_s=totals["tp"],

@@ -43,8 +43,8 @@ def tp_collective_s(cfg, op: str, algo: str, value_bytes: float | None = None) -
     [nccl]) or forced."""
     if cfg.tp == 1:
         return 0.0
-    width = cfg.dtypes.param_bytes if value_bytes is None else value_bytes
-    size = cfg.micro_batch * cfg.seq / cfg.cp * cfg.model.arch.d_model * width
+    size = cfg.activation_values * (cfg.dtypes.param_bytes if value_bytes is None
+                                    else value_bytes)
     # the planner asks the same collective for every scheme of a layout: remembered per
     # profile object (kept in the entry, so its id is not reused while the entry lives)
     key = (id(cfg.hardware), op, algo, cfg.tp, size)
@@ -92,25 +92,48 @@ def _bulk(comm_s: float, gemm: float) -> float:
     return max(0.0, comm_s - gemm)
 
 
-def layer_tp_s(cfg, allreduce_s: float) -> tuple[float, float]:
+def layer_tp_s(cfg) -> tuple[float, float]:
     """Seconds the compute stream spends on one layer's tensor-parallel communication in the
-    forward and in the backward (`allreduce_s`: one all-reduce of the layer's activations on
-    the group, as NCCL runs it): without sequence parallelism two all-reduces each pass; with
-    it two all-gathers and two reduce-scatters (Megatron's sequence parallelism issues those,
-    not all-reduces, so NCCL's NVLS all-reduce does not price them), the all-gathers of FP8
-    values with `cfg.fp8` (Transformer Engine gathers the FP8-cast input); or with
-    `cfg.tp_comm_overlap` what its overlap leaves exposed."""
+    forward and in the backward: without sequence parallelism two all-reduces each pass (as
+    NCCL runs them: NVLS on an NVSwitch node with [nccl]); with it two all-gathers and two
+    reduce-scatters (Megatron's sequence parallelism issues those, not all-reduces, so NCCL's
+    NVLS all-reduce does not price them), the all-gathers of FP8 values with `cfg.fp8`
+    (Transformer Engine gathers the FP8-cast input); or with `cfg.tp_comm_overlap` what its
+    overlap leaves exposed. A fully recomputed layer runs its forward's collectives again in
+    the backward."""
     if cfg.tp == 1:
         return 0.0, 0.0
+    fwd, bwd = _passes(cfg)
+    return fwd, bwd + (fwd if cfg.recompute == "full" else 0.0)
+
+
+def tp_bytes_per_layer(cfg) -> float:
+    """Bytes one GPU sends in one layer's tensor-parallel collectives per micro-batch: four
+    all-reduces' worth (a ring's 2 (t - 1) / t of the activations each), six where the forward
+    is recomputed whole; with FP8 and sequence parallelism their all-gather halves move one
+    byte a value."""
+    if cfg.tp == 1:
+        return 0.0
+    reduces = 6 if cfg.recompute == "full" else 4
+    if cfg.fp8 and cfg.sequence_parallel:
+        reduces *= (1 + 1 / cfg.dtypes.param_bytes) / 2
+    return (reduces * 2 * (cfg.tp - 1) / cfg.tp * cfg.activation_values
+            * cfg.dtypes.param_bytes)
+
+
+def _passes(cfg) -> tuple[float, float]:
+    """`layer_tp_s` of one forward and one backward, without recomputation."""
+    # with FP8 the all-gathers hold FP8 values, TE's overlap buffers too (initialize_ub:
+    # "AllGather buffers use fp8 when using fp8 recipe"); reduce-scatters stay 16-bit
+    ag_width = 1 if cfg.fp8 else None
     if not cfg.tp_comm_overlap:
         if cfg.sequence_parallel:
-            pair = (tp_collective_s(cfg, "all_gather", cfg.algo, 1 if cfg.fp8 else None)
+            pair = (tp_collective_s(cfg, "all_gather", cfg.algo, ag_width)
                     + tp_collective_s(cfg, "reduce_scatter", cfg.algo))
             return 2 * pair, 2 * pair
-        return 2 * allreduce_s, 2 * allreduce_s
-    # with FP8, TE's all-gather buffers hold FP8 values (initialize_ub: "AllGather buffers
-    # use fp8 when using fp8 recipe"); its reduce-scatters stay 16-bit
-    ag = tp_collective_s(cfg, "all_gather", "ring", 1 if cfg.fp8 else None)
+        allreduce = tp_collective_s(cfg, "all_reduce", cfg.algo)
+        return 2 * allreduce, 2 * allreduce
+    ag = tp_collective_s(cfg, "all_gather", "ring", ag_width)
     rs = tp_collective_s(cfg, "reduce_scatter", "ring")
     qkv, proj, fc1, fc2 = layer_shapes(cfg.model, cfg.micro_batch, cfg.seq, cfg.tp, True,
                                        cfg.cp).gemms

@@ -59,7 +59,7 @@ def test_fp8_runs_the_layer_gemms_and_the_all_gathers_in_one_byte():
     plain_fp8 = replace(fp8, tp_comm_overlap=False)
     pair = (tp_collective_s(plain_fp8, "all_gather", "auto", 1)
             + tp_collective_s(plain_fp8, "reduce_scatter", "auto"))
-    assert layer_tp_s(plain_fp8, 1.0) == (2 * pair, 2 * pair)
+    assert layer_tp_s(plain_fp8) == (2 * pair, 2 * pair)
     assert simulate_step(plain_fp8).tp_comm_s < simulate_step(plain_bf16).tp_comm_s
     assert simulate_step(plain_fp8).bytes_per_gpu < simulate_step(plain_bf16).bytes_per_gpu
     thin = Gemm("thin", 1, 8192, 8192)  # a vector times a matrix: all bytes, few FLOPs

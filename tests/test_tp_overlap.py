@@ -54,11 +54,11 @@ def test_without_the_overlap_a_layer_pays_its_collectives_each_pass():
     ar = tp_allreduce_s(cfg)
     pair = (tp_collective_s(cfg, "all_gather", "auto")
             + tp_collective_s(cfg, "reduce_scatter", "auto"))
-    assert layer_tp_s(cfg, ar) == (2 * pair, 2 * pair)
+    assert layer_tp_s(cfg) == (2 * pair, 2 * pair)
     no_sp = replace(cfg, sequence_parallel=False)
-    assert layer_tp_s(no_sp, tp_allreduce_s(no_sp)) == (2 * tp_allreduce_s(no_sp),) * 2
+    assert layer_tp_s(no_sp) == (2 * tp_allreduce_s(no_sp),) * 2
     assert pair > ar  # the node's NVLS all-reduce beats a ring all-gather and reduce-scatter
-    fwd, bwd = layer_tp_s(_cfg(tp_comm_overlap=True), ar)
+    fwd, bwd = layer_tp_s(_cfg(tp_comm_overlap=True))
     assert 0 < fwd < 2 * ar and 0 <= bwd < 2 * ar  # NVLink: mostly behind the GEMMs
     # on NVLink 100 times slower the transfers outrun the GEMMs: more shows, yet less than
     # the layer's plain all-reduces on that link, by at most its forward GEMMs
@@ -66,7 +66,7 @@ def test_without_the_overlap_a_layer_pays_its_collectives_each_pass():
     slow_hw = replace(hw, intra_node=replace(hw.intra_node, bw_GBps=hw.intra_node.bw_GBps / 100))
     slow = replace(cfg, hardware=slow_hw, tp_comm_overlap=True)
     ar_slow = tp_allreduce_s(replace(cfg, hardware=slow_hw))
-    f_slow, b_slow = layer_tp_s(slow, ar_slow)
+    f_slow, b_slow = layer_tp_s(slow)
     layer_fwd = fwd_bwd(cfg.model, hw, 1, cfg.seq, 8, sequence_parallel=True).layer_fwd_s
     assert f_slow > 10 * fwd and b_slow > 10 * max(bwd, 1e-6)
     assert f_slow < 2 * ar_slow * 1.5 and 2 * ar_slow - f_slow < layer_fwd
@@ -170,7 +170,7 @@ def test_each_gemm_uses_transformer_engines_default_method():
     want_bwd = (_ring(ag, g(proj.backward()[0]), 8) + _ring(ag, g(fc2.backward()[0]), 8)
                 + sum(_bulk(ag, g(x.backward()[0])) + _bulk(rs, g(x.backward()[1]))
                       for x in (qkv, fc1)))
-    assert layer_tp_s(cfg, tp_allreduce_s(cfg)) == pytest.approx((want_fwd, want_bwd))
+    assert layer_tp_s(cfg) == pytest.approx((want_fwd, want_bwd))
     assert want_fwd > 0  # the pipeline's last chunk always shows
     nvls = tp_collective_s(cfg, "all_reduce", "auto")
     assert nvls != pytest.approx(ag + rs)  # the all-reduce runs NVLS; the overlap does not
