@@ -2,22 +2,31 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-stamp
+# Two installs: planning (no torch; `make demo`) and everything (the `train` and `dev` extras;
+# `make test` and the rest). Each stamp says that install is done.
+PLAN_STAMP := $(VENV)/.installed-plan-stamp
+STAMP      := $(VENV)/.installed-stamp
 # Pytest markers that never run by default: GPU tests, and long runs.
 BASE_MARKERS := not slow and not gpu
 
 .PHONY: venv demo test lint bench corpus convergence clean
 
+$(PLAN_STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -c constraints.txt -e .
+	@touch $(PLAN_STAMP)
+
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	# constraints.txt pins torch to the local CPU build (2.13.0); see README.
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
-	@touch $(STAMP)
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[train,dev]'
+	@touch $(STAMP) $(PLAN_STAMP)
 
 venv: $(STAMP)
 
-demo: $(STAMP)
+demo: $(PLAN_STAMP)
 	$(BIN)/scape profiles list
 	$(BIN)/scape collective --hardware dgx-h100 --gpus 8 --op all_reduce --algo ring --sizes 1MiB..1GiB
 	$(BIN)/scape compare --model llama-1.8b --hardware vista-gh200 --gpus 32 --micro-batch 8 --global-batch 1024

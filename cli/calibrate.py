@@ -21,7 +21,7 @@ from cli.common import (
 )
 from profiles import UserError, load_model
 from reports.tables import check_format, render
-from simulator.units import format_bytes, parse_sizes
+from vocabulary.units import format_bytes, parse_sizes
 
 calibrate_app = StrictTyper(help="Measure this machine and write measured/NAME.toml in the user's "
                                  "profile folder ($SCAPE_PROFILE_DIR, else "
@@ -56,7 +56,7 @@ def calibrate_collectives(
 ):
     """Sweep every collective over message sizes (nccl-tests terms) and fit the link."""
     check_format(fmt)
-    from scape.calibrate.collectives import DEFAULT_SIZES, SHARED_GPU_SIZES, calibrate
+    from calibration.collectives import DEFAULT_SIZES, SHARED_GPU_SIZES, calibrate
     from scape.train.launch import check_backend
 
     _destination(out)
@@ -94,7 +94,7 @@ def calibrate_refit(
     """Fit the link again from the sweep saved beside a profile (NAME.collectives.csv), with the
     fit as it is now; nothing is measured."""
     check_format(fmt)
-    from scape.calibrate.collectives import refit
+    from calibration.collectives import refit
 
     name = profile.removeprefix("measured/")
     path, fit, df = refit(name)
@@ -118,7 +118,7 @@ def _print_sweep(df, fit, path, fmt: str) -> None:
 
 
 CALIBRATE_HEADER = "Written by scape calibrate. Rerun it to refresh; do not edit."
-# [measured] keys only a GPU measurement writes (scape.calibrate.compute.versions)
+# [measured] keys only a GPU measurement writes (calibration.compute.versions)
 GPU_ONLY_KEYS = ("compute_cuda", "compute_nccl", "compute_driver", "gpu_profile",
                  "compute_gpu_sharing")
 
@@ -130,8 +130,8 @@ def _calibrate_kinds(out: str, kinds: str, threads: int, on_gpu: bool) -> None:
 
     import torch
 
+    from calibration.compute import KERNEL_BENCH, device_name, measure_kernels
     from profiles.measured import merge, read_toml
-    from scape.calibrate.compute import KERNEL_BENCH, device_name, measure_kernels
 
     chosen = [k.strip() for k in kinds.split(",") if k.strip()]
     unknown = [k for k in chosen if k not in KERNEL_BENCH]
@@ -180,8 +180,8 @@ def calibrate_compute_cmd(
     """Time forward/backward of a model and the scheme kernels; fit MFU and kernel constants."""
     import os
 
+    from calibration.compute import calibrate_compute
     from profiles.measured import merge
-    from scape.calibrate.compute import calibrate_compute
 
     if threads < 1:
         raise UserError(f"--threads must be at least 1, got {threads}")
@@ -227,7 +227,7 @@ def calibrate_compute_cmd(
                            "a smaller --max-ranks or --micro-batch, or a smaller model")
     print(f"calibrate compute: {model} at micro-batch {micro_batch}, kernels, 1..{max_ranks} "
           "ranks sharing the host ...", file=sys.stderr)
-    from scape.calibrate.compute import KERNEL_BENCH
+    from calibration.compute import KERNEL_BENCH
 
     phases = 3 + len(KERNEL_BENCH) + (max_ranks > 1)  # peak, copy, kernels, fwd/bwd, sharing
     tables = calibrate_compute(model, micro_batch, max_ranks=max_ranks, threads=threads,

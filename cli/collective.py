@@ -20,7 +20,7 @@ from reports.fidelity import lookup, shipped
 from reports.tables import check_format, render
 from simulator.collective import describe, fit_warning, sweep
 from simulator.network import build_topology
-from simulator.units import format_bytes, parse_sizes
+from vocabulary.units import format_bytes, parse_sizes
 
 DEFAULT_SIZES = "1KiB..1GiB"  # without --sizes or a published run's own sizes
 

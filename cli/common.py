@@ -23,19 +23,18 @@ except ImportError:  # older typer depends on click itself
 from typer.core import TyperCommand
 
 from profiles import UserError, load_hardware, load_model
-from profiles.errors import Terminated, catch_terminating, restore
 from reports.tables import FORMATS
-from scape.plan import SHAPES, Dtypes, foreign_options
+from scape.plan import Dtypes, foreign_options
 from scape.train import CORPORA
-from simulator import nccl
 from simulator.collectives import ALGORITHMS, AUTO
 from simulator.compare import (
     parse_scheme,
     refuse_unread,
 )
-from simulator.compute import ATTENTION, RECOMPUTE, pricing
-from simulator.pipeline import SCHEDULES
+from simulator.compute import pricing
 from simulator.step import StepConfig
+from vocabulary.errors import Terminated, catch_terminating, restore
+from vocabulary.names import ATTENTION, AUTO_PROTO, PROTOCOLS, RECOMPUTE, SCHEDULES, SHAPES
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 NETBED_HELP = ("shaped-network testbed, e.g. rate=200mbit (,delay=1ms needs netem): one "
@@ -59,7 +58,7 @@ def _named(path: str, flag: str, what: str) -> None:
     place inside the shipped profiles, which every later run reads."""
     if not path.strip():
         raise UserError(f"{flag}: give a {what} name, got {path!r}")
-    from profiles.loader import ROOT, inside_shipped
+    from profiles.files import ROOT, inside_shipped
 
     if inside_shipped(path):
         raise UserError(f"{flag} {path}: inside the shipped profiles ({ROOT}), which every run "
@@ -262,7 +261,7 @@ Format2 = _choice("Format2", ("table", "json"))
 OpChoice = _choice("OpChoice", ALGORITHMS)
 AlgoChoice = _choice("AlgoChoice",
                      [AUTO, *sorted({a for algos in ALGORITHMS.values() for a in algos})])
-ProtoChoice = _choice("ProtoChoice", (nccl.AUTO_PROTO, *nccl.PROTOCOLS))
+ProtoChoice = _choice("ProtoChoice", (AUTO_PROTO, *PROTOCOLS))
 OptimizerChoice = _choice("OptimizerChoice", ("adamw", "adams"))
 DtypeChoice = _choice("DtypeChoice", DTYPE_BYTES)
 ScopeChoice = _choice("ScopeChoice", ("masked", "all"))
@@ -549,7 +548,7 @@ def _phase_meter(what: str, total: int):
     on stderr with the time so far and the time the rest should take at the pace so far."""
     import time
 
-    from simulator.units import format_duration
+    from vocabulary.units import format_duration
 
     t0, seen = time.monotonic(), [0]
 

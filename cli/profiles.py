@@ -29,7 +29,7 @@ def profiles_list(fmt: Format3 = typer.Option("table", "--format", help="table|c
     one-line description each; a measured file that does not load says why."""
     check_format(fmt)
     from profiles import ProfileError
-    from profiles.loader import ROOT, user_dir
+    from profiles.files import ROOT, user_dir
 
     rows = []
     for kind in ("hardware", "model"):

@@ -41,7 +41,6 @@ from cli.common import (
 from reports.step_fidelity import how_sure, layout_of
 from reports.step_fidelity import lookup as step_lookup
 from reports.tables import check_format, render
-from scape.plan import scheme_names
 from simulator.collective import describe
 from simulator.compare import (
     DEFAULT_SCHEMES,
@@ -52,6 +51,7 @@ from simulator.network import build_topology
 from simulator.schedule import run_mean
 from simulator.step import simulate_step
 from simulator.trace import write_trace
+from vocabulary.names import scheme_names
 
 
 @app.command()

@@ -1,9 +1,9 @@
 """Profiles: hardware and model facts as sourced TOML data, read into frozen dataclasses."""
 
-from profiles.errors import ProfileError, UserError
 from profiles.hardware import HardwareProfile
 from profiles.loader import KINDS, check_profile, find, load_hardware, load_model, names
 from profiles.models import ModelProfile, count_params
+from vocabulary.errors import ProfileError, UserError
 
 __all__ = [
     "KINDS",

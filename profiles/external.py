@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profiles.errors import ProfileError, UserError
-from profiles.loader import read_toml
+from profiles.files import read_toml
+from vocabulary.errors import ProfileError, UserError
 
 FOLDER = Path(__file__).resolve().parent / "external"
 ROW_KEYS = ("table", "series", "quantity", "model", "gpus", "value", "path", "commit", "line")

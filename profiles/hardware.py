@@ -8,11 +8,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from profiles.errors import ProfileError
 from profiles.schema import Field, require_tables, validate_table
+from vocabulary.errors import ProfileError
+from vocabulary.names import (
+    ALGORITHM_NAMES,
+    KERNEL_BYTES,
+    OTHER_KINDS,
+    PROTOCOLS,
+    software_algorithms,
+)
 
 SOURCE = Field(str, nonempty=True)
-NCCL_PROTOCOLS = ("ll", "ll128", "simple")  # NCCL's protocols, as simulator/nccl.py names them
 
 GPU_FIELDS = {
     "model": Field(str, nonempty=True),
@@ -150,7 +156,7 @@ KERNEL_FIELDS = {
     "fixed_us": Field(float, ge=0, le=1e7),
     "ns_per_element": Field(float, ge=0, le=1e9),
     "residual_pct": Field(float, ge=0, le=1e6),
-    # kernels that loop over the model's parameter tensors (scape/calibrate/compute.py
+    # kernels that loop over the model's parameter tensors (calibration/compute.py
     # PER_TENSOR_KINDS): how many the benchmark had, and what one more costs
     "tensors": Field(int, ge=1, required=False),
     "per_tensor_us": Field(float, ge=0, le=1e7, required=False),
@@ -268,7 +274,7 @@ class Nccl:
     def protocols(self) -> tuple[str, ...]:
         """The protocols NCCL may pick here: NCCL_PROTO's list, lower case (all when unset)."""
         if self.proto is None:
-            return NCCL_PROTOCOLS
+            return PROTOCOLS
         return tuple(p.strip().lower() for p in self.proto.split(","))
 
 
@@ -352,7 +358,7 @@ class HardwareProfile:
     measured: dict = field(default_factory=dict)
     # compute slowdown while an async collective is issued but not yet waited for, per ranks
     async_interference: dict[int, float] = field(default_factory=dict)
-    # ranks sharing one GPU (scape/calibrate/sharing.py): kernel kind -> {ranks: seconds each
+    # ranks sharing one GPU (calibration/sharing.py): kernel kind -> {ranks: seconds each
     # call of it takes more than alone}
     sharing: dict[str, dict[int, float]] = field(default_factory=dict)
     transport: Transport | None = None
@@ -475,11 +481,8 @@ def _with_interference(path, compute: Compute, gpu: Gpu) -> Compute:
 
 def _measured_tables(path, doc: dict[str, Any]) -> dict[str, Any]:
     """The calibrated tables of a measured profile, validated."""
-    # what the simulator can price (imported here: the simulator imports this module)
-    from simulator.collectives import ALGORITHMS, software_algorithms
-    from simulator.compute import KERNEL_BYTES, OTHER_KINDS
-
-    known = {"collectives": list(ALGORITHMS), "kernels": [*KERNEL_BYTES, *OTHER_KINDS]}
+    # what the simulator can price (the names its registries are keyed by)
+    known = {"collectives": list(ALGORITHM_NAMES), "kernels": [*KERNEL_BYTES, *OTHER_KINDS]}
     for table, keys in MEASURED_KEYS.items():
         data = doc.get(table, {})
         if not isinstance(data, dict):
@@ -550,8 +553,6 @@ def measured_provenance(path, doc: dict[str, Any]) -> dict[str, Any]:
     note per kernel kind `calibrate compute --kinds` timed): only the keys the file has, so
     that a reader's default stands for a key it lacks. Also what `calibrate refit` reads of a
     profile that has its network tables only."""
-    from simulator.compute import KERNEL_BYTES, OTHER_KINDS
-
     fields = {**MEASURED_FIELDS, **{f"kernel_{k}": Field(str, required=False)
                                     for k in (*KERNEL_BYTES, *OTHER_KINDS)}}
     given = doc.get("measured", {})
@@ -652,7 +653,7 @@ def _cross_check(path, hw: HardwareProfile) -> None:
     if r is not None and r.fp8_gemm_peak_fraction is not None and hw.gpu.peak_fp8_tflops is None:
         raise ProfileError(f"{path}: [roofline] fp8_gemm_peak_fraction: a share of [gpu] "
                            "peak_fp8_tflops, which the profile does not give; give both")
-    unknown = [p for p in (hw.nccl.protocols if hw.nccl else ()) if p not in NCCL_PROTOCOLS]
+    unknown = [p for p in (hw.nccl.protocols if hw.nccl else ()) if p not in PROTOCOLS]
     if unknown or (hw.nccl and not hw.nccl.protocols):
         raise ProfileError(f"{path}: [nccl] proto: a comma-separated list of LL, LL128 and "
                            f"Simple (NCCL_PROTO), got {hw.nccl.proto!r}")

@@ -1,5 +1,5 @@
 """Measured profiles: `measured/<name>.toml` in the user's profile folder
-(profiles.loader.user_dir), written by `scape calibrate` (DESIGN section 7); the ones this
+(profiles.files.user_dir), written by `scape calibrate` (DESIGN section 7); the ones this
 project ships live in profiles/measured/ and are found first. A measured profile is a hardware
 profile whose numbers were measured on this machine (`[nic]` and `[collectives]` by `calibrate
 collectives`, `[gpu]`, `[compute]`, `[kernels]` and `[concurrency]` by `calibrate compute`), with
@@ -15,8 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from profiles.errors import UserError
-from profiles.loader import ROOT, inside_shipped, read_toml, user_dir
+from profiles.files import ROOT, inside_shipped, read_toml, user_dir
+from vocabulary.errors import UserError
 
 BUILT_IN = ROOT / "measured"
 FOLDER: Path | None = None  # where calibrate writes; None: user_dir() / "measured"

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from profiles.errors import ProfileError
 from profiles.schema import Field, require_tables, validate_table
+from vocabulary.errors import ProfileError
 
 # Upper bounds: a hundred times past today's largest models (Llama 3 405B: 126 layers, d 16384,
 # d_ff 53248, 128 heads, vocab 128256, context 131072), so that a typo cannot make a

@@ -8,9 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from profiles.errors import ProfileError
-from profiles.loader import ROOT, read_toml
+from profiles.files import ROOT, read_toml
 from profiles.schema import Field, validate_table
+from vocabulary.errors import ProfileError
+from vocabulary.names import ALIASES, SCHEME_NAMES, scheme_names
 
 STUDY_FIELDS = {
     "study": Field(str, nonempty=True), "command": Field(str, nonempty=True),
@@ -69,7 +70,6 @@ class QualityStudy:
 def parse_quality(path: Path | str, doc: dict) -> QualityStudy:
     top = {k: v for k, v in doc.items() if k != "scheme"}
     values, _ = validate_table(path, "", top, STUDY_FIELDS)
-    from scape.plan import ALIASES, SCHEMES, scheme_names  # the names a plan can ask about
 
     tables = doc.get("scheme", [])
     if not isinstance(tables, list):
@@ -78,7 +78,7 @@ def parse_quality(path: Path | str, doc: dict) -> QualityStudy:
     entries = []
     for i, table in enumerate(tables):
         e, _ = validate_table(path, f"scheme #{i + 1}", table, SCHEME_FIELDS)
-        if e["scheme"] not in (*ALIASES, *SCHEMES):
+        if e["scheme"] not in (*ALIASES, *SCHEME_NAMES):
             raise ProfileError(f"{path}: [scheme #{i + 1}] scheme: unknown scheme "
                                f"{e['scheme']!r} (known: {scheme_names()})")
         reached = e.pop("reached")

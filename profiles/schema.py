@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from profiles.errors import ProfileError
+from vocabulary.errors import ProfileError
 
 # Keys of earlier versions: (the key now, what changed), said instead of "unknown key".
 RENAMED = {

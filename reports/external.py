@@ -14,7 +14,6 @@ which the split sums to) is predicted by simulating the run's step on the fitted
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,35 +24,20 @@ from profiles.external import ExternalData, ExternalRow, load_external
 from profiles.hardware import Transport
 from reports.external_memory import MEMORY_PROTOCOL, memory_summary, memory_table
 from reports.tables import git_revision, refuse_special_files
-from scape.plan import SchemeConfig, make_config, plan
-from simulator.external_fit import DenseRow, ExternalFit, accum_of, dense_dtypes, fit_dense
+from scape.plan import plan
+from simulator.external_fit import (
+    SERIES,
+    DenseRow,
+    ExternalFit,
+    accum_of,
+    dense_dtypes,
+    fit_dense,
+    scheme_of,
+)
 from simulator.step import StepConfig, simulate_step
 
 BASE_HARDWARE = "vista-gh200"  # the cluster the authors ran on, before the fit
 PREDICTED_QUANTITIES = ("step_ms", "compute_ms", "comm_ms")
-SERIES = re.compile(r"^(?P<scheme>adams|scape-d(?P<density>[0-9.]+))(?P<distopt>-distopt)?"
-                    r"(?P<offload>-offload)?$")
-
-
-def scheme_of(row: ExternalRow, config: dict) -> SchemeConfig:
-    """The scheme a series ran, from its launch settings: Megatron's dense AdamS (all-reduce,
-    or the distributed optimizer), or the authors' SCAPE reducer at its density and offload
-    flags. No overlap: the scripts pass no --overlap-grad-reduce / --overlap-param-gather."""
-    m = SERIES.match(row.series)
-    if m is None:
-        raise UserError(f"{row.cite}: series {row.series!r} is not one this tool can simulate")
-    distopt = bool(config.get("use_distributed_optimizer"))
-    no_overlap = {"overlap_grad_reduce": False, "overlap_param_gather": False,
-                  "bucket_bytes": float("inf")}
-    if m["scheme"] == "adams":
-        return make_config("dense-zero1" if distopt else "dense-ddp", optimizer="adams",
-                           **no_overlap)
-    density = float(config.get("topk_adams_density", m["density"]))
-    return make_config(
-        "scape", sparsity=1 - density, **no_overlap,
-        extra={"distributed_optimizer": distopt,
-               "residual_offload": bool(config.get("topk_adams_residual_cpu_offload")),
-               "param_offload": bool(config.get("topk_adams_full_param_cpu_offload"))})
 
 
 def _step_config(ext: ExternalData, row: ExternalRow, hw: HardwareProfile) -> StepConfig:

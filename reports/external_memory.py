@@ -20,7 +20,7 @@ import pandas as pd
 
 from profiles import load_model
 from profiles.external import ExternalData, ExternalRow
-from simulator.external_fit import dense_dtypes
+from simulator.external_fit import dense_dtypes, scheme_of
 from simulator.memory import memory_use
 
 MIB = 2.0**20  # Megatron-LM megatron/training/utils.py report_memory: mega_bytes = 1024*1024
@@ -44,7 +44,6 @@ def _scheme_series(series: str) -> str:
 
 def predict_memory(ext: ExternalData, row: ExternalRow) -> tuple[float, float]:
     """(lowest, highest) predicted peak MiB of `row` over the GPU counts it may have run on."""
-    from reports.external import scheme_of  # the same series -> scheme mapping as the steps
 
     config = ext.config(row)
     model = load_model(row.model)

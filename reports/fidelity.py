@@ -33,7 +33,7 @@ def node_class(gpus: int, gpus_per_node: int) -> str:
 def launch_class(gpus_per_process: int, size: float) -> str:
     """How the run was launched, where it matters: below 64 MiB (a call of one process for 8
     GPUs waits for 8 launches, and A100 runs so launched are slower at 1-64 MiB,
-    research/single-process-launch.md); from 64 MiB a call takes hundreds of microseconds
+    docs/research/single-process-launch.md); from 64 MiB a call takes hundreds of microseconds
     and the launch is lost in it."""
     if size >= 64 * MIB:
         return "any"

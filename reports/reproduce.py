@@ -233,7 +233,7 @@ def assumptions(hw: HardwareProfile) -> pd.DataFrame:
                      "(TCP sockets); see vista-gh200-socket"))
     rows.append(("SCAPE", "the authors' reducer (scheme scape); with the distributed optimizer "
                  f"for {', '.join(sorted(DISTOPT_SCAPE))}",
-                 "mz687/SCAPE_SC26 fp8_topk_adams_reducer.py (scape/plan_authors.py)"))
+                 "mz687/SCAPE_SC26 fp8_topk_adams_reducer.py (scape/plan/scape_authors.py)"))
     return pd.DataFrame(rows, columns=["assumption", "value", "source"])
 
 

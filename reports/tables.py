@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from profiles import UserError
-from simulator.units import never_zero, reads_zero
+from vocabulary.units import never_zero, reads_zero
 
 FORMATS = ("table", "csv", "json")
 

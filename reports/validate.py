@@ -27,7 +27,7 @@ from profiles import HardwareProfile, UserError, load_model
 from reports.tables import git_revision
 from scape.plan import Kernel, Plan, SchemeConfig, StepPlan, plan
 from simulator.step import StepConfig, StepResult, simulate_step
-from simulator.units import format_duration
+from vocabulary.units import format_duration
 
 DEFAULT_SCHEMES = ("dense-ddp", "dense-adams", "quantized:8", "topk:0.99", "scalecom:0.99",
                    "scape:0.9", "scape:0.99", "scape-partitioned:0.9",
@@ -88,7 +88,7 @@ def authors_runtime_kernels(cfg: SchemeConfig, sizes: list[int], dense: list[boo
     with its fixed cost), the bitmap and the payload (pack), the masked g_sync and
     the AdamS update (two optimizer passes), the received bitmaps (dequantize); with the
     distributed optimizer the replica's decay and scatter (error feedback, scatter-add)."""
-    from scape.plan_authors import owner_pieces, selected
+    from scape.plan.scape_authors import owner_pieces, selected
 
     n = sum(sizes)
     k = selected(cfg.density, sizes, dense)
@@ -138,7 +138,7 @@ def probe_compute(hw: HardwareProfile, model: str, micro_batch: int, ranks: int,
     over minutes, more than the error a validation can resolve, so each run is predicted from
     the speed the machine has when it starts (kernels: probe_kernels; collectives stay as
     calibrated)."""
-    from scape.calibrate.compute import measure_concurrency, step_flops
+    from calibration.compute import measure_concurrency, step_flops
 
     profile = load_model(model)
     slowdown, alone = measure_concurrency(model, micro_batch, ranks, repeats=repeats)
@@ -168,7 +168,7 @@ def probe_kernels(hw: HardwareProfile, kinds: list[str], threads: int = 1,
     training step). A profile's kernels may come from another host (its [measured] table says
     which): on 2026-11-25 this host ran the authors' reducer step 3x faster than the host
     that calibrated it, and the prediction missed by +35% until the kernels were retimed."""
-    from scape.calibrate.compute import measure_kernels
+    from calibration.compute import measure_kernels
 
     if not kinds:
         return hw, {}
@@ -349,7 +349,7 @@ def check_profile_complete(hw_path: str) -> None:
     missing = missing_tables(Path(hw_path))
     if missing:
         which = "collectives" if {"nic", "collectives"} & set(missing) else "compute"
-        from profiles.loader import ROOT
+        from profiles.files import ROOT
 
         if (ROOT / "hardware" / Path(hw_path).name).resolve() == Path(hw_path).resolve():
             # a shipped profile describes a cluster, not this machine: nothing to calibrate

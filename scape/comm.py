@@ -1,6 +1,6 @@
 """A thin wrapper over torch.distributed: every call timed, its bytes counted.
 
-Bytes follow the plan's convention (scape/plan.py, nccl-tests): S is the full array of the
+Bytes follow the plan's convention (scape/plan/types.py, nccl-tests): S is the full array of the
 collective: the tensor for all_reduce and broadcast, the input of reduce_scatter, the output of
 all_gather, one rank's send buffer for all_to_all. Async calls return a handle whose `wait()`
 records the time spent waiting.
@@ -47,7 +47,7 @@ class Comm:
     log: list[Record] = field(default_factory=list)
     sync: bool = False  # on GPUs: wait for the device so times cover the work, not its launch
     # a world of one even inside a process group (a kernel benchmark timing one rank's local
-    # work on every rank at once: scape/calibrate/sharing.py)
+    # work on every rank at once: calibration/sharing.py)
     alone: bool = False
 
     @property

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from profiles import UserError
-from profiles.errors import catch_terminating, restore
+from vocabulary.errors import catch_terminating, restore
 
 PREFIX = "scape-"
 SUBNET = "10.77.0"  # private; exists only inside the namespaces a testbed creates

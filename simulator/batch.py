@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 
 from profiles import UserError
-from simulator.collective import PhaseCache
+from simulator.engine import PhaseCache
 from simulator.network import Topology, build_topology
 from simulator.step import StepConfig, StepResult, simulate_step
 

@@ -1,170 +1,31 @@
-"""Run collectives on a topology in simpy time; one or several at once, sharing links.
-
-`collective_time` is the library call behind `scape collective`: the time, algbw and busbw
-(nccl-tests definitions) of one collective. `run` simulates any number of collectives with
-start times and GPU groups, so concurrent ones slow each other down as max-min fairness says.
+"""`scape collective`'s library calls: the time, algbw and busbw (nccl-tests definitions) of
+one collective (`collective_time`, `sweep`), NCCL's choice of algorithm and protocol, and a
+measured profile's calibrated times (`calibrated`). The simpy engine that runs the phases is
+simulator/engine.py.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
-import simpy
 
 from profiles import HardwareProfile, UserError
 from simulator import nccl
 from simulator.collectives import (
-    ALGORITHMS,
     AUTO,
-    BUS_FACTOR,
     NEEDS_HARDWARE,
     Phase,
     auto_candidates,
 )
-from simulator.flows import FlowNetwork
-from simulator.network import Demand, Topology, build_topology
-from simulator.units import never_zero
+from simulator.engine import Request, Result, check_request, phases_of, run, time_alone
+from simulator.fit import coefficients
+from simulator.network import Topology, build_topology
+from vocabulary.names import AUTO_PROTO, PROTOCOLS
+from vocabulary.units import never_zero
 
 MAX_GPUS = 1 << 20  # a sane upper bound: the largest clusters have ~10^5 GPUs
-
-
-@dataclass(frozen=True)
-class Request:
-    """One collective to run: `size_bytes` in nccl-tests convention, on `group` (default all)."""
-
-    op: str
-    algo: str
-    size_bytes: float
-    group: np.ndarray | None = None
-    start_s: float = 0.0
-    name: str = ""
-
-
-@dataclass(frozen=True)
-class Span:
-    """A phase of a collective on the timeline."""
-
-    collective: str
-    phase: str
-    start_s: float
-    end_s: float
-    bytes: float  # bytes moved by all flows of the phase
-
-
-@dataclass(frozen=True)
-class Result:
-    name: str
-    op: str
-    algo: str
-    size_bytes: float
-    ranks: int
-    start_s: float
-    end_s: float
-    proto: str = ""  # NCCL's protocol where the profile models it (simulator/nccl.py)
-
-    @property
-    def time_s(self) -> float:
-        return self.end_s - self.start_s
-
-    @property
-    def algbw_GBps(self) -> float:
-        return self.size_bytes / self.time_s / 1e9 if self.time_s > 0 else float("inf")
-
-    @property
-    def busbw_GBps(self) -> float:
-        return self.algbw_GBps * BUS_FACTOR[self.op](self.ranks)
-
-    def as_dict(self) -> dict:
-        return {
-            "op": self.op,
-            "algo": self.algo,
-            "proto": self.proto,
-            "ranks": self.ranks,
-            "size_bytes": int(self.size_bytes),
-            "time_s": self.time_s,
-            "algbw_GBps": self.algbw_GBps,
-            "busbw_GBps": self.busbw_GBps,
-        }
-
-
-@dataclass
-class Simulation:
-    results: list[Result] = field(default_factory=list)
-    timeline: list[Span] = field(default_factory=list)
-    rate_changes: int = 0
-
-
-def check_request(op: str, algo: str, size_bytes: float) -> None:
-    if op not in ALGORITHMS:
-        raise UserError(f"unknown op {op!r}; choose one of: {', '.join(ALGORITHMS)}")
-    if algo != AUTO and algo not in ALGORITHMS[op]:
-        choices = ", ".join([*ALGORITHMS[op], AUTO])
-        raise UserError(f"no algorithm {algo!r} for {op}; choose one of: {choices}")
-    if not size_bytes > 0:
-        raise UserError(f"size must be a positive number of bytes, got {size_bytes!r}")
-
-
-def phases_of(topo: Topology, req: Request, group: np.ndarray) -> list[Phase]:
-    check_request(req.op, req.algo, req.size_bytes)
-    return ALGORITHMS[req.op][req.algo](topo, float(req.size_bytes), group)
-
-
-def _check_group(topo: Topology, group) -> np.ndarray:
-    group = np.asarray(group, dtype=np.int64)
-    if group.ndim != 1 or len(group) == 0:
-        raise UserError("a collective's group must be a non-empty list of GPU ids")
-    if group.min() < 0 or group.max() >= topo.gpus:
-        raise UserError(f"a collective's group has GPU ids outside 0..{topo.gpus - 1}")
-    if len(np.unique(group)) != len(group):
-        raise UserError("a collective's group lists a GPU twice")
-    return group
-
-
-def execute(env: simpy.Environment, net: FlowNetwork, phases: list[Phase], name: str,
-            timeline: list[Span]):
-    """A simpy process body: run `phases` one after another on `net`, logging a span each."""
-    for phase in phases:
-        t0 = env.now
-        if phase.latency_s > 0:
-            yield env.timeout(phase.latency_s)
-        yield simpy.AllOf(env, [net.transfer(d) for d in phase.demands])
-        timeline.append(Span(name, phase.name, t0, env.now, phase.total_bytes))
-
-
-def time_alone(topo: Topology, phases: list[Phase]) -> float:
-    """Seconds `phases` take on `topo` with nothing else on its links."""
-    env = simpy.Environment()
-    env.process(execute(env, FlowNetwork(env, topo.capacity()), phases, "alone", []))
-    env.run()
-    return env.now
-
-
-def run(topo: Topology, requests: list[Request]) -> Simulation:
-    """Simulate `requests` together; each starts at its `start_s` and runs its phases in order."""
-    env = simpy.Environment()
-    net = FlowNetwork(env, topo.capacity())
-    sim = Simulation()
-    everyone = np.arange(topo.gpus)
-
-    def collective(i: int, req: Request):
-        group = everyone if req.group is None else _check_group(topo, req.group)
-        phases = phases_of(topo, req, group)
-        name = req.name or f"{req.op}#{i}"
-        yield env.timeout(req.start_s)
-        yield from execute(env, net, phases, name, sim.timeline)
-        sim.results.append(
-            Result(name, req.op, req.algo, req.size_bytes, len(group), req.start_s, env.now)
-        )
-
-    for i, req in enumerate(requests):
-        env.process(collective(i, req))
-    env.run()
-    sim.rate_changes = net.rate_changes
-    order = {(req.name or f"{req.op}#{i}"): i for i, req in enumerate(requests)}
-    sim.results.sort(key=lambda r: order[r.name])
-    return sim
 
 
 def collective_time(
@@ -210,7 +71,7 @@ class Choice:
 
 
 def calibrated(hw: HardwareProfile, op: str, algo: str, ranks: int, size: float,
-               proto: str = nccl.AUTO_PROTO, nodes: int | None = None) -> Choice:
+               proto: str = AUTO_PROTO, nodes: int | None = None) -> Choice:
     """How `op` of `size` bytes over `ranks` GPUs runs on `hw`.
 
     A measured profile says how its backend runs the collective, at what efficiency and with
@@ -229,7 +90,7 @@ def calibrated(hw: HardwareProfile, op: str, algo: str, ranks: int, size: float,
                         f"profile's [nccl] table says so (nvls = true for NVLink SHARP, collnet "
                         f"= true for SHARP); {hw.name} has no [nccl] table")
     if m is None or (algo != AUTO and algo not in nccl.TUNED_ALGOS):
-        if proto not in (nccl.AUTO_PROTO, "simple"):
+        if proto not in (AUTO_PROTO, "simple"):
             if m is None and hw.nccl is not None and measured is None:
                 raise UserError(f"--proto {proto}: NCCL's tuner does not choose protocols for "
                                 f"{op} (point-to-point sends, Simple); only for "
@@ -261,7 +122,7 @@ def calibrated(hw: HardwareProfile, op: str, algo: str, ranks: int, size: float,
         return Choice(measured["algo"], past_bucket(hw, op, measured["algo"], ranks, size) / eff,
                       call + overheads.get(ranks, 0.0))
     algos = None if algo == AUTO else (algo,)
-    protos = None if proto == nccl.AUTO_PROTO else (proto,)
+    protos = None if proto == AUTO_PROTO else (proto,)
     chosen, p, pr = nccl.decide(op, size, m, algos, protos)
     # NVLS_TREE's pipeline fill and drain: as many more bytes at the same rate
     fill = nccl.nvls_tree_fill(size, m) if chosen == "nvls_tree" else 0.0
@@ -303,14 +164,13 @@ def past_bucket(hw: HardwareProfile, op: str, algo: str, ranks: int, size: float
 
 @lru_cache(maxsize=256)
 def _link_bytes_per_byte(op: str, algo: str, ranks: int) -> float:
-    from simulator.fit import coefficients  # the fit's own testbed: one rank per link
-
+    # the fit's own testbed: one rank per link
     return float(coefficients(op, algo, ranks, float(2**20))[1])
 
 
 def sweep(
     hw: HardwareProfile, gpus: int, op: str, algo: str, sizes: list[int],
-    proto: str = nccl.AUTO_PROTO, gpus_per_process: int = 1,
+    proto: str = AUTO_PROTO, gpus_per_process: int = 1,
 ) -> list[Result]:
     """`collective_time` for each size, on one topology (validated once, up front); on NCCL
     profiles each result names the protocol too. Calls are timed as nccl-tests times them,
@@ -320,8 +180,8 @@ def sweep(
     overheads of single process jobs")."""
     for size in sizes:
         check_request(op, algo, size)
-    if proto not in (nccl.AUTO_PROTO, *nccl.PROTOCOLS):
-        raise UserError(f"--proto must be auto or one of {', '.join(nccl.PROTOCOLS)}, got "
+    if proto not in (AUTO_PROTO, *PROTOCOLS):
+        raise UserError(f"--proto must be auto or one of {', '.join(PROTOCOLS)}, got "
                         f"{proto!r}")
     if not 2 <= gpus <= MAX_GPUS:
         raise UserError(f"a collective needs between 2 and {MAX_GPUS:,} GPUs, got {gpus}")
@@ -371,53 +231,3 @@ def describe(topo: Topology) -> str:
     return text + " (effective rates)"
 
 
-def _merge(name: str, demands: list[Demand]) -> Demand:
-    """Identical concurrent demands of several groups as one: loads add up on shared links."""
-    if len(demands) == 1:
-        return demands[0]
-    links, inverse = np.unique(np.concatenate([d.links for d in demands]), return_inverse=True)
-    load = np.bincount(inverse, weights=np.concatenate([d.load for d in demands]))
-    return Demand(name, links, load, demands[0].bytes_each, sum(d.n_flows for d in demands),
-                  max(d.hop_latency_s for d in demands),
-                  max(d.chunk_bytes for d in demands), min(d.chunk_Bps for d in demands))
-
-
-class PhaseCache:
-    """Phases of collectives run by several equal groups at once, built once per shape.
-
-    Every algorithm's flows carry bytes in proportion to the collective's size, so phases built
-    for 1 byte scale to any size; a training step issues the same collective on the same groups
-    many times (one per gradient bucket), and each costs a multiplication, not a rebuild.
-    """
-
-    def __init__(self, topo: Topology):
-        self.topo = topo
-        self._unit: dict[tuple, list[Phase]] = {}
-        self._fastest: dict[tuple, str] = {}
-
-    def phases(self, op: str, algo: str, groups: list[np.ndarray], size: float) -> list[Phase]:
-        if algo == AUTO:
-            algo = self.fastest(op, groups, size)
-        key = (op, algo, tuple(hash(g.tobytes()) for g in groups))
-        if key not in self._unit:
-            per_group = [ALGORITHMS[op][algo](self.topo, 1.0, g) for g in groups]
-            self._unit[key] = [
-                Phase(ph.name, ph.steps, tuple(
-                    _merge(d.name, [pg[i].demands[j] for pg in per_group])
-                    for j, d in enumerate(ph.demands)))
-                for i, ph in enumerate(per_group[0])
-            ]
-        return [
-            Phase(ph.name, ph.steps,
-                  tuple(replace(d, bytes_each=d.bytes_each * size) for d in ph.demands))
-            for ph in self._unit[key]
-        ]
-
-    def fastest(self, op: str, groups: list[np.ndarray], size: float) -> str:
-        """The registered algorithm that finishes `op` of `size` bytes first, run alone."""
-        key = (op, size, tuple(hash(g.tobytes()) for g in groups))
-        if key not in self._fastest:
-            times = {algo: time_alone(self.topo, self.phases(op, algo, groups, size))
-                     for algo in auto_candidates(op)}
-            self._fastest[key] = min(times, key=times.get)
-        return self._fastest[key]

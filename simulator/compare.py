@@ -9,7 +9,6 @@ import pandas as pd
 
 from profiles import UserError
 from scape.plan import (
-    ALIASES,
     AUTHORS_OPTIONS,
     BITS_SCHEMES,
     OPTION_SCHEMES,
@@ -20,11 +19,12 @@ from scape.plan import (
     foreign_options,
     make_config,
 )
-from simulator.collective import PhaseCache
+from simulator.engine import PhaseCache
 from simulator.memory import memory_columns
 from simulator.network import build_topology
 from simulator.schedule import run_mean
 from simulator.step import StepConfig, simulate_step
+from vocabulary.names import ALIASES
 
 # The default line-up: the paper's baselines, the other families at their usual settings.
 DEFAULT_SCHEMES = (

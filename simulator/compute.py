@@ -20,52 +20,15 @@ import numpy as np
 
 from profiles import HardwareProfile, ModelProfile, UserError
 from simulator.roofline import fp8_rate, head_times, layer_times
+from vocabulary.names import ATTENTION, KERNEL_BYTES, RECOMPUTE
 
-# HBM bytes read + written per element, counted from each kernel's loads and stores
-# (fp32 master weights, gradients and optimizer state; bf16 model weights).
-KERNEL_BYTES: dict[str, float] = {
-    # AdamW: read w, g, m, v (4 x 4 B); write w, m, v (3 x 4 B) and the bf16 copy (2 B).
-    "optimizer_adamw": 30.0,
-    # AdamS: no second-moment state: read w, g, m; write w, m and the bf16 copy.
-    "optimizer_adams": 22.0,
-    # Threshold selection: a sampled threshold, then one pass reading |x| and writing a mask
-    # byte, one pass compacting: about 3 reads of 4 B.
-    "select": 12.0,
-    # Pack k values at k int32 indices: read index and value, write value (per packed element).
-    "pack": 12.0,
-    # Scatter-add gathered (value, index) pairs into a dense fp32 buffer: read 8 B, RMW 8 B.
-    "scatter_add": 16.0,
-    # Quantize: read fp32 gradient and residual, write the residual and the b-bit code.
-    "quantize": 13.0,
-    # Dequantize: read the code, write fp32.
-    "dequantize": 5.0,
-    # Error feedback: read gradient and residual, write residual (and the sent part).
-    "error_feedback": 12.0,
-    # Scale in place (SCAPE's weight decay over every coordinate): read and write fp32.
-    "scale": 8.0,
-    # The CPU runtime's copies between model tensors and its flat fp32 buffers: read the
-    # gradient, write the flat gradient; read the master, write the parameter (4 x 4 B).
-    "flat_copy": 16.0,
-    # A Python loop's elementwise work, already counted in bytes (scape/plan_authors.py).
-    "reducer_bytes": 1.0,
-}
-# Kinds not priced by HBM bytes: a host op's launch (CPU-side dispatch, elements = launches)
-# and a copy over the CPU-GPU link (elements = bytes).
+# Kernel kinds and their HBM bytes per element are vocabulary/names.py's KERNEL_BYTES; a host
+# op's launch (CPU-side dispatch, elements = launches) is priced at:
 HOST_OP_S = 10e-6
 HOST_OP_SOURCE = ("assumption inside the cited range: 'the before-kernel total: ~5-25 us of "
                   "CPU-side work per op' (Python, pybind11, autograd and ATen dispatch, "
                   "cudaLaunchKernel), https://jiahuanglin.xyz/all_lessons/gpu_kernel_serving/"
                   "18_pytorch_to_kernel.html; to be replaced by a GPU measurement")
-OTHER_KINDS = ("host_ops", "host_copy", "authors_step")
-COMPRESSION_KINDS = (frozenset(KERNEL_BYTES) | set(OTHER_KINDS)) - {
-    "optimizer_adamw", "optimizer_adams", "flat_copy"}
-
-
-RECOMPUTE = ("none", "selective", "full")  # activation recomputation (Korthikanti et al. 2022)
-# shapes model: the profile's fused attention (cuDNN on H100, FlashAttention-2 on A100),
-# FlashAttention-2 itself (stacks before cuDNN's kernel reached PyTorch), or Megatron-LM's
-# attention before FlashAttention
-ATTENTION = ("flash", "flash2", "unfused")
 
 
 @dataclass(frozen=True)
@@ -219,7 +182,7 @@ def _kernel_time(kind: str, elements: float, hw: HardwareProfile, measured: dict
 
 def sharing_waits(hw: HardwareProfile, ranks: int) -> dict[str, float]:
     """{kernel kind: seconds one call of it takes more} when `ranks` ranks share one GPU, as
-    the profile's [sharing] table measured them (scape/calibrate/sharing.py: the one-GPU NCCL
+    the profile's [sharing] table measured them (calibration/sharing.py: the one-GPU NCCL
     testbed); empty for a profile without it (each rank computes on its own device) or one
     rank."""
     if not hw.sharing or ranks < 2:

@@ -16,15 +16,15 @@ is priced as one kernel over the rank's tokens, not as cp shorter ones with thei
 corrections. Megatron-Core orders ranks tp, cp, dp, pp (tensor-parallel fastest): a ring of cp
 ranks strides tp GPUs, so tp x cp above a node's GPUs sends over NICs (timed alone: the data-
 parallel traffic on the same NICs is not contended with). Notes and sources:
-profiles/external/research/context-parallel.md.
+docs/research/context-parallel.md.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from simulator.collective import time_alone
 from simulator.collectives.base import Phase
+from simulator.engine import time_alone
 from simulator.network import Topology
 from simulator.tp_overlap import _ring
 

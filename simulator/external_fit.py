@@ -24,12 +24,14 @@ step's rate is the rate of that step, not of HBM.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from profiles import HardwareProfile, ModelProfile, UserError
-from scape.plan import Dtypes, Plan
+from profiles.external import ExternalRow
+from scape.plan import Dtypes, Plan, SchemeConfig, make_config
 from simulator.compute import forward_flops_per_token
 from simulator.fit import coefficients, scaled_lstsq
 
@@ -140,3 +142,26 @@ def accum_of(global_batch: int, micro_batch: int, gpus: int) -> int:
     return global_batch // (micro_batch * gpus)
 
 
+SERIES = re.compile(r"^(?P<scheme>adams|scape-d(?P<density>[0-9.]+))(?P<distopt>-distopt)?"
+                    r"(?P<offload>-offload)?$")
+
+
+def scheme_of(row: ExternalRow, config: dict) -> SchemeConfig:
+    """The scheme a series ran, from its launch settings: Megatron's dense AdamS (all-reduce,
+    or the distributed optimizer), or the authors' SCAPE reducer at its density and offload
+    flags. No overlap: the scripts pass no --overlap-grad-reduce / --overlap-param-gather."""
+    m = SERIES.match(row.series)
+    if m is None:
+        raise UserError(f"{row.cite}: series {row.series!r} is not one this tool can simulate")
+    distopt = bool(config.get("use_distributed_optimizer"))
+    no_overlap = {"overlap_grad_reduce": False, "overlap_param_gather": False,
+                  "bucket_bytes": float("inf")}
+    if m["scheme"] == "adams":
+        return make_config("dense-zero1" if distopt else "dense-ddp", optimizer="adams",
+                           **no_overlap)
+    density = float(config.get("topk_adams_density", m["density"]))
+    return make_config(
+        "scape", sparsity=1 - density, **no_overlap,
+        extra={"distributed_optimizer": distopt,
+               "residual_offload": bool(config.get("topk_adams_residual_cpu_offload")),
+               "param_offload": bool(config.get("topk_adams_full_param_cpu_offload"))})

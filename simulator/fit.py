@@ -31,8 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from profiles import UserError
-from simulator.collective import PhaseCache, time_alone
 from simulator.collectives import ALGORITHMS, software_algorithms
+from simulator.engine import PhaseCache, time_alone
 from simulator.network import Topology
 
 BIG = 1e30  # bytes/s: a bandwidth at which the data term vanishes
@@ -125,7 +125,7 @@ def scaled_lstsq(design: np.ndarray, rhs: np.ndarray) -> np.ndarray:
 
 
 def fit_tier(rows: list[dict], burst_bytes: float = 0.0) -> TierFit:
-    """Fit rows of {op, size_bytes, world, seconds} (scape.calibrate.collectives).
+    """Fit rows of {op, size_bytes, world, seconds} (calibration.collectives).
 
     One latency for the tier; one algorithm per collective; one inverse bandwidth per
     collective and rank count (gloo's all-gather and all-to-all reach a different share of the

@@ -83,7 +83,7 @@ def memory_use(
         state /= dp
     extra = 0.0
     # a residual where something is left unsent: sparsity, or bits below the gradient's
-    # (quantized at its width runs as dense-ddp, scape/plan.py quantized)
+    # (quantized at its width runs as dense-ddp, scape/plan/quantized.py)
     compresses = (scheme.sparsity > 0 if scheme.scheme != "quantized"
                   else scheme.bits < 8 * dtypes.grad_bytes)
     if scheme.scheme in RESIDUAL_SCHEMES and compresses:

@@ -24,15 +24,13 @@ from functools import lru_cache
 from pathlib import Path
 
 from profiles import HardwareProfile, UserError
-from profiles.hardware import NCCL_PROTOCOLS
+from vocabulary.names import PROTOCOLS
 
 DATA = Path(__file__).resolve().parents[1] / "profiles" / "external" / "nccl-tuning.toml"
-PROTOCOLS = NCCL_PROTOCOLS
 # NCCL's algorithms this simulator builds
 TUNED_ALGOS = ("ring", "tree", "nvls", "nvls_tree", "collnet_direct")
 # Collectives NCCL's tuner chooses for; all-to-all is point-to-point sends (Simple, no tuning)
 TUNED_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
-AUTO_PROTO = "auto"
 NVLS_ARITY = 32  # NCCL_MAX_NVLS_ARITY
 
 
@@ -111,7 +109,7 @@ def nvls_tree_fill(size: float, m: Machine) -> float:
     hops (up the tree between nodes and down, the hop count of NCCL's own NVLS_TREE latency),
     and the pipeline holds size / wave waves, so filling it costs 2 log2(nodes) waves of the
     bandwidth time: a large share at the middle sizes where a pipeline holds 1-16 waves.
-    Constants from NCCL's source; the hop count is the tuner's (profiles/external/research/
+    Constants from NCCL's source; the hop count is the tuner's (docs/research/
     nccl-nvls-tree-collnet.md: it was picked between 2 and 3 per level after the B1 rows of
     profiles/external/public-collectives.csv had been looked at)."""
     if m.nodes < 2:
@@ -139,7 +137,7 @@ def available(op: str, algo: str, proto: str, m: Machine) -> bool:
         return False
     # NVLS all-gather and reduce-scatter hold at most NCCL_MAX_NVLS_ARITY GPUs of a node
     # (device.h, 32); all-reduce runs on any number (enqueue.cc updateCollCostTable: "func !=
-    # ncclFuncAllReduce && localRanks > NCCL_MAX_NVLS_ARITY"; research/nccl-tuning.md)
+    # ncclFuncAllReduce && localRanks > NCCL_MAX_NVLS_ARITY"; docs/research/nccl-tuning.md)
     if algo in ("nvls", "nvls_tree") and op != "all_reduce" and m.ppn > NVLS_ARITY:
         return False
     if algo == "nvls":  # Simple only; one node (NVLS across nodes needs CollNet)
@@ -237,7 +235,7 @@ def ring_crossings(op: str, nodes: int, paid: bool = False) -> int:
     """How many of a ring call's latency steps cross the network. NCCL's tuner counts
     nNodes - 1 (all-gather, reduce-scatter, broadcast) and 2(nNodes - 1) (all-reduce)
     (tuning.cc ncclTopoTuneModel, nInterSteps; NCCL 2.12-2.20 counted 2 nNodes for all-reduce,
-    profiles/external/research/nccl-tuning.md). The ring itself crosses between nodes nNodes
+    docs/research/nccl-tuning.md). The ring itself crosses between nodes nNodes
     times, and the chunk that finishes last walks P - 1 hops: every link but the one into its
     origin, so every crossing when that link is inside a node. Its path crosses nNodes times in
     all-gather and reduce-scatter, and 2 nNodes times in all-reduce (reduce-scatter then

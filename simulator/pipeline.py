@@ -18,8 +18,6 @@ from dataclasses import dataclass
 
 from profiles import UserError
 
-SCHEDULES = ("1f1b", "interleaved")
-
 
 @dataclass(frozen=True)
 class Op:

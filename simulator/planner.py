@@ -20,7 +20,7 @@ from simulator.compute import check_fp8
 from simulator.memory import step_memory, usable_bytes
 from simulator.schedule import run_mean
 from simulator.step import MAX_GPUS, StepConfig, check_cp
-from simulator.units import never_zero
+from vocabulary.units import never_zero
 
 # dense-zero3 (FSDP) is searched when asked for (--schemes): it gathers for every micro-batch,
 # thousands of collectives per step at large accumulation, and would dominate the search time

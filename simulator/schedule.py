@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from itertools import pairwise
 
 from scape.plan import SCAPE_SCHEMES
-from simulator.collective import PhaseCache
+from simulator.engine import PhaseCache
 from simulator.network import build_topology
 from simulator.step import StepConfig, StepResult, simulate_step
 

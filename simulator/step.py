@@ -40,21 +40,15 @@ import simpy
 
 from profiles import HardwareProfile, ModelProfile, UserError
 from scape.plan import Dtypes, Plan, SchemeConfig, StepPlan, plan
-from simulator.collective import MAX_GPUS, PhaseCache, Span, calibrated, execute, time_alone
+from simulator.collective import MAX_GPUS, calibrated
 from simulator.collectives import ALGORITHMS, AUTO
-from simulator.compute import (
-    COMPRESSION_KINDS,
-    RECOMPUTE,
-    check_fp8,
-    fwd_bwd,
-    host_slowdown,
-    kernel_time,
-    sharing_waits,
-)
+from simulator.compute import check_fp8, fwd_bwd, host_slowdown, kernel_time, sharing_waits
 from simulator.cp_comm import cp_bytes_per_layer, layer_cp_s
+from simulator.engine import PhaseCache, Span, execute, time_alone
 from simulator.flows import FlowNetwork
 from simulator.network import Topology, build_topology
 from simulator.tp_overlap import layer_tp_s, tp_bytes_per_layer, tp_collective_s
+from vocabulary.names import COMPRESSION_KINDS, RECOMPUTE
 
 DEFAULT_ALGO = "auto"  # per collective and size, the fastest registered algorithm
 # bounds far below or above any training run: a typo is refused, not priced
@@ -236,7 +230,7 @@ class StepConfig:
 
 
     def _validate_pipeline(self) -> None:
-        from simulator.pipeline import SCHEDULES
+        from vocabulary.names import SCHEDULES
 
         if self.pp < 1:
             raise UserError(f"--pp must be at least 1, got {self.pp}")

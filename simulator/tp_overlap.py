@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.collective import PhaseCache, calibrated, time_alone
+from simulator.collective import calibrated
 from simulator.compute import pricing
+from simulator.engine import PhaseCache, time_alone
 from simulator.network import build_topology
 from simulator.roofline import gemm_s
 from simulator.shapes import Gemm, layer_shapes

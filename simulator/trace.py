@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from profiles import UserError
-from simulator.collective import Span
+from simulator.engine import Span
 
 
 def chrome_trace(spans: list[Span], process: str = "scape simulate") -> dict:

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.collective import Request, run
+from simulator.engine import Request, run
 from simulator.network import Topology
 
 SHIPPED_MEASURED = Path(__file__).resolve().parents[1] / "profiles/measured/netbed-100mbit.toml"

@@ -10,10 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from profiles import load_model
-from profiles.hardware import COMPUTE_FIELDS, GPU_FIELDS
-from profiles.schema import validate_table
-from scape.calibrate.compute import (
+from calibration.compute import (
     KERNEL_BENCH,
     PER_TENSOR_KINDS,
     SIZES,
@@ -23,7 +20,11 @@ from scape.calibrate.compute import (
     measure_fwd_bwd,
     measure_kernels,
 )
-from simulator.compute import KERNEL_BYTES, forward_flops_per_token
+from profiles import load_model
+from profiles.hardware import COMPUTE_FIELDS, GPU_FIELDS
+from profiles.schema import validate_table
+from simulator.compute import forward_flops_per_token
+from vocabulary.names import KERNEL_BYTES
 
 A, B = 20e-6, 5e-9  # 20 us fixed, 5 ns per element
 

@@ -234,7 +234,8 @@ def test_sparsity_flag_reaches_the_scheme(capsys):
 
 
 def test_sync_flag_reaches_the_scheme(capsys):
-    """--sync momentum adds the error-feedback and decay kernels (scape/plan.py), same bytes."""
+    """--sync momentum adds the error-feedback and decay kernels
+    (scape/plan/scape_partitioned.py), same bytes."""
     rows = {}
     for sync in ("gradient", "momentum"):
         code, out, _ = scape(capsys, "simulate", "-m", "gpt-345m", "-H", "vista-gh200", "-g",

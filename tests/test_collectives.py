@@ -11,9 +11,10 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from profiles import UserError, load_hardware
-from simulator.collective import Request, Span, collective_time, run
+from simulator.collective import collective_time
 from simulator.collectives import ALGORITHMS, auto_candidates
 from simulator.collectives.tree import btree_parents, depth, dtree_parents
+from simulator.engine import Request, Span, run
 from simulator.network import build_topology
 from tests.conftest import time_of, topo
 

@@ -12,7 +12,7 @@ from profiles import UserError, check_profile, load_hardware, load_model
 from profiles.external import load_external
 from reports.external import dense_rows, fitted_hardware, summary, validate_external
 from scape.plan import Dtypes, make_config, plan
-from scape.plan_authors import greedy_owners, k_of, shard_pieces
+from scape.plan.scape_authors import greedy_owners, k_of, shard_pieces
 from simulator.external_fit import fit_dense
 
 

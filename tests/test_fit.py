@@ -145,7 +145,7 @@ def test_measured_profiles_go_to_the_user_folder(tmp_path, monkeypatch):
     there after the built-in profiles; a built-in name is refused (it would hide the file)."""
     import profiles.measured as measured_mod
     from profiles import UserError, load_hardware
-    from profiles.loader import ROOT
+    from profiles.files import ROOT
 
     monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path))
     monkeypatch.setattr(measured_mod, "FOLDER", None)

@@ -560,7 +560,7 @@ def test_measured_profile_tables_are_checked(tmp_path, old, new, match):
     import re
 
     from profiles import ProfileError, check_profile
-    from profiles.loader import ROOT
+    from profiles.files import ROOT
 
     src = ROOT / "measured" / "netbed-100mbit.toml"
     text = src.read_text()
@@ -670,7 +670,7 @@ def test_output_that_the_terminal_cannot_encode_is_escaped(tmp_path):
 def test_calibrate_never_writes_inside_the_shipped_profiles(capsys, monkeypatch):
     """SCAPE_PROFILE_DIR (or XDG_DATA_HOME) pointing inside profiles/ is refused before any
     folder is made there; SCAPE_PROFILE_DIR=profiles itself is the one way to rewrite them."""
-    from profiles.loader import ROOT
+    from profiles.files import ROOT
 
     monkeypatch.setenv("SCAPE_PROFILE_DIR", str(ROOT / "hardware"))
     code, _out, err = scape(capsys, "calibrate", "collectives", "--out", "foo", "--nprocs", "2",
@@ -682,7 +682,7 @@ def test_calibrate_never_writes_inside_the_shipped_profiles(capsys, monkeypatch)
 def test_a_typed_probe_compute_is_refused_where_nothing_can_be_probed(capsys, tmp_path):
     """--probe-compute typed on a measured profile without [concurrency] slowdowns was quietly
     turned off; it is refused, and left out it still runs without the probe."""
-    from profiles.loader import ROOT
+    from profiles.files import ROOT
 
     text = (ROOT / "measured" / "netbed-1gbit.toml").read_text()
     text = re.sub(r"^ranks = \[1, 2, 3\]\nslowdown = \[.*\]$", "ranks = []\nslowdown = []",
@@ -709,7 +709,7 @@ def test_the_measured_algorithm_typed_runs_as_measured(capsys):
 def test_nvls_needs_two_channels_as_nccl_does(tmp_path, capsys):
     """[nccl] channels = 1 with nvls: NCCL skips NVLS graphs of one channel (it divided by
     zero here); the call runs another algorithm."""
-    from profiles.loader import ROOT
+    from profiles.files import ROOT
 
     text = (ROOT / "hardware" / "dgx-h100.toml").read_text().replace(
         "channels = 16", "channels = 1", 1)
@@ -986,7 +986,7 @@ def test_an_ignored_sighup_stays_ignored():
     (the review caught SIGHUP ending such a run); a default SIGHUP ends it with cleanup."""
     import signal
 
-    from profiles.errors import catch_terminating, raise_terminated, restore
+    from vocabulary.errors import catch_terminating, raise_terminated, restore
 
     before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
@@ -1153,7 +1153,7 @@ def test_session_fifteen_refusals_name_their_source(capsys, tmp_path, monkeypatc
     folder; the paper's fixed 32 GPUs (nodes of 24 cannot make them) and a profile's own
     model are named as such; a slow
     link's rate is not printed as 0.0 GB/s; nodes of 72 GPUs sweep 72, 144, ... GPUs."""
-    from profiles.loader import user_dir
+    from profiles.files import user_dir
     from reports.scaling import Sweep
 
     monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path / "new"))

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from calibration.compute import FLAT_TENSORS, measure_kernels
 from profiles import ProfileError, load_hardware
 from reports.validate import runtime_plan, runtime_tensors
-from scape.calibrate.compute import FLAT_TENSORS, measure_kernels
 from scape.plan import make_config
 from simulator.compute import kernel_time
 from tests.conftest import SHIPPED_MEASURED, renamed_measured
@@ -62,7 +62,7 @@ def test_the_calibrated_reducer_step_counts_the_pieces_its_slowest_owner_selects
     of its 2-D tensors): priced per piece the slowest owner sparsifies, not per model tensor
     (tiny-gpt's 34 one-dimensional tensors are sent whole, and at P ranks each owner selects
     about 1/P of the 18 others)."""
-    from scape.plan_authors import owner_pieces
+    from scape.plan.scape_authors import owner_pieces
 
     hw = load_hardware(str(BASE))  # its authors_step calibrated
     sizes, dense = runtime_tensors("tiny-gpt")

@@ -86,8 +86,8 @@ def test_bad_options(name, opts, message):
 
 
 def test_every_plan_uses_known_collectives_phases_and_kernels():
-    from scape.plan import COLLECTIVES, KERNEL_STAGES, PHASES
-    from simulator.compute import KERNEL_BYTES
+    from scape.plan import KERNEL_STAGES, PHASES
+    from vocabulary.names import COLLECTIVES, KERNEL_BYTES
 
     for spec in ("dense-ddp", "dense-adamw", "quantized", "topk", "scalecom", "scape-partitioned"):
         for opts in ({}, {"sparsity": 0.9}, {"bits": 4}, {"refresh_every": 5, "sparsity": 0.99}):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from profiles import ProfileError, check_profile, load_hardware, load_model, names
-from profiles.loader import ROOT
+from profiles.files import ROOT
 
 HW_FILE = ROOT / "hardware" / "dgx-h100.toml"
 MODEL_FILE = ROOT / "models" / "llama-7b.toml"

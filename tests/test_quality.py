@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from profiles import ProfileError
-from profiles.loader import ROOT
+from profiles.files import ROOT
 from profiles.quality import load_quality
 
 BENCH = ROOT.parent / "bench" / "convergence_protocol.py"

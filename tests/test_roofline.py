@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 
 from profiles import load_hardware, load_model
-from profiles.errors import ProfileError, UserError
 from profiles.hardware import parse_hardware
 from simulator.compute import fwd_bwd, pricing
 from simulator.roofline import gemm_s, layer_times
 from simulator.shapes import Gemm, layer_shapes
+from vocabulary.errors import ProfileError, UserError
 
 H100 = load_hardware("dgx-h100")
 A100 = load_hardware("dgx-a100")

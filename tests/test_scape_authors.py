@@ -1,6 +1,6 @@
 """The authors' SCAPE reducer on gloo (marker `dist`): 2 and 3 ranks against a plain
 single-process reference of the same equations (profiles/external/scape-sc26.reducer.md
-sections 1 and 1b), and every collective's bytes against scape/plan_authors.py."""
+sections 1 and 1b), and every collective's bytes against scape/plan/scape_authors.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from scape.adams import Hyper
-from scape.plan_authors import greedy_owners, k_of, shard_pieces
+from scape.plan.scape_authors import greedy_owners, k_of, shard_pieces
 from tests.dist_util import run_ranks
 
 pytestmark = pytest.mark.dist

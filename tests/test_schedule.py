@@ -9,7 +9,7 @@ import pytest
 
 from profiles import load_hardware, load_model
 from scape.plan import make_config, scheduled_density
-from simulator.collective import PhaseCache
+from simulator.engine import PhaseCache
 from simulator.network import build_topology
 from simulator.schedule import _at_density, run_mean
 from simulator.step import StepConfig, simulate_step
@@ -98,7 +98,7 @@ def test_piecewise_mean_against_every_step():
     cfg = config(0, scheme="scape")
     points = [(0, 1.0), (20, 1.0), (60, 0.1)]
     got = piecewise_mean(cfg, points, 100)
-    from simulator.collective import PhaseCache
+    from simulator.engine import PhaseCache
     from simulator.network import build_topology
 
     cache = PhaseCache(build_topology(cfg.hardware, cfg.gpus))

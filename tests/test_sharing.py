@@ -1,5 +1,5 @@
 """Ranks sharing one GPU: the per-call kernel cost `scape calibrate collectives --share-gpu`
-measures (scape/calibrate/sharing.py), the profile's [sharing] table, and the step it prices."""
+measures (calibration/sharing.py), the profile's [sharing] table, and the step it prices."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from calibration.collectives import sweep
 from profiles import ProfileError, UserError, load_hardware
-from profiles.loader import read_toml
+from profiles.files import read_toml
 from profiles.measured import merge
 from reports.validate import predict, runtime_plan
-from scape.calibrate.collectives import sweep
 from scape.plan import make_config
 from tests.conftest import SHIPPED_MEASURED, renamed_measured
 
@@ -98,8 +98,8 @@ def test_a_calibration_without_shared_gpus_drops_an_earlier_sharing_table(tmp_pa
 def test_a_shared_gpu_calibration_records_how_the_ranks_shared_it(tmp_path, monkeypatch):
     """The sharing mode (MPS or time slices: timings differ by far) goes into the profile with
     the [sharing] table, and a later calibration without shared GPUs takes both away."""
-    import scape.calibrate.collectives as cc
-    from scape.calibrate.compute import KERNEL_BENCH
+    import calibration.collectives as cc
+    from calibration.compute import KERNEL_BENCH
     from tests.test_fit import synthetic
 
     monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path))

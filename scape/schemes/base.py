@@ -1,5 +1,5 @@
 """What every runtime scheme shares: the flat buffers, the optimizer state, timing, and the
-plan it must follow (scape/plan.py; on CPU the wire carries fp32 gradients and parameters)."""
+plan it must follow (scape/plan/; on CPU the wire carries fp32 gradients and parameters)."""
 
 from __future__ import annotations
 

@@ -3,8 +3,8 @@
 Follows mz687/SCAPE_SC26 @ ebb256c, megatron/core/distributed/fp8_topk_adams_reducer.py,
 class TopKPerLayerSyncMomentumAdamSReducerV2 (the non-FP8 class every scaling script runs),
 read, not copied; R:NNNN are that file's lines, as in profiles/external/scape-sc26.reducer.md,
-which this module implements step by step. Its plan is scape/plan_authors.py: the runtime sends
-exactly the collectives that plan lists, plus a bootstrap mask all-reduce at step 1.
+which this module implements step by step. Its plan is scape/plan/scape_authors.py: the
+runtime sends exactly the collectives that plan lists, plus a bootstrap mask all-reduce at step 1.
 
 Per step t (`reduce`, R:3571), with c = b1*m + (1-b1)*g + r over every coordinate (this rank's
 gradient g and residual r, the shared first moment m):
@@ -30,7 +30,7 @@ the unmasked g_sync (R:4392-4518); the parameters return by the reducer's sparse
 values (owners fill their own), the other coordinates decayed by (1 - lr*wd) on every replica.
 
 Where this runtime departs from the code as written (bytes unchanged; the module docstring of
-scape/plan_authors.py and the reducer note say more):
+scape/plan/scape_authors.py and the reducer note say more):
 - without residual offload, pass 2 rebuilds the residual from the one pass 1 already updated
   (R:5331-5393), which leaves r = (2c - r_old) off the mask; this runtime keeps r = c off the
   mask, as the single-pass offload path does;
@@ -52,7 +52,7 @@ import torch
 from profiles import UserError
 from scape.comm import Handle
 from scape.plan import Plan, plan
-from scape.plan_authors import bitmap_bytes, coalesce, k_of, owner_pieces
+from scape.plan.scape_authors import bitmap_bytes, coalesce, k_of, owner_pieces
 from scape.schemes.base import RUNTIME_DTYPES, Scheme, mask_log
 from scape.select import top_k_indices
 
@@ -64,7 +64,7 @@ def _top_k(score: torch.Tensor, k: int) -> torch.Tensor:
     masks are all-gathered). On a CPU scape.select's exact threshold (1.25e6 scores, one
     thread: 5.1 against 10.9 ms at d = 0.01, 10.6 against 12.3 at 0.1); on a GPU torch.topk
     itself, faster there at a piece's size (1e8 scores on the H200: 2.2 against 3.1 ms for
-    the sampled band, reports/validation-gpu/session13)."""
+    the sampled band, results/gpu-sessions/session13)."""
     if score.is_cuda:
         return torch.topk(score, k, sorted=False).indices
     return top_k_indices(score, k)

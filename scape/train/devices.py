@@ -44,7 +44,7 @@ def gpu_sharing(proc: Path = Path("/proc")) -> str:
     control daemon or server among this machine's processes), their kernels side by side;
     else "time-sliced", the driver's default, one context at a time. Timings differ by the
     mode: on the H200 a 64 KiB all-gather on 4 ranks over the netbed took 14.5 ms time-sliced
-    and 0.28 ms under MPS (reports/validation-gpu/session13). A reading of the process list,
+    and 0.28 ms under MPS (results/gpu-sessions/session13). A reading of the process list,
     not of the clients: a daemon for another CUDA_MPS_PIPE_DIRECTORY reads as "mps" too, and
     one outside this PID namespace as "time-sliced"."""
     for comm in proc.glob("[0-9]*/comm"):

@@ -15,7 +15,7 @@ from pathlib import Path
 from profiles import UserError
 from scape.train.devices import backend_env
 from scape.train.loop import TrainConfig
-from simulator.units import format_duration
+from vocabulary.units import format_duration
 
 
 def under_torchrun() -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from profiles import UserError
+from vocabulary.errors import UserError
 
 _PREFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _DECIMAL = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}

@@ -1,12 +1,12 @@
 """Collective microbenchmarks over torch.distributed, in nccl-tests terms (DESIGN section 7).
 
-For each collective and message size S (nccl-tests' convention, scape/plan.py): warm-up
+For each collective and message size S (nccl-tests' convention, scape/plan/types.py): warm-up
 calls, then `repeats` timed calls, each started behind a barrier so every rank enters
 together, as ranks do after the previous step's collective. A call's time is the slowest
 rank's; the result is the median over repeats, with algbw = S / t and busbw = algbw times
 nccl-tests' bus factor (scape.plan.WIRE_FACTOR).
 
-`python -m scape.calibrate.collectives SPEC.json` is one rank (under torchrun or in a netbed
+`python -m calibration.collectives SPEC.json` is one rank (under torchrun or in a netbed
 namespace); `sweep()` launches the ranks and returns the rows.
 """
 
@@ -26,7 +26,7 @@ from pathlib import Path
 from profiles import UserError
 from scape.plan import WIRE_FACTOR
 from scape.train.devices import backend_env, gpu_sharing, local_gpu, nccl_device
-from simulator.units import format_duration
+from vocabulary.units import format_duration
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all")
 DEFAULT_SIZES = tuple(2 ** i * 16384 for i in range(9))  # 16 KiB .. 4 MiB: what steps send
@@ -136,7 +136,7 @@ def bench_rank(spec: dict) -> list[dict]:
         if rank == 0:
             rows.append({"op": "async_interference", "value": x, "world": world})
     if spec.get("sharing"):
-        from scape.calibrate.sharing import sharing_extra
+        from calibration.sharing import sharing_extra
 
         extra = sharing_extra(device, spec["sharing"])
         if rank == 0:
@@ -173,7 +173,7 @@ def sweep(nprocs: int, backend: str = "gloo", netbed=None, ops=OPS, sizes=DEFAUL
           sharing: tuple[str, ...] = ()) -> list[dict]:
     """Launch the ranks (torchrun here, or one per netbed namespace) and return the rows;
     `sharing`: kernel kinds whose cost of sharing the device to measure after the sweep
-    (scape/calibrate/sharing.py)."""
+    (calibration/sharing.py)."""
     from scape.train.launch import rank_error, run_ranks
 
     if nprocs < 2:
@@ -190,7 +190,7 @@ def sweep(nprocs: int, backend: str = "gloo", netbed=None, ops=OPS, sizes=DEFAUL
                 "progress": progress}
         (out / "spec.json").write_text(json.dumps(spec))
         env = {**os.environ, "OMP_NUM_THREADS": "1", **backend_env(backend, share_gpu)}
-        code = run_ranks(["scape.calibrate.collectives", str(out / "spec.json")], nprocs,
+        code = run_ranks(["calibration.collectives", str(out / "spec.json")], nprocs,
                          netbed, env, out / "launcher.log", timeout_s * 4 + 600)
         error = rank_error(out)
         if error:
@@ -216,7 +216,7 @@ def provenance(backend: str, netbed, nprocs) -> dict:
 
     import torch
 
-    from scape.calibrate.compute import cpu_model
+    from calibration.compute import cpu_model
 
     version = torch.__version__
     device = cpu_model()
@@ -236,9 +236,9 @@ def calibrate(name: str, nprocs: list[int], backend: str = "gloo", netbed=None,
     <name>.collectives.csv. Returns (path, fit, that table as a DataFrame)."""
     import pandas as pd
 
+    from calibration.compute import KERNEL_BENCH
+    from calibration.sharing import SHARING_ELEMENTS
     from profiles.measured import merge, path_of
-    from scape.calibrate.compute import KERNEL_BENCH
-    from scape.calibrate.sharing import SHARING_ELEMENTS
     from simulator.fit import fit_tier
 
     path_of(name)  # a bad name fails before minutes of measuring
@@ -284,7 +284,7 @@ def calibrate(name: str, nprocs: list[int], backend: str = "gloo", netbed=None,
             "extra_mean_us": extra_mean,
             "source": f"measured by {where}: each kernel kind at {SHARING_ELEMENTS} elements, "
                       "called by every rank at once behind a collective, against rank 0 "
-                      "alone (scape/calibrate/sharing.py); the slowest rank's extra time"}
+                      "alone (calibration/sharing.py); the slowest rank's extra time"}
     # a new sweep leaves no refit date of an earlier fit, and one without shared GPUs no
     # [sharing] (nor sharing mode)
     path = merge(name, tables, f"Written by {where}. Rerun it to refresh; do not edit.",
@@ -332,7 +332,7 @@ def refit(name: str):
 
     import pandas as pd
 
-    from profiles.loader import read_toml
+    from profiles.files import read_toml
     from profiles.measured import merge, path_of
     from scape.netbed import NetbedSpec
     from simulator.fit import fit_tier

@@ -41,7 +41,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scape.plan import CommOp, Kernel, Plan, SchemeConfig, StepPlan
+from scape.plan.types import CommOp, Kernel, Plan, SchemeConfig, StepPlan
 
 # Bytes moved per element by each loop of the reducer (fp32 unless said), counted from its ops.
 # Pass 1 over every tensor (R:4933-5151): clone m (8), unpack + bool (3), sum (1), c = b1*m +

@@ -1,25 +1,22 @@
-"""Communication plans: what each scheme sends and computes per step (DESIGN sections 3-5).
-
-Torch-free: the simulator imports this module, and the runtime executes exactly these plans.
+"""The contract's types: what a plan is made of (collectives, kernels, steps), a scheme's
+options and their checks, and which options each scheme reads (DESIGN sections 3-5).
 
 Size convention (nccl-tests, PERFORMANCE.md): a CommOp's `size_bytes` is the total array size S
 of the collective: the full array for all_reduce and broadcast, the full (gathered) array for
 reduce_scatter and all_gather, one rank's send buffer for all_to_all. Bytes a rank puts on the
 wire follow from S: all_reduce 2(P-1)/P*S, reduce_scatter and all_gather (P-1)/P*S,
 all_to_all (P-1)/P*S, broadcast S (root).
-
-N parameters, P data-parallel ranks, density d = 1 - sparsity, k = d*N.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-from profiles import UserError
+from vocabulary.errors import UserError
+from vocabulary.names import SCHEME_NAMES, SHAPES, scheme_names
 
-COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all")
 # When an op starts and what waits for it:
 #   backward:       split in `buckets`, each launched when backward has produced its gradients;
 #                   the optimizer update waits for all of them.
@@ -31,9 +28,15 @@ COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_t
 #   next_step:      launched after the update; waited for only when the next step packs its
 #                   gradients, after its backward (SCAPE's mask all-gather, DESIGN section 5).
 PHASES = ("backward", "after_backward", "after_update", "next_forward", "next_step")
+
+
 # Kernels run on the compute stream: before communication (`pre`), as the update, or after it.
 KERNEL_STAGES = ("pre", "update", "post")
+
+
 INDEX_BYTES = 4  # int32 indices
+
+
 # Bytes one rank puts on the wire per byte of S (the bandwidth terms of nccl-tests; they are
 # also nccl-tests' busbw factors).
 WIRE_FACTOR: dict[str, Callable[[int], float]] = {
@@ -65,7 +68,7 @@ class Kernel:
     """A compression or optimizer kernel over `elements` values, on the compute stream."""
 
     name: str
-    kind: str  # a key of simulator.compute.KERNEL_BYTES
+    kind: str  # a key of vocabulary.names.KERNEL_BYTES
     elements: float
     stage: str = "pre"
     # parameter tensors it loops over, where it does (the runtime's copies and the authors'
@@ -146,7 +149,7 @@ class SchemeConfig:
                                  self.density_dense_steps, self.density_shape)
 
     def validate(self) -> SchemeConfig:
-        if self.scheme not in SCHEMES:
+        if self.scheme not in SCHEME_NAMES:
             raise UserError(f"unknown scheme {self.scheme!r}; choose one of: {scheme_names()}")
         if self.optimizer not in ("adamw", "adams"):
             raise UserError(f"optimizer must be adamw or adams, got {self.optimizer!r}")
@@ -212,114 +215,10 @@ class SchemeConfig:
 # Options of the partitioned variant only, and the authors' reducer's own (SchemeConfig.extra).
 PARTITIONED_OPTIONS = ("score", "error_feedback", "update_scope", "refresh_every", "sync",
                        "select_per")
+
+
 AUTHORS_OPTIONS = ("distributed_optimizer", "residual_offload", "param_offload",
                    "exclude_from_topk")
-SHAPES = ("geometric", "linear")  # density warm-up shapes
-
-
-# Megatron's default (40M elements) gives tens for the largest models, PyTorch DDP's 25 MB a few
-# thousand for a 70B model; each bucket is simulated, so a few bytes each would never end.
-MAX_BUCKETS = 10_000
-
-
-def _buckets(size: float, elem_bytes: int, cfg: SchemeConfig, world: int) -> int:
-    """Equal buckets of at most `bucket_bytes`. By default Megatron-Core's: max(40M, 1M x DP)
-    elements (megatron/core/distributed/distributed_data_parallel_config.py, bucket_size), so
-    large data-parallel groups get few, large buckets. Megatron uses one bucket when it does not
-    overlap: pass bucket_bytes=inf for that."""
-    if cfg.bucket_bytes is not None:
-        limit = cfg.bucket_bytes
-    else:
-        limit = max(40e6, 1e6 * world) * elem_bytes
-    ratio = size / limit  # inf where a subnormal limit overflows the division
-    buckets = max(1, math.ceil(ratio)) if ratio <= MAX_BUCKETS else ratio
-    if buckets > MAX_BUCKETS:
-        given = (f"--bucket-mb {limit / 1e6:g}" if cfg.bucket_bytes is not None else
-                 f"the default bucket ({limit / 1e6:g} MB, Megatron's max(40M, 1M x DP) "
-                 "elements)")
-        raise UserError(f"{given} cuts {size / 1e6:,.0f} MB into {buckets:.3g} buckets; at "
-                        f"most {MAX_BUCKETS:,}: give a larger --bucket-mb where the command "
-                        "takes one, or a smaller model")
-    return buckets
-
-
-def _grad_phase(cfg: SchemeConfig) -> str:
-    return "backward" if cfg.overlap_grad_reduce else "after_backward"
-
-
-def _param_phase(cfg: SchemeConfig) -> str:
-    return "next_forward" if cfg.overlap_param_gather else "after_update"
-
-
-def _optimizer(cfg: SchemeConfig, elements: float) -> Kernel:
-    return Kernel(f"{cfg.optimizer} update", f"optimizer_{cfg.optimizer}", elements, "update")
-
-
-def dense_ddp(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
-    """Full gradient all-reduce, bucketed and overlapped with backward; every rank updates N."""
-    size = n * dt.grad_bytes
-    op = CommOp("grad all-reduce", "all_reduce", size, _grad_phase(cfg),
-                _buckets(size, dt.grad_bytes, cfg, world))
-    return Plan(cfg.scheme, ((1.0, StepPlan((op,), (_optimizer(cfg, n),))),))
-
-
-def dense_zero1(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
-    """Megatron distributed optimizer: gradient reduce-scatter, shard update, param all-gather."""
-    g, p = n * dt.grad_bytes, n * dt.param_bytes
-    ops = (
-        CommOp("grad reduce-scatter", "reduce_scatter", g, _grad_phase(cfg),
-               _buckets(g, dt.grad_bytes, cfg, world)),
-        CommOp("param all-gather", "all_gather", p, _param_phase(cfg),
-               _buckets(p, dt.param_bytes, cfg, world)),
-    )
-    return Plan(cfg.scheme, ((1.0, StepPlan(ops, (_optimizer(cfg, n / world),))),))
-
-
-def dense_zero2(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
-    """ZeRO-2 (Rajbhandari et al. 2020, section 5.2): ZeRO-1's collectives, the gradient kept
-    only as this rank's shard (simulator/memory.py counts it so)."""
-    return Plan(cfg.scheme, dense_zero1(cfg, n, world, dt).steps)
-
-
-def dense_zero3(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
-    """ZeRO-3 / FSDP FULL_SHARD (Rajbhandari et al. 2020, section 5.3; PyTorch FSDP): the
-    parameters live as shards; every micro-batch all-gathers each unit's parameters before its
-    forward and again before its backward (resharded in between), and reduce-scatters its
-    gradients as backward produces them; the update runs on the shard. The forward gathers gate
-    the forward unit by unit, the backward gathers are prefetched one unit ahead."""
-    g, p = n * dt.grad_bytes, n * dt.param_bytes
-    gathers = _buckets(p, dt.param_bytes, cfg, world)
-    ops = (
-        CommOp("param all-gather (forward)", "all_gather", p, "next_forward", gathers, True),
-        CommOp("param all-gather (backward)", "all_gather", p, "backward", gathers, True),
-        CommOp("grad reduce-scatter", "reduce_scatter", g, "backward",
-               _buckets(g, dt.grad_bytes, cfg, world), True),
-    )
-    return Plan(cfg.scheme, ((1.0, StepPlan(ops, (_optimizer(cfg, n / world),))),))
-
-
-def quantized(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
-    """Two-phase b-bit block quantization with error feedback (1-bit Adam, ZeRO++ qgZ).
-
-    Each rank quantizes its gradient plus residual, all-to-all sends shard j to rank j, which
-    dequantizes, averages, requantizes its shard; an all-gather returns the quantized shards.
-    Scales: one fp32 per `quant_block` values. bits >= gradient width: plain dense-ddp.
-    """
-    if cfg.bits >= 8 * dt.grad_bytes:
-        return dense_ddp(cfg, n, world, dt)
-    payload = n * cfg.bits / 8 + math.ceil(n / cfg.quant_block) * 4
-    ops = (
-        CommOp("quantized all-to-all", "all_to_all", payload, "after_backward"),
-        CommOp("quantized all-gather", "all_gather", payload, "after_backward"),
-    )
-    kernels = (
-        Kernel("quantize grad + residual", "quantize", n, "pre"),
-        Kernel("dequantize received shards", "dequantize", n, "pre"),
-        Kernel("requantize reduced shard", "quantize", n / world, "pre"),
-        Kernel("dequantize gathered", "dequantize", n, "update"),
-        _optimizer(cfg, n),
-    )
-    return Plan(cfg.scheme, ((1.0, StepPlan(ops, kernels)),))
 
 
 def scheduled_density(density: float, t: float, warmup_steps: int, dense_steps: int = 0,
@@ -337,134 +236,37 @@ def scheduled_density(density: float, t: float, warmup_steps: int, dense_steps: 
     return density**u if shape == "geometric" else 1.0 - (1.0 - density) * u
 
 
-def kept(density: float, n: float) -> int:
-    """How many of n values a sparsifier keeps: round(d * n), at least one."""
-    return max(1, round(density * n))
-
-
-def topk(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
-    """DGC-style local top-k of gradient + residual; values and int32 indices all-gathered."""
-    if cfg.sparsity == 0:
-        return dense_ddp(cfg, n, world, dt)
-    k = kept(cfg.density, n)
-    ops = (CommOp("top-k all-gather", "all_gather", world * k * (dt.grad_bytes + INDEX_BYTES),
-                  "after_backward"),)
-    kernels = (
-        Kernel("select top-k (threshold)", "select", n, "pre"),
-        Kernel("pack values+indices", "pack", k, "pre"),
-        Kernel("scatter-add gathered", "scatter_add", world * k, "update"),
-        _optimizer(cfg, n),
-    )
-    return Plan(cfg.scheme, ((1.0, StepPlan(ops, kernels)),))
-
-
-def scalecom(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
-    """ScaleCom CLT-k: a cyclic leader's top-k indices are broadcast; everyone's values at those
-    indices are all-reduced; low-pass filtered error feedback keeps the rest."""
-    if cfg.sparsity == 0:
-        return dense_ddp(cfg, n, world, dt)
-    k = kept(cfg.density, n)
-    ops = (
-        CommOp("leader indices broadcast", "broadcast", k * INDEX_BYTES, "after_backward"),
-        CommOp("CLT-k values all-reduce", "all_reduce", k * dt.grad_bytes, "after_backward"),
-    )
-    kernels = (
-        Kernel("leader select top-k (threshold)", "select", n, "pre"),
-        Kernel("pack values", "pack", k, "pre"),
-        Kernel("low-pass error feedback", "error_feedback", n, "update"),
-        _optimizer(cfg, n),
-    )
-    return Plan(cfg.scheme, ((1.0, StepPlan(ops, kernels)),))
-
-
-def mask_bytes(n: int, world: int, k: float) -> float:
-    """SCAPE mask all-gather size: per shard, int32 indices or a bitmap, whichever is smaller."""
-    per_rank = min(k / world * INDEX_BYTES, math.ceil(math.ceil(n / world) / 8))
-    return world * per_rank
-
-
-def scape_partitioned(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
-    """This project's partitioned SCAPE (DESIGN section 5): AdamS with first-moment masks chosen
-    per shard. (`scape` itself is the authors' reducer: scape/plan_authors.py.)
-
-    A sparse step: pack the k gradient values on last step's mask, reduce-scatter the compact
-    buffer (each rank gets the k/P values of its shard), update the shard, choose the next mask
-    on the shard (O(N/P) threshold selection on |m|), all-gather the mask asynchronously (waited
-    for at the next step's pack), all-gather parameters (compact k values when only masked
-    coordinates change, dense otherwise). A dense refresh step every `refresh_every` steps is a
-    dense-zero1 step; sparsity 0 is dense-zero1 exactly. With sync=momentum the bytes are the
-    same (the buffer carries error-corrected first moments instead of gradients). The plan is
-    the steady state: steps of a density warm-up send more (k of that step's density).
-    """
-    cfg = replace(cfg, optimizer="adams")
-    if cfg.sparsity == 0:
-        return dense_zero1(cfg, n, world, dt)
-    k = kept(cfg.density, math.ceil(n / world)) * world  # the same count on every shard
-    mask = CommOp("mask all-gather", "all_gather", mask_bytes(n, world, k), "next_step")
-    param_size = k * dt.param_bytes if cfg.update_scope == "masked" else n * dt.param_bytes
-    ops = (
-        CommOp("compact grad reduce-scatter", "reduce_scatter", k * dt.grad_bytes,
-               "after_backward"),
-        CommOp("param all-gather", "all_gather", param_size, _param_phase(cfg),
-               _buckets(param_size, dt.param_bytes, cfg, world)),
-        mask,
-    )
-    select = Kernel("select next mask (threshold on shard)", "select", n / world, "post")
-    kernels = [Kernel("pack on mask", "pack", k, "pre")]
-    if cfg.error_feedback or cfg.sync == "momentum":
-        kernels.append(Kernel("error feedback", "error_feedback", n, "pre"))
-    if cfg.sync == "momentum":
-        # the next mask is chosen from what is about to be sent; only the mask takes the
-        # AdamS step, and weight decay touches every coordinate
-        select = replace(select, stage="pre")
-        kernels += [_optimizer(cfg, k / world), Kernel("weight decay", "scale", n, "update"),
-                    select]
-    else:
-        kernels += [_optimizer(cfg, n / world), select]
-    sparse = StepPlan(ops, tuple(kernels))
-    if cfg.refresh_every == 0:
-        return Plan(cfg.scheme, ((1.0, sparse),))
-    zero1 = dense_zero1(cfg, n, world, dt).steps[0][1]
-    # a refresh step is dense, and still chooses and gathers the next mask
-    dense = StepPlan((*zero1.ops, mask), (*zero1.kernels, select))
-    r = cfg.refresh_every
-    return Plan(cfg.scheme, ((1 - 1 / r, sparse), (1 / r, dense)))
-
-
-def _scape_authors(*args) -> Plan:
-    # imported when called: scape/plan_authors.py imports this module's types
-    from scape.plan_authors import scape_authors
-
-    return scape_authors(*args)
-
-
-Builder = Callable[[SchemeConfig, int, int, Dtypes], Plan]
-SCHEMES: dict[str, Builder] = {
-    "dense-ddp": dense_ddp,
-    "dense-zero1": dense_zero1,
-    "dense-zero2": dense_zero2,
-    "dense-zero3": dense_zero3,
-    "quantized": quantized,
-    "topk": topk,
-    "scalecom": scalecom,
-    "scape": _scape_authors,  # the authors' reducer, scape/plan_authors.py
-    "scape-partitioned": scape_partitioned,
-}
 # Schemes whose plan depends on the parameter tensors, not only their total.
 PER_TENSOR = frozenset({"scape"})
+
+
 # Both SCAPE variants: the density schedule applies to them.
 SCAPE_SCHEMES = frozenset({"scape", "scape-partitioned"})
+
+
 DENSITY_OPTIONS = ("density_warmup_steps", "density_dense_steps", "density_shape")
+
+
 # Schemes whose ranks each hold only a shard of the synced gradient and of the optimizer state
 # (ZeRO-1; simulator/memory.py counts the state so): clipping by the gradient's global norm
 # costs them a one-value all-reduce (Megatron's get_grad_norm_fp32 does the same).
 SHARDED_GRAD = frozenset({"dense-zero1", "dense-zero2", "dense-zero3", "scape-partitioned"})
+
+
 # ZeRO stages beyond 1: the gradient (2) and the parameters (3) live as shards too
 ZERO_STAGE = {"dense-zero2": 2, "dense-zero3": 3}
+
+
 NORM_BYTES = 8  # the squared norm, fp64
+
+
 # Schemes whose NAME:VALUE and --sparsity give the fraction not sent, and the one whose give bits.
 SPARSE_SCHEMES = ("topk", "scalecom", "scape", "scape-partitioned")
+
+
 BITS_SCHEMES = ("quantized",)
+
+
 # The schemes each option applies to; an option typed for a scheme that does not read it is
 # refused (a value the user typed is used or refused, never dropped). Options not named here
 # (optimizer, overlap, buckets) apply to every scheme.
@@ -497,48 +299,3 @@ FLAGS = {"density_warmup_steps": "--density-warmup", "overlap_grad_reduce": "--o
 def flag(option: str) -> str:
     """The command-line flag of a SchemeConfig option."""
     return FLAGS.get(option, "--" + option.replace("_", "-"))
-
-
-# Names people use for the paper's baselines: Megatron's distributed optimizer with each update.
-ALIASES: dict[str, dict] = {
-    "dense-adamw": {"scheme": "dense-zero1", "optimizer": "adamw"},
-    "dense-adams": {"scheme": "dense-zero1", "optimizer": "adams"},
-}
-
-
-def scheme_names(sep: str = ", ") -> str:
-    """Every name a scheme goes by: the paper's baseline aliases first, then the schemes."""
-    return sep.join([*ALIASES, *SCHEMES])
-
-
-def make_config(name: str, **options) -> SchemeConfig:
-    """A validated SchemeConfig from a scheme name or alias and options (None means default)."""
-    base = dict(ALIASES.get(name, {"scheme": name}))
-    base.update({k: v for k, v in options.items() if v is not None})
-    return SchemeConfig(**base).validate()
-
-
-def plan(cfg: SchemeConfig, n_params: int, world: int, dtypes: Dtypes | None = None,
-         tensors: list[int] | None = None, dense: list[bool] | None = None) -> Plan:
-    """The communication plan of `cfg` for N parameters over `world` data-parallel ranks.
-    `tensors` (sizes, buffer order) and `dense` (never-sparsified tensors) matter to per-tensor
-    schemes; without them the parameters are one tensor."""
-    cfg.validate()
-    if world < 1:
-        raise UserError(f"world size must be at least 1, got {world}")
-    if n_params < 1:
-        raise UserError(f"parameter count must be positive, got {n_params}")
-    if tensors is not None and sum(tensors) != n_params:
-        raise UserError(f"tensor sizes sum to {sum(tensors)}, not the {n_params} parameters")
-    if cfg.scheme in PER_TENSOR:
-        result = SCHEMES[cfg.scheme](cfg, n_params, world, dtypes or Dtypes(), tensors, dense)
-    else:
-        result = SCHEMES[cfg.scheme](cfg, n_params, world, dtypes or Dtypes())
-    if cfg.clip_grad is not None and cfg.scheme in SHARDED_GRAD:
-        norm = CommOp("grad-norm all-reduce", "all_reduce", NORM_BYTES, "after_backward")
-        result = Plan(result.scheme, tuple((w, StepPlan((*s.ops, norm), s.kernels))
-                                           for w, s in result.steps))
-    if world == 1:  # one rank talks to nobody: keep the kernels, drop the collectives
-        steps = tuple((w, StepPlan((), s.kernels)) for w, s in result.steps)
-        result = Plan(result.scheme, steps)
-    return result

@@ -281,7 +281,7 @@ def authors_step_bench(n: int, device: torch.device, tensors: int = FLAT_TENSORS
     return run
 
 
-# Every kind of simulator.compute.KERNEL_BYTES, plus the runtime's flat buffer copies and the
+# Every kind of vocabulary.names.KERNEL_BYTES, plus the runtime's flat buffer copies and the
 # authors' reducer's local step (priced only where calibrated: simulator/compute.OTHER_KINDS).
 KERNEL_BENCH: dict[str, Builder] = {
     "optimizer_adamw": adamw_bench,

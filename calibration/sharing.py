@@ -1,12 +1,12 @@
 """What each kernel call costs more when the step's ranks share one GPU (the one-GPU NCCL
 testbed of `scape calibrate collectives --share-gpu`), measured inside those ranks.
 
-Why: on the lent H100 (2026-11-26, reports/validation-gpu/session12) the ranks' timed kernel
+Why: on the lent H100 (2026-11-26, results/gpu-sessions/session12) the ranks' timed kernel
 blocks took 5-40 ms a step where the same kernels alone take under 3 ms. Every block the
 runtime times ends in a host synchronization (scape/schemes/base.py Scheme.timed), and with
 2-4 CUDA contexts time-sliced on one GPU such a wait also spans the other contexts' turns.
 NVIDIA publishes neither the time slice nor the switching rules, so this measures the effect
-instead of modelling it: each KERNEL_BENCH kind (scape/calibrate/compute.py) at one size,
+instead of modelling it: each KERNEL_BENCH kind (calibration/compute.py) at one size,
 called by every rank at once behind a collective (as a step's kernels follow the last
 collective), against the same call by rank 0 alone while the others wait on the host.
 The difference, per call, is the profile's [sharing] extra_us; the simulator adds it to
@@ -34,7 +34,7 @@ def sharing_extra(device, kinds: Sequence[str], elements: int = SHARING_ELEMENTS
     import torch
     import torch.distributed as dist
 
-    from scape.calibrate.compute import KERNEL_BENCH, _default_device, _sync
+    from calibration.compute import KERNEL_BENCH, _default_device, _sync
 
     rank = dist.get_rank()
     # the others wait for rank 0's alone calls on the host (gloo over the store), with no

@@ -1,0 +1,186 @@
+"""The architecture as a test (issue 43; README "Architecture"): every import of the project,
+at module level or inside a function, read with stdlib `ast`, must point down the ladder
+
+    vocabulary <- profiles <- plan contract <- simulator   <- calibration <- reports <- cli
+                                            <- runtime     <-
+
+and no group of modules may import each other in a cycle, inside a folder or across folders.
+The rooms below without torch must never import it (planning installs without torch).
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("vocabulary", "profiles", "scape", "simulator", "calibration", "reports", "cli")
+
+# room -> the rooms it may import (besides itself)
+ALLOWED: dict[str, set[str]] = {
+    "vocabulary": set(),
+    "profiles": {"vocabulary"},
+    "plan": {"vocabulary", "profiles"},
+    "simulator": {"vocabulary", "profiles", "plan"},
+    "runtime": {"vocabulary", "profiles", "plan"},
+    "calibration": {"vocabulary", "profiles", "plan", "simulator", "runtime"},
+    "reports": {"vocabulary", "profiles", "plan", "simulator", "runtime", "calibration"},
+    "cli": {"vocabulary", "profiles", "plan", "simulator", "runtime", "calibration", "reports"},
+}
+# rooms a planning install (no torch) runs on
+TORCH_FREE = ("vocabulary", "profiles", "plan", "simulator")
+
+
+def room(module: str) -> str:
+    """The room of a module: scape.plan* is the byte contract, the rest of scape/ the runtime."""
+    if module == "scape.plan" or module.startswith("scape.plan."):
+        return "plan"
+    top = module.split(".")[0]
+    return "runtime" if top == "scape" else top
+
+
+@cache
+def modules() -> dict[str, Path]:
+    found = {}
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join(parts)] = path
+    return found
+
+
+def _resolve(name: str) -> str | None:
+    """The project module `name` is, or lies in (a name imported from it), or None."""
+    parts = name.split(".")
+    for i in range(len(parts), 0, -1):
+        if ".".join(parts[:i]) in modules():
+            return ".".join(parts[:i])
+    return None
+
+
+@cache
+def imports(module: str) -> dict[str, set[str]]:
+    """What `module` imports: {"project": modules of the project, "external": top names}.
+    `from X import a`: module X.a where a is a module, else module X (a is a name in it)."""
+    path = modules()[module]
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    named: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            named += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the package, up level - 1
+                up = package[: len(package) - node.level + 1]
+                base = ".".join([*up, *([base] if base else [])])
+            named += [f"{base}.{a.name}" if f"{base}.{a.name}" in modules() else base
+                      for a in node.names]
+    project, external = set(), set()
+    for name in named:
+        found = _resolve(name)
+        if found is None:
+            external.add(name.split(".")[0])
+        elif found != module:
+            project.add(found)
+    return {"project": project, "external": external}
+
+
+def upward_arrows() -> list[str]:
+    bad = []
+    for module in modules():
+        for target in sorted(imports(module)["project"]):
+            if room(target) != room(module) and room(target) not in ALLOWED[room(module)]:
+                bad.append(f"{module} ({room(module)}) -> {target} ({room(target)})")
+    return bad
+
+
+def cycles() -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in imports(v)["project"]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for module in modules():
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_the_walk_sees_the_project():
+    """The walk finds every room and real arrows (a walk that saw nothing would pass)."""
+    rooms = {room(m) for m in modules()}
+    assert rooms == set(ALLOWED)
+    assert "profiles" in imports("simulator.compute")["project"]
+    assert "simulator.engine" in imports("simulator.collective")["project"]
+    assert "torch" in imports("scape.adams")["external"]
+
+
+def test_no_upward_arrow():
+    assert upward_arrows() == []
+
+
+def test_no_import_cycle():
+    assert cycles() == []
+
+
+def test_planning_rooms_never_import_torch():
+    users = [m for m in modules() if room(m) in TORCH_FREE and "torch" in imports(m)["external"]]
+    assert users == []
+
+
+def test_vocabulary_is_a_leaf():
+    for module in modules():
+        if room(module) == "vocabulary":
+            assert {room(t) for t in imports(module)["project"]} <= {"vocabulary"}
+
+
+def test_the_checks_catch_what_they_look_for(monkeypatch):
+    """An upward arrow and a cycle, planted, are found."""
+    real = imports.__wrapped__
+
+    def planted(module):
+        found = real(module)
+        if module == "profiles.models":  # profiles -> simulator: upward, and a cycle
+            return {**found, "project": found["project"] | {"simulator.compute"}}
+        return found
+
+    monkeypatch.setattr(sys.modules[__name__], "imports", cache(planted))
+    assert any("profiles.models" in arrow for arrow in upward_arrows())
+    assert any("profiles.models" in group for group in cycles())
+
+
+def test_registries_hold_the_vocabulary():
+    """The registries are keyed by exactly the shared names, in their order."""
+    from scape.plan import SCHEMES
+    from simulator.collectives import ALGORITHMS
+    from vocabulary.names import ALGORITHM_NAMES, SCHEME_NAMES
+
+    assert tuple(SCHEMES) == SCHEME_NAMES
+    assert {op: tuple(algos) for op, algos in ALGORITHMS.items()} == ALGORITHM_NAMES
