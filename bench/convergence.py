@@ -1,8 +1,9 @@
 """Convergence study (issue 3): tiny-gpt on the Python-stdlib byte corpus, 2 ranks on gloo,
 every scheme for the same steps; final validation losses, loss curves, and SCAPE option
-variants to choose its defaults. Writes reports/convergence/ (table CSV + Markdown, figure,
-the command that made them).
-Usage: python bench/convergence.py [--steps 1000] [--nprocs 2] [--out reports/convergence]
+variants to choose its defaults. Writes results/convergence/convergence/ (table CSV + Markdown,
+figure, the command that made them).
+Usage: python bench/convergence.py [--steps 1000] [--nprocs 2]
+       [--out results/convergence/convergence]
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def main() -> int:
                         'default line-up, e.g. \'[["scape-partitioned", {"sparsity": 0.99}]]\'')
     parser.add_argument("--append", action="store_true",
                         help="add these runs to an existing table.csv instead of replacing it")
-    parser.add_argument("--out", default="reports/convergence")
+    parser.add_argument("--out", default="results/convergence/convergence")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

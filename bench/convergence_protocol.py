@@ -33,7 +33,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-OUT = REPO / "reports" / "convergence-protocol"
+OUT = REPO / "results" / "convergence" / "convergence-protocol"
 QUALITY = REPO / "profiles" / "quality" / "convergence-protocol.toml"
 SCRATCH = REPO / "out" / "convergence-protocol"  # full JSONL logs and checkpoints (ignored)
 LRS = (2.5e-4, 5e-4, 1e-3)  # 2e-3 (seed 0: 1.907) already lost to 1e-3 (1.711)
@@ -384,7 +384,7 @@ def _quality(summary, best, dense_steps, rows) -> None:
     at_best = summary.loc[summary.groupby(["scheme", "variant"])["mean_val_loss"].idxmin()]
     lines = [
         "# Tokens to reach dense AdamS's final validation loss, relative to dense AdamS",
-        "# (bench/convergence_protocol.py; see reports/convergence-protocol/).",
+        "# (bench/convergence_protocol.py; see results/convergence/convergence-protocol/).",
         'study = "convergence-protocol"',
         'command = "python bench/convergence_protocol.py --report"',
         f'date = "{date.today().isoformat()}"',
@@ -482,7 +482,8 @@ def main() -> int:
                         help="main: the issue's line-up; ablation: what SCAPE 99%%'s gap comes "
                              "from; long: dense AdamS and the best SCAPE 99%% over 3x the steps")
     parser.add_argument("--out", default=None, help="a trial's folder instead of "
-                        "reports/convergence-protocol (its quality TOML goes there too)")
+                        "results/convergence/convergence-protocol (its quality TOML goes there "
+                        "too)")
     args = parser.parse_args()
     args.autocast = None if args.autocast == "none" else args.autocast
     if args.out is not None:

@@ -5,7 +5,7 @@
 # --no-deps simpy==4.1.2 -d .whl` and `bash bench/netbed_tools.sh`),
 #   bash bench/gpu_session.sh
 # The whole script is more than one 15-minute lease holds: SKIP="step ..." leaves out what an
-# earlier session measured (reports/validation-gpu/README.md says which).
+# earlier session measured (results/gpu-sessions/README.md says which).
 # Everything lands in $OUT (the device tool's folder): the machine's versions, measured
 # profiles, the NCCL sweep and the nccl-vs-gloo training test. Each step has its own time limit
 # so a hang costs one step, not the run; a step that fails says so in $OUT/steps.txt and the
@@ -35,7 +35,7 @@ export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # big [N] buffers come 
 # MPS=1: the ranks' kernels run side by side through CUDA's multi-process service (a daemon
 # this script starts and stops; the GPU's compute mode and settings are left as they are)
 # instead of taking turns in time slices, which made a timed block take its usual time or
-# 4-20 ms more from step to step (reports/validation-gpu, sessions 12 and 13)
+# 4-20 ms more from step to step (results/gpu-sessions, sessions 12 and 13)
 TAG=""
 no_mps() {  # no_mps WHY: say it in steps.txt, return what there is, stop
     echo "MPS=1 but $1" | tee -a "$W/steps.txt"

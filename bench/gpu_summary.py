@@ -1,7 +1,7 @@
 """Benchmark summary (issue 15's acceptance figures) from what the lent H100 measured on
-2026-11-26: reports/validation-gpu/gpu-compute-run{1,2}.json (bench/gpu_compute.py),
+2026-11-26: results/gpu-sessions/gpu-compute-run{1,2}.json (bench/gpu_compute.py),
 profiles/measured/h100-2026-11-26.toml (scape calibrate compute / collectives) and
-reports/validation-gpu/validate.csv (scape validate --backend nccl). Nothing is measured here;
+results/gpu-sessions/validate.csv (scape validate --backend nccl). Nothing is measured here;
 every figure printed is computed from those files and the profiles, so it reruns on any host.
 
 1. Forward+backward per model: time, TFLOP/s (3 x forward FLOPs, simulator.compute), MFU of the
@@ -15,12 +15,12 @@ every figure printed is computed from those files and the profiles, so it reruns
 3. Selection at 1e8 and 1e9 (torch.topk against scape.select), quantize/dequantize at 1e8.
 4. The NCCL validation tables: median and max |error| (goal <= 5% / 10%): ranks sharing the
    GPU over loopback (session 10), and over the shaped netbed at 1 Gbit/s and 200 Mbit/s
-   (session 12: reports/validation-gpu/session12, two calls with the same profiles and code),
+   (session 12: results/gpu-sessions/session12, two calls with the same profiles and code),
    with how far the two calls' measurements of the same run differ (the testbed's own
    repeatability, which bounds any prediction's error).
 Session 12 (2026-11-26, the same H100 model) reran the optimizer and selection after the banded
 selection and the reducer rewrite: gpu-compute-run3.json; sections 2 and 3 print both runs.
-Session 13 (2026-11-26, an H200): reports/validation-gpu/session13 (run 4 in sections 2 and 3;
+Session 13 (2026-11-26, an H200): results/gpu-sessions/session13 (run 4 in sections 2 and 3;
 the netbed at 1 Gbit/s under CUDA MPS measured twice in section 4; section 5 its forward and
 backward).
 Usage: python bench/gpu_summary.py
@@ -39,7 +39,7 @@ from profiles.external import AUTHORS_MICRO_BATCH, authors_compute_rows, authors
 from simulator.compute import fwd_bwd
 
 ROOT = Path(__file__).resolve().parent.parent
-RUNS = ROOT / "reports" / "validation-gpu"
+RUNS = ROOT / "results" / "gpu-sessions"
 AUTHORS_GPUS = 32  # the comp_comm_micro_bs_8 column the issue quotes
 
 
@@ -57,7 +57,7 @@ def authors_compute_s(model: str) -> tuple[float, int]:
 
 def compute_table(run: str = "gpu-compute-run1.json",
                   measured_peak_tflops: float | None = None) -> pd.DataFrame:
-    """Section 1 from `run` (a bench/gpu_compute.py JSON under reports/validation-gpu); the
+    """Section 1 from `run` (a bench/gpu_compute.py JSON under results/gpu-sessions); the
     matmul peak measured beside it (default: the H100 profile's). The H200's datasheet bf16
     peak is the H100's (device notes, H200.md), so dgx-h100 stands for both."""
     h100, gh200 = load_hardware("dgx-h100"), load_hardware("vista-gh200-socket")

@@ -3,7 +3,7 @@ screenshots (issue 19: reports checked as a reader sees them). Needs Chromium (D
 apt-get install chromium); without it, says so and exits 1.
 
 Usage: python bench/report_screenshots.py [--model llama-1.8b] [--hardware vista-gh200]
-       [--out reports/screenshots]
+       [--out docs/screenshots]
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="llama-1.8b")
     parser.add_argument("--hardware", default="vista-gh200")
-    parser.add_argument("--out", default=str(REPO / "reports" / "screenshots"))
+    parser.add_argument("--out", default=str(REPO / "docs" / "screenshots"))
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -25,17 +25,17 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from calibration.compute import step_flops  # noqa: E402
 from profiles import load_hardware, load_model  # noqa: E402
 from reports.validate import predict  # noqa: E402
-from scape.calibrate.compute import step_flops  # noqa: E402
 from simulator.compare import parse_scheme  # noqa: E402
 
-VALIDATION = REPO / "reports" / "validation"
+VALIDATION = REPO / "results" / "validation"
 SETS = ("netbed-100mbit", "netbed-400mbit", "netbed-1gbit")
-# the GPU netbed validations (reports/validation-gpu, NCCL ranks sharing one GPU): folder under
-# reports/validation-gpu -> the committed profile its runs were predicted from (renamed from
+# the GPU netbed validations (results/gpu-sessions, NCCL ranks sharing one GPU): folder under
+# results/gpu-sessions -> the committed profile its runs were predicted from (renamed from
 # the stamped name the run gave it, which validate.json keeps)
-GPU = REPO / "reports" / "validation-gpu"
+GPU = REPO / "results" / "gpu-sessions"
 GPU_SETS = {
     "session12/netbed-1gbit": "h100-netbed-1gbit-2026-11-26",
     "session12/netbed-200mbit": "h100-netbed-200mbit-2026-11-26",
@@ -81,7 +81,7 @@ def probed(hw, model: str, micro_batch: int, ranks: int, row) -> object:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sets", default=",".join(SETS),
-                        help=f"of reports/validation, or 'gpu': {', '.join(GPU_SETS)}")
+                        help=f"of results/validation, or 'gpu': {', '.join(GPU_SETS)}")
     args = parser.parse_args()
     out, skipped = [], 0
     names = [n for part in args.sets.split(",") for n in (GPU_SETS if part == "gpu" else [part])]

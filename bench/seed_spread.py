@@ -3,8 +3,9 @@ seeds (bench/convergence.py tables), each scheme's gap against dense AdamS of th
 
 Seed 0 comes from the main study's table, other seeds from tables whose rows carry `seed=S`;
 every seed is scored on the same validation sample (TrainConfig.val_seed).
-Usage: python bench/seed_spread.py reports/convergence/table.csv reports/convergence-seeds/table.csv
-       [--reference "dense-adams lr=0.0005"] [--out reports/convergence-seeds/spread.md]
+Usage: python bench/seed_spread.py results/convergence/convergence/table.csv
+       results/convergence/convergence-seeds/table.csv [--reference "dense-adams lr=0.0005"]
+       [--out results/convergence/convergence-seeds/spread.md]
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Gather `scape validate` results of several profiles into one table (reports/validation/).
+"""Gather `scape validate` results of several profiles into one table (results/validation/).
 
 Usage: python bench/validation_summary.py out/validate/netbed-100mbit out/validate/... \
-           [--out reports/validation]
+           [--out results/validation]
 Copies each folder's validate.csv/json/png under OUT/<profile>/ and writes OUT/summary.md with
 the whole table, the error statistics, and SCAPE 99%'s measured speedup over dense AdamS where
 communication is at least 70% of the dense step.
@@ -22,7 +22,7 @@ from reports.tables import markdown
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folders", nargs="+")
-    parser.add_argument("--out", default="reports/validation")
+    parser.add_argument("--out", default="results/validation")
     args = parser.parse_args()
     out = Path(args.out)
     frames = []
