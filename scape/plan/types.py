@@ -115,9 +115,9 @@ class SchemeConfig:
     bucket_bytes: float | None = None  # None: Megatron's default, see _buckets
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = False
-    # SCAPE options (DESIGN section 5); defaults chosen by reports/convergence/ (tiny-gpt,
-    # 1,000 steps, 2 ranks): no error feedback was best at 90% and 99% sparsity, the masked
-    # update beat "all", |m| beat |m|/sqrt(v), and dense refresh every 10 steps hurt.
+    # SCAPE options (DESIGN section 5); defaults chosen by results/convergence/convergence/
+    # (tiny-gpt, 1,000 steps, 2 ranks): no error feedback was best at 90% and 99% sparsity, the
+    # masked update beat "all", |m| beat |m|/sqrt(v), and dense refresh every 10 steps hurt.
     score: str = "m"  # m | m_over_sqrt_v
     error_feedback: bool = False
     update_scope: str = "masked"  # masked | all
