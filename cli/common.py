@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import math
 import os
 import signal
 import sys
 import threading
-from dataclasses import replace
 from enum import StrEnum
 from pathlib import Path
 
@@ -22,21 +20,22 @@ except ImportError:  # older typer depends on click itself
     from click import exceptions as click_exc
 from typer.core import TyperCommand
 
-from profiles import UserError, load_hardware, load_model
+from profiles import UserError
 from reports.tables import FORMATS
-from scape.plan import Dtypes, foreign_options
 from scape.train import CORPORA
 from simulator.collectives import ALGORITHMS, AUTO
-from simulator.compare import (
-    parse_scheme,
-    refuse_unread,
-)
-from simulator.compute import pricing
 from simulator.step import StepConfig
 from vocabulary.errors import Terminated, catch_terminating, restore
-from vocabulary.names import ATTENTION, AUTO_PROTO, PROTOCOLS, RECOMPUTE, SCHEDULES, SHAPES
+from vocabulary.names import (
+    ATTENTION,
+    AUTO_PROTO,
+    DTYPE_BYTES,
+    PROTOCOLS,
+    RECOMPUTE,
+    SCHEDULES,
+    SHAPES,
+)
 
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 NETBED_HELP = ("shaped-network testbed, e.g. rate=200mbit (,delay=1ms needs netem): one "
                "network namespace per rank (root, ip, tc)")
 
@@ -204,6 +203,10 @@ class App(StrictTyper):
             rv = super().__call__(*args, standalone_mode=False, **kwargs)
         except UserError as exc:
             _fail(str(exc))
+        except ModuleNotFoundError as exc:  # the runtime's torch, left out of a planning install
+            if (exc.name or "").split(".")[0] != "torch":
+                raise
+            _fail(NEEDS_TORCH)
         except OSError as exc:  # a path the user gave: too long, a loop, no permission, ...
             if exc.filename is None and exc.errno in OUTPUT_ERRNOS:
                 _output_failed(exc)
@@ -278,6 +281,12 @@ ScheduleChoice = _choice("ScheduleChoice", SCHEDULES)
 AttentionChoice = _choice("AttentionChoice", ATTENTION)
 
 
+# what a command that runs the real optimizer says where torch is not installed
+NEEDS_TORCH = ("this command runs the real optimizer and needs PyTorch, which the planning "
+               "install leaves out: pip install 'scape-costmodel[train]' (in a checkout: make "
+               "test installs it)")
+
+
 def _fail(message: str) -> None:
     with contextlib.suppress(OSError):  # stderr itself may be the full disk or closed pipe
         print(f"scape: error: {message}", file=sys.stderr)
@@ -317,9 +326,13 @@ def _version(value: bool) -> None:
             v = version("scape-costmodel")
         except PackageNotFoundError:  # run from a checkout without installing
             v = "not installed"
-        import torch
+        try:
+            from importlib.metadata import version as installed
 
-        print(f"scape {v} (torch {torch.__version__}, python {sys.version.split()[0]})")
+            torch = f"torch {installed('torch')}"
+        except PackageNotFoundError:  # a planning install: no runtime
+            torch = "no torch: planning only, pip install 'scape-costmodel[train]' to train"
+        print(f"scape {v} ({torch}, python {sys.version.split()[0]})")
         raise typer.Exit(0)
 
 
@@ -327,83 +340,6 @@ def _version(value: bool) -> None:
 def _root(version: bool = typer.Option(None, "--version", callback=_version, is_eager=True,
                                        help="print the version and exit")) -> None:
     """Communication cost modeler for LLM training: SCAPE, its baselines, real and simulated."""
-
-
-def _names(text: str, flag: str) -> list[str]:
-    """A comma-separated list the user typed: at least one name, none twice."""
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if not names:
-        raise UserError(f"{flag}: give at least one name, got {text!r}")
-    if len(names) != len(text.split(",")):
-        raise UserError(f"{flag}: {text!r} has an empty item: separate the names by single commas")
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise UserError(f"{flag}: {', '.join(twice)} listed twice")
-    return names
-
-
-def _dtype(name: str, flag: str) -> int:
-    if name not in DTYPE_BYTES:
-        raise UserError(f"{flag} must be one of {', '.join(DTYPE_BYTES)}, got {name!r}")
-    return DTYPE_BYTES[name]
-
-
-def _dtypes(grad_dtype: str, param_dtype: str) -> Dtypes:
-    return Dtypes(_dtype(grad_dtype, "--grad-dtype"), _dtype(param_dtype, "--param-dtype"))
-
-
-def _scheme(spec: str, scheme_options: dict, extra: dict | None = None,
-            lineup: list[str] | None = None):
-    """A scheme from NAME[:VALUE] and the flags given (None: the scheme's default); an option
-    the scheme does not read is refused. With `lineup` (compare), the flags are shared by the
-    line-up's schemes: one that none of them reads is refused."""
-    options = {k: v for k, v in scheme_options.items() if v is not None}
-    base = replace(parse_scheme("dense-adams"), **options)
-    if extra:
-        base = replace(base, extra={**base.extra, **extra})
-    typed = frozenset(options) | frozenset(extra or ())
-    if lineup is not None:
-        refuse_unread([*lineup, spec], typed)
-        typed -= set(foreign_options(parse_scheme(spec).scheme, typed))
-    return parse_scheme(spec, base.validate(), given=typed)
-
-
-def _step_config(model, hardware, gpus, scheme, micro_batch, seq_len, grad_accum, tp,
-                 grad_dtype, param_dtype, algo, scheme_options, global_batch,
-                 extra: dict | None = None, lineup: list[str] | None = None,
-                 parallel: dict | None = None) -> StepConfig:
-    """The step the options describe. `parallel['attention']` None (not given) runs flash
-    (`ran_options` gives the rows what ran); given where forward and backward are priced by
-    an MFU (which has no attention kernel), it is refused rather than ignored."""
-    parallel = {} if parallel is None else dict(parallel)
-    typed = parallel.get("attention")
-    if "attention" in parallel and typed is None:
-        parallel["attention"] = "flash"
-    if "sequence_parallel" in parallel:  # None (not given): on wherever there is a TP group
-        if parallel["sequence_parallel"] and tp == 1:
-            raise UserError("--sequence-parallel splits activations over the tensor-parallel "
-                            "group, and --tp 1 has none: give --tp above 1 or leave it out")
-        if parallel["sequence_parallel"] is None:
-            parallel["sequence_parallel"] = tp > 1
-    if "tp_comm_overlap" in parallel and parallel["tp_comm_overlap"] is None:
-        parallel["tp_comm_overlap"] = False  # not given: Megatron-LM's default
-    cfg = StepConfig(
-        model=load_model(model), hardware=load_hardware(hardware), gpus=gpus,
-        scheme=_scheme(scheme, scheme_options, extra, lineup), micro_batch=micro_batch,
-        seq_len=seq_len, grad_accum=1 if grad_accum is None else grad_accum, tp=tp,
-        global_batch=global_batch, dtypes=_dtypes(grad_dtype, param_dtype), algo=algo,
-        **parallel,
-    ).validate()
-    if grad_accum is not None and global_batch is not None and grad_accum != cfg.accum:
-        raise UserError(f"--grad-accum {grad_accum} contradicts --global-batch {global_batch} "
-                        f"(micro-batch {micro_batch} x data-parallel {cfg.dp} gives "
-                        f"{cfg.accum} micro-batches per step): give one")
-    mfu, how = pricing(cfg.model, cfg.hardware, cfg.mfu)
-    if typed is not None and mfu is not None:
-        raise UserError(f"--attention {typed}: forward and backward are priced by {how}, "
-                        "which has no attention kernel; leave --attention out (or --mfu, "
-                        "where it was given, to price from shapes)")
-    return cfg
 
 
 FP8_HELP = ("the layers' linear GEMMs in FP8, as Transformer Engine's recipe runs them (at the "
@@ -438,23 +374,10 @@ PARALLEL_OPTS = {
 }
 
 
-def compute_model(cfg: StepConfig) -> str:
-    """How this step's forward and backward are priced (shapes or an MFU, and why)."""
-    return pricing(cfg.model, cfg.hardware, cfg.mfu)[1]
-
-
 def _schedule_name(cfg: StepConfig) -> str:
     if cfg.pp == 1:
         return ""
     return f" {cfg.pp_schedule}" + (f" x{cfg.chunks_pp}" if cfg.chunks_pp > 1 else "")
-
-
-def _parallel(pp, pp_schedule, virtual_stages, recompute, sequence_parallel, mfu,
-              attention, tp_comm_overlap, cp, fp8) -> dict:
-    return {"pp": pp, "pp_schedule": str(pp_schedule), "virtual_stages": virtual_stages,
-            "recompute": str(recompute), "sequence_parallel": sequence_parallel, "mfu": mfu,
-            "attention": None if attention is None else str(attention),
-            "tp_comm_overlap": tp_comm_overlap, "cp": cp, "fp8": fp8}
 
 
 STEP_OPTS = {
@@ -482,11 +405,6 @@ REDUCER_OPTS = {
 }
 
 
-def _reducer_extra(distopt, residual_offload, param_offload) -> dict | None:
-    """The authors' reducer options that were given (SchemeConfig.extra)."""
-    given = {"distributed_optimizer": distopt, "residual_offload": residual_offload,
-             "param_offload": param_offload}
-    return {k: v for k, v in given.items() if v is not None} or None
 RUN_STEPS_HELP = ("also average the step over a run of T steps (default with a density "
                   "schedule: its dense steps and warm-up, D + W)")
 
@@ -495,52 +413,6 @@ def _schedule_text(scheme) -> str:
     """SCAPE's density schedule in words."""
     return (f"{scheme.density_dense_steps} dense steps, then a {scheme.density_shape} density "
             f"warm-up over {scheme.density_warmup_steps} steps")
-
-
-MAX_STEPS = 10**12
-
-
-def _run_steps(run_steps: int | None, density_warmup: int | None,
-               dense_steps: int | None = None, shape: str | None = None) -> int | None:
-    """Steps to average over: --run-steps, else the schedule itself (what the dense steps and
-    warm-up cost while they last; the authors' scripts warm up over 10k of 100k iterations),
-    else none (steady step only)."""
-    # bounds far above any run (10^12 steps): a typo is refused, not simulated for hours
-    for flag, value in (("--run-steps", run_steps), ("--density-warmup", density_warmup),
-                        ("--density-dense-steps", dense_steps)):
-        if value is not None and value > MAX_STEPS:
-            raise UserError(f"{flag} must be at most {MAX_STEPS:.0e} steps, got {value}")
-    if run_steps is not None and run_steps < 1:
-        raise UserError(f"--run-steps must be positive, got {run_steps}")
-    if shape is not None and not density_warmup:  # a shape of no warm-up would be dropped
-        raise UserError(f"--density-shape {shape!s}: the shape of a density warm-up; give "
-                        "--density-warmup W too")
-    if dense_steps and not density_warmup and run_steps is None:
-        raise UserError(f"--density-dense-steps {dense_steps} without a warm-up: the run to "
-                        "average over would be the dense steps alone; give --run-steps (longer) "
-                        "or --density-warmup")
-    schedule = (density_warmup or 0) + (dense_steps or 0)
-    if run_steps is not None and schedule > run_steps:
-        raise UserError(f"--run-steps {run_steps} ends before the density schedule does "
-                        f"({schedule} steps of dense steps and warm-up): the run would never "
-                        "send at the sparsity asked for; a longer run, or a shorter schedule")
-    if run_steps is not None:
-        return run_steps
-    return schedule if schedule > 0 else None
-
-
-def _scheme_options(sparsity, bits, optimizer, overlap_grad, overlap_param, bucket_mb,
-                    update_scope, refresh_every, error_feedback, score) -> dict:
-    if bucket_mb is not None and not (math.isfinite(bucket_mb) and bucket_mb > 0):
-        raise UserError(f"--bucket-mb must be a finite positive size, got {bucket_mb:g} (one "
-                        "bucket: give a size above the gradient's, e.g. 100000)")
-    return {
-        "sparsity": sparsity, "bits": bits, "optimizer": optimizer,
-        "overlap_grad_reduce": overlap_grad, "overlap_param_gather": overlap_param,
-        "bucket_bytes": bucket_mb * 1e6 if bucket_mb is not None else None,
-        "update_scope": update_scope, "refresh_every": refresh_every,
-        "error_feedback": error_feedback, "score": score,
-    }
 
 
 def _phase_meter(what: str, total: int):
@@ -588,11 +460,3 @@ def _rank_counts(text: str) -> list[int]:
         raise UserError(f"--nprocs lists {', '.join(map(str, twice))} twice ({text!r}): give "
                         "each rank count once")
     return worlds
-
-
-def ran_options(parallel: dict, cfg: StepConfig) -> dict:
-    """The parallel options as the step ran them: each typed value, and what `_step_config`
-    chose for those not given (the attention kernel, sequence parallelism, the overlap of
-    its collectives)."""
-    chosen = ("attention", "sequence_parallel", "tp_comm_overlap")
-    return {k: getattr(cfg, k) if k in chosen else v for k, v in parallel.items()}

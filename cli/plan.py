@@ -11,8 +11,6 @@ from cli.common import (
     DtypeChoice,
     Format3,
     RankChoice,
-    _dtypes,
-    _names,
     _progress,
     app,
 )
@@ -21,7 +19,9 @@ from reports.fidelity import heldout
 from reports.step_fidelity import how_sure, layout_class
 from reports.step_fidelity import lookup as step_lookup
 from reports.tables import check_format, render
+from simulator.options import Overlap, Precision
 from simulator.planner import PLAN_SCHEMES, PlanRequest, best_without, plan_training
+from vocabulary.units import parse_names
 
 
 @app.command("plan")
@@ -67,13 +67,14 @@ def plan_cmd(
     if top < 1:
         raise UserError(f"--top must be at least 1, got {top}")
     req = PlanRequest(
-        load_model(model), tokens, tuple(load_hardware(h) for h in _names(hardware, "--hardware")),
+        load_model(model), tokens,
+        tuple(load_hardware(h) for h in parse_names(hardware, "--hardware")),
         max_gpus=max_gpus, deadline_hours=deadline_hours, budget_usd=budget_usd,
         price_per_gpu_hour=price, global_batch=global_batch,
-        schemes=tuple(_names(schemes, "--schemes")),
-        dtypes=_dtypes(grad_dtype, param_dtype), density_warmup_frac=density_warmup_frac,
+        schemes=tuple(parse_names(schemes, "--schemes")),
+        precision=Precision(grad_dtype, param_dtype, fp8), density_warmup_frac=density_warmup_frac,
         workers=workers, quality=None if quality is None else load_quality(quality), rank=rank,
-        tp_comm_overlap=tp_comm_overlap, cp=cp, fp8=fp8,
+        overlap=Overlap(tp_comm=tp_comm_overlap), cp=cp,
     ).validate()
     with _progress("simulating plans") as bar:
         task = bar.add_task("plans", total=None)

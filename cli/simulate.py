@@ -25,31 +25,30 @@ from cli.common import (
     ScoreChoice,
     ShapeChoice,
     SyncChoice,
-    _names,
-    _parallel,
-    _reducer_extra,
-    _run_steps,
     _schedule_name,
     _schedule_text,
-    _scheme_options,
-    _step_config,
     app,
-    compute_model,
     output_file,
-    ran_options,
 )
 from reports.step_fidelity import how_sure, layout_of
-from reports.step_fidelity import lookup as step_lookup
+from reports.step_rows import compare_rows, simulate_row
 from reports.tables import check_format, render
 from simulator.collective import describe
 from simulator.compare import (
     DEFAULT_SCHEMES,
-    compare,
     resolved_scheme,
 )
 from simulator.network import build_topology
-from simulator.schedule import run_mean
-from simulator.step import simulate_step
+from simulator.options import (
+    Batch,
+    Overlap,
+    Parallelism,
+    Precision,
+    Pricing,
+    SchemeOptions,
+    StepOptions,
+    compute_model,
+)
 from simulator.trace import write_trace
 from vocabulary.names import scheme_names
 
@@ -110,35 +109,19 @@ def simulate(
     check_format(fmt)
     if trace is not None:
         output_file(trace, "--trace")
-    opts = _scheme_options(sparsity, bits, optimizer, overlap_grad, overlap_param, bucket_mb,
-                           update_scope, refresh_every, error_feedback, score)
-    opts.update(sync=sync, density_warmup_steps=density_warmup,
-                density_dense_steps=density_dense_steps, density_shape=density_shape)
-    steps = _run_steps(run_steps, density_warmup, density_dense_steps, density_shape)
-    extra = _reducer_extra(distopt, residual_offload, param_offload)
-    parallel = _parallel(pp, pp_schedule, virtual_stages, recompute, sequence_parallel, mfu,
-                         attention, tp_comm_overlap, cp, fp8)
-    cfg = _step_config(model, hardware, gpus, scheme, micro_batch, seq_len, grad_accum, tp,
-                       grad_dtype, param_dtype, algo, opts, global_batch, extra,
-                       parallel=parallel)
-    from simulator.memory import memory_columns, refuse_if_too_big
-
-    refuse_if_too_big(cfg, scheme)  # a step time for a step no GPU can hold would mislead
-    result = simulate_step(cfg, trace=trace is not None)  # a trace shows every micro-batch
-    # how far published steps like this one were from the model
-    sure = step_lookup(cfg.hardware, layout_of(cfg), scheme, cfg.mfu)
-    row = {"model": model, "hardware": hardware, "hardware_profile": cfg.hardware.path,
-           "gpus": gpus, "scheme": scheme,
-           **resolved_scheme(cfg.scheme), "micro_batch": micro_batch, "seq_len": cfg.seq,
-           "grad_accum": cfg.accum, "global_batch": cfg.sequences,
-           "tp": tp, **ran_options(parallel, cfg), "dp": cfg.dp,
-           "compute_model": compute_model(cfg),
-           "grad_dtype": grad_dtype, "param_dtype": param_dtype, "algo": algo,
-           **result.as_dict(), **memory_columns(cfg), **sure}
-    if steps:
-        mean = run_mean(cfg, steps)
-        row.update(run_steps=steps, run_mean_step_s=mean.mean_step_s,
-                   run_mean_bytes_per_gpu=mean.mean_bytes_per_gpu)
+    opts = StepOptions(
+        model, hardware, gpus,
+        scheme=SchemeOptions(scheme, sparsity, bits, optimizer, update_scope, refresh_every,
+                             error_feedback, score, sync, distopt, residual_offload,
+                             param_offload, density_warmup, density_dense_steps, density_shape,
+                             run_steps),
+        batch=Batch(micro_batch, seq_len, grad_accum, global_batch),
+        parallelism=Parallelism(tp, pp, pp_schedule, virtual_stages, recompute,
+                                sequence_parallel, cp),
+        precision=Precision(grad_dtype, param_dtype, fp8),
+        overlap=Overlap(overlap_grad, overlap_param, bucket_mb, tp_comm_overlap),
+        pricing=Pricing(algo, mfu, attention))
+    row, cfg, result, steps = simulate_row(opts, trace=trace is not None)
     if trace:  # the trace carries the options and results of its row
         write_trace(trace, result.spans, f"{model} on {gpus} x {hardware}: {scheme}", row)
     if fmt != "table":  # one row, the same shape as every command's rows
@@ -217,29 +200,21 @@ def compare_cmd(
 ):
     """Every scheme side by side with its speedup over the baseline."""
     check_format(fmt)
-    opts = _scheme_options(None, None, None, overlap_grad, overlap_param, bucket_mb,
-                           None, None, None, None)
-    opts.update(sync=sync, density_warmup_steps=density_warmup,
-                density_dense_steps=density_dense_steps, density_shape=density_shape)
-    steps = _run_steps(run_steps, density_warmup, density_dense_steps, density_shape)
-    extra = _reducer_extra(distopt, residual_offload, param_offload)
-    lineup = _names(schemes, "--schemes")
-    parallel = _parallel(pp, pp_schedule, virtual_stages, recompute, sequence_parallel, mfu,
-                         attention, tp_comm_overlap, cp, fp8)
-    cfg = _step_config(model, hardware, gpus, baseline, micro_batch, seq_len, grad_accum, tp,
-                       grad_dtype, param_dtype, algo, opts, global_batch, extra, lineup,
-                       parallel)
-    df = compare(cfg, lineup, baseline, steps)
-    # how far published steps like each one were from the model
-    sure = [step_lookup(cfg.hardware, layout_of(cfg), name, cfg.mfu) for name in df["scheme"]]
-    df = pd.concat([df, pd.DataFrame(sure, index=df.index)], axis=1)
-    asked = {"model": model, "hardware": hardware, "hardware_profile": cfg.hardware.path,
-             "gpus": gpus, "baseline": baseline,
-             "micro_batch": micro_batch, "seq_len": cfg.seq, "grad_accum": cfg.accum,
-             "global_batch": cfg.sequences, "tp": tp, **ran_options(parallel, cfg), "dp": cfg.dp,
-             "compute_model": compute_model(cfg),
-             "grad_dtype": grad_dtype, "param_dtype": param_dtype, "algo": algo,
-             "run_steps": steps}
+    opts = StepOptions(
+        model, hardware, gpus,
+        scheme=SchemeOptions(baseline, sync=sync, distopt=distopt,
+                             residual_offload=residual_offload, param_offload=param_offload,
+                             density_warmup=density_warmup,
+                             density_dense_steps=density_dense_steps,
+                             density_shape=density_shape, run_steps=run_steps),
+        batch=Batch(micro_batch, seq_len, grad_accum, global_batch),
+        parallelism=Parallelism(tp, pp, pp_schedule, virtual_stages, recompute,
+                                sequence_parallel, cp),
+        precision=Precision(grad_dtype, param_dtype, fp8),
+        overlap=Overlap(overlap_grad, overlap_param, bucket_mb, tp_comm_overlap),
+        pricing=Pricing(algo, mfu, attention))
+    df, asked, cfg, steps = compare_rows(opts, schemes)
+    extra = opts.scheme.reducer_extra()
     if fmt != "table":  # every row carries the configuration it was simulated in
         print(render(df.assign(**asked), fmt))
         return

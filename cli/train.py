@@ -29,15 +29,13 @@ from cli.common import (
     SyncChoice,
     UnmaskedChoice,
     _netbed,
-    _reducer_extra,
-    _scheme,
-    _scheme_options,
     app,
     output_dir,
 )
 from profiles import UserError, load_model
 from reports.tables import check_format, render
 from simulator.compare import resolved_scheme
+from simulator.options import Overlap, SchemeOptions, scheme_config, scheme_fields
 
 
 @app.command("train")
@@ -100,20 +98,20 @@ def train_cmd(
     from scape.train.loop import TrainConfig, train
 
     load_model(model)
-    opts = _scheme_options(sparsity, bits, optimizer, None, None, None, update_scope,
-                           refresh_every, error_feedback, score)
-    opts.update(sync=sync, density_warmup_steps=density_warmup, select_per=select_per,
-                density_dense_steps=density_dense_steps, density_shape=density_shape,
-                clip_grad=clip_grad)
+    chosen = SchemeOptions(scheme, sparsity, bits, optimizer, update_scope, refresh_every,
+                           error_feedback, score, sync, distopt, residual_offload,
+                           density_warmup=density_warmup,
+                           density_dense_steps=density_dense_steps, density_shape=density_shape)
+    opts = {**scheme_fields(chosen, Overlap()), "select_per": select_per, "clip_grad": clip_grad}
     if unmasked_moment not in (None, "frozen", "local"):
         raise UserError(f"--unmasked-moment must be frozen or local, got {unmasked_moment!r}")
     extra = {"unmasked_moment": unmasked_moment} if unmasked_moment else {}
-    extra.update(_reducer_extra(distopt, residual_offload, None) or {})
-    if lowpass_beta is not None:  # refused for other schemes and outside (0, 1] by _scheme
+    extra.update(chosen.reducer_extra() or {})
+    if lowpass_beta is not None:  # refused for other schemes and outside (0, 1] by scheme_config
         extra["lowpass_beta"] = lowpass_beta
     if steps is None:  # not given: a resumed run's own count (its schedule), else 100
         steps = (_config_steps(Path(out)) if resume and out is not None else None) or 100
-    cfg = TrainConfig(model=model, scheme=_scheme(scheme, opts, extra), steps=steps,
+    cfg = TrainConfig(model=model, scheme=scheme_config(scheme, opts, extra), steps=steps,
                       micro_batch=micro_batch, seq_len=seq_len, lr=lr, seed=seed,
                       corpus=corpus, eval_every=eval_every, timeout_s=timeout, resume=resume,
                       out=out,

@@ -14,7 +14,6 @@ from cli.common import (
     SHARE_GPU_HELP,
     BackendChoice,
     Format3,
-    _names,
     _netbed,
     _rank_counts,
     app,
@@ -28,6 +27,7 @@ from scape.train.devices import gpu_sharing
 from simulator.compare import (
     parse_scheme,
 )
+from vocabulary.units import parse_names
 
 
 @app.command("validate")
@@ -146,7 +146,7 @@ def validate_cmd(
             raise
         raise UserError(f"profile {hw.name}: [measured] compute_model {model!r}: {exc}; give "
                         "--model") from None
-    configs = [(s, parse_scheme(s)) for s in _names(schemes, "--schemes")]
+    configs = [(s, parse_scheme(s)) for s in parse_names(schemes, "--schemes")]
     if netbed is None and measured_on is not None:  # the runs go on the profile's own netbed
         check_available(f"validate a profile measured without one ({hw.name} was measured on "
                         f"{recorded})")

@@ -18,6 +18,7 @@ from simulator.batch import check_workers, parallel_map, phase_cache, simulate_c
 from simulator.compare import parse_scheme, refuse_same
 from simulator.compute import check_fp8
 from simulator.memory import step_memory, usable_bytes
+from simulator.options import Overlap, Precision
 from simulator.schedule import run_mean
 from simulator.step import MAX_GPUS, StepConfig, check_cp
 from vocabulary.units import never_zero
@@ -58,7 +59,8 @@ class PlanRequest:
     global_batch: int | None = None  # default: the model profile's
     seq_len: int | None = None
     schemes: tuple[str, ...] = PLAN_SCHEMES
-    dtypes: Dtypes = field(default_factory=Dtypes)
+    # the dtypes of every plan's gradients and parameters, and FP8 GEMMs in every plan
+    precision: Precision = field(default_factory=Precision)
     workers: int | None = None  # processes; default: every core
     # SCAPE's density warm-up as a fraction of the run's steps (simulator/schedule.py); 0: the
     # target density from the first step. The authors' scripts: 10k of 100k iterations, 0.1.
@@ -68,11 +70,23 @@ class PlanRequest:
     quality: object | None = None  # profiles.quality.QualityStudy
     rank: str = "time"  # time | quality
     # tensor-parallel collectives overlapped with their GEMMs in every plan with a TP group
-    # (simulator/tp_overlap.py; the plans run sequence parallelism)
-    tp_comm_overlap: bool = False
+    # (simulator/tp_overlap.py; the plans run sequence parallelism): overlap.tp_comm; the
+    # gradient and parameter overlap of each scheme are its own (no flags here)
+    overlap: Overlap = field(default_factory=Overlap)
     # context-parallel ranks per sequence in every plan (simulator/cp_comm.py); not searched
     cp: int = 1
-    fp8: bool = False  # every plan's linear GEMMs in FP8 (simulator/roofline.py)
+
+    @property
+    def dtypes(self) -> Dtypes:
+        return self.precision.dtypes()
+
+    @property
+    def fp8(self) -> bool:  # every plan's linear GEMMs in FP8 (simulator/roofline.py)
+        return self.precision.fp8
+
+    @property
+    def tp_comm_overlap(self) -> bool:
+        return bool(self.overlap.tp_comm)
 
     @property
     def batch(self) -> int:
@@ -93,6 +107,11 @@ class PlanRequest:
         for name, value in (("--global-batch", self.global_batch), ("--seq-len", self.seq_len)):
             if value is not None and value < 1:
                 raise UserError(f"{name} must be at least 1, got {value}")
+        unread = [f for f, v in (("--overlap-grad", self.overlap.grad),
+                                 ("--overlap-param", self.overlap.param),
+                                 ("--bucket-mb", self.overlap.bucket_mb)) if v is not None]
+        if unread:  # each plan's scheme overlaps as it does by default
+            raise UserError(f"{', '.join(unread)}: not an option of plan")
         check_workers(self.workers)
         check_cp(self.cp, self.seq)
         if self.cp > self.max_gpus:

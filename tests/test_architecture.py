@@ -184,3 +184,44 @@ def test_registries_hold_the_vocabulary():
 
     assert tuple(SCHEMES) == SCHEME_NAMES
     assert {op: tuple(algos) for op, algos in ALGORITHMS.items()} == ALGORITHM_NAMES
+
+
+# torch hidden as a planning install lacks it: `import torch` raises ModuleNotFoundError
+_NO_TORCH = "import sys; sys.modules['torch'] = None; from cli import app; app(sys.argv[1:])"
+PLANNING = {
+    "plan": ["plan", "-m", "llama-7b", "--tokens", "1e11", "-H", "dgx-h100", "--max-gpus", "16",
+             "--workers", "1", "--top", "2", "--format", "csv"],
+    "simulate": ["simulate", "-m", "llama-1.8b", "-H", "vista-gh200", "-g", "32",
+                 "--scheme", "scape:0.99", "--format", "csv"],
+    "compare": ["compare", "-m", "gpt-345m", "-H", "vista-gh200", "-g", "32", "--format", "csv"],
+    "collective": ["collective", "-H", "dgx-h100", "-g", "8", "--op", "all_reduce",
+                   "--sizes", "1MiB", "--format", "csv"],
+    "report scaling": ["report", "scaling", "-m", "gpt-345m", "-H", "vista-gh200", "--quick",
+                       "--out", "{out}"],
+    "validate --external": ["validate", "--external", "scape-sc26", "--format", "csv"],
+    "version": ["--version"],
+}
+
+
+def _without_torch(args, tmp_path):
+    import subprocess
+
+    args = [a.replace("{out}", str(tmp_path / "out")) for a in args]
+    return subprocess.run([sys.executable, "-c", _NO_TORCH, *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_planning_commands_run_without_torch(tmp_path):
+    for name, args in PLANNING.items():
+        proc = _without_torch(args, tmp_path)
+        assert proc.returncode == 0, (name, proc.stderr[-2000:])
+        assert proc.stdout.strip() or name == "report scaling", name
+
+
+def test_runtime_commands_say_which_extra_to_install(tmp_path):
+    for args in (["train", "--model", "tiny-gpt", "--steps", "2"],
+                 ["calibrate", "compute", "--out", str(tmp_path / "m")]):
+        proc = _without_torch(args, tmp_path)
+        assert proc.returncode == 2, proc.stderr
+        assert "pip install 'scape-costmodel[train]'" in proc.stderr
+        assert "Traceback" not in proc.stderr

@@ -115,3 +115,16 @@ def format_duration(seconds: float) -> str:
     seconds = max(0, round(seconds))
     h, rest = divmod(seconds, 3600)
     return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
+
+
+def parse_names(text: str, flag: str) -> list[str]:
+    """A comma-separated list the user typed: at least one name, none twice."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise UserError(f"{flag}: give at least one name, got {text!r}")
+    if len(names) != len(text.split(",")):
+        raise UserError(f"{flag}: {text!r} has an empty item: separate the names by single commas")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise UserError(f"{flag}: {', '.join(twice)} listed twice")
+    return names
