@@ -2,7 +2,7 @@
 optimizer of each scheme, printed and written as JSON. Meant for a lent GPU (bench/gpu_session.sh
 runs it); on a CPU it runs too, with --quick, to check the script.
 
-Measured, each a median over timed repeats after warm-ups (scape/calibrate/compute.time_call,
+Measured, each a median over timed repeats after warm-ups (calibration/compute.time_call,
 cold cache before each call):
 - forward+backward of gpt-345m, llama-500m and llama-1.8b at the authors' micro-batch and
   sequence length (the models' profiles; llama-500m micro-batch 16 from the authors'
@@ -38,9 +38,9 @@ from dataclasses import replace
 import torch
 from optimizer_cost import step_times  # bench/, this script's folder
 
+from calibration.compute import KERNEL_BENCH, _sync, measure_fwd_bwd, time_call
 from profiles import load_model
 from scape.adams import Hyper
-from scape.calibrate.compute import KERNEL_BENCH, _sync, measure_fwd_bwd, time_call
 from scape.comm import Comm
 from scape.plan import make_config
 from scape.schemes import make_scheme

@@ -83,7 +83,8 @@ CASES: dict[str, list[str]] = {
 }
 
 # Files moved since the recording, by the layout change of issue 43 (data out of code
-# folders, the plan contract a package): a recorded output that named the old place names the new one now.
+# folders, the plan contract a package): a recorded output that named the old place names
+# the new one now.
 MOVED = {
     "profiles/external/research/": "docs/research/",
     "reports/validation-gpu/": "results/gpu-sessions/",
