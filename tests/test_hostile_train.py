@@ -1,0 +1,76 @@
+"""Hostile input (issue 16), training runs: an --out holding another run, a resume with other
+settings or past the run's schedule, a broken config.json, RANK/WORLD_SIZE not set by torchrun,
+and an ignored SIGHUP. The shared contract: tests/hostile_util.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.hostile_util import _refused
+from tests.test_cli import scape
+
+
+def test_train_keeps_other_runs_apart(capsys, tmp_path):
+    """An --out holding another run is refused without --resume (not overwritten); --resume
+    with other settings than the checkpoint's run is refused, naming them."""
+    other = tmp_path / "run"
+    (other / "checkpoint").mkdir(parents=True)
+    code, _out, err = scape(capsys, "train", "--steps", "2", "--out", str(other))
+    _refused(code, err, "holds another run (checkpoint)")
+    (other / "config.json").write_text(json.dumps({"model": "tiny-gpt", "lr": 0.5}))
+    code, _out, err = scape(capsys, "train", "--steps", "2", "--out", str(other), "--resume")
+    _refused(code, err, "lr: 0.5 then, 0.001 now")
+
+
+def test_a_resume_keeps_the_runs_schedule_and_a_broken_config_is_refused(capsys, tmp_path,
+                                                                        monkeypatch):
+    """--steps set the learning-rate schedule: a resume may stop earlier on it (stop_at), not
+    go past it; a config.json that cannot be read cannot vouch for the settings; RANK and
+    WORLD_SIZE alone (a job script's) do not make scape train a torchrun rank."""
+    from cli.train import _refuse_changed, _resumed_steps
+    from profiles import UserError
+    from scape.train.launch import under_torchrun
+    from scape.train.loop import TrainConfig
+
+    cfg = TrainConfig(steps=5, warmup_steps=1)
+    assert _resumed_steps(cfg, {"steps": 5}) is cfg
+    early = _resumed_steps(cfg, {"steps": 8})
+    assert (early.steps, early.stop_at) == (8, 5)
+    assert early.lr_at(5) != cfg.lr_at(5)  # step 5 of the run's 8-step schedule, not of 5
+    with pytest.raises(UserError, match="goes past the run's 3"):
+        _resumed_steps(cfg, {"steps": 3})
+    (tmp_path / "checkpoint").mkdir()
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(UserError, match=r"config\.json cannot be read"):
+        _refuse_changed(tmp_path, cfg)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    assert not under_torchrun()
+    code, _out, err = scape(capsys, "train", "--steps", "1", "--out", str(tmp_path / "r"))
+    _refused(code, err, "RANK and WORLD_SIZE are set, but not by torchrun")
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")
+    assert under_torchrun()
+
+
+def test_an_ignored_sighup_stays_ignored():
+    """`nohup scape ...` ignores SIGHUP before scape starts: the run must outlive its terminal
+    (the review caught SIGHUP ending such a run); a default SIGHUP ends it with cleanup."""
+    import signal
+
+    from vocabulary.errors import catch_terminating, raise_terminated, restore
+
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        previous = catch_terminating()
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) is raise_terminated
+        restore(previous)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        previous = catch_terminating()
+        assert signal.getsignal(signal.SIGHUP) is raise_terminated
+        restore(previous)
+    finally:
+        signal.signal(signal.SIGHUP, before)
