@@ -49,13 +49,15 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from cli.common import script_outputs  # noqa: E402
+from cli.outputs import script_outputs  # noqa: E402
 from profiles import load_hardware, load_model  # noqa: E402
 from profiles.models import Arch  # noqa: E402
 from reports.step_fidelity import step_bands  # noqa: E402
 from scape.plan import Dtypes, make_config  # noqa: E402
 from simulator.compute import fwd_bwd  # noqa: E402
-from simulator.step import StepConfig, simulate_step, tp_allreduce_s  # noqa: E402
+from simulator.step import simulate_step  # noqa: E402
+from simulator.step_config import StepConfig  # noqa: E402
+from simulator.streams import tp_allreduce_s  # noqa: E402
 
 DATA = REPO / "profiles" / "external" / "parallel-steps.csv"
 LAYERS = REPO / "profiles" / "external" / "layer-times.csv"

@@ -31,7 +31,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from cli.common import script_outputs  # noqa: E402
+from cli.outputs import script_outputs  # noqa: E402
 from profiles import load_hardware  # noqa: E402
 from profiles.external import default_gpus_per_process  # noqa: E402
 from reports.fidelity import bands  # noqa: E402

@@ -38,7 +38,9 @@ from dataclasses import replace
 import torch
 from optimizer_cost import step_times  # bench/, this script's folder
 
-from calibration.compute import KERNEL_BENCH, _sync, measure_fwd_bwd, time_call
+from calibration.fwd_bwd import measure_fwd_bwd
+from calibration.kernel_benches import KERNEL_BENCH
+from calibration.timing import synchronize, time_call
 from profiles import load_model
 from scape.adams import Hyper
 from scape.comm import Comm
@@ -122,7 +124,7 @@ def _scheme(device: torch.device, shapes, name: str, density):
 def _time_scheme(device: torch.device, shapes, name: str, density, repeats: int) -> dict:
     params, scheme = _scheme(device, shapes, name, density)
     with torch.device(device):
-        times, parts = step_times(scheme, params, repeats, lambda: _sync(device))
+        times, parts = step_times(scheme, params, repeats, lambda: synchronize(device))
     return {"step_s": statistics.median(times), "samples_s": times, "parts_s": parts,
             "peak_memory_GB": (torch.cuda.max_memory_allocated() / 1e9
                                if device.type == "cuda" else None)}
@@ -272,13 +274,13 @@ def op_profile(device: torch.device, model_name: str, cases, layer_counts,
             try:
                 params, scheme = _scheme(device, _shapes(model_name, layers), name, density)
                 with torch.device(device):
-                    step_times(scheme, params, 1, lambda: _sync(device))  # 3 untimed steps
+                    step_times(scheme, params, 1, lambda: synchronize(device))  # 3 untimed steps
                     for p in params:
                         p.grad = torch.randn_like(p) * 1e-3
-                    _sync(device)
+                    synchronize(device)
                     with profile(activities=activities) as prof:
                         scheme.step()
-                        _sync(device)
+                        synchronize(device)
             except torch.OutOfMemoryError:
                 say(f"profile {name} d={density} L={layers}: does not fit")
                 scheme = params = None  # what the failed try holds, before it is freed

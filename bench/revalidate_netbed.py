@@ -25,7 +25,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from calibration.compute import step_flops  # noqa: E402
+from calibration.fwd_bwd import step_flops  # noqa: E402
 from profiles import load_hardware, load_model  # noqa: E402
 from reports.validate import predict  # noqa: E402
 from simulator.compare import parse_scheme  # noqa: E402

@@ -11,7 +11,8 @@ import time
 
 from profiles import load_hardware, load_model
 from simulator.compare import DEFAULT_SCHEMES, parse_scheme
-from simulator.step import StepConfig, simulate_step
+from simulator.step import simulate_step
+from simulator.step_config import StepConfig
 
 SCALES = (32, 1024, 16384, 131072)
 BUDGET_S, BUDGET_UP_TO = 1.0, 16384

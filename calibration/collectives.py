@@ -216,7 +216,7 @@ def provenance(backend: str, netbed, nprocs) -> dict:
 
     import torch
 
-    from calibration.compute import cpu_model
+    from calibration.device_info import cpu_model
 
     version = torch.__version__
     device = cpu_model()
@@ -236,7 +236,7 @@ def calibrate(name: str, nprocs: list[int], backend: str = "gloo", netbed=None,
     <name>.collectives.csv. Returns (path, fit, that table as a DataFrame)."""
     import pandas as pd
 
-    from calibration.compute import KERNEL_BENCH
+    from calibration.kernel_benches import KERNEL_BENCH
     from calibration.sharing import SHARING_ELEMENTS
     from profiles.measured import merge, path_of
     from simulator.fit import fit_tier
@@ -342,7 +342,7 @@ def refit(name: str):
     if not path.exists() or not sweep_csv.exists():
         raise UserError(f"refit {name}: needs {path} and the sweep beside it, {sweep_csv.name} "
                         "(written by scape calibrate collectives --out NAME)")
-    from profiles.hardware import measured_provenance
+    from profiles.measured_tables import measured_provenance
 
     # its [measured] table as every command checks it (a profile of collectives alone has no
     # [gpu] or [compute] for a whole load to accept)

@@ -34,7 +34,8 @@ def sharing_extra(device, kinds: Sequence[str], elements: int = SHARING_ELEMENTS
     import torch
     import torch.distributed as dist
 
-    from calibration.compute import KERNEL_BENCH, _default_device, _sync
+    from calibration.kernel_benches import KERNEL_BENCH
+    from calibration.timing import default_device, synchronize
 
     rank = dist.get_rank()
     # the others wait for rank 0's alone calls on the host (gloo over the store), with no
@@ -43,22 +44,22 @@ def sharing_extra(device, kinds: Sequence[str], elements: int = SHARING_ELEMENTS
     slowest = torch.zeros(1, dtype=torch.float64, device=device)
     out: dict[str, tuple[float, float]] = {}
     for kind in kinds:
-        with _default_device(device):
+        with default_device(device):
             bench = KERNEL_BENCH[kind](elements, device)
             bench()  # warm-up: first calls allocate and compile
-            _sync(device)
+            synchronize(device)
             shared, alone = [], []
             for _ in range(repeats):
                 dist.barrier()  # everyone starts together, as after a step's collective
                 t0 = time.perf_counter()
                 bench()
-                _sync(device)
+                synchronize(device)
                 shared.append(time.perf_counter() - t0)
                 dist.barrier(group=host)
                 if rank == 0:
                     t0 = time.perf_counter()
                     bench()
-                    _sync(device)
+                    synchronize(device)
                     alone.append(time.perf_counter() - t0)
                 dist.barrier(group=host)
             del bench

@@ -5,6 +5,6 @@ importing them registers their commands on `app`, in the order `scape --help` li
 
 # the order below is the order of `scape --help`
 from cli import profiles, collective, simulate, plan, report, train, calibrate, validate  # noqa: F401, I001
-from cli.common import app
+from cli.app import app
 
 __all__ = ["app"]

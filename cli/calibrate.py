@@ -6,19 +6,17 @@ import sys
 
 import typer
 
+from cli.app import StrictTyper, app
 from cli.common import (
-    CREATED,
     NETBED_HELP,
     SHARE_GPU_HELP,
     BackendChoice,
     Format3,
-    StrictTyper,
     _netbed,
     _phase_meter,
     _rank_counts,
-    app,
-    missing_folders,
 )
+from cli.outputs import CREATED, missing_folders
 from profiles import UserError, load_model
 from reports.tables import check_format, render
 from vocabulary.units import format_bytes, parse_sizes
@@ -130,7 +128,9 @@ def _calibrate_kinds(out: str, kinds: str, threads: int, on_gpu: bool) -> None:
 
     import torch
 
-    from calibration.compute import KERNEL_BENCH, device_name, measure_kernels
+    from calibration.compute import measure_kernels
+    from calibration.device_info import device_name
+    from calibration.kernel_benches import KERNEL_BENCH
     from profiles.measured import merge, read_toml
 
     chosen = [k.strip() for k in kinds.split(",") if k.strip()]
@@ -227,7 +227,7 @@ def calibrate_compute_cmd(
                            "a smaller --max-ranks or --micro-batch, or a smaller model")
     print(f"calibrate compute: {model} at micro-batch {micro_batch}, kernels, 1..{max_ranks} "
           "ranks sharing the host ...", file=sys.stderr)
-    from calibration.compute import KERNEL_BENCH
+    from calibration.kernel_benches import KERNEL_BENCH
 
     phases = 3 + len(KERNEL_BENCH) + (max_ranks > 1)  # peak, copy, kernels, fwd/bwd, sharing
     tables = calibrate_compute(model, micro_batch, max_ranks=max_ranks, threads=threads,

@@ -7,13 +7,8 @@ import sys
 import pandas as pd
 import typer
 
-from cli.common import (
-    AlgoChoice,
-    Format3,
-    OpChoice,
-    ProtoChoice,
-    app,
-)
+from cli.app import app
+from cli.common import AlgoChoice, Format3, OpChoice, ProtoChoice
 from profiles import UserError, load_hardware
 from profiles.external import published_collective
 from reports.fidelity import lookup, shipped

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from cli.app import app
 from cli.common import (
     FP8_HELP,
     STEP_OPTS,
@@ -12,7 +13,6 @@ from cli.common import (
     Format3,
     RankChoice,
     _progress,
-    app,
 )
 from profiles import UserError, load_hardware, load_model
 from reports.fidelity import heldout
@@ -20,7 +20,8 @@ from reports.step_fidelity import how_sure, layout_class
 from reports.step_fidelity import lookup as step_lookup
 from reports.tables import check_format, render
 from simulator.options import Overlap, Precision
-from simulator.planner import PLAN_SCHEMES, PlanRequest, best_without, plan_training
+from simulator.plan_request import PLAN_SCHEMES, PlanRequest
+from simulator.planner import best_without, plan_training
 from vocabulary.units import parse_names
 
 

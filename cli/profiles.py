@@ -9,12 +9,8 @@ from pathlib import Path
 import pandas as pd
 import typer
 
-from cli.common import (
-    Format2,
-    Format3,
-    StrictTyper,
-    app,
-)
+from cli.app import StrictTyper, app
+from cli.common import Format2, Format3
 from profiles import check_profile, find, names
 from reports.tables import check_format, render, visible
 

@@ -5,14 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import typer
 
-from cli.common import (
-    STEP_OPTS,
-    Format3,
-    StrictTyper,
-    _progress,
-    app,
-    out_folder,
-)
+from cli.app import StrictTyper, app
+from cli.common import STEP_OPTS, Format3, _progress
+from cli.outputs import out_folder
 from profiles import load_hardware, load_model
 from reports.tables import check_format, render
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import typer
 
+from cli.app import app
 from cli.common import (
     DENSE_STEPS_HELP,
     PARALLEL_OPTS,
@@ -27,9 +28,8 @@ from cli.common import (
     SyncChoice,
     _schedule_name,
     _schedule_text,
-    app,
-    output_file,
 )
+from cli.outputs import output_file
 from reports.step_fidelity import how_sure, layout_of
 from reports.step_rows import compare_rows, simulate_row
 from reports.tables import check_format, render

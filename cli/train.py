@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import typer
 
+from cli.app import app
 from cli.common import (
     DENSE_STEPS_HELP,
     NETBED_HELP,
@@ -29,9 +30,8 @@ from cli.common import (
     SyncChoice,
     UnmaskedChoice,
     _netbed,
-    app,
-    output_dir,
 )
+from cli.outputs import output_dir
 from profiles import UserError, load_model
 from reports.tables import check_format, render
 from simulator.compare import resolved_scheme

@@ -9,17 +9,9 @@ from pathlib import Path
 
 import typer
 
-from cli.common import (
-    NETBED_HELP,
-    SHARE_GPU_HELP,
-    BackendChoice,
-    Format3,
-    _netbed,
-    _rank_counts,
-    app,
-    out_folder,
-    output_file,
-)
+from cli.app import app
+from cli.common import NETBED_HELP, SHARE_GPU_HELP, BackendChoice, Format3, _netbed, _rank_counts
+from cli.outputs import out_folder, output_file
 from profiles import ProfileError, UserError, check_profile, load_hardware, load_model
 from reports.tables import check_format, render
 from reports.validate import DEFAULT_SCHEMES as VALIDATE_SCHEMES

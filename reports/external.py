@@ -34,7 +34,8 @@ from simulator.external_fit import (
     fit_dense,
     scheme_of,
 )
-from simulator.step import StepConfig, simulate_step
+from simulator.step import simulate_step
+from simulator.step_config import StepConfig
 
 BASE_HARDWARE = "vista-gh200"  # the cluster the authors ran on, before the fit
 PREDICTED_QUANTITIES = ("step_ms", "compute_ms", "comm_ms")

@@ -20,7 +20,8 @@ from reports.tables import git_revision, markdown, refuse_special_files
 from scape.plan import Dtypes, make_config
 from simulator.memory import memory_columns
 from simulator.schedule import piecewise_mean
-from simulator.step import StepConfig, simulate_step
+from simulator.step import simulate_step
+from simulator.step_config import StepConfig
 
 SCRIPTS = "mz687/SCAPE_SC26 (the SCAPE authors' code), slurm_scripts/vista/"
 

@@ -23,7 +23,7 @@ from scape.plan import Dtypes
 from simulator.batch import parallel_map, simulate_cached
 from simulator.compare import parse_scheme
 from simulator.memory import memory_use, usable_bytes
-from simulator.step import StepConfig
+from simulator.step_config import StepConfig
 
 BASELINE = "dense-adams"
 SCHEMES = ("dense-adams", "dense-ddp", "quantized:8", "topk:0.99", "scalecom:0.99",

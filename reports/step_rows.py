@@ -13,7 +13,8 @@ from simulator.compare import compare, resolved_scheme
 from simulator.memory import memory_columns, refuse_if_too_big
 from simulator.options import StepOptions, compute_model
 from simulator.schedule import run_mean
-from simulator.step import StepConfig, StepResult, simulate_step
+from simulator.step import simulate_step
+from simulator.step_config import StepConfig, StepResult
 from vocabulary.units import parse_names
 
 

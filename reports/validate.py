@@ -26,7 +26,8 @@ import pandas as pd
 from profiles import HardwareProfile, UserError, load_model
 from reports.tables import git_revision
 from scape.plan import Kernel, Plan, SchemeConfig, StepPlan, plan
-from simulator.step import StepConfig, StepResult, simulate_step
+from simulator.step import simulate_step
+from simulator.step_config import StepConfig, StepResult
 from vocabulary.units import format_duration
 
 DEFAULT_SCHEMES = ("dense-ddp", "dense-adams", "quantized:8", "topk:0.99", "scalecom:0.99",
@@ -138,7 +139,7 @@ def probe_compute(hw: HardwareProfile, model: str, micro_batch: int, ranks: int,
     over minutes, more than the error a validation can resolve, so each run is predicted from
     the speed the machine has when it starts (kernels: probe_kernels; collectives stay as
     calibrated)."""
-    from calibration.compute import measure_concurrency, step_flops
+    from calibration.fwd_bwd import measure_concurrency, step_flops
 
     profile = load_model(model)
     slowdown, alone = measure_concurrency(model, micro_batch, ranks, repeats=repeats)

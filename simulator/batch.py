@@ -15,7 +15,8 @@ from concurrent.futures import ProcessPoolExecutor
 from profiles import UserError
 from simulator.engine import PhaseCache
 from simulator.network import Topology, build_topology
-from simulator.step import StepConfig, StepResult, simulate_step
+from simulator.step import simulate_step
+from simulator.step_config import StepConfig, StepResult
 
 _CACHE: dict[Topology, PhaseCache] = {}
 

@@ -23,7 +23,8 @@ from simulator.engine import PhaseCache
 from simulator.memory import memory_columns
 from simulator.network import build_topology
 from simulator.schedule import run_mean
-from simulator.step import StepConfig, simulate_step
+from simulator.step import simulate_step
+from simulator.step_config import StepConfig
 from vocabulary.names import ALIASES
 
 # The default line-up: the paper's baselines, the other families at their usual settings.

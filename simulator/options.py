@@ -16,7 +16,7 @@ from profiles import load_hardware, load_model
 from scape.plan import Dtypes, foreign_options
 from simulator.compare import parse_scheme, refuse_unread
 from simulator.compute import pricing
-from simulator.step import StepConfig
+from simulator.step_config import StepConfig
 from vocabulary.errors import UserError
 from vocabulary.names import DTYPE_BYTES
 

@@ -20,7 +20,8 @@ from itertools import pairwise
 from scape.plan import SCAPE_SCHEMES
 from simulator.engine import PhaseCache
 from simulator.network import build_topology
-from simulator.step import StepConfig, StepResult, simulate_step
+from simulator.step import simulate_step
+from simulator.step_config import StepConfig, StepResult
 
 NODES = 33  # points on the warm-up; tests/test_schedule.py measures the error against every step
 

@@ -1,4 +1,5 @@
-"""One training step of one scheme as simpy processes (DESIGN section 6).
+"""One training step of one scheme as simpy processes (DESIGN section 6). What a step is and
+reports is simulator/step_config.py; the streams it runs on, simulator/streams.py.
 
 A compute stream (forward and backward layer chunk by layer chunk, then the scheme's kernels and
 the optimizer update) and a communication stream (the plan's collectives, one at a time, FIFO,
@@ -31,347 +32,23 @@ stream idle, waiting), overlapped communication (communication busy while comput
 
 from __future__ import annotations
 
-import functools
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import numpy as np
 import simpy
 
-from profiles import HardwareProfile, ModelProfile, UserError
-from scape.plan import Dtypes, Plan, SchemeConfig, StepPlan, plan
-from simulator.collective import MAX_GPUS, calibrated
-from simulator.collectives import ALGORITHMS, AUTO
-from simulator.compute import check_fp8, fwd_bwd, host_slowdown, kernel_time, sharing_waits
+from scape.plan import Plan, StepPlan
+from simulator.collective import calibrated
+from simulator.compute import fwd_bwd, host_slowdown, kernel_time, sharing_waits
 from simulator.cp_comm import cp_bytes_per_layer, layer_cp_s
-from simulator.engine import PhaseCache, Span, execute, time_alone
+from simulator.engine import PhaseCache, Span, execute
 from simulator.flows import FlowNetwork
 from simulator.network import Topology, build_topology
-from simulator.tp_overlap import layer_tp_s, tp_bytes_per_layer, tp_collective_s
-from vocabulary.names import COMPRESSION_KINDS, RECOMPUTE
-
-DEFAULT_ALGO = "auto"  # per collective and size, the fastest registered algorithm
-# bounds far below or above any training run: a typo is refused, not priced
-MIN_MFU = 1e-3
-MAX_ACCUM = 10**9  # micro-batches in one step
-
-
-@dataclass(frozen=True)
-class StepConfig:
-    model: ModelProfile
-    hardware: HardwareProfile
-    gpus: int
-    scheme: SchemeConfig
-    micro_batch: int = 1
-    seq_len: int | None = None  # default: the model profile's
-    grad_accum: int = 1  # ignored when global_batch is given
-    global_batch: int | None = None  # sequences per step over all data-parallel ranks
-    tp: int = 1
-    dtypes: Dtypes = field(default_factory=Dtypes)
-    algo: str = DEFAULT_ALGO
-    chunks: int | None = None  # layer chunks for gradient release; default: one per layer
-    recompute: str = "none"  # none | selective (attention core) | full (the whole layer)
-    sequence_parallel: bool = True  # Megatron's sequence parallelism with tensor parallelism
-    mfu: float | None = None  # the user's MFU; None: from the profile (shapes or its MFU)
-    attention: str = "flash"  # flash | unfused (Megatron-LM before FlashAttention)
-    pp: int = 1  # pipeline-parallel stages (simulator/pipeline.py)
-    pp_schedule: str = "1f1b"  # 1f1b | interleaved
-    virtual_stages: int | None = None  # model chunks per stage, interleaved; None: 2
-    # tensor-parallel collectives overlapped with their GEMMs (simulator/tp_overlap.py)
-    tp_comm_overlap: bool = False
-    # context-parallel ranks splitting each sequence (simulator/cp_comm.py); they share the
-    # micro-batch, so the data-parallel degree (and the batch) is gpus / (tp pp cp)
-    cp: int = 1
-    # the layers' linear GEMMs in FP8 (Transformer Engine) and their sequence-parallel
-    # all-gathers (simulator/roofline.py, simulator/tp_overlap.py)
-    fp8: bool = False
-
-    @property
-    def chunks_pp(self) -> int:
-        """Model chunks per pipeline stage: 1 for 1F1B."""
-        if self.pp_schedule != "interleaved":
-            return 1
-        return 2 if self.virtual_stages is None else self.virtual_stages
-
-    @property
-    def seq(self) -> int:
-        return self.model.arch.seq_len if self.seq_len is None else self.seq_len
-
-    @property
-    def stage0_layers(self) -> int:
-        """Layers on the first pipeline stage (all of them without pipelining)."""
-        from simulator.pipeline import stage_layers
-
-        if self.pp == 1:
-            return self.model.arch.n_layers
-        return sum(stage_layers(self.model.arch.n_layers, self.pp, self.chunks_pp)[0])
-
-    @property
-    def dp(self) -> int:
-        return self.gpus // (self.tp * self.pp * self.cp)
-
-    @property
-    def activation_values(self) -> float:
-        """One layer's activations on one GPU before the tensor-parallel split: b s h of this
-        context-parallel rank's tokens (what tensor-parallel collectives and pipeline sends
-        carry)."""
-        return self.micro_batch * self.seq / self.cp * self.model.arch.d_model
-
-    @property
-    def grad_ranks(self) -> int:
-        """Ranks of a gradient reduction (and of the distributed optimizer's shards): the data-
-        parallel ranks with the context-parallel ones, which hold other tokens of the same
-        micro-batch (Megatron-Core's data-parallel group with context parallelism)."""
-        return self.dp * self.cp
-
-    @property
-    def accum(self) -> int:
-        """Micro-batches per step: from the global batch when given."""
-        if self.global_batch is None:
-            return self.grad_accum
-        return self.global_batch // (self.micro_batch * self.dp)
-
-    @property
-    def sequences(self) -> int:
-        """Sequences per step over every data-parallel rank (the global batch, resolved)."""
-        return self.micro_batch * self.accum * self.dp
-
-    def _plan(self) -> Plan:
-        """The scheme's plan for this step's data-parallel group (of the first pipeline
-        stage, which ends the backward last)."""
-        stage = self.model.stage_tensors(self.pp, self.stage0_layers)
-        # a tensor-parallel rank holds 1/t of every weight matrix (and of the vocabulary) and
-        # the whole of every norm and bias vector, replicated over the group (Megatron)
-        tensors = [(size if vector else math.ceil(size / self.tp), vector)
-                   for size, vector in stage]
-        return plan(self.scheme, sum(size for size, _ in tensors), self.grad_ranks, self.dtypes,
-                    tensors=[size for size, _ in tensors], dense=[d for _, d in tensors])
-
-    def validate(self) -> StepConfig:
-        self.scheme.validate()
-        g = self.hardware.node.gpus_per_node
-        if not 1 <= self.gpus <= MAX_GPUS:
-            raise UserError(f"gpus must be between 1 and {MAX_GPUS:,}, got {self.gpus}")
-        if self.algo != AUTO:
-            # a forced algorithm must exist for every collective the step issues
-            known = sorted({a for algos in ALGORITHMS.values() for a in algos})
-            if self.algo not in known:
-                raise UserError(f"unknown --algo {self.algo!r}; choose auto or one of: "
-                                f"{', '.join(known)}")
-            used = {op.collective for _, s in self._plan().steps for op in s.ops}
-            if self.tp > 1:  # the tensor-parallel group's, as tp_overlap.layer_tp_s runs them
-                used |= ({"all_gather", "reduce_scatter"} if self.sequence_parallel
-                         else {"all_reduce"})
-            unsupported = sorted(op for op in used if self.algo not in ALGORITHMS[op])
-            if unsupported:
-                raise UserError(
-                    f"--algo {self.algo} does not run {', '.join(unsupported)}"
-                    f" (this step's collectives); use auto or one of: "
-                    f"{', '.join(sorted(set.intersection(*(set(ALGORITHMS[o]) for o in used))))}")
-        if self.tp < 1 or g % self.tp or self.tp > min(g, self.gpus):
-            raise UserError(f"tensor-parallel degree must divide the {g} GPUs of a "
-                            f"{self.hardware.name} node, got --tp {self.tp}")
-        if self.model.arch.n_heads % self.tp:
-            raise UserError(f"tensor-parallel degree {self.tp} must divide the "
-                            f"{self.model.arch.n_heads} attention heads of {self.model.name}")
-        if not self.model.arch.splits_over(self.tp):  # whole key/value groups per rank
-            raise UserError(f"tensor-parallel degree {self.tp} must divide the "
-                            f"{self.model.arch.n_kv_heads} key/value heads of {self.model.name}")
-        if self.tp_comm_overlap and not (self.tp > 1 and self.sequence_parallel):
-            raise UserError("--tp-comm-overlap overlaps the all-gathers and reduce-scatters of "
-                            "sequence parallelism: it needs --tp above 1 and sequence "
-                            "parallelism on")
-        check_cp(self.cp, self.seq, self.attention)
-        if self.fp8:
-            check_fp8(self.model, self.hardware, self.mfu)
-        if self.sequence_parallel and self.tp > 1 and (self.seq // self.cp) % self.tp:
-            raise UserError(f"sequence parallelism (on by default with --tp; "
-                            f"--no-sequence-parallel turns it off) splits the sequence over "
-                            f"--tp {self.tp} ranks: --seq-len {self.seq}"
-                            + (f" / --cp {self.cp}" if self.cp > 1 else "") + " does not divide")
-        if self.gpus % self.tp:
-            raise UserError(f"gpus ({self.gpus}) must be a multiple of --tp {self.tp}")
-        self._validate_pipeline()
-        if self.pp > 1 and self.scheme.scheme == "dense-zero3":
-            raise UserError("dense-zero3 (FSDP) with pipeline parallelism is not modelled: "
-                            "use --pp 1, or dense-zero1/dense-zero2 with --pp")
-        if self.recompute not in RECOMPUTE:
-            raise UserError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got "
-                            f"{self.recompute!r}")
-        if self.mfu is not None and not 0 < self.mfu <= 1:
-            raise UserError(f"--mfu must be in (0, 1], got {self.mfu:g}")
-        if self.mfu is not None and self.mfu < MIN_MFU:
-            raise UserError(f"--mfu {self.mfu:g}: below {MIN_MFU:g} ({MIN_MFU:.1%} of peak) "
-                            "is no training run; give the share of peak the GPU reaches")
-        for name, value in (("micro-batch", self.micro_batch), ("grad-accum", self.grad_accum),
-                            ("seq-len", self.seq)):
-            if value < 1:
-                raise UserError(f"{name} must be at least 1, got {value}")
-        if self.accum > MAX_ACCUM:
-            raise UserError(f"a step of {self.accum:,} micro-batches (--grad-accum or "
-                            f"--global-batch): at most {MAX_ACCUM:,}")
-        a = self.model.arch
-        if self.model.family == "gpt" and self.seq > a.seq_len:
-            # a GPT's learned position table has one row per position (its parameters count
-            # them); rotary models (llama) run longer sequences than their profile's
-            raise UserError(f"--seq-len {self.seq}: {self.model.name} has learned positions for "
-                            f"{a.seq_len} tokens; give at most {a.seq_len}, or a model profile "
-                            "with a longer context")
-        build_topology(self.hardware, self.gpus)  # the GPU count must fill whole nodes
-        if self.global_batch is not None:
-            if self.global_batch < 1:
-                raise UserError(f"--global-batch must be at least 1, got {self.global_batch}")
-            per_step = self.micro_batch * self.dp
-            if self.global_batch < per_step or self.global_batch % per_step:
-                raise UserError(
-                    f"global batch {self.global_batch} does not split into micro-batches of "
-                    f"{self.micro_batch} over {self.dp} data-parallel ranks")
-        return self
-
-
-    def _validate_pipeline(self) -> None:
-        from vocabulary.names import SCHEDULES
-
-        if self.pp < 1:
-            raise UserError(f"--pp must be at least 1, got {self.pp}")
-        if self.gpus % (self.tp * self.pp * self.cp):
-            raise UserError(f"gpus ({self.gpus}) must be a multiple of --tp x --pp "
-                            + (f"x --cp ({self.tp} x {self.pp} x {self.cp})" if self.cp > 1
-                               else f"({self.tp} x {self.pp})"))
-        if self.pp_schedule not in SCHEDULES:
-            raise UserError(f"--pp-schedule must be one of {', '.join(SCHEDULES)}, got "
-                            f"{self.pp_schedule!r}")
-        if self.virtual_stages is not None and self.pp_schedule != "interleaved":
-            raise UserError("--virtual-stages needs --pp-schedule interleaved")
-        v = self.chunks_pp
-        if v < 1 or (self.pp_schedule == "interleaved" and (v < 2 or self.pp < 2)):
-            raise UserError(f"the interleaved schedule needs --pp >= 2 and --virtual-stages "
-                            f">= 2, got --pp {self.pp}, {v} chunks")
-        if self.model.arch.n_layers < self.pp * v:
-            raise UserError(f"{self.model.name}'s {self.model.arch.n_layers} layers cannot "
-                            f"fill {self.pp} stages x {v} chunks")
-
-
-@dataclass
-class StepResult:
-    step_time_s: float
-    compute_s: float
-    compression_s: float
-    tp_comm_s: float
-    exposed_comm_s: float  # compute stream idle, waiting on data-parallel communication
-    overlapped_comm_s: float
-    bytes_per_gpu: float  # data-parallel bytes one GPU sends per step, plus tensor-parallel
-    spans: list[Span]
-    kinds: list[tuple[float, float]] = field(default_factory=list)  # (weight, step time)
-    pipeline_bubble_s: float = 0.0  # first stage idle, waiting for the other stages
-    # of compute_s, compression_s and tp_comm_s: the slowdown while collectives ran beside
-    # them (the SMs their CTAs hold, the profile's `interference`)
-    interference_s: float = 0.0
-    # context-parallel ring exchanges the compute stream waited for (simulator/cp_comm.py)
-    cp_comm_s: float = 0.0
-
-    def as_dict(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k not in ("spans", "kinds")}
-
-
-class _Stream:
-    """A stream with busy intervals, so overlap can be measured afterwards."""
-
-    def __init__(self, env: simpy.Environment, name: str):
-        self.env, self.name = env, name
-        self.lock = simpy.Resource(env, capacity=1)
-        self.busy: list[tuple[float, float]] = []
-        self.changed = env.event()  # fires when the stream starts or stops running something
-
-    def is_busy(self) -> bool:
-        return self.lock.count > 0
-
-    def toggled(self) -> None:
-        """Wake whoever waits on a change of this stream's state."""
-        fired, self.changed = self.changed, self.env.event()
-        fired.succeed()
-
-
-def _busy_overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
-    """Total time both lists of disjoint intervals cover (a two-pointer sweep)."""
-    a, b = sorted(a), sorted(b)
-    total, i, j = 0.0, 0, 0
-    while i < len(a) and j < len(b):
-        total += max(0.0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
-
-
-def _union_length(intervals: list[tuple[float, float]]) -> float:
-    total, end = 0.0, -math.inf
-    for s, e in sorted(intervals):
-        if e > end:
-            total += e - max(s, end)
-            end = e
-    return total
-
-
-@functools.lru_cache(maxsize=1024)
-def pipeline_send_s(topo: Topology, stage: int, size: float) -> float:
-    """Seconds for every GPU of the first pipeline stage (ranks 0..stage-1) to send `size`
-    bytes to its peer `stage` ranks on, all at once, on the network model (the NICs, rails
-    and fabric between nodes, NVLink inside one). Remembered per topology: the planner asks
-    it for every scheme of a layout."""
-    from simulator.collectives.base import Phase
-
-    src = np.arange(stage)
-    return time_alone(topo, [Phase("pipeline send", 1, (topo.pairs("pipeline send", src,
-                                                                   src + stage, size),))])
-
-
-class _Prefetch:
-    """ZeRO-3's backward gathers, one layer chunk ahead: before chunk c's backward the gathers
-    of chunk c + 1 are issued (chunk 0's too, first) and chunk c waits for its own."""
-
-    def __init__(self, sim, ops, parts: int):
-        self.sim, self.ops, self.parts = sim, ops, parts
-        self.issued: dict[int, list] = {}
-
-    def _buckets(self, op, c: int) -> range:
-        return range(math.floor(c * op.buckets / self.parts),
-                     math.floor((c + 1) * op.buckets / self.parts))
-
-    def _issue(self, c: int, in_flight: list) -> None:
-        if c >= self.parts or c in self.issued:
-            return
-        self.issued[c] = [p for op in self.ops for _ in self._buckets(op, c)
-                          for p in self.sim._launch(op, [op.size_bytes / op.buckets])]
-        in_flight += self.issued[c]
-
-    def before(self, c: int, in_flight: list):
-        if not self.ops:
-            return
-        self._issue(c, in_flight)
-        self._issue(c + 1, in_flight)
-        yield simpy.AllOf(self.sim.env, self.issued[c])
-
-
-def check_cp(cp: int, seq: int, attention: str = "flash") -> None:
-    """A context-parallel degree a sequence can take (StepConfig, the planner's request)."""
-    if cp < 1:
-        raise UserError(f"--cp must be at least 1, got {cp}")
-    if cp == 1:
-        return
-    if seq % (2 * cp):
-        raise UserError(f"--cp {cp} cuts the sequence into 2 x {cp} chunks (two per rank, for "
-                        f"causal balance): sequence length {seq} does not divide")
-    if attention == "unfused":
-        raise UserError(f"--cp {cp} runs attention as Transformer Engine's fused kernels ring "
-                        "it; --attention unfused has no context-parallel form")
-
-
-def tp_allreduce_s(cfg: StepConfig) -> float:
-    """One activation all-reduce of a tensor-parallel group, on its node's links alone, as
-    NCCL runs it on this profile (NVLS on an NVSwitch node with [nccl]), else `algo`."""
-    return tp_collective_s(cfg, "all_reduce", cfg.algo)
+from simulator.step_config import StepConfig, StepResult
+from simulator.streams import Prefetch, Stream, busy_overlap, pipeline_send_s, union_length
+from simulator.tp_overlap import layer_tp_s, tp_bytes_per_layer
+from vocabulary.names import COMPRESSION_KINDS
 
 
 class _StepSim:
@@ -379,8 +56,8 @@ class _StepSim:
         self.cfg, self.topo, self.cache, self.step = cfg, topo, cache, step
         self.env = simpy.Environment()
         self.net = FlowNetwork(self.env, topo.capacity())
-        self.compute = _Stream(self.env, "compute")
-        self.comm = _Stream(self.env, "comm")
+        self.compute = Stream(self.env, "compute")
+        self.comm = Stream(self.env, "comm")
         self.spans: list[Span] = []
         # gradient groups of the first pipeline stage (ranks: tp fastest, then cp, then dp, pp
         # slowest, Megatron-Core's default order); the other stages run theirs on other GPUs
@@ -606,7 +283,7 @@ class _StepSim:
                                       tp_s=tp_fwd / fwd_parts, cp_s=cp_fwd / fwd_parts)
             releases = [op for op in backward_ops if last or op.every_micro_batch]
             bwd_parts = self.n_chunks if releases else 1
-            prefetch = _Prefetch(self, [op for op in every if op.collective == "all_gather"],
+            prefetch = Prefetch(self, [op for op in every if op.collective == "all_gather"],
                                  bwd_parts)
             for c in range(bwd_parts):
                 yield from prefetch.before(c, in_flight)  # this chunk's parameters, the next's
@@ -656,9 +333,9 @@ def _run_kind(cfg: StepConfig, topo: Topology, cache: PhaseCache, step: StepPlan
     """One step kind's reported quantities (seconds) and its spans, simulated."""
     sim = _StepSim(cfg, topo, cache, step)
     t = sim.run()
-    busy = _union_length(sim.compute.busy)
-    comm = _union_length(sim.comm.busy)
-    overlap = _busy_overlap(sim.compute.busy, sim.comm.busy)
+    busy = union_length(sim.compute.busy)
+    comm = union_length(sim.comm.busy)
+    overlap = busy_overlap(sim.compute.busy, sim.comm.busy)
     return {"step": t, "compute": sim.compute_s, "compression": sim.compression_s,
             "tp": sim.tp_s, "cp": sim.cp_s, "exposed": t - busy - sim.bubble_s,
             "bubble": sim.bubble_s,

@@ -10,18 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from calibration.compute import (
-    KERNEL_BENCH,
-    PER_TENSOR_KINDS,
-    SIZES,
-    calibrate_compute,
-    fit_linear,
-    measure_concurrency,
-    measure_fwd_bwd,
-    measure_kernels,
-)
+from calibration.compute import PER_TENSOR_KINDS, calibrate_compute, measure_kernels
+from calibration.fwd_bwd import measure_concurrency, measure_fwd_bwd
+from calibration.kernel_benches import KERNEL_BENCH, SIZES
+from calibration.timing import fit_linear
 from profiles import load_model
-from profiles.hardware import COMPUTE_FIELDS, GPU_FIELDS
+from profiles.hardware_schema import COMPUTE_FIELDS, GPU_FIELDS
 from profiles.schema import validate_table
 from simulator.compute import forward_flops_per_token
 from vocabulary.names import KERNEL_BYTES

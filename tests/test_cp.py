@@ -13,7 +13,8 @@ from simulator.cp_comm import kv_block_bytes, layer_cp_s, ring_peers
 from simulator.memory import step_memory
 from simulator.network import build_topology
 from simulator.shapes import layer_shapes
-from simulator.step import StepConfig, simulate_step
+from simulator.step import simulate_step
+from simulator.step_config import StepConfig
 from tests.test_cli import scape
 
 L70 = load_model("llama-70b")

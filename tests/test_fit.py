@@ -9,7 +9,8 @@ from profiles import UserError, load_hardware, load_model
 from profiles import measured as measured_mod
 from scape.plan import make_config
 from simulator.fit import coefficients, fit_tier
-from simulator.step import StepConfig, simulate_step
+from simulator.step import simulate_step
+from simulator.step_config import StepConfig
 from tests.conftest import renamed_measured
 
 SIZES = [2 ** i * 16384 for i in range(9)]

@@ -13,7 +13,8 @@ from reports import step_fidelity
 from scape.plan import make_config
 from simulator.roofline import gemm_s
 from simulator.shapes import Gemm
-from simulator.step import StepConfig, simulate_step
+from simulator.step import simulate_step
+from simulator.step_config import StepConfig
 from simulator.tp_overlap import tp_collective_s
 from tests.test_cli import REPO, scape
 

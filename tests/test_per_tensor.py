@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from calibration.compute import FLAT_TENSORS, measure_kernels
+from calibration.compute import measure_kernels
+from calibration.kernel_benches import FLAT_TENSORS
 from profiles import ProfileError, load_hardware
 from reports.validate import runtime_plan, runtime_tensors
 from scape.plan import make_config

@@ -18,7 +18,8 @@ from simulator.pipeline import (
     stage_order,
     timeline,
 )
-from simulator.step import StepConfig, simulate_step
+from simulator.step import simulate_step
+from simulator.step_config import StepConfig
 
 H100 = load_hardware("dgx-h100")
 L7B = load_model("llama-7b")  # 32 layers

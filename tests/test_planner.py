@@ -10,7 +10,8 @@ import pytest
 from profiles import UserError, load_hardware, load_model
 from simulator.compare import parse_scheme
 from simulator.memory import memory_use, usable_bytes
-from simulator.planner import PlanRequest, best_without, plan_training
+from simulator.plan_request import PlanRequest
+from simulator.planner import best_without, plan_training
 from tests.test_cli import scape
 
 H100, A100 = load_hardware("dgx-h100"), load_hardware("dgx-a100")

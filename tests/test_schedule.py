@@ -12,7 +12,8 @@ from scape.plan import make_config, scheduled_density
 from simulator.engine import PhaseCache
 from simulator.network import build_topology
 from simulator.schedule import _at_density, run_mean
-from simulator.step import StepConfig, simulate_step
+from simulator.step import simulate_step
+from simulator.step_config import StepConfig
 
 
 def config(warmup: int, sparsity: float = 0.99, scheme: str = "scape-partitioned",

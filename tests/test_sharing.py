@@ -99,7 +99,7 @@ def test_a_shared_gpu_calibration_records_how_the_ranks_shared_it(tmp_path, monk
     """The sharing mode (MPS or time slices: timings differ by far) goes into the profile with
     the [sharing] table, and a later calibration without shared GPUs takes both away."""
     import calibration.collectives as cc
-    from calibration.compute import KERNEL_BENCH
+    from calibration.kernel_benches import KERNEL_BENCH
     from tests.test_fit import synthetic
 
     monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path))

@@ -13,7 +13,8 @@ from profiles import UserError, load_hardware, load_model
 from scape.plan import Dtypes, Plan, StepPlan, make_config, plan
 from simulator.collective import collective_time
 from simulator.compute import fwd_bwd, kernel_time
-from simulator.step import StepConfig, simulate_step
+from simulator.step import simulate_step
+from simulator.step_config import StepConfig
 from simulator.trace import chrome_trace, write_trace
 
 VISTA = load_hardware("vista-gh200")

@@ -12,7 +12,9 @@ from profiles import UserError, load_hardware, load_model
 from reports import step_fidelity
 from scape.plan import make_config
 from simulator.compute import fwd_bwd
-from simulator.step import StepConfig, simulate_step, tp_allreduce_s
+from simulator.step import simulate_step
+from simulator.step_config import StepConfig
+from simulator.streams import tp_allreduce_s
 from simulator.tp_overlap import _bulk, _pipeline, _ring, layer_tp_s
 from tests.test_cli import scape
 from tests.test_fidelity_bands import _bench

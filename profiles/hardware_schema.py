@@ -1,0 +1,215 @@
+"""The tables and keys a hardware profile may hold, each with its type and bounds
+(profiles/schema.py `Field`): what `scape profiles check` checks a file against. The
+dataclasses they are read into are profiles/hardware.py's."""
+
+from __future__ import annotations
+
+from profiles.schema import Field
+
+SOURCE = Field(str, nonempty=True)
+
+
+GPU_FIELDS = {
+    "model": Field(str, nonempty=True),
+    # upper bounds far above any GPU: a typo (1e300) is refused, not priced as infinitely fast
+    "peak_bf16_tflops": Field(float, gt=0, le=1e6, least=1e-6),
+    "memory_GB": Field(float, gt=0, le=1e6, least=1e-6),
+    "hbm_bw_GBps": Field(float, gt=0, le=1e6, least=1e-6),
+    # CPU-GPU link per direction (NVLink-C2C, PCIe; the bound refuses TB/s typos); needed to
+    # price CPU offload
+    "host_bw_GBps": Field(float, gt=0, le=1e5, required=False, least=1e-6),
+    # streaming multiprocessors: what a running NCCL kernel's CTAs take from compute
+    "sms": Field(int, ge=1, le=1024, required=False),
+    # dense FP8 (Transformer Engine's GEMMs with --fp8); needed to price them
+    "peak_fp8_tflops": Field(float, gt=0, le=1e6, required=False, least=1e-6),
+    "source": SOURCE,
+}
+
+
+NODE_FIELDS = {"gpus_per_node": Field(int, ge=1, le=1024), "source": SOURCE}
+
+
+INTRA_FIELDS = {
+    "kind": Field(str, choices=("nvlink", "pcie", "none")),
+    "bw_GBps": Field(float, ge=0, le=1e6, least=1e-6),
+    "efficiency": Field(float, gt=0, le=1, least=1e-6),
+    "latency_us": Field(float, ge=0, le=1e5),
+    "source": SOURCE,
+}
+
+
+NIC_FIELDS = {
+    "nics_per_node": Field(int, ge=1, le=64),
+    "bw_Gbps": Field(float, gt=0, le=1e6, least=1e-6),
+    "efficiency": Field(float, gt=0, le=1, least=1e-6),
+    "latency_us": Field(float, ge=0, le=1e5),
+    # a token-bucket link's bucket (the netbed's tbf, scape/netbed.py): each call's first
+    # bytes pass at once (simulator/collective.py); measured netbed profiles only
+    "burst_bytes": Field(float, ge=0, le=1e12, required=False),
+    "source": SOURCE,
+}
+
+
+# How NCCL moves bytes between nodes (DESIGN section 9). Without this table the [nic] numbers
+# are what the transport reaches (InfiniBand verbs or RoCE at the NIC's efficiency).
+# tcpx: Google's GPUDirect-TCPX and -TCPXO net plugins (GPU memory straight to the NIC, over
+# TCP; TCPXO offloads it to the NIC); which protocols they run is their env's, [nccl] proto
+TRANSPORTS = ("ib-verbs", "roce", "efa", "socket", "tcpx")
+
+
+TRANSPORT_FIELDS = {
+    "kind": Field(str, choices=TRANSPORTS),
+    # of the NIC line rate, for bulk collectives
+    "efficiency": Field(float, gt=0, le=1, least=1e-6),
+    "latency_us": Field(float, ge=0, le=1e5),  # per inter-node ring step
+    "call_us": Field(float, ge=0, le=1e6),  # fixed cost of one inter-node collective call
+    # bytes a ring step stores and forwards as one unit through the NIC (NCCL's proxy slice
+    # times the ring channels sharing the NIC); absent or 0: bytes stream, no fill per step
+    "chunk_kib": Field(float, ge=0, le=1 << 20, required=False),
+    # what each network message costs beyond NCCL's own per-step figure for the network (hwLat
+    # NET, set on InfiniBand), where the plugin does not report it to NCCL: an NCCL-tuned call
+    # pays it at every network step of its critical path, NCCL's tuner does not see it; absent: 0
+    "message_us": Field(float, ge=0, le=1e5, required=False),
+    "source": SOURCE,
+}
+
+
+# NCCL as this machine runs it (simulator/nccl.py): which algorithms and protocols its tuner may
+# pick and the channels its graph search finds; without this table the simulator runs every
+# collective as the Simple protocol with the algorithm fastest in its own model.
+NCCL_FIELDS = {
+    "arch": Field(str, choices=("volta", "ampere", "hopper", "blackwell")),
+    "nvls": Field(bool),  # NVLink SHARP in the NVSwitches (NCCL enables it by default)
+    "channels": Field(int, ge=1, le=64),  # graph channels the tuner's per-channel caps count
+    # the host's time to enqueue and launch one NCCL call on one GPU: calls launched back to
+    # back come no faster than one per (this x GPUs the process drives), so a GPU that
+    # finishes sooner waits for the next launch; what `scape collective` prices, as
+    # nccl-tests measures (its -g N: one process, N GPUs); not applied inside a training
+    # step, where the host enqueues ahead of the GPU
+    "launch_us": Field(float, ge=0, le=1e4),
+    # latency the network plugin adds to every inter-node step (NCCL's latencyInter: 0 for its
+    # IB verbs transport, which reports none; Simple pays it twice, tuning.cc)
+    "net_latency_us": Field(float, ge=0, le=1e5, required=False),
+    # CollNet (SHARP in the IB switches): NCCL runs it only with NCCL_COLLNET_ENABLE=1 and the
+    # SHARP plugin, off by default; true where the cluster turns it on
+    "collnet": Field(bool, required=False),
+    # NCCL_PROTO as the platform's own environment sets it (comma-separated, NCCL's syntax,
+    # e.g. "Simple,LL128"); absent: every protocol NCCL enables by itself
+    "proto": Field(str, nonempty=True, required=False),
+    "source": SOURCE,
+}
+
+
+FABRIC_FIELDS = {
+    "topology": Field(str, choices=("fat-tree",)),
+    "nodes_per_leaf": Field(int, ge=1, le=1 << 16),
+    "oversubscription": Field(float, ge=1, le=1000),  # a fat tree beyond 1000:1 is no fabric
+    "switch_latency_us": Field(float, ge=0, le=1e5),
+    "source": SOURCE,
+}
+
+
+COMPUTE_FIELDS = {
+    # model FLOPs utilization of forward and backward; optional where [roofline] prices them
+    "mfu": Field(float, gt=0, le=1, required=False, least=1e-6),
+    "mem_efficiency": Field(float, gt=0, le=1, least=1e-6),
+    # fractional compute slowdown while a collective runs beside it; absent: derived from the
+    # SMs a running collective holds (nccl_ctas, one CTA per NCCL channel) out of [gpu] sms
+    "interference": Field(float, ge=0, le=1, required=False),
+    "nccl_ctas": Field(int, ge=1, le=256, required=False),
+    # host time every step pays besides forward/backward and kernels (timers, clipping,
+    # bookkeeping); absent: not modelled
+    "step_fixed_ms": Field(float, ge=0, le=1e6, required=False),
+    "source": SOURCE,
+}
+
+
+# Forward and backward from shapes (simulator/roofline.py); without this table a profile's
+# [compute] mfu prices them from FLOPs alone.
+ROOFLINE_FIELDS = {
+    # the best matmul's share of peak bf16
+    "gemm_peak_fraction": Field(float, gt=0, le=1, least=1e-6),
+    "gemm_launch_us": Field(float, ge=0, le=1e4),  # fixed seconds per kernel
+    "gemm_blend": Field(float, ge=1, le=16),  # smooth-max exponent of the two rooflines
+    # FlashAttention forward, share of peak
+    "attn_fwd_fraction": Field(float, gt=0, le=1, least=1e-6),
+    "attn_bwd_fraction": Field(float, gt=0, le=1, least=1e-6),
+    # FlashAttention-2 itself, where the fractions above are another kernel's (cuDNN's fused
+    # attention on H100): the rates of `--attention flash2`, stacks that predate that kernel
+    "attn_flash2_fwd_fraction": Field(float, gt=0, le=1, required=False, least=1e-6),
+    "attn_flash2_bwd_fraction": Field(float, gt=0, le=1, required=False, least=1e-6),
+    # share of those benchmark peaks a whole training step sustains (clocks under sustained
+    # load, shapes other than the benchmarks'): applied to GEMMs and attention
+    "sustained": Field(float, gt=0, le=1, least=1e-6),
+    # an FP8 GEMM's share of [gpu] peak_fp8_tflops: needed, with it, to price --fp8
+    "fp8_gemm_peak_fraction": Field(float, gt=0, le=1, required=False, least=1e-6),
+    "source": SOURCE,
+}
+
+
+# as the planner's --price-per-gpu-hour (simulator/planner.py MAX_PRICE): far above any rent
+PRICE_FIELDS = {"usd_per_gpu_hour": Field(float, gt=0, le=1e6, least=1e-6), "source": SOURCE}
+
+
+REFERENCE_FIELDS = {
+    "ring_allreduce_busbw_GBps": Field(float, gt=0),
+    "ring_allreduce_gpus": Field(int, ge=2),
+    "source": SOURCE,
+}
+
+
+# Tables only measured profiles carry (profiles/measured.py, `scape calibrate`).
+COLLECTIVE_FIELDS = {
+    "algo": Field(str, nonempty=True),  # how the backend runs it (a simulator algorithm)
+    "efficiency": Field(float, gt=0, le=1, least=1e-6),  # of the tier's fitted bandwidth
+    "residual_median_pct": Field(float, ge=0, le=1e6),
+    "residual_max_pct": Field(float, ge=0, le=1e6),
+}
+
+
+KERNEL_FIELDS = {
+    "fixed_us": Field(float, ge=0, le=1e7),
+    "ns_per_element": Field(float, ge=0, le=1e9),
+    "residual_pct": Field(float, ge=0, le=1e6),
+    # kernels that loop over the model's parameter tensors (calibration/compute.py
+    # PER_TENSOR_KINDS): how many the benchmark had, and what one more costs
+    "tensors": Field(int, ge=1, required=False),
+    "per_tensor_us": Field(float, ge=0, le=1e7, required=False),
+}
+
+
+MEASURED_ONLY = ("measured", "collectives", "kernels", "fwd_bwd", "concurrency", "overlap",
+                 "sharing")
+
+
+# [measured]: provenance `scape calibrate` writes. The keys code reads are typed (validate,
+# refit and reproduce act on them); the rest are strings for people. A key outside both is a
+# typo of one of them, refused like any unknown key.
+MEASURED_FIELDS = {
+    "network_netbed": Field(str, required=False, nonempty=True),
+    "network_backend": Field(str, required=False, choices=("gloo", "nccl")),
+    "network_share_gpu": Field(bool, required=False),
+    "network_fit_median_residual_pct": Field(float, required=False, ge=0, le=1e6),
+    "compute_model": Field(str, required=False, nonempty=True),
+    "compute_micro_batch": Field(int, required=False, ge=1),
+    "gpu_profile": Field(str, required=False, nonempty=True),
+    **{key: Field(str, required=False) for key in (
+        "network", "network_date", "network_host", "network_device", "network_torch",
+        "network_nprocs", "network_refit", "network_gpu_sharing", "device", "compute_torch",
+        "compute_date", "compute_cuda", "compute_nccl", "compute_driver", "compute_gpu_sharing",
+        "kernel_authors_step", "kernels_note", "driver", "cuda", "torch", "nccl", "python",
+        "date", "host", "command")},
+}
+
+
+# the keys of the other measured tables (their lists are checked where they are read)
+MEASURED_KEYS = {
+    "concurrency": ("ranks", "slowdown", "source"),
+    "overlap": ("ranks", "async_interference", "source"),
+    "fwd_bwd": ("model", "micro_batch", "seq_len", "fwd_s", "bwd_s", "total_s", "flops",
+                "source"),
+    "sharing": ("ranks", "elements", "extra_us", "extra_mean_us", "source"),
+}
+
+
+TOP_FIELDS = {"name": Field(str, nonempty=True), "description": Field(str, nonempty=True)}
