@@ -55,7 +55,8 @@ def reproduce(
 ):
     """The SCAPE paper's setting predicted, next to the paper's figures, with assumptions."""
     check_format(fmt)
-    from reports.reproduce import DEFAULT_HARDWARE, write_report
+    from reports.reproduce import write_report
+    from reports.reproduce_settings import DEFAULT_HARDWARE
 
     hardware = DEFAULT_HARDWARE if hardware is None else hardware
     files = write_report(out_folder(out, "out/reproduce"), hardware, compute_profile)

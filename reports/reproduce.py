@@ -9,94 +9,36 @@ paper's numbers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from itertools import pairwise
 from pathlib import Path
 
 import pandas as pd
 
-from profiles import HardwareProfile, UserError, load_hardware, load_model
+from profiles import HardwareProfile, UserError, load_hardware
+from reports.reproduce_checks import (
+    compute_check,
+    measured_compute,
+    sensitivity,
+    sensitivity_figure,
+    side_by_side,
+)
+from reports.reproduce_settings import (
+    DEFAULT_HARDWARE,
+    DISTOPT_SCAPE,
+    GPUS,
+    LOGGED_SCHEDULE,
+    PAPER,
+    RUN_STEPS,
+    SCHEMES,
+    SETTINGS,
+    TABLE,
+    WHAT_IF_HARDWARE,
+    setting_config,
+)
 from reports.tables import git_revision, markdown, refuse_special_files
-from scape.plan import Dtypes, make_config
 from simulator.memory import memory_columns
 from simulator.schedule import piecewise_mean
 from simulator.step import simulate_step
-from simulator.step_config import StepConfig
-
-SCRIPTS = "mz687/SCAPE_SC26 (the SCAPE authors' code), slurm_scripts/vista/"
-
-
-@dataclass(frozen=True)
-class Setting:
-    model: str
-    micro_batch: int
-    global_batch: int
-    seq_len: int
-    dense_scheme: str  # dense-ddp (all-reduce) or dense-zero1 (distributed optimizer)
-    source: str
-
-
-SETTINGS = (
-    Setting("gpt-345m", 8, 512, 1024, "dense-ddp",
-            SCRIPTS + "baseline/AdamS/gpt-345M/pretrain_gpt_345M.sh: --micro-batch-size 8 "
-            "--global-batch-size 512 --seq-length 1024, no --use-distributed-optimizer"),
-    Setting("llama-500m", 16, 1024, 4096, "dense-ddp",
-            SCRIPTS + "baseline/AdamS/llama2-H2O-500M/pretrain_llama2_500M_baseline.sh: "
-            "--micro-batch-size 16 --global-batch-size 1024 --seq-length 4096, no "
-            "--use-distributed-optimizer (run log: use_distributed_optimizer False)"),
-    Setting("llama-1.8b", 8, 1024, 2048, "dense-ddp",
-            SCRIPTS + "scaling_efficiency/ (AdamS/1.8B/comp_comm_breakdown and "
-            "SCAPE/d_0.01/use_distributed_optimizer/1.8B): --micro-batch-size 8 "
-            "--global-batch-size 1024 --seq-length 2048; the table the paper's 3.26x matches "
-            "(tools/plot_step_time_histogram_1.8B_micro_bs_8.py) sets dense AdamS without, "
-            "SCAPE with --use-distributed-optimizer"),
-)
-GPUS = 32
-SCHEMES = (("dense-adamw", 0.0), ("dense-adams", 0.0), ("scape", 0.9), ("scape", 0.99))
-# SCAPE with the distributed optimizer where the authors' table behind the paper's figure ran
-# it so (profiles/external/scape-sc26.toml, series scape-d0.01-distopt)
-DISTOPT_SCAPE = {"llama-1.8b"}
-# The authors' own measurement of each paper figure: (model, series) of the dense and the
-# SCAPE step times in profiles/external/scape-sc26.toml, at GPUS GPUs.
-TABLE = {("llama-1.8b", "scape", 0.99): ("adams", "scape-d0.01-distopt")}
-DEFAULT_HARDWARE = "vista-gh200-socket"  # NCCL over TCP sockets, as the authors ran
-WHAT_IF_HARDWARE = "vista-gh200"  # the same cluster over InfiniBand verbs
-# The paper's figures (abstract): metric name and value, per (model, scheme, sparsity).
-PAPER = {
-    ("llama-1.8b", "scape", 0.99): ("per-step speedup over dense AdamS", 3.26),
-    ("llama-500m", "scape", 0.9): ("end-to-end time reduction vs dense AdamS", 0.433),
-}
-# The density schedule of the authors' logged Llama-500M SCAPE run, (step, density) with
-# straight lines between and the last density held to RUN_STEPS: dense (the reducer at d = 1) to
-# step 2000, then linear to 0.1 at 10000 (--topk-adams-start-iter 2000 --topk-adams-density-start
-# 1 --topk-adams-density-warmup-steps 8000 --topk-adams-density 0.1 --train-iters 100000; the
-# log's density lines match 1 - 0.9 (S - 2000) / 8000: profiles/external/scape-sc26.logs-500m.md)
-LOGGED_SCHEDULE = {("llama-500m", "scape", 0.9): ((0, 1.0), (2000, 1.0), (10000, 0.1))}
-RUN_STEPS = 100_000
-# Megatron-LM as the authors ran it: bf16 parameters, fp32 gradient reduction
-# (--accumulate-allreduce-grads-in-fp32), no overlap flags, hence one bucket.
-DTYPES = Dtypes(grad_bytes=4, param_bytes=2)
-NO_OVERLAP = {"overlap_grad_reduce": False, "overlap_param_gather": False,
-              "bucket_bytes": float("inf")}
-NIC_SWEEP_GBPS = (25, 50, 100, 200, 400, 800)
-MICRO_BATCH_SWEEP = (1, 2, 4, 8, 16, 32)
-
-
-def _config(s: Setting, hw: HardwareProfile, scheme: str, sparsity: float,
-            micro_batch: int | None = None) -> StepConfig:
-    """The setting's step; another micro-batch keeps the setting's gradient accumulation, so
-    the global batch (and the compute per step) scales with it."""
-    if scheme == "scape":
-        extra = {"distributed_optimizer": True} if s.model in DISTOPT_SCAPE else {}
-        cfg = make_config("scape", sparsity=sparsity, extra=extra, **NO_OVERLAP)
-    else:
-        optimizer = scheme.removeprefix("dense-")
-        cfg = make_config(s.dense_scheme, optimizer=optimizer, **NO_OVERLAP)
-    mb = s.micro_batch if micro_batch is None else micro_batch
-    accum = s.global_batch // (s.micro_batch * GPUS)
-    return StepConfig(load_model(s.model), hw, GPUS, cfg, micro_batch=mb, seq_len=s.seq_len,
-                      global_batch=mb * GPUS * accum, dtypes=DTYPES)
-
 
 LOG_ROWS = "scape-sc26.logs-500m.rows"  # profiles/external/: the 500M logs' iteration times
 
@@ -154,13 +96,14 @@ def predict(hw: HardwareProfile) -> pd.DataFrame:
     authors' table figure behind it."""
     rows = []
     for s in SETTINGS:
-        results = {(name, sp): simulate_step(_config(s, hw, name, sp)) for name, sp in SCHEMES}
+        results = {(name, sp): simulate_step(setting_config(s, hw, name, sp))
+                   for name, sp in SCHEMES}
         base = results[("dense-adams", 0.0)].step_time_s
         for (name, sp), r in results.items():
             metric, value = PAPER.get((s.model, name, sp), (None, None))
             speedup = base / r.step_time_s
             schedule = LOGGED_SCHEDULE.get((s.model, name, sp))
-            run = (piecewise_mean(_config(s, hw, name, sp), list(schedule), RUN_STEPS)
+            run = (piecewise_mean(setting_config(s, hw, name, sp), list(schedule), RUN_STEPS)
                    if schedule else None)
             predicted = {None: None, "per-step speedup over dense AdamS": speedup,
                          "end-to-end time reduction vs dense AdamS":
@@ -178,7 +121,7 @@ def predict(hw: HardwareProfile) -> pd.DataFrame:
                 "run_mean_step_s": run.mean_step_s if run else None,
                 "hardware": hw.name,
                 # a step no GPU of `hw` can hold is flagged, as `compare` flags it
-                **{k: v for k, v in memory_columns(_config(s, hw, name, sp)).items()
+                **{k: v for k, v in memory_columns(setting_config(s, hw, name, sp)).items()
                    if k in ("memory_GB", "usable_memory_GB", "fits_memory")},
             })
     return pd.DataFrame(rows)
@@ -236,141 +179,6 @@ def assumptions(hw: HardwareProfile) -> pd.DataFrame:
                  f"for {', '.join(sorted(DISTOPT_SCAPE))}",
                  "mz687/SCAPE_SC26 fp8_topk_adams_reducer.py (scape/plan/scape_authors.py)"))
     return pd.DataFrame(rows, columns=["assumption", "value", "source"])
-
-
-def sensitivity(hw: HardwareProfile) -> pd.DataFrame:
-    """SCAPE-99% speedup over dense AdamS against NIC bandwidth and against micro-batch."""
-    rows = []
-    for s in SETTINGS:
-        for gbps in NIC_SWEEP_GBPS:
-            h = replace(hw, nic=replace(hw.nic, bw_Gbps=float(gbps)))
-            dense = simulate_step(_config(s, h, "dense-adams", 0.0)).step_time_s
-            sparse = simulate_step(_config(s, h, "scape", 0.99)).step_time_s
-            rows.append({"model": s.model, "sweep": "nic_Gbps", "x": gbps,
-                         "speedup": dense / sparse})
-        for mb in MICRO_BATCH_SWEEP:
-            dense = simulate_step(_config(s, hw, "dense-adams", 0.0, mb)).step_time_s
-            sparse = simulate_step(_config(s, hw, "scape", 0.99, mb)).step_time_s
-            rows.append({"model": s.model, "sweep": "micro_batch", "x": mb,
-                         "speedup": dense / sparse})
-    return pd.DataFrame(rows)
-
-
-def sensitivity_figure(df: pd.DataFrame, path: Path, hardware: str) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for ax, (sweep, xlabel) in zip(axes, (("nic_Gbps", "NIC bandwidth per node (Gb/s)"),
-                                          ("micro_batch", "micro-batch size (grad-accum as in "
-                                           "the setting)")), strict=True):
-        part = df[df["sweep"] == sweep]
-        for model, g in part.groupby("model"):
-            ax.plot(g["x"], g["speedup"], marker="o", label=model)
-        ax.axhline(3.26, color="grey", linestyle="--", linewidth=1,
-                   label="paper: 3.26x (Llama-1.8B)")
-        ax.set_xscale("log", base=2)
-        ticks = sorted(part["x"].unique())
-        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel("SCAPE 99% step speedup over dense AdamS")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(f"Sensitivity of the predicted SCAPE speedup ({GPUS} GPUs, {hardware} profile)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
-def measured_compute(hw: HardwareProfile, compute_profile: str) -> tuple[HardwareProfile, dict]:
-    """`hw` with each setting's forward and backward priced at the rate a measured profile
-    timed for that model (issue 15 item 4): its MFU of its own matmul peak x that peak is the
-    achieved FLOP/s; over the datasheet peak of its GPU ([measured] gpu_profile, a shipped
-    profile) that is an MFU, which on `hw`'s GPU scales with the two datasheet peaks (an
-    H100 and a GH200's Hopper GPU: the same 989.4 TFLOP/s). Returns (that profile, the MFU
-    per model)."""
-    if not compute_profile.strip():
-        raise UserError("--compute-profile: give a measured profile, measured/NAME (scape "
-                        "calibrate compute writes one)")
-    try:
-        m = load_hardware(compute_profile)
-    except UserError as exc:
-        if "unknown hardware profile" not in str(exc):  # a profile found but broken: as is
-            raise
-        raise UserError(f"--compute-profile {compute_profile}: {exc}; a measured profile is "
-                        "named measured/NAME (scape profiles list shows them)") from None
-    if not m.measured:
-        raise UserError(f"--compute-profile {compute_profile}: not a measured profile; give "
-                        "measured/NAME (scape calibrate compute writes one)")
-    ref_name = m.measured.get("gpu_profile")
-    if not ref_name:
-        raise UserError(f"--compute-profile {compute_profile}: its [measured] table names no "
-                        "gpu_profile (the shipped profile of the GPU it measured, whose "
-                        "datasheet peak turns its speed into an MFU)")
-    try:
-        ref = load_hardware(ref_name)
-    except UserError as exc:
-        raise UserError(f"--compute-profile {compute_profile}: its [measured] gpu_profile "
-                        f"{ref_name!r} is no hardware profile here ({exc})") from None
-    mfus = {}
-    for s in SETTINGS:
-        timed = s.model in m.model_mfu or m.measured.get("compute_model") == s.model
-        if not timed:
-            raise UserError(f"--compute-profile {compute_profile}: it timed no forward and "
-                            f"backward of {s.model}; run scape calibrate compute --model "
-                            f"{s.model} there")
-        mfus[s.model] = m.mfu_for(s.model) * m.gpu.peak_bf16_tflops / ref.gpu.peak_bf16_tflops
-        if mfus[s.model] > 1:  # faster than the named GPU's datasheet: not that GPU
-            raise UserError(f"--compute-profile {compute_profile}: {s.model} ran at "
-                            f"{mfus[s.model]:,.2f}x the datasheet peak of its [measured] "
-                            f"gpu_profile {ref_name} ({ref.gpu.peak_bf16_tflops:g} TFLOP/s); "
-                            "that names another GPU than the one it measured")
-    return replace(hw, model_mfu={**hw.model_mfu, **mfus}), mfus
-
-
-def compute_check(hw: HardwareProfile, pred: pd.DataFrame, measured: pd.DataFrame, mfus: dict,
-                  compute_profile: str) -> pd.DataFrame:
-    """Dense AdamS's forward+backward per step on 32 GPUs, as `hw` prices it (`pred`, from
-    `predict`) and from the measured compute (`measured`, `predict` of `measured_compute`'s
-    profile), against the authors' GH200 computation time (the models they report)."""
-    from profiles.external import authors_compute_rows
-
-    authors = {r.model: r for r in authors_compute_rows() if r.gpus == GPUS}
-
-    def dense_compute_s(df: pd.DataFrame, model: str) -> float:
-        return float(df.loc[(df["model"] == model) & (df["scheme"] == "dense-adams"),
-                            "compute_s"].iloc[0])
-
-    rows = []
-    for s in SETTINGS:
-        model_s, meas_s = dense_compute_s(pred, s.model), dense_compute_s(measured, s.model)
-        row = authors.get(s.model)
-        # their table ran micro-batch 8; a step holds the same tokens at any micro-batch (the
-        # global batch is fixed), so the setting's own micro-batch is compared as it is
-        paper_s = row.value / 1e3 if row is not None else None
-        rows.append({
-            "model": s.model, "micro_batch": s.micro_batch,
-            "profile_compute_s": model_s, "measured_compute_s": meas_s,
-            "measured_mfu": mfus[s.model], "profile_mfu": hw.mfu_for(s.model),
-            "authors_compute_s": paper_s,
-            "profile_err_pct": None if paper_s is None else 100 * (model_s / paper_s - 1),
-            "measured_err_pct": None if paper_s is None else 100 * (meas_s / paper_s - 1),
-            "compute_profile": compute_profile,
-            "authors_source": None if row is None else row.cite,
-        })
-    return pd.DataFrame(rows)
-
-
-def side_by_side(pred: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
-    """Each (model, scheme) step predicted with the profile's compute and with the measured
-    compute."""
-    keys = ["model", "scheme", "sparsity"]
-    cols = ["step_time_s", "compute_s", "speedup_vs_dense_adams"]
-    return pred[keys + cols].merge(measured[keys + cols], on=keys,
-                                   suffixes=("", "_measured_compute"))
 
 
 def write_report(out: Path, hardware: str = DEFAULT_HARDWARE,

@@ -1,4 +1,5 @@
-"""profiles/quality.py reads what bench/convergence_protocol.py writes."""
+"""profiles/quality.py reads what bench/convergence_protocol.py writes (its report,
+bench/convergence_report.py)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ from profiles import ProfileError
 from profiles.files import ROOT
 from profiles.quality import load_quality
 
-BENCH = ROOT.parent / "bench" / "convergence_protocol.py"
+BENCH = ROOT.parent / "bench" / "convergence_report.py"
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("convergence_protocol", BENCH)
+    spec = importlib.util.spec_from_file_location("convergence_report", BENCH)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look themselves up there
     spec.loader.exec_module(module)

@@ -8,7 +8,8 @@ import re
 
 import pytest
 
-from reports.reproduce import PAPER, SCHEMES, SETTINGS, write_report
+from reports.reproduce import write_report
+from reports.reproduce_settings import PAPER, SCHEMES, SETTINGS
 from tests.test_cli import scape
 
 
@@ -83,7 +84,7 @@ def test_measured_compute_side_by_side(tmp_path):
     import pandas as pd
 
     from profiles import load_hardware
-    from reports.reproduce import measured_compute
+    from reports.reproduce_checks import measured_compute
 
     files = write_report(tmp_path, compute_profile="measured/h100-2026-11-26")
     both = pd.read_csv(files["measured_compute"])
