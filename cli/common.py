@@ -13,6 +13,15 @@ from profiles import UserError
 from reports.tables import FORMATS
 from scape.train import CORPORA
 from simulator.collectives import ALGORITHMS, AUTO
+from simulator.options import (
+    Batch,
+    Overlap,
+    Parallelism,
+    Precision,
+    Pricing,
+    SchemeOptions,
+    StepOptions,
+)
 from simulator.step_config import StepConfig
 from vocabulary.names import (
     ATTENTION,
@@ -198,3 +207,25 @@ def _rank_counts(text: str) -> list[int]:
         raise UserError(f"--nprocs lists {', '.join(map(str, twice))} twice ({text!r}): give "
                         "each rank count once")
     return worlds
+
+
+def step_options(flags: dict, spec: str) -> StepOptions:
+    """The option objects of a step (simulator/options.py) from a command's flags, by their
+    parameter names (simulate and compare declare them alike; the scheme options compare
+    lacks are None: not given). `spec` is the scheme, simulate's --scheme or compare's
+    --baseline."""
+    f = {**dict.fromkeys(SchemeOptions.__dataclass_fields__), **flags}
+    return StepOptions(
+        f["model"], f["hardware"], f["gpus"],
+        scheme=SchemeOptions(spec, f["sparsity"], f["bits"], f["optimizer"],
+                             f["update_scope"], f["refresh_every"], f["error_feedback"],
+                             f["score"], f["sync"], f["distopt"], f["residual_offload"],
+                             f["param_offload"], f["density_warmup"],
+                             f["density_dense_steps"], f["density_shape"], f["run_steps"]),
+        batch=Batch(f["micro_batch"], f["seq_len"], f["grad_accum"], f["global_batch"]),
+        parallelism=Parallelism(f["tp"], f["pp"], f["pp_schedule"], f["virtual_stages"],
+                                f["recompute"], f["sequence_parallel"], f["cp"]),
+        precision=Precision(f["grad_dtype"], f["param_dtype"], f["fp8"]),
+        overlap=Overlap(f["overlap_grad"], f["overlap_param"], f["bucket_mb"],
+                        f["tp_comm_overlap"]),
+        pricing=Pricing(f["algo"], f["mfu"], f["attention"]))

@@ -28,27 +28,16 @@ from cli.common import (
     SyncChoice,
     _schedule_name,
     _schedule_text,
+    step_options,
 )
 from cli.outputs import output_file
 from reports.step_fidelity import how_sure, layout_of
 from reports.step_rows import compare_rows, simulate_row
 from reports.tables import check_format, render
 from simulator.collective import describe
-from simulator.compare import (
-    DEFAULT_SCHEMES,
-    resolved_scheme,
-)
+from simulator.compare import DEFAULT_SCHEMES, resolved_scheme
 from simulator.network import build_topology
-from simulator.options import (
-    Batch,
-    Overlap,
-    Parallelism,
-    Precision,
-    Pricing,
-    SchemeOptions,
-    StepOptions,
-    compute_model,
-)
+from simulator.options import compute_model
 from simulator.trace import write_trace
 from vocabulary.names import scheme_names
 
@@ -109,18 +98,7 @@ def simulate(
     check_format(fmt)
     if trace is not None:
         output_file(trace, "--trace")
-    opts = StepOptions(
-        model, hardware, gpus,
-        scheme=SchemeOptions(scheme, sparsity, bits, optimizer, update_scope, refresh_every,
-                             error_feedback, score, sync, distopt, residual_offload,
-                             param_offload, density_warmup, density_dense_steps, density_shape,
-                             run_steps),
-        batch=Batch(micro_batch, seq_len, grad_accum, global_batch),
-        parallelism=Parallelism(tp, pp, pp_schedule, virtual_stages, recompute,
-                                sequence_parallel, cp),
-        precision=Precision(grad_dtype, param_dtype, fp8),
-        overlap=Overlap(overlap_grad, overlap_param, bucket_mb, tp_comm_overlap),
-        pricing=Pricing(algo, mfu, attention))
+    opts = step_options(locals(), scheme)  # built once from the flags, passed whole
     row, cfg, result, steps = simulate_row(opts, trace=trace is not None)
     if trace:  # the trace carries the options and results of its row
         write_trace(trace, result.spans, f"{model} on {gpus} x {hardware}: {scheme}", row)
@@ -200,19 +178,7 @@ def compare_cmd(
 ):
     """Every scheme side by side with its speedup over the baseline."""
     check_format(fmt)
-    opts = StepOptions(
-        model, hardware, gpus,
-        scheme=SchemeOptions(baseline, sync=sync, distopt=distopt,
-                             residual_offload=residual_offload, param_offload=param_offload,
-                             density_warmup=density_warmup,
-                             density_dense_steps=density_dense_steps,
-                             density_shape=density_shape, run_steps=run_steps),
-        batch=Batch(micro_batch, seq_len, grad_accum, global_batch),
-        parallelism=Parallelism(tp, pp, pp_schedule, virtual_stages, recompute,
-                                sequence_parallel, cp),
-        precision=Precision(grad_dtype, param_dtype, fp8),
-        overlap=Overlap(overlap_grad, overlap_param, bucket_mb, tp_comm_overlap),
-        pricing=Pricing(algo, mfu, attention))
+    opts = step_options(locals(), baseline)  # built once from the flags, passed whole
     df, asked, cfg, steps = compare_rows(opts, schemes)
     extra = opts.scheme.reducer_extra()
     if fmt != "table":  # every row carries the configuration it was simulated in

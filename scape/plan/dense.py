@@ -3,34 +3,28 @@ optimizer, DeepSpeed/FSDP sharding), DESIGN section 4."""
 
 from __future__ import annotations
 
-from scape.plan.common import _buckets, _grad_phase, _optimizer, _param_phase
-from scape.plan.types import (
-    CommOp,
-    Dtypes,
-    Plan,
-    SchemeConfig,
-    StepPlan,
-)
+from scape.plan.common import buckets, grad_phase, optimizer_kernel, param_phase
+from scape.plan.types import CommOp, Dtypes, Plan, SchemeConfig, StepPlan
 
 
 def dense_ddp(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
     """Full gradient all-reduce, bucketed and overlapped with backward; every rank updates N."""
     size = n * dt.grad_bytes
-    op = CommOp("grad all-reduce", "all_reduce", size, _grad_phase(cfg),
-                _buckets(size, dt.grad_bytes, cfg, world))
-    return Plan(cfg.scheme, ((1.0, StepPlan((op,), (_optimizer(cfg, n),))),))
+    op = CommOp("grad all-reduce", "all_reduce", size, grad_phase(cfg),
+                buckets(size, dt.grad_bytes, cfg, world))
+    return Plan(cfg.scheme, ((1.0, StepPlan((op,), (optimizer_kernel(cfg, n),))),))
 
 
 def dense_zero1(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
     """Megatron distributed optimizer: gradient reduce-scatter, shard update, param all-gather."""
     g, p = n * dt.grad_bytes, n * dt.param_bytes
     ops = (
-        CommOp("grad reduce-scatter", "reduce_scatter", g, _grad_phase(cfg),
-               _buckets(g, dt.grad_bytes, cfg, world)),
-        CommOp("param all-gather", "all_gather", p, _param_phase(cfg),
-               _buckets(p, dt.param_bytes, cfg, world)),
+        CommOp("grad reduce-scatter", "reduce_scatter", g, grad_phase(cfg),
+               buckets(g, dt.grad_bytes, cfg, world)),
+        CommOp("param all-gather", "all_gather", p, param_phase(cfg),
+               buckets(p, dt.param_bytes, cfg, world)),
     )
-    return Plan(cfg.scheme, ((1.0, StepPlan(ops, (_optimizer(cfg, n / world),))),))
+    return Plan(cfg.scheme, ((1.0, StepPlan(ops, (optimizer_kernel(cfg, n / world),))),))
 
 
 def dense_zero2(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
@@ -46,11 +40,11 @@ def dense_zero3(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
     gradients as backward produces them; the update runs on the shard. The forward gathers gate
     the forward unit by unit, the backward gathers are prefetched one unit ahead."""
     g, p = n * dt.grad_bytes, n * dt.param_bytes
-    gathers = _buckets(p, dt.param_bytes, cfg, world)
+    gathers = buckets(p, dt.param_bytes, cfg, world)
     ops = (
         CommOp("param all-gather (forward)", "all_gather", p, "next_forward", gathers, True),
         CommOp("param all-gather (backward)", "all_gather", p, "backward", gathers, True),
         CommOp("grad reduce-scatter", "reduce_scatter", g, "backward",
-               _buckets(g, dt.grad_bytes, cfg, world), True),
+               buckets(g, dt.grad_bytes, cfg, world), True),
     )
-    return Plan(cfg.scheme, ((1.0, StepPlan(ops, (_optimizer(cfg, n / world),))),))
+    return Plan(cfg.scheme, ((1.0, StepPlan(ops, (optimizer_kernel(cfg, n / world),))),))

@@ -4,16 +4,9 @@ from __future__ import annotations
 
 import math
 
-from scape.plan.common import _optimizer
+from scape.plan.common import optimizer_kernel
 from scape.plan.dense import dense_ddp
-from scape.plan.types import (
-    CommOp,
-    Dtypes,
-    Kernel,
-    Plan,
-    SchemeConfig,
-    StepPlan,
-)
+from scape.plan.types import CommOp, Dtypes, Kernel, Plan, SchemeConfig, StepPlan
 
 
 def quantized(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
@@ -35,6 +28,6 @@ def quantized(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
         Kernel("dequantize received shards", "dequantize", n, "pre"),
         Kernel("requantize reduced shard", "quantize", n / world, "pre"),
         Kernel("dequantize gathered", "dequantize", n, "update"),
-        _optimizer(cfg, n),
+        optimizer_kernel(cfg, n),
     )
     return Plan(cfg.scheme, ((1.0, StepPlan(ops, kernels)),))

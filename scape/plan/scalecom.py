@@ -3,17 +3,9 @@ section 4)."""
 
 from __future__ import annotations
 
-from scape.plan.common import _optimizer, kept
+from scape.plan.common import kept, optimizer_kernel
 from scape.plan.dense import dense_ddp
-from scape.plan.types import (
-    INDEX_BYTES,
-    CommOp,
-    Dtypes,
-    Kernel,
-    Plan,
-    SchemeConfig,
-    StepPlan,
-)
+from scape.plan.types import INDEX_BYTES, CommOp, Dtypes, Kernel, Plan, SchemeConfig, StepPlan
 
 
 def scalecom(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
@@ -30,6 +22,6 @@ def scalecom(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
         Kernel("leader select top-k (threshold)", "select", n, "pre"),
         Kernel("pack values", "pack", k, "pre"),
         Kernel("low-pass error feedback", "error_feedback", n, "update"),
-        _optimizer(cfg, n),
+        optimizer_kernel(cfg, n),
     )
     return Plan(cfg.scheme, ((1.0, StepPlan(ops, kernels)),))

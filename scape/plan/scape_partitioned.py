@@ -5,17 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from scape.plan.common import _buckets, _optimizer, _param_phase, kept
+from scape.plan.common import buckets, kept, optimizer_kernel, param_phase
 from scape.plan.dense import dense_zero1
-from scape.plan.types import (
-    INDEX_BYTES,
-    CommOp,
-    Dtypes,
-    Kernel,
-    Plan,
-    SchemeConfig,
-    StepPlan,
-)
+from scape.plan.types import INDEX_BYTES, CommOp, Dtypes, Kernel, Plan, SchemeConfig, StepPlan
 
 
 def mask_bytes(n: int, world: int, k: float) -> float:
@@ -46,8 +38,8 @@ def scape_partitioned(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan
     ops = (
         CommOp("compact grad reduce-scatter", "reduce_scatter", k * dt.grad_bytes,
                "after_backward"),
-        CommOp("param all-gather", "all_gather", param_size, _param_phase(cfg),
-               _buckets(param_size, dt.param_bytes, cfg, world)),
+        CommOp("param all-gather", "all_gather", param_size, param_phase(cfg),
+               buckets(param_size, dt.param_bytes, cfg, world)),
         mask,
     )
     select = Kernel("select next mask (threshold on shard)", "select", n / world, "post")
@@ -58,10 +50,10 @@ def scape_partitioned(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan
         # the next mask is chosen from what is about to be sent; only the mask takes the
         # AdamS step, and weight decay touches every coordinate
         select = replace(select, stage="pre")
-        kernels += [_optimizer(cfg, k / world), Kernel("weight decay", "scale", n, "update"),
+        kernels += [optimizer_kernel(cfg, k / world), Kernel("weight decay", "scale", n, "update"),
                     select]
     else:
-        kernels += [_optimizer(cfg, n / world), select]
+        kernels += [optimizer_kernel(cfg, n / world), select]
     sparse = StepPlan(ops, tuple(kernels))
     if cfg.refresh_every == 0:
         return Plan(cfg.scheme, ((1.0, sparse),))

@@ -2,17 +2,9 @@
 
 from __future__ import annotations
 
-from scape.plan.common import _optimizer, kept
+from scape.plan.common import kept, optimizer_kernel
 from scape.plan.dense import dense_ddp
-from scape.plan.types import (
-    INDEX_BYTES,
-    CommOp,
-    Dtypes,
-    Kernel,
-    Plan,
-    SchemeConfig,
-    StepPlan,
-)
+from scape.plan.types import INDEX_BYTES, CommOp, Dtypes, Kernel, Plan, SchemeConfig, StepPlan
 
 
 def topk(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
@@ -26,6 +18,6 @@ def topk(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
         Kernel("select top-k (threshold)", "select", n, "pre"),
         Kernel("pack values+indices", "pack", k, "pre"),
         Kernel("scatter-add gathered", "scatter_add", world * k, "update"),
-        _optimizer(cfg, n),
+        optimizer_kernel(cfg, n),
     )
     return Plan(cfg.scheme, ((1.0, StepPlan(ops, kernels)),))

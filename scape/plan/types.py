@@ -112,7 +112,7 @@ class SchemeConfig:
     optimizer: str = "adams"  # adamw | adams
     sparsity: float = 0.0
     bits: int = 8
-    bucket_bytes: float | None = None  # None: Megatron's default, see _buckets
+    bucket_bytes: float | None = None  # None: Megatron's default, see buckets
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = False
     # SCAPE options (DESIGN section 5); defaults chosen by results/convergence/convergence/
