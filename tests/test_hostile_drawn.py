@@ -23,6 +23,22 @@ FRACTIONS = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
                       st.sampled_from(["0", "1", "0.99", "x"]))
 
 
+
+def _run(capsys, args):
+    """`scape` on drawn arguments: an exit code and its output; anything but a clean exit (an
+    exception escaping the CLI) is a failure."""
+    try:
+        return scape(capsys, *args)
+    except Exception as exc:
+        pytest.fail(f"{args}: {type(exc).__name__}: {exc}")
+
+
+def _one_error_line(code: int, err: str, args) -> None:
+    """A refusal: exit 2 and one `scape: error:` line."""
+    assert code == 2, (args, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("scape: error:"), (args, err)
+
 @settings(max_examples=120, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(scheme=st.sampled_from(SCHEMES), gpus=NUMBERS, micro=NUMBERS, seq=NUMBERS,
@@ -37,10 +53,7 @@ def test_simulate_with_drawn_options(capsys, scheme, gpus, micro, seq, sparsity,
         args += ["--sparsity", str(sparsity)]
     if bits is not None:
         args += ["--bits", str(bits)]
-    try:
-        code, out, err = scape(capsys, *args)
-    except Exception as exc:  # anything but a clean exit is a failure
-        pytest.fail(f"{args}: {type(exc).__name__}: {exc}")
+    code, out, err = _run(capsys, args)
     if code == 0:
         (row,) = json.loads(out)
         assert row["gpus"] == int(gpus) and row["micro_batch"] == int(micro)
@@ -51,9 +64,7 @@ def test_simulate_with_drawn_options(capsys, scheme, gpus, micro, seq, sparsity,
         if bits is not None and row["scheme_name"] == "quantized":
             assert row["bits"] == int(bits)
     else:
-        assert code == 2, (args, err)
-        lines = err.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("scape: error:"), (args, err)
+        _one_error_line(code, err, args)
 
 
 BAD = st.sampled_from(["0", "-1", "nan", "inf", "-inf", "1e400", "", "abc", "1.5", "2" * 25,
@@ -157,17 +168,12 @@ def test_fast_commands_with_drawn_options(capsys, case):
     `scape: error:` line; never a traceback."""
     command, drawn = case
     args = _argv(command, drawn)
-    try:
-        code, out, err = scape(capsys, *args)
-    except Exception as exc:
-        pytest.fail(f"{args}: {type(exc).__name__}: {exc}")
+    code, out, err = _run(capsys, args)
     event(f"{command}: exit {code}")  # --hypothesis-show-statistics: both branches are drawn
     if code == 0:
         _asked_options_shown(command, drawn, out)
     else:
-        assert code == 2, (args, err)
-        lines = err.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("scape: error:"), (args, err)
+        _one_error_line(code, err, args)
 
 
 class _Reached(Exception):
@@ -243,9 +249,7 @@ def test_train_and_validate_with_drawn_options(capsys, monkeypatch, tmp_path_fac
     except Exception as exc:
         pytest.fail(f"{args}: {type(exc).__name__}: {exc}")
     event(f"{command}: exit {code}")
-    assert code == 2, (args, err)
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("scape: error:"), (args, err)
+    _one_error_line(code, err, args)
 
 
 @settings(max_examples=80, deadline=None,
@@ -272,10 +276,7 @@ def test_simulate_with_drawn_parallel_layouts(capsys, gpus, tp, pp, schedule, vi
                         ("--global-batch", batch), ("--attention", attention)):
         if value is not None:
             args += [flag, value]
-    try:
-        code, out, err = scape(capsys, *args)
-    except Exception as exc:  # anything but a clean exit is a failure
-        pytest.fail(f"{args}: {type(exc).__name__}: {exc}")
+    code, out, err = _run(capsys, args)
     if code == 0:
         (row,) = json.loads(out)
         assert (row["tp"], row["pp"], row["pp_schedule"]) == (int(tp), int(pp), schedule)
@@ -286,6 +287,4 @@ def test_simulate_with_drawn_parallel_layouts(capsys, gpus, tp, pp, schedule, vi
         if mfu is not None:
             assert row["mfu"] == float(mfu) and row["compute_model"].endswith("(given)")
     else:
-        assert code == 2, (args, err)
-        lines = err.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("scape: error:"), (args, err)
+        _one_error_line(code, err, args)
