@@ -12,7 +12,6 @@ import typer
 from profiles import UserError
 from reports.tables import FORMATS
 from scape.train import CORPORA
-from simulator.collectives import ALGORITHMS, AUTO
 from simulator.options import (
     Batch,
     Overlap,
@@ -24,7 +23,9 @@ from simulator.options import (
 )
 from simulator.step_config import StepConfig
 from vocabulary.names import (
+    ALGORITHM_NAMES,
     ATTENTION,
+    AUTO,
     AUTO_PROTO,
     DTYPE_BYTES,
     PROTOCOLS,
@@ -69,9 +70,9 @@ def _choice(name: str, values) -> type[StrEnum]:
 
 Format3 = _choice("Format3", FORMATS)
 Format2 = _choice("Format2", ("table", "json"))
-OpChoice = _choice("OpChoice", ALGORITHMS)
+OpChoice = _choice("OpChoice", ALGORITHM_NAMES)
 AlgoChoice = _choice("AlgoChoice",
-                     [AUTO, *sorted({a for algos in ALGORITHMS.values() for a in algos})])
+                     [AUTO, *sorted({a for algos in ALGORITHM_NAMES.values() for a in algos})])
 ProtoChoice = _choice("ProtoChoice", (AUTO_PROTO, *PROTOCOLS))
 OptimizerChoice = _choice("OptimizerChoice", ("adamw", "adams"))
 DtypeChoice = _choice("DtypeChoice", DTYPE_BYTES)

@@ -14,7 +14,7 @@ from simulator.collectives import ALGORITHMS, AUTO
 from simulator.compute import check_fp8
 from simulator.engine import Span
 from simulator.network import build_topology
-from vocabulary.names import RECOMPUTE
+from vocabulary.names import RECOMPUTE, SCHEDULES
 
 DEFAULT_ALGO = "auto"  # per collective and size, the fastest registered algorithm
 
@@ -200,8 +200,6 @@ class StepConfig:
 
 
     def _validate_pipeline(self) -> None:
-        from vocabulary.names import SCHEDULES
-
         if self.pp < 1:
             raise UserError(f"--pp must be at least 1, got {self.pp}")
         if self.gpus % (self.tp * self.pp * self.cp):
