@@ -69,8 +69,9 @@ A100_CALIBRATION = "korthikanti-"
 
 
 # the optional columns and the values each may take (blank: the first)
-CHOICES = {"mlp": ("gelu", "squared_relu"), "grad_dtype": ("bf16", "fp32")}
-FLAGS = ("tied", "tp_overlap", "overlap_param", "fp8")  # true or false
+CHOICES = {"mlp": ("gelu", "squared_relu"), "grad_dtype": ("bf16", "fp32"),
+           "loss": ("fp32", "fused", "chunked"), "optimizer_dtype": ("fp32", "bf16")}
+FLAGS = ("tied", "tp_overlap", "overlap_param", "fp8", "dropout")  # true or false
 
 
 def given(row, column: str, default):
@@ -107,7 +108,7 @@ def gpt(row) -> object:
                 n_kv_heads=int(given(row, "kv_heads", row.heads)),
                 d_ff=2 * ffn // 3 if squared_relu else ffn, vocab_size=int(row.vocab),
                 seq_len=int(row.seq), tied_embeddings=given(row, "tied", True),
-                source=str(DATA), assumed=None)
+                source=str(DATA), assumed=None, dropout=given(row, "dropout", None))
     return replace(base, name=row.case, description=row.case, arch=arch, reference_params=None,
                    family="llama" if squared_relu else "gpt")
 
@@ -151,7 +152,8 @@ def simulate(row, hw) -> dict:
         pp_schedule="interleaved" if row.chunks > 1 else "1f1b",
         virtual_stages=int(row.chunks) if row.chunks > 1 else None, recompute=row.recompute,
         sequence_parallel=bool(row.sequence_parallel), attention=row.attention,
-        tp_comm_overlap=given(row, "tp_overlap", False), fp8=given(row, "fp8", False))
+        tp_comm_overlap=given(row, "tp_overlap", False), fp8=given(row, "fp8", False),
+        loss=given(row, "loss", "fp32"), optimizer_dtype=given(row, "optimizer_dtype", "fp32"))
     t0 = time.perf_counter()
     r = simulate_step(cfg)
     return {"predicted_s": r.step_time_s, "compute_s": r.compute_s, "tp_comm_s": r.tp_comm_s,

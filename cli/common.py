@@ -21,6 +21,7 @@ from simulator.options import (
     SchemeOptions,
     StepOptions,
 )
+from simulator.plan_request import RANKS
 from simulator.step_config import StepConfig
 from vocabulary.names import (
     ALGORITHM_NAMES,
@@ -28,6 +29,8 @@ from vocabulary.names import (
     AUTO,
     AUTO_PROTO,
     DTYPE_BYTES,
+    LOSSES,
+    OPTIMIZER_DTYPES,
     PROTOCOLS,
     RECOMPUTE,
     SCHEDULES,
@@ -84,10 +87,12 @@ UnmaskedChoice = _choice("UnmaskedChoice", ("frozen", "local"))
 ShapeChoice = _choice("ShapeChoice", SHAPES)
 BackendChoice = _choice("BackendChoice", ("gloo", "nccl"))
 CorpusChoice = _choice("CorpusChoice", CORPORA)
-RankChoice = _choice("RankChoice", ("time", "quality"))
+RankChoice = _choice("RankChoice", RANKS)
 RecomputeChoice = _choice("RecomputeChoice", RECOMPUTE)
 ScheduleChoice = _choice("ScheduleChoice", SCHEDULES)
 AttentionChoice = _choice("AttentionChoice", ATTENTION)
+LossChoice = _choice("LossChoice", LOSSES)
+OptimizerDtypeChoice = _choice("OptimizerDtypeChoice", OPTIMIZER_DTYPES)
 
 
 FP8_HELP = ("the layers' linear GEMMs in FP8, as Transformer Engine's recipe runs them (at the "
@@ -102,7 +107,9 @@ PARALLEL_OPTS = {
     "virtual_stages": typer.Option(None, "--virtual-stages",
                                    help="interleaved: model chunks per stage (default 2)"),
     "recompute": typer.Option("none", "--recompute",
-                              help="activation recomputation: none|selective|full"),
+                              help="activation recomputation: none|selective (Megatron: the "
+                                   "attention core)|selective-op (torchtitan: every second "
+                                   "matmul)|full"),
     "sequence_parallel": typer.Option(None, "--sequence-parallel/--no-sequence-parallel",
                                       help="Megatron's sequence parallelism with --tp "
                                            "[default: on where --tp is above 1]"),
@@ -116,6 +123,17 @@ PARALLEL_OPTS = {
                                     help=TP_OVERLAP_HELP + "; needs --tp above 1 and sequence "
                                          "parallelism [default: off, as Megatron-LM]"),
     "fp8": typer.Option(False, "--fp8/--no-fp8", help=FP8_HELP),
+    "optimizer_dtype": typer.Option("fp32", "--optimizer-dtype",
+                                    help="the optimizer's moments and master weights: fp32, "
+                                         "or bf16 (NeMo's distributed_fused_adam dtype bf16, "
+                                         "16-bit master remainders)"),
+    "loss": typer.Option(None, "--loss",
+                         help="the loss as memory sees it: fp32 (Megatron-Core's "
+                              "vocabulary-parallel cross-entropy on fp32 logits), eager "
+                              "(PyTorch's cross_entropy on fp32 logits: torchtitan, Hugging "
+                              "Face), fused (a fused cross-entropy on the bf16 logits) or "
+                              "chunked (a fused linear cross-entropy, Liger-Kernel) "
+                              "[default: fp32]"),
     "cp": typer.Option(1, "--cp", help="context-parallel ranks splitting each sequence "
                                        "(Megatron-Core --context-parallel-size; Transformer "
                                        "Engine's ring exchange of keys and values)"),
@@ -226,7 +244,9 @@ def step_options(flags: dict, spec: str) -> StepOptions:
         batch=Batch(f["micro_batch"], f["seq_len"], f["grad_accum"], f["global_batch"]),
         parallelism=Parallelism(f["tp"], f["pp"], f["pp_schedule"], f["virtual_stages"],
                                 f["recompute"], f["sequence_parallel"], f["cp"]),
-        precision=Precision(f["grad_dtype"], f["param_dtype"], f["fp8"]),
+        precision=Precision(f["grad_dtype"], f["param_dtype"], f["fp8"],
+                            f.get("optimizer_dtype") or "fp32"),
         overlap=Overlap(f["overlap_grad"], f["overlap_param"], f["bucket_mb"],
                         f["tp_comm_overlap"]),
-        pricing=Pricing(f["algo"], f["mfu"], f["attention"]))
+        pricing=Pricing(f["algo"], f["mfu"], f["attention"],
+                        None if f["loss"] is None else str(f["loss"])))

@@ -21,7 +21,7 @@ from reports.step_fidelity import lookup as step_lookup
 from reports.tables import check_format, render
 from simulator.options import Overlap, Precision
 from simulator.plan_request import PLAN_SCHEMES, PlanRequest
-from simulator.planner import best_without, plan_training
+from simulator.planner import _figure, best_dense, best_without, plan_training
 from vocabulary.units import parse_names
 
 
@@ -57,8 +57,10 @@ def plan_cmd(
                                 help="a convergence study (profiles/quality/STUDY.toml): adds "
                                      "each plan's time and cost to dense AdamS's quality"),
     rank: RankChoice = typer.Option("time", "--rank",
-                             help="time (hours to train the tokens) or quality (hours to "
-                                  "reach dense AdamS's final loss; needs --quality)"),
+                             help="time (hours to train the tokens), cost (USD; with "
+                                  "--deadline-hours: the cheapest plan that meets it) or "
+                                  "quality (hours to reach dense AdamS's final loss; needs "
+                                  "--quality)"),
     fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
 ):
     """Search GPU counts, schemes, micro-batching, tensor and pipeline parallelism and
@@ -108,13 +110,16 @@ def plan_cmd(
         print(render(shown.assign(**asked), fmt))
         return
     cols = ["hardware", "gpus", "scheme", "tp", "pp", "dp", "schedule", "micro_batch",
-            "grad_accum", "recompute", "memory_GB", "step_time_s", "tokens_per_s", "hours",
-            "gpu_hours", "cost_usd", "bottleneck"]
-    ranked = ("time to dense AdamS's quality then cost" if rank == "quality"
-              else "time to train then cost")
+            "grad_accum", "recompute", "memory_GB", "memory_spare_pct", "step_time_s",
+            "tokens_per_s", "hours", "gpu_hours", "usd_per_gpu_hour", "cost_usd", "pareto",
+            "bottleneck", "quality"]
+    ranked = {"quality": "time to dense AdamS's quality then cost",
+              "cost": "cost then time to train"}.get(rank, "time to train then cost")
     header = (f"{model}, {tokens:.3g} tokens, global batch {req.batch} x seq {req.seq}; "
               f"{len(df)} feasible plans, ranked by {ranked}; schedule: pipeline (1f1b, or "
-              f"interleaved x chunks); recompute: the least that fits\noptions: "
+              f"interleaved x chunks); recompute: the least that fits; memory_spare_pct: "
+              f"the share of the usable memory left at the peak; pareto: no plan is both "
+              f"faster and cheaper\noptions: "
               + ", ".join(f"{k} {v}" for k, v in asked.items()))
     for reason in df.attrs.get("skipped", []):
         header += f"\nleft out: {reason}"
@@ -140,11 +145,20 @@ def plan_cmd(
                    "warm density up from 1 over the first 10% of the run "
                    "(--density-warmup-frac 0.1)")
     print(render(shown[cols], "table", header=header, floatfmt={
-        "memory_GB": "{:.1f}", "step_time_s": "{:.3f}", "run_mean_step_s": "{:.3f}",
+        "memory_GB": "{:.1f}", "memory_spare_pct": "{:.0f}", "usd_per_gpu_hour": "{:.2f}",
+        "step_time_s": "{:.3f}", "run_mean_step_s": "{:.3f}",
         "tokens_per_s": "{:,.0f}",
         "hours": "{:,.1f}", "gpu_hours": "{:,.0f}", "cost_usd": "{:,.0f}",
         "quality_tokens_ratio": "{:.3f}", "hours_to_quality": "{:,.1f}",
         "cost_to_quality_usd": "{:,.0f}"}))
+    dense = best_dense(df)
+    if best["quality"] != "dense" and dense is not None:
+        print(f"# the top plan's scheme changes the update ({best['quality']}); the best dense "
+              f"plan: {dense['gpus']} x {dense['hardware']}, {dense['scheme']}, tp {dense['tp']}, "
+              f"pp {dense['pp']}: {_figure(dense['hours'], 1)} h, "
+              f"${_figure(dense['cost_usd'], 0)} "
+              f"({dense['hours'] / best['hours']:.2f}x the time, "
+              f"{dense['cost_usd'] / best['cost_usd']:.2f}x the cost of the top plan)")
     rest = best_without(df)
     if rest is not None and best["scheme"].startswith("scape"):
         print(f"# best plan without SCAPE: {rest['gpus']} x {rest['hardware']}, {rest['scheme']}"

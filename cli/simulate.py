@@ -19,7 +19,9 @@ from cli.common import (
     AttentionChoice,
     DtypeChoice,
     Format3,
+    LossChoice,
     OptimizerChoice,
+    OptimizerDtypeChoice,
     RecomputeChoice,
     ScheduleChoice,
     ScopeChoice,
@@ -91,6 +93,8 @@ def simulate(
     tp_comm_overlap: bool | None = PARALLEL_OPTS["tp_comm_overlap"],
     cp: int = PARALLEL_OPTS["cp"],
     fp8: bool = PARALLEL_OPTS["fp8"],
+    loss: LossChoice = PARALLEL_OPTS["loss"],
+    optimizer_dtype: OptimizerDtypeChoice = PARALLEL_OPTS["optimizer_dtype"],
     trace: str = typer.Option(None, "--trace", help="write a Chrome trace JSON (Perfetto)"),
     fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
 ):
@@ -174,6 +178,8 @@ def compare_cmd(
     tp_comm_overlap: bool | None = PARALLEL_OPTS["tp_comm_overlap"],
     cp: int = PARALLEL_OPTS["cp"],
     fp8: bool = PARALLEL_OPTS["fp8"],
+    loss: LossChoice = PARALLEL_OPTS["loss"],
+    optimizer_dtype: OptimizerDtypeChoice = PARALLEL_OPTS["optimizer_dtype"],
     fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
 ):
     """Every scheme side by side with its speedup over the baseline."""

@@ -15,6 +15,7 @@ from profiles.hardware_schema import (
     GPU_FIELDS,
     INTRA_FIELDS,
     MEASURED_ONLY,
+    MEMORY_FIELDS,
     NCCL_FIELDS,
     NIC_FIELDS,
     NODE_FIELDS,
@@ -161,6 +162,22 @@ class Roofline:
 
 
 @dataclass(frozen=True)
+class Memory:
+    """profiles/hardware_schema.py MEMORY_FIELDS: what a GPU's memory holds beside a step."""
+
+    device_MiB: float
+    context_GiB: float
+    fragmentation: float
+    source: str
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def usable_bytes(self) -> float:
+        """Bytes PyTorch's allocator may hand out at the peak: the device's, less what lives
+        outside the allocator, less the allocator's own slack."""
+        return (self.device_MiB * 2**20 - self.context_GiB * 2**30) / (1 + self.fragmentation)
+
+
+@dataclass(frozen=True)
 class Price:
     usd_per_gpu_hour: float  # on-demand list price
     source: str
@@ -206,6 +223,7 @@ class HardwareProfile:
     # MFU measured or fitted for particular models (model name -> MFU); others use compute.mfu
     model_mfu: dict[str, float] = field(default_factory=dict)
     roofline: Roofline | None = None
+    memory: Memory | None = None  # None: simulator/memory.py DEFAULT_RESERVE
 
     def mfu_for(self, model: str) -> float | None:
         """The MFU this profile gives for `model` (measured or fitted for it, else its
@@ -254,7 +272,7 @@ class HardwareProfile:
 def parse_hardware(path: Path | str, doc: dict[str, Any]) -> HardwareProfile:
     """Validate a parsed TOML document and build a `HardwareProfile`."""
     tables = {"gpu", "node", "intra_node", "nic", "fabric", "compute"}
-    optional = {"reference", "price", "transport", "nccl", "model_mfu", "roofline",
+    optional = {"reference", "price", "transport", "nccl", "model_mfu", "roofline", "memory",
                 *MEASURED_ONLY}
     require_tables(path, doc, required=tables, optional=optional)
     top = {k: v for k, v in doc.items() if not isinstance(v, dict)}
@@ -282,6 +300,7 @@ def parse_hardware(path: Path | str, doc: dict[str, Any]) -> HardwareProfile:
         nccl=build(Nccl, "nccl", NCCL_FIELDS) if "nccl" in doc else None,
         model_mfu=_model_mfu(path, doc.get("model_mfu")),
         roofline=build(Roofline, "roofline", ROOFLINE_FIELDS) if "roofline" in doc else None,
+        memory=build(Memory, "memory", MEMORY_FIELDS) if "memory" in doc else None,
         **parse_measured(path, doc),
     )
     _cross_check(path, hw)

@@ -148,6 +148,16 @@ ROOFLINE_FIELDS = {
 
 
 # as the planner's --price-per-gpu-hour (simulator/planner.py MAX_PRICE): far above any rent
+# What one GPU's memory holds besides a step's tensors (simulator/memory.py): the bytes the
+# driver reports (nvidia-smi memory.total, MiB; an "80 GB" H100 reports 81,559 MiB), the bytes
+# outside PyTorch's caching allocator (CUDA context, library workspaces, NCCL's buffers), and
+# the allocator's slack over what it has allocated at the peak (reserved / allocated - 1)
+MEMORY_FIELDS = {
+    "device_MiB": Field(float, gt=0, le=1e9, least=1e-6),
+    "context_GiB": Field(float, ge=0, le=1e6),
+    "fragmentation": Field(float, ge=0, le=1),
+    "source": SOURCE,
+}
 PRICE_FIELDS = {"usd_per_gpu_hour": Field(float, gt=0, le=1e6, least=1e-6), "source": SOURCE}
 
 

@@ -23,6 +23,9 @@ ARCH_FIELDS = {
     "tied_embeddings": Field(bool),
     "source": Field(str, nonempty=True),
     "assumed": Field(str, required=False),
+    # dropout in the layers (residual and attention dropout); not given: the family's (GPT
+    # and Megatron's GPT defaults 0.1; Llama none)
+    "dropout": Field(bool, required=False),
 }
 REFERENCE_FIELDS = {
     "n_params": Field(int, ge=1),
@@ -33,6 +36,9 @@ TRAINING_FIELDS = {
     "global_batch": Field(int, ge=1, le=1 << 30),
     "source": Field(str, nonempty=True),
 }
+# GPT-2 (resid_pdrop, attn_pdrop 0.1) and Megatron-LM's GPT defaults (--hidden-dropout and
+# --attention-dropout 0.1); Llama trains without dropout (meta-llama/llama model.py has none)
+FAMILY_DROPOUT = {"gpt": True, "llama": False}
 TOP_FIELDS = {
     "name": Field(str, nonempty=True),
     "description": Field(str, nonempty=True),
@@ -52,6 +58,7 @@ class Arch:
     tied_embeddings: bool
     source: str
     assumed: str | None
+    dropout: bool | None = None  # None: not given, the family's (FAMILY_DROPOUT)
 
     @property
     def head_dim(self) -> int:
@@ -75,6 +82,13 @@ class ModelProfile:
     path: str
     global_batch: int | None = None  # sequences per step in the model's usual training
     global_batch_source: str | None = None
+
+    @property
+    def dropout(self) -> bool:
+        """Whether the layers keep dropout masks: the profile's [arch] dropout, else the
+        family's."""
+        given = self.arch.dropout
+        return FAMILY_DROPOUT[self.family] if given is None else given
 
     @property
     def n_params(self) -> int:

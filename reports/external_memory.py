@@ -9,7 +9,11 @@ and flags. Two facts the source does not give are stated, not guessed:
   GPUs) is predicted as an interval over the GPU counts of the authors' scaling tables, and its
   error is the distance to the nearer end (0 inside);
 - the unit: Megatron's report_memory divides by 1024 * 1024 and prints "memory (MB)", so the
-  plotted "MB" are read as MiB; the quantity is assumed to be the peak ("max allocated").
+  plotted "MB" are read as MiB;
+- the quantity: report_memory prints the peak both as "max allocated" and as "max reserved"
+  and the plot does not say which, so the prediction runs from the model's peak (allocated)
+  to that peak with the GH200 profile's allocator slack (reserved; profiles/hardware/
+  vista-gh200-socket.toml [memory] fragmentation).
 """
 
 from __future__ import annotations
@@ -18,12 +22,13 @@ from dataclasses import replace
 
 import pandas as pd
 
-from profiles import load_model
+from profiles import load_hardware, load_model
 from profiles.external import ExternalData, ExternalRow
 from simulator.external_fit import dense_dtypes, scheme_of
-from simulator.memory import memory_use
+from simulator.memory import memory_use, reserve
 
 MIB = 2.0**20  # Megatron-LM megatron/training/utils.py report_memory: mega_bytes = 1024*1024
+HARDWARE = "vista-gh200-socket"  # the authors' cluster (TACC Vista, GH200 96 GB)
 GPU_RANGE = (4, 64)  # the GPU counts of the authors' scaling tables (profiles/external/)
 # memory-table series -> the step-table series whose launch flags they share (the offload
 # suffix is carried by each memory config's own topk_adams_residual_cpu_offload flag)
@@ -31,8 +36,9 @@ SUFFIXES = ("-nores", "-res")
 MEMORY_PROTOCOL = (
     "Nothing fitted: peak memory per GPU from the simulator's memory model at each run's "
     "micro-batch, sequence and flags; the source states no GPU count, so rows that depend on "
-    f"it (distributed optimizer) are an interval over {GPU_RANGE[0]}-{GPU_RANGE[1]} GPUs and "
-    "their error is to the nearer end; values read as MiB (Megatron report_memory).")
+    f"it (distributed optimizer) are an interval over {GPU_RANGE[0]}-{GPU_RANGE[1]} GPUs, and "
+    "every row an interval from max allocated to max reserved (the plot does not say which "
+    "it shows); the error is to the nearer end; values read as MiB (Megatron report_memory).")
 
 
 def _scheme_series(series: str) -> str:
@@ -51,7 +57,8 @@ def predict_memory(ext: ExternalData, row: ExternalRow) -> tuple[float, float]:
     gpus = (row.gpus,) if row.gpus is not None else GPU_RANGE
     totals = [memory_use(model, scheme, p, 1, config["micro_batch_size"], config["seq_length"],
                          dense_dtypes()).total / MIB for p in gpus]
-    return min(totals), max(totals)
+    slack = reserve(load_hardware(HARDWARE))[0].fragmentation  # max reserved over allocated
+    return min(totals), max(totals) * (1 + slack)
 
 
 def memory_table(ext: ExternalData) -> tuple[pd.DataFrame, list[dict]]:
@@ -80,4 +87,4 @@ def memory_summary(table: pd.DataFrame) -> dict:
     err = table["error_pct"].abs()
     return {"memory_rows": len(table), "median_abs_error_pct": float(err.median()),
             "max_abs_error_pct": float(err.max()), "gpu_range_assumed": list(GPU_RANGE),
-            "unit": "MiB (Megatron report_memory), peak assumed"}
+            "unit": "MiB (Megatron report_memory), max allocated or max reserved"}

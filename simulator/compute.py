@@ -83,6 +83,37 @@ def check_fp8(model: ModelProfile, hw: HardwareProfile, mfu: float | None = None
     fp8_rate(hw)
 
 
+def unsaved_gemm_share(model: ModelProfile) -> float:
+    """The share of a layer's linear FLOPs in the matmuls torchtitan's op-level selective
+    checkpointing recomputes (every second one: K, the output projection, and the up
+    projection in SwiGLU or the MLP's second GEMM in a GPT layer)."""
+    a = model.arch
+    h, f, kv = a.d_model, a.d_ff, a.n_kv_heads * a.head_dim
+    if model.family == "gpt":  # fused QKV (saved), projection, fc1 (saved), fc2
+        return (h * h + f * h) / (3 * h * h + h * h + 2 * f * h)
+    return (h * kv + h * h + h * f) / (h * (h + 2 * kv) + h * h + 3 * h * f)
+
+
+def recompute_s(model: ModelProfile, recompute: str, layer_f: float, attn_f: float,
+                parts: dict | None) -> float:
+    """Seconds a layer's backward adds to recompute what the policy did not keep
+    (simulator/activations.py): the attention core (Megatron's selective, Korthikanti et
+    al. 2022 section 5), with the norms too (Megatron-Core's --recompute-modules layernorm),
+    the unsaved matmuls and every elementwise kernel (torchtitan's op-level policy), or the
+    whole forward. `parts`: the shapes model's per-layer parts (None: priced at an MFU,
+    where the matmuls stand for the whole layer but attention)."""
+    if recompute in ("none", "full"):
+        return 0.0 if recompute == "none" else layer_f
+    if recompute == "selective":
+        return attn_f
+    if recompute == "selective-norm":
+        return attn_f + (parts["norm_fwd"] if parts else 0.0)
+    share = unsaved_gemm_share(model)
+    if parts:
+        return share * parts["gemm_fwd"] + parts["memory_fwd"]
+    return share * (layer_f - attn_f)
+
+
 def fwd_bwd(
     model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_len: int, tp: int = 1,
     grad_accum: int = 1, *, mfu: float | None = None, recompute: str = "none",
@@ -122,7 +153,7 @@ def fwd_bwd(
         parts = {k: a.n_layers * lt.parts[k] + ht.parts[k] for k in ("gemm", "attention",
                                                                       "memory")}
     layer_f, layer_b, attn_f, attn_b = layer
-    layer_b += {"none": 0.0, "selective": attn_f, "full": layer_f}[recompute]
+    layer_b += recompute_s(model, recompute, layer_f, attn_f, parts and lt.parts)
     return ComputeTimes(
         fwd_s=a.n_layers * layer_f + head[0], bwd_s=a.n_layers * layer_b + head[1],
         flops_per_step_per_gpu=flops, layer_fwd_s=layer_f, layer_bwd_s=layer_b,

@@ -1,10 +1,13 @@
-"""GPU memory per scheme: weights, gradients, optimizer state, scheme state, activations.
+"""GPU memory per scheme, per pipeline stage: weights, gradients, optimizer state, scheme
+state, activations and the loss, against what the GPU's memory leaves for them.
 
-Activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
-Transformer Models", section 4): with flash attention (no s x s score tensors) and sequence
-parallelism, a layer keeps about 34*s*b*h/t bytes in 16-bit training; with full recomputation
-only its 2*s*b*h-byte input (plus one layer's working set during its recomputation). The logit
-layer keeps s*b*V fp32 values per micro-batch, split over tensor-parallel ranks.
+Every pipeline stage is priced (its layers, the embedding on the first, the output layer and
+loss on the last, the micro-batches its schedule holds at once: simulator/activations.py), and
+the GPU's peak is the largest stage's. What a GPU holds beside the step's tensors is the
+hardware profile's [memory] table: the device's bytes as the driver reports them, the CUDA
+context, library workspaces and NCCL buffers outside PyTorch's allocator, and the allocator's
+slack over what it allocated (profiles/hardware_schema.py MEMORY_FIELDS). Sources of each
+term: docs/research/memory-terms.md.
 """
 
 from __future__ import annotations
@@ -12,19 +15,34 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from profiles import HardwareProfile, ModelProfile
+from profiles.hardware import Memory
 from scape.plan import INDEX_BYTES, SCAPE_SCHEMES, SHARDED_GRAD, ZERO_STAGE, Dtypes, SchemeConfig
+from simulator.activations import in_flight, layer_memory, loss_bytes_per_token
 
-# Bytes of the fp32 optimizer state per parameter: master weights and moments.
-OPTIMIZER_STATE_BYTES = {"adamw": 12, "adams": 8}  # AdamS keeps no second moment
+# Bytes of the optimizer state per parameter: master weights and moments, in fp32, or in bf16
+# with the master's 16 low bits (Apex DistributedFusedAdam store_param_remainders: the bf16
+# parameter holds the high bits)
+OPTIMIZER_STATE_BYTES = {("adamw", "fp32"): 12, ("adams", "fp32"): 8,  # AdamS: no v
+                         ("adamw", "bf16"): 6, ("adams", "bf16"): 4}
 SHARDED = SHARDED_GRAD  # ZeRO-1: gradient and optimizer state sharded over data parallelism
 RESIDUAL_SCHEMES = frozenset({"quantized", "topk", "scalecom"})  # fp32 error feedback buffers
-# CUDA context, NCCL buffers and allocator fragmentation: plan with 90% of the GPU's memory.
-USABLE_FRACTION = 0.90
+# A profile without a [memory] table: the datasheet's GB as the device's bytes (below what
+# any 80 GB part reports: H100 SXM 81,559 MiB = 85.5e9 B), and the reserve terms of the
+# shipped H100 profiles
+DEFAULT_RESERVE = {"context_GiB": 2.5, "fragmentation": 0.05}
+
+
+def reserve(hw: HardwareProfile) -> tuple[Memory, str]:
+    """The profile's [memory] table, or the default one; and which ("profile" | "default")."""
+    if hw.memory is not None:
+        return hw.memory, "profile"
+    return Memory(device_MiB=hw.gpu.memory_GB * 1e9 / 2**20, source="simulator/memory.py "
+                  "DEFAULT_RESERVE", **DEFAULT_RESERVE), "default"
 
 
 def usable_bytes(hw: HardwareProfile) -> float:
-    """Bytes of one GPU's memory a plan may fill."""
-    return hw.gpu.memory_GB * 1e9 * USABLE_FRACTION
+    """Bytes PyTorch's allocator may hand out on one GPU at the step's peak."""
+    return reserve(hw)[0].usable_bytes()
 
 
 def authors_state(n: float, scheme: SchemeConfig, largest: float = 0.0) -> float:
@@ -45,39 +63,53 @@ def authors_state(n: float, scheme: SchemeConfig, largest: float = 0.0) -> float
 
 @dataclass(frozen=True)
 class MemoryUse:
+    """Bytes one GPU holds at its peak, by kind; `stage`: the pipeline stage whose GPUs peak
+    highest (0 without pipelining)."""
+
     weights: float
     grads: float
     optimizer: float
     scheme_state: float
     activations: float
+    loss: float = 0.0  # the logits and cross-entropy at the end of the forward (last stage)
+    stage: int = 0
 
     @property
     def total(self) -> float:
-        return self.weights + self.grads + self.optimizer + self.scheme_state + self.activations
+        return (self.weights + self.grads + self.optimizer + self.scheme_state
+                + self.activations + self.loss)
 
     def as_dict(self) -> dict[str, float]:
-        return {**self.__dict__, "total": self.total}
+        parts = ("weights", "grads", "optimizer", "scheme_state", "activations", "loss")
+        return {**{k: getattr(self, k) for k in parts}, "total": self.total}
 
 
-def memory_use(
-    model: ModelProfile, scheme: SchemeConfig, dp: int, tp: int, micro_batch: int,
-    seq_len: int, dtypes: Dtypes, recompute: str = "none", sequence_parallel: bool = True,
-    pp: int = 1, chunks: int = 1, attention: str = "flash", micro_batches: int | None = None,
-) -> MemoryUse:
-    """Bytes one GPU holds at its peak (end of forward of its micro-batch). With pipeline
-    parallelism, a GPU of the first stage (the largest peak), counted with as many layers as the
-    busiest stage (n_layers / p rounded up) and the embedding, and
-    the activations of the micro-batches 1F1B keeps in flight there: p of them for its n/p
-    layers, the same as one micro-batch through every layer, times 1 + (p - 1)/(p v) when
-    interleaved over v chunks (Korthikanti et al. 2022, section 4.2.3). `micro_batches` (a
-    step's, its gradient accumulation): fewer than p leave the first stage as many in flight,
-    not p; None: at least p."""
+def stage_params(model: ModelProfile, layers: int, first: bool, last: bool, pp: int) -> int:
+    """Parameters of a pipeline stage of `layers` layers: the embedding (and learned positions)
+    on the first, the final norm and output layer on the last; with tied embeddings and
+    pipelining the last stage holds its own copy of the embedding (Megatron-Core's
+    shared_embedding_or_output_weight)."""
     a = model.arch
-    # the busiest stage's layers with the embedding: at most one layer more than the first's
-    stage_params = sum(size for size, _ in model.stage_tensors(pp))
-    n = stage_params / tp  # parameters this GPU's tensor-parallel shard holds
+    n = layers * model.layer_params
+    if first:
+        n += a.vocab_size * a.d_model + (a.seq_len * a.d_model if model.family == "gpt" else 0)
+    if last:
+        n += (2 if model.family == "gpt" else 1) * a.d_model
+        if not a.tied_embeddings or pp > 1:
+            n += a.vocab_size * a.d_model
+    return n
+
+
+def state_bytes(model: ModelProfile, scheme: SchemeConfig, n: float, dp: int, tp: int,
+                dtypes: Dtypes, optimizer_dtype: str = "fp32", pp: int = 1
+                ) -> tuple[float, float, float, float]:
+    """(weights, grads, optimizer, scheme state) bytes of a GPU holding `n` parameters of its
+    stage's tensor-parallel shard, over `dp` ranks of gradient reduction. FSDP under pipeline
+    parallelism keeps the stage's parameters gathered and its gradients unreduced from the
+    first micro-batch to the last (torchtitan: reshard_after_forward off and the
+    reduce-scatter deferred with pipelining; docs/research/memory-terms.md section 7)."""
     optimizer = "adams" if scheme.scheme in SCAPE_SCHEMES else scheme.optimizer
-    state = OPTIMIZER_STATE_BYTES[optimizer] * n
+    state = OPTIMIZER_STATE_BYTES[optimizer, optimizer_dtype] * n
     distopt = scheme.scheme == "scape" and scheme.extra.get("distributed_optimizer", False)
     if scheme.scheme in SHARDED or distopt:
         state /= dp
@@ -98,33 +130,51 @@ def memory_use(
         extra = mask + compact + residual
     weights, grads = dtypes.param_bytes * n, dtypes.grad_bytes * n
     stage = ZERO_STAGE.get(scheme.scheme, 0)
-    if stage >= 2:  # the gradient as a shard, plus the bucket being reduced
-        unit = n / a.n_layers
+    unit = model.layer_params / tp  # FSDP's unit: one layer
+    if stage >= 2:  # the gradient as a shard, plus the unit being reduced
         grads = grads / dp + dtypes.grad_bytes * unit
-    if stage == 3:  # the parameters as a shard, plus the unit in use and the one prefetched
+    if stage == 3 and pp > 1:  # the whole stage gathered, its gradients whole
+        weights, grads = weights / dp + dtypes.param_bytes * n, grads / dp + dtypes.grad_bytes * n
+    elif stage == 3:  # the parameters as a shard, plus the unit in use and the one prefetched
         weights = weights / dp + 2 * dtypes.param_bytes * unit
-    sbh = seq_len * micro_batch * a.d_model
-    # bytes per layer kept for backward (Korthikanti et al. 2022, Table 2, with FlashAttention
-    # keeping no s x s scores, so selective recomputation saves nothing more): 34sbh/t with
-    # sequence parallelism, sbh(10 + 24/t) without (LayerNorm and dropout inputs replicated)
-    kept = 34 * sbh / tp if sequence_parallel or tp == 1 else sbh * (10 + 24 / tp)
-    if attention == "unfused" and recompute == "none":  # softmax output, dropout mask, scores
-        kept += 5 * a.n_heads * seq_len * seq_len * micro_batch / tp
-    if recompute == "full":
-        per_layer, working = 2 * sbh / tp, kept  # the input, and one layer while recomputed
-    else:
-        per_layer, working = kept, 0.0
-    logits = 4 * seq_len * micro_batch * a.vocab_size / tp if pp == 1 else 0.0  # last stage
-    in_flight = 1 + (pp - 1) / (pp * chunks) if chunks > 1 else 1.0
-    if micro_batches is not None and chunks == 1 and micro_batches < pp:
-        in_flight = micro_batches / pp  # its n/p layers hold m micro-batches, not p
-    return MemoryUse(
-        weights=weights,
-        grads=grads,
-        optimizer=state,
-        scheme_state=extra,
-        activations=a.n_layers * per_layer * in_flight + working + logits,
-    )
+    return weights, grads, state, extra
+
+
+def memory_use(
+    model: ModelProfile, scheme: SchemeConfig, dp: int, tp: int, micro_batch: int,
+    seq_len: int, dtypes: Dtypes, recompute: str = "none", sequence_parallel: bool = True,
+    pp: int = 1, chunks: int = 1, attention: str = "flash", micro_batches: int | None = None,
+    loss: str = "fp32", optimizer_dtype: str = "fp32",
+) -> MemoryUse:
+    """Bytes one GPU holds at its peak: every pipeline stage priced at the end of a forward
+    (its stored micro-batches, the loss on the last stage) or during a recomputed layer's
+    backward, whichever is higher, and the highest stage returned. `micro_batches`: a step's
+    (its gradient accumulation; None: as many as stages, the fewest 1F1B fills)."""
+    from simulator.pipeline import stage_layers
+
+    layers = stage_layers(model.arch.n_layers, pp, chunks)  # [stage][chunk]
+    m = pp if micro_batches is None else micro_batches
+    tokens = seq_len * micro_batch  # of this context-parallel rank
+    per_layer = layer_memory(model, model.dropout, attention, seq_len, tp,
+                             sequence_parallel or tp == 1, recompute)
+    loss_b = loss_bytes_per_token(model, tp, loss, sequence_parallel) * tokens
+    best = None
+    for s in range(pp):
+        first, last = s == 0, s == pp - 1
+        n = stage_params(model, sum(layers[s]), first, last, pp) / tp
+        weights, grads, state, extra = state_bytes(model, scheme, n, dp, tp, dtypes,
+                                                   optimizer_dtype, pp)
+        stored = in_flight(s, pp, m, tuple(layers[s])) * per_layer.kept * tokens
+        working = per_layer.working * tokens
+        # the peak: the end of a forward (the loss on the last stage), or a recomputed
+        # layer's backward (its tensors again beside the stored ones)
+        if last and loss_b >= working:
+            use = MemoryUse(weights, grads, state, extra, stored, loss_b, s)
+        else:
+            use = MemoryUse(weights, grads, state, extra, stored + working, 0.0, s)
+        if best is None or use.total > best.total:
+            best = use
+    return best
 
 
 def step_memory(cfg) -> MemoryUse:
@@ -135,16 +185,36 @@ def step_memory(cfg) -> MemoryUse:
     counted."""
     return memory_use(cfg.model, cfg.scheme, cfg.grad_ranks, cfg.tp, cfg.micro_batch,
                       cfg.seq // cfg.cp, cfg.dtypes, cfg.recompute, cfg.sequence_parallel,
-                      cfg.pp, cfg.chunks_pp, cfg.attention, cfg.accum)
+                      cfg.pp, cfg.chunks_pp, cfg.attention, cfg.accum, cfg.loss,
+                      cfg.optimizer_dtype)
+
+
+def spare(use: MemoryUse, hw: HardwareProfile) -> float:
+    """The share of the usable bytes left at the peak (negative: does not fit)."""
+    return 1 - use.total / usable_bytes(hw)
 
 
 def memory_columns(cfg) -> dict:
-    """memory_GB, its parts and whether it fits, for a result row."""
+    """memory_GB, its parts, the stage that peaks, and how much is left, for a result row."""
     use = step_memory(cfg)
+    held, which = reserve(cfg.hardware)
     return {"memory_GB": use.total / 1e9,
             **{f"memory_{k}_GB": v / 1e9 for k, v in use.as_dict().items() if k != "total"},
-            "usable_memory_GB": usable_bytes(cfg.hardware) / 1e9,
-            "fits_memory": use.total <= usable_bytes(cfg.hardware)}
+            "memory_peak_stage": use.stage,
+            "usable_memory_GB": held.usable_bytes() / 1e9,
+            "memory_spare_pct": 100 * spare(use, cfg.hardware),
+            "memory_reserve": which,
+            "fits_memory": use.total <= held.usable_bytes()}
+
+
+def describe_reserve(hw: HardwareProfile) -> str:
+    """How the usable bytes follow from the profile, in words."""
+    held, which = reserve(hw)
+    return (f"{held.usable_bytes() / 1e9:.1f} GB usable: {held.device_MiB:,.0f} MiB on the "
+            f"device, less {held.context_GiB:g} GiB outside the allocator (CUDA context, "
+            f"workspaces, NCCL buffers), over 1 + {held.fragmentation:g} allocator slack"
+            + ("" if which == "profile" else "; the profile has no [memory] table, so these "
+               "are simulator/memory.py's defaults"))
 
 
 def refuse_if_too_big(cfg, scheme: str | None = None) -> None:
@@ -155,14 +225,17 @@ def refuse_if_too_big(cfg, scheme: str | None = None) -> None:
     use = step_memory(cfg)
     usable = usable_bytes(cfg.hardware)
     if use.total > usable:
-        parts = ", ".join(f"{k} {v / 1e9:.1f}" for k, v in use.as_dict().items() if k != "total")
+        parts = ", ".join(f"{k} {v / 1e9:.1f}" for k, v in use.as_dict().items()
+                          if k != "total" and v > 0)
+        where = f" on pipeline stage {use.stage}" if cfg.pp > 1 else ""
         sharded = cfg.scheme.scheme in SHARDED or cfg.scheme.extra.get("distributed_optimizer")
         hint = ("more GPUs (--gpus) to shard the optimizer state further" if sharded else
                 "a scheme that shards the optimizer state (dense-adams, scape-partitioned, "
                 "scape --distributed-optimizer)")
+        recompute = ("" if cfg.recompute == "full" else
+                     "activation recomputation (--recompute selective-op or full), ")
         raise UserError(
             f"{cfg.model.name} with {scheme or cfg.scheme.scheme} needs "
-            f"{use.total / 1e9:.1f} GB per GPU ({parts} GB), {cfg.hardware.name} has "
-            f"{usable / 1e9:.1f} GB usable "
-            f"({USABLE_FRACTION:.0%} of {cfg.hardware.gpu.memory_GB:g} GB): try tensor "
-            f"parallelism (--tp), a smaller --micro-batch, or {hint}")
+            f"{use.total / 1e9:.1f} GB per GPU{where} ({parts} GB), {cfg.hardware.name} has "
+            f"{describe_reserve(cfg.hardware)}: try {recompute}tensor or pipeline parallelism "
+            f"(--tp, --pp), a smaller --micro-batch, or {hint}")

@@ -54,6 +54,7 @@ class Precision:
     grad_dtype: str = "bf16"
     param_dtype: str = "bf16"
     fp8: bool = False
+    optimizer_dtype: str = "fp32"
 
     def dtypes(self) -> Dtypes:
         return Dtypes(_dtype(self.grad_dtype, "--grad-dtype"),
@@ -111,6 +112,7 @@ class Pricing:
     algo: str = "auto"
     mfu: float | None = None
     attention: str | None = None  # None: flash, where shapes price the step
+    loss: str | None = None  # None: fp32 (cross-entropy on fp32 logits, Megatron's default)
 
 
 @dataclass(frozen=True)
@@ -147,12 +149,13 @@ class StepOptions:
                 "sequence_parallel": p.sequence_parallel, "mfu": pr.mfu,
                 "attention": None if pr.attention is None else str(pr.attention),
                 "tp_comm_overlap": self.overlap.tp_comm, "cp": p.cp,
-                "fp8": self.precision.fp8}
+                "fp8": self.precision.fp8, "loss": pr.loss,
+                "optimizer_dtype": str(self.precision.optimizer_dtype)}
 
     def ran(self, cfg: StepConfig) -> dict:
         """`parallel()` as the step ran it: each given value, and what `config` chose for
         those not given (the attention kernel, sequence parallelism, the TP overlap)."""
-        chosen = ("attention", "sequence_parallel", "tp_comm_overlap")
+        chosen = ("attention", "sequence_parallel", "tp_comm_overlap", "loss")
         return {k: getattr(cfg, k) if k in chosen else v for k, v in self.parallel().items()}
 
     def config(self, lineup: list[str] | None = None) -> StepConfig:
@@ -170,6 +173,8 @@ class StepOptions:
                             "group, and --tp 1 has none: give --tp above 1 or leave it out")
         if parallel["sequence_parallel"] is None:
             parallel["sequence_parallel"] = tp > 1
+        if parallel["loss"] is None:
+            parallel["loss"] = "fp32"  # not given: Megatron-Core's and torchtitan's default
         if parallel["tp_comm_overlap"] is None:
             parallel["tp_comm_overlap"] = False  # not given: Megatron-LM's default
         b = self.batch

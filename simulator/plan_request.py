@@ -27,6 +27,10 @@ MAX_PRICE = 1e6  # USD per GPU-hour
 MAX_TOKENS = 1e18  # a thousand times the largest runs' 15T; more overflows hours and cost
 
 
+# what plans are ranked by: hours to train (then cost), cost (then hours), or hours to reach
+# dense AdamS's quality (needs a convergence study)
+RANKS = ("time", "cost", "quality")
+
 @dataclass(frozen=True)
 class PlanRequest:
     model: ModelProfile
@@ -48,7 +52,7 @@ class PlanRequest:
     # a convergence study's tokens to dense AdamS's quality (profiles/quality.py): with it each
     # plan also gets the time and cost to reach that quality, and `rank` may be "quality"
     quality: object | None = None  # profiles.quality.QualityStudy
-    rank: str = "time"  # time | quality
+    rank: str = "time"  # time | cost | quality
     # tensor-parallel collectives overlapped with their GEMMs in every plan with a TP group
     # (simulator/tp_overlap.py; the plans run sequence parallelism): overlap.tp_comm; the
     # gradient and parameter overlap of each scheme are its own (no flags here)
@@ -79,8 +83,8 @@ class PlanRequest:
         return self.model.arch.seq_len if self.seq_len is None else self.seq_len
 
     def validate(self) -> PlanRequest:
-        if self.rank not in ("time", "quality"):
-            raise UserError(f"--rank must be time or quality, got {self.rank!r}")
+        if self.rank not in RANKS:
+            raise UserError(f"--rank must be one of {', '.join(RANKS)}, got {self.rank!r}")
         if self.rank == "quality" and self.quality is None:
             raise UserError("--rank quality needs --quality STUDY (profiles/quality/STUDY.toml, "
                             "made by bench/convergence_protocol.py)")

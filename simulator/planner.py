@@ -26,7 +26,16 @@ MICRO_BATCHES = (1, 2, 4, 8)
 PIPELINE_DEGREES = (1, 2, 4, 8, 16, 32, 64)
 # pipeline schedules searched for pp > 1: (schedule, model chunks per stage)
 PIPELINE_SCHEDULES = (("1f1b", 1), ("interleaved", 2))
-RECOMPUTE_ORDER = ("none", "full")  # the first that fits (selective saves no memory here)
+# the first that fits, cheapest first: none; the norms recomputed (Megatron-Core's
+# --recompute-modules layernorm; with fused attention Megatron's core-attention recompute
+# saves nothing more); torchtitan's op-level policy; the whole layer
+RECOMPUTE_ORDER = ("none", "selective-norm", "selective-op", "full")
+# a plan whose overheads (bubble, exposed communication, compression) stay below this share of
+# its step is compute-bound: its bottleneck column says so
+COMPUTE_BOUND = 0.10
+# schemes that change the update (what dense AdamS would compute) where they compress: their
+# quality is evidence, not a given (quantized at the gradient's own width runs dense)
+LOSSY = frozenset({"quantized", "topk", "scalecom", "scape", "scape-partitioned"})
 # points on SCAPE's density warm-up per plan: against 257 points, 17 were within 0.31% on
 # gpt-345m / llama-1.8b / llama-7b (33: 0.08%), at a 17th of the simulations
 RUN_MEAN_NODES = 17
@@ -166,9 +175,7 @@ def _evaluate(args: tuple[Candidate, PlanRequest]) -> dict:
                              nodes=RUN_MEAN_NODES).mean_step_s
     hours = steps * mean_step / 3600
     ratio = quality_ratio(req.quality, cfg.scheme) if req.quality is not None else None
-    shares = {"compute": r.compute_s, "network (exposed data-parallel comm)": r.exposed_comm_s,
-              "tensor-parallel comm": r.tp_comm_s, "compression kernels": r.compression_s,
-              "pipeline bubble": r.pipeline_bubble_s}
+    use_spare = 100 * (1 - cand.memory_GB * 1e9 / usable_bytes(cand.hardware))
     return {
         "hardware": cand.hardware.name, "gpus": cand.gpus, "scheme": cand.scheme,
         "tp": cand.tp, "pp": cand.pp,
@@ -178,12 +185,14 @@ def _evaluate(args: tuple[Candidate, PlanRequest]) -> dict:
         "dp": cfg.dp, "cp": cfg.cp, "tp_comm_overlap": cfg.tp_comm_overlap, "fp8": cfg.fp8,
         "micro_batch": cand.micro_batch,
         "grad_accum": cfg.accum, "recompute": cand.recompute, "memory_GB": cand.memory_GB,
+        "memory_spare_pct": use_spare,
         "step_time_s": r.step_time_s, "run_mean_step_s": mean_step,
         "tokens_per_s": req.batch * req.seq / mean_step,
         "hours": hours, "gpu_hours": hours * cand.gpus,
         "cost_usd": hours * cand.gpus * req.price(cand.hardware),
         "usd_per_gpu_hour": req.price(cand.hardware),
-        "bottleneck": max(shares, key=shares.get),
+        "bottleneck": bottleneck(r),
+        "quality": quality_note(cfg.scheme, ratio, req.quality is not None),
         "exposed_comm_share": r.exposed_comm_s / r.step_time_s,
         # tokens this scheme needs to reach dense AdamS's final loss, over dense AdamS's (NaN:
         # the study has no reading of it, or it never got there)
@@ -192,6 +201,48 @@ def _evaluate(args: tuple[Candidate, PlanRequest]) -> dict:
         "cost_to_quality_usd": (math.nan if ratio is None
                                 else hours * ratio * cand.gpus * req.price(cand.hardware)),
     }
+
+
+def bottleneck(r) -> str:
+    """The largest share of the step that is not the layers' compute, with its share; a step
+    whose overheads are all below COMPUTE_BOUND of it is compute-bound, said with their sum."""
+    overheads = {"pipeline bubble": r.pipeline_bubble_s,
+                 "exposed data-parallel comm": r.exposed_comm_s,
+                 "tensor-parallel comm": r.tp_comm_s, "context-parallel comm": r.cp_comm_s,
+                 "compression kernels": r.compression_s}
+    name = max(overheads, key=overheads.get)
+    total = sum(overheads.values()) / r.step_time_s
+    if total < COMPUTE_BOUND:
+        return f"compute (overheads {total:.0%})"
+    return f"{name} {overheads[name] / r.step_time_s:.0%}"
+
+
+def lossy(scheme) -> bool:
+    """Whether the scheme's update differs from dense AdamS's (or AdamW's)."""
+    if scheme.scheme == "quantized":
+        return scheme.bits < 16
+    return scheme.scheme in LOSSY and scheme.sparsity > 0
+
+
+def quality_note(scheme, ratio: float | None, studied: bool) -> str:
+    """What is known of a plan's quality: dense; a study's tokens-to-quality ratio; or that
+    nothing measured it at this scale."""
+    if not lossy(scheme):
+        return "dense"
+    if ratio is not None:
+        return f"{ratio:.2f}x tokens to dense quality (small-model study)"
+    return ("never reached dense quality in the study" if studied
+            else "not measured at this scale")
+
+
+def pareto(df: pd.DataFrame) -> pd.Series:
+    """Plans no other plan beats on both hours and cost (the time-cost frontier)."""
+    order = df.sort_values(["hours", "cost_usd"], kind="stable")
+    best_cost, keep = math.inf, []
+    for idx, cost in zip(order.index, order["cost_usd"], strict=True):
+        keep.append((idx, cost < best_cost))
+        best_cost = min(best_cost, cost)
+    return pd.Series(dict(keep)).reindex(df.index)
 
 
 def quality_ratio(study, scheme) -> float | None:
@@ -251,8 +302,11 @@ def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None
                             f"{req.quality.path} that reached dense AdamS's loss")
         df = df[reached].sort_values(["hours_to_quality", "cost_to_quality_usd"],
                                      kind="stable").reset_index(drop=True)
+    elif req.rank == "cost":
+        df = df.sort_values(["cost_usd", "hours"], kind="stable").reset_index(drop=True)
     else:
         df = df.sort_values(["hours", "cost_usd"], kind="stable").reset_index(drop=True)
+    df["pareto"] = pareto(df)
     if req.deadline_hours is not None:
         ok = df[df["hours"] <= req.deadline_hours]
         if ok.empty:
@@ -278,6 +332,12 @@ def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None
 def _figure(value: float, decimals: int) -> str:
     """`value` with thousands separators and `decimals` places, never rounded to zero."""
     return never_zero(f"{value:,.{decimals}f}", value)
+
+
+def best_dense(df: pd.DataFrame) -> pd.Series | None:
+    """The top plan whose update is dense AdamS's (or AdamW's)."""
+    rest = df[df["quality"] == "dense"]
+    return None if rest.empty else rest.iloc[0]
 
 
 def best_without(df: pd.DataFrame, family: str = SCAPE_FAMILY) -> pd.Series | None:

@@ -102,10 +102,14 @@ def layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_
         attn_b = sum(gemm_s(b, hw) for g in s.unfused_gemms for b in g.backward()) + 2 * softmax
     mem_f = s.memory_kernels * launch + s.memory_bytes / _hbm_Bps(hw)
     mem_b = 2 * mem_f  # each elementwise kernel's backward reads its input and output grads
+    # the two norms alone (read h, write h per token each): what recomputing them costs
+    tokens = micro_batch * seq_len // cp / (tp if sequence_parallel else 1)
+    norm_f = 2 * launch + 2 * 2 * 2 * model.arch.d_model * tokens / _hbm_Bps(hw)
     return PassTimes(gemm_f + attn_f + mem_f, gemm_b + attn_b + mem_b,
                      {"gemm": gemm_f + gemm_b, "attention": attn_f + attn_b,
                       "memory": mem_f + mem_b, "attention_fwd": attn_f,
-                      "attention_bwd": attn_b})
+                      "attention_bwd": attn_b, "gemm_fwd": gemm_f, "memory_fwd": mem_f,
+                      "norm_fwd": norm_f})
 
 
 def head_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_len: int,

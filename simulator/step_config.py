@@ -14,7 +14,7 @@ from simulator.collectives import ALGORITHMS, AUTO
 from simulator.compute import check_fp8
 from simulator.engine import Span
 from simulator.network import build_topology
-from vocabulary.names import RECOMPUTE, SCHEDULES
+from vocabulary.names import LOSSES, OPTIMIZER_DTYPES, RECOMPUTE, SCHEDULES
 
 DEFAULT_ALGO = "auto"  # per collective and size, the fastest registered algorithm
 
@@ -55,6 +55,12 @@ class StepConfig:
     # the layers' linear GEMMs in FP8 (Transformer Engine) and their sequence-parallel
     # all-gathers (simulator/roofline.py, simulator/tp_overlap.py)
     fp8: bool = False
+    # the loss on the last stage: cross-entropy on fp32 logits, fused, or chunked
+    # (simulator/activations.py LOSS_BYTES); it moves memory, not time
+    loss: str = "fp32"
+    # the optimizer's moments and master copy: fp32, or bf16 (NeMo's distributed_fused_adam
+    # dtype bf16 with 16-bit master remainders; Megatron-Core's precision-aware optimizer)
+    optimizer_dtype: str = "fp32"
 
     @property
     def chunks_pp(self) -> int:
@@ -165,6 +171,11 @@ class StepConfig:
         if self.pp > 1 and self.scheme.scheme == "dense-zero3":
             raise UserError("dense-zero3 (FSDP) with pipeline parallelism is not modelled: "
                             "use --pp 1, or dense-zero1/dense-zero2 with --pp")
+        if self.optimizer_dtype not in OPTIMIZER_DTYPES:
+            raise UserError(f"--optimizer-dtype must be one of {', '.join(OPTIMIZER_DTYPES)}, "
+                            f"got {self.optimizer_dtype!r}")
+        if self.loss not in LOSSES:
+            raise UserError(f"--loss must be one of {', '.join(LOSSES)}, got {self.loss!r}")
         if self.recompute not in RECOMPUTE:
             raise UserError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got "
                             f"{self.recompute!r}")

@@ -14,6 +14,7 @@ from reports.external import dense_rows, fitted_hardware, summary, validate_exte
 from scape.plan import Dtypes, make_config, plan
 from scape.plan.scape_authors import greedy_owners, k_of, shard_pieces
 from simulator.external_fit import fit_dense
+from simulator.memory import reserve
 
 
 def test_every_row_cites_a_commit_and_line():
@@ -173,16 +174,20 @@ def test_memory_rows_predicted_with_nothing_fitted():
     assert all("no public launch settings" in s["why"] for s in skipped)
     assert len(skipped) + len(table) == sum(r.quantity == "memory_MB" for r in ext.rows)
     distopt = table["series"].str.contains("distopt")
-    # replicated runs do not depend on the unstated GPU count; sharded ones do
+    # replicated runs do not depend on the unstated GPU count (their interval is the
+    # allocator's slack alone, max allocated to max reserved); sharded ones do
     lo, hi = table["predicted_low_MiB"], table["predicted_high_MiB"]
-    assert (lo[~distopt] == hi[~distopt]).all() and (lo[distopt] < hi[distopt]).all()
+    slack = reserve(load_hardware("vista-gh200-socket"))[0].fragmentation
+    assert list(hi[~distopt]) == pytest.approx(list(lo[~distopt] * (1 + slack)))
+    assert (hi[distopt] > lo[distopt] * (1 + slack)).all()
     inside = (table["measured_MiB"] >= table["predicted_low_MiB"]) & (
         table["measured_MiB"] <= table["predicted_high_MiB"])
     assert (table.loc[inside, "error_pct"] == 0).all()
     s = memory_summary(table)
     assert s["gpu_range_assumed"] == list(GPU_RANGE) and s["memory_rows"] == 12
-    # measured 2026-11-24: median 8.2%, max 17.4% (SCAPE with the distributed optimizer)
-    assert s["median_abs_error_pct"] < 10
+    # measured 2026-11-28 (per-stage model, no dropout in Llama, allocated-to-reserved
+    # interval): median 5.7%, max 18.5% (SCAPE with the distributed optimizer)
+    assert s["median_abs_error_pct"] < 10 and s["max_abs_error_pct"] < 20
 
 
 def test_residual_offload_keeps_two_staging_buffers_of_the_largest_tensor():

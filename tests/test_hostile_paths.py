@@ -94,6 +94,7 @@ def _shrunk(tmp_path: Path, base: str, name: str) -> Path:
     text = (Path(__file__).resolve().parents[1] / "profiles" / "hardware" / f"{base}.toml"
             ).read_text()
     text = re.sub(r"(?m)^memory_GB = .*$", "memory_GB = 0.1", text)
+    text = re.sub(r"(?m)^device_MiB = .*$", "device_MiB = 95", text)  # [memory]: 0.1 GB
     text = re.sub(r'(?m)^name = .*$', f'name = "{name}"', text)
     path = tmp_path / f"{name}.toml"
     path.write_text(text)

@@ -103,7 +103,17 @@ COMPRESSION_KINDS = (frozenset(KERNEL_BYTES) | set(OTHER_KINDS)) - {
     "optimizer_adamw", "optimizer_adams", "flat_copy"}
 
 # --- a step's choices (simulate, compare, plan) -------------------------------------------
-RECOMPUTE = ("none", "selective", "full")  # activation recomputation (Korthikanti et al. 2022)
+# activation recomputation: none; Megatron's selective (the attention core, Korthikanti et al.
+# 2022), with the norms too (Megatron-Core --recompute-modules core_attn layernorm);
+# torchtitan's op-level selective checkpointing (every second matmul recomputed); full
+RECOMPUTE = ("none", "selective", "selective-norm", "selective-op", "full")
+# the loss: cross-entropy on fp32 logits (Megatron-Core's vocabulary-parallel one, gradient in
+# place), PyTorch's eager cross_entropy on fp32 logits (torchtitan, Hugging Face), a fused
+# cross-entropy on the bf16 logits, or a chunked fused linear cross-entropy (Liger-Kernel)
+LOSSES = ("fp32", "eager", "fused", "chunked")
+# the optimizer state's dtype: fp32 moments and master weights, or bf16 moments with 16-bit
+# master remainders (NeMo's distributed_fused_adam dtype bf16, store_param_remainders)
+OPTIMIZER_DTYPES = ("fp32", "bf16")
 # shapes model: the profile's fused attention (cuDNN on H100, FlashAttention-2 on A100),
 # FlashAttention-2 itself (stacks before cuDNN's kernel reached PyTorch), or Megatron-LM's
 # attention before FlashAttention

@@ -1,0 +1,236 @@
+"""Per-GPU memory of published training runs against the memory model (simulator/memory.py).
+
+Two questions, on rows nobody fitted anything to:
+1. Does the model refuse a run that ran? Every published step in profiles/external/
+   parallel-steps.csv and step-calibration.csv ran on its GPUs, as did every row of
+   profiles/external/published-memory.csv marked `ran`: each is priced, and its verdict
+   printed with the share of usable memory left (negative: refused).
+2. How close is the predicted peak to a reported one? Rows of published-memory.csv with a
+   peak: the model's allocated peak, and with the profile's allocator slack where the source
+   reports reserved memory (torchtitan's metrics print max reserved), against it.
+The verdicts are printed again with the allocator slack at 0 and 10% (the shipped 5% is an
+assumption: no published figure was found, docs/research/memory-terms.md section 9).
+
+Run: python bench/memory_published.py [--csv OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+import fidelity_parallel as fp  # noqa: E402
+
+from cli.outputs import script_outputs  # noqa: E402
+from profiles import UserError, load_hardware  # noqa: E402
+from profiles.models import Arch  # noqa: E402
+from scape.plan import Dtypes, make_config  # noqa: E402
+from simulator.memory import memory_use, reserve  # noqa: E402
+
+PUBLISHED = REPO / "profiles" / "external" / "published-memory.csv"
+GIB = 2.0**30
+# the GPU a row names -> the shipped profile of that GPU family (its [memory] table); a row
+# whose GPU has other memory (H100 96 GB, H200 141 GB) gets the datasheet's GB as the
+# device's bytes (below what the driver reports) and the family's reserve terms
+GPU_PROFILE = {"GH200": "vista-gh200", "H100": "dgx-h100", "H200": "dgx-h100",
+               "A100": "dgx-a100", "B200": "dgx-b200"}
+# a row's sharding -> the scheme that holds the same state (simulator/memory.py)
+SHARDING = {"none": "dense-ddp", "zero1": "dense-zero1", "distopt": "dense-zero1",
+            "zero2": "dense-zero2", "zero3": "dense-zero3", "fsdp": "dense-zero3",
+            "hsdp": "dense-zero3"}
+RECOMPUTE = {"none": "none", "full": "full", "selective": "selective",
+             "selective-op": "selective-op", "selective-norm": "selective-norm"}
+# a row's loss -> the model's (fp32 logits through PyTorch's cross_entropy: "eager"); a row
+# that does not say: its framework's default (llm-foundry: flash-attn's fused cross-entropy,
+# ComposerMPTCausalLM loss_fn 'fused_crossentropy'; torchtitan: eager; else Megatron's fp32)
+LOSS = {"fp32-logits": "eager", "fp32": "fp32", "fused": "fused", "chunked": "chunked"}
+FRAMEWORK_LOSS = {"fsdp": "fused", "torchtitan": "eager"}
+
+
+def _blank(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value)) or value == ""
+
+
+def _get(row, column, default=None):
+    value = getattr(row, column, None)
+    return default if _blank(value) else value
+
+
+def step_rows() -> list[dict]:
+    """Every published step of the step-time sets: each ran, none reports its memory."""
+    out = []
+    for path in (fp.DATA, fp.H100_STEPS):
+        for row in pd.read_csv(path, comment="#").itertuples():
+            scheme = make_config(row.scheme, optimizer="adamw")
+            grad = {"bf16": 2, "fp32": 4}[fp.given(row, "grad_dtype", "bf16")]
+            chunks = int(row.chunks)
+            dp = int(row.gpus) // (int(row.tp) * int(row.pp))
+            out.append({
+                "case": row.case, "source": path.name, "gpu": row.hardware,
+                "hardware": row.hardware, "ran": True, "peak_GiB": math.nan,
+                "peak_kind": "none",
+                "args": dict(model=fp.gpt(row), scheme=scheme, dp=dp, tp=int(row.tp),
+                             micro_batch=int(row.micro_batch), seq_len=int(row.seq),
+                             dtypes=Dtypes(grad_bytes=grad), recompute=row.recompute,
+                             sequence_parallel=bool(row.sequence_parallel), pp=int(row.pp),
+                             chunks=chunks, attention=row.attention,
+                             micro_batches=int(row.global_batch) // (int(row.micro_batch) * dp),
+                             loss=fp.given(row, "loss", "fp32"),
+                             optimizer_dtype=fp.given(row, "optimizer_dtype", "fp32"))})
+    return out
+
+
+def published_rows() -> tuple[list[dict], list[dict]]:
+    """The rows of published-memory.csv the model can price; the others, with why not."""
+    if not PUBLISHED.exists():
+        return [], [{"case": str(PUBLISHED), "why": "no such file"}]
+    rows, skipped = [], []
+    base = fp.gpt(next(pd.read_csv(fp.DATA, comment="#").itertuples()))
+    for row in pd.read_csv(PUBLISHED, comment="#").itertuples():
+        gpu = str(_get(row, "gpu", ""))
+        profile = next((p for g, p in GPU_PROFILE.items() if g in gpu), None)
+        why = None
+        if profile is None:
+            why = f"no shipped profile of a {gpu or 'unnamed'} GPU"
+        elif _blank(_get(row, "recompute")):
+            why = "the source does not state the recomputation"
+        elif str(_get(row, "recompute", "")) not in RECOMPUTE:
+            why = f"recompute {row.recompute!r} is not modelled"
+        elif str(_get(row, "offload", "none")) != "none":
+            why = f"{row.offload} offload to host memory is not modelled"
+        elif str(_get(row, "sharding", "")) not in SHARDING:
+            why = f"sharding {row.sharding!r} is not modelled"
+        elif any(_blank(_get(row, c)) for c in ("layers", "hidden", "heads", "vocab", "seq",
+                                                    "micro_batch", "gpus")):
+            why = "the source leaves the model shape, sequence or micro-batch unstated"
+        if why:
+            skipped.append({"case": row.case, "why": why})
+            continue
+        mlp = str(_get(row, "mlp", "gelu"))
+        hidden, ffn = int(row.hidden), int(_get(row, "ffn", 4 * int(row.hidden)))
+        family = "gpt" if mlp == "gelu" else "llama"
+        d_ff = 2 * ffn // 3 if mlp == "squared_relu" else ffn
+        arch = Arch(n_layers=int(row.layers), d_model=hidden, n_heads=int(row.heads),
+                    n_kv_heads=int(_get(row, "kv_heads", row.heads)), d_ff=d_ff,
+                    vocab_size=int(row.vocab), seq_len=int(row.seq),
+                    tied_embeddings=str(_get(row, "tied", "false")).lower() == "true",
+                    source=str(PUBLISHED), assumed=None, dropout=False)
+        model = replace(base, name=row.case, family=family, arch=arch, reference_params=None)
+        gpus, tp, pp = int(row.gpus), int(_get(row, "tp", 1)), int(_get(row, "pp", 1))
+        cp = int(_get(row, "cp", 1))
+        dp = gpus // (tp * pp * cp)
+        sharding = str(_get(row, "sharding", "none"))
+        if str(_get(row, "framework", "")) == "torchtitan":  # FSDP over dp_shard x cp, always
+            sharding = "fsdp"
+        scheme = make_config(SHARDING[sharding], optimizer="adamw")
+        grad = {"bf16": 2, "fp32": 4}[str(_get(row, "grad_dtype", "bf16"))]
+        chunks = int(_get(row, "virtual_stages", 1))
+        memory_GB = float(_get(row, "gpu_memory_GB", math.nan))
+        rows.append({
+            "case": row.case, "source": str(_get(row, "source", "")), "gpu": gpu,
+            "hardware": profile, "memory_GB": memory_GB,
+            "ran": str(_get(row, "ran", "true")).lower() == "true",
+            "peak_GiB": float(_get(row, "peak_GiB", math.nan)),
+            "peak_kind": str(_get(row, "peak_kind", "unknown")),
+            "args": dict(model=model, scheme=scheme, dp=dp * cp, tp=tp,
+                         micro_batch=int(row.micro_batch), seq_len=int(row.seq) // cp,
+                         dtypes=Dtypes(grad_bytes=grad),
+                         recompute=RECOMPUTE[str(_get(row, "recompute", "none"))],
+                         sequence_parallel=tp > 1, pp=pp, chunks=chunks,
+                         attention="flash", micro_batches=None,
+                         loss=LOSS.get(str(_get(row, "loss", "unknown")),
+                                       FRAMEWORK_LOSS.get(str(_get(row, "framework", "")),
+                                                          "fp32")),
+                         optimizer_dtype=str(_get(row, "optimizer_dtype", "fp32")))})
+    return rows, skipped
+
+
+def price(rows: list[dict], slack: float | None = None) -> pd.DataFrame:
+    """Each row's predicted peak (allocated; reserved with the slack), usable memory and
+    verdict; `slack`: the allocator slack to use instead of the profile's."""
+    out = []
+    for r in rows:
+        hw = load_hardware(r["hardware"])
+        held = reserve(hw)[0]
+        given = r.get("memory_GB", math.nan)
+        if not math.isnan(given) and given != hw.gpu.memory_GB:  # another part of the family
+            held = replace(held, device_MiB=given * 1e9 / 2**20)
+        if slack is not None:
+            held = replace(held, fragmentation=slack)
+        try:
+            use = memory_use(**r["args"])
+        except UserError as e:
+            out.append({"case": r["case"], "why": str(e)})
+            continue
+        usable = held.usable_bytes()
+        reserved = use.total * (1 + held.fragmentation)
+        predicted = reserved if r["peak_kind"] == "reserved" else use.total
+        out.append({
+            "case": r["case"], "gpu": r["gpu"], "ran": r["ran"],
+            "allocated_GiB": use.total / GIB, "usable_GiB": usable / GIB,
+            "spare_pct": 100 * (1 - use.total / usable), "fits": use.total <= usable,
+            "peak_kind": r["peak_kind"], "reported_GiB": r["peak_GiB"],
+            "predicted_GiB": predicted / GIB,
+            "error_pct": 100 * (predicted / (r["peak_GiB"] * GIB) - 1)
+            if not math.isnan(r["peak_GiB"]) else math.nan,
+            "source": r["source"]})
+    return pd.DataFrame(out)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--csv", default=None, help="also write the table here")
+    args = parser.parse_args()
+    script_outputs(parser, {"--csv": args.csv})
+    published, skipped = published_rows()
+    rows = step_rows() + published
+    df = price(rows)
+    fmt = {"float_format": lambda x: f"{x:.1f}", "index": False}
+    ran = df[df["ran"]]
+    print("1. runs that ran: the model's verdict (spare_pct: share of usable memory left)")
+    print(ran[["case", "gpu", "allocated_GiB", "usable_GiB", "spare_pct", "fits"]]
+          .to_string(**fmt))
+    failed = df[df["why"].notna()] if "why" in df else df.iloc[:0]
+    for r in failed.itertuples():
+        print(f"not priced: {r.case}: {r.why}")
+    refused = ran[~ran["fits"]]
+    print(f"\n{len(ran)} runs that ran; refused: {len(refused)}"
+          + (f" ({', '.join(refused['case'])})" if len(refused) else "")
+          + f"; thin (< 5% spare): {int(((ran['spare_pct'] < 5) & ran['fits']).sum())}")
+    peaks = df[df["reported_GiB"].notna()]
+    if len(peaks):
+        print("\n2. rows with a reported peak (nothing fitted on them)")
+        print(peaks[["case", "gpu", "peak_kind", "reported_GiB", "predicted_GiB", "error_pct",
+                     "source"]].to_string(**fmt))
+        err = peaks["error_pct"].abs()
+        print(f"\n{len(peaks)} rows: median |error| {err.median():.1f}%, max {err.max():.1f}% "
+              f"({peaks.loc[err.idxmax(), 'case']}), median error "
+              f"{peaks['error_pct'].median():+.1f}%")
+    for s in skipped:
+        print(f"skipped: {s['case']}: {s['why']}")
+    print("\nsensitivity to the allocator slack (shipped: 5%, an assumption):")
+    for slack in (0.0, 0.10):
+        alt = price(rows, slack)
+        alt_ran = alt[alt["ran"]]
+        line = f"  slack {slack:.0%}: refused {int((~alt_ran['fits']).sum())} of {len(alt_ran)}"
+        alt_peaks = alt[alt["reported_GiB"].notna()]
+        if len(alt_peaks):
+            e = alt_peaks["error_pct"].abs()
+            line += f"; peaks median |error| {e.median():.1f}%, max {e.max():.1f}%"
+        print(line)
+    if args.csv:
+        df.to_csv(args.csv, index=False)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,104 @@
+"""The memory model (simulator/activations.py, simulator/memory.py): each term against the
+formula it cites, and the runs published teams trained on 80 GB GPUs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from profiles import load_hardware, load_model
+from scape.plan import Dtypes, make_config
+from simulator.activations import in_flight, layer_memory, loss_bytes_per_token
+from simulator.memory import DEFAULT_RESERVE, memory_columns, memory_use, reserve, usable_bytes
+from simulator.pipeline import stage_layers
+from simulator.step_config import StepConfig
+
+
+def test_gpt_layer_keeps_korthikantis_34_sbh_and_5_as2b_unfused():
+    """Korthikanti et al. 2022 Table 2: 34 s b h + 5 a s^2 b bytes per GPT layer (with dropout),
+    and FlashAttention keeps the log-sum-exp (4 bytes per head and token) for the s x s."""
+    m = load_model("gpt-345m")
+    h, a, s = m.arch.d_model, m.arch.n_heads, 1024
+    flash = layer_memory(m, True, "flash", s, 1, False, "none")
+    unfused = layer_memory(m, True, "unfused", s, 1, False, "none")
+    assert flash.kept == pytest.approx(34 * h + 4 * a)
+    assert unfused.kept == pytest.approx(34 * h + 5 * a * s)
+    # sequence parallelism splits every term over the tensor-parallel ranks (34 s b h / t)
+    assert layer_memory(m, True, "flash", s, 4, True, "none").kept == pytest.approx(
+        (34 * h + 4 * a) / 4)
+    # without it the norms' inputs and outputs and the masks stay whole: s b h (10 + 24 / t)
+    assert layer_memory(m, True, "flash", s, 4, False, "none").kept == pytest.approx(
+        10 * h + 24 * h / 4 + 4 * a / 4)
+
+
+def test_llama_layer_has_no_masks_and_keeps_its_swiglu_and_narrow_kv():
+    m = load_model("llama-405b")
+    a = m.arch
+    h, f, kv = a.d_model, a.d_ff, a.n_kv_heads * a.head_dim
+    kept = layer_memory(m, m.dropout, "flash", 8192, 1, False, "none").kept
+    # norms' inputs and outputs 8h, Q and O 4h, K and V 4kv, gate, up and product 6f
+    assert not m.dropout and kept == pytest.approx(8 * h + 4 * h + 4 * kv + 6 * f + 4 * a.n_heads)
+
+
+def test_policies_keep_less_in_order_and_full_keeps_the_input():
+    m = load_model("llama-7b")
+    h = m.arch.d_model
+    kept = {p: layer_memory(m, False, "flash", 4096, 1, False, p).kept
+            for p in ("none", "selective", "selective-norm", "selective-op", "full")}
+    assert kept["none"] == kept["selective"]  # flash keeps no s x s to recompute
+    assert kept["none"] - kept["selective-norm"] == pytest.approx(4 * h)  # two norm outputs
+    assert kept["selective-norm"] > kept["selective-op"] > kept["full"] == 2 * h
+    # what a recomputed layer materializes again is what it did not keep
+    full = layer_memory(m, False, "flash", 4096, 1, False, "full")
+    assert full.kept + full.working == pytest.approx(kept["none"])
+
+
+def test_in_flight_follows_1f1b_and_megatrons_interleaving():
+    # 1F1B: stage s holds min(p - s, m) micro-batches of its layers
+    layers = stage_layers(32, 4)
+    assert [in_flight(s, 4, 8, tuple(layers[s])) for s in range(4)] == [32, 24, 16, 8]
+    assert in_flight(0, 4, 2, tuple(layers[0])) == 16  # fewer micro-batches than stages
+    # interleaved: stage 0 holds L (1 + (p - 1) / (p v)) layer-micro-batches (Korthikanti
+    # section 4.2.3) with enough micro-batches
+    p, v, n = 4, 2, 32
+    chunks = stage_layers(n, p, v)
+    assert in_flight(0, p, 16, tuple(chunks[0])) == n * (1 + (p - 1) / (p * v))
+    assert in_flight(0, 1, 1, (n,)) == n
+
+
+def test_loss_only_on_the_last_stage_and_fused_keeps_less():
+    m = load_model("llama-7b")
+    fp32, fused = (loss_bytes_per_token(m, 1, k, False) for k in ("fp32", "fused"))
+    assert fp32 - fused == pytest.approx(4 * m.arch.vocab_size)  # the fp32 softmax
+    dt = Dtypes()
+    flat = memory_use(m, make_config("dense-zero1"), 8, 1, 1, 4096, dt, micro_batches=8)
+    piped = memory_use(m, make_config("dense-zero1"), 8, 1, 1, 4096, dt, pp=4, micro_batches=8)
+    assert flat.loss > 0 and piped.stage == 0 and piped.loss == 0  # stage 0 peaks, no logits
+
+
+def test_reserve_is_the_profiles_and_a_missing_table_says_default():
+    hw = load_hardware("dgx-h100")
+    held, which = reserve(hw)
+    assert which == "profile" and held.device_MiB == 81559
+    assert usable_bytes(hw) == pytest.approx(
+        (81559 * 2**20 - held.context_GiB * 2**30) / (1 + held.fragmentation))
+    bare = replace(hw, memory=None)
+    held, which = reserve(bare)
+    assert which == "default" and held.device_MiB * 2**20 == pytest.approx(80e9)
+    assert held.context_GiB == DEFAULT_RESERVE["context_GiB"]
+
+
+def test_llama3_405b_as_meta_ran_it_fits_without_recomputation():
+    """Llama 3 paper section 3.3: 16,384 H100 80GB, TP 8, PP 16, DP 128, sequence 8192,
+    micro-batch 1, no activation checkpointing, one layer fewer on the first and last stages
+    (stage_layers' uneven split). It ran, so the model must not refuse it; it is tight."""
+    cfg = StepConfig(load_model("llama-405b"), load_hardware("dgx-h100"), 16384,
+                     make_config("dense-zero1", optimizer="adamw"), micro_batch=1,
+                     seq_len=8192, global_batch=2048, tp=8, pp=16).validate()
+    assert stage_layers(126, 16)[0] == [7] and stage_layers(126, 16)[-1] == [7]
+    cols = memory_columns(cfg)
+    assert cols["fits_memory"] and 0 < cols["memory_spare_pct"] < 5
+    # it would not fit with the GPT layer's dropout masks the old model kept for every layer
+    gpt_like = replace(cfg.model, arch=replace(cfg.model.arch, dropout=True))
+    assert not memory_columns(replace(cfg, model=gpt_like))["fits_memory"]
