@@ -1,10 +1,11 @@
 """`scape report scaling`: what-if sweeps over GPU count, NIC bandwidth, sparsity and model
 size, as a Markdown and a self-contained HTML report with figures and the CSV behind each.
 
-Every point is one simulated steady-state step. Batch: micro-batch 1, the model's global batch,
+Every point is one simulated steady-state step. Batch: the model's global batch,
 or one sequence per GPU once GPUs outnumber it (weak scaling); every scheme at a GPU count does
-the same work per step. Layout: the smallest tensor-parallel degree inside a node that fits in
-memory without recomputation, else the smallest with full recomputation.
+the same work per step. Layout: the fastest `scape plan` finds at that GPU count (tensor and
+pipeline parallelism, micro-batch, the least recomputation that fits; simulator/planner.py),
+so a 70B or 405B report has points wherever plan has plans.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ from reports.scaling_figures import (
     fig_speedup_vs_gpus,
 )
 from reports.tables import markdown, refuse_special_files
-from scape.plan import Dtypes
 from simulator.batch import parallel_map, simulate_cached
 from simulator.compare import parse_scheme
-from simulator.memory import memory_use, usable_bytes
+from simulator.plan_request import PlanRequest
+from simulator.planner import UNMEASURED, candidates, evaluate_bounded
 from simulator.step_config import StepConfig
 
 SCHEMES = ("dense-adams", "dense-ddp", "quantized:8", "topk:0.99", "scalecom:0.99",
@@ -80,19 +81,27 @@ class Point:
 
 
 def layout(model: ModelProfile, hw: HardwareProfile, scheme: str, gpus: int, seq: int,
-           batch: int) -> tuple[int, str] | None:
-    """(tensor-parallel degree, recompute): the smallest degree inside a node that fits
-    without recomputation, else the smallest that fits with it; None if nothing fits."""
-    cfg = parse_scheme(scheme)
-    usable = usable_bytes(hw)
-    degrees = [tp for tp in (1, 2, 4, 8) if hw.node.gpus_per_node % tp == 0
-               and model.arch.splits_over(tp) and tp <= gpus and batch % (gpus // tp) == 0]
-    for recompute in ("none", "full"):
-        for tp in degrees:
-            use = memory_use(model, cfg, gpus // tp, tp, 1, seq, Dtypes(), recompute)
-            if use.total <= usable:
-                return tp, recompute
-    return None
+           batch: int) -> StepConfig | None:
+    """The fastest layout `scape plan` finds for this scheme at exactly `gpus` GPUs: tensor
+    and pipeline parallelism (1F1B or interleaved), micro-batch and the least recomputation
+    that fits (simulator/planner.py candidates, then its bounded search for the best one);
+    None if nothing fits."""
+    req = PlanRequest(model, float(batch * seq), (hw,), max_gpus=gpus, global_batch=batch,
+                      seq_len=seq, schemes=(scheme,), workers=1,
+                      price_per_gpu_hour=1.0).validate()  # a price: ranking is by time
+    cands, why = candidates(req)
+    cands = [c for c in cands if c.gpus == gpus]
+    if not cands:
+        unmeasured = [r for r in why if UNMEASURED in r and f": {gpus} GPU" in r]
+        if unmeasured:  # a measured profile: say which counts it can price
+            raise UserError(f"profile {hw.name} prices the rank counts it measured, not "
+                            f"{gpus} GPUs: {unmeasured[0]}")
+        return None
+    best = evaluate_bounded(req, cands, 1).sort_values(["hours", "cost_usd"], kind="stable")
+    row = best.iloc[0]
+    chosen = next(c for c in cands if (c.tp, c.pp, c.chunks, c.micro_batch, c.recompute) == (
+        row["tp"], row["pp"], row["chunks"], row["micro_batch"], row["recompute"]))
+    return chosen.step_config(req)
 
 
 def global_batch(model: ModelProfile, gpus: int) -> int:
@@ -109,13 +118,7 @@ def _step_config(p: Point) -> StepConfig | None:
             nic = replace(nic, burst_bytes=hw.nic.burst_bytes * p.nic_Gbps / hw.nic.bw_Gbps)
         hw = replace(hw, nic=nic)
     seq = p.model.arch.seq_len
-    batch = global_batch(p.model, p.gpus)
-    chosen = layout(p.model, hw, p.scheme, p.gpus, seq, batch)
-    if chosen is None:
-        return None
-    tp, recompute = chosen
-    return StepConfig(p.model, hw, p.gpus, parse_scheme(p.scheme), micro_batch=1,
-                      seq_len=seq, global_batch=batch, tp=tp, recompute=recompute)
+    return layout(p.model, hw, p.scheme, p.gpus, seq, global_batch(p.model, p.gpus))
 
 
 def evaluate(p: Point) -> dict:
@@ -127,7 +130,8 @@ def evaluate(p: Point) -> dict:
     if cfg is None:
         return {**row, "fits": False}
     r = simulate_cached(cfg)
-    return {**row, "fits": True, "tp": cfg.tp, "grad_accum": cfg.accum,
+    return {**row, "fits": True, "tp": cfg.tp, "pp": cfg.pp, "virtual_stages": cfg.chunks_pp,
+            "micro_batch": cfg.micro_batch, "grad_accum": cfg.accum,
             "recompute": cfg.recompute, **r.as_dict()}
 
 
@@ -211,8 +215,8 @@ def write_report(model: str, hardware: str, out: Path, quick: bool = False,
         counts = df.loc[df["sweep"] == "gpus", "gpus"]
         raise UserError(f"no step of the sweep fits in GPU memory: {m.name} on "
                         f"{counts.min():,}-{counts.max():,} GPUs of {hw.name}, whatever the "
-                        "scheme, tensor-parallel degree or recomputation (the report's "
-                        "layouts have no pipeline parallelism: `scape plan` searches those), or "
+                        "scheme and layout `scape plan` searches (tensor and pipeline "
+                        "parallelism, micro-batch, recomputation): GPUs with more memory, or "
                         "a smaller model")
     out.mkdir(parents=True, exist_ok=True)
     title = f"{m.name} on {hw.name}"
@@ -237,10 +241,11 @@ def write_report(model: str, hardware: str, out: Path, quick: bool = False,
     files: dict[str, Path] = {}
     answer = _answer(df, hw)
     md = [f"# Scaling report: {title}", "", answer, "",
-          f"{len(df)} simulated steps ({int(df['fits'].sum())} fit in memory). Batch: "
-          "micro-batch 1, the model's global batch or one sequence per GPU once GPUs outnumber "
-          "it, the same for every scheme at a GPU count. Layout: the smallest tensor-parallel "
-          "degree that fits without recomputation, else with full recomputation. Speedup = "
+          f"{len(df)} points ({int(df['fits'].sum())} fit in memory). Batch: the model's "
+          "global batch or one sequence per GPU once GPUs outnumber it, the same for every "
+          "scheme at a GPU count. Layout: the fastest `scape plan` finds for each scheme at "
+          "each GPU count (tensor and pipeline parallelism, micro-batch, the least "
+          "recomputation that fits; the CSVs carry tp, pp, micro_batch, recompute). Speedup = "
           f"dense AdamS step time / scheme step time. Sweep: {'quick' if quick else 'full'}; "
           f"profiles {m.path} and {hw.path}.",
           ""]

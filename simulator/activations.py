@@ -102,6 +102,7 @@ class LayerMemory:
     working: float
 
 
+@lru_cache(maxsize=4096)
 def layer_memory(model, dropout: bool, attention: str, seq: int, tp: int,
                  sequence_parallel: bool, recompute: str) -> LayerMemory:
     if recompute not in RECOMPUTE:

@@ -13,6 +13,7 @@ term: docs/research/memory-terms.md.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from profiles import HardwareProfile, ModelProfile
 from profiles.hardware import Memory
@@ -84,6 +85,12 @@ class MemoryUse:
         return {**{k: getattr(self, k) for k in parts}, "total": self.total}
 
 
+@lru_cache(maxsize=256)
+def largest_tensor(model: ModelProfile) -> int:
+    """Elements of the model's largest parameter tensor (the authors' offload staging)."""
+    return max(size for size, _ in model.tensors())
+
+
 def stage_params(model: ModelProfile, layers: int, first: bool, last: bool, pp: int) -> int:
     """Parameters of a pipeline stage of `layers` layers: the embedding (and learned positions)
     on the first, the final norm and output layer on the last; with tied embeddings and
@@ -121,7 +128,7 @@ def state_bytes(model: ModelProfile, scheme: SchemeConfig, n: float, dp: int, tp
     if scheme.scheme in RESIDUAL_SCHEMES and compresses:
         extra = 4 * n
     if scheme.scheme == "scape":
-        extra = authors_state(n, scheme, max(size for size, _ in model.tensors()) / tp)
+        extra = authors_state(n, scheme, largest_tensor(model) / tp)
     if scheme.scheme == "scape-partitioned" and scheme.sparsity > 0:
         k = scheme.density * n
         mask = min(k * INDEX_BYTES, n / 8)  # the whole mask, gathered on every rank
@@ -150,31 +157,59 @@ def memory_use(
     (its stored micro-batches, the loss on the last stage) or during a recomputed layer's
     backward, whichever is higher, and the highest stage returned. `micro_batches`: a step's
     (its gradient accumulation; None: as many as stages, the fewest 1F1B fills)."""
+    best = None
+    for s, params, activations, loss_b in _stage_activations(
+            model, tp, micro_batch, seq_len, recompute, sequence_parallel, pp, chunks,
+            attention, pp if micro_batches is None else micro_batches, loss):
+        weights, grads, state, extra = state_bytes(model, scheme, params / tp, dp, tp, dtypes,
+                                                   optimizer_dtype, pp)
+        use = MemoryUse(weights, grads, state, extra, activations, loss_b, s)
+        if best is None or use.total > best.total:
+            best = use
+    return best
+
+
+@lru_cache(maxsize=16384)
+def _stage_activations(model: ModelProfile, tp: int, micro_batch: int, seq_len: int,
+                       recompute: str, sequence_parallel: bool, pp: int, chunks: int,
+                       attention: str, m: int, loss: str
+                       ) -> tuple[tuple[int, int, float, float], ...]:
+    """(stage, parameters, activation bytes, loss bytes) of each stage that can peak
+    (peak_candidates): what does not depend on the scheme, remembered (the planner prices
+    every scheme of a layout)."""
     from simulator.pipeline import stage_layers
 
     layers = stage_layers(model.arch.n_layers, pp, chunks)  # [stage][chunk]
-    m = pp if micro_batches is None else micro_batches
     tokens = seq_len * micro_batch  # of this context-parallel rank
     per_layer = layer_memory(model, model.dropout, attention, seq_len, tp,
                              sequence_parallel or tp == 1, recompute)
     loss_b = loss_bytes_per_token(model, tp, loss, sequence_parallel) * tokens
-    best = None
-    for s in range(pp):
-        first, last = s == 0, s == pp - 1
-        n = stage_params(model, sum(layers[s]), first, last, pp) / tp
-        weights, grads, state, extra = state_bytes(model, scheme, n, dp, tp, dtypes,
-                                                   optimizer_dtype, pp)
+    out = []
+    for s in peak_candidates(layers):
+        last = s == pp - 1
+        params = stage_params(model, sum(layers[s]), s == 0, last, pp)
         stored = in_flight(s, pp, m, tuple(layers[s])) * per_layer.kept * tokens
         working = per_layer.working * tokens
         # the peak: the end of a forward (the loss on the last stage), or a recomputed
         # layer's backward (its tensors again beside the stored ones)
         if last and loss_b >= working:
-            use = MemoryUse(weights, grads, state, extra, stored, loss_b, s)
+            out.append((s, params, stored, loss_b))
         else:
-            use = MemoryUse(weights, grads, state, extra, stored + working, 0.0, s)
-        if best is None or use.total > best.total:
-            best = use
-    return best
+            out.append((s, params, stored + working, 0.0))
+    return tuple(out)
+
+
+def peak_candidates(layers: list[list[int]]) -> list[int]:
+    """The stages that can peak: the first and the last (the embedding, the loss), and of the
+    stages between, the first of each layer split; a later stage with the same layers holds
+    the same state and no more micro-batches (1F1B's p - s, the interleaved warm-up's
+    2 (p - s - 1) + (v - 1) p both fall with s)."""
+    seen, out = set(), [0, len(layers) - 1]
+    for s in range(1, len(layers) - 1):
+        if tuple(layers[s]) not in seen:
+            seen.add(tuple(layers[s]))
+            out.append(s)
+    return sorted(set(out))
 
 
 def step_memory(cfg) -> MemoryUse:

@@ -31,6 +31,14 @@ class Op:
     end: float
 
 
+@functools.lru_cache(maxsize=4096)
+def _stage_layers(n_layers: int, stages: int, chunks: int) -> tuple[tuple[int, ...], ...]:
+    total = stages * chunks
+    base, extra = divmod(n_layers, total)
+    per = [base + (1 if 1 <= j <= extra else 0) for j in range(total)]
+    return tuple(tuple(per[c * stages + s] for c in range(chunks)) for s in range(stages))
+
+
 def stage_layers(n_layers: int, stages: int, chunks: int = 1) -> list[list[int]]:
     """Layers of each model chunk, [stage][chunk]. Model chunk j = chunk * stages + stage
     (Megatron's interleaved assignment); an even split, the remainder one layer each to model
@@ -39,17 +47,25 @@ def stage_layers(n_layers: int, stages: int, chunks: int = 1) -> list[list[int]]
     total = stages * chunks
     if n_layers < total:
         raise UserError(f"{n_layers} layers cannot fill {stages} stages x {chunks} chunks")
-    base, extra = divmod(n_layers, total)
-    per = [base + (1 if 1 <= j <= extra else 0) for j in range(total)]
-    return [[per[c * stages + s] for c in range(chunks)] for s in range(stages)]
+    return [list(chunk) for chunk in _stage_layers(n_layers, stages, chunks)]
+
+
+def warmup_forwards(stage: int, stages: int, micro_batches: int, chunks: int = 1) -> int:
+    """Forwards `stage` runs before its first steady-state one: Megatron-Core's 1F1B warm-up
+    (p - s - 1), or its interleaved one (2 (p - s - 1) + (v - 1) p; everything when the
+    micro-batches equal the stages), at most every forward of the step."""
+    p, m, v = stages, micro_batches, chunks
+    if v == 1:
+        return min(p - stage - 1, m)
+    return m * v if m == p else min((p - stage - 1) * 2 + (v - 1) * p, m * v)
 
 
 def stage_order(stage: int, stages: int, micro_batches: int, chunks: int = 1
                 ) -> list[tuple[str, int, int]]:
     """(kind, micro-batch, chunk) in the order `stage` runs them."""
     p, m, v = stages, micro_batches, chunks
+    warmup = warmup_forwards(stage, p, m, v)
     if v == 1:
-        warmup = min(p - stage - 1, m)
         order = [("F", i, 0) for i in range(warmup)]
         for i in range(m - warmup):
             order += [("F", warmup + i, 0), ("B", i, 0)]
@@ -62,7 +78,6 @@ def stage_order(stage: int, stages: int, micro_batches: int, chunks: int = 1
     def bwd(k: int) -> tuple[str, int, int]:
         return ("B", (k // (p * v)) * p + k % p, v - 1 - (k // p) % v)
 
-    warmup = total if m == p else min((p - stage - 1) * 2 + (v - 1) * p, total)
     order = [fwd(k) for k in range(warmup)]
     for k in range(total - warmup):
         order += [fwd(warmup + k), bwd(k)]
@@ -129,6 +144,39 @@ def first_stage(stages: int, micro_batches: int, chunks: int, fwd: tuple, bwd: t
                               2 * m * v, a.makespan + groups * (a.makespan - b.makespan))
         k *= 2
     return _summary(_schedule(p, m, v, fwd, bwd, send_s), m)
+
+
+def forwards_after_first_backward(p: int, m: int, v: int) -> list[int]:
+    """Per model chunk, the forwards the first stage's order (stage_order(0, ...)) runs after
+    its first backward, counted without walking it: its k-th forward is of chunk
+    (k // p) % v, and warm-up + 1 forwards come before the first backward."""
+    total = m * v
+    before = min(warmup_forwards(0, p, m, v) + 1, total)
+
+    def upto(n: int, c: int) -> int:  # forwards k < n of chunk c
+        whole, part = divmod(n, p * v)
+        return whole * p + min(max(part - c * p, 0), p)
+
+    return [upto(total, c) - upto(before, c) for c in range(v)]
+
+
+@functools.lru_cache(maxsize=4096)
+def pipeline_bound(stages: int, micro_batches: int, chunks: int, fwd: tuple, bwd: tuple,
+                   send_s: float) -> float:
+    """A time the first stage's last op cannot end before, without scheduling (`timeline`'s
+    arguments): the first stage starts its first backward (micro-batch 0 through the last model
+    chunk) only once that micro-batch has gone forward through every chunk of every stage and
+    back through the later stages, a send per boundary; after it, it still runs every
+    backward and every forward its order puts after that one (stage_order). Also at least
+    its own work, and one micro-batch's whole path."""
+    p, m, v = stages, micro_batches, chunks
+    hops = send_s if p > 1 else 0.0
+    down = sum(sum(f) for f in fwd) + (p * v - 1) * hops  # micro-batch 0, every model chunk
+    back = sum(bwd[s][v - 1] for s in range(1, p)) + (p - 1) * hops
+    rest_f = sum(n * fwd[0][c] for c, n in enumerate(forwards_after_first_backward(p, m, v)))
+    own = m * (sum(fwd[0]) + sum(bwd[0]))
+    path = sum(sum(f) + sum(b) for f, b in zip(fwd, bwd, strict=True)) + 2 * (p * v - 1) * hops
+    return max(down + back + m * sum(bwd[0]) + rest_f, own, path)
 
 
 def _summary(per_stage: list[list], m: int) -> FirstStage:

@@ -6,9 +6,12 @@ quality) and cost."""
 from __future__ import annotations
 
 import math
+import os
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import pandas as pd
 
@@ -16,14 +19,16 @@ from profiles import HardwareProfile, UserError
 from scape.plan import SCAPE_SCHEMES, SchemeConfig
 from simulator.batch import parallel_map, phase_cache, simulate_cached
 from simulator.compare import parse_scheme
-from simulator.memory import step_memory, usable_bytes
+from simulator.memory import memory_use, usable_bytes
 from simulator.plan_request import PlanRequest
 from simulator.schedule import run_mean
+from simulator.step import lower_bound_s
 from simulator.step_config import StepConfig
 from vocabulary.units import never_zero
 
 MICRO_BATCHES = (1, 2, 4, 8)
 PIPELINE_DEGREES = (1, 2, 4, 8, 16, 32, 64)
+MAX_PIPELINE = 64  # stages searched at most
 # pipeline schedules searched for pp > 1: (schedule, model chunks per stage)
 PIPELINE_SCHEDULES = (("1f1b", 1), ("interleaved", 2))
 # the first that fits, cheapest first: none; the norms recomputed (Megatron-Core's
@@ -71,14 +76,28 @@ class Candidate:
         )
 
 
-def gpu_counts(hw: HardwareProfile, max_gpus: int) -> list[int]:
-    """Whole nodes, doubling: G, 2G, 4G, ... up to max_gpus."""
+def pipeline_degrees(n_layers: int) -> list[int]:
+    """Pipeline stages searched: the powers of two and the divisors of the layer count (even
+    stages), up to MAX_PIPELINE and the layer count (uneven splits: simulator/pipeline.py
+    stage_layers)."""
+    powers = {d for d in PIPELINE_DEGREES if d <= n_layers}
+    return sorted(powers | {d for d in range(1, min(n_layers, MAX_PIPELINE) + 1)
+                            if n_layers % d == 0})
+
+
+def gpu_counts(hw: HardwareProfile, max_gpus: int, req: PlanRequest | None = None
+               ) -> list[int]:
+    """Every GPU count up to max_gpus, in whole nodes, that a layout of the request fills:
+    tensor x pipeline x data x context parallel, the data-parallel degree dividing the global
+    batch (so its micro-batches split evenly); without a request, every whole node count."""
     g = hw.node.gpus_per_node
-    counts, n = [], g
-    while n <= max_gpus:
-        counts.append(n)
-        n *= 2
-    return counts
+    if req is None:
+        return list(range(g, max_gpus + 1, g))
+    tps = [t for t in (1, 2, 4, 8) if g % t == 0]
+    dps = [d for d in range(1, req.batch + 1) if req.batch % d == 0]
+    counts = {t * p * d * req.cp for t in tps for p in pipeline_degrees(req.model.arch.n_layers)
+              for d in dps}
+    return sorted(n for n in counts if n <= max_gpus and n % g == 0)
 
 
 def layouts(req: PlanRequest, hw: HardwareProfile, gpus: int):
@@ -90,8 +109,8 @@ def layouts(req: PlanRequest, hw: HardwareProfile, gpus: int):
     for tp in (t for t in (1, 2, 4, 8) if hw.node.gpus_per_node % t == 0
                and req.model.arch.splits_over(t) and (req.seq // cp) % t == 0
                and t * cp <= gpus):
-        for pp in PIPELINE_DEGREES:
-            if gpus % (tp * pp * cp) or pp > n_layers:
+        for pp in pipeline_degrees(n_layers):
+            if gpus % (tp * pp * cp):
                 continue
             for schedule, chunks in (PIPELINE_SCHEDULES if pp > 1 else (("1f1b", 1),)):
                 if pp * chunks <= n_layers:
@@ -115,9 +134,10 @@ def measured_counts(hw: HardwareProfile) -> set[int] | None:
 def candidates(req: PlanRequest) -> tuple[list[Candidate], Counter]:
     """Every configuration that fits in memory and splits the global batch; why others fail."""
     kept, why = [], Counter()
+    parsed = [(spec, parse_scheme(spec)) for spec in req.schemes]
     for hw in req.hardware:
         usable = usable_bytes(hw)
-        counts = gpu_counts(hw, req.max_gpus)
+        counts = gpu_counts(hw, req.max_gpus, req)
         if not counts:  # the planner rents whole nodes
             why[f"{hw.name}: --max-gpus {req.max_gpus} is below one node "
                 f"({hw.node.gpus_per_node} GPUs), and plans rent whole nodes"] += 1
@@ -144,17 +164,21 @@ def candidates(req: PlanRequest) -> tuple[list[Candidate], Counter]:
                     if chunks > 1 and (req.batch // (mb * dp)) % pp:
                         why["interleaved: micro-batches not a multiple of the stages"] += 1
                         continue
-                    for spec in req.schemes:
-                        scheme = parse_scheme(spec)
+                    for spec, scheme in parsed:
                         if pp > 1 and scheme.scheme == "dense-zero3":
                             why["dense-zero3 (FSDP) with pipeline stages: not modelled"] += 1
                             continue
                         for recompute in RECOMPUTE_ORDER:
-                            cand = Candidate(hw, gpus, spec, tp, mb, recompute, 0.0, pp,
-                                             schedule, chunks, req.cp)
-                            use = step_memory(cand.step_config(req, scheme))
+                            # what step_memory gives the plan's StepConfig (a test checks),
+                            # without building one for every try
+                            use = memory_use(
+                                req.model, scheme, dp * req.cp, tp, mb, req.seq // req.cp,
+                                req.dtypes, recompute, True, pp, chunks, "flash",
+                                req.batch // (mb * dp))
                             if use.total <= usable:
-                                kept.append(replace(cand, memory_GB=use.total / 1e9))
+                                kept.append(Candidate(hw, gpus, spec, tp, mb, recompute,
+                                                      use.total / 1e9, pp, schedule, chunks,
+                                                      req.cp))
                                 break
                         else:
                             why[f"does not fit in {hw.name} memory "
@@ -269,9 +293,114 @@ def evaluate_all(req: PlanRequest, cands: list[Candidate],
                                      progress))
 
 
+def steps_of(req: PlanRequest) -> int:
+    """Whole steps to train the request's tokens (the last one runs in full)."""
+    return math.ceil(req.tokens / (req.batch * req.seq))
+
+
+def bounds(req: PlanRequest, cands: list[Candidate]) -> list[dict]:
+    """Per candidate, what no simulation of it can beat (simulator/step.py lower_bound_s):
+    its hours, cost and hours to quality at that bound (inf where a quality ranking has no
+    reading for its scheme). One bound per layout: schemes share it."""
+    seen: dict[tuple, float] = {}
+    steps, out = steps_of(req), []
+    for c in cands:
+        key = (c.hardware.name, c.gpus, c.tp, c.pp, c.schedule, c.chunks, c.micro_batch,
+               c.recompute, c.cp)
+        if key not in seen:
+            cfg = c.step_config(req)
+            seen[key] = lower_bound_s(cfg, phase_cache(cfg))
+        hours = steps * seen[key] / 3600
+        ratio = (quality_ratio(req.quality, parse_scheme(c.scheme))
+                 if req.quality is not None else None)
+        out.append({"hours": hours, "cost_usd": hours * c.gpus * req.price(c.hardware),
+                    "hours_to_quality": math.inf if ratio is None else hours * ratio})
+    return out
+
+
+# the value each ranking orders plans by, then the tie-break
+RANK_KEYS = {"time": ("hours", "cost_usd"), "cost": ("cost_usd", "hours"),
+             "quality": ("hours_to_quality", "cost_to_quality_usd")}
+
+
+def _qualifies(req: PlanRequest, row: dict) -> bool:
+    return ((req.deadline_hours is None or row["hours"] <= req.deadline_hours)
+            and (req.budget_usd is None or row["cost_usd"] <= req.budget_usd)
+            and (req.rank != "quality" or not math.isnan(row["hours_to_quality"])))
+
+
+@lru_cache(maxsize=1024)
+def _category(scheme: str) -> tuple[bool, bool]:
+    """(dense, not SCAPE): the plans the table's footnotes name the best of."""
+    return not lossy(parse_scheme(scheme)), not scheme.startswith(SCAPE_FAMILY)
+
+
+def evaluate_bounded(req: PlanRequest, cands: list[Candidate], keep: int,
+                     progress: Callable[[int], None] | None = None) -> pd.DataFrame:
+    """Simulate candidates in the order of their bounds until the `keep` best plans (by the
+    request's ranking, deadline and budget applied) and the best dense and best non-SCAPE
+    plans are known: a plan not simulated is bounded worse than each of them, so the ranking's
+    top `keep` is the one simulating every candidate gives (branch and bound; a test compares
+    them). Candidates whose bound already misses the deadline or budget are not simulated."""
+    key = RANK_KEYS[req.rank][0]
+    lows = bounds(req, cands)
+    live = [i for i, b in enumerate(lows) if math.isfinite(b[key])
+            and (req.deadline_hours is None or b["hours"] <= req.deadline_hours)
+            and (req.budget_usd is None or b["cost_usd"] <= req.budget_usd)]
+    # topology together within equal bounds, so the collectives built are reused
+    live.sort(key=lambda i: (lows[i][key], cands[i].hardware.name, cands[i].gpus))
+    cats = [_category(cands[i].scheme) for i in live]
+    # the bound of the next candidate not simulated, per category: all, dense, non-SCAPE
+    kept: list[dict] = []
+    rows: list[dict] = []
+    pos, batch = 0, max(8, 8 * (req.workers or os.cpu_count() or 1))
+    slack = 1 - 1e-9  # the bound's float residue over the simulated step (tests/test_planner)
+
+    def settled(need: int, member, nxt_low: float) -> bool:
+        values = sorted(r[key] for r in kept if member(r))
+        return len(values) >= need and values[need - 1] < nxt_low * slack
+
+    def next_low(member_cat) -> float:
+        for j in range(pos, len(live)):
+            if member_cat(cats[j]):
+                return lows[live[j]][key]
+        return math.inf
+
+    pool = None
+    workers = req.workers if req.workers is not None else (os.cpu_count() or 1)
+    try:
+        if workers > 1:
+            pool = ProcessPoolExecutor(workers)
+        while pos < len(live):
+            chosen = [(cands[i], req) for i in live[pos:pos + batch]]
+            pos += len(chosen)
+            got = (list(pool.map(_evaluate, chosen, chunksize=max(1, len(chosen) // workers)))
+                   if pool is not None and len(chosen) >= 8 else [_evaluate(c) for c in chosen])
+            rows += got
+            if progress:
+                progress(len(got))
+            kept += [r for r in got if _qualifies(req, r)]
+            if (settled(keep, lambda r: True, next_low(lambda c: True))
+                    and settled(1, lambda r: r["quality"] == "dense",
+                                next_low(lambda c: c[0]))
+                    and settled(1, lambda r: not r["scheme"].startswith(SCAPE_FAMILY),
+                                next_low(lambda c: c[1]))):
+                break
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    df = pd.DataFrame(rows)
+    df.attrs["simulated"] = len(rows)
+    return df
+
+
 def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None = None,
-                  progress: Callable[[int], None] | None = None) -> pd.DataFrame:
-    """Feasible plans ranked by time to train, then cost. Raises UserError when none is."""
+                  progress: Callable[[int], None] | None = None, keep: int | None = None
+                  ) -> pd.DataFrame:
+    """Feasible plans ranked by time to train, then cost (or as `req.rank` says). Raises
+    UserError when none is. `keep`: the plans the caller shows; only they (and the best dense
+    and non-SCAPE plans) are simulated for sure, the rest as far as their bounds require
+    (evaluate_bounded); None: every feasible plan is simulated."""
     req.validate()
     cands, why = candidates(req)
     if not cands:
@@ -284,7 +413,8 @@ def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None
             raise UserError(f"no plan for {req.model.name} ({reasons}): measure the GPU counts "
                             "to plan, or give --max-gpus within those measured")
         if all("does not split" in r or UNMEASURED in r for r in why):
-            sizes = sorted({c for hw in req.hardware for c in gpu_counts(hw, req.max_gpus)})
+            sizes = sorted({c for hw in req.hardware
+                            for c in gpu_counts(hw, req.max_gpus, req)})
             raise UserError(f"no configuration of {req.model.name} fits ({reasons}): give a "
                             f"--global-batch that the data-parallel ranks divide (the GPU "
                             f"counts here: {', '.join(map(str, sizes))}), now {req.batch}")
@@ -292,9 +422,21 @@ def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None
                         "GPUs (--max-gpus), GPUs with more memory, or a smaller global batch")
     if progress_total:
         progress_total(len(cands))
-    df = evaluate_all(req, cands, progress)
+    df = (evaluate_all(req, cands, progress) if keep is None
+          else evaluate_bounded(req, cands, keep, progress))
+    df.attrs["feasible"] = len(cands)
+    df.attrs.setdefault("simulated", len(df))
+    if df.empty and req.rank == "quality" and req.deadline_hours is None and (
+            req.budget_usd is None):
+        raise UserError(f"no scheme of --schemes has a tokens-to-quality reading in "
+                        f"{req.quality.path} that reached dense AdamS's loss")
+    if df.empty:  # every bound misses the deadline or budget: say by how much the best does
+        first = "time" if req.deadline_hours is not None else "cost"
+        df = evaluate_bounded(replace(req, deadline_hours=None, budget_usd=None, rank=first),
+                              cands, 1)
     # GPU counts a measured profile cannot price: the table says they were left out
     df.attrs["skipped"] = sorted(r for r in why if UNMEASURED in r)
+    attrs = dict(df.attrs)
     if req.rank == "quality":  # time to dense AdamS's quality; plans without a reading go
         reached = df["hours_to_quality"].notna()
         if not reached.any():
@@ -307,6 +449,7 @@ def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None
     else:
         df = df.sort_values(["hours", "cost_usd"], kind="stable").reset_index(drop=True)
     df["pareto"] = pareto(df)
+    df.attrs.update(attrs)
     if req.deadline_hours is not None:
         ok = df[df["hours"] <= req.deadline_hours]
         if ok.empty:

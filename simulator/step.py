@@ -185,7 +185,15 @@ class _StepSim:
     def _pipeline_ops(self):
         """The first stage's timeline summary (simulator.pipeline.FirstStage) and its layers
         per chunk."""
-        from simulator.pipeline import first_stage, stage_layers
+        from simulator.pipeline import first_stage
+
+        p, m, v, fwd, bwd, send, layers = self._stage_times()
+        return first_stage(p, m, v, fwd, bwd, send), layers[0]
+
+    def _stage_times(self):
+        """(stages, micro-batches, chunks, fwd[stage][chunk], bwd[stage][chunk], send seconds,
+        layers[stage][chunk]): the pipeline as its timeline takes it."""
+        from simulator.pipeline import stage_layers
 
         cfg, t = self.cfg, self.times
         v, p = cfg.chunks_pp, cfg.pp
@@ -200,7 +208,7 @@ class _StepSim:
                           + head[s][c] * t.head_fwd_s * slow for c in range(v)) for s in range(p))
         bwd = tuple(tuple(layers[s][c] * (t.layer_bwd_s * slow + self.tp_bwd_s + self.cp_bwd_s)
                           + head[s][c] * t.head_bwd_s * slow for c in range(v)) for s in range(p))
-        return first_stage(p, cfg.accum, v, fwd, bwd, self._send_s()), layers[0]
+        return p, cfg.accum, v, fwd, bwd, self._send_s(), layers
 
     def _pipelined(self, gate, backward_ops, in_flight):
         """Forward and backward of the first pipeline stage as its timeline runs them: idle
@@ -357,6 +365,26 @@ def _extended(cfg: StepConfig, topo: Topology, cache: PhaseCache, step: StepPlan
         return None
     more = cfg.accum - (STEADY + 2)
     return {k: c[k] + more * (c[k] - b[k]) for k in _KEYS}, spans
+
+
+def lower_bound_s(cfg: StepConfig, cache: PhaseCache | None = None) -> float:
+    """Seconds the step cannot beat: its compute stream's own work at full speed (every
+    micro-batch's forward and backward with their tensor- and context-parallel seconds), and
+    with pipelining the first stage's timeline, which ends with the step's last backward. The
+    simulation only adds to it (data-parallel communication left exposed, compression and
+    optimizer kernels, the slowdown beside collectives), so a planner may skip a plan whose
+    bound is above the plans it keeps (simulator/planner.py). Costs no simulation: the
+    pipeline timeline is the one the simulation reuses."""
+    topo = build_topology(cfg.hardware, cfg.gpus)
+    sim = _StepSim(cfg, topo, cache or PhaseCache(topo), None)
+    if cfg.pp > 1:
+        from simulator.pipeline import pipeline_bound
+
+        return pipeline_bound(*sim._stage_times()[:6])
+    n_layers = cfg.model.arch.n_layers
+    per_mb = (sim.slowdown * (sim.times.fwd_s + sim.times.bwd_s)
+              + n_layers * (sim.tp_fwd_s + sim.tp_bwd_s + sim.cp_fwd_s + sim.cp_bwd_s))
+    return cfg.accum * per_mb
 
 
 def simulate_step(

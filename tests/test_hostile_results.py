@@ -15,10 +15,18 @@ from tests.hostile_util import SIM, _edited, _refused
 from tests.test_cli import scape
 
 
-def test_report_scaling_refuses_a_sweep_where_nothing_fits(capsys, tmp_path):
+def test_report_scaling_of_405b_has_points_through_the_plans_layouts(capsys, tmp_path):
+    """Once refused ("no step of the sweep fits": its layouts had no pipeline parallelism),
+    a 405B report now takes `scape plan`'s layouts: it has points, pipelined; a sweep where
+    nothing fits is still refused (tests/test_hostile_paths.py test_round_six_refusals)."""
+    import pandas as pd
+
     code, _out, err = scape(capsys, "report", "scaling", "-m", "llama-405b", "-H", "dgx-h100",
                             "--quick", "--workers", "1", "--out", str(tmp_path / "r"))
-    _refused(code, err, "no step of the sweep fits in GPU memory")
+    assert code == 0, err
+    df = pd.read_csv(tmp_path / "r" / "all_points.csv")
+    fits = df[df["fits"] & (df["model"] == "llama-405b")]
+    assert len(fits) and (fits["pp"] > 1).all() and set(fits["gpus"]) >= {512, 4096}
 
 
 def test_reproduce_runs_on_a_shapes_priced_profile(capsys, tmp_path):

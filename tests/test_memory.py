@@ -102,3 +102,35 @@ def test_llama3_405b_as_meta_ran_it_fits_without_recomputation():
     # it would not fit with the GPT layer's dropout masks the old model kept for every layer
     gpt_like = replace(cfg.model, arch=replace(cfg.model.arch, dropout=True))
     assert not memory_columns(replace(cfg, model=gpt_like))["fits_memory"]
+
+
+def test_the_stages_priced_give_the_peak_every_stage_gives(monkeypatch):
+    """memory_use prices only the stages that can peak (peak_candidates); over random
+    pipelines, pricing every stage finds no higher one."""
+    import random
+
+    import simulator.memory as mem
+
+    rng = random.Random(3)
+    schemes = [make_config("dense-zero1"), make_config("dense-ddp"),
+               make_config("scape", sparsity=0.9), make_config("topk", sparsity=0.99)]
+    checked = 0
+    while checked < 150:
+        model = load_model(rng.choice(["llama-70b", "llama-7b", "gpt-345m", "llama-405b"]))
+        pp, v = rng.choice([2, 3, 4, 8, 16]), rng.choice([1, 1, 2, 3])
+        tp = rng.choice([1, 2, 4, 8])
+        if pp * v > model.arch.n_layers or not model.arch.splits_over(tp):
+            continue
+        m = rng.choice([1, pp, 2 * pp, 4 * pp]) if v == 1 else rng.choice([pp, 2 * pp])
+        args = dict(model=model, scheme=rng.choice(schemes), dp=8, tp=tp, micro_batch=1,
+                    seq_len=2048, dtypes=Dtypes(), pp=pp, chunks=v, micro_batches=m,
+                    recompute=rng.choice(["none", "full", "selective-op"]))
+        mem._stage_activations.cache_clear()  # remembered per layout: price it afresh
+        fast = memory_use(**args)
+        mem._stage_activations.cache_clear()
+        monkeypatch.setattr(mem, "peak_candidates", lambda layers: list(range(len(layers))))
+        slow = mem.memory_use(**args)
+        monkeypatch.undo()
+        mem._stage_activations.cache_clear()
+        assert fast.total == pytest.approx(slow.total, rel=1e-12)
+        checked += 1

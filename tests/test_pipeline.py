@@ -206,3 +206,18 @@ def test_zero2_and_zero3_shard_memory_and_zero3_gathers_every_micro_batch():
     with pytest.raises(UserError, match=r"dense-zero3 \(FSDP\) with pipeline"):
         StepConfig(L7B, H100, 64, make_config("dense-zero3"), micro_batch=1, global_batch=64,
                    tp=8, pp=2).validate()
+
+
+def test_forwards_after_the_first_backward_count_the_order():
+    """pipeline_bound counts the first stage's forwards after its first backward without
+    walking stage_order; the count is the walk's."""
+    from simulator.pipeline import forwards_after_first_backward, stage_order
+
+    for p in (2, 3, 4, 8):
+        for v in (1, 2, 3):
+            for m in ((1, 2, p, 2 * p, 5 * p + 1) if v == 1 else (p, 2 * p, 3 * p)):
+                order = stage_order(0, p, m, v)
+                first_b = next(i for i, op in enumerate(order) if op[0] == "B")
+                walked = [sum(1 for kind, _, c in order[first_b:] if kind == "F" and c == chunk)
+                          for chunk in range(v)]
+                assert forwards_after_first_backward(p, m, v) == walked, (p, m, v)

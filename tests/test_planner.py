@@ -11,7 +11,7 @@ from profiles import UserError, load_hardware, load_model
 from simulator.compare import parse_scheme
 from simulator.memory import memory_use, usable_bytes
 from simulator.plan_request import PlanRequest
-from simulator.planner import best_without, plan_training
+from simulator.planner import best_dense, best_without, plan_training
 from tests.test_cli import scape
 
 H100, A100 = load_hardware("dgx-h100"), load_hardware("dgx-a100")
@@ -142,15 +142,78 @@ def test_rank_by_time_to_quality(tmp_path):
 
 
 def test_a_measured_profile_plans_only_the_rank_counts_it_measured(capsys):
-    """netbed-1gbit measured collectives on 2 and 3 ranks: a plan up to 8 GPUs keeps 1 and 2
-    (one rank calls no collective) and says it left 4 and 8 out, instead of aborting on 4."""
+    """netbed-1gbit measured collectives on 2 and 3 ranks: a plan up to 8 GPUs keeps 1, 2 and
+    3 (one rank calls no collective; 3 is 3 pipeline stages of gpt-345m's 24 layers) and says
+    it left 4, 6 and 8 out, instead of aborting on 4."""
     code, out, err = scape(capsys, "plan", "-m", "gpt-345m", "-t", "1e9", "-H",
                            "measured/netbed-1gbit", "--max-gpus", "8", "--price-per-gpu-hour",
                            "1", "--schemes", "dense-ddp", "--workers", "1", "--top", "1000")
     assert code == 0, err
     left = [line for line in out.splitlines() if line.startswith("# left out:")]
-    assert [line.split(": ")[2] for line in left] == ["4 GPUs", "8 GPUs"]
+    assert [line.split(": ")[2] for line in left] == ["4 GPUs", "6 GPUs", "8 GPUs"]
     assert all("cover 1, 2, 3 ranks" in line for line in left)
     gpus = {int(line.split()[1]) for line in out.splitlines()
             if line.startswith("netbed-1gbit")}
-    assert gpus and gpus <= {1, 2}
+    assert gpus and gpus <= {1, 2, 3}
+
+
+_PLAN_KEY = ["hardware", "gpus", "scheme", "tp", "pp", "schedule", "micro_batch", "recompute"]
+
+
+@pytest.mark.parametrize("kw", [
+    {},
+    {"rank": "cost"},
+    {"deadline_hours": 30.0, "rank": "cost"},
+    {"budget_usd": 3000.0},
+    {"model": load_model("llama-7b"), "max_gpus": 64, "tokens": 1e11,
+     "schemes": ("dense-adams", "topk:0.99", "scape:0.99", "quantized:4")},
+], ids=["time", "cost", "deadline-cost", "budget", "7b-lossy"])
+def test_bounded_search_keeps_the_plans_every_simulation_gives(kw, tmp_path):
+    """plan_training(keep=K) simulates only the plans whose lower bound could still make the
+    top K (simulator/planner.py evaluate_bounded): its top K, its best dense and its best
+    non-SCAPE plan are those of simulating every feasible plan."""
+    req = request(**kw)
+    every = plan_training(req)
+    for keep in (1, 5):
+        bounded = plan_training(req, keep=keep)
+        assert bounded.attrs["feasible"] == every.attrs["feasible"] == len(every)
+        top_all, top = every.head(keep), bounded.head(keep)
+        assert top[_PLAN_KEY].values.tolist() == top_all[_PLAN_KEY].values.tolist()
+        assert list(top["hours"]) == pytest.approx(list(top_all["hours"]), rel=1e-12)
+        for pick in (best_dense, best_without):
+            a, b = pick(every), pick(bounded)
+            assert (a is None) == (b is None)
+            if a is not None:
+                assert a[_PLAN_KEY].tolist() == b[_PLAN_KEY].tolist()
+    # and it simulated fewer plans where the bounds allowed (never more than every one)
+    assert bounded.attrs["simulated"] <= len(every)
+
+
+def test_lower_bound_is_below_every_simulated_step():
+    """simulator/step.py lower_bound_s never exceeds the simulated step (the search's
+    premise), over every feasible plan of a small request, pipelines included."""
+    from simulator.batch import phase_cache, simulate_cached
+    from simulator.planner import candidates
+    from simulator.step import lower_bound_s
+
+    req = request(model=load_model("llama-7b"), max_gpus=64, hardware=(H100,)).validate()
+    cands, _ = candidates(req)
+    assert any(c.pp > 1 for c in cands) and any(c.pp == 1 for c in cands)
+    for c in cands[::7]:
+        cfg = c.step_config(req)
+        low = lower_bound_s(cfg, phase_cache(cfg))
+        assert 0 < low <= simulate_cached(cfg).step_time_s * (1 + 1e-9)
+
+
+def test_candidates_memory_is_their_steps_memory():
+    """The planner prices memory without building each try's StepConfig: what it keeps is
+    what step_memory gives the plan's own step."""
+    from simulator.memory import step_memory
+    from simulator.planner import candidates
+
+    req = request(model=load_model("llama-7b"), max_gpus=64).validate()
+    cands, _ = candidates(req)
+    assert len(cands) > 50
+    for c in cands[::5]:
+        assert c.memory_GB == pytest.approx(step_memory(c.step_config(req)).total / 1e9,
+                                            rel=1e-12)

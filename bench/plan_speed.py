@@ -1,0 +1,101 @@
+"""How fast the planner answers (issue 39's goals: `plan` for Llama-70B up to 4,096 GPUs in
+<= 2 s, one step on the planner's path in <= 2 ms, on this 2-core host).
+
+Prints, each a median of --runs:
+- the wall time of `scape plan --model llama-70b --tokens 1e12 --hardware dgx-h100
+  --max-gpus 4096` as a user runs it (a fresh process: imports included), bounded (default)
+  and, with --exhaustive-too, simulating every feasible plan;
+- in-process: candidates (memory of every try), lower bounds (one per layout), and the
+  seconds per simulated step on the planner's path (simulate_cached, collectives reused).
+Run one timing job at a time, with nothing else busy.
+
+Run: python bench/plan_speed.py [--runs 3] [--exhaustive-too]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from profiles import load_hardware, load_model  # noqa: E402
+from simulator.batch import phase_cache, simulate_cached  # noqa: E402
+from simulator.plan_request import PlanRequest  # noqa: E402
+from simulator.planner import bounds, candidates  # noqa: E402
+
+PLAN = [sys.executable, "-m", "cli", "plan", "--model", "llama-70b", "--tokens", "1e12",
+        "--hardware", "dgx-h100", "--max-gpus", "4096", "--format", "csv"]
+
+
+def wall(args: list[str], runs: int) -> list[float]:
+    out = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run(args, cwd=REPO, check=True, capture_output=True)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def in_process(runs: int) -> dict:
+    req = PlanRequest(load_model("llama-70b"), 1e12, (load_hardware("dgx-h100"),),
+                      max_gpus=4096, workers=1).validate()
+    t_cand, t_bound = [], []
+    for _ in range(runs):
+        from simulator import activations, memory, pipeline
+
+        for cached in (memory._stage_activations, activations.in_flight,
+                       activations.layer_memory, pipeline.pipeline_bound):
+            cached.cache_clear()  # each run from cold, as a fresh process is
+        t0 = time.perf_counter()
+        cands, _ = candidates(req)
+        t1 = time.perf_counter()
+        lows = bounds(req, cands)
+        t_cand.append(t1 - t0)
+        t_bound.append(time.perf_counter() - t1)
+    # the steps a bounded search simulates: the lowest bounds first
+    order = sorted(range(len(cands)), key=lambda i: lows[i]["hours"])[:200]
+    per_step = []
+    for i in order:
+        cfg = cands[i].step_config(req)
+        cache = phase_cache(cfg)
+        t0 = time.perf_counter()
+        simulate_cached(cfg)
+        per_step.append(time.perf_counter() - t0)
+    del cache
+    return {"feasible": len(cands), "candidates_s": statistics.median(t_cand),
+            "bounds_s": statistics.median(t_bound), "step_ms": per_step}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--exhaustive-too", action="store_true",
+                        help="also time --exhaustive (every feasible plan simulated; ~1 min)")
+    args = parser.parse_args()
+    if args.runs < 1:
+        parser.exit(2, f"{parser.prog}: error: --runs must be at least 1\n")
+    bounded = wall(PLAN, args.runs)
+    print(f"scape plan llama-70b up to 4,096 GPUs (bounded, every core): median "
+          f"{statistics.median(bounded):.2f} s over {args.runs} runs "
+          f"({', '.join(f'{t:.2f}' for t in bounded)})")
+    if args.exhaustive_too:
+        every = wall([*PLAN, "--exhaustive"], 1)
+        print(f"  --exhaustive (every feasible plan simulated): {every[0]:.1f} s")
+    got = in_process(args.runs)
+    steps = sorted(got["step_ms"])
+    print(f"in-process: {got['feasible']:,} feasible plans; candidates (memory of every try) "
+          f"{got['candidates_s']:.2f} s, lower bounds {got['bounds_s']:.2f} s (medians)")
+    print(f"one simulated step on the planner's path, the 200 lowest bounds: median "
+          f"{1000 * statistics.median(steps):.2f} ms, p90 {1000 * steps[int(0.9 * len(steps))]:.2f}"
+          f" ms, max {1000 * steps[-1]:.2f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
