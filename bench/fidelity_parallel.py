@@ -28,11 +28,11 @@ optimizer), overlapped with backward only under DDP=torch, the paper's micro-bat
 stage and recomputation, and attention as Megatron-LM ran it before FlashAttention (batched
 score and context GEMMs, fused softmax).
 
-With --bands PATH it also writes the held-out errors with the profiles as shipped, grouped by
-profile, layout and schemes (reports/step_fidelity.py): profiles/external/step-fidelity-bands.csv
-is that file, which `scape simulate`, `compare` and `plan` show.
+The bands `scape simulate`, `compare` and `plan` show come from bench/step_loso.py: every
+source predicted by a share fitted without it (rows held out here but from a fitted source are
+not independent checks).
 
-Usage: python bench/fidelity_parallel.py [--csv out.csv] [--cases narayanan] [--bands PATH]
+Usage: python bench/fidelity_parallel.py [--csv out.csv] [--cases narayanan]
 """
 
 from __future__ import annotations
@@ -52,7 +52,6 @@ sys.path.insert(0, str(REPO))
 from cli.outputs import script_outputs  # noqa: E402
 from profiles import load_hardware, load_model  # noqa: E402
 from profiles.models import Arch  # noqa: E402
-from reports.step_fidelity import step_bands  # noqa: E402
 from scape.plan import Dtypes, make_config  # noqa: E402
 from simulator.compute import fwd_bwd  # noqa: E402
 from simulator.step import simulate_step  # noqa: E402
@@ -271,14 +270,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", default=None, help="also write the table here")
     parser.add_argument("--cases", default=None, help="only cases whose name contains this")
-    parser.add_argument("--bands", default=None,
-                        help="write the held-out errors by band here (every case; "
-                             "profiles/external/step-fidelity-bands.csv is shipped)")
     args = parser.parse_args()
-    if args.bands is not None and args.cases:
-        parser.exit(2, f"{parser.prog}: error: --bands counts every held-out case; leave "
-                       "--cases out\n")
-    script_outputs(parser, {"--csv": args.csv, "--bands": args.bands})
+    script_outputs(parser, {"--csv": args.csv})
     cases = pd.read_csv(DATA, comment="#")
     a100_steps, held = split(cases)
     rows = held[held["case"].str.contains(args.cases)] if args.cases else held
@@ -329,9 +322,6 @@ def main() -> int:
     print(f"wall time {time.perf_counter() - t0:.1f} s")
     if args.csv:
         both.to_csv(args.csv, index=False)
-    if args.bands:
-        step_bands(base).to_csv(args.bands, index=False)
-        print(f"bands written to {args.bands}")
     return 0
 
 

@@ -1,11 +1,12 @@
 """How far the step model is from published training steps like the one asked about: the
-held-out errors of bench/fidelity_parallel.py (issue 18's step times), grouped into bands and
-shown by `scape simulate`, `compare` and `plan` ("how sure is the answer").
+leave-one-source-out errors of bench/step_loso.py (every published step predicted by a model
+calibrated without its source), grouped into bands and shown by `scape simulate`, `compare`
+and `plan` ("how sure is the answer"); each band names its sources.
 
 A band is (shipped hardware profile, layout, schemes): data parallel only or with tensor or
 pipeline stages (the tensor-parallel all-reduces and the pipeline bubble are what the layout
-adds), and dense schemes, the only ones published runs used. The bench writes the bands to
-profiles/external/step-fidelity-bands.csv (`--bands`); `lookup` reads them. A step priced
+adds), and dense schemes, the only ones published runs used. bench/step_loso.py writes the
+bands to profiles/external/step-fidelity-bands.csv (`--bands`); `lookup` reads them. A step priced
 another way than those runs were (a typed --mfu, a profile that is not the shipped one, a
 compressed scheme) has no band, and says so: never a band borrowed from another setting.
 """
@@ -21,7 +22,7 @@ from reports.fidelity import heldout, shipped, stored, summarize
 STEP_BANDS = (Path(__file__).resolve().parents[1] / "profiles" / "external"
               / "step-fidelity-bands.csv")
 KEYS = ["hardware", "layout", "schemes"]
-SOURCE = "profiles/external/step-fidelity-bands.csv from bench/fidelity_parallel.py"
+SOURCE = "profiles/external/step-fidelity-bands.csv from bench/step_loso.py"
 
 
 def layout_class(tp: int, pp: int, tp_overlap: bool = False, cp: int = 1,
@@ -51,17 +52,19 @@ def scheme_class(scheme: str) -> str:
     return "dense" if scheme.startswith("dense") else scheme
 
 
-def step_bands(df: pd.DataFrame) -> pd.DataFrame:
-    """The bands of the bench's held-out rows (`df`: case, hardware, tp, pp, tp_overlap,
-    scheme, error_pct, on the shipped profiles)."""
-    held = df.assign(layout=[layout_class(t, p, o, 1, f) for t, p, o, f in zip(
-                         df["tp"], df["pp"], df["tp_overlap"], df["fp8"], strict=True)],
-                     schemes=[scheme_class(s) for s in df["scheme"]])
+def summarize_sources(held: pd.DataFrame) -> pd.DataFrame:
+    """The bands of bench/step_loso.py's leave-one-source-out rows (`held`: case, hardware,
+    layout, schemes, gpus, source, framework, error_pct): per (profile, layout, schemes), the
+    job sizes, the error figures, and the sources with their frameworks and row counts."""
     bands = summarize(held, KEYS, "error_pct")
-    # the job sizes the runs had: a band of 8-64 GPU runs says nothing of 4,096
     sizes = held.groupby(KEYS)["gpus"].agg(lambda g: f"{g.min()}-{g.max()}")
-    bands.insert(len(KEYS), "gpus", [sizes[tuple(k)] for k in bands[KEYS].itertuples(
-        index=False)])
+    named = held.groupby(KEYS).apply(
+        lambda part: "; ".join(f"{s} ({f}) {n}" for (s, f), n in
+                               part.groupby(["source", "framework"]).size().items()),
+        include_groups=False)
+    keys = [tuple(k) for k in bands[KEYS].itertuples(index=False)]
+    bands.insert(len(KEYS), "gpus", [sizes[k] for k in keys])
+    bands["sources"] = [named[k] for k in keys]
     return bands
 
 
@@ -87,7 +90,8 @@ def _band(hw, layout: str, scheme: str, mfu: float | None) -> tuple[dict | None,
                                         + "; ".join(others) if others else ""))
     return band, (f"{band['rows']} published dense steps on this profile and layout "
                   f"({hw.name}, {layout}, runs of {band['gpus']} GPUs, each with its own model, "
-                  "batch and attention kernel)")
+                  f"batch and attention kernel; sources: {band['sources']}), each predicted "
+                  "with the sustained share fitted without its source,")
 
 
 def lookup(hw, layout: str, scheme: str, mfu: float | None) -> dict:

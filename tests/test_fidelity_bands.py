@@ -63,19 +63,21 @@ def test_a_call_finds_the_band_of_runs_like_it(capsys, tmp_path):
 
 
 def test_shipped_step_bands_are_the_bench_of_this_model():
-    """Regenerate: SCAPE_PROFILE_DIR=profiles python bench/fidelity_parallel.py --bands
+    """Regenerate: SCAPE_PROFILE_DIR=profiles python bench/step_loso.py --bands
     profiles/external/step-fidelity-bands.csv (a change to the step model or the rows moves
-    them). Only held-out rows count: the calibration rows are in no band."""
-    bench = _bench("fidelity_parallel")
-    cases = pd.read_csv(bench.DATA, comment="#")
-    calibration, held = bench.split(cases)
-    df = bench.run(bench.shipped_profiles(cases), held)
-    now = step_fidelity.step_bands(df).reset_index(drop=True)
+    them). Every row is predicted by a share fitted without any row of its source: a band's
+    rows never share a source with the fit that priced them, and each band names its
+    sources."""
+    bench = _bench("step_loso")
+    rows = bench.all_rows()
+    held = bench.leave_one_out(rows, bench.grid_times(rows))
+    assert all(r.source not in r.fitted_on.split(";") for r in held.itertuples())
+    now = step_fidelity.summarize_sources(held).reset_index(drop=True)
     shipped = pd.read_csv(step_fidelity.STEP_BANDS)
     pd.testing.assert_frame_equal(now, shipped, check_dtype=False)
     named = ";".join(shipped["cases"]).split(";")
     assert sorted(named) == sorted(held["case"])
-    assert not set(named) & set(calibration["case"])
+    assert all(s for s in shipped["sources"])
 
 
 def test_a_step_finds_the_band_of_published_steps_like_it(capsys, tmp_path):

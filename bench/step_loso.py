@@ -1,0 +1,205 @@
+"""Leave-one-source-out step times: each published step predicted by a model calibrated
+without any row of its own source (issue 39, "honest confidence").
+
+The step model has one fitted constant per GPU: the [roofline] `sustained` share of the
+kernels' benchmark peaks a whole training step reaches (bench/fidelity_parallel.py fits it on
+Korthikanti et al.'s A100 steps and NVIDIA's H100 GPT-3 175B steps, and holds the rest out).
+Rows of one source share a stack (framework, kernels, launch habits), so a row held out of the
+fit but from the fit's own source is not an independent check. Here every source in turn is
+left out: the share is fitted (median log error zero, bench/fidelity_parallel.py
+calibrate_steps' rule) on every other source's rows of that GPU, and the left-out source's rows
+are predicted. The errors, grouped by (hardware profile, layout, schemes) with the sources
+they come from, are the bands `scape simulate`, `compare` and `plan` print as "how sure"
+(profiles/external/step-fidelity-bands.csv, `--bands`). In-sample rows (the shipped fit's own
+residuals) are printed apart and are in no band.
+
+Each row is simulated once per share of GRID and priced between them by interpolation in
+1 / share; the interpolation's largest departure from a direct simulation at the shipped
+shares is printed.
+
+Run: python bench/step_loso.py [--bands PATH] [--csv PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+import fidelity_parallel as fp  # noqa: E402
+
+from cli.outputs import script_outputs  # noqa: E402
+from reports.step_fidelity import layout_class, scheme_class, summarize_sources  # noqa: E402
+
+GRID = (0.45, 0.55, 0.65, 0.75, 0.85, 0.95, 1.05, 1.15)  # sustained shares simulated
+# the stack each source's runs used (the CSVs' header comments give the evidence)
+FRAMEWORK = {"narayanan": "Megatron-LM", "korthikanti": "Megatron-LM", "dgxc": "NeMo",
+             "mosaic": "llm-foundry (FSDP)", "llmc": "llm.c", "fa2": "flash-attn trainer"}
+
+
+def family(hardware: str) -> str:
+    """The GPU whose sustained share a row informs (the H100 profiles share one)."""
+    return "H100" if hardware in fp.H100_PROFILES else hardware
+
+
+def all_rows() -> pd.DataFrame:
+    """Every published step: parallel-steps.csv and the H100 calibration rows, with source."""
+    rows = pd.concat([pd.read_csv(fp.DATA, comment="#"), pd.read_csv(fp.H100_STEPS,
+                                                                      comment="#")],
+                     ignore_index=True)
+    rows["source"] = rows["case"].str.split("-").str[0]
+    unknown = sorted(set(rows["source"]) - set(FRAMEWORK))
+    if unknown:
+        raise SystemExit(f"no framework named for source(s) {', '.join(unknown)}: add to "
+                         "FRAMEWORK")
+    rows["family"] = rows["hardware"].map(family)
+    return rows
+
+
+def grid_times(rows: pd.DataFrame) -> pd.DataFrame:
+    """Each row's predicted step at every share of GRID, and its measured step."""
+    shipped = fp.shipped_profiles(rows)
+    out = []
+    for f in GRID:
+        profiles = {n: fp.sustained(h, f) for n, h in shipped.items()}
+        got = fp.run(profiles, rows)
+        out.append(got.set_index("case")["predicted_s"].rename(f))
+    table = pd.concat(out, axis=1)
+    table["measured_s"] = [fp.measured_step_s(r) for r in rows.itertuples()]
+    return table
+
+
+def at(times: pd.Series, share: float) -> float:
+    """A row's step at `share`, linear in 1 / share between the GRID points around it."""
+    xs = [1 / f for f in GRID]  # falling
+    ys = [times[f] for f in GRID]
+    x = 1 / share
+    for i in range(len(xs) - 1):
+        if xs[i + 1] <= x <= xs[i]:
+            w = (x - xs[i + 1]) / (xs[i] - xs[i + 1])
+            return ys[i + 1] + w * (ys[i] - ys[i + 1])
+    raise SystemExit(f"share {share} outside the grid {GRID[0]}-{GRID[-1]}")
+
+
+def fit_share(times: pd.DataFrame) -> float:
+    """The share at which these rows' median log error is zero (fidelity_parallel's
+    calibrate_steps rule, rounded to 0.005)."""
+    def median_log(f: float) -> float:
+        return float(pd.Series([math.log(at(r, f) / r["measured_s"])
+                                for _, r in times.iterrows()]).median())
+
+    lo, hi = GRID[0], GRID[-1]
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        if median_log(mid) > 0:  # predicted too slow: the GPU sustains more
+            lo = mid
+        else:
+            hi = mid
+    share = round((lo + hi) / 2 / 0.005) * 0.005
+    return min(max(share, GRID[0]), GRID[-1])
+
+
+def leave_one_out(rows: pd.DataFrame, times: pd.DataFrame) -> pd.DataFrame:
+    """Each row predicted with the share fitted on its GPU's other sources."""
+    out = []
+    for fam, part in rows.groupby("family"):
+        for source in sorted(set(part["source"])):
+            fit_rows = part[part["source"] != source]
+            if fit_rows.empty:  # the GPU's only source: nothing to calibrate on without it
+                continue
+            share = fit_share(times.loc[fit_rows["case"]])
+            for r in part[part["source"] == source].itertuples():
+                predicted = at(times.loc[r.case], share)
+                measured = times.loc[r.case, "measured_s"]
+                out.append({
+                    "case": r.case, "source": source, "framework": FRAMEWORK[source],
+                    "hardware": r.hardware, "family": fam, "gpus": r.gpus,
+                    "layout": layout_class(int(r.tp), int(r.pp),
+                                           fp.given(r, "tp_overlap", False), 1,
+                                           fp.given(r, "fp8", False)),
+                    "schemes": scheme_class(r.scheme), "share": share,
+                    "fitted_on": ";".join(sorted(set(fit_rows["source"]))),
+                    "measured_s": measured, "predicted_s": predicted,
+                    "error_pct": 100 * (predicted / measured - 1)})
+    return pd.DataFrame(out)
+
+
+def in_sample(rows: pd.DataFrame, times: pd.DataFrame) -> pd.DataFrame:
+    """The shipped fits' own rows at the shipped shares: residuals, not predictions."""
+    calibration, _ = fp.split(pd.read_csv(fp.DATA, comment="#"))
+    fitted = set(calibration["case"]) | set(pd.read_csv(fp.H100_STEPS, comment="#")["case"])
+    shipped = fp.shipped_profiles(rows)
+    out = []
+    for r in rows[rows["case"].isin(fitted)].itertuples():
+        share = shipped[r.hardware].roofline.sustained
+        t = times.loc[r.case]
+        out.append({"case": r.case, "hardware": r.hardware, "share": share,
+                    "error_pct": 100 * (at(t, share) / t["measured_s"] - 1)})
+    return pd.DataFrame(out)
+
+
+def interpolation_error(rows: pd.DataFrame, times: pd.DataFrame) -> float:
+    """The largest |interpolated / simulated - 1| at the shipped shares, in %."""
+    direct = fp.run(fp.shipped_profiles(rows), rows).set_index("case")["predicted_s"]
+    shipped = fp.shipped_profiles(rows)
+    worst = 0.0
+    for r in rows.itertuples():
+        share = shipped[r.hardware].roofline.sustained
+        worst = max(worst, abs(at(times.loc[r.case], share) / direct[r.case] - 1))
+    return 100 * worst
+
+
+def line(df: pd.DataFrame, label: str) -> str:
+    err = df["error_pct"].abs()
+    return (f"{label}: {len(df)} rows, median |error| {err.median():.1f}%, max {err.max():.1f}% "
+            f"({df.loc[err.idxmax(), 'case']}), median {df['error_pct'].median():+.1f}%")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bands", default=None,
+                        help="write the leave-one-source-out bands here (shipped: "
+                             "profiles/external/step-fidelity-bands.csv)")
+    parser.add_argument("--csv", default=None, help="also write every row's prediction here")
+    args = parser.parse_args()
+    script_outputs(parser, {"--bands": args.bands, "--csv": args.csv})
+    t0 = time.perf_counter()
+    rows = all_rows()
+    times = grid_times(rows)
+    held = leave_one_out(rows, times)
+    fitted = in_sample(rows, times)
+    fmt = {"index": False, "float_format": lambda x: f"{x:.3f}"}
+    print(held[["case", "framework", "hardware", "layout", "share", "fitted_on", "measured_s",
+                "predicted_s", "error_pct"]].to_string(**fmt))
+    print()
+    print(line(fitted, "in-sample (the shipped fits' own rows at the shipped shares)"))
+    print(line(held, "held out, leave-one-source-out (each source predicted by a share "
+                     "fitted without it)"))
+    for source, part in held.groupby("source"):
+        print("  " + line(part.reset_index(drop=True),
+                          f"{source} ({FRAMEWORK[source]}), share "
+                          f"{', '.join(f'{s:g}' for s in sorted(set(part['share'])))}"))
+    skipped = sorted(set(rows["case"]) - set(held["case"]))
+    if skipped:
+        print(f"  not predicted (the only source on its GPU): {', '.join(skipped)}")
+    print(f"interpolation in 1/share against direct simulation at the shipped shares: max "
+          f"{interpolation_error(rows, times):.2f}%")
+    print(f"wall time {time.perf_counter() - t0:.1f} s")
+    if args.csv:
+        held.to_csv(args.csv, index=False)
+    if args.bands:
+        summarize_sources(held).to_csv(args.bands, index=False)
+        print(f"bands written to {args.bands}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
