@@ -144,15 +144,20 @@ class StepConfig:
                     f"--algo {self.algo} does not run {', '.join(unsupported)}"
                     f" (this step's collectives); use auto or one of: "
                     f"{', '.join(sorted(set.intersection(*(set(ALGORITHMS[o]) for o in used))))}")
+        valid_tp = [t for t in range(1, min(g, self.gpus) + 1)
+                    if g % t == 0 and self.model.arch.splits_over(t)]
+        near = f": valid here {_nearest(valid_tp, self.tp)}"
         if self.tp < 1 or g % self.tp or self.tp > min(g, self.gpus):
             raise UserError(f"tensor-parallel degree must divide the {g} GPUs of a "
-                            f"{self.hardware.name} node, got --tp {self.tp}")
+                            f"{self.hardware.name} node, got --tp {self.tp}{near}")
         if self.model.arch.n_heads % self.tp:
             raise UserError(f"tensor-parallel degree {self.tp} must divide the "
-                            f"{self.model.arch.n_heads} attention heads of {self.model.name}")
+                            f"{self.model.arch.n_heads} attention heads of {self.model.name}"
+                            f"{near}")
         if not self.model.arch.splits_over(self.tp):  # whole key/value groups per rank
             raise UserError(f"tensor-parallel degree {self.tp} must divide the "
-                            f"{self.model.arch.n_kv_heads} key/value heads of {self.model.name}")
+                            f"{self.model.arch.n_kv_heads} key/value heads of {self.model.name}"
+                            f"{near}")
         if self.tp_comm_overlap and not (self.tp > 1 and self.sequence_parallel):
             raise UserError("--tp-comm-overlap overlaps the all-gathers and reduce-scatters of "
                             "sequence parallelism: it needs --tp above 1 and sequence "
@@ -204,9 +209,12 @@ class StepConfig:
                 raise UserError(f"--global-batch must be at least 1, got {self.global_batch}")
             per_step = self.micro_batch * self.dp
             if self.global_batch < per_step or self.global_batch % per_step:
+                below = self.global_batch // per_step * per_step
+                near = ", ".join(str(b) for b in (below, below + per_step) if b > 0)
                 raise UserError(
                     f"global batch {self.global_batch} does not split into micro-batches of "
-                    f"{self.micro_batch} over {self.dp} data-parallel ranks")
+                    f"{self.micro_batch} over {self.dp} data-parallel ranks: the nearest that "
+                    f"do are {near} (multiples of {per_step})")
         return self
 
 
@@ -214,9 +222,14 @@ class StepConfig:
         if self.pp < 1:
             raise UserError(f"--pp must be at least 1, got {self.pp}")
         if self.gpus % (self.tp * self.pp * self.cp):
+            rest = self.gpus // (self.tp * self.cp) if self.gpus % (self.tp * self.cp) == 0 else 0
+            valid = [p for p in range(1, min(rest, self.model.arch.n_layers) + 1)
+                     if rest % p == 0]
             raise UserError(f"gpus ({self.gpus}) must be a multiple of --tp x --pp "
                             + (f"x --cp ({self.tp} x {self.pp} x {self.cp})" if self.cp > 1
-                               else f"({self.tp} x {self.pp})"))
+                               else f"({self.tp} x {self.pp})")
+                            + (f": --pp that divide here: {_nearest(valid, self.pp)}" if valid
+                               else ""))
         if self.pp_schedule not in SCHEDULES:
             raise UserError(f"--pp-schedule must be one of {', '.join(SCHEDULES)}, got "
                             f"{self.pp_schedule!r}")
@@ -251,6 +264,16 @@ class StepResult:
 
     def as_dict(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k not in ("spans", "kinds")}
+
+
+def _nearest(valid: list[int], asked: int) -> str:
+    """The valid values, the nearest below and above `asked` first: '2 or 4 (of 1, 2, 4, 8)'."""
+    if not valid:
+        return "none"
+    below = [v for v in valid if v <= asked]
+    above = [v for v in valid if v >= asked]
+    close = sorted({*(below[-1:]), *(above[:1])})
+    return f"{' or '.join(map(str, close))} (of {', '.join(map(str, valid))})"
 
 
 def check_cp(cp: int, seq: int, attention: str = "flash") -> None:
