@@ -61,6 +61,10 @@ def plan_cmd(
                                   "--deadline-hours: the cheapest plan that meets it) or "
                                   "quality (hours to reach dense AdamS's final loss; needs "
                                   "--quality)"),
+    pareto_only: bool = typer.Option(False, "--pareto",
+                                     help="show the time-cost frontier: the plans no other "
+                                          "plan beats on both hours and cost, fastest first "
+                                          "(simulates every feasible plan)"),
     exhaustive: bool = typer.Option(False, "--exhaustive/--bounded",
                                     help="simulate every feasible plan; by default only "
                                          "those whose lower bound could still make the top "
@@ -87,7 +91,11 @@ def plan_cmd(
         task = bar.add_task("plans", total=None)
         df = plan_training(req, progress_total=lambda n: bar.update(task, total=n),
                            progress=lambda n: bar.advance(task, n),
-                           keep=None if exhaustive else top)
+                           keep=None if exhaustive or pareto_only else top)
+    everything = df  # the footnotes' best dense and non-SCAPE plans, frontier or not
+    if pareto_only:  # the frontier, fastest first: every plan was simulated for it
+        df = df[df["pareto"]].sort_values(["hours", "cost_usd"], kind="stable").reset_index(
+            drop=True).__finalize__(df)
     shown = df.head(top)
     # how far published steps like each plan were from the model (the planner prices compute
     # with each profile's own model: no --mfu here); rows name their profile, and two
@@ -110,7 +118,8 @@ def plan_cmd(
              "density_warmup_frac": density_warmup_frac,
              # each row says whether its plan ran it (tp above 1 only): "tp_comm_overlap"
              "tp_comm_overlap_asked": tp_comm_overlap, "cp": cp, "fp8_asked": fp8,
-             "quality": quality, "rank": rank, "exhaustive": exhaustive,
+             "quality": quality, "rank": rank, "exhaustive": exhaustive or pareto_only,
+             "pareto_only": pareto_only,
              "feasible_plans": df.attrs.get("feasible"),
              "simulated_plans": df.attrs.get("simulated")}
     if fmt != "table":  # every row carries the request it answers
@@ -122,6 +131,9 @@ def plan_cmd(
             "bottleneck", "quality"]
     ranked = {"quality": "time to dense AdamS's quality then cost",
               "cost": "cost then time to train"}.get(rank, "time to train then cost")
+    if pareto_only:
+        ranked = (f"the time-cost frontier ({len(df)} plans no other plan beats on both), "
+                  "fastest first")
     feasible, simulated = df.attrs.get("feasible", len(df)), df.attrs.get("simulated", len(df))
     how_many = (f"{feasible} feasible plans" if simulated >= feasible else
                 f"{feasible} feasible plans, {simulated} simulated (the others' lower bounds "
@@ -162,7 +174,7 @@ def plan_cmd(
         "hours": "{:,.1f}", "gpu_hours": "{:,.0f}", "cost_usd": "{:,.0f}",
         "quality_tokens_ratio": "{:.3f}", "hours_to_quality": "{:,.1f}",
         "cost_to_quality_usd": "{:,.0f}"}))
-    dense = best_dense(df)
+    dense = best_dense(everything)
     if best["quality"] != "dense" and dense is not None:
         print(f"# the top plan's scheme changes the update ({best['quality']}); the best dense "
               f"plan: {dense['gpus']} x {dense['hardware']}, {dense['scheme']}, tp {dense['tp']}, "
@@ -170,7 +182,7 @@ def plan_cmd(
               f"${_figure(dense['cost_usd'], 0)} "
               f"({dense['hours'] / best['hours']:.2f}x the time, "
               f"{dense['cost_usd'] / best['cost_usd']:.2f}x the cost of the top plan)")
-    rest = best_without(df)
+    rest = best_without(everything)
     if rest is not None and best["scheme"].startswith("scape"):
         print(f"# best plan without SCAPE: {rest['gpus']} x {rest['hardware']}, {rest['scheme']}"
               f", tp {rest['tp']}, pp {rest['pp']}: {rest['hours']:,.1f} h, "
