@@ -217,3 +217,23 @@ def test_candidates_memory_is_their_steps_memory():
     for c in cands[::5]:
         assert c.memory_GB == pytest.approx(step_memory(c.step_config(req)).total / 1e9,
                                             rel=1e-12)
+
+
+def test_pareto_view_is_the_time_cost_frontier(capsys):
+    """plan --pareto shows only plans no other plan beats on both hours and cost, fastest
+    first: hours rise and cost falls down the table, and the frontier is the one every
+    simulated plan gives."""
+    import json
+
+    code, out, err = scape(capsys, "plan", "-m", "gpt-345m", "-t", "1e9", "-H", "dgx-h100",
+                           "--max-gpus", "32", "--workers", "1", "--pareto", "--top", "100",
+                           "--format", "json")
+    assert code == 0, err
+    rows = json.loads(out)
+    hours, cost = [r["hours"] for r in rows], [r["cost_usd"] for r in rows]
+    assert len(rows) >= 2 and all(r["pareto"] for r in rows)
+    assert hours == sorted(hours) and cost == sorted(cost, reverse=True)
+    every = plan_training(PlanRequest(load_model("gpt-345m"), 1e9, (H100,), max_gpus=32,
+                                      workers=1))
+    front = every[every["pareto"]].sort_values("hours")
+    assert [r["scheme"] for r in rows] == list(front["scheme"])
