@@ -68,8 +68,8 @@ A100_CALIBRATION = "korthikanti-"
 
 
 # the optional columns and the values each may take (blank: the first)
-CHOICES = {"mlp": ("gelu", "squared_relu"), "grad_dtype": ("bf16", "fp32"),
-           "loss": ("fp32", "fused", "chunked"), "optimizer_dtype": ("fp32", "bf16")}
+CHOICES = {"mlp": ("gelu", "squared_relu", "swiglu"), "grad_dtype": ("bf16", "fp32"),
+           "loss": ("fp32", "eager", "fused", "chunked"), "optimizer_dtype": ("fp32", "bf16")}
 FLAGS = ("tied", "tp_overlap", "overlap_param", "fp8", "dropout")  # true or false
 
 
@@ -96,11 +96,14 @@ def gpt(row) -> object:
     projection of width `ffn`, squared ReLU, no biases, grouped-query attention with `kv_heads`)
     is built as the llama family with d_ff = 2 ffn / 3, whose three SwiGLU projections then
     hold exactly the parameters and FLOPs of the two plain ones (3 h 2f/3 = 2 h f); what
-    differs is the GEMMs' shapes and the elementwise bytes of the gate."""
+    differs is the GEMMs' shapes and the elementwise bytes of the gate. `mlp` swiglu (Llama:
+    gate, up and down projections of width `ffn`, RMSNorm, rotary positions) is the llama
+    family as it is."""
     base = load_model("gpt-345m")
     hidden = int(row.hidden)
     ffn = int(given(row, "ffn", 4 * hidden))
-    squared_relu = given(row, "mlp", "gelu") == "squared_relu"
+    mlp = given(row, "mlp", "gelu")
+    squared_relu = mlp == "squared_relu"
     if squared_relu and (2 * ffn) % 3:
         raise SystemExit(f"{row.case}: ffn {ffn} has no whole 2/3 for the llama layout")
     arch = Arch(n_layers=int(row.layers), d_model=hidden, n_heads=int(row.heads),
@@ -109,7 +112,7 @@ def gpt(row) -> object:
                 seq_len=int(row.seq), tied_embeddings=given(row, "tied", True),
                 source=str(DATA), assumed=None, dropout=given(row, "dropout", None))
     return replace(base, name=row.case, description=row.case, arch=arch, reference_params=None,
-                   family="llama" if squared_relu else "gpt")
+                   family="gpt" if mlp == "gelu" else "llama")
 
 
 def measured_step_s(row) -> float:

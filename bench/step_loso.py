@@ -42,7 +42,8 @@ from reports.step_fidelity import layout_class, scheme_class, summarize_sources 
 GRID = (0.45, 0.55, 0.65, 0.75, 0.85, 0.95, 1.05, 1.15)  # sustained shares simulated
 # the stack each source's runs used (the CSVs' header comments give the evidence)
 FRAMEWORK = {"narayanan": "Megatron-LM", "korthikanti": "Megatron-LM", "dgxc": "NeMo",
-             "mosaic": "llm-foundry (FSDP)", "llmc": "llm.c", "fa2": "flash-attn trainer"}
+             "mosaic": "llm-foundry (FSDP)", "llmc": "llm.c", "fa2": "flash-attn trainer",
+             "torchtitan": "torchtitan"}
 
 
 def family(hardware: str) -> str:
