@@ -121,6 +121,7 @@ def plan_cmd(
              "quality": quality, "rank": rank, "exhaustive": exhaustive or pareto_only,
              "pareto_only": pareto_only,
              "feasible_plans": df.attrs.get("feasible"),
+             "gpu_counts_searched": " ".join(map(str, df.attrs.get("gpu_counts", []))),
              "simulated_plans": df.attrs.get("simulated")}
     if fmt != "table":  # every row carries the request it answers
         print(render(shown.assign(**asked), fmt))
@@ -144,6 +145,12 @@ def plan_cmd(
               f"the share of the usable memory left at the peak; pareto: no plan is both "
               f"faster and cheaper\noptions: "
               + ", ".join(f"{k} {v}" for k, v in asked.items()))
+    counts = df.attrs.get("gpu_counts", [])
+    if counts:
+        shown_counts = (", ".join(map(str, counts)) if len(counts) <= 16 else
+                        ", ".join(map(str, counts[:12])) + ", ..., " + str(counts[-1]))
+        header += (f"\nGPU counts searched ({len(counts)}: every count a layout's tp x pp x "
+                   f"dp x cp fills in whole nodes): {shown_counts}")
     for reason in df.attrs.get("skipped", []):
         header += f"\nleft out: {reason}"
     best = df.iloc[0]

@@ -132,7 +132,11 @@ def simulate(
     parts = ", ".join(f"{k} {row[f'memory_{k}_GB']:.1f}" for k in (
         "weights", "grads", "optimizer", "scheme_state", "activations"))
     print(f"{'memory_per_gpu':>20}  {row['memory_GB']:12.2f} GB of "
-          f"{row['usable_memory_GB']:.1f} usable ({parts})")
+          f"{row['usable_memory_GB']:.1f} usable, {row['memory_spare_pct']:.0f}% to spare "
+          f"({parts}, loss {row['memory_loss_GB']:.1f}; peak on pipeline stage "
+          f"{row['memory_peak_stage']})")
+    print(f"{'model_tflops_per_gpu':>20}  {row['model_tflops_per_gpu']:12.1f} TFLOP/s "
+          "(the model's forward and backward FLOPs, no recomputation, per GPU and second)")
     if steps:
         print(f"# averaged over a run of {steps} steps ({_schedule_text(cfg.scheme)}):")
         print(f"{'run_mean_step_s':>20}  {row['run_mean_step_s'] * 1e3:12.3f} ms")

@@ -10,6 +10,7 @@ import pandas as pd
 from reports.step_fidelity import layout_of
 from reports.step_fidelity import lookup as step_lookup
 from simulator.compare import compare, resolved_scheme
+from simulator.compute import forward_flops_per_token
 from simulator.memory import memory_columns, refuse_if_too_big
 from simulator.options import StepOptions, compute_model
 from simulator.schedule import run_mean
@@ -27,6 +28,15 @@ def _asked(opts: StepOptions, cfg: StepConfig) -> dict:
             "param_dtype": p.param_dtype, "algo": opts.pricing.algo}
 
 
+def model_tflops(cfg: StepConfig, step_s: float) -> float:
+    """The model's FLOP/s per GPU at this step time, as published runs quote TFLOP/s per GPU:
+    forward and backward of every token of the step (3 x simulator/compute.py
+    forward_flops_per_token: the matmuls and the full s x s attention products), without
+    recomputation, over the GPUs and the step."""
+    flops = 3 * forward_flops_per_token(cfg.model, cfg.seq) * cfg.sequences * cfg.seq
+    return flops / (cfg.gpus * step_s) / 1e12
+
+
 def simulate_row(opts: StepOptions, trace: bool = False
                  ) -> tuple[dict, StepConfig, StepResult, int | None]:
     """One step's row, its config, its result (with every micro-batch's spans when `trace`)
@@ -42,7 +52,7 @@ def simulate_row(opts: StepOptions, trace: bool = False
     row = {"model": opts.model, "hardware": opts.hardware,
            "hardware_profile": cfg.hardware.path, "gpus": opts.gpus, "scheme": spec,
            **resolved_scheme(cfg.scheme), **asked, **result.as_dict(), **memory_columns(cfg),
-           **sure}
+           "model_tflops_per_gpu": model_tflops(cfg, result.step_time_s), **sure}
     if steps:
         mean = run_mean(cfg, steps)
         row.update(run_steps=steps, run_mean_step_s=mean.mean_step_s,

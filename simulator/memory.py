@@ -86,6 +86,11 @@ class MemoryUse:
 
 
 @lru_cache(maxsize=256)
+def _layer_params(model: ModelProfile) -> int:
+    return model.layer_params
+
+
+@lru_cache(maxsize=256)
 def largest_tensor(model: ModelProfile) -> int:
     """Elements of the model's largest parameter tensor (the authors' offload staging)."""
     return max(size for size, _ in model.tensors())
@@ -97,7 +102,7 @@ def stage_params(model: ModelProfile, layers: int, first: bool, last: bool, pp: 
     pipelining the last stage holds its own copy of the embedding (Megatron-Core's
     shared_embedding_or_output_weight)."""
     a = model.arch
-    n = layers * model.layer_params
+    n = layers * _layer_params(model)
     if first:
         n += a.vocab_size * a.d_model + (a.seq_len * a.d_model if model.family == "gpt" else 0)
     if last:
@@ -137,7 +142,7 @@ def state_bytes(model: ModelProfile, scheme: SchemeConfig, n: float, dp: int, tp
         extra = mask + compact + residual
     weights, grads = dtypes.param_bytes * n, dtypes.grad_bytes * n
     stage = ZERO_STAGE.get(scheme.scheme, 0)
-    unit = model.layer_params / tp  # FSDP's unit: one layer
+    unit = _layer_params(model) / tp if stage >= 2 else 0.0  # FSDP's unit: one layer
     if stage >= 2:  # the gradient as a shard, plus the unit being reduced
         grads = grads / dp + dtypes.grad_bytes * unit
     if stage == 3 and pp > 1:  # the whole stage gathered, its gradients whole

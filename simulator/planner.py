@@ -77,12 +77,13 @@ class Candidate:
 
 
 def pipeline_degrees(n_layers: int) -> list[int]:
-    """Pipeline stages searched: the powers of two and the divisors of the layer count (even
-    stages), up to MAX_PIPELINE and the layer count (uneven splits: simulator/pipeline.py
-    stage_layers)."""
-    powers = {d for d in PIPELINE_DEGREES if d <= n_layers}
-    return sorted(powers | {d for d in range(1, min(n_layers, MAX_PIPELINE) + 1)
-                            if n_layers % d == 0})
+    """Pipeline stages searched, up to MAX_PIPELINE and the layer count: the divisors of the
+    layer count (even stages) and the products of twos and threes (uneven splits,
+    simulator/pipeline.py stage_layers), so that node counts like 3, 6, 12 or 24 times a power
+    of two have layouts."""
+    top = min(n_layers, MAX_PIPELINE)
+    smooth = {2**a * 3**b for a in range(7) for b in range(4)}
+    return sorted(d for d in range(1, top + 1) if n_layers % d == 0 or d in smooth)
 
 
 def gpu_counts(hw: HardwareProfile, max_gpus: int, req: PlanRequest | None = None
@@ -135,6 +136,7 @@ def candidates(req: PlanRequest) -> tuple[list[Candidate], Counter]:
     """Every configuration that fits in memory and splits the global batch; why others fail."""
     kept, why = [], Counter()
     parsed = [(spec, parse_scheme(spec)) for spec in req.schemes]
+    dtypes = req.dtypes
     for hw in req.hardware:
         usable = usable_bytes(hw)
         counts = gpu_counts(hw, req.max_gpus, req)
@@ -173,7 +175,7 @@ def candidates(req: PlanRequest) -> tuple[list[Candidate], Counter]:
                             # without building one for every try
                             use = memory_use(
                                 req.model, scheme, dp * req.cp, tp, mb, req.seq // req.cp,
-                                req.dtypes, recompute, True, pp, chunks, "flash",
+                                dtypes, recompute, True, pp, chunks, "flash",
                                 req.batch // (mb * dp))
                             if use.total <= usable:
                                 kept.append(Candidate(hw, gpus, spec, tp, mb, recompute,
@@ -309,7 +311,7 @@ def bounds(req: PlanRequest, cands: list[Candidate]) -> list[dict]:
                c.recompute, c.cp)
         if key not in seen:
             cfg = c.step_config(req)
-            seen[key] = lower_bound_s(cfg, phase_cache(cfg))
+            seen[key] = lower_bound_s(cfg)
         hours = steps * seen[key] / 3600
         ratio = (quality_ratio(req.quality, parse_scheme(c.scheme))
                  if req.quality is not None else None)
@@ -425,6 +427,8 @@ def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None
     df = (evaluate_all(req, cands, progress) if keep is None
           else evaluate_bounded(req, cands, keep, progress))
     df.attrs["feasible"] = len(cands)
+    df.attrs["gpu_counts"] = sorted({n for hw in req.hardware
+                                     for n in gpu_counts(hw, req.max_gpus, req)})
     df.attrs.setdefault("simulated", len(df))
     if df.empty and req.rank == "quality" and req.deadline_hours is None and (
             req.budget_usd is None):

@@ -51,9 +51,57 @@ from simulator.tp_overlap import layer_tp_s, tp_bytes_per_layer
 from vocabulary.names import COMPRESSION_KINDS
 
 
-class _StepSim:
+class _StepCosts:
+    """What a step's pieces cost, before any simulation: one micro-batch's forward and
+    backward, one layer's tensor- and context-parallel seconds, the host's slowdown, and the
+    pipeline as its timeline takes it (what lower_bound_s needs, without a simulation's
+    network and streams)."""
+
+    def __init__(self, cfg: StepConfig, topo: Topology):
+        self.cfg, self.topo = cfg, topo
+        self.times = fwd_bwd(cfg.model, cfg.hardware, cfg.micro_batch, cfg.seq, cfg.tp,
+                             cfg.accum, mfu=cfg.mfu, recompute=cfg.recompute,
+                             sequence_parallel=cfg.sequence_parallel and cfg.tp > 1,
+                             attention=cfg.attention, cp=cfg.cp, fp8=cfg.fp8)
+        # one layer's tensor- and context-parallel seconds on the compute stream, forward and
+        # backward (recomputed collectives included)
+        self.tp_fwd_s, self.tp_bwd_s = layer_tp_s(cfg)
+        self.cp_fwd_s, self.cp_bwd_s = layer_cp_s(cfg, topo, self.times.attn_fwd_s,
+                                                  self.times.attn_bwd_s)
+        self.slowdown = host_slowdown(cfg.hardware, cfg.gpus)
+
+    def _send_s(self) -> float:
+        """One activation (or its gradient) from a stage to the next (`pipeline_send_s`).
+        Megatron sends b s h / t bytes per tensor-parallel rank (scatter-gather)."""
+        cfg = self.cfg
+        size = cfg.activation_values * cfg.dtypes.param_bytes / cfg.tp
+        return pipeline_send_s(self.topo, cfg.tp * cfg.cp * cfg.dp, size)
+
+    def _stage_times(self):
+        """(stages, micro-batches, chunks, fwd[stage][chunk], bwd[stage][chunk], send seconds,
+        layers[stage][chunk]): the pipeline as its timeline takes it."""
+        from simulator.pipeline import stage_layers
+
+        cfg, t = self.cfg, self.times
+        v, p = cfg.chunks_pp, cfg.pp
+        layers = stage_layers(cfg.model.arch.n_layers, p, v)  # [stage][chunk]
+        head = [[0.0] * v for _ in range(p)]
+        head[p - 1][v - 1] = 1.0  # the output layer runs on the last stage's last chunk
+        # every stage's compute at the pace it runs: slowed as `_work` slows it where ranks
+        # share one host (a CPU testbed); else the timeline would wait on faster stages than
+        # the first one runs, and hide the bubble
+        slow = self.slowdown
+        fwd = tuple(tuple(layers[s][c] * (t.layer_fwd_s * slow + self.tp_fwd_s + self.cp_fwd_s)
+                          + head[s][c] * t.head_fwd_s * slow for c in range(v)) for s in range(p))
+        bwd = tuple(tuple(layers[s][c] * (t.layer_bwd_s * slow + self.tp_bwd_s + self.cp_bwd_s)
+                          + head[s][c] * t.head_bwd_s * slow for c in range(v)) for s in range(p))
+        return p, cfg.accum, v, fwd, bwd, self._send_s(), layers
+
+
+class _StepSim(_StepCosts):
     def __init__(self, cfg: StepConfig, topo: Topology, cache: PhaseCache, step: StepPlan):
-        self.cfg, self.topo, self.cache, self.step = cfg, topo, cache, step
+        super().__init__(cfg, topo)
+        self.cache, self.step = cache, step
         self.env = simpy.Environment()
         self.net = FlowNetwork(self.env, topo.capacity())
         self.compute = Stream(self.env, "compute")
@@ -64,19 +112,9 @@ class _StepSim:
         stage = cfg.tp * cfg.cp * cfg.dp  # tp fastest, then cp, then dp
         self.groups = [np.arange(r, stage, cfg.tp) for r in range(cfg.tp)]  # dp x cp each
         self.group_nodes = len(np.unique(topo.node_of(self.groups[0])))  # nodes a group spans
-        self.times = fwd_bwd(cfg.model, cfg.hardware, cfg.micro_batch, cfg.seq, cfg.tp,
-                             cfg.accum, mfu=cfg.mfu, recompute=cfg.recompute,
-                             sequence_parallel=cfg.sequence_parallel and cfg.tp > 1,
-                             attention=cfg.attention, cp=cfg.cp, fp8=cfg.fp8)
         self.n_chunks = cfg.chunks or cfg.model.arch.n_layers
         self.compute_s = self.compression_s = self.tp_s = self.interference_s = 0.0
-        # one layer's tensor- and context-parallel seconds on the compute stream, forward and
-        # backward (recomputed collectives included)
-        self.tp_fwd_s, self.tp_bwd_s = layer_tp_s(cfg)
-        self.cp_fwd_s, self.cp_bwd_s = layer_cp_s(cfg, topo, self.times.attn_fwd_s,
-                                                  self.times.attn_bwd_s)
         self.cp_s = 0.0
-        self.slowdown = host_slowdown(cfg.hardware, cfg.gpus)
         # ranks sharing one GPU: the measured wait per kernel call, already at that sharing,
         # so not scaled again by the host slowdown _work applies
         self.waits = {kind: wait / self.slowdown
@@ -175,13 +213,6 @@ class _StepSim:
         self.env.run()
         return self.env.now
 
-    def _send_s(self) -> float:
-        """One activation (or its gradient) from a stage to the next (`pipeline_send_s`).
-        Megatron sends b s h / t bytes per tensor-parallel rank (scatter-gather)."""
-        cfg = self.cfg
-        size = cfg.activation_values * cfg.dtypes.param_bytes / cfg.tp
-        return pipeline_send_s(self.topo, cfg.tp * cfg.cp * cfg.dp, size)
-
     def _pipeline_ops(self):
         """The first stage's timeline summary (simulator.pipeline.FirstStage) and its layers
         per chunk."""
@@ -189,26 +220,6 @@ class _StepSim:
 
         p, m, v, fwd, bwd, send, layers = self._stage_times()
         return first_stage(p, m, v, fwd, bwd, send), layers[0]
-
-    def _stage_times(self):
-        """(stages, micro-batches, chunks, fwd[stage][chunk], bwd[stage][chunk], send seconds,
-        layers[stage][chunk]): the pipeline as its timeline takes it."""
-        from simulator.pipeline import stage_layers
-
-        cfg, t = self.cfg, self.times
-        v, p = cfg.chunks_pp, cfg.pp
-        layers = stage_layers(cfg.model.arch.n_layers, p, v)  # [stage][chunk]
-        head = [[0.0] * v for _ in range(p)]
-        head[p - 1][v - 1] = 1.0  # the output layer runs on the last stage's last chunk
-        # every stage's compute at the pace it runs: slowed as `_work` slows it where ranks
-        # share one host (a CPU testbed); else the timeline would wait on faster stages than
-        # the first one runs, and hide the bubble
-        slow = self.slowdown
-        fwd = tuple(tuple(layers[s][c] * (t.layer_fwd_s * slow + self.tp_fwd_s + self.cp_fwd_s)
-                          + head[s][c] * t.head_fwd_s * slow for c in range(v)) for s in range(p))
-        bwd = tuple(tuple(layers[s][c] * (t.layer_bwd_s * slow + self.tp_bwd_s + self.cp_bwd_s)
-                          + head[s][c] * t.head_bwd_s * slow for c in range(v)) for s in range(p))
-        return p, cfg.accum, v, fwd, bwd, self._send_s(), layers
 
     def _pipelined(self, gate, backward_ops, in_flight):
         """Forward and backward of the first pipeline stage as its timeline runs them: idle
@@ -367,16 +378,16 @@ def _extended(cfg: StepConfig, topo: Topology, cache: PhaseCache, step: StepPlan
     return {k: c[k] + more * (c[k] - b[k]) for k in _KEYS}, spans
 
 
-def lower_bound_s(cfg: StepConfig, cache: PhaseCache | None = None) -> float:
+def lower_bound_s(cfg: StepConfig) -> float:
     """Seconds the step cannot beat: its compute stream's own work at full speed (every
     micro-batch's forward and backward with their tensor- and context-parallel seconds), and
     with pipelining the first stage's timeline, which ends with the step's last backward. The
     simulation only adds to it (data-parallel communication left exposed, compression and
     optimizer kernels, the slowdown beside collectives), so a planner may skip a plan whose
     bound is above the plans it keeps (simulator/planner.py). Costs no simulation: the
-    pipeline timeline is the one the simulation reuses."""
+    pipeline's floor is counted, not scheduled (simulator/pipeline.py pipeline_bound)."""
     topo = build_topology(cfg.hardware, cfg.gpus)
-    sim = _StepSim(cfg, topo, cache or PhaseCache(topo), None)
+    sim = _StepCosts(cfg, topo)
     if cfg.pp > 1:
         from simulator.pipeline import pipeline_bound
 

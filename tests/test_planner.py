@@ -192,7 +192,7 @@ def test_bounded_search_keeps_the_plans_every_simulation_gives(kw, tmp_path):
 def test_lower_bound_is_below_every_simulated_step():
     """simulator/step.py lower_bound_s never exceeds the simulated step (the search's
     premise), over every feasible plan of a small request, pipelines included."""
-    from simulator.batch import phase_cache, simulate_cached
+    from simulator.batch import simulate_cached
     from simulator.planner import candidates
     from simulator.step import lower_bound_s
 
@@ -201,7 +201,7 @@ def test_lower_bound_is_below_every_simulated_step():
     assert any(c.pp > 1 for c in cands) and any(c.pp == 1 for c in cands)
     for c in cands[::7]:
         cfg = c.step_config(req)
-        low = lower_bound_s(cfg, phase_cache(cfg))
+        low = lower_bound_s(cfg)
         assert 0 < low <= simulate_cached(cfg).step_time_s * (1 + 1e-9)
 
 
