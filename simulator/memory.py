@@ -174,6 +174,27 @@ def memory_use(
     return best
 
 
+def first_fit(model: ModelProfile, scheme: SchemeConfig, dp: int, tp: int, micro_batch: int,
+              seq_len: int, dtypes: Dtypes, recomputes: tuple[str, ...], usable: float,
+              pp: int, chunks: int, micro_batches: int) -> tuple[str, float] | None:
+    """The first of `recomputes` whose peak (memory_use's, with its defaults: sequence
+    parallelism, fused attention, fp32 loss and optimizer) fits `usable` bytes, with that
+    peak; None if none does. The scheme's state is priced once for every policy tried (what
+    the planner asks of every layout and scheme; a test checks it against memory_use)."""
+    states = None
+    for recompute in recomputes:
+        stages = _stage_activations(model, tp, micro_batch, seq_len, recompute, True, pp,
+                                    chunks, "flash", micro_batches, "fp32")
+        if states is None:  # the same stages for every policy (peak_candidates)
+            states = [sum(state_bytes(model, scheme, params / tp, dp, tp, dtypes, "fp32", pp))
+                      for _, params, _, _ in stages]
+        total = max(st + act + loss for st, (_, _, act, loss) in zip(states, stages,
+                                                                     strict=True))
+        if total <= usable:
+            return recompute, total
+    return None
+
+
 @lru_cache(maxsize=16384)
 def _stage_activations(model: ModelProfile, tp: int, micro_batch: int, seq_len: int,
                        recompute: str, sequence_parallel: bool, pp: int, chunks: int,

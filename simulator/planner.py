@@ -19,7 +19,7 @@ from profiles import HardwareProfile, UserError
 from scape.plan import SCAPE_SCHEMES, SchemeConfig
 from simulator.batch import parallel_map, phase_cache, simulate_cached
 from simulator.compare import parse_scheme
-from simulator.memory import memory_use, usable_bytes
+from simulator.memory import first_fit, usable_bytes
 from simulator.plan_request import PlanRequest
 from simulator.schedule import run_mean
 from simulator.step import lower_bound_s
@@ -170,21 +170,17 @@ def candidates(req: PlanRequest) -> tuple[list[Candidate], Counter]:
                         if pp > 1 and scheme.scheme == "dense-zero3":
                             why["dense-zero3 (FSDP) with pipeline stages: not modelled"] += 1
                             continue
-                        for recompute in RECOMPUTE_ORDER:
-                            # what step_memory gives the plan's StepConfig (a test checks),
-                            # without building one for every try
-                            use = memory_use(
-                                req.model, scheme, dp * req.cp, tp, mb, req.seq // req.cp,
-                                dtypes, recompute, True, pp, chunks, "flash",
-                                req.batch // (mb * dp))
-                            if use.total <= usable:
-                                kept.append(Candidate(hw, gpus, spec, tp, mb, recompute,
-                                                      use.total / 1e9, pp, schedule, chunks,
-                                                      req.cp))
-                                break
-                        else:
+                        # what step_memory gives the plan's StepConfig (a test checks),
+                        # without building one for every try
+                        fit = first_fit(req.model, scheme, dp * req.cp, tp, mb,
+                                        req.seq // req.cp, dtypes, RECOMPUTE_ORDER, usable,
+                                        pp, chunks, req.batch // (mb * dp))
+                        if fit is None:
                             why[f"does not fit in {hw.name} memory "
                                 f"({usable / 1e9:.0f} GB usable per GPU)"] += 1
+                            continue
+                        kept.append(Candidate(hw, gpus, spec, tp, mb, fit[0], fit[1] / 1e9, pp,
+                                              schedule, chunks, req.cp))
     return kept, why
 
 

@@ -134,3 +134,26 @@ def test_the_stages_priced_give_the_peak_every_stage_gives(monkeypatch):
         mem._stage_activations.cache_clear()
         assert fast.total == pytest.approx(slow.total, rel=1e-12)
         checked += 1
+
+
+def test_first_fit_is_the_first_policy_memory_use_fits():
+    """The planner's first_fit prices the scheme's state once for every policy; its answer is
+    the first policy whose memory_use fits, with that peak."""
+    from simulator.memory import first_fit
+
+    order = ("none", "selective-norm", "selective-op", "full")
+    model = load_model("llama-70b")
+    hw = load_hardware("dgx-h100")
+    usable = usable_bytes(hw)
+    for scheme in (make_config("dense-zero1"), make_config("scape", sparsity=0.99)):
+        for tp, pp, m in ((8, 1, 8), (8, 4, 16), (4, 8, 32), (8, 2, 4)):
+            args = (model, scheme, 16, tp, 1, 4096, Dtypes())
+            fit = first_fit(*args, order, usable, pp, 1, m)
+            uses = [memory_use(*args, rc, True, pp, 1, "flash", m) for rc in order]
+            first = next((rc for rc, u in zip(order, uses, strict=True)
+                          if u.total <= usable), None)
+            if first is None:
+                assert fit is None
+            else:
+                assert fit[0] == first
+                assert fit[1] == pytest.approx(uses[order.index(first)].total, rel=1e-12)
