@@ -154,6 +154,14 @@ def published_rows() -> tuple[list[dict], list[dict]]:
     return rows, skipped
 
 
+def authors_rows() -> pd.DataFrame:
+    """The SCAPE authors' memory rows as `scape validate --external scape-sc26` predicts them."""
+    from profiles.external import load_external
+    from reports.external_memory import memory_table
+
+    return memory_table(load_external("scape-sc26"))[0]
+
+
 def price(rows: list[dict], slack: float | None = None) -> pd.DataFrame:
     """Each row's predicted peak (allocated; reserved with the slack), usable memory and
     verdict; `slack`: the allocator slack to use instead of the profile's."""
@@ -215,6 +223,17 @@ def main() -> int:
         print(f"\n{len(peaks)} rows: median |error| {err.median():.1f}%, max {err.max():.1f}% "
               f"({peaks.loc[err.idxmax(), 'case']}), median error "
               f"{peaks['error_pct'].median():+.1f}%")
+    authors = authors_rows()
+    print("\n3. the SCAPE authors' Megatron-LM memory table (scape validate --external "
+          "scape-sc26, reports/external_memory.py: an interval over the unstated GPU count and "
+          "allocated-to-reserved, the error to its nearer end)")
+    aerr = authors["error_pct"].abs()
+    print(f"{len(authors)} rows: median |error| {aerr.median():.1f}%, max {aerr.max():.1f}% "
+          f"({authors.loc[aerr.idxmax(), 'series']} {authors.loc[aerr.idxmax(), 'model']})")
+    if len(peaks):
+        both = pd.concat([peaks["error_pct"], authors["error_pct"]]).abs()
+        print(f"all {len(both)} reported peaks: median |error| {both.median():.1f}%, max "
+              f"{both.max():.1f}%")
     for s in skipped:
         print(f"skipped: {s['case']}: {s['why']}")
     print("\nsensitivity to the allocator slack (shipped: 5%, an assumption):")
