@@ -118,7 +118,7 @@ def plan_cmd(
              "density_warmup_frac": density_warmup_frac,
              # each row says whether its plan ran it (tp above 1 only): "tp_comm_overlap"
              "tp_comm_overlap_asked": tp_comm_overlap, "cp": cp, "fp8_asked": fp8,
-             "quality": quality, "rank": rank, "exhaustive": exhaustive or pareto_only,
+             "quality_study": quality, "rank": rank, "exhaustive": exhaustive or pareto_only,
              "pareto_only": pareto_only,
              "feasible_plans": df.attrs.get("feasible"),
              "gpu_counts_searched": " ".join(map(str, df.attrs.get("gpu_counts", []))),

@@ -232,6 +232,9 @@ def test_pareto_view_is_the_time_cost_frontier(capsys):
     rows = json.loads(out)
     hours, cost = [r["hours"] for r in rows], [r["cost_usd"] for r in rows]
     assert len(rows) >= 2 and all(r["pareto"] for r in rows)
+    # the quality column survives into JSON (the request's --quality is quality_study)
+    assert {r["quality"] for r in rows} <= {"dense", "not measured at this scale"}
+    assert all(r["quality"] for r in rows) and all(r["quality_study"] is None for r in rows)
     assert hours == sorted(hours) and cost == sorted(cost, reverse=True)
     every = plan_training(PlanRequest(load_model("gpt-345m"), 1e9, (H100,), max_gpus=32,
                                       workers=1))
