@@ -145,10 +145,17 @@ def state_bytes(model: ModelProfile, scheme: SchemeConfig, n: float, dp: int, tp
     unit = _layer_params(model) / tp if stage >= 2 else 0.0  # FSDP's unit: one layer
     if stage >= 2:  # the gradient as a shard, plus the unit being reduced
         grads = grads / dp + dtypes.grad_bytes * unit
+    # the sharded parameters: a low-precision shard beside the fp32 master (DeepSpeed
+    # ZeRO-3, 2 + 2 + 12 bytes), or none where gradients reduce in fp32, FSDP's mixed
+    # precision, whose sharded parameter is the fp32 master the optimizer steps ("it keeps the
+    # high-precision sharded parameters in memory anyway ... does not require any extra memory
+    # to keep a high-precision copy", MixedPrecisionPolicy; 4 + 4 + 8 bytes;
+    # docs/research/memory-terms.md section 7)
+    shard = 0.0 if dtypes.grad_bytes == 4 else weights / dp
     if stage == 3 and pp > 1:  # the whole stage gathered, its gradients whole
-        weights, grads = weights / dp + dtypes.param_bytes * n, grads / dp + dtypes.grad_bytes * n
+        weights, grads = shard + dtypes.param_bytes * n, grads / dp + dtypes.grad_bytes * n
     elif stage == 3:  # the parameters as a shard, plus the unit in use and the one prefetched
-        weights = weights / dp + 2 * dtypes.param_bytes * unit
+        weights = shard + 2 * dtypes.param_bytes * unit
     return weights, grads, state, extra
 
 

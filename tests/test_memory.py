@@ -157,3 +157,19 @@ def test_first_fit_is_the_first_policy_memory_use_fits():
             else:
                 assert fit[0] == first
                 assert fit[1] == pytest.approx(uses[order.index(first)].total, rel=1e-12)
+
+
+def test_sharded_state_is_16_bytes_a_parameter_for_zero3_and_fsdp():
+    """DeepSpeed ZeRO-3 keeps a bf16 shard beside the fp32 master (2 + 2 + 12 bytes over the
+    ranks); FSDP's mixed precision reduces in fp32 and its sharded parameter is the fp32
+    master (4 + 4 + 8): both 16 bytes a parameter over the ranks, plus the gathered units."""
+    from simulator.memory import state_bytes
+
+    model = load_model("llama-7b")
+    n, dp = 1e9, 64
+    unit = model.layer_params
+    for grad_bytes in (2, 4):
+        w, g, o, _ = state_bytes(model, make_config("dense-zero3", optimizer="adamw"), n, dp,
+                                 1, Dtypes(grad_bytes=grad_bytes))
+        gathered = 2 * 2 * unit + grad_bytes * unit  # two bf16 units, one unit's gradient
+        assert w + g + o - gathered == pytest.approx(16 * n / dp)
