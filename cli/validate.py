@@ -280,14 +280,20 @@ def _validate_external(name: str, profile: str | None, out: str | None, fmt: str
         print(render(table, "json"))
         return
     header = (f"{name} on profile {hardware} ({base.path}): {x.protocol_text(fit)}\n"
-              f"predicted rows: {stats['predicted_rows']} ({stats['scape_rows']} SCAPE), "
-              f"median |error| {stats['median_abs_error_pct']:.1f}%, max "
-              f"{stats['max_abs_error_pct']:.1f}%; memory (nothing fitted): "
+              f"held out (every SCAPE row): {stats['predicted_rows']} rows, median |error| "
+              f"{stats['median_abs_error_pct']:.1f}%, max {stats['max_abs_error_pct']:.1f}%, "
+              f"median {stats['median_error_pct']:+.1f}%\n"
+              f"in sample (dense step rows, sums of fitted rows): "
+              f"{stats['in_sample']['rows']} rows, median |error| "
+              f"{stats['in_sample']['median_abs_error_pct']:.1f}%, max "
+              f"{stats['in_sample']['max_abs_error_pct']:.1f}%, median "
+              f"{stats['in_sample']['median_error_pct']:+.1f}%\n"
+              f"memory (nothing fitted): "
               f"{mem['memory_rows']} rows, median |error| {mem['median_abs_error_pct']:.1f}%, "
               f"max {mem['max_abs_error_pct']:.1f}%; {len(meta['skipped'])} rows not predicted "
               f"(listed in the JSON); saved " + ", ".join(str(f) for f in files.values()))
     cols = ["series", "model", "gpus", "quantity", "measured_s", "predicted_s", "error_pct",
-            "fitted", *(("external", "profile") if fmt == "csv" else ())]
+            "fitted", "role", *(("external", "profile") if fmt == "csv" else ())]
     print(render(table[cols], fmt, header=header, floatfmt={
         "measured_s": "{:.3f}", "predicted_s": "{:.3f}", "error_pct": "{:+.1f}"}))
     if fmt == "table":  # csv stays one table; the memory rows are in their own CSV
