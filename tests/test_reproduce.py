@@ -26,7 +26,9 @@ def test_report_files_and_links(report):
     linked = set(re.findall(r"\]\(([^)]+)\)", text))
     assert linked == {report[k].name for k in ("figure", "sensitivity", "predictions",
                                                 "assumptions")}
-    assert "fixed from the authors' public scripts" in text
+    assert "come from the authors' public scripts" in text
+    # it says what was fitted and what was chosen after seeing predictions (issue 40)
+    assert "not fitted: every SCAPE row" in text and "commit 578b45c" in text
 
 
 def test_html_has_the_answer_and_every_table(report):
