@@ -89,8 +89,7 @@ def layout(model: ModelProfile, hw: HardwareProfile, scheme: str, gpus: int, seq
     req = PlanRequest(model, float(batch * seq), (hw,), max_gpus=gpus, global_batch=batch,
                       seq_len=seq, schemes=(scheme,), workers=1,
                       price_per_gpu_hour=1.0).validate()  # a price: ranking is by time
-    cands, why = candidates(req)
-    cands = [c for c in cands if c.gpus == gpus]
+    cands, why = candidates(req, gpus_only=gpus)
     if not cands:
         unmeasured = [r for r in why if UNMEASURED in r and f": {gpus} GPU" in r]
         if unmeasured:  # a measured profile: say which counts it can price

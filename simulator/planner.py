@@ -16,7 +16,7 @@ from functools import lru_cache
 import pandas as pd
 
 from profiles import HardwareProfile, UserError
-from scape.plan import SCAPE_SCHEMES, SchemeConfig
+from scape.plan import SCAPE_SCHEMES
 from simulator.batch import parallel_map, phase_cache, simulate_cached
 from simulator.compare import parse_scheme
 from simulator.memory import first_fit, usable_bytes
@@ -27,7 +27,6 @@ from simulator.step_config import StepConfig
 from vocabulary.units import never_zero
 
 MICRO_BATCHES = (1, 2, 4, 8)
-PIPELINE_DEGREES = (1, 2, 4, 8, 16, 32, 64)
 MAX_PIPELINE = 64  # stages searched at most
 # pipeline schedules searched for pp > 1: (schedule, model chunks per stage)
 PIPELINE_SCHEDULES = (("1f1b", 1), ("interleaved", 2))
@@ -64,11 +63,10 @@ class Candidate:
     chunks: int = 1
     cp: int = 1
 
-    def step_config(self, req: PlanRequest, scheme: SchemeConfig | None = None) -> StepConfig:
-        """The step this plan runs (`scheme`: its scheme already parsed, or None)."""
+    def step_config(self, req: PlanRequest) -> StepConfig:
+        """The step this plan runs."""
         return StepConfig(
-            req.model, self.hardware, self.gpus,
-            parse_scheme(self.scheme) if scheme is None else scheme,
+            req.model, self.hardware, self.gpus, parse_scheme(self.scheme),
             micro_batch=self.micro_batch, seq_len=req.seq, global_batch=req.batch, tp=self.tp,
             dtypes=req.dtypes, recompute=self.recompute, pp=self.pp, pp_schedule=self.schedule,
             virtual_stages=self.chunks if self.schedule == "interleaved" else None,
@@ -86,19 +84,16 @@ def pipeline_degrees(n_layers: int) -> list[int]:
     return sorted(d for d in range(1, top + 1) if n_layers % d == 0 or d in smooth)
 
 
-def gpu_counts(hw: HardwareProfile, max_gpus: int, req: PlanRequest | None = None
-               ) -> list[int]:
-    """Every GPU count up to max_gpus, in whole nodes, that a layout of the request fills:
-    tensor x pipeline x data x context parallel, the data-parallel degree dividing the global
-    batch (so its micro-batches split evenly); without a request, every whole node count."""
+def gpu_counts(hw: HardwareProfile, req: PlanRequest) -> list[int]:
+    """Every GPU count up to the request's max_gpus, in whole nodes, that a layout of the
+    request fills: tensor x pipeline x data x context parallel, the data-parallel degree
+    dividing the global batch (so its micro-batches split evenly)."""
     g = hw.node.gpus_per_node
-    if req is None:
-        return list(range(g, max_gpus + 1, g))
     tps = [t for t in (1, 2, 4, 8) if g % t == 0]
     dps = [d for d in range(1, req.batch + 1) if req.batch % d == 0]
     counts = {t * p * d * req.cp for t in tps for p in pipeline_degrees(req.model.arch.n_layers)
               for d in dps}
-    return sorted(n for n in counts if n <= max_gpus and n % g == 0)
+    return sorted(n for n in counts if n <= req.max_gpus and n % g == 0)
 
 
 def layouts(req: PlanRequest, hw: HardwareProfile, gpus: int):
@@ -132,14 +127,16 @@ def measured_counts(hw: HardwareProfile) -> set[int] | None:
     return counts
 
 
-def candidates(req: PlanRequest) -> tuple[list[Candidate], Counter]:
-    """Every configuration that fits in memory and splits the global batch; why others fail."""
+def candidates(req: PlanRequest, gpus_only: int | None = None
+               ) -> tuple[list[Candidate], Counter]:
+    """Every configuration that fits in memory and splits the global batch; why others fail.
+    `gpus_only`: only that GPU count's (report scaling prices one count at a time)."""
     kept, why = [], Counter()
     parsed = [(spec, parse_scheme(spec)) for spec in req.schemes]
     dtypes = req.dtypes
     for hw in req.hardware:
         usable = usable_bytes(hw)
-        counts = gpu_counts(hw, req.max_gpus, req)
+        counts = [n for n in gpu_counts(hw, req) if gpus_only in (None, n)]
         if not counts:  # the planner rents whole nodes
             why[f"{hw.name}: --max-gpus {req.max_gpus} is below one node "
                 f"({hw.node.gpus_per_node} GPUs), and plans rent whole nodes"] += 1
@@ -189,7 +186,7 @@ def _evaluate(args: tuple[Candidate, PlanRequest]) -> dict:
     cfg = cand.step_config(req)
     r = simulate_cached(cfg)
     # a run is whole steps: the last one runs in full though it needs only part of its tokens
-    steps = math.ceil(req.tokens / (req.batch * req.seq))
+    steps = steps_of(req)
     mean_step = r.step_time_s
     if req.density_warmup_frac > 0 and cfg.scheme.scheme in SCAPE_SCHEMES:
         scheme = replace(cfg.scheme, density_warmup_steps=round(req.density_warmup_frac * steps))
@@ -412,7 +409,7 @@ def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None
                             "to plan, or give --max-gpus within those measured")
         if all("does not split" in r or UNMEASURED in r for r in why):
             sizes = sorted({c for hw in req.hardware
-                            for c in gpu_counts(hw, req.max_gpus, req)})
+                            for c in gpu_counts(hw, req)})
             raise UserError(f"no configuration of {req.model.name} fits ({reasons}): give a "
                             f"--global-batch that the data-parallel ranks divide (the GPU "
                             f"counts here: {', '.join(map(str, sizes))}), now {req.batch}")
@@ -424,7 +421,7 @@ def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None
           else evaluate_bounded(req, cands, keep, progress))
     df.attrs["feasible"] = len(cands)
     df.attrs["gpu_counts"] = sorted({n for hw in req.hardware
-                                     for n in gpu_counts(hw, req.max_gpus, req)})
+                                     for n in gpu_counts(hw, req)})
     df.attrs.setdefault("simulated", len(df))
     if df.empty and req.rank == "quality" and req.deadline_hours is None and (
             req.budget_usd is None):
