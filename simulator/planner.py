@@ -137,9 +137,13 @@ def candidates(req: PlanRequest, gpus_only: int | None = None
     for hw in req.hardware:
         usable = usable_bytes(hw)
         counts = [n for n in gpu_counts(hw, req) if gpus_only in (None, n)]
-        if not counts:  # the planner rents whole nodes
+        if req.max_gpus < hw.node.gpus_per_node:  # the planner rents whole nodes
             why[f"{hw.name}: --max-gpus {req.max_gpus} is below one node "
                 f"({hw.node.gpus_per_node} GPUs), and plans rent whole nodes"] += 1
+        elif not counts and gpus_only is None:  # whole nodes, but no layout fills them
+            why[f"{hw.name}: no layout (tp x pp x dp x cp, dp dividing the global batch "
+                f"{req.batch}) fills whole nodes of {hw.node.gpus_per_node} GPUs up to "
+                f"--max-gpus {req.max_gpus}"] += 1
         priced = measured_counts(hw)
         for gpus in counts:
             if priced is not None and gpus not in priced:  # skipped, with the reason, not fatal
