@@ -143,11 +143,12 @@ def check_params(row) -> None:
                          f"{row.params:,.0f}")
 
 
-def simulate(row, hw) -> dict:
+def step_config(row, hw) -> StepConfig:
+    """The row's step on profile `hw`, as the source ran it."""
     scheme = make_config(row.scheme, optimizer="adamw", overlap_grad_reduce=bool(row.overlap_grad),
                          overlap_param_gather=given(row, "overlap_param", False))
     grad_bytes = {"bf16": 2, "fp32": 4}[given(row, "grad_dtype", "bf16")]
-    cfg = StepConfig(
+    return StepConfig(
         gpt(row), hw, int(row.gpus), scheme, micro_batch=int(row.micro_batch),
         seq_len=int(row.seq), dtypes=Dtypes(grad_bytes=grad_bytes),
         global_batch=int(row.global_batch), tp=int(row.tp), pp=int(row.pp),
@@ -156,6 +157,10 @@ def simulate(row, hw) -> dict:
         sequence_parallel=bool(row.sequence_parallel), attention=row.attention,
         tp_comm_overlap=given(row, "tp_overlap", False), fp8=given(row, "fp8", False),
         loss=given(row, "loss", "fp32"), optimizer_dtype=given(row, "optimizer_dtype", "fp32"))
+
+
+def simulate(row, hw) -> dict:
+    cfg = step_config(row, hw)
     t0 = time.perf_counter()
     r = simulate_step(cfg)
     return {"predicted_s": r.step_time_s, "compute_s": r.compute_s, "tp_comm_s": r.tp_comm_s,

@@ -34,7 +34,7 @@ from cli.outputs import script_outputs  # noqa: E402
 from profiles import UserError, load_hardware  # noqa: E402
 from profiles.models import Arch  # noqa: E402
 from scape.plan import Dtypes, make_config  # noqa: E402
-from simulator.memory import memory_use, reserve  # noqa: E402
+from simulator.memory import memory_use, reserve, step_memory  # noqa: E402
 
 PUBLISHED = REPO / "profiles" / "external" / "published-memory.csv"
 GIB = 2.0**30
@@ -66,27 +66,13 @@ def _get(row, column, default=None):
 
 
 def step_rows() -> list[dict]:
-    """Every published step of the step-time sets: each ran, none reports its memory."""
-    out = []
-    for path in (fp.DATA, fp.H100_STEPS):
-        for row in pd.read_csv(path, comment="#").itertuples():
-            scheme = make_config(row.scheme, optimizer="adamw")
-            grad = {"bf16": 2, "fp32": 4}[fp.given(row, "grad_dtype", "bf16")]
-            chunks = int(row.chunks)
-            dp = int(row.gpus) // (int(row.tp) * int(row.pp))
-            out.append({
-                "case": row.case, "source": path.name, "gpu": row.hardware,
-                "hardware": row.hardware, "ran": True, "peak_GiB": math.nan,
-                "peak_kind": "none",
-                "args": dict(model=fp.gpt(row), scheme=scheme, dp=dp, tp=int(row.tp),
-                             micro_batch=int(row.micro_batch), seq_len=int(row.seq),
-                             dtypes=Dtypes(grad_bytes=grad), recompute=row.recompute,
-                             sequence_parallel=bool(row.sequence_parallel), pp=int(row.pp),
-                             chunks=chunks, attention=row.attention,
-                             micro_batches=int(row.global_batch) // (int(row.micro_batch) * dp),
-                             loss=fp.given(row, "loss", "fp32"),
-                             optimizer_dtype=fp.given(row, "optimizer_dtype", "fp32"))})
-    return out
+    """Every published step of the step-time sets, as bench/fidelity_parallel.py builds it:
+    each ran, none reports its memory."""
+    return [{"case": row.case, "source": path.name, "gpu": row.hardware,
+             "hardware": row.hardware, "ran": True, "peak_GiB": math.nan, "peak_kind": "none",
+             "cfg": fp.step_config(row, load_hardware(row.hardware))}
+            for path in (fp.DATA, fp.H100_STEPS)
+            for row in pd.read_csv(path, comment="#").itertuples()]
 
 
 def published_rows() -> tuple[list[dict], list[dict]]:
@@ -175,7 +161,7 @@ def price(rows: list[dict], slack: float | None = None) -> pd.DataFrame:
         if slack is not None:
             held = replace(held, fragmentation=slack)
         try:
-            use = memory_use(**r["args"])
+            use = step_memory(r["cfg"]) if "cfg" in r else memory_use(**r["args"])
         except UserError as e:
             out.append({"case": r["case"], "why": str(e)})
             continue
