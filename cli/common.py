@@ -245,7 +245,7 @@ def step_options(flags: dict, spec: str) -> StepOptions:
         parallelism=Parallelism(f["tp"], f["pp"], f["pp_schedule"], f["virtual_stages"],
                                 f["recompute"], f["sequence_parallel"], f["cp"]),
         precision=Precision(f["grad_dtype"], f["param_dtype"], f["fp8"],
-                            f.get("optimizer_dtype") or "fp32"),
+                            str(f["optimizer_dtype"])),
         overlap=Overlap(f["overlap_grad"], f["overlap_param"], f["bucket_mb"],
                         f["tp_comm_overlap"]),
         pricing=Pricing(f["algo"], f["mfu"], f["attention"],

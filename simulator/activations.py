@@ -95,8 +95,8 @@ def _sharded(tensor: Tensor, tp: int, sequence_parallel: bool) -> float:
 @dataclass(frozen=True)
 class LayerMemory:
     """Bytes per token one layer keeps on one GPU (`kept`), and the bytes per token the layer
-    being recomputed materializes again during its backward (`working`; 0 without
-    recomputation)."""
+    being recomputed materializes again during its backward (`working`: what the policy did
+    not keep; 0 when it keeps everything)."""
 
     kept: float
     working: float
