@@ -21,7 +21,7 @@ from reports.step_fidelity import lookup as step_lookup
 from reports.tables import check_format, render
 from simulator.options import Overlap, Precision
 from simulator.plan_request import PLAN_SCHEMES, PlanRequest
-from simulator.planner import _figure, best_dense, best_without, plan_training
+from simulator.planner import best_dense, best_without, figure_text, plan_training
 from vocabulary.units import parse_names
 
 
@@ -185,8 +185,8 @@ def plan_cmd(
     if best["quality"] != "dense" and dense is not None:
         print(f"# the top plan's scheme changes the update ({best['quality']}); the best dense "
               f"plan: {dense['gpus']} x {dense['hardware']}, {dense['scheme']}, tp {dense['tp']}, "
-              f"pp {dense['pp']}: {_figure(dense['hours'], 1)} h, "
-              f"${_figure(dense['cost_usd'], 0)} "
+              f"pp {dense['pp']}: {figure_text(dense['hours'], 1)} h, "
+              f"${figure_text(dense['cost_usd'], 0)} "
               f"({dense['hours'] / best['hours']:.2f}x the time, "
               f"{dense['cost_usd'] / best['cost_usd']:.2f}x the cost of the top plan)")
     rest = best_without(everything)

@@ -457,7 +457,7 @@ def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None
             best = df.iloc[0]
             raise UserError(
                 f"no plan trains {req.tokens:.3g} tokens within {req.deadline_hours:g} h: the "
-                f"fastest takes {_figure(best['hours'], 1)} h ({best['gpus']} x "
+                f"fastest takes {figure_text(best['hours'], 1)} h ({best['gpus']} x "
                 f"{best['hardware']}, "
                 f"{best['scheme']}); relax --deadline-hours or raise --max-gpus")
         df = ok
@@ -467,13 +467,13 @@ def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None
             cheapest = df.sort_values("cost_usd").iloc[0]
             raise UserError(
                 f"no plan trains {req.tokens:.3g} tokens for ${req.budget_usd:,.6g}: the "
-                f"cheapest costs ${_figure(cheapest['cost_usd'], 0)} ({cheapest['gpus']} x "
+                f"cheapest costs ${figure_text(cheapest['cost_usd'], 0)} ({cheapest['gpus']} x "
                 f"{cheapest['hardware']}, {cheapest['scheme']}); relax --budget-usd")
         df = ok
     return df.reset_index(drop=True)
 
 
-def _figure(value: float, decimals: int) -> str:
+def figure_text(value: float, decimals: int) -> str:
     """`value` with thousands separators and `decimals` places, never rounded to zero."""
     return never_zero(f"{value:,.{decimals}f}", value)
 

@@ -144,20 +144,17 @@ class StepConfig:
                     f"--algo {self.algo} does not run {', '.join(unsupported)}"
                     f" (this step's collectives); use auto or one of: "
                     f"{', '.join(sorted(set.intersection(*(set(ALGORITHMS[o]) for o in used))))}")
-        valid_tp = [t for t in range(1, min(g, self.gpus) + 1)
-                    if g % t == 0 and self.model.arch.splits_over(t)]
-        near = f": valid here {_nearest(valid_tp, self.tp)}"
         if self.tp < 1 or g % self.tp or self.tp > min(g, self.gpus):
             raise UserError(f"tensor-parallel degree must divide the {g} GPUs of a "
-                            f"{self.hardware.name} node, got --tp {self.tp}{near}")
+                            f"{self.hardware.name} node, got --tp {self.tp}{self._valid_tp()}")
         if self.model.arch.n_heads % self.tp:
             raise UserError(f"tensor-parallel degree {self.tp} must divide the "
                             f"{self.model.arch.n_heads} attention heads of {self.model.name}"
-                            f"{near}")
+                            f"{self._valid_tp()}")
         if not self.model.arch.splits_over(self.tp):  # whole key/value groups per rank
             raise UserError(f"tensor-parallel degree {self.tp} must divide the "
                             f"{self.model.arch.n_kv_heads} key/value heads of {self.model.name}"
-                            f"{near}")
+                            f"{self._valid_tp()}")
         if self.tp_comm_overlap and not (self.tp > 1 and self.sequence_parallel):
             raise UserError("--tp-comm-overlap overlaps the all-gathers and reduce-scatters of "
                             "sequence parallelism: it needs --tp above 1 and sequence "
@@ -217,6 +214,13 @@ class StepConfig:
                     f"do are {near} (multiples of {per_step})")
         return self
 
+
+    def _valid_tp(self) -> str:
+        """The tensor-parallel degrees this step could take, for a refusal (only then)."""
+        g = self.hardware.node.gpus_per_node
+        valid = [t for t in range(1, min(g, self.gpus) + 1)
+                 if g % t == 0 and self.model.arch.splits_over(t)]
+        return f": valid here {_nearest(valid, self.tp)}"
 
     def _validate_pipeline(self) -> None:
         if self.pp < 1:
