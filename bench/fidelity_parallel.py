@@ -52,6 +52,7 @@ sys.path.insert(0, str(REPO))
 from cli.outputs import script_outputs  # noqa: E402
 from profiles import load_hardware, load_model  # noqa: E402
 from profiles.models import Arch  # noqa: E402
+from reports import roles  # noqa: E402
 from scape.plan import Dtypes, make_config  # noqa: E402
 from simulator.compute import fwd_bwd  # noqa: E402
 from simulator.step import simulate_step  # noqa: E402
@@ -296,7 +297,7 @@ def main() -> int:
     base = ran["shipped"]
     both = base[["case", "hardware", "tp", "pp", "v", "gpus", "mb", "recompute", "measured_s",
                  "predicted_s", "error_pct", "bubble_s", "tp_comm_s"]].assign(
-        peak_error_pct=ran["peak"]["error_pct"])
+        peak_error_pct=ran["peak"]["error_pct"], role="held-out")
     print(both.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
     columns = ["case", "gpus", "measured_s", "predicted_s", "error_pct"]
     print(f"\nA100 calibration rows (Korthikanti et al. 2022 Table 5, Megatron-LM on DGX A100) "
@@ -320,6 +321,9 @@ def main() -> int:
     print()
     shipped_factors = ", ".join(f"{n} {h.roofline.sustained:g}" for n, h in shipped.items())
     print(summary(base, f"profiles as shipped (sustained: {shipped_factors})"))
+    print(roles.line("in sample (the fitted calibration rows: A100 Korthikanti Table 5, H100 "
+                     "step-calibration.csv, at the shares fitted now)",
+                     pd.concat([fit["error_pct"], h100_fit["error_pct"]])))
     for source, part in base.groupby(base["case"].str.split("-").str[0], sort=False):
         print(summary(part.reset_index(drop=True), f"  {source} rows"))
     print(summary(ran["peak"], "kernels at their benchmark peaks (sustained 1)"))
@@ -329,7 +333,9 @@ def main() -> int:
                                     f"{h100:.3f})"))
     print(f"wall time {time.perf_counter() - t0:.1f} s")
     if args.csv:
-        both.to_csv(args.csv, index=False)
+        calibration = pd.concat([fit, h100_fit], ignore_index=True).assign(role="fitted")
+        pd.concat([both, calibration[[c for c in calibration.columns if c in both.columns]]],
+                  ignore_index=True).to_csv(args.csv, index=False)
     return 0
 
 

@@ -34,6 +34,7 @@ sys.path.insert(0, str(REPO))
 from cli.outputs import script_outputs  # noqa: E402
 from profiles import load_hardware  # noqa: E402
 from profiles.external import default_gpus_per_process  # noqa: E402
+from reports import roles  # noqa: E402
 from reports.fidelity import bands  # noqa: E402
 from simulator.collective import sweep  # noqa: E402
 
@@ -107,6 +108,7 @@ def main() -> int:
               f"launch_us = {used:.3f}")
     df = predict(rows)
     df["held_out"] = ~calibration(df)
+    df["role"] = df["held_out"].map({True: "held-out", False: "fitted"})
     pd.set_option("display.width", 160)
     for case, part in df.groupby("case", sort=False):
         print(f"\n## {case} ({part['hardware'].iloc[0]}, {part['gpus'].iloc[0]} GPUs, "
@@ -117,9 +119,8 @@ def main() -> int:
     held = df["held_out"]
     for label, sel in (("from 1 MiB up (held out)", held & (df["size_bytes"] >= MIB)),
                        ("below 1 MiB (held out)", held & (df["size_bytes"] < MIB)),
-                       ("calibration rows", ~held)):
-        e = df.loc[sel, "err_pct"].abs()
-        print(f"{label}: {sel.sum()} rows, median |error| {e.median():.1f}%, max {e.max():.1f}%")
+                       ("in sample: the calibration rows (launch_us fitted on them)", ~held)):
+        print(roles.line(label, df.loc[sel, "err_pct"]))
         by_case = df[sel].groupby("case", sort=False)["err_pct"].agg(
             lambda s: f"median {s.abs().median():.1f}%, max {s.abs().max():.1f}%")
         width = max(map(len, df["case"].unique()))  # one column however long a case's name

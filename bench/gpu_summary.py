@@ -34,8 +34,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from cli.validate import NOTHING_FITTED
 from profiles import load_hardware, load_model
 from profiles.external import AUTHORS_MICRO_BATCH, authors_compute_rows, authors_micro_batches
+from reports import roles
 from simulator.compute import fwd_bwd
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -165,7 +167,8 @@ def main() -> int:
     v = pd.read_csv(RUNS / "validate.csv")
     err = v["error_pct"].abs()
     print(f"\n## 4. NCCL validation ({len(v)} runs, {v['netbed'].iloc[0]}): median |error| "
-          f"{err.median():.1f}%, max {err.max():.1f}% (goal 5% / 10%)")
+          f"{err.median():.1f}%, max {err.max():.1f}% (goal 5% / 10%)\n"
+          + "\n".join(roles.role_lines(v.assign(role="held-out"), why_none=NOTHING_FITTED)))
     print(v[["scheme", "ranks", "measured_step_s", "predicted_step_s", "error_pct",
              "measured_comm_s", "predicted_exposed_comm_s"]].round(4).to_string(index=False))
     for rate, df in netbed_tables():

@@ -26,7 +26,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from calibration.fwd_bwd import step_flops  # noqa: E402
+from cli.validate import NOTHING_FITTED  # noqa: E402
 from profiles import load_hardware, load_model  # noqa: E402
+from reports import roles  # noqa: E402
 from reports.validate import predict  # noqa: E402
 from simulator.compare import parse_scheme  # noqa: E402
 
@@ -109,7 +111,9 @@ def main() -> int:
         print("\n|error| % per set\n" + per.to_string(float_format=lambda x: f"{x:.1f}"))
     then, now = df["then_pct"].abs(), df["now_pct"].abs()
     moved = (df["now_s"] / df["then_s"] - 1).abs().max()
-    print(f"\n{len(df)} runs ({skipped} skipped: kernels probed too): median |error| then "
+    print("\n" + "\n".join(roles.role_lines(df.assign(role="held-out"), error="now_pct",
+                                             why_none=NOTHING_FITTED)))
+    print(f"{len(df)} runs ({skipped} skipped: kernels probed too): median |error| then "
           f"{then.median():.1f}%, now {now.median():.1f}%; max then {then.max():.1f}%, now "
           f"{now.max():.1f}%; largest change of a prediction {100 * moved:.2f}%")
     return 0

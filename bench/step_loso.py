@@ -194,8 +194,9 @@ def main() -> int:
     print(f"interpolation in 1/share against direct simulation at the shipped shares: max "
           f"{interpolation_error(rows, times):.2f}%")
     print(f"wall time {time.perf_counter() - t0:.1f} s")
-    if args.csv:
-        held.to_csv(args.csv, index=False)
+    if args.csv:  # every row twice: predicted without its source, and in the shipped fit
+        pd.concat([held.assign(role="held-out"), fitted.assign(role="fitted")],
+                  ignore_index=True).to_csv(args.csv, index=False)
     if args.bands:
         summarize_sources(held).to_csv(args.bands, index=False)
         print(f"bands written to {args.bands}")

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from cli.validate import NOTHING_FITTED
+from reports import roles
 from reports.tables import markdown
 
 
@@ -37,7 +39,10 @@ def main() -> int:
     err = df["error_pct"].abs()
     lines = [f"# scape validate: {len(df)} runs", "",
              f"Median |error| {err.median():.1f}%, max {err.max():.1f}% "
-             f"(targets: median <= 5%, max <= 15%).", ""]
+             f"(targets: median <= 5%, max <= 15%).", "",
+             *(f"- {text}" for text in roles.role_lines(
+                 df if "role" in df else df.assign(role="held-out"),
+                 why_none=NOTHING_FITTED)), ""]
     for profile, group in df.groupby("profile", sort=False):
         e = group["error_pct"].abs()
         lines.append(f"- {profile}: median |error| {e.median():.1f}%, max {e.max():.1f}%")

@@ -35,6 +35,7 @@ from vocabulary.names import (
     RECOMPUTE,
     SCHEDULES,
     SHAPES,
+    STACKS,
 )
 
 NETBED_HELP = ("shaped-network testbed, e.g. rate=200mbit (,delay=1ms needs netem): one "
@@ -93,6 +94,7 @@ ScheduleChoice = _choice("ScheduleChoice", SCHEDULES)
 AttentionChoice = _choice("AttentionChoice", ATTENTION)
 LossChoice = _choice("LossChoice", LOSSES)
 OptimizerDtypeChoice = _choice("OptimizerDtypeChoice", OPTIMIZER_DTYPES)
+StackChoice = _choice("StackChoice", STACKS)
 
 
 FP8_HELP = ("the layers' linear GEMMs in FP8, as Transformer Engine's recipe runs them (at the "
@@ -127,6 +129,12 @@ PARALLEL_OPTS = {
                                     help="the optimizer's moments and master weights: fp32, "
                                          "or bf16 (NeMo's distributed_fused_adam dtype bf16, "
                                          "16-bit master remainders)"),
+    "stack": typer.Option(None, "--stack",
+                          help="what the training stack keeps beside the layers, as memory "
+                               "sees it: megatron (Megatron-LM, NeMo) or torchtitan (DTensor "
+                               "tensor parallelism saves its linears' gathered inputs and runs "
+                               "the loss-parallel cross-entropy; PyTorch's pipelining keeps "
+                               "every micro-batch's buffers and outputs) [default: megatron]"),
     "loss": typer.Option(None, "--loss",
                          help="the loss as memory sees it: fp32 (Megatron-Core's "
                               "vocabulary-parallel cross-entropy on fp32 logits), eager "
@@ -249,4 +257,5 @@ def step_options(flags: dict, spec: str) -> StepOptions:
         overlap=Overlap(f["overlap_grad"], f["overlap_param"], f["bucket_mb"],
                         f["tp_comm_overlap"]),
         pricing=Pricing(f["algo"], f["mfu"], f["attention"],
-                        None if f["loss"] is None else str(f["loss"])))
+                        None if f["loss"] is None else str(f["loss"]),
+                        None if f["stack"] is None else str(f["stack"])))

@@ -70,13 +70,15 @@ def reproduce(
     if fmt != "table":
         cols = ["model", "scheme", "sparsity", "step_time_s", "speedup_vs_dense_adams",
                 "end_to_end_reduction", "paper_metric", "paper_value", "predicted_value",
-                "table_value", "hardware", "memory_GB", "fits_memory", *measured_cols,
+                "table_value", "hardware", "what_if_hardware", "what_if_step_time_s",
+                "what_if_speedup", "memory_GB", "fits_memory", *measured_cols,
                 *(["compute_profile"] if measured_cols else [])]
         print(render(df[cols], fmt))
         return
     shown = df[["model", "scheme", "sparsity", "step_time_s", "exposed_comm_s",
                 "speedup_vs_dense_adams", "end_to_end_reduction", "predicted_value",
-                "paper_value", "table_value", *measured_cols]].copy()
+                "paper_value", "table_value", "what_if_step_time_s", "what_if_speedup",
+                *measured_cols]].copy()
     if not df["fits_memory"].all():  # a step no GPU holds says so, as compare's rows do
         shown["fits"] = df["fits_memory"].map({True: "", False: "NO"})
     for col in ("predicted_value", "paper_value", "table_value"):
@@ -85,10 +87,12 @@ def reproduce(
               "predicted_value: the model's figure in the paper's own terms (a per-step "
               "speedup, or a time reduction over the density schedule the authors logged), "
               "beside the paper's (paper_value) and the authors' table's (table_value); "
-              "end_to_end_reduction is one step's at the target density")
+              "end_to_end_reduction is one step's at the target density; what_if_*: the "
+              f"same run on {df['what_if_hardware'].iloc[0]}")
     print(render(shown, "table", header=header, floatfmt={
         c: "{:.3f}" for c in ("sparsity", "step_time_s", "exposed_comm_s",
-                              "speedup_vs_dense_adams", "end_to_end_reduction", *measured_cols)}))
+                              "speedup_vs_dense_adams", "end_to_end_reduction",
+                              "what_if_step_time_s", "what_if_speedup", *measured_cols)}))
     if compute_profile is not None:
         check = pd.read_csv(files["compute_check"])
         formats = {"profile_compute_s": "{:.3f}", "measured_compute_s": "{:.3f}",

@@ -27,6 +27,7 @@ from cli.common import (
     ScopeChoice,
     ScoreChoice,
     ShapeChoice,
+    StackChoice,
     SyncChoice,
     _schedule_name,
     _schedule_text,
@@ -95,6 +96,7 @@ def simulate(
     fp8: bool = PARALLEL_OPTS["fp8"],
     loss: LossChoice = PARALLEL_OPTS["loss"],
     optimizer_dtype: OptimizerDtypeChoice = PARALLEL_OPTS["optimizer_dtype"],
+    stack: StackChoice = PARALLEL_OPTS["stack"],
     trace: str = typer.Option(None, "--trace", help="write a Chrome trace JSON (Perfetto)"),
     fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
 ):
@@ -120,7 +122,7 @@ def simulate(
     print(f"# grad_dtype {grad_dtype}, param_dtype {param_dtype}, attention "
           f"{row.get('attention')}, sequence_parallel {row.get('sequence_parallel')}, "
           f"tp_comm_overlap {row.get('tp_comm_overlap')}, fp8 {row.get('fp8')}, "
-          f"mfu {row.get('mfu')}, "
+          f"mfu {row.get('mfu')}, stack {row.get('stack')}, loss {row.get('loss')}, "
           f"global_batch {cfg.sequences}")
     print(f"# {how_sure(cfg.hardware, layout_of(cfg), [scheme], cfg.mfu)}")
     for key in ("step_time_s", "compute_s", "compression_s", "tp_comm_s", "exposed_comm_s",
@@ -184,6 +186,7 @@ def compare_cmd(
     fp8: bool = PARALLEL_OPTS["fp8"],
     loss: LossChoice = PARALLEL_OPTS["loss"],
     optimizer_dtype: OptimizerDtypeChoice = PARALLEL_OPTS["optimizer_dtype"],
+    stack: StackChoice = PARALLEL_OPTS["stack"],
     fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
 ):
     """Every scheme side by side with its speedup over the baseline."""

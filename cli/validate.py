@@ -13,6 +13,7 @@ from cli.app import app
 from cli.common import NETBED_HELP, SHARE_GPU_HELP, BackendChoice, Format3, _netbed, _rank_counts
 from cli.outputs import out_folder, output_file
 from profiles import ProfileError, UserError, check_profile, load_hardware, load_model
+from reports.roles import role_lines
 from reports.tables import check_format, render
 from reports.validate import DEFAULT_SCHEMES as VALIDATE_SCHEMES
 from scape.train.devices import gpu_sharing
@@ -168,13 +169,19 @@ def validate_cmd(
                  f"{stats['median_round_spread_pct']:.1f}%, max "
                  f"{stats['max_round_spread_pct']:.1f}% (what the testbed repeats to)"
                  if "median_round_spread_pct" in stats else "")
-              + "; saved " + ", ".join(str(f) for f in files))
+              + "; saved " + ", ".join(str(f) for f in files) + "\n"
+              + "\n".join(role_lines(df, why_none=NOTHING_FITTED)))
     cols = ["scheme", "ranks", "netbed", "measured_step_s", "predicted_step_s", "error_pct",
-            "measured_fwd_bwd_s", "measured_comm_s", "predicted_exposed_comm_s"]
+            "measured_fwd_bwd_s", "measured_comm_s", "predicted_exposed_comm_s", "role"]
     if fmt == "csv":  # the table's header names the folder; a CSV row carries it
         df, cols = df.assign(out=str(dest)), [*cols, "out"]
     print(render(df[cols], fmt, header=header, floatfmt={
         c: "{:.4f}" for c in cols if c.endswith("_s")} | {"error_pct": "{:+.1f}"}))
+
+
+# why a measured validation has no in-sample row
+NOTHING_FITTED = ("calibrate times collectives and kernels, never a training step; the "
+                  "forward and backward probed before each run are measured, not predicted")
 
 
 # what a measured validation saves: minutes of real runs, never overwritten (an interrupted

@@ -22,6 +22,7 @@ import pandas as pd
 from profiles import HardwareProfile, UserError, load_hardware, load_model
 from profiles.external import ExternalData, ExternalRow, load_external
 from profiles.hardware import Transport
+from reports import roles
 from reports.external_memory import MEMORY_PROTOCOL, memory_summary, memory_table
 from reports.tables import git_revision, refuse_special_files
 from scape.plan import plan
@@ -36,6 +37,7 @@ from simulator.external_fit import (
 )
 from simulator.step import simulate_step
 from simulator.step_config import StepConfig
+from vocabulary.names import AUTO
 
 BASE_HARDWARE = "vista-gh200"  # the cluster the authors ran on, before the fit
 PREDICTED_QUANTITIES = ("step_ms", "compute_ms", "comm_ms")
@@ -50,7 +52,7 @@ def _step_config(ext: ExternalData, row: ExternalRow, hw: HardwareProfile) -> St
                       micro_batch=config["micro_batch_size"],
                       seq_len=config["seq_length"],
                       global_batch=config["global_batch_size"], dtypes=dense_dtypes(),
-                      algo="ring").validate()
+                      algo=AUTO).validate()
 
 
 def is_fit_input(ext: ExternalData, row: ExternalRow) -> bool:
@@ -154,7 +156,7 @@ def validate_external(name: str, hardware: str = BASE_HARDWARE
 # A row's part in the protocol: a fit input; in sample (a dense step row, which the fitted
 # computation and communication rows of the same run sum to: the fit reproduces it, it does
 # not predict it); or held out (a SCAPE row: nothing of SCAPE was fitted)
-ROLES = ("fitted", "in-sample", "held-out")
+ROLES = roles.ROLES
 
 
 def role_of(series: str, fitted: bool) -> str:
@@ -163,24 +165,17 @@ def role_of(series: str, fitted: bool) -> str:
     return "held-out" if series.startswith("scape") else "in-sample"
 
 
-def _figures(part: pd.DataFrame) -> dict:
-    err = part["error_pct"]
-    return {"rows": len(part), "median_abs_error_pct": float(err.abs().median()),
-            "max_abs_error_pct": float(err.abs().max()),
-            "median_error_pct": float(err.median())}
-
-
 def summary(table: pd.DataFrame) -> dict:
     """The held-out rows' figures (the headline), and the in-sample rows' on their own."""
     held = table[table["role"] == "held-out"]
     inside = table[table["role"] == "in-sample"]
-    figures = _figures(held)
+    figures = roles.figures(held["error_pct"])
     return {"predicted_rows": figures["rows"],
             "median_abs_error_pct": figures["median_abs_error_pct"],
             "max_abs_error_pct": figures["max_abs_error_pct"],
             "median_error_pct": figures["median_error_pct"],
             "scape_rows": int(held["series"].str.startswith("scape").sum()),
-            "in_sample": _figures(inside)}
+            "in_sample": roles.figures(inside["error_pct"])}
 
 
 def protocol_text(fit: ExternalFit) -> str:

@@ -24,6 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from profiles import HardwareProfile, UserError, load_model
+from reports import roles
 from reports.tables import git_revision
 from scape.plan import Kernel, Plan, SchemeConfig, StepPlan, plan
 from simulator.step import simulate_step
@@ -235,6 +236,7 @@ def aggregate(rounds: pd.DataFrame) -> pd.DataFrame:
     spread = 100 * (step.max() / step.min() - 1).to_numpy()
     df["measured_spread_pct"] = [x if n > 1 else float("nan")
                                  for x, n in zip(spread, df["rounds"], strict=True)]
+    df["role"] = "held-out"  # no step is fitted (row())
     return df
 
 
@@ -295,6 +297,8 @@ def row(spec: str, world: int, link: str, measured: dict, predicted: StepResult)
         "predicted_compression_s": predicted.compression_s,
         "predicted_exposed_comm_s": predicted.exposed_comm_s,
         "bytes_per_step": measured["bytes_per_step"],
+        # calibrate times collectives and kernels, never a training step: no step is fitted
+        "role": "held-out",
     }
 
 
@@ -303,7 +307,8 @@ def summarize(df: pd.DataFrame) -> dict:
     rounds' measurements (aggregate's measured_spread_pct)."""
     err = df["error_pct"].abs()
     out = {"median_abs_error_pct": float(err.median()), "max_abs_error_pct": float(err.max()),
-           "n": len(df)}
+           "n": len(df), "median_error_pct": float(df["error_pct"].median()),
+           "by_role": roles.by_role(df if "role" in df else df.assign(role="held-out"))}
     spread = df["measured_spread_pct"].dropna() if "measured_spread_pct" in df else []
     if len(spread):
         out |= {"median_round_spread_pct": float(spread.median()),

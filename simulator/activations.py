@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from vocabulary.errors import UserError
-from vocabulary.names import LOSSES, RECOMPUTE
+from vocabulary.names import LOSSES, RECOMPUTE, STACKS
 
 # the policy each tensor survives: "all" only where nothing is recomputed (and Megatron's
 # selective, which recomputes only the attention core's s x s tensors); "op" also under
@@ -39,16 +39,22 @@ class Tensor:
 
 
 def layer_tensors(arch, family: str, dropout: bool, attention: str, seq: int,
-                  act_bytes: int = 2) -> list[Tensor]:
+                  act_bytes: int = 2, stack: str = "megatron") -> list[Tensor]:
     """The tensors one layer keeps for its backward without recomputation (bytes per token;
     `seq` the sequence each attention score row spans). Megatron-Core's order: norm, QKV,
-    attention, projection, norm, fc1, activation, fc2."""
+    attention, projection, norm, fc1, activation, fc2. With sequence parallelism Megatron
+    saves the QKV and fc1 inputs sequence-sharded and gathers them again in the backward
+    (tensor_parallel/layers.py, sequence_parallel: all-gather in backward); torchtitan's
+    DTensor plan gathers them before the linears (PrepareModuleInput Shard(1) -> Replicate) and
+    the linears save the gathered copy ("gathered": never divided over tensor-parallel
+    ranks; docs/research/memory-terms.md section 12)."""
     h, f, heads = arch.d_model, arch.d_ff, arch.n_heads
     kv = arch.n_kv_heads * arch.head_dim  # width of K and of V (grouped-query attention)
     b = act_bytes
+    linear_in = "gathered" if stack == "torchtitan" else "sp"  # the QKV and fc1 inputs
     out = [
         Tensor("norm1 input (the layer's input)", b * h, "sp", INPUT),
-        Tensor("QKV input (norm1 output)", b * h, "sp", NORM_OUT),
+        Tensor("QKV input (norm1 output)", b * h, linear_in, NORM_OUT),
         Tensor("Q", b * h, "tp", OP),  # mm 1: kept by op-level checkpointing
         Tensor("K", b * kv, "tp", ALL),
         Tensor("V", b * kv, "tp", OP),  # mm 3
@@ -62,7 +68,7 @@ def layer_tensors(arch, family: str, dropout: bool, attention: str, seq: int,
     if dropout:  # 1-byte masks of the two residual dropouts (Korthikanti Table 2)
         out.append(Tensor("attention dropout mask", h, "sp", ALL))
     out += [Tensor("norm2 input", b * h, "sp", ALL),
-            Tensor("fc1 input (norm2 output)", b * h, "sp", NORM_OUT)]
+            Tensor("fc1 input (norm2 output)", b * h, linear_in, NORM_OUT)]
     if family == "llama":  # SwiGLU: gate and up projections, then their product into fc2
         out += [Tensor("fc1 gate output", b * f, "tp", OP),  # mm 5 (torchtitan's w1)
                 Tensor("fc1 up output", b * f, "tp", ALL),  # mm 6 (w3): recomputed
@@ -87,6 +93,8 @@ def _kept(tensor: Tensor, recompute: str) -> bool:
 
 
 def _sharded(tensor: Tensor, tp: int, sequence_parallel: bool) -> float:
+    if tensor.split == "gathered":
+        return tensor.bytes_per_token
     if tensor.split == "tp" or (sequence_parallel and tp > 1):
         return tensor.bytes_per_token / tp
     return tensor.bytes_per_token
@@ -104,10 +112,13 @@ class LayerMemory:
 
 @lru_cache(maxsize=4096)
 def layer_memory(model, dropout: bool, attention: str, seq: int, tp: int,
-                 sequence_parallel: bool, recompute: str) -> LayerMemory:
+                 sequence_parallel: bool, recompute: str, stack: str = "megatron"
+                 ) -> LayerMemory:
     if recompute not in RECOMPUTE:
         raise UserError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
-    tensors = layer_tensors(model.arch, model.family, dropout, attention, seq)
+    if stack not in STACKS:
+        raise UserError(f"--stack must be one of {', '.join(STACKS)}, got {stack!r}")
+    tensors = layer_tensors(model.arch, model.family, dropout, attention, seq, stack=stack)
     kept = sum(_sharded(t, tp, sequence_parallel) for t in tensors if _kept(t, recompute))
     # what the recomputed forward materializes again beside what was kept
     again = sum(_sharded(t, tp, sequence_parallel) for t in tensors
@@ -130,17 +141,50 @@ def layer_memory(model, dropout: bool, attention: str, seq: int, tp: int,
 # with the 6 bytes of "fp32" (said so: a choice made after seeing errors); each byte per
 # logit moves an 8B row at local batch 2, sequence 8192 by 2.1 GB
 LOSS_BYTES = {"fp32": 2 + 4, "eager": 4 + 4 + 4, "fused": 2, "chunked": 0}
+# "eager" under torchtitan's tensor parallelism runs PyTorch's loss_parallel
+# (torch/distributed/tensor/parallel/loss.py): its backward holds the saved fp32 log-softmax,
+# zeros_like of it, its exp and their sum at once, 16 bytes per logit of the vocabulary shard
+# (docs/research/memory-terms.md section 12)
+LOSS_PARALLEL_BYTES = 4 + 4 + 4 + 4
 
 
-def loss_bytes_per_token(model, tp: int, loss: str, sequence_parallel: bool) -> float:
+def loss_bytes_per_token(model, tp: int, loss: str, sequence_parallel: bool,
+                         stack: str = "megatron") -> float:
     """Bytes per token the output layer and loss hold at the end of the forward: the final
-    norm's input and output, and the logits (split over tensor-parallel ranks, Megatron's
-    vocabulary-parallel output layer)."""
+    norm's input and output (torchtitan's output layer saves its sequence-gathered input:
+    ColwiseParallel(input_layouts=Shard(1))), and the logits (split over tensor-parallel
+    ranks, a vocabulary-parallel output layer)."""
     if loss not in LOSSES:
         raise UserError(f"--loss must be one of {', '.join(LOSSES)}, got {loss!r}")
     a = model.arch
-    norm = 2 * 2 * a.d_model / (tp if sequence_parallel and tp > 1 else 1)
-    return norm + LOSS_BYTES[loss] * a.vocab_size / tp
+    sharded = tp if sequence_parallel and tp > 1 else 1
+    gathered = stack == "torchtitan" and tp > 1
+    norm = 2 * a.d_model / sharded + 2 * a.d_model / (1 if gathered else sharded)
+    per_logit = LOSS_PARALLEL_BYTES if gathered and loss == "eager" else LOSS_BYTES[loss]
+    return norm + per_logit * a.vocab_size / tp
+
+
+def pipeline_buffers_per_token(model, tp: int, micro_batches: int, first: bool, last: bool,
+                               stack: str) -> float:
+    """Bytes per token of one micro-batch that a pipeline stage keeps for the whole step
+    beyond its layers' activations, times the step's micro-batches: none under Megatron (its
+    schedule frees a sent output's data, deallocate_output_tensor, and receives into buffers
+    it drops after use); under PyTorch's pipelining (torchtitan, late 2024: torch/distributed/
+    pipelining/stage.py) a receive buffer for every micro-batch's input (stages after the
+    first) and for its output's gradient (stages before the last), every output kept until
+    the next step (output_chunks; on the last stage the bf16 logits), and the gradients left
+    on the input buffers (docs/research/memory-terms.md section 12)."""
+    if stack != "torchtitan" or micro_batches < 1:
+        return 0.0
+    hidden = 2 * model.arch.d_model / tp  # bf16, sequence-sharded
+    per = 0.0
+    if not first:
+        per += 2 * hidden  # the input's receive buffer and its gradient
+    if last:
+        per += 2 * model.arch.vocab_size / tp  # the kept bf16 logits
+    else:
+        per += 2 * hidden  # the output kept and the gradient's receive buffer
+    return per * micro_batches
 
 
 @lru_cache(maxsize=4096)

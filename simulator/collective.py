@@ -110,6 +110,10 @@ def calibrated(hw: HardwareProfile, op: str, algo: str, ranks: int, size: float,
                             f"{measured['algo']} (scape collective --algo), or use a hardware "
                             "profile")
         if measured is None:
+            if algo == AUTO and tuned:  # NCCL's choice, priced by this model (tuner_view)
+                view = nccl.tuner_view(hw, ranks, nodes)
+                if view is not None:
+                    algo = nccl.decide(op, size, view)[0]
             return Choice(algo, size, call, proto="simple" if proto == "simple" else "")
         # the algorithm the profile measured runs as measured
         overheads = measured.get("overhead_s", {})

@@ -25,13 +25,15 @@ step's rate is the rate of that step, not of HBM.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from profiles import HardwareProfile, ModelProfile, UserError
 from profiles.external import ExternalRow
+from profiles.hardware import Transport
 from scape.plan import Dtypes, Plan, SchemeConfig, make_config
+from simulator import nccl
 from simulator.compute import forward_flops_per_token
 from simulator.fit import coefficients, scaled_lstsq
 
@@ -64,14 +66,35 @@ class ExternalFit:
     chunk_bytes: float = 0.0  # the transport's store-and-forward chunk the fit assumed
 
 
-def comm_coefficients(plan: Plan, gpus: int, chunk_bytes: float = 0.0) -> tuple[float, float]:
-    """(A, W): the plan's communication time is alpha * A + W / B on a ring of `gpus` GPUs,
-    one per node, each behind its own NIC (the simulator's ring, run alone); W counts the
-    pipeline fill of a transport that forwards `chunk_bytes` per step."""
+def socket_view(hw: HardwareProfile) -> HardwareProfile:
+    """`hw` as NCCL's tuner sees it over TCP sockets (NCCL_NET=Socket, the authors' scripts):
+    what the fitted profile will be, before the fit gives its rates."""
+    return replace(hw, transport=Transport("socket", 1.0, 0.0, 0.0, "NCCL_NET=Socket"),
+                   nccl=None)  # the fitted profile keeps no [nccl] table (fitted_hardware)
+
+
+def algorithm(collective: str, size: float, gpus: int, hw: HardwareProfile | None) -> str:
+    """The algorithm NCCL runs `collective` of `size` bytes with on `gpus` GPUs of `hw`, one
+    per node (simulator/nccl.py tuner_view: its tuner's choice, as `auto` prices every step);
+    a ring where no tuner applies (no `hw`, or a collective NCCL does not tune)."""
+    view = nccl.tuner_view(hw, gpus) if hw is not None else None
+    if view is None or collective not in nccl.TUNED_OPS:
+        return "ring"
+    return nccl.decide(collective, size, view)[0]
+
+
+def comm_coefficients(plan: Plan, gpus: int, chunk_bytes: float = 0.0,
+                      hw: HardwareProfile | None = None) -> tuple[float, float]:
+    """(A, W): the plan's communication time is alpha * A + W / B for `gpus` GPUs, one per
+    node, each behind its own NIC (the simulator's algorithms, run alone: each collective as
+    NCCL's tuner chooses it on `hw`, a ring without `hw`); A counts the latency steps, W the
+    bytes on the busiest link with the pipeline fill of a transport that forwards
+    `chunk_bytes` per step."""
     a = w = 0.0
     for weight, step in plan.steps:
         for op in step.ops:
-            ca, cc = coefficients(op.collective, "ring", gpus, op.size_bytes, chunk_bytes)
+            algo = algorithm(op.collective, op.size_bytes, gpus, hw)
+            ca, cc = coefficients(op.collective, algo, gpus, op.size_bytes, chunk_bytes)
             a += weight * ca
             w += weight * cc * op.size_bytes
     return a, w
@@ -91,7 +114,8 @@ def fit_dense(rows: list[DenseRow], hw: HardwareProfile, chunk_bytes: float = 0.
     if len(comm) < 2 or len(comp) < 2:
         raise UserError("the fit needs at least two dense communication and two computation "
                         "measurements")
-    coef = [comm_coefficients(r.plan, r.gpus, chunk_bytes) for r in comm]
+    view = socket_view(hw)
+    coef = [comm_coefficients(r.plan, r.gpus, chunk_bytes, view) for r in comm]
     y = np.array([r.comm_s for r in comm])
     alpha, inv_b = _relative_lstsq(np.array([[a, w] for a, w in coef]), y)
     if not (alpha >= 0 and inv_b > 0):

@@ -18,7 +18,12 @@ from functools import lru_cache
 from profiles import HardwareProfile, ModelProfile
 from profiles.hardware import Memory
 from scape.plan import INDEX_BYTES, SCAPE_SCHEMES, SHARDED_GRAD, ZERO_STAGE, Dtypes, SchemeConfig
-from simulator.activations import in_flight, layer_memory, loss_bytes_per_token
+from simulator.activations import (
+    in_flight,
+    layer_memory,
+    loss_bytes_per_token,
+    pipeline_buffers_per_token,
+)
 
 # Bytes of the optimizer state per parameter: master weights and moments, in fp32, or in bf16
 # with the master's 16 low bits (Apex DistributedFusedAdam store_param_remainders: the bf16
@@ -163,7 +168,7 @@ def memory_use(
     model: ModelProfile, scheme: SchemeConfig, dp: int, tp: int, micro_batch: int,
     seq_len: int, dtypes: Dtypes, recompute: str = "none", sequence_parallel: bool = True,
     pp: int = 1, chunks: int = 1, attention: str = "flash", micro_batches: int | None = None,
-    loss: str = "fp32", optimizer_dtype: str = "fp32",
+    loss: str = "fp32", optimizer_dtype: str = "fp32", stack: str = "megatron",
 ) -> MemoryUse:
     """Bytes one GPU holds at its peak: every pipeline stage priced at the end of a forward
     (its stored micro-batches, the loss on the last stage) or during a recomputed layer's
@@ -172,7 +177,7 @@ def memory_use(
     best = None
     for s, params, activations, loss_b in _stage_activations(
             model, tp, micro_batch, seq_len, recompute, sequence_parallel, pp, chunks,
-            attention, pp if micro_batches is None else micro_batches, loss):
+            attention, pp if micro_batches is None else micro_batches, loss, stack):
         weights, grads, state, extra = state_bytes(model, scheme, params / tp, dp, tp, dtypes,
                                                    optimizer_dtype, pp)
         use = MemoryUse(weights, grads, state, extra, activations, loss_b, s)
@@ -205,7 +210,7 @@ def first_fit(model: ModelProfile, scheme: SchemeConfig, dp: int, tp: int, micro
 @lru_cache(maxsize=16384)
 def _stage_activations(model: ModelProfile, tp: int, micro_batch: int, seq_len: int,
                        recompute: str, sequence_parallel: bool, pp: int, chunks: int,
-                       attention: str, m: int, loss: str
+                       attention: str, m: int, loss: str, stack: str = "megatron"
                        ) -> tuple[tuple[int, int, float, float], ...]:
     """(stage, parameters, activation bytes, loss bytes) of each stage that can peak
     (peak_candidates): what does not depend on the scheme, remembered (the planner prices
@@ -215,13 +220,15 @@ def _stage_activations(model: ModelProfile, tp: int, micro_batch: int, seq_len: 
     layers = stage_layers(model.arch.n_layers, pp, chunks)  # [stage][chunk]
     tokens = seq_len * micro_batch  # of this context-parallel rank
     per_layer = layer_memory(model, model.dropout, attention, seq_len, tp,
-                             sequence_parallel or tp == 1, recompute)
-    loss_b = loss_bytes_per_token(model, tp, loss, sequence_parallel) * tokens
+                             sequence_parallel or tp == 1, recompute, stack)
+    loss_b = loss_bytes_per_token(model, tp, loss, sequence_parallel, stack) * tokens
     out = []
     for s in peak_candidates(layers):
         last = s == pp - 1
         params = stage_params(model, sum(layers[s]), s == 0, last, pp)
         stored = in_flight(s, pp, m, tuple(layers[s])) * per_layer.kept * tokens
+        if pp > 1:
+            stored += pipeline_buffers_per_token(model, tp, m, s == 0, last, stack) * tokens
         working = per_layer.working * tokens
         # the peak: the end of a forward (the loss on the last stage), or a recomputed
         # layer's backward (its tensors again beside the stored ones)
@@ -254,7 +261,7 @@ def step_memory(cfg) -> MemoryUse:
     return memory_use(cfg.model, cfg.scheme, cfg.grad_ranks, cfg.tp, cfg.micro_batch,
                       cfg.seq // cfg.cp, cfg.dtypes, cfg.recompute, cfg.sequence_parallel,
                       cfg.pp, cfg.chunks_pp, cfg.attention, cfg.accum, cfg.loss,
-                      cfg.optimizer_dtype)
+                      cfg.optimizer_dtype, cfg.stack)
 
 
 def spare(use: MemoryUse, hw: HardwareProfile) -> float:

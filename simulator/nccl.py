@@ -90,6 +90,55 @@ def machine(hw: HardwareProfile, ranks: int, nodes: int | None = None) -> Machin
                    switch_nvls=hw.nccl.nvls and nvlink)
 
 
+# a GPU's architecture as NCCL's tuner indexes its tables (by compute capability), read off
+# the profile's GPU model where the profile has no [nccl] table
+ARCH_OF_GPU = (("V100", "volta"), ("A100", "ampere"), ("A10", "ampere"), ("L40", "ampere"),
+               ("H100", "hopper"), ("H200", "hopper"), ("GH200", "hopper"),
+               ("Hopper", "hopper"), ("B200", "blackwell"), ("B100", "blackwell"),
+               ("Blackwell", "blackwell"))
+# channels of a ring or tree when the profile does not say: NCCL's graph search finds one per
+# NIC path and ncclTopoPostset duplicates them (src/graph/connect.cc); an assumption, and the
+# choice between ring and tree at the sizes a step issues does not turn on it (1 or 2 give the
+# same choice for the all-reduces of a step: tests/test_nccl.py)
+DEFAULT_CHANNELS = 2
+
+
+def tuner_view(hw: HardwareProfile, ranks: int, nodes: int | None = None) -> Machine | None:
+    """What NCCL's tuner sees of `ranks` GPUs of `hw`, for choosing the algorithm only: the
+    [nccl] table's machine where the profile has one; else one built from the profile's
+    links as NCCL's topology reads them: each NIC at its line rate (the IB plugin reports the
+    port's rate and the socket plugin the interface's /sys/class/net speed, not what a
+    transport then delivers through it), one GPU per node reaching its NIC directly, LL128
+    off over sockets and PCIe, no NVLS or CollNet. None where NCCL does not run the
+    collectives (a measured profile of another backend) or the GPU's architecture is not
+    known. The call is then priced by the simulator's own phases on the profile's links and
+    transport (simulator/collective.py `calibrated`): the choice is NCCL's, the time the
+    model's."""
+    if hw.nccl is not None:
+        return machine(hw, ranks, nodes)
+    if hw.measured and hw.measured.get("network_backend", "gloo") != "nccl":
+        return None
+    arch = next((a for key, a in ARCH_OF_GPU if key in hw.gpu.model), None)
+    if arch is None:
+        return None
+    nodes = math.ceil(ranks / hw.node.gpus_per_node) if nodes is None else nodes
+    g = max(1, ranks // nodes)
+    nics = hw.nic.nics_per_node * g / hw.node.gpus_per_node
+    inter = hw.nic.bw_Gbps / 8 * nics / g if nodes > 1 else 0.0
+    nvlink = hw.intra_node.kind == "nvlink"
+    # one GPU per node: its ring leaves through the NIC, the NIC's rate is the graph's
+    intra = hw.intra_node.bw_GBps if g > 1 else max(hw.intra_node.bw_GBps, inter * g)
+    # LL128 (NCCL 2.28 tuning.cc, NCCL_LL128_C2C=1 by default): on where the GPUs talk over
+    # NVLink and reach the NIC within PXN on compute capability 9.0 and up; a Grace Hopper
+    # node's GPU reaches its NIC over C2C (P2C, below PXN) whatever the transport, so LL128 is
+    # on over sockets there (NVIDIA/nccl PR #2053 states the P2C path and LL128 on GH200);
+    # NCCL 2.19 (PHB there) kept it off, and then a 64-node all-reduce of 74 MB would run a
+    # tree (docs/research/nccl-socket-choice.md)
+    return Machine(ranks=ranks, nodes=nodes, intra_GBps=intra, inter_GBps=inter, arch=arch,
+                   nvls=False, ll128=nvlink or g == 1, channels=DEFAULT_CHANNELS,
+                   intra_hw="nvlink" if nvlink else "pci")
+
+
 def nvls_tree_chunk(size: float, m: Machine) -> int:
     """The chunk NVLS_TREE moves per step for a call of `size` bytes (enqueue.cc
     calcCollChunking, run per channel on its share of the call)."""

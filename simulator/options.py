@@ -112,7 +112,8 @@ class Pricing:
     algo: str = "auto"
     mfu: float | None = None
     attention: str | None = None  # None: flash, where shapes price the step
-    loss: str | None = None  # None: fp32 (cross-entropy on fp32 logits, Megatron's default)
+    loss: str | None = None  # None: the stack's (fp32 under Megatron, eager under torchtitan)
+    stack: str | None = None  # None: megatron (what the training stack keeps, STACKS)
 
 
 @dataclass(frozen=True)
@@ -150,12 +151,13 @@ class StepOptions:
                 "attention": None if pr.attention is None else str(pr.attention),
                 "tp_comm_overlap": self.overlap.tp_comm, "cp": p.cp,
                 "fp8": self.precision.fp8, "loss": pr.loss,
-                "optimizer_dtype": str(self.precision.optimizer_dtype)}
+                "optimizer_dtype": str(self.precision.optimizer_dtype),
+                "stack": None if pr.stack is None else str(pr.stack)}
 
     def ran(self, cfg: StepConfig) -> dict:
         """`parallel()` as the step ran it: each given value, and what `config` chose for
         those not given (the attention kernel, sequence parallelism, the TP overlap)."""
-        chosen = ("attention", "sequence_parallel", "tp_comm_overlap", "loss")
+        chosen = ("attention", "sequence_parallel", "tp_comm_overlap", "loss", "stack")
         return {k: getattr(cfg, k) if k in chosen else v for k, v in self.parallel().items()}
 
     def config(self, lineup: list[str] | None = None) -> StepConfig:
@@ -173,8 +175,10 @@ class StepOptions:
                             "group, and --tp 1 has none: give --tp above 1 or leave it out")
         if parallel["sequence_parallel"] is None:
             parallel["sequence_parallel"] = tp > 1
-        if parallel["loss"] is None:
-            parallel["loss"] = "fp32"  # not given: Megatron-Core's and torchtitan's default
+        if parallel["stack"] is None:
+            parallel["stack"] = "megatron"  # not given: Megatron-LM / NeMo
+        if parallel["loss"] is None:  # not given: the stack's own cross-entropy
+            parallel["loss"] = "eager" if parallel["stack"] == "torchtitan" else "fp32"
         if parallel["tp_comm_overlap"] is None:
             parallel["tp_comm_overlap"] = False  # not given: Megatron-LM's default
         b = self.batch

@@ -14,7 +14,7 @@ from simulator.collectives import ALGORITHMS, AUTO
 from simulator.compute import check_fp8
 from simulator.engine import Span
 from simulator.network import build_topology
-from vocabulary.names import LOSSES, OPTIMIZER_DTYPES, RECOMPUTE, SCHEDULES
+from vocabulary.names import LOSSES, OPTIMIZER_DTYPES, RECOMPUTE, SCHEDULES, STACKS
 
 DEFAULT_ALGO = "auto"  # per collective and size, the fastest registered algorithm
 
@@ -61,6 +61,9 @@ class StepConfig:
     # the optimizer's moments and master copy: fp32, or bf16 (NeMo's distributed_fused_adam
     # dtype bf16 with 16-bit master remainders; Megatron-Core's precision-aware optimizer)
     optimizer_dtype: str = "fp32"
+    # what the training stack keeps beside the layers' activations (vocabulary STACKS,
+    # simulator/activations.py): megatron, or torchtitan; it moves memory, not time
+    stack: str = "megatron"
 
     @property
     def chunks_pp(self) -> int:
@@ -176,6 +179,8 @@ class StepConfig:
         if self.optimizer_dtype not in OPTIMIZER_DTYPES:
             raise UserError(f"--optimizer-dtype must be one of {', '.join(OPTIMIZER_DTYPES)}, "
                             f"got {self.optimizer_dtype!r}")
+        if self.stack not in STACKS:
+            raise UserError(f"--stack must be one of {', '.join(STACKS)}, got {self.stack!r}")
         if self.loss not in LOSSES:
             raise UserError(f"--loss must be one of {', '.join(LOSSES)}, got {self.loss!r}")
         if self.recompute not in RECOMPUTE:

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from profiles import load_hardware, load_model
+from profiles import UserError, load_hardware, load_model
 from scape.plan import Dtypes, make_config
 from simulator.activations import in_flight, layer_memory, loss_bytes_per_token
 from simulator.memory import DEFAULT_RESERVE, memory_columns, memory_use, reserve, usable_bytes
@@ -173,3 +173,39 @@ def test_sharded_state_is_16_bytes_a_parameter_for_zero3_and_fsdp():
                                  1, Dtypes(grad_bytes=grad_bytes))
         gathered = 2 * 2 * unit + grad_bytes * unit  # two bf16 units, one unit's gradient
         assert w + g + o - gathered == pytest.approx(16 * n / dp)
+
+
+def test_torchtitan_keeps_gathered_inputs_the_loss_parallel_peak_and_pipeline_buffers():
+    """The torchtitan stack (issue 39; docs/research/memory-terms.md section 12): its TP
+    linears save their sequence-gathered inputs (2 x 2h bytes a token unsharded, where Megatron
+    keeps them split over TP), the loss-parallel cross-entropy peaks at 16 bytes a logit and
+    the output layer saves its gathered input; PyTorch's pipelining keeps, per micro-batch,
+    receive buffers and outputs (the bf16 logits on the last stage). Without TP or PP the two
+    stacks agree."""
+    from simulator.activations import layer_memory, pipeline_buffers_per_token
+
+    m = load_model("llama-70b")
+    h, v, tp = m.arch.d_model, m.arch.vocab_size, 8
+    mega = layer_memory(m, False, "flash", 4096, tp, True, "none", "megatron").kept
+    titan = layer_memory(m, False, "flash", 4096, tp, True, "none", "torchtitan").kept
+    assert titan - mega == pytest.approx(2 * 2 * h * (1 - 1 / tp))
+    assert layer_memory(m, False, "flash", 4096, 1, False, "none", "torchtitan").kept == (
+        layer_memory(m, False, "flash", 4096, 1, False, "none", "megatron").kept)
+    eager = loss_bytes_per_token(m, tp, "eager", True, "megatron")
+    parallel = loss_bytes_per_token(m, tp, "eager", True, "torchtitan")
+    assert parallel - eager == pytest.approx(4 * v / tp + 2 * h * (1 - 1 / tp))
+    assert loss_bytes_per_token(m, 1, "eager", False, "torchtitan") == (
+        loss_bytes_per_token(m, 1, "eager", False, "megatron"))
+    hidden = 2 * h / tp
+    assert pipeline_buffers_per_token(m, tp, 8, True, False, "torchtitan") == 8 * 2 * hidden
+    assert pipeline_buffers_per_token(m, tp, 8, False, False, "torchtitan") == 8 * 4 * hidden
+    assert pipeline_buffers_per_token(m, tp, 8, False, True, "torchtitan") == pytest.approx(
+        8 * (2 * hidden + 2 * v / tp))
+    assert pipeline_buffers_per_token(m, tp, 8, False, True, "megatron") == 0
+    dt = Dtypes(grad_bytes=4)
+    args = (m, make_config("dense-zero1"), 8, tp, 1, 4096, dt)
+    kw = {"pp": 4, "micro_batches": 8, "recompute": "full", "loss": "eager"}
+    assert (memory_use(*args, stack="torchtitan", **kw).total
+            > memory_use(*args, stack="megatron", **kw).total)
+    with pytest.raises(UserError, match="--stack"):
+        memory_use(*args, stack="deepspeed", **kw)

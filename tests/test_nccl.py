@@ -306,3 +306,37 @@ def test_the_tuner_reproduces_nccls_own_estimates_at_three_nodes():
         assert ours == pytest.approx(want, rel=tolerance), r
         if r["algo"] != "ring":  # the tie at 8 GiB is the one choice that differs
             assert nccl.choose(r["op"], size, m) == (r["algo"], r["proto"]), r
+
+
+def test_tuner_view_chooses_as_ncclS_tuner_over_sockets():
+    """A profile without an [nccl] table: NCCL's tuner picks, from the NIC's line rate
+    (issue 40). The SCAPE authors' 73.7 MB fp32 all-reduce on 32 single-GPU nodes is a ring
+    at every speed the socket plugin may read (10-400 Gb/s) and with 1 or 2 channels; their
+    2 GB dense all-reduce is a ring; a 1 MB call on 32 nodes at 400 Gb/s a tree."""
+    from dataclasses import replace
+
+    hw = load_hardware("vista-gh200-socket")
+    assert hw.nccl is None
+    view = nccl.tuner_view(hw, 32)
+    assert view.nodes == 32 and view.inter_GBps == pytest.approx(50.0) and view.ll128
+    for gbps in (1.25, 12.5, 25.0, 50.0):
+        for channels in (1, 2):
+            m = replace(view, inter_GBps=gbps, intra_GBps=gbps, channels=channels)
+            assert nccl.choose("all_reduce", 73.7e6, m)[0] == "ring"
+            assert nccl.choose("all_reduce", 2.054e9, m)[0] == "ring"
+    assert nccl.choose("all_reduce", 1e6, view)[0] == "tree"
+    # and the step prices what the tuner chose: a tree-sized call runs the simulator's tree
+    from simulator.collective import calibrated
+
+    assert calibrated(hw, "all_reduce", "auto", 32, 1e6).algo == "tree"
+    assert calibrated(hw, "all_reduce", "auto", 32, 73.7e6).algo == "ring"
+
+
+def test_tuner_view_needs_an_nccl_cluster():
+    """A measured gloo profile, or a GPU NCCL's tables do not know, keeps no tuner view."""
+    from dataclasses import replace
+
+    hw = load_hardware("vista-gh200-socket")
+    assert nccl.tuner_view(replace(hw, measured={"network_backend": "gloo"}), 4) is None
+    unknown = replace(hw, gpu=replace(hw.gpu, model="some accelerator"))
+    assert nccl.tuner_view(unknown, 4) is None

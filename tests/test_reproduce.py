@@ -25,7 +25,11 @@ def test_report_files_and_links(report):
     text = report["report"].read_text()
     linked = set(re.findall(r"\]\(([^)]+)\)", text))
     assert linked == {report[k].name for k in ("figure", "sensitivity", "predictions",
-                                                "assumptions")}
+                                                "assumptions", "what_if")}
+    # the InfiniBand what-if stands beside each row (issue 40), not in a table below
+    header = next(ln for ln in text.splitlines() if ln.startswith("| model | scheme"))
+    assert "what_if_step_time_s" in header and "what_if_speedup" in header
+    assert "## What-if" not in text
     assert "come from the authors' public scripts" in text
     # it says what was fitted and what was chosen after seeing predictions (issue 40)
     assert "not fitted: every SCAPE row" in text and "commit 578b45c" in text
@@ -33,14 +37,15 @@ def test_report_files_and_links(report):
 
 def test_html_has_the_answer_and_every_table(report):
     """The HTML page (jinja2, autoescaped) opens with the answer and carries the Markdown's
-    three tables, row for row, and the figure inline."""
+    two tables (predictions with the what-if beside them, assumptions), row for row, and the
+    figure inline."""
     html = report["html"].read_text()
     assert '<p class="answer">On 32 GPUs of ' in html and "&#39;" in html  # escaped quotes
-    assert html.count("<table>") == 3
+    assert html.count("<table>") == 2
     md_rows = [ln for ln in report["report"].read_text().splitlines()
                if ln.startswith("| ") and not ln.startswith("| ---")]
     html_rows = re.findall(r"<tr>", html)
-    assert len(html_rows) == len(md_rows)  # header and data rows of the three tables
+    assert len(html_rows) == len(md_rows)  # header and data rows of the two tables
     assert html.count('src="data:image/png;base64,') == 1
 
 
@@ -116,3 +121,20 @@ def test_compute_profile_refusals(capsys, tmp_path, profile, match):
                          "--compute-profile", profile)
     assert code != 0 and match in err
     assert not (tmp_path / "r").exists()
+
+
+def test_headline_step_is_the_validations_prediction(capsys, tmp_path):
+    """One pricing path (issue 40): reproduce's 1.8B SCAPE 99% step is the step `validate
+    --external scape-sc26` predicts for scape-d0.01-distopt on 32 GPUs (same code, same
+    algorithm choice: NCCL's tuner, simulator/nccl.py tuner_view), within 0.5%."""
+    from reports.external import validate_external
+
+    code, out, _ = scape(capsys, "reproduce", "--format", "json", "--out", str(tmp_path))
+    row = next(r for r in json.loads(out) if r["model"] == "llama-1.8b"
+               and r["scheme"] == "scape" and r["sparsity"] == 0.99)
+    table, _, _ = validate_external("scape-sc26")
+    predicted = table[(table["series"] == "scape-d0.01-distopt") & (table["gpus"] == 32)
+                      & (table["model"] == "llama-1.8b") & (table["quantity"] == "step_ms")]
+    assert code == 0 and len(predicted) == 1
+    assert row["step_time_s"] == pytest.approx(float(predicted["predicted_s"].iloc[0]),
+                                               rel=0.005)

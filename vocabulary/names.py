@@ -111,6 +111,12 @@ RECOMPUTE = ("none", "selective", "selective-norm", "selective-op", "full")
 # place), PyTorch's eager cross_entropy on fp32 logits (torchtitan, Hugging Face), a fused
 # cross-entropy on the bf16 logits, or a chunked fused linear cross-entropy (Liger-Kernel)
 LOSSES = ("fp32", "eager", "fused", "chunked")
+# what the training stack keeps beside the layer inventory (simulator/activations.py): Megatron-
+# LM / NeMo (tensor parallelism saves sharded inputs and gathers them again in the backward,
+# pipeline outputs are freed once sent), or torchtitan (DTensor tensor parallelism saves the
+# gathered inputs of its linears and computes the loss-parallel cross-entropy; PyTorch's
+# pipelining keeps every micro-batch's receive buffers and outputs until the next step)
+STACKS = ("megatron", "torchtitan")
 # the optimizer state's dtype: fp32 moments and master weights, or bf16 moments with 16-bit
 # master remainders (NeMo's distributed_fused_adam dtype bf16, store_param_remainders)
 OPTIMIZER_DTYPES = ("fp32", "bf16")
