@@ -52,6 +52,9 @@ def in_process(runs: int) -> dict:
         for cached in (memory._stage_activations, activations.in_flight,
                        activations.layer_memory, pipeline.pipeline_bound):
             cached.cache_clear()  # each run from cold, as a fresh process is
+        from simulator import step as step_module
+
+        step_module._FWD_BWD.clear()
         t0 = time.perf_counter()
         cands, _ = candidates(req)
         t1 = time.perf_counter()

@@ -188,18 +188,25 @@ def memory_use(
 
 def first_fit(model: ModelProfile, scheme: SchemeConfig, dp: int, tp: int, micro_batch: int,
               seq_len: int, dtypes: Dtypes, recomputes: tuple[str, ...], usable: float,
-              pp: int, chunks: int, micro_batches: int) -> tuple[str, float] | None:
+              pp: int, chunks: int, micro_batches: int, states_cache: dict | None = None,
+              cache_key: tuple | None = None) -> tuple[str, float] | None:
     """The first of `recomputes` whose peak (memory_use's, with its defaults: sequence
     parallelism, fused attention, fp32 loss and optimizer) fits `usable` bytes, with that
     peak; None if none does. The scheme's state is priced once for every policy tried (what
-    the planner asks of every layout and scheme; a test checks it against memory_use)."""
+    the planner asks of every layout and scheme; a test checks it against memory_use), and
+    with `states_cache` once for every micro-batch: `cache_key` must then name the scheme,
+    dp, tp, pp and chunks (the stages' state depends on nothing else)."""
     states = None
     for recompute in recomputes:
         stages = _stage_activations(model, tp, micro_batch, seq_len, recompute, True, pp,
                                     chunks, "flash", micro_batches, "fp32")
+        if states is None and states_cache is not None:
+            states = states_cache.get(cache_key)
         if states is None:  # the same stages for every policy (peak_candidates)
             states = [sum(state_bytes(model, scheme, params / tp, dp, tp, dtypes, "fp32", pp))
                       for _, params, _, _ in stages]
+            if states_cache is not None:
+                states_cache[cache_key] = states
         total = max(st + act + loss for st, (_, _, act, loss) in zip(states, stages,
                                                                      strict=True))
         if total <= usable:

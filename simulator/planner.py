@@ -145,6 +145,7 @@ def candidates(req: PlanRequest, gpus_only: int | None = None
                 f"{req.batch}) fills whole nodes of {hw.node.gpus_per_node} GPUs up to "
                 f"--max-gpus {req.max_gpus}"] += 1
         priced = measured_counts(hw)
+        states: dict = {}  # each scheme's state per stage, shared by the micro-batches
         for gpus in counts:
             if priced is not None and gpus not in priced:  # skipped, with the reason, not fatal
                 why[f"{hw.name}: {gpus} GPU{'s' if gpus > 1 else ''}: {UNMEASURED} "
@@ -160,6 +161,9 @@ def candidates(req: PlanRequest, gpus_only: int | None = None
                     f"the sequence{' over --cp ' + str(req.cp) if req.cp > 1 else ''}"] += 1
             for tp, pp, schedule, chunks in shapes:
                 dp = gpus // (tp * pp * req.cp)
+                # schemes no policy fits at a smaller micro-batch: a larger one holds more
+                # activations and the same state, so it does not fit either (counted, not priced)
+                too_big: set[str] = set()
                 for mb in MICRO_BATCHES:
                     if req.batch % (mb * dp):
                         why["global batch does not split over the data-parallel ranks"] += 1
@@ -171,12 +175,18 @@ def candidates(req: PlanRequest, gpus_only: int | None = None
                         if pp > 1 and scheme.scheme == "dense-zero3":
                             why["dense-zero3 (FSDP) with pipeline stages: not modelled"] += 1
                             continue
+                        if spec in too_big:
+                            why[f"does not fit in {hw.name} memory "
+                                f"({usable / 1e9:.0f} GB usable per GPU)"] += 1
+                            continue
                         # what step_memory gives the plan's StepConfig (a test checks),
                         # without building one for every try
                         fit = first_fit(req.model, scheme, dp * req.cp, tp, mb,
                                         req.seq // req.cp, dtypes, RECOMPUTE_ORDER, usable,
-                                        pp, chunks, req.batch // (mb * dp))
+                                        pp, chunks, req.batch // (mb * dp), states,
+                                        (spec, dp, tp, pp, chunks))
                         if fit is None:
+                            too_big.add(spec)
                             why[f"does not fit in {hw.name} memory "
                                 f"({usable / 1e9:.0f} GB usable per GPU)"] += 1
                             continue
@@ -297,19 +307,38 @@ def steps_of(req: PlanRequest) -> int:
     return math.ceil(req.tokens / (req.batch * req.seq))
 
 
-def bounds(req: PlanRequest, cands: list[Candidate]) -> list[dict]:
+def _layout_key(c: Candidate) -> tuple:
+    return (c.hardware.name, c.gpus, c.tp, c.pp, c.schedule, c.chunks, c.micro_batch,
+            c.recompute, c.cp)
+
+
+def _bounds_of(args: tuple[list[Candidate], PlanRequest]) -> list[float]:
+    """lower_bound_s of each candidate (one list per worker: the request and hardware are
+    pickled once per list, not once per candidate)."""
+    chosen, req = args
+    return [lower_bound_s(c.step_config(req)) for c in chosen]
+
+
+def bounds(req: PlanRequest, cands: list[Candidate], pool=None, workers: int = 1
+           ) -> list[dict]:
     """Per candidate, what no simulation of it can beat (simulator/step.py lower_bound_s):
     its hours, cost and hours to quality at that bound (inf where a quality ranking has no
-    reading for its scheme). One bound per layout: schemes share it."""
-    seen: dict[tuple, float] = {}
+    reading for its scheme). One bound per layout: schemes share it; with a `pool`, the
+    layouts' bounds are split over its `workers`."""
+    first: dict[tuple, Candidate] = {}
+    for c in cands:
+        first.setdefault(_layout_key(c), c)
+    keys, layouts_ = list(first), list(first.values())
+    if pool is not None and workers > 1 and len(layouts_) >= 64:
+        size = math.ceil(len(layouts_) / workers)
+        parts = [(layouts_[i:i + size], req) for i in range(0, len(layouts_), size)]
+        values = [v for part in pool.map(_bounds_of, parts) for v in part]
+    else:
+        values = _bounds_of((layouts_, req))
+    seen = dict(zip(keys, values, strict=True))
     steps, out = steps_of(req), []
     for c in cands:
-        key = (c.hardware.name, c.gpus, c.tp, c.pp, c.schedule, c.chunks, c.micro_batch,
-               c.recompute, c.cp)
-        if key not in seen:
-            cfg = c.step_config(req)
-            seen[key] = lower_bound_s(cfg)
-        hours = steps * seen[key] / 3600
+        hours = steps * seen[_layout_key(c)] / 3600
         ratio = (quality_ratio(req.quality, parse_scheme(c.scheme))
                  if req.quality is not None else None)
         out.append({"hours": hours, "cost_usd": hours * c.gpus * req.price(c.hardware),
@@ -342,7 +371,18 @@ def evaluate_bounded(req: PlanRequest, cands: list[Candidate], keep: int,
     top `keep` is the one simulating every candidate gives (branch and bound; a test compares
     them). Candidates whose bound already misses the deadline or budget are not simulated."""
     key = RANK_KEYS[req.rank][0]
-    lows = bounds(req, cands)
+    workers = req.workers if req.workers is not None else (os.cpu_count() or 1)
+    pool = ProcessPoolExecutor(workers) if workers > 1 else None
+    try:
+        return _bounded(req, cands, keep, progress, key, pool, workers)
+    finally:
+        if pool is not None:
+            pool.shutdown()
+
+
+def _bounded(req: PlanRequest, cands: list[Candidate], keep: int, progress, key: str, pool,
+             workers: int) -> pd.DataFrame:
+    lows = bounds(req, cands, pool, workers)
     live = [i for i, b in enumerate(lows) if math.isfinite(b[key])
             and (req.deadline_hours is None or b["hours"] <= req.deadline_hours)
             and (req.budget_usd is None or b["cost_usd"] <= req.budget_usd)]
@@ -365,29 +405,21 @@ def evaluate_bounded(req: PlanRequest, cands: list[Candidate], keep: int,
                 return lows[live[j]][key]
         return math.inf
 
-    pool = None
-    workers = req.workers if req.workers is not None else (os.cpu_count() or 1)
-    try:
-        if workers > 1:
-            pool = ProcessPoolExecutor(workers)
-        while pos < len(live):
-            chosen = [(cands[i], req) for i in live[pos:pos + batch]]
-            pos += len(chosen)
-            got = (list(pool.map(_evaluate, chosen, chunksize=max(1, len(chosen) // workers)))
-                   if pool is not None and len(chosen) >= 8 else [_evaluate(c) for c in chosen])
-            rows += got
-            if progress:
-                progress(len(got))
-            kept += [r for r in got if _qualifies(req, r)]
-            if (settled(keep, lambda r: True, next_low(lambda c: True))
-                    and settled(1, lambda r: r["quality"] == "dense",
-                                next_low(lambda c: c[0]))
-                    and settled(1, lambda r: not r["scheme"].startswith(SCAPE_FAMILY),
-                                next_low(lambda c: c[1]))):
-                break
-    finally:
-        if pool is not None:
-            pool.shutdown()
+    while pos < len(live):
+        chosen = [(cands[i], req) for i in live[pos:pos + batch]]
+        pos += len(chosen)
+        got = (list(pool.map(_evaluate, chosen, chunksize=max(1, len(chosen) // workers)))
+               if pool is not None and len(chosen) >= 8 else [_evaluate(c) for c in chosen])
+        rows += got
+        if progress:
+            progress(len(got))
+        kept += [r for r in got if _qualifies(req, r)]
+        if (settled(keep, lambda r: True, next_low(lambda c: True))
+                and settled(1, lambda r: r["quality"] == "dense",
+                            next_low(lambda c: c[0]))
+                and settled(1, lambda r: not r["scheme"].startswith(SCAPE_FAMILY),
+                            next_low(lambda c: c[1]))):
+            break
     df = pd.DataFrame(rows)
     df.attrs["simulated"] = len(rows)
     return df

@@ -59,10 +59,7 @@ class _StepCosts:
 
     def __init__(self, cfg: StepConfig, topo: Topology):
         self.cfg, self.topo = cfg, topo
-        self.times = fwd_bwd(cfg.model, cfg.hardware, cfg.micro_batch, cfg.seq, cfg.tp,
-                             cfg.accum, mfu=cfg.mfu, recompute=cfg.recompute,
-                             sequence_parallel=cfg.sequence_parallel and cfg.tp > 1,
-                             attention=cfg.attention, cp=cfg.cp, fp8=cfg.fp8)
+        self.times = _fwd_bwd(cfg)
         # one layer's tensor- and context-parallel seconds on the compute stream, forward and
         # backward (recomputed collectives included)
         self.tp_fwd_s, self.tp_bwd_s = layer_tp_s(cfg)
@@ -96,6 +93,30 @@ class _StepCosts:
         bwd = tuple(tuple(layers[s][c] * (t.layer_bwd_s * slow + self.tp_bwd_s + self.cp_bwd_s)
                           + head[s][c] * t.head_bwd_s * slow for c in range(v)) for s in range(p))
         return p, cfg.accum, v, fwd, bwd, self._send_s(), layers
+
+
+# fwd_bwd of the steps priced last, by their hardware profile (identity: profiles hold dicts
+# and do not hash; the profile is kept with its entries, so its id cannot be reused while they
+# live) and the step's shape: a planner prices thousands of layouts that share a tensor-
+# parallel degree, micro-batch and policy, and differ only in data and pipeline degrees
+_FWD_BWD: dict[tuple, tuple] = {}
+_FWD_BWD_MAX = 4096
+
+
+def _fwd_bwd(cfg: StepConfig):
+    key = (id(cfg.hardware), cfg.model, cfg.micro_batch, cfg.seq, cfg.tp, cfg.accum, cfg.mfu,
+           cfg.recompute, cfg.sequence_parallel and cfg.tp > 1, cfg.attention, cfg.cp, cfg.fp8)
+    hit = _FWD_BWD.get(key)
+    if hit is not None and hit[0] is cfg.hardware:
+        return hit[1]
+    times = fwd_bwd(cfg.model, cfg.hardware, cfg.micro_batch, cfg.seq, cfg.tp, cfg.accum,
+                    mfu=cfg.mfu, recompute=cfg.recompute,
+                    sequence_parallel=cfg.sequence_parallel and cfg.tp > 1,
+                    attention=cfg.attention, cp=cfg.cp, fp8=cfg.fp8)
+    if len(_FWD_BWD) >= _FWD_BWD_MAX:
+        _FWD_BWD.clear()
+    _FWD_BWD[key] = (cfg.hardware, times)
+    return times
 
 
 class _StepSim(_StepCosts):
