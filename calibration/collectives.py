@@ -23,9 +23,12 @@ from collections.abc import Callable
 from datetime import UTC, timedelta
 from pathlib import Path
 
-from profiles import UserError
+from profiles import ProfileError, UserError
+from profiles.hardware_schema import NIC_FIELDS
+from profiles.schema import validate_table
 from scape.plan import WIRE_FACTOR
 from scape.train.devices import backend_env, gpu_sharing, local_gpu, nccl_device
+from vocabulary.atomic import atomic_path
 from vocabulary.units import format_duration
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all")
@@ -297,7 +300,8 @@ def _save_rows(path, df, fit):
     """The sweep beside the profile (<name>.collectives.csv), with the fit's predictions."""
     df["predicted_s"] = fit.predictions
     df["error_pct"] = 100 * (df["predicted_s"] / df["seconds"] - 1)
-    df.to_csv(path.with_suffix(".collectives.csv"), index=False)
+    with atomic_path(path.with_suffix(".collectives.csv")) as tmp:  # whole or not at all
+        df.to_csv(tmp, index=False)
     return df
 
 
@@ -320,6 +324,31 @@ def link_tables(fit, burst: float, how: str) -> dict:
                              "overheads_us": [o * 1e6 for o in c.overheads_s]}
                         for op, c in fit.collectives.items()},
     }
+
+
+# the largest collective a sweep may hold: more than any GPU's memory (2^40 B = 1 TiB)
+MAX_SWEEP_BYTES = 2**40
+
+
+def _check_sweep_rows(name: str, file: str, df) -> None:
+    """Every row of a saved sweep a collective the fit knows, at a size from 1 B to
+    MAX_SWEEP_BYTES, over 2 or more ranks, in a finite positive time: else a UserError naming
+    the file, the row (its line in the file) and what was expected."""
+    import math
+
+    for i, row in enumerate(df.itertuples(index=False), 2):  # line 1: the header
+        op = row.op
+        where = f"refit {name}: {file} line {i}"
+        if not isinstance(op, str) or op not in WIRE_FACTOR:
+            raise UserError(f"{where}: op {op!r} is not a collective "
+                            f"({', '.join(WIRE_FACTOR)})")
+        if not 1 <= row.size_bytes <= MAX_SWEEP_BYTES:
+            raise UserError(f"{where}: size_bytes {row.size_bytes:g} is outside 1 B to "
+                            f"{MAX_SWEEP_BYTES:g} B")
+        if row.world != int(row.world) or row.world < 2:
+            raise UserError(f"{where}: world {row.world:g} is not a rank count of 2 or more")
+        if not (math.isfinite(row.seconds) and row.seconds > 0):
+            raise UserError(f"{where}: seconds {row.seconds!r} is not a positive time")
 
 
 def refit(name: str):
@@ -368,6 +397,15 @@ def refit(name: str):
             raise UserError(f"refit {name}: {sweep_csv.name} column {col} holds "
                             f"{str(bad)!r}, not a number")
         df[col] = values
+    _check_sweep_rows(name, sweep_csv.name, df)
+    # a sweep without an op the profile measured would drop that op's fit: refused, the
+    # profile kept (calibrate collectives measures every op again)
+    had = set(read_toml(path).get("collectives", {}))
+    lost = sorted(had - set(df["op"]))
+    if lost:
+        raise UserError(f"refit {name}: {sweep_csv.name} holds no row of {', '.join(lost)}, "
+                        f"which the profile measured: a refit would drop their fit; restore the "
+                        f"sweep, or measure again (scape calibrate collectives --out {name})")
     df = df[["op", "size_bytes", "world", "seconds", *(
         c for c in ("min_s", "max_s") if c in df.columns)]].copy()
     try:
@@ -383,6 +421,11 @@ def refit(name: str):
     how = (f"refitted by scape calibrate refit on {when} from {sweep_csv.name} (measured "
            f"{measured.get('network_date', 'on an unrecorded date')})")
     tables = link_tables(fit, burst, how)
+    try:  # what every command will check when it loads the profile, before it is rewritten
+        validate_table(path, "nic", tables["nic"], NIC_FIELDS)
+    except ProfileError as exc:
+        raise UserError(f"refit {name}: the fit of {sweep_csv.name} gives a link no command "
+                        f"would load ({exc}); the profile is kept as it was") from None
     tables["measured"]["network_refit"] = when
     header = (path.read_text().splitlines() or ["# "])[0].lstrip("# ").split(" Link refit")[0]
     path = merge(name, tables, f"{header} Link refitted by scape calibrate refit, {when}.")

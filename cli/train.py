@@ -84,9 +84,10 @@ def train_cmd(
     eval_every: int = typer.Option(50, "--eval-every"),
     timeout: float = typer.Option(60.0, "--timeout", help="seconds a peer may be late"),
     resume: bool = typer.Option(False, "--resume", help="continue from OUT/checkpoint"),
-    checkpoint_every: int = typer.Option(100, "--checkpoint-every",
+    checkpoint_every: int = typer.Option(None, "--checkpoint-every",
                                          help="write OUT/checkpoint every N steps (0: only "
-                                              "at the end)"),
+                                              "at the end) [default: 100; with --resume, the "
+                                              "run's own]"),
     out: str = typer.Option(None, "--out", help="logs, checkpoints, summary"),
     netbed: str = typer.Option(None, "--netbed", help=NETBED_HELP),
     fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
@@ -110,7 +111,12 @@ def train_cmd(
     if lowpass_beta is not None:  # refused for other schemes and outside (0, 1] by scheme_config
         extra["lowpass_beta"] = lowpass_beta
     if steps is None:  # not given: a resumed run's own count (its schedule), else 100
-        steps = (_config_steps(Path(out)) if resume and out is not None else None) or 100
+        steps = (_config_int(Path(out), "steps", 1) if resume and out is not None
+                 else None) or 100
+    if checkpoint_every is None:  # not given: a resumed run's own, else every 100 steps
+        every = (_config_int(Path(out), "checkpoint_every", 0) if resume and out is not None
+                 else None)
+        checkpoint_every = 100 if every is None else every
     cfg = TrainConfig(model=model, scheme=scheme_config(scheme, opts, extra), steps=steps,
                       micro_batch=micro_batch, seq_len=seq_len, lr=lr, seed=seed,
                       corpus=corpus, eval_every=eval_every, timeout_s=timeout, resume=resume,
@@ -136,6 +142,8 @@ def train_cmd(
         output_dir(out, "--out")
         if not resume and not under_torchrun():
             _refuse_other_run(Path(out))
+        if not under_torchrun():
+            _check_checkpoint_folder(Path(out))
     if resume and not under_torchrun():
         from scape.train.loop import checkpoint_step
 
@@ -148,8 +156,8 @@ def train_cmd(
         if cfg.stop_at is not None:
             print(f"train: stopping at step {cfg.stop_at} of the run's {cfg.steps}-step "
                   "learning-rate schedule", file=sys.stderr)
-        print(f"train: resuming from step {done} ({out}/checkpoint); the log keeps steps "
-              f"1-{done}", file=sys.stderr)
+        print(f"train: resuming from step {done} ({out}/checkpoint); "
+              f"{_log_kept(Path(out) / 'log.jsonl', done)}", file=sys.stderr)
     summary = (train(cfg)["summary"] if under_torchrun()
                else launch(cfg, nprocs, backend, spec, progress=True, share_gpu=share_gpu))
     if under_torchrun() and os.environ.get("RANK", "0") != "0":
@@ -250,14 +258,41 @@ def _run_config(out: Path) -> dict:
     return config
 
 
-def _config_steps(out: Path) -> int | None:
-    """The --steps a run in OUT was started with, or None where there is none to read (the
-    resume's own checks then say what is missing)."""
+def _config_int(out: Path, key: str, minimum: int) -> int | None:
+    """The `key` (steps, checkpoint_every) a run in OUT was started with, or None where there
+    is none to read (the resume's own checks then say what is missing)."""
     try:
-        steps = _run_config(out).get("steps")
+        value = _run_config(out).get(key)
     except (OSError, ValueError):
         return None
-    return steps if isinstance(steps, int) and steps > 0 else None
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+    return value if ok else None
+
+
+def _check_checkpoint_folder(out: Path) -> None:
+    """OUT/checkpoint can take a file, found before training rather than after it."""
+    folder = out / "checkpoint"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / ".write-probe"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise UserError(f"--out {out}: its checkpoint folder {folder} cannot be written "
+                        f"({exc.strerror or exc}); give another --out") from None
+
+
+def _log_kept(log: Path, done: int) -> str:
+    """What the run's log keeps when it resumes at step `done` (the rows after it are dropped,
+    scape/train/loop.py keep_log), read now: a damaged line is refused with its file and line."""
+    from scape.train.loop import log_steps
+
+    steps = [s for s in log_steps(log) if s <= done]
+    if not steps:
+        return f"the log ({log}) holds no step up to {done}"
+    missing = done - len(set(steps))
+    return (f"the log keeps steps {min(steps)}-{max(steps)}"
+            + (f" ({missing} of the steps up to {done} are not in it)" if missing > 0 else ""))
 
 
 @app.command("netbed")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from profiles.files import ROOT, inside_shipped, read_toml, user_dir
+from vocabulary.atomic import write_text_atomic
 from vocabulary.errors import UserError
 
 BUILT_IN = ROOT / "measured"
@@ -123,7 +124,7 @@ def merge(name: str, tables: dict[str, Any], header: str,
     top = {k: doc[k] for k in ("name", "description")}
     rest = {k: v for k, v in doc.items() if k not in top}
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"# {header}\n" + dumps({**top, **rest}))
+    write_text_atomic(path, f"# {header}\n" + dumps({**top, **rest}))
     return path
 
 

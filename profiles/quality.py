@@ -85,6 +85,13 @@ def parse_quality(path: Path | str, doc: dict) -> QualityStudy:
         if (e["tokens_ratio"] is None) == (reached is None or reached):
             raise ProfileError(f"{path}: [scheme #{i + 1}] gives tokens_ratio, or reached = "
                                "false when dense AdamS's loss was never reached; not both")
+        # the ratios are over dense AdamS's own: its entry is 1 by definition (a study that
+        # says otherwise would scale dense plans' hours by it)
+        if (e["scheme"] == "dense-adams" and e["tokens_ratio"] is not None
+                and abs(e["tokens_ratio"] - 1) > 1e-9):
+            raise ProfileError(f"{path}: [scheme #{i + 1}] dense-adams: tokens_ratio must be 1 "
+                               "(every ratio is over dense AdamS's tokens), got "
+                               f"{e['tokens_ratio']!r}")
         entries.append(QualityEntry(**e))
     if not entries:
         raise ProfileError(f"{path}: no [[scheme]] entries")

@@ -29,6 +29,7 @@ from reports.tables import git_revision
 from scape.plan import Kernel, Plan, SchemeConfig, StepPlan, plan
 from simulator.step import simulate_step
 from simulator.step_config import StepConfig, StepResult
+from vocabulary.atomic import atomic_path, write_text_atomic
 from vocabulary.units import format_duration
 
 DEFAULT_SCHEMES = ("dense-ddp", "dense-adams", "quantized:8", "topk:0.99", "scalecom:0.99",
@@ -327,10 +328,11 @@ def save(df: pd.DataFrame, out: Path, config: dict) -> list[Path]:
 
     out.mkdir(parents=True, exist_ok=True)
     csv = out / "validate.csv"
-    df.to_csv(csv, index=False)
+    with atomic_path(csv) as tmp:  # minutes of runs: whole or not at all
+        df.to_csv(tmp, index=False)
     meta = out / "validate.json"
-    meta.write_text(json.dumps({**config, "git": git_revision(), "date": str(date.today()),
-                                **summarize(df)}, indent=2))
+    write_text_atomic(meta, json.dumps({**config, "git": git_revision(),
+                                        "date": str(date.today()), **summarize(df)}, indent=2))
     fig, ax = plt.subplots(figsize=(6, 6))
     for (netbed, ranks), group in df.groupby(["netbed", "ranks"]):
         ax.scatter(group["measured_step_s"] * 1e3, group["predicted_step_s"] * 1e3,

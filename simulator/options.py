@@ -158,7 +158,10 @@ class StepOptions:
         """`parallel()` as the step ran it: each given value, and what `config` chose for
         those not given (the attention kernel, sequence parallelism, the TP overlap)."""
         chosen = ("attention", "sequence_parallel", "tp_comm_overlap", "loss", "stack")
-        return {k: getattr(cfg, k) if k in chosen else v for k, v in self.parallel().items()}
+        ran = {k: getattr(cfg, k) if k in chosen else v for k, v in self.parallel().items()}
+        if cfg.pp_schedule == "interleaved" and cfg.pp > 1:  # the chunks it ran (None: 2)
+            ran["virtual_stages"] = cfg.chunks_pp
+        return ran
 
     def config(self, lineup: list[str] | None = None) -> StepConfig:
         """The step these options describe. With `lineup` (compare), the scheme flags are
@@ -220,7 +223,7 @@ def scheme_fields(scheme: SchemeOptions, overlap: Overlap) -> dict:
     """SchemeConfig fields from the flags (None: not given); a bucket size is checked here."""
     bucket_mb = overlap.bucket_mb
     if bucket_mb is not None and not (math.isfinite(bucket_mb) and bucket_mb > 0):
-        raise UserError(f"--bucket-mb must be a finite positive size, got {bucket_mb:g} (one "
+        raise UserError(f"--bucket-mb must be a finite positive size, got {bucket_mb!r} (one "
                         "bucket: give a size above the gradient's, e.g. 100000)")
     return {
         "sparsity": scheme.sparsity, "bits": scheme.bits, "optimizer": scheme.optimizer,

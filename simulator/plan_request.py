@@ -97,6 +97,8 @@ class PlanRequest:
         if unread:  # each plan's scheme overlaps as it does by default
             raise UserError(f"{', '.join(unread)}: not an option of plan")
         check_workers(self.workers)
+        if self.max_gpus < 1:  # before anything that divides by it or compares with it
+            raise UserError(f"--max-gpus must be at least 1, got {self.max_gpus}")
         check_cp(self.cp, self.seq)
         if self.cp > self.max_gpus:
             raise UserError(f"--cp {self.cp}: more context-parallel ranks than --max-gpus "
@@ -106,13 +108,13 @@ class PlanRequest:
                             ("--budget-usd", self.budget_usd),
                             ("--price-per-gpu-hour", self.price_per_gpu_hour)):
             if value is not None and not (math.isfinite(value) and value > 0):
-                raise UserError(f"{name} must be a finite positive number, got {value:g}")
+                raise UserError(f"{name} must be a finite positive number, got {value!r}")
         # far above any GPU's rent: a larger figure overflows a run's cost to infinity
         if self.price_per_gpu_hour is not None and self.price_per_gpu_hour > MAX_PRICE:
             raise UserError(f"--price-per-gpu-hour must be at most {MAX_PRICE:,.0f} USD, got "
                             f"{self.price_per_gpu_hour:g}")
         if self.tokens > MAX_TOKENS:
-            raise UserError(f"--tokens must be at most {MAX_TOKENS:g}, got {self.tokens:g}")
+            raise UserError(f"--tokens must be at most {MAX_TOKENS:g}, got {self.tokens!r}")
         if not 1 <= self.max_gpus <= MAX_GPUS:
             raise UserError(f"--max-gpus must be between 1 and {MAX_GPUS:,}, got "
                             f"{self.max_gpus}")

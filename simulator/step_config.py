@@ -187,9 +187,9 @@ class StepConfig:
             raise UserError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got "
                             f"{self.recompute!r}")
         if self.mfu is not None and not 0 < self.mfu <= 1:
-            raise UserError(f"--mfu must be in (0, 1], got {self.mfu:g}")
+            raise UserError(f"--mfu must be in (0, 1], got {self.mfu!r}")
         if self.mfu is not None and self.mfu < MIN_MFU:
-            raise UserError(f"--mfu {self.mfu:g}: below {MIN_MFU:g} ({MIN_MFU:.1%} of peak) "
+            raise UserError(f"--mfu {self.mfu!r}: below {MIN_MFU:g} ({MIN_MFU:.1%} of peak) "
                             "is no training run; give the share of peak the GPU reaches")
         for name, value in (("micro-batch", self.micro_batch), ("grad-accum", self.grad_accum),
                             ("seq-len", self.seq)):

@@ -122,3 +122,30 @@ def test_refit_names_its_own_flag_when_it_refuses_a_name(folder, capsys):
     # a shipped one: how to refit it, not "choose another name"
     code, _, err = scape(capsys, "calibrate", "refit", "--profile", "netbed-100mbit")
     assert code == 2 and "SCAPE_PROFILE_DIR=" in err and "built-in" in err
+
+
+@pytest.mark.parametrize("damage, says", [
+    (lambda rows: rows.assign(size_bytes=rows["size_bytes"].astype(float).where(
+        rows.index != 3, 1e30)),
+     "line 5: size_bytes 1e+30 is outside"),
+    (lambda rows: rows[rows["op"] == "all_reduce"], "holds no row of"),
+    (lambda rows: rows.assign(op=rows["op"].where(rows.index != 0, "")), "line 2: op"),
+    (lambda rows: rows.assign(seconds=rows["seconds"].where(rows.index != 1, -1.0)),
+     "line 3: seconds -1.0 is not a positive time"),
+])
+def test_refit_of_a_damaged_sweep_is_refused_and_keeps_the_profile(folder, capsys, damage,
+                                                                   says):
+    """Issue 45: a sweep with an absurd size, one op of several, an empty op cell or a
+    negative time is refused with the file and line, and the profile stays byte for byte
+    (it was rewritten with a link no command loads, lost its other collectives, or gave a
+    traceback)."""
+    sweep_csv = SHIPPED_MEASURED.with_suffix(".collectives.csv")
+    text = renamed_measured("kept")
+    (folder / "kept.toml").write_text(text)
+    rows = pd.read_csv(sweep_csv)
+    assert rows["op"].nunique() > 1
+    damage(rows).to_csv(folder / "kept.collectives.csv", index=False)
+    code, _, err = scape(capsys, "calibrate", "refit", "--profile", "measured/kept")
+    assert code == 2 and says in err and "Traceback" not in err, err
+    assert (folder / "kept.toml").read_text() == text
+    assert not list(folder.glob(".kept*"))  # no temporary file left beside it

@@ -6,11 +6,14 @@ probes of sessions 7 (round three) and 14. The shared contract: tests/hostile_ut
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from tests.hostile_util import SIM, _refused
 from tests.test_cli import scape
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize(("args", "key", "value"), [
@@ -326,3 +329,29 @@ def test_a_layout_that_cannot_run_names_the_nearest_valid_values(capsys):
     assert code == 2 and "--pp that divide here: 4 or 8 (of 1, 2, 4, 8, 16, 32)" in err
     code, _, err = scape(capsys, *step, "--global-batch", "100")
     assert code == 2 and "the nearest that do are 64, 128 (multiples of 64)" in err
+
+
+def test_refusals_name_their_own_rule_and_the_value_as_typed(capsys, tmp_path):
+    """Issue 45's smaller cases: --max-gpus 0 is refused as a --max-gpus problem (not --cp),
+    --mfu 1.0000001 echoes what was typed (not "got 1"), an interleaved step says the model
+    chunks it ran, and a quality study whose dense AdamS ratio is not 1 is refused."""
+    code, _, err = scape(capsys, "plan", "--model", "llama-70b", "--tokens", "1e12",
+                         "--hardware", "dgx-h100", "--max-gpus", "0")
+    assert code == 2 and "--max-gpus must be at least 1, got 0" in err
+    code, _, err = scape(capsys, "simulate", "--model", "gpt-345m", "--hardware", "dgx-h100",
+                         "--gpus", "8", "--mfu", "1.0000001")
+    assert code == 2 and "got 1.0000001" in err
+    code, out, _ = scape(capsys, "simulate", "--model", "llama-7b", "--hardware", "dgx-h100",
+                         "--gpus", "16", "--pp", "2", "--pp-schedule", "interleaved",
+                         "--global-batch", "64", "--format", "json")
+    assert code == 0 and json.loads(out)[0]["virtual_stages"] == 2
+    study = (ROOT / "profiles" / "quality").glob("*.toml")
+    text = next(iter(study)).read_text()
+    assert "tokens_ratio = 1.0000" in text
+    bad = tmp_path / "study.toml"
+    bad.write_text(text.replace("tokens_ratio = 1.0000", "tokens_ratio = 2.0", 1))
+    from profiles import ProfileError
+    from profiles.quality import load_quality
+
+    with pytest.raises(ProfileError, match="dense-adams: tokens_ratio must be 1"):
+        load_quality(str(bad))

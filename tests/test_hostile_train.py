@@ -74,3 +74,45 @@ def test_an_ignored_sighup_stays_ignored():
         restore(previous)
     finally:
         signal.signal(signal.SIGHUP, before)
+
+
+def test_a_resume_keeps_the_runs_checkpoint_period_and_reads_its_log_before_training(
+        capsys, tmp_path):
+    """Issue 45: --resume without --checkpoint-every keeps the run's own period (it fell back
+    to 100, and a second interruption lost every step since the last old checkpoint); the log
+    is read before training, so a damaged line is refused with its file and line, and what the
+    log keeps is said as it is; an unwritable checkpoint folder is refused before training."""
+    import os
+
+    from cli.train import _check_checkpoint_folder, _config_int, _log_kept
+    from profiles import UserError
+    from scape.train.loop import keep_log
+
+    (tmp_path / "config.json").write_text(json.dumps({"steps": 50, "checkpoint_every": 5}))
+    assert _config_int(tmp_path, "checkpoint_every", 0) == 5
+    assert _config_int(tmp_path, "steps", 1) == 50
+    (tmp_path / "config.json").write_text(json.dumps({"checkpoint_every": True}))
+    assert _config_int(tmp_path, "checkpoint_every", 0) is None  # a bool is not a period
+    log = tmp_path / "log.jsonl"
+    log.write_text("".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in (1, 2, 4, 7)))
+    assert _log_kept(log, 4) == "the log keeps steps 1-4 (1 of the steps up to 4 are not in it)"
+    assert _log_kept(log, 0) == f"the log ({log}) holds no step up to 0"
+    keep_log(log, 4)
+    assert [json.loads(x)["step"] for x in log.read_text().splitlines()] == [1, 2, 4]
+    log.write_text(json.dumps({"step": 1}) + "\n{broken\n")
+    with pytest.raises(UserError, match=r"log\.jsonl: line 2 is not a step of the log"):
+        _log_kept(log, 6)
+    with pytest.raises(UserError, match="line 2"):
+        keep_log(log, 6)
+    assert log.read_text().endswith("{broken\n")  # refused: the log is left as it was
+    if os.geteuid() != 0:  # root writes anywhere
+        locked = tmp_path / "locked"
+        (locked / "checkpoint").mkdir(parents=True)
+        (locked / "checkpoint").chmod(0o500)
+        with pytest.raises(UserError, match=r"checkpoint folder .* cannot be written"):
+            _check_checkpoint_folder(locked)
+    blocked = tmp_path / "blocked"
+    blocked.mkdir()
+    (blocked / "checkpoint").write_text("a file where the folder goes")
+    with pytest.raises(UserError, match=r"checkpoint folder .* cannot be written"):
+        _check_checkpoint_folder(blocked)

@@ -122,3 +122,15 @@ def test_a_line_up_gives_each_scape_variant_its_own_options():
     assert ours.sync == "momentum" and ours.extra == {"unmasked_moment": "local"}
     with pytest.raises(UserError, match="--sync"):
         parse_scheme("scape:0.99", base)  # one scheme, its flags: used or refused
+
+
+def test_the_authors_reducer_at_sparsity_0_runs_its_own_protocol():
+    """README (issue 45): `scape` at sparsity 0 is not the dense plan: as the authors' reducer
+    at density 1, it all-reduces every momentum value in fp32 (R:5153-5180) and all-gathers the
+    masks, so it sends more than a bf16 dense all-reduce's 2 (P - 1) / P N b bytes."""
+    fp32_momentum = 2 * (P - 1) / P * N * 4
+    off = wire("scape", sparsity=0.0)
+    assert off > fp32_momentum > wire("dense-ddp")
+    # the masks: a bit per element of the largest owner's tensors (here the one tensor, owned
+    # whole by one rank: R:390-459), all-gathered from every rank
+    assert off == pytest.approx(fp32_momentum + (P - 1) / P * P * N / 8)

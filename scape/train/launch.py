@@ -15,6 +15,7 @@ from pathlib import Path
 from profiles import UserError
 from scape.train.devices import backend_env
 from scape.train.loop import TrainConfig
+from vocabulary.atomic import write_text_atomic
 from vocabulary.units import format_duration
 
 
@@ -137,7 +138,7 @@ def launch(cfg: TrainConfig, nprocs: int, backend: str = "gloo", netbed=None,
     out.mkdir(parents=True, exist_ok=True)
     cfg_dict = {**asdict(cfg), "out": str(out)}
     config_file = out / "config.json"
-    config_file.write_text(json.dumps(cfg_dict, indent=2))
+    write_text_atomic(config_file, json.dumps(cfg_dict, indent=2))
     for stale in [*out.glob("error_rank*.txt"), out / "summary.json"]:
         stale.unlink(missing_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": str(cfg.threads),

@@ -26,6 +26,7 @@ from scape.schemes import make_scheme
 from scape.train.data import batch
 from scape.train.devices import launched_as, nccl_device
 from scape.train.model import GPT
+from vocabulary.atomic import write_text_atomic
 
 
 @dataclass(frozen=True)
@@ -186,13 +187,40 @@ def checkpoints(out: Path) -> dict[int, dict[int, Path]]:
     return found
 
 
+def _log_rows(log: Path) -> list[tuple[str, int]]:
+    """(line, step) of each row of a JSONL training log; a UserError naming the file and line
+    where a row is not a JSON object with an integer step."""
+    from profiles import UserError
+
+    rows = []
+    for i, line in enumerate(log.read_text(errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            row = None
+        step = row.get("step") if isinstance(row, dict) else None
+        if not isinstance(step, int) or isinstance(step, bool):
+            raise UserError(f"{log}: line {i} is not a step of the log (a JSON object with an "
+                            f"integer 'step'): {line[:80]!r}; restore the log, or remove the "
+                            "line to resume without it")
+        rows.append((line, step))
+    return rows
+
+
+def log_steps(log: Path) -> list[int]:
+    """The steps a JSONL training log holds (none where there is no log)."""
+    return [step for _, step in _log_rows(log)] if log.exists() else []
+
+
 def keep_log(log: Path, last_step: int) -> None:
-    """Keep only the rows of steps <= last_step in the JSONL log (none: an empty log)."""
+    """Keep only the rows of steps <= last_step in the JSONL log (none: an empty log),
+    rewritten whole or not at all."""
     if not log.exists():
         return
-    kept = [line for line in log.read_text().splitlines()
-            if line.strip() and json.loads(line).get("step", 0) <= last_step]
-    log.write_text("".join(line + "\n" for line in kept))
+    kept = [line for line, step in _log_rows(log) if step <= last_step]
+    write_text_atomic(log, "".join(line + "\n" for line in kept))
 
 
 def checkpoint_step(out: Path, ranks: int) -> int:
@@ -315,7 +343,7 @@ def train(cfg: TrainConfig, steps_this_run: int | None = None) -> dict:
             log_file.close()
     summary = summarize(rows, cfg, world, scheme, seq)
     if out and rank == 0:
-        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+        write_text_atomic(out / "summary.json", json.dumps(summary, indent=2))
     return {"summary": summary, "rows": rows, "scheme": scheme, "model": model}
 
 

@@ -1,0 +1,35 @@
+"""Files written whole or not at all (issue 45): the text goes to a temporary file beside the
+target, is flushed to disk, and replaces the target in one rename, so a refused or interrupted
+write never leaves a half-written or emptied profile, log, summary or table."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """A temporary path beside `path` to write to; on a clean exit it replaces `path`, on an
+    exception it is removed and `path` is left as it was."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        with open(tmp, "rb+") as fh:  # on disk before the rename makes it the file
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """`path` holding `text`, written aside and renamed into place."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
