@@ -273,8 +273,11 @@ def _check_checkpoint_folder(out: Path) -> None:
     """OUT/checkpoint can take a file, found before training rather than after it."""
     folder = out / "checkpoint"
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / ".write-probe"
+        if folder.exists() and not folder.is_dir():
+            raise NotADirectoryError(20, "a file, not a folder")
+        # a probe where the checkpoints will go (the folder itself is made by the run: an
+        # empty one would read as a run to resume)
+        probe = (folder if folder.is_dir() else out) / ".write-probe"
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:

@@ -62,6 +62,8 @@ class Choice:
     # the host's launch of the call on one GPU (profile [nccl] launch_us): back-to-back calls
     # come no faster than one per launch x GPUs the launching process drives (`sweep`)
     floor_s: float = 0.0
+    # the bandwidth time the call cannot beat (NCCL's algbw for its protocol: nccl.Protocol)
+    min_s: float = 0.0
 
     def applied(self, phases: list[Phase]) -> list[Phase]:
         """`phases` with this call's per-step latency scale."""
@@ -132,7 +134,7 @@ def calibrated(hw: HardwareProfile, op: str, algo: str, ranks: int, size: float,
     fill = nccl.nvls_tree_fill(size, m) if chosen == "nvls_tree" else 0.0
     # NCCL's latency replaces the phases' per-step latency (hop_scale 0)
     return Choice(chosen, size * pr.wire * (1 + fill), call + pr.latency_s, 0.0, p,
-                  hw.nccl.launch_us * 1e-6)
+                  hw.nccl.launch_us * 1e-6, pr.min_s)
 
 
 # a measured fit that misses its own measurements by more than this is flagged where it is used
@@ -211,7 +213,7 @@ def sweep(
             name, seconds = res.algo, res.time_s
         else:
             phases = c.applied(phases_of(topo, Request(op, c.algo, c.moved), np.arange(gpus)))
-            name, seconds = c.algo, time_alone(topo, phases)
+            name, seconds = c.algo, max(time_alone(topo, phases), c.min_s)
         # algbw of the bytes asked for, and the call's fixed costs first
         out.append(Result(name, op, name, size, gpus, 0.0,
                           max(seconds + c.overhead_s, c.floor_s * gpus_per_process), c.proto))

@@ -418,34 +418,43 @@ def choose(op: str, size: float, m: Machine, algos: tuple[str, ...] | None = Non
     return best
 
 
+# bytes a protocol puts on the wire per data byte: LL's 16-byte lines carry 8 data bytes and
+# 8 of flags, LL128's 128-byte lines 120 data bytes (NCCL's src/include/device.h,
+# NCCL_LL_LINES_PER_THREAD / NCCL_LL128_DATAELEMS), Simple moves the data alone
+PROTOCOL_WIRE = {"ll": 2.0, "ll128": 128 / 120, "simple": 1.0}
+
+
 @dataclass(frozen=True)
 class Protocol:
     """What running an algorithm with a protocol changes in the simulation: the bytes its
-    flows carry per data byte (Simple's bus bandwidth over this protocol's, so LL's half rate
-    and its llMaxBw cap included) and the call's latency, NCCL's own (per-step hwLat of the
-    links each step crosses, plus baseLat; as paid: a ring's network steps counted on its
-    critical path, each with the message cost the plugin does not report, `latency_us`),
-    which replaces the simulated phases' per-step latency: the network model prices the
-    bytes and their contention, NCCL's model the steps."""
+    flows carry per data byte (the protocol's own: LL's flags, LL128's), the call's latency,
+    NCCL's own (per-step hwLat of the links each step crosses, plus baseLat; as paid: a ring's
+    network steps counted on its critical path, each with the message cost the plugin does not
+    report, `latency_us`), which replaces the simulated phases' per-step latency, and the
+    bandwidth time the call cannot beat: NCCL's own bandwidth term for the pair (its algbw,
+    with LL's llMaxBw and the per-channel caps, and the tree's unfilled pipeline at the
+    middle sizes, `tree_correction`). Those limits are the GPU's protocol processing, not bytes
+    on a link: as extra bytes on every flow they made a call faster when a link it does not
+    wait on got slower (issue 45); as a floor on its time they only ever slow it, and lower
+    rates lower NCCL's algbw too."""
 
     name: str
     wire: float  # bytes on the wire per data byte
     latency_s: float  # once per call, as paid (latency_us)
+    min_s: float = 0.0  # the call's bandwidth time at NCCL's algbw for the pair
 
 
 def protocol(op: str, algo: str, proto: str, size: float, m: Machine) -> Protocol:
     """The simulation's terms for (algo, proto). NVLS moves its switch traffic at
     nvlsEfficiency x (channels - 1) / channels of the NVLink rate (the 2.28 tuner's model): the
     topology's `nvls_efficiency`, which slows NVLS_TREE's NVLink share and not its NICs'."""
-    if algo in ("nvls", "nvls_tree"):
-        wire = 1.0
-    else:
-        # the tree's unfilled pipeline at the middle sizes slows its bytes as NCCL's own
-        # estimate has it (NVLS_TREE's fill is modelled from its chunking, collective.py)
-        wire = busbw(op, algo, "simple", m) / (
-            busbw(op, algo, proto, m) * tree_correction(op, algo, proto, size, smooth=True))
+    latency = call_latency_us(op, algo, proto, size, m, paid=True) * 1e-6
+    if algo in ("nvls", "nvls_tree", "collnet_direct"):
+        return Protocol(proto, 1.0, latency)
+    rate = algbw(op, algo, proto, m) * 1e9 * tree_correction(op, algo, proto, size,
+                                                             smooth=True)  # B/s
     # NCCL's tuner chooses by its own latency; the call pays its critical path (`paid`)
-    return Protocol(proto, wire, call_latency_us(op, algo, proto, size, m, paid=True) * 1e-6)
+    return Protocol(proto, PROTOCOL_WIRE[proto], latency, size / rate if rate > 0 else 0.0)
 
 
 @lru_cache(maxsize=4096)

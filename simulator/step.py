@@ -157,7 +157,10 @@ class _StepSim(_StepCosts):
                 yield self.env.timeout(c.overhead_s)
             phases = c.applied(self.cache.phases(collective, c.algo, self.groups, c.moved))
             # no launch floor here: in a step the host enqueues ahead of the GPU
+            moving = self.env.now
             yield from execute(self.env, self.net, phases, name, [])
+            if self.env.now - moving < c.min_s:  # the protocol's own rate limit (nccl.py)
+                yield self.env.timeout(c.min_s - (self.env.now - moving))
             self.comm.busy.append((t0, self.env.now))
             self.spans.append(Span("comm", name, t0, self.env.now, size))
         self.comm.toggled()

@@ -57,7 +57,7 @@ def tp_collective_s(cfg, op: str, algo: str, value_bytes: float | None = None) -
     phases = c.applied(PhaseCache(node).phases(op, c.algo, [np.arange(cfg.tp)], c.moved))
     # no launch floor inside a step: the host enqueues ahead of the GPU (the floor is what
     # nccl-tests' back-to-back calls measure)
-    seconds = time_alone(node, phases) + c.overhead_s
+    seconds = max(time_alone(node, phases), c.min_s) + c.overhead_s
     if len(_SEEN) > 4096:
         _SEEN.clear()
     _SEEN[key] = (cfg.hardware, seconds)
