@@ -89,11 +89,21 @@ def train_cmd(
                                               "at the end) [default: 100; with --resume, the "
                                               "run's own]"),
     out: str = typer.Option(None, "--out", help="logs, checkpoints, summary"),
+    cleanup: str = typer.Option(None, "--cleanup",
+                                help="DIR: end what a crashed or killed run in DIR left running "
+                                     "(torchrun, its ranks) and remove its half-written "
+                                     "files; keeps checkpoints, log, config and summary; "
+                                     "trains nothing"),
     netbed: str = typer.Option(None, "--netbed", help=NETBED_HELP),
     fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
 ):
     """Train a model with a scheme on torch.distributed ranks (torchrun), and report."""
     check_format(fmt)
+    if cleanup is not None:
+        from scape.train.cleanup import clean_run
+
+        print(clean_run(cleanup))
+        return
     from scape.train.devices import backend_env
     from scape.train.launch import check_backend, launch, under_torchrun
     from scape.train.loop import TrainConfig, train

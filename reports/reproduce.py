@@ -178,7 +178,8 @@ def assumptions(hw: HardwareProfile) -> pd.DataFrame:
         ("collective algorithm", "NCCL's choice per call and size, as its tuner makes it",
          "simulator/nccl.py (NCCL's tuning.cc)" + ("" if hw.nccl else
          ": tuner_view, NCCL's topology read off the profile (NIC line rate, one GPU per "
-         "node, LL128 off over sockets), the call then priced by this simulator")),
+         "node, LL128 as NCCL 2.28 enables it on a GH200), the call then priced by this "
+         "simulator")),
         ("end-to-end time", "same number of steps for every scheme, so reduction = "
          "1 - 1/speedup", "assumption: the paper's run lengths are not public"),
     ]

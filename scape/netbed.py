@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from profiles import UserError
+from scape.train.parent import die_with_parent
 from vocabulary.errors import catch_terminating, restore
 
 PREFIX = "scape-"
@@ -256,7 +257,8 @@ class Netbed:
         rank fails, the others are ended (they would wait for it until their timeout)."""
         out = open(log, "w") if log else subprocess.DEVNULL  # noqa: SIM115
         procs = [subprocess.Popen(self.command(r, argv), env=self.rank_env(r, env),
-                                  stdout=out, stderr=subprocess.STDOUT)
+                                  stdout=out, stderr=subprocess.STDOUT,
+                                  preexec_fn=die_with_parent)  # they end with this launcher
                  for r in range(self.ranks)]
         try:
             deadline = time.monotonic() + timeout_s

@@ -97,9 +97,11 @@ ARCH_OF_GPU = (("V100", "volta"), ("A100", "ampere"), ("A10", "ampere"), ("L40",
                ("Hopper", "hopper"), ("B200", "blackwell"), ("B100", "blackwell"),
                ("Blackwell", "blackwell"))
 # channels of a ring or tree when the profile does not say: NCCL's graph search finds one per
-# NIC path and ncclTopoPostset duplicates them (src/graph/connect.cc); an assumption, and the
-# choice between ring and tree at the sizes a step issues does not turn on it (1 or 2 give the
-# same choice for the all-reduces of a step: tests/test_nccl.py)
+# NIC path and ncclTopoPostset duplicates them (src/graph/connect.cc; two of 24 GB/s on a
+# 400 Gb/s single-NIC node, docs/research/nccl-socket-choice.md); an assumption. The SCAPE
+# authors' 73.7 MB and 2 GB all-reduces take a ring with 1 or 2 (tests/test_nccl.py); their
+# 20.5 MB ones on 32 nodes take a tree with 2 and a ring with 1, which moves three held-out
+# rows of `validate --external` (profiles/external/late-constants.md)
 DEFAULT_CHANNELS = 2
 
 

@@ -4,6 +4,7 @@ says, resume is exact, and dead or missing peers end in a clear error, not a han
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -400,3 +401,39 @@ def test_a_stopped_peer_ends_the_run_within_one_and_a_half_timeouts(tmp_path):
     assert proc.returncode == 2 and "did not arrive or answer" in err, err
     assert elapsed < 1.5 * timeout, elapsed
     assert _processes_naming(str(tmp_path)) == []
+
+
+def _run_processes(marker: str) -> list[int]:
+    """Pids (other than this one) whose command line holds `marker`."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            if marker in (d / "cmdline").read_bytes().decode(errors="replace"):
+                found.append(int(d.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl PR_SET_PDEATHSIG")
+def test_a_kill_9_of_the_launcher_ends_torchrun_and_every_rank(tmp_path):
+    """Issue 45: kill -9 of `scape train` (no handler runs) left torchrun and both ranks
+    training to the end. With the parent-death signal they end within seconds."""
+    out = tmp_path / "run"
+    proc = _training(out, 2, "--nprocs", "2", "--micro-batch", "2", "--seq-len", "32",
+                     "--eval-every", "0", "--out", str(out))
+    marker = str(out)  # torchrun's and the ranks' command lines name the run's config in OUT
+    assert _run_processes(marker), "no rank of the run found"
+    t0 = time.monotonic()
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    while _run_processes(marker) and time.monotonic() - t0 < 30:
+        time.sleep(0.1)
+    left = _run_processes(marker)
+    for pid in left:  # never leave them behind, whatever the test says
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert not left, f"still running {time.monotonic() - t0:.1f} s after kill -9: {left}"
+    print(f"no process of the run left {time.monotonic() - t0:.2f} s after kill -9")

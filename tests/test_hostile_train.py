@@ -116,3 +116,36 @@ def test_a_resume_keeps_the_runs_checkpoint_period_and_reads_its_log_before_trai
     (blocked / "checkpoint").write_text("a file where the folder goes")
     with pytest.raises(UserError, match=r"checkpoint folder .* cannot be written"):
         _check_checkpoint_folder(blocked)
+
+
+def test_cleanup_ends_what_a_killed_run_left_and_keeps_what_resume_needs(capsys, tmp_path):
+    """Issue 45: `scape train --cleanup DIR` ends the processes that name the run's folder and
+    removes half-written files, keeping checkpoints, log and config; it trains nothing."""
+    import subprocess
+    import sys
+    import time
+
+    run = tmp_path / "run"
+    (run / "checkpoint").mkdir(parents=True)
+    (run / "checkpoint" / "rank0-step4.pt").write_bytes(b"kept")
+    (run / "checkpoint" / "rank0-step6.tmp").write_bytes(b"half")
+    (run / ".summary.json.x1.tmp").write_text("{")
+    (run / "log.jsonl").write_text(json.dumps({"step": 4}) + "\n")
+    (run / "config.json").write_text("{}")
+    stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)",
+                              str(run / "config.json")])
+    try:
+        time.sleep(0.3)
+        code, out, err = scape(capsys, "train", "--cleanup", str(run))
+        assert code == 0, err
+        assert stray.wait(timeout=10) is not None  # ended
+        assert f"ended 1 process(es) ({stray.pid})" in out
+        assert "removed 2 half-written file(s)" in out
+        assert (run / "checkpoint" / "rank0-step4.pt").exists()
+        assert not (run / "checkpoint" / "rank0-step6.tmp").exists()
+        assert (run / "log.jsonl").exists() and (run / "config.json").exists()
+    finally:
+        if stray.poll() is None:
+            stray.kill()
+    code, _, err = scape(capsys, "train", "--cleanup", str(tmp_path / "nowhere"))
+    assert code == 2 and "no such folder" in err

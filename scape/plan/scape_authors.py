@@ -27,10 +27,13 @@ fp32 replica (4N each way) inside the sparse sync.
 
 Left out of the plan: the two one-element grad-norm all-reduces of the distributed optimizer
 (the reducer's fp64 clip norm, R:4531-4549, and Megatron's fp32 get_grad_norm). They carry 12
-bytes; the simulator's ring latency, fitted on GB-sized dense collectives, would charge each
-2(P-1) Simple-protocol steps (about 0.15 s at 64 GPUs), which the authors' step times refute
-(NCCL runs one-element reductions with its low-latency protocols). The runtime computes the
-same norm without them (every rank holds the whole masked g_sync).
+bytes. Left out after the first held-out errors were printed (bd3757b, said so): priced then as
+rings, 2(P-1) steps at the per-step cost fitted on GB-sized dense collectives (about 0.15 s at
+64 GPUs), which the authors' step times refute; NCCL runs one-element reductions with its
+low-latency protocols. Since every call takes NCCL's choice (issue 40) they would be trees,
+about 6.9 ms each at 64 GPUs; put back, the held-out max moves from 22.6% to 20.9%
+(profiles/external/late-constants.md). The runtime computes the same norm without them
+(every rank holds the whole masked g_sync).
 
 Kernel byte counts per element come from counting each loop's torch ops (fp32 reads + writes)
 in the functions cited; launches per tensor likewise. Neither is fitted to any measurement.

@@ -15,6 +15,7 @@ from pathlib import Path
 from profiles import UserError
 from scape.train.devices import backend_env
 from scape.train.loop import TrainConfig
+from scape.train.parent import die_with_parent
 from vocabulary.atomic import write_text_atomic
 from vocabulary.units import format_duration
 
@@ -258,7 +259,7 @@ def run_ranks(module_args: list[str], nprocs: int, netbed, env: dict, log: Path,
                "-m", *module_args]
         # its own process group: on any way out, torchrun and every rank it started end with it
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=die_with_parent)
         try:
             return _watch(proc, log.parent, timeout_s, meter)
         except BaseException:

@@ -18,6 +18,7 @@ from scape.adams import Hyper
 from scape.plan import SchemeConfig
 from scape.train.launch import describe_failure, write_rank_error
 from scape.train.loop import TrainConfig, train
+from scape.train.parent import die_with_parent
 
 
 def config_from_dict(d: dict) -> TrainConfig:
@@ -38,6 +39,7 @@ def shutdown() -> None:
 
 
 def main() -> int:
+    die_with_parent()  # torchrun (or the netbed launcher) killed: this rank ends too
     cfg = config_from_dict(json.loads(Path(sys.argv[1]).read_text()))
     rank = int(os.environ.get("RANK", "0"))
     fault_rank = os.environ.get("SCAPE_FAULT_RANK")
