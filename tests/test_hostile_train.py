@@ -132,8 +132,12 @@ def test_cleanup_ends_what_a_killed_run_left_and_keeps_what_resume_needs(capsys,
     (run / ".summary.json.x1.tmp").write_text("{")
     (run / "log.jsonl").write_text(json.dumps({"step": 4}) + "\n")
     (run / "config.json").write_text("{}")
+    # a rank of the run as torchrun starts it (its module and the run's config), and a
+    # process that merely names a file of the folder, which is not the run's and stays
     stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)",
-                              str(run / "config.json")])
+                              "scape.train.worker", str((run / "config.json").resolve())])
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)",
+                                  str(run / "log.jsonl")])
     try:
         time.sleep(0.3)
         code, out, err = scape(capsys, "train", "--cleanup", str(run))
@@ -144,8 +148,14 @@ def test_cleanup_ends_what_a_killed_run_left_and_keeps_what_resume_needs(capsys,
         assert (run / "checkpoint" / "rank0-step4.pt").exists()
         assert not (run / "checkpoint" / "rank0-step6.tmp").exists()
         assert (run / "log.jsonl").exists() and (run / "config.json").exists()
+        assert bystander.poll() is None  # not the run's: left alone
     finally:
-        if stray.poll() is None:
-            stray.kill()
+        for p in (stray, bystander):
+            if p.poll() is None:
+                p.kill()
     code, _, err = scape(capsys, "train", "--cleanup", str(tmp_path / "nowhere"))
     assert code == 2 and "no such folder" in err
+    code, _, err = scape(capsys, "train", "--cleanup", "")  # not the current folder
+    assert code == 2 and "no such folder" in err
+    code, _, err = scape(capsys, "train", "--cleanup", str(tmp_path))  # not a run's folder
+    assert code == 2 and "holds no config.json" in err

@@ -18,18 +18,25 @@ from profiles import UserError
 GRACE_S = 5.0  # SIGTERM to SIGKILL
 
 
+# what a run's processes run: torchrun, and each rank's module
+RUN_MODULES = ("torch.distributed.run", "scape.train.worker")
+
+
 def run_processes(folder: Path) -> list[int]:
-    """Pids, other than this process, whose command line names a path inside `folder`."""
-    marker = str(folder.resolve())
+    """Pids, other than this process, of the run whose config is `folder`/config.json: torchrun
+    and its ranks (scape/train/launch.py hands them that file). Nothing else is matched: a
+    process that merely names a path in the folder is not the run's."""
+    config = str(folder.resolve() / "config.json")
     found = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit() or int(d.name) == os.getpid():
             continue
         try:
-            args = (d / "cmdline").read_bytes().split(b"\0")
+            args = [a.decode(errors="replace")
+                    for a in (d / "cmdline").read_bytes().split(b"\0") if a]
         except OSError:
             continue
-        if any(a.decode(errors="replace").startswith(marker) for a in args if a):
+        if config in args and any(m in args for m in RUN_MODULES):
             found.append(int(d.name))
     return sorted(found)
 
@@ -70,8 +77,11 @@ def clean_run(path: str) -> str:
     """End the run in `path`'s processes and remove its half-written files; say what was done
     and what was kept."""
     folder = Path(path)
-    if not folder.is_dir():
-        raise UserError(f"--cleanup {path}: no such folder (give a run's --out)")
+    if not path.strip() or not folder.is_dir():
+        raise UserError(f"--cleanup {path!r}: no such folder (give a run's --out)")
+    if not (folder / "config.json").is_file():  # not a run's folder: nothing of it is touched
+        raise UserError(f"--cleanup {path}: holds no config.json, so it is not a scape train "
+                        "run's --out; nothing done")
     ended = _end(run_processes(folder))
     removed = half_written(folder)
     for p in removed:

@@ -146,7 +146,9 @@ def launch(cfg: TrainConfig, nprocs: int, backend: str = "gloo", netbed=None,
            **backend_env(backend, share_gpu, netbed)}
     t0 = time.perf_counter()
     meter = StepMeter(out / "log.jsonl", cfg.last_step) if progress else None
-    returncode = run_ranks(["scape.train.worker", str(config_file)], nprocs, netbed, env,
+    # the absolute path: `scape train --cleanup OUT` knows the run's processes by it
+    returncode = run_ranks(["scape.train.worker", str(config_file.resolve())], nprocs, netbed,
+                           env,
                            out / "launcher.log", cfg.timeout_s * 2 + 60 + 60 * cfg.steps,
                            meter)
     if meter is not None:
