@@ -65,6 +65,9 @@ class App(StrictTyper):
         CREATED.clear()
         rv = None
         try:
+            if sys.stdout is None:  # started with stdout closed (>&-): every print would vanish
+                _fail("standard output is closed (>&-), so the results would be written "
+                      "nowhere: redirect it to a file, or to /dev/null to discard them")
             rv = super().__call__(*args, standalone_mode=False, **kwargs)
         except UserError as exc:
             _fail(str(exc))

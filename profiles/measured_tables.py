@@ -38,6 +38,9 @@ def parse_measured(path, doc: dict[str, Any]) -> dict[str, Any]:
             if name not in known[key]:
                 raise ProfileError(f"{path}: [{key}.{name}]: unknown {key[:-1]} (known: "
                                    f"{', '.join(known[key])})")
+            if not isinstance(table, dict):  # `broadcast = 5` where [collectives.broadcast] goes
+                raise ProfileError(f"{path}: [{key}] {name}: expected a table "
+                                   f"([{key}.{name}]), got {table!r}")
             if key == "collectives" and isinstance(table, dict) and table.get(
                     "algo") not in software_algorithms(name):
                 raise ProfileError(f"{path}: [{key}.{name}] algo: must be one a backend runs "

@@ -283,7 +283,10 @@ class Netbed:
 
 
 # ---- link measurements (`scape netbed`, tests) ----
-_PROBE = r"""
+# the probes' children end quietly on Ctrl-C (SIGINT reaches the whole foreground group; the
+# default action, not a KeyboardInterrupt traceback on the user's terminal)
+QUIET_SIGINT = "import signal; signal.signal(signal.SIGINT, signal.SIG_DFL)\n"
+_PROBE = QUIET_SIGINT + r"""
 import socket, sys, time
 mode, host, port, nbytes = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 if mode == "server":
@@ -361,7 +364,7 @@ def measure_throughput_mbit(bed: Netbed, src: int, dst: int, seconds: float = 2.
 def measure_rtt_ms(bed: Netbed, src: int, dst: int, count: int = 5) -> float:
     """Median TCP connect round trip from `src` to `dst` (a SYN and its SYN-ACK), in ms."""
     code = (
-        "import socket,statistics,sys,time\n"
+        QUIET_SIGINT + "import socket,statistics,sys,time\n"
         "s=socket.socket();s.bind((sys.argv[1],5202));s.listen(64)\n"
         "import threading\n"
         "threading.Thread(target=lambda:[s.accept()[0].close() for _ in range(int(sys.argv[2]))],"
@@ -371,7 +374,7 @@ def measure_rtt_ms(bed: Netbed, src: int, dst: int, count: int = 5) -> float:
                                                 str(count + 1)]))
     try:
         probe = (
-            "import socket,statistics,sys,time\n"
+            QUIET_SIGINT + "import socket,statistics,sys,time\n"
             "r=[]\n"
             "for i in range(int(sys.argv[2])+1):\n"
             "  for _ in range(200):\n"

@@ -266,3 +266,22 @@ def test_session_fifteen_review_findings(capsys, tmp_path, monkeypatch):
     assert code == 0 and "2 node(s) x 4 GPU(s)" in out, err
     code, out, err = scape(capsys, "profiles", "check", "measured/localonly")
     assert code == 0 and "localonly" in out, err
+
+
+def test_a_number_where_a_measured_table_belongs_is_refused(tmp_path):
+    """Issue 45: `broadcast = 5` under [collectives] (where [collectives.broadcast] goes) gave
+    a traceback; now the file, table and key in one line."""
+    from profiles import ProfileError, check_profile
+    from profiles.files import ROOT
+
+    src = ROOT / "measured" / "netbed-100mbit.toml"
+    text = src.read_text()
+    head, sep, tail = text.partition("[collectives.broadcast]")
+    assert sep
+    rest = tail.split("\n[", 1)[1]  # the tables after [collectives.broadcast]
+    first = head.index("[collectives.")
+    bad = tmp_path / "measured" / src.name
+    bad.parent.mkdir()
+    bad.write_text(head[:first] + "[collectives]\nbroadcast = 5\n\n" + head[first:] + "[" + rest)
+    with pytest.raises(ProfileError, match=r"\[collectives\] broadcast: expected a table"):
+        check_profile(bad)

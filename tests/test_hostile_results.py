@@ -218,3 +218,19 @@ def test_session_fifteen_physics_probe(capsys):
         code, _out, err = scape(capsys, "simulate", "-m", "gpt-345m", "-H", "aws-p5", "-g",
                                 "16", "-s", "scape:0.99", *args)
         _refused(code, err, match)
+
+
+def test_a_closed_stdout_is_refused_not_answered_into_nothing():
+    """Issue 45: `scape simulate ... >&-` exited 0 having written nothing (Python's stdout is
+    None); now exit 2 with one line on stderr."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-m", "cli", "simulate", "--model", "gpt-345m",
+                        "--hardware", "dgx-h100", "--gpus", "8"], cwd=repo,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                       timeout=120, pass_fds=(), close_fds=True,
+                       preexec_fn=lambda: __import__("os").close(1))
+    assert r.returncode == 2 and "standard output is closed" in r.stderr, r.stderr

@@ -150,3 +150,22 @@ def test_validate_runs_real_steps_on_the_testbed_and_saves(capsys, tmp_path):
     for name in ("validate.csv", "validate.json", "validate.png"):
         assert (tmp_path / name).exists()
     assert not [ns for ns in nb.namespaces() if ns.startswith(f"scape-{nb.os.getpid()}-")]
+
+
+def test_a_probe_child_ends_quietly_on_ctrl_c():
+    """Issue 45: Ctrl-C during `scape netbed` reaches the probe's children too (the terminal's
+    whole foreground group); they end without a KeyboardInterrupt traceback on the user's
+    terminal. Run here on loopback, no namespace needed."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from scape.netbed import _PROBE
+
+    server = subprocess.Popen([sys.executable, "-c", _PROBE, "server", "127.0.0.1", "0",
+                               "1000"], stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)  # in accept()
+    server.send_signal(signal.SIGINT)
+    _, err = server.communicate(timeout=10)
+    assert server.returncode == -signal.SIGINT and "Traceback" not in err, err
