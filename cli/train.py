@@ -186,9 +186,9 @@ def train_cmd(
     val = summary["final_val_loss"]
     print(f"final_train_loss  {summary['final_train_loss']:.4f}")
     print(f"final_val_loss    {val:.4f}" if val is not None else "final_val_loss    -")
-    print(f"median_step_s     {summary['median_step_s'] * 1e3:.2f} ms")
-    for key, value in summary["breakdown_median_s"].items():
-        print(f"  {key:<15} {value * 1e3:.2f} ms")
+    print(f"median_step_ms    {summary['median_step_s'] * 1e3:.2f} ms")
+    for key, value in summary["breakdown_median_s"].items():  # seconds, printed in ms
+        print(f"  {key.removesuffix('_s') + '_ms':<15} {value * 1e3:.2f} ms")
     print(f"bytes_per_step    {summary['bytes_per_step']:,.0f} (sent per rank)")
 
 
