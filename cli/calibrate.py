@@ -19,7 +19,7 @@ from cli.common import (
 from cli.outputs import CREATED, missing_folders
 from profiles import UserError, load_model
 from reports.tables import check_format, render
-from vocabulary.units import format_bytes, parse_sizes
+from vocabulary.units import format_bytes, parse_size, parse_sizes
 
 calibrate_app = StrictTyper(help="Measure this machine and write measured/NAME.toml in the user's "
                                  "profile folder ($SCAPE_PROFILE_DIR, else "
@@ -97,6 +97,60 @@ def calibrate_refit(
     name = profile.removeprefix("measured/")
     path, fit, df = refit(name)
     _print_sweep(df, fit, path, fmt)
+
+
+@calibrate_app.command("nccl-tests")
+def calibrate_nccl_tests(
+    logs: list[str] = typer.Argument(..., help="nccl-tests output files (all_reduce_perf, "
+                                               "all_gather_perf, ...), as published"),
+    out: str = typer.Option(..., "--out", help="profile name: measured/NAME.toml in the user's "
+                                               "profile folder"),
+    op: str = typer.Option(None, "--op", help="the collective of logs that do not say it "
+                                              "(all_reduce, all_gather, reduce_scatter, "
+                                              "all_to_all, broadcast)"),
+    holdout: str = typer.Option(None, "--holdout",
+                                help="fit without this op's rows and print their predictions"),
+    min_size: str = typer.Option(None, "--min-size", help="fit rows from this size up, e.g. "
+                                                          "64KiB [default: every size]"),
+    gpu_from: str = typer.Option(None, "--gpu-from",
+                                 help="hardware profile of the GPU the logs ran on: its [gpu], "
+                                      "[compute], [roofline] and [memory] are copied (the logs "
+                                      "measure the network only)"),
+    fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
+):
+    """Fit a cluster's link on nccl-tests logs (no measuring here) and write it as a measured
+    profile, as `calibrate collectives` writes one from its own sweep."""
+    check_format(fmt)
+    from calibration.nccl_tests import calibrate_from_logs
+
+    try:
+        minimum = 0 if min_size is None else parse_size(min_size)
+    except UserError as exc:
+        raise UserError(f"--min-size: {exc}") from None
+    path, fit, df, held, notes = calibrate_from_logs(out.removeprefix("measured/"), logs, op,
+                                                     holdout, minimum, gpu_from)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    if fmt != "table":  # one table: the fitted rows and the held-out ones, a role each
+        import pandas as pd
+
+        both = pd.concat([df.assign(role="fitted"),
+                          *([] if held is None else [held.assign(role="held-out")])],
+                         ignore_index=True)
+        print(render(both, fmt))
+        print(f"wrote {path}", file=sys.stderr)
+        return
+    _print_sweep(df, fit, path, fmt)
+    if held is not None:
+        err = held["error_pct"].abs()
+        header = (f"held out: {holdout}, {len(held)} rows predicted from the link fitted "
+                  f"without them (ring, the fit's latency and bandwidth): median |error| "
+                  f"{err.median():.1f}%, max {err.max():.1f}%, median "
+                  f"{held['error_pct'].median():+.1f}%")
+        print(render(held[["op", "size_bytes", "world", "seconds", "predicted_s",
+                           "error_pct", "source"]], fmt, header=header,
+                     floatfmt={"seconds": "{:.6f}", "predicted_s": "{:.6f}",
+                               "error_pct": "{:+.1f}"}))
 
 
 def _print_sweep(df, fit, path, fmt: str) -> None:

@@ -1,0 +1,108 @@
+"""nccl-tests logs as published (issue 41, calibration/nccl_tests.py): real public logs read
+exactly (tests/fixtures/nccl-tests/SOURCES.md), bad logs read as far as they are valid or
+refused with file and line, and a fit on one op predicting another op of the same run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from calibration.nccl_tests import parse_log
+from profiles import UserError
+from tests.test_cli import scape
+
+FIX = Path(__file__).resolve().parent / "fixtures" / "nccl-tests"
+A100_AR, A100_AG = FIX / "a100-sxm4-40gb-all_reduce.out", FIX / "a100-sxm4-40gb-all_gather.out"
+H100 = FIX / "h100-80gb-hbm3-all_reduce_ring.out"
+
+
+def test_real_logs_are_read_exactly():
+    ar = parse_log(A100_AR)
+    assert ar.op == "all_reduce" and ar.ranks == 8 and ar.gpus_per_process == 8
+    assert ar.devices == ("A100-SXM4-40GB",) and ar.hosts == ("sb-validation-scus-000001",)
+    assert len(ar.rows) == 32 and ar.complete and not ar.notes  # 2 rows of 0 bytes left out
+    row = next(r for r in ar.rows if r.size_bytes == 67108864)
+    assert (row.time_us, row.algbw_GBps, row.busbw_GBps) == (584.5, 114.81, 200.91)
+    assert ar.rows[-1].size_bytes == 8589934592 and ar.rows[-1].busbw_GBps == 235.26
+    ag = parse_log(A100_AG)  # the old layout: no redop, no root, an `error` column
+    assert ag.op == "all_gather" and len(ag.rows) == 29
+    assert next(r for r in ag.rows if r.size_bytes == 4194304).time_us == 100.7
+    h = parse_log(H100)  # two single-node runs in one file: every size twice
+    assert h.op == "all_reduce" and h.version == "nccl-tests version 2.17.9"
+    assert h.ranks == 8 and len(h.rows) == 14 and h.repeated == 14 and not h.spans_hosts
+    assert h.rows[0].time_us == 42.39 and h.rows[-1].busbw_GBps == 368.45
+
+
+def test_bad_logs_are_read_as_far_as_valid_or_refused_with_file_and_line(tmp_path):
+    lines = A100_AR.read_text().splitlines()
+    cut = tmp_path / "all_reduce_perf.out"  # cut short inside a row, no footer
+    cut.write_text("\n".join(lines[:30]) + "\n" + lines[30][:20])
+    log = parse_log(cut)
+    assert len(log.rows) == 12 and not log.complete and "line 31 ends inside a row" in log.notes[0]
+    wrong = tmp_path / "all_reduce_perf-wrong.out"
+    wrong.write_text(A100_AR.read_text().replace("584.5  114.81  200.91    N/A",
+                                                 "584.5  114.81  200.91      3"))
+    with pytest.raises(UserError, match=r"line 43: the result check reads 3"):
+        parse_log(wrong)
+    oom = tmp_path / "all_gather_perf.out"
+    oom.write_text(A100_AG.read_text().replace("# Out of bounds", "test.cu:891 NCCL failure "
+                                               "common.cu 'out of memory'\n# Out of bounds"))
+    with pytest.raises(UserError, match="the run failed"):
+        parse_log(oom)
+    unnamed = tmp_path / "log.txt"
+    unnamed.write_text(A100_AG.read_text())
+    with pytest.raises(UserError, match="give --op"):
+        parse_log(unnamed)
+    assert parse_log(unnamed, "all_gather").op == "all_gather"
+    with pytest.raises(UserError, match="measures all_reduce, not --op all_gather"):
+        parse_log(H100, "all_gather")
+    text = tmp_path / "all_reduce_perf.txt"
+    text.write_text("hello\n")
+    with pytest.raises(UserError, match="line 1: a row before the table's header"):
+        parse_log(text)
+
+
+def test_calibrate_writes_a_profile_collective_uses_and_a_holdout_predicts_another_op(
+        capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path))
+    code, out, err = scape(capsys, "calibrate", "nccl-tests", str(A100_AR), str(A100_AG),
+                           "--out", "a100", "--gpu-from", "dgx-a100", "--min-size", "64KiB",
+                           "--holdout", "all_gather", "--format", "csv")
+    assert code == 0, err
+    assert (tmp_path / "measured" / "a100.toml").exists()
+    import csv
+    import io
+
+    rows = list(csv.DictReader(io.StringIO(out)))  # one table: fitted and held-out rows
+    held = [r for r in rows if r["role"] == "held-out"]
+    assert len(held) == 18 and {r["op"] for r in held} == {"all_gather"}
+    assert {r["op"] for r in rows if r["role"] == "fitted"} == {"all_reduce"}
+    # the link fitted on all_reduce predicts all_gather's large sizes within 15% (measured
+    # 2026-11-29: 128 MiB -22.6%, 256 MiB -11.2%, 1 GiB -5.6%, 8 GiB -1.4%); the middle sizes
+    # are what issue 41's third part is about (median |error| 39.4%)
+    large = [abs(float(r["error_pct"])) for r in held if int(r["size_bytes"]) >= 2**28]
+    assert large and max(large) < 15
+    code, out, err = scape(capsys, "collective", "--hardware", "measured/a100", "--op",
+                           "all_gather", "--gpus", "8", "--sizes", "1GiB", "--format", "csv")
+    assert code == 0, err
+    measured_us = 4413.4
+    assert abs(float(out.splitlines()[1].split(",")[5]) * 1e6 / measured_us - 1) < 0.1
+
+
+def test_calibrate_refuses_mixed_systems_and_failed_runs_writing_nothing(capsys, tmp_path,
+                                                                        monkeypatch):
+    monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path))
+    code, _, err = scape(capsys, "calibrate", "nccl-tests", str(A100_AR), str(H100), "--out",
+                         "mixed", "--gpu-from", "dgx-a100")
+    assert code == 2 and "different systems" in err
+    bad = tmp_path / "all_reduce_perf.out"
+    bad.write_text(A100_AR.read_text().replace("584.5  114.81  200.91    N/A",
+                                               "584.5  114.81  200.91      3"))
+    code, _, err = scape(capsys, "calibrate", "nccl-tests", str(bad), "--out", "failed",
+                         "--gpu-from", "dgx-a100")
+    assert code == 2 and "the result check reads 3" in err
+    code, _, err = scape(capsys, "calibrate", "nccl-tests", str(A100_AR), "--out", "nogpu")
+    assert code == 2 and "--gpu-from" in err
+    assert not list((tmp_path / "measured").glob("*.toml")) if (tmp_path / "measured").exists() \
+        else True
