@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import csv
 import itertools
+import os
 import re
 import subprocess
 import sys
@@ -64,6 +65,15 @@ def cases(tmp: Path) -> list[list[str]]:
     out += [["report", "scaling", "-m", v, "-H", "dgx-h100", "--out", str(tmp / "r")]
             for v in BAD_NAMES]
     out += [["calibrate", "refit", "--profile", v] for v in BAD_NAMES]
+    logs = REPO / "tests" / "fixtures" / "nccl-tests"
+    log = str(logs / "a100-sxm4-40gb-all_reduce.out")
+    given = {"--out": "hostile-nccl", "--gpu-from": "dgx-a100"}
+    out += [["calibrate", "nccl-tests", v, "--out", "x", "--gpu-from", "dgx-a100"]
+            for v in (str(afile), str(tmp / "none.out"), "")]
+    for flag in ("--out", "--gpu-from", "--op", "--holdout", "--min-size"):
+        rest = [x for k, v in given.items() if k != flag for x in (k, v)]
+        out += [["calibrate", "nccl-tests", log, *rest, flag, v]
+                for v in [*BAD_NAMES, "0", "-1", "nan"]]
     out += [["train", "--cleanup", v] for v in (str(afile), str(tmp / "none"), "")]
     out += [["train", "--steps", v, "--out", str(tmp / "t")] for v in ("0", "-1", "abc", "")]
     out += [["train", "--model", v, "--steps", "1"] for v in BAD_NAMES]
@@ -87,7 +97,9 @@ def judge(code: int | None, out: str, err: str) -> str:
         return f"exit {code}"
     if not out.strip():
         return "exit 0, nothing printed"
-    if re.search(r"(?<![A-Za-z_])(nan|inf)(?![A-Za-z_])", out, flags=re.IGNORECASE):
+    # a number that is nan or inf: a cell of its own (a path or name holding "nan" is not)
+    if re.search(r"(?:^|(?<=[\s,:=\[]))[-+]?(nan|inf)(?=[\s,\]]|$)", out,
+                 flags=re.IGNORECASE | re.MULTILINE):
         return "nan or inf in the output"
     return ""
 
@@ -111,6 +123,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="scape-hostile-") as tmp:
         todo = cases(Path(tmp))
         t0 = time.monotonic()
+        # profiles the cases write go to this run's own folder, never the user's
+        os.environ["SCAPE_PROFILE_DIR"] = str(Path(tmp) / "profiles")
         with ThreadPoolExecutor(a.jobs) as pool:
             results = list(pool.map(run, todo))
     failed = [r for r in results if r[2]]

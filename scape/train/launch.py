@@ -148,8 +148,7 @@ def launch(cfg: TrainConfig, nprocs: int, backend: str = "gloo", netbed=None,
     meter = StepMeter(out / "log.jsonl", cfg.last_step) if progress else None
     # the absolute path: `scape train --cleanup OUT` knows the run's processes by it
     returncode = run_ranks(["scape.train.worker", str(config_file.resolve())], nprocs, netbed,
-                           env,
-                           out / "launcher.log", cfg.timeout_s * 2 + 60 + 60 * cfg.steps,
+                           env, out / "launcher.log", cfg.timeout_s * 2 + 60 + 60 * cfg.steps,
                            meter)
     if meter is not None:
         meter.done()
