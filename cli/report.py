@@ -68,7 +68,8 @@ def reproduce(
                       on=["model", "scheme", "sparsity"]).assign(compute_profile=compute_profile)
     measured_cols = [c for c in df.columns if c.endswith("_measured_compute")]
     if fmt != "table":
-        cols = ["model", "scheme", "sparsity", "step_time_s", "speedup_vs_dense_adams",
+        cols = ["model", "scheme", "sparsity", "step_time_s", "exposed_comm_s",
+                "speedup_vs_dense_adams",
                 "end_to_end_reduction", "paper_metric", "paper_value", "predicted_value",
                 "table_value", "hardware", "what_if_hardware", "what_if_step_time_s",
                 "what_if_speedup", "memory_GB", "fits_memory", *measured_cols,
