@@ -53,8 +53,10 @@ def in_process(runs: int) -> dict:
                        activations.layer_memory, pipeline.pipeline_bound):
             cached.cache_clear()  # each run from cold, as a fresh process is
         from simulator import step as step_module
+        from simulator import tp_overlap
 
-        step_module._FWD_BWD.clear()
+        step_module.FWD_BWD.clear()
+        tp_overlap.TP_COLLECTIVES.clear()
         t0 = time.perf_counter()
         cands, _ = candidates(req)
         t1 = time.perf_counter()

@@ -64,15 +64,22 @@ class Machine:
         return self.ranks / self.nodes
 
 
+def group_shape(hw: HardwareProfile, ranks: int, nodes: int | None = None
+                ) -> tuple[int, int, float]:
+    """(nodes, GPUs of the group per node, the group's NICs on a node) of `ranks` GPUs of `hw`
+    on `nodes` nodes (default: as few as hold them)."""
+    nodes = math.ceil(ranks / hw.node.gpus_per_node) if nodes is None else nodes
+    g = max(1, ranks // nodes)
+    return nodes, g, hw.nic.nics_per_node * g / hw.node.gpus_per_node
+
+
 def machine(hw: HardwareProfile, ranks: int, nodes: int | None = None) -> Machine | None:
     """The tuner's view of `ranks` GPUs of `hw` on `nodes` nodes (default: as few as hold
     them); None when the profile does not describe NCCL (no [nccl] table: measured gloo
     profiles, or profiles not yet given one)."""
     if hw.nccl is None:
         return None
-    nodes = math.ceil(ranks / hw.node.gpus_per_node) if nodes is None else nodes
-    g = max(1, ranks // nodes)  # GPUs of the group per node
-    nics = hw.nic.nics_per_node * g / hw.node.gpus_per_node  # the group's NICs on a node
+    nodes, g, nics = group_shape(hw, ranks, nodes)
     inter = hw.inter_node_Bps * nics / g / 1e9 if nodes > 1 else 0.0
     transport = hw.transport.kind if hw.transport else "ib-verbs"
     nvlink = hw.intra_node.kind == "nvlink"
@@ -123,9 +130,7 @@ def tuner_view(hw: HardwareProfile, ranks: int, nodes: int | None = None) -> Mac
     arch = next((a for key, a in ARCH_OF_GPU if key in hw.gpu.model), None)
     if arch is None:
         return None
-    nodes = math.ceil(ranks / hw.node.gpus_per_node) if nodes is None else nodes
-    g = max(1, ranks // nodes)
-    nics = hw.nic.nics_per_node * g / hw.node.gpus_per_node
+    nodes, g, nics = group_shape(hw, ranks, nodes)
     inter = hw.nic.bw_Gbps / 8 * nics / g if nodes > 1 else 0.0
     nvlink = hw.intra_node.kind == "nvlink"
     # one GPU per node: its ring leaves through the NIC, the NIC's rate is the graph's

@@ -45,6 +45,7 @@ from simulator.cp_comm import cp_bytes_per_layer, layer_cp_s
 from simulator.engine import PhaseCache, Span, execute
 from simulator.flows import FlowNetwork
 from simulator.network import Topology, build_topology
+from simulator.profile_memo import ProfileMemo
 from simulator.step_config import StepConfig, StepResult
 from simulator.streams import Prefetch, Stream, busy_overlap, pipeline_send_s, union_length
 from simulator.tp_overlap import layer_tp_s, tp_bytes_per_layer
@@ -95,28 +96,19 @@ class _StepCosts:
         return p, cfg.accum, v, fwd, bwd, self._send_s(), layers
 
 
-# fwd_bwd of the steps priced last, by their hardware profile (identity: profiles hold dicts
-# and do not hash; the profile is kept with its entries, so its id cannot be reused while they
-# live) and the step's shape: a planner prices thousands of layouts that share a tensor-
-# parallel degree, micro-batch and policy, and differ only in data and pipeline degrees
-_FWD_BWD: dict[tuple, tuple] = {}
-_FWD_BWD_MAX = 4096
+# fwd_bwd per hardware profile and step shape: a planner prices thousands of layouts that
+# share a tensor-parallel degree, micro-batch and policy, and differ only in data and pipeline
+# degrees
+FWD_BWD = ProfileMemo()
 
 
 def _fwd_bwd(cfg: StepConfig):
-    key = (id(cfg.hardware), cfg.model, cfg.micro_batch, cfg.seq, cfg.tp, cfg.accum, cfg.mfu,
-           cfg.recompute, cfg.sequence_parallel and cfg.tp > 1, cfg.attention, cfg.cp, cfg.fp8)
-    hit = _FWD_BWD.get(key)
-    if hit is not None and hit[0] is cfg.hardware:
-        return hit[1]
-    times = fwd_bwd(cfg.model, cfg.hardware, cfg.micro_batch, cfg.seq, cfg.tp, cfg.accum,
-                    mfu=cfg.mfu, recompute=cfg.recompute,
-                    sequence_parallel=cfg.sequence_parallel and cfg.tp > 1,
-                    attention=cfg.attention, cp=cfg.cp, fp8=cfg.fp8)
-    if len(_FWD_BWD) >= _FWD_BWD_MAX:
-        _FWD_BWD.clear()
-    _FWD_BWD[key] = (cfg.hardware, times)
-    return times
+    key = (cfg.model, cfg.micro_batch, cfg.seq, cfg.tp, cfg.accum, cfg.mfu, cfg.recompute,
+           cfg.sequence_parallel and cfg.tp > 1, cfg.attention, cfg.cp, cfg.fp8)
+    return FWD_BWD.get(cfg.hardware, key, lambda: fwd_bwd(
+        cfg.model, cfg.hardware, cfg.micro_batch, cfg.seq, cfg.tp, cfg.accum, mfu=cfg.mfu,
+        recompute=cfg.recompute, sequence_parallel=cfg.sequence_parallel and cfg.tp > 1,
+        attention=cfg.attention, cp=cfg.cp, fp8=cfg.fp8))
 
 
 class _StepSim(_StepCosts):

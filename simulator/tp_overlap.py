@@ -31,6 +31,7 @@ from simulator.collective import calibrated
 from simulator.compute import pricing
 from simulator.engine import PhaseCache, time_alone
 from simulator.network import build_topology
+from simulator.profile_memo import ProfileMemo
 from simulator.roofline import gemm_s
 from simulator.shapes import Gemm, layer_shapes
 
@@ -46,25 +47,21 @@ def tp_collective_s(cfg, op: str, algo: str, value_bytes: float | None = None) -
         return 0.0
     size = cfg.activation_values * (cfg.dtypes.param_bytes if value_bytes is None
                                     else value_bytes)
-    # the planner asks the same collective for every scheme of a layout: remembered per
-    # profile object (kept in the entry, so its id is not reused while the entry lives)
-    key = (id(cfg.hardware), op, algo, cfg.tp, size)
-    hit = _SEEN.get(key)
-    if hit is not None and hit[0] is cfg.hardware:
-        return hit[1]
-    node = build_topology(cfg.hardware, cfg.tp)
-    c = calibrated(cfg.hardware, op, algo, cfg.tp, size, nodes=1)
-    phases = c.applied(PhaseCache(node).phases(op, c.algo, [np.arange(cfg.tp)], c.moved))
+    # the planner asks the same collective for every scheme of a layout
+    return TP_COLLECTIVES.get(cfg.hardware, (op, algo, cfg.tp, size),
+                              lambda: _tp_collective_s(cfg.hardware, op, algo, cfg.tp, size))
+
+
+def _tp_collective_s(hw, op: str, algo: str, tp: int, size: float) -> float:
+    node = build_topology(hw, tp)
+    c = calibrated(hw, op, algo, tp, size, nodes=1)
+    phases = c.applied(PhaseCache(node).phases(op, c.algo, [np.arange(tp)], c.moved))
     # no launch floor inside a step: the host enqueues ahead of the GPU (the floor is what
     # nccl-tests' back-to-back calls measure)
-    seconds = max(time_alone(node, phases), c.min_s) + c.overhead_s
-    if len(_SEEN) > 4096:
-        _SEEN.clear()
-    _SEEN[key] = (cfg.hardware, seconds)
-    return seconds
+    return max(time_alone(node, phases), c.min_s) + c.overhead_s
 
 
-_SEEN: dict = {}  # tp_collective_s's answers
+TP_COLLECTIVES = ProfileMemo()  # tp_collective_s's answers
 
 
 def _gemm_time(g: Gemm, cfg) -> float:

@@ -403,20 +403,6 @@ def test_a_stopped_peer_ends_the_run_within_one_and_a_half_timeouts(tmp_path):
     assert _processes_naming(str(tmp_path)) == []
 
 
-def _run_processes(marker: str) -> list[int]:
-    """Pids (other than this one) whose command line holds `marker`."""
-    found = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit() or int(d.name) == os.getpid():
-            continue
-        try:
-            if marker in (d / "cmdline").read_bytes().decode(errors="replace"):
-                found.append(int(d.name))
-        except OSError:
-            continue
-    return found
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl PR_SET_PDEATHSIG")
 def test_a_kill_9_of_the_launcher_ends_torchrun_and_every_rank(tmp_path):
     """Issue 45: kill -9 of `scape train` (no handler runs) left torchrun and both ranks
@@ -424,14 +410,15 @@ def test_a_kill_9_of_the_launcher_ends_torchrun_and_every_rank(tmp_path):
     out = tmp_path / "run"
     proc = _training(out, 2, "--nprocs", "2", "--micro-batch", "2", "--seq-len", "32",
                      "--eval-every", "0", "--out", str(out))
-    marker = str(out)  # torchrun's and the ranks' command lines name the run's config in OUT
-    assert _run_processes(marker), "no rank of the run found"
+    from scape.train.cleanup import run_processes  # torchrun and ranks, by the run's config
+
+    assert run_processes(out), "no rank of the run found"
     t0 = time.monotonic()
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
-    while _run_processes(marker) and time.monotonic() - t0 < 30:
+    while run_processes(out) and time.monotonic() - t0 < 30:
         time.sleep(0.1)
-    left = _run_processes(marker)
+    left = run_processes(out)
     for pid in left:  # never leave them behind, whatever the test says
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
