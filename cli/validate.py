@@ -13,7 +13,7 @@ from cli.app import app
 from cli.common import NETBED_HELP, SHARE_GPU_HELP, BackendChoice, Format3, _netbed, _rank_counts
 from cli.outputs import out_folder, output_file
 from profiles import ProfileError, UserError, check_profile, load_hardware, load_model
-from reports.roles import role_lines
+from reports.roles import line, role_lines
 from reports.tables import check_format, render
 from reports.validate import DEFAULT_SCHEMES as VALIDATE_SCHEMES
 from scape.train.devices import gpu_sharing
@@ -281,21 +281,15 @@ def _validate_external(name: str, profile: str | None, out: str | None, fmt: str
         text = x.fitted_profile_text(fit, base, path.stem, command, meta["transport"])
         _write_checked(path, text)
         files["profile"] = path
-    stats = x.summary(table)
     mem = x.memory_summary(meta["memory"])
     if fmt == "json":  # the rows; the fit, the memory rows and the skipped rows: files["json"]
         print(render(table, "json"))
         return
+    by_role = {r: table.loc[table["role"] == r, "error_pct"] for r in ("held-out", "in-sample")}
     header = (f"{name} on profile {hardware} ({base.path}): {x.protocol_text(fit)}\n"
-              f"held out (every SCAPE row): {stats['predicted_rows']} rows, median |error| "
-              f"{stats['median_abs_error_pct']:.1f}%, max {stats['max_abs_error_pct']:.1f}%, "
-              f"median {stats['median_error_pct']:+.1f}%\n"
-              f"in sample (dense step rows, sums of fitted rows): "
-              f"{stats['in_sample']['rows']} rows, median |error| "
-              f"{stats['in_sample']['median_abs_error_pct']:.1f}%, max "
-              f"{stats['in_sample']['max_abs_error_pct']:.1f}%, median "
-              f"{stats['in_sample']['median_error_pct']:+.1f}%\n"
-              f"memory (nothing fitted): "
+              + line("held out (every SCAPE row)", by_role["held-out"]) + "\n"
+              + line("in sample (dense step rows, sums of fitted rows)", by_role["in-sample"])
+              + "\nmemory (nothing fitted): "
               f"{mem['memory_rows']} rows, median |error| {mem['median_abs_error_pct']:.1f}%, "
               f"max {mem['max_abs_error_pct']:.1f}%; {len(meta['skipped'])} rows not predicted "
               f"(listed in the JSON); saved " + ", ".join(str(f) for f in files.values()))
