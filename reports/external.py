@@ -275,30 +275,59 @@ def write_outputs(table: pd.DataFrame, fit: ExternalFit, meta: dict, out: Path) 
     return files
 
 
+VARIANTS = ("-distopt-offload", "-distopt")  # the run options a series name ends with
+
+
+def _family(series: str) -> tuple[str, str]:
+    """A series split into its scheme family and its run variant: "scape-d0.1-distopt" is
+    ("scape-d0.1", "distopt"), "adams" is ("adams", "plain")."""
+    for suffix in VARIANTS:
+        if series.endswith(suffix):
+            return series.removesuffix(suffix), suffix.removeprefix("-")
+    return series, "plain"
+
+
 def figure(table: pd.DataFrame, path: Path) -> Path:
-    import matplotlib
+    """Step time against GPUs, measured (dots) and predicted (lines): a row per model, a
+    panel per scheme family (AdamS, SCAPE at each density) so each holds its few run variants
+    (plain, distributed optimizer, offload) in a colour and marker each; log axes labelled
+    with plain numbers (4, 8, 16 GPUs; 0.5, 1, 2 s); rows share their step-time axis."""
+    from reports import figure_style as fs
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    steps = table[table["quantity"] == "step_ms"]
+    steps = table[table["quantity"] == "step_ms"].copy()
+    steps[["family", "variant"]] = [_family(s) for s in steps["series"]]
     models = sorted(steps["model"].unique())
-    fig, axes = plt.subplots(1, len(models), figsize=(6.5 * len(models), 4.8), squeeze=False)
-    for ax, model in zip(axes[0], models, strict=True):
-        part = steps[steps["model"] == model]
-        for i, (series, g) in enumerate(part.groupby("series", sort=False)):
-            g = g.sort_values("gpus")
-            color = f"C{i}"
-            ax.plot(g["gpus"], g["measured_s"], "o", color=color, label=f"{series} measured")
-            ax.plot(g["gpus"], g["predicted_s"], "-", color=color, alpha=0.7)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
+    families = list(dict.fromkeys(steps["family"]))
+    variants = [v for v in ("plain", *(s.removeprefix("-") for s in reversed(VARIANTS)))
+                if v in set(steps["variant"])]
+    style = {v: {"color": f"C{i}", "marker": "os^"[i % 3]} for i, v in enumerate(variants)}
+    fig, axes = fs.figure(len(families), len(models), sharey="row",
+                          figsize=(3.6 * len(families) + 1.6, 3.4 * len(models)))
+    for row, model in zip(axes, models, strict=True):
+        for ax, family in zip(row, families, strict=True):
+            part = steps[(steps["model"] == model) & (steps["family"] == family)]
+            for variant, g in part.groupby("variant", sort=False):
+                g = g.sort_values("gpus")
+                ax.plot(g["gpus"], g["measured_s"], linestyle="none", label=variant,
+                        **style[variant])
+                ax.plot(g["gpus"], g["predicted_s"], "-", color=style[variant]["color"],
+                        alpha=0.7)
+            fs.gpu_axis(ax, sorted(steps["gpus"].unique()), rotation=0)
+            ax.set_yscale("log")
+            fs.plain_log_axis(ax.yaxis)
+            ax.set_title(f"{model}: {family}", fontsize=9)
+            ax.grid(True, which="both", alpha=0.3)
+        row[0].set_ylabel("step time (s)")
+    for ax in axes[-1]:
         ax.set_xlabel("GPUs")
-        ax.set_ylabel("step time (s): dots measured, lines predicted")
-        ax.set_title(model)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    handles = [_variant_handle(style[v], v) for v in variants]
+    fig.legend(handles=handles, loc="outside right upper", fontsize=8,
+               title="dots: measured\nlines: predicted", title_fontsize=8)
+    return fs.save(fig, path)
+
+
+def _variant_handle(style: dict, label: str):
+    """A legend entry: the variant's marker on its predicted line."""
+    from matplotlib.lines import Line2D
+
+    return Line2D([], [], linestyle="-", label=label, **style)

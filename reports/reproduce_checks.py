@@ -38,33 +38,68 @@ def sensitivity(hw: HardwareProfile) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def sensitivity_figure(df: pd.DataFrame, path: Path, hardware: str) -> Path:
-    import matplotlib
+def _nic_label(hw: HardwareProfile | None) -> tuple[str, float | None]:
+    """The NIC sweep's axis label, as what it plots: the NIC's line rate, which a transport
+    (vista-gh200-socket: NCCL over TCP sockets) moves only a fraction of; and that fraction
+    (None where the NIC's own efficiency applies, or the profile is unknown)."""
+    per = "per NIC" if hw is None or hw.nic.nics_per_node != 1 else "per node, one NIC"
+    if hw is None or hw.transport is None:
+        return f"NIC line rate (Gb/s {per})", None
+    eff = hw.transport.efficiency
+    return (f"NIC line rate (Gb/s {per}); the {hw.transport.kind} transport moves "
+            f"{100 * eff:.2g}% of it"), eff
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for ax, (sweep, xlabel) in zip(axes, (("nic_Gbps", "NIC bandwidth per node (Gb/s)"),
-                                          ("micro_batch", "micro-batch size (grad-accum as in "
-                                           "the setting)")), strict=True):
+def _profile(hardware: str | HardwareProfile) -> HardwareProfile | None:
+    """The profile behind a name (None where it is no profile here: the figure still draws,
+    with the plain line-rate label)."""
+    if isinstance(hardware, HardwareProfile):
+        return hardware
+    try:
+        return load_hardware(hardware)
+    except UserError:
+        return None
+
+
+def sensitivity_figure(df: pd.DataFrame, path: Path, hardware: str | HardwareProfile) -> Path:
+    """The two sweeps side by side; the NIC axis is the line rate the sweep sets, with what
+    the profile's transport moves of it on a second axis above; one legend below both."""
+    from reports import figure_style as fs
+
+    hw = _profile(hardware)
+    name = hw.name if hw is not None else str(hardware)
+    nic_label, eff = _nic_label(hw)
+    fig, axes = fs.figure(2, figsize=(11, 4.8))
+    for ax, (sweep, xlabel) in zip(axes[0], (("nic_Gbps", nic_label),
+                                             ("micro_batch", "micro-batch size (grad-accum as "
+                                              "in the setting)")), strict=True):
         part = df[df["sweep"] == sweep]
         for model, g in part.groupby("model"):
             ax.plot(g["x"], g["speedup"], marker="o", label=model)
         ax.axhline(3.26, color="grey", linestyle="--", linewidth=1,
                    label="paper: 3.26x (Llama-1.8B)")
-        ax.set_xscale("log", base=2)
         ticks = sorted(part["x"].unique())
-        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
-        ax.set_xlabel(xlabel)
+        fs.gpu_axis(ax, ticks, rotation=0)
+        ax.set_xlabel(fs.wrap(xlabel, 60), fontsize=9)
         ax.set_ylabel("SCAPE 99% step speedup over dense AdamS")
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(f"Sensitivity of the predicted SCAPE speedup ({GPUS} GPUs, {hardware} profile)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+        if sweep == "nic_Gbps" and eff is not None:
+            _moved_axis(ax, ticks, eff)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=len(labels), fontsize=8)
+    fig.suptitle(f"Sensitivity of the predicted SCAPE speedup ({GPUS} GPUs, {name} profile)")
+    return fs.save(fig, path, dpi=120)
+
+
+def _moved_axis(ax, ticks: list[float], eff: float) -> None:
+    """A top axis at the same points: the Gb/s the transport moves at each line rate."""
+    from reports import figure_style as fs
+
+    top = ax.secondary_xaxis("top", functions=(lambda x: x * eff, lambda x: x / eff))
+    fs.plain_log_axis(top.xaxis, [t * eff for t in ticks])
+    top.xaxis.set_major_formatter(fs.plain_formatter(digits=2))
+    top.tick_params(axis="x", which="minor", top=False)
+    top.set_xlabel("moved through the transport (Gb/s)", fontsize=9)
 
 
 def measured_compute(hw: HardwareProfile, compute_profile: str) -> tuple[HardwareProfile, dict]:

@@ -321,11 +321,6 @@ def save(df: pd.DataFrame, out: Path, config: dict) -> list[Path]:
     """CSV with the resolved config and git revision beside it, and a figure."""
     import json
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     out.mkdir(parents=True, exist_ok=True)
     csv = out / "validate.csv"
     with atomic_path(csv) as tmp:  # minutes of runs: whole or not at all
@@ -333,7 +328,17 @@ def save(df: pd.DataFrame, out: Path, config: dict) -> list[Path]:
     meta = out / "validate.json"
     write_text_atomic(meta, json.dumps({**config, "git": git_revision(),
                                         "date": str(date.today()), **summarize(df)}, indent=2))
-    fig, ax = plt.subplots(figsize=(6, 6))
+    png = figure(df, out / "validate.png")
+    return [csv, meta, png]
+
+
+def figure(df: pd.DataFrame, png: Path) -> Path:
+    """Predicted against measured step, one colour per link and rank count, with the +-5%
+    band; the legend below the square plot, where it hides no point."""
+    from reports import figure_style as fs
+
+    fig, axes = fs.figure(figsize=(6.5, 7))
+    ax = axes[0][0]
     for (netbed, ranks), group in df.groupby(["netbed", "ranks"]):
         ax.scatter(group["measured_step_s"] * 1e3, group["predicted_step_s"] * 1e3,
                    label=f"{netbed}, {ranks} ranks", s=25)
@@ -343,12 +348,8 @@ def save(df: pd.DataFrame, out: Path, config: dict) -> list[Path]:
                     label="±5%")
     ax.set(xlabel="measured median step (ms)", ylabel="predicted step (ms)", xlim=(0, hi),
            ylim=(0, hi), title="scape validate: predicted against measured")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    png = out / "validate.png"
-    fig.savefig(png, dpi=120)
-    plt.close(fig)
-    return [csv, meta, png]
+    fs.legend_outside(ax, "lower center", ncols=2)
+    return fs.save(fig, png, dpi=120)
 
 
 def check_profile_complete(hw_path: str) -> None:
