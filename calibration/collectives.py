@@ -29,6 +29,7 @@ from profiles.schema import validate_table
 from scape.plan import WIRE_FACTOR
 from scape.train.devices import backend_env, gpu_sharing, local_gpu, nccl_device
 from vocabulary.atomic import atomic_path
+from vocabulary.suggest import did_you_mean
 from vocabulary.units import format_duration
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all")
@@ -183,7 +184,9 @@ def sweep(nprocs: int, backend: str = "gloo", netbed=None, ops=OPS, sizes=DEFAUL
         raise UserError(f"a collective needs at least 2 ranks, got --nprocs {nprocs}")
     unknown = set(ops) - set(OPS)
     if unknown:
-        raise UserError(f"unknown collective(s) {sorted(unknown)}; choose from {', '.join(OPS)}")
+        hint = "".join(did_you_mean(u, OPS) for u in sorted(unknown))
+        raise UserError(f"unknown collective(s) {sorted(unknown)}{hint}; choose from "
+                        f"{', '.join(OPS)}")
     out = Path(tempfile.mkdtemp(prefix="scape-calibrate-"))
     keep = False  # the folder stays only where an error message points into it
     try:

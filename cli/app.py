@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import signal
 import sys
 import threading
@@ -21,6 +22,7 @@ from typer.core import TyperCommand
 from cli.outputs import CREATED, remove_created
 from profiles import UserError
 from vocabulary.errors import Terminated, catch_terminating, restore
+from vocabulary.suggest import did_you_mean
 
 
 class StrictCommand(TyperCommand):
@@ -100,7 +102,7 @@ class App(StrictTyper):
         except click_exc.ClickException as exc:
             if not exc.format_message():  # e.g. a group called without a command: help shown
                 sys.exit(exc.exit_code)
-            _fail(exc.format_message())
+            _fail(_with_suggestion(exc))
         finally:
             if rv not in (None, 0) or sys.exc_info()[0] is not None:
                 remove_created()  # refused, failed or stopped: no empty folder left behind
@@ -111,6 +113,32 @@ class App(StrictTyper):
             print("scape: interrupted (SIGINT); every process it started was ended",
                   file=sys.stderr)
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+# typer's refusal of a choice, through pydantic: "Value error, 'x' is not one of 'a', 'b'."
+_REFUSED_CHOICE = re.compile(r"(?:Value error, )?'(?P<got>[^']*)' is not one of "
+                             r"(?P<known>'[^']*'(?:, '[^']*')*)\.?$")
+
+
+def _with_suggestion(exc) -> str:
+    """A click error's message; a refused choice's without pydantic's 'Value error, ' and with
+    the closest valid values (vocabulary/suggest.py); a missing --gpus where -g was typed
+    (nccl-tests' habit) says what -g is."""
+    message = exc.format_message()
+    param, ctx = getattr(exc, "param", None), getattr(exc, "ctx", None)
+    if (isinstance(exc, click_exc.MissingParameter) and getattr(param, "name", "") == "gpus"
+            and ctx is not None and ctx.params.get("gpus_per_process") is not None):
+        return (f"{message[:-1]} (-g is nccl-tests' GPUs per process, --gpus-per-process; "
+                "the GPUs taking part are --gpus N)")
+    if message == "No such option: -g":
+        return f"{message} (the GPUs in the job are --gpus N)"
+    m = _REFUSED_CHOICE.search(message)
+    if m is None:
+        return message
+    known = re.findall(r"'([^']*)'", m["known"])
+    head = message[: m.start()]
+    return (f"{head}{m['got']!r} is not one of {', '.join(map(repr, known))}"
+            f"{did_you_mean(m['got'], known)}")
 
 
 # what a command that runs the real optimizer says where torch is not installed

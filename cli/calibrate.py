@@ -19,6 +19,7 @@ from cli.common import (
 from cli.outputs import CREATED, missing_folders
 from profiles import UserError, load_model
 from reports.tables import check_format, render
+from vocabulary.suggest import did_you_mean
 from vocabulary.units import format_bytes, parse_size, parse_sizes
 
 calibrate_app = StrictTyper(help="Measure this machine and write measured/NAME.toml in the user's "
@@ -190,8 +191,9 @@ def _calibrate_kinds(out: str, kinds: str, threads: int, on_gpu: bool) -> None:
     chosen = [k.strip() for k in kinds.split(",") if k.strip()]
     unknown = [k for k in chosen if k not in KERNEL_BENCH]
     if not chosen or unknown:
-        raise UserError(f"--kinds: unknown {', '.join(unknown) or '(none given)'}; choose from "
-                        f"{', '.join(KERNEL_BENCH)}")
+        hint = "".join(did_you_mean(u, KERNEL_BENCH) for u in unknown)
+        raise UserError(f"--kinds: unknown {', '.join(unknown) or '(none given)'}{hint}; "
+                        f"choose from {', '.join(KERNEL_BENCH)}")
     path = _destination(out)
     if not path.exists():
         raise UserError(f"{path} does not exist: run scape calibrate compute --out {out} first")

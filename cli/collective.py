@@ -8,7 +8,7 @@ import pandas as pd
 import typer
 
 from cli.app import app
-from cli.common import AlgoChoice, Format3, OpChoice, ProtoChoice
+from cli.common import ALGO_HELP, AlgoChoice, Format3, OpChoice, ProtoChoice
 from profiles import UserError, load_hardware
 from profiles.external import published_collective
 from reports.fidelity import lookup, shipped
@@ -23,13 +23,12 @@ DEFAULT_SIZES = "1KiB..1GiB"  # without --sizes or a published run's own sizes
 @app.command()
 def collective(
     hardware: str = typer.Option(..., "--hardware", "-H", help="hardware profile name or path"),
-    gpus: int = typer.Option(..., "--gpus", "-g", help="number of GPUs taking part"),
+    # -g is nccl-tests' (GPUs per process), so GPUs taking part are spelled out
+    gpus: int = typer.Option(..., "--gpus", help="number of GPUs taking part (all nodes)"),
     op: OpChoice = typer.Option("all_reduce", "--op",
                            help="all_reduce|reduce_scatter|all_gather|broadcast|all_to_all"),
     algo: AlgoChoice = typer.Option("auto", "--algo",
-                             help="the algorithm, as NCCL_ALGO forces it, or auto (profiles "
-                                  "with [nccl]: what NCCL's tuner picks; others: the fastest "
-                                  "in this model)"),
+                             help=ALGO_HELP),
     proto: ProtoChoice = typer.Option("auto", "--proto",
                               help="ll|ll128|simple|auto: the protocol, as NCCL_PROTO forces "
                                    "it (profiles with [nccl]; others run simple)"),
@@ -37,7 +36,7 @@ def collective(
                               help="list 1KiB,1MiB,1GiB or doubling range 1KiB..8GiB "
                                    "(doubling while not past the end, as nccl-tests: 3..100 "
                                    f"ends at 96) [default: {DEFAULT_SIZES}]"),
-    gpus_per_process: int = typer.Option(None, "--gpus-per-process",
+    gpus_per_process: int = typer.Option(None, "--gpus-per-process", "-g",
                                          help="GPUs one process drives, as nccl-tests' -g: "
                                               "back-to-back calls come no faster than its "
                                               "launches, one per GPU [default: 1, one process "

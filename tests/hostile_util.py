@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-SIM = ("simulate", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16")
+SIM = ("simulate", "-m", "gpt-345m", "-H", "dgx-h100", "--gpus", "16")
 
 
 def _refused(code: int, err: str, match: str) -> None:

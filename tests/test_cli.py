@@ -39,14 +39,14 @@ def test_collective_json_over_every_hardware(capsys, name):
 @pytest.mark.parametrize("op", ["all_reduce", "reduce_scatter", "all_gather", "broadcast",
                                 "all_to_all"])
 def test_collective_table_and_csv(capsys, op):
-    code, out, _ = scape(capsys, "collective", "-H", "dgx-h100", "-g", "16", "--op", op,
+    code, out, _ = scape(capsys, "collective", "-H", "dgx-h100", "--gpus", "16", "--op", op,
                          "--sizes", "1KiB..1MiB")
     assert code == 0
     lines = [ln for ln in out.splitlines() if not ln.startswith("#")]
     assert lines[0].split() == ["size_bytes", "size", "time_us", "algbw_GBps", "busbw_GBps",
                                 "algo", "proto", "held_out"]
     assert len(lines) == 1 + 11  # 1KiB doubling to 1MiB
-    code, out, _ = scape(capsys, "collective", "-H", "dgx-h100", "-g", "16", "--op", op,
+    code, out, _ = scape(capsys, "collective", "-H", "dgx-h100", "--gpus", "16", "--op", op,
                          "--sizes", "1KiB,1MiB", "--format", "csv")
     assert code == 0 and out.splitlines()[0].startswith("op,algo,proto,ranks,size_bytes,time_s")
 
@@ -95,9 +95,9 @@ BAD = [
     (["collective", "-H", "dgx-h100", "--gpus", "12"], "multiple of the node size"),
     (["collective", "-H", "dgx-h100", "--gpus", "x"], "--gpus"),
     (["collective", "--gpus", "8"], "Missing option"),
-    (["collective", "-H", "dgx-h100", "-g", "8", "--format", "xml"],
+    (["collective", "-H", "dgx-h100", "--gpus", "8", "--format", "xml"],
      "Invalid value for '--format'"),
-    (["collective", "-H", "dgx-h100", "-g", "8", "--algo", "tree", "--op", "all_gather"],
+    (["collective", "-H", "dgx-h100", "--gpus", "8", "--algo", "tree", "--op", "all_gather"],
      "no algorithm 'tree'"),
     (["profiles", "show", "gpt-9"], "unknown profile 'gpt-9'"),
     # calibration, validation and the testbed fail before any measuring starts
@@ -133,11 +133,11 @@ def test_profiles_check_malformed_file(capsys, tmp_path):
 def test_entry_points(launcher):
     if not Path(launcher[0]).exists():
         pytest.skip(f"{launcher[0]} not installed (run through make test)")
-    ok = subprocess.run([*launcher, "collective", "-H", "vista-gh200", "-g", "32", "--sizes",
+    ok = subprocess.run([*launcher, "collective", "-H", "vista-gh200", "--gpus", "32", "--sizes",
                          "1GiB", "--format", "json"], cwd=REPO, capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)[0]["size_bytes"] == 2**30
-    bad = subprocess.run([*launcher, "collective", "-H", "vista-gh200", "-g", "0"], cwd=REPO,
+    bad = subprocess.run([*launcher, "collective", "-H", "vista-gh200", "--gpus", "0"], cwd=REPO,
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
     helped = subprocess.run([*launcher, "--help"], cwd=REPO, capture_output=True, text=True)
@@ -153,7 +153,7 @@ def test_collective_beside_a_published_run(capsys):
     with (REPO / "profiles" / "external" / "public-collectives.csv").open() as f:
         want = {int(r["size_bytes"]): float(r["time_us"]) for r in csv.DictReader(f)
                 if r["case"] == "A1-nvls"}
-    code, out, _ = scape(capsys, "collective", "-H", "dgx-h100", "-g", "8", "--published",
+    code, out, _ = scape(capsys, "collective", "-H", "dgx-h100", "--gpus", "8", "--published",
                          "A1-nvls", "--format", "json")
     assert code == 0
     rows = json.loads(out)
@@ -161,7 +161,7 @@ def test_collective_beside_a_published_run(capsys):
     for r in rows:
         assert r["published_case"] == "A1-nvls" and r["published_us"] == want[r["size_bytes"]]
         assert r["error_pct"] == pytest.approx(100 * (r["time_s"] * 1e6 / r["published_us"] - 1))
-    code, out, _ = scape(capsys, "collective", "-H", "dgx-h100", "-g", "8", "--published",
+    code, out, _ = scape(capsys, "collective", "-H", "dgx-h100", "--gpus", "8", "--published",
                          "A1-nvls", "--sizes", "1KiB,8MiB", "--format", "json")
     first, second = json.loads(out)
     assert first["published_us"] is None and second["published_us"] == want[8 << 20]
@@ -170,20 +170,20 @@ def test_collective_beside_a_published_run(capsys):
     assert all(r["gpus_per_process"] == 8 for r in rows)
     assert rows[0]["time_s"] >= 8 * load_hardware("dgx-h100").nccl.launch_us * 1e-6
     for args, message in (
-            (["-g", "16"], "ran all_reduce on 8 GPUs of dgx-h100"),
-            (["-g", "8", "--proto", "ll"], "no --proto"),
-            (["-g", "8", "--gpus-per-process", "1"], "no --gpus-per-process"),
-            (["-g", "8", "--algo", "ring"], "--algo auto")):
+            (["--gpus", "16"], "ran all_reduce on 8 GPUs of dgx-h100"),
+            (["--gpus", "8", "--proto", "ll"], "no --proto"),
+            (["--gpus", "8", "--gpus-per-process", "1"], "no --gpus-per-process"),
+            (["--gpus", "8", "--algo", "ring"], "--algo auto")):
         code, _, err = scape(capsys, "collective", "-H", "dgx-h100", *args, "--published",
                              "A1-nvls")
         assert code == 2 and message in err
-    code, _, err = scape(capsys, "collective", "-H", "dgx-h100", "-g", "8", "--published", "A9")
+    code, _, err = scape(capsys, "collective", "-H", "dgx-h100", "--gpus", "8", "--published", "A9")
     assert code == 2 and "unknown published case 'A9'; known: A1-nvls" in err
 
 
 def test_simulate_json_and_trace(capsys, tmp_path):
     trace = tmp_path / "step.json"
-    code, out, _ = scape(capsys, "simulate", "-m", "llama-1.8b", "-H", "vista-gh200", "-g",
+    code, out, _ = scape(capsys, "simulate", "-m", "llama-1.8b", "-H", "vista-gh200", "--gpus",
                          "32", "-s", "scape:0.99", "--micro-batch", "8", "--global-batch",
                          "1024", "--trace", str(trace), "--format", "json")
     assert code == 0
@@ -199,7 +199,7 @@ def test_attention_flash2_slows_an_h100_step_and_says_so(capsys):
     cuDNN kernel); the row carries the option it ran with."""
     rows = {}
     for kernel in ("flash", "flash2"):
-        code, out, _ = scape(capsys, "simulate", "-m", "llama-7b", "-H", "dgx-h100", "-g", "8",
+        code, out, _ = scape(capsys, "simulate", "-m", "llama-7b", "-H", "dgx-h100", "--gpus", "8",
                              "-s", "dense-zero3", "--micro-batch", "2", "--attention", kernel,
                              "--format", "json")
         assert code == 0
@@ -213,11 +213,11 @@ def test_attention_is_refused_where_an_mfu_prices_the_step(capsys):
     refused, not ignored; left out, the step runs and its row says flash."""
     for args, how in ((["-H", "dgx-h100", "--mfu", "0.5"], "mfu 0.5 (given)"),
                       (["-H", "vista-gh200"], "([compute])")):
-        code, _, err = scape(capsys, "simulate", "-m", "llama-1.8b", "-g", "8", "-s",
+        code, _, err = scape(capsys, "simulate", "-m", "llama-1.8b", "--gpus", "8", "-s",
                              "dense-adams", *args, "--attention", "unfused")
         assert code == 2 and "--attention unfused: forward and backward are priced by" in err
         assert how in err
-        code, out, _ = scape(capsys, "simulate", "-m", "llama-1.8b", "-g", "8", "-s",
+        code, out, _ = scape(capsys, "simulate", "-m", "llama-1.8b", "--gpus", "8", "-s",
                              "dense-adams", *args, "--format", "json")
         assert code == 0 and json.loads(out)[0]["attention"] == "flash"
 
@@ -225,7 +225,7 @@ def test_attention_is_refused_where_an_mfu_prices_the_step(capsys):
 def test_sparsity_flag_reaches_the_scheme(capsys):
     rows = {}
     for s in ("0.9", "0.99"):
-        code, out, _ = scape(capsys, "simulate", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16",
+        code, out, _ = scape(capsys, "simulate", "-m", "gpt-345m", "-H", "dgx-h100", "--gpus", "16",
                              "-s", "scape-partitioned", "--sparsity", s, "--format", "json")
         assert code == 0
         (rows[s],) = json.loads(out)
@@ -238,14 +238,14 @@ def test_sync_flag_reaches_the_scheme(capsys):
     (scape/plan/scape_partitioned.py), same bytes."""
     rows = {}
     for sync in ("gradient", "momentum"):
-        code, out, _ = scape(capsys, "simulate", "-m", "gpt-345m", "-H", "vista-gh200", "-g",
+        code, out, _ = scape(capsys, "simulate", "-m", "gpt-345m", "-H", "vista-gh200", "--gpus",
                              "32", "-s", "scape-partitioned:0.99", "--sync", sync, "--format",
                              "json")
         assert code == 0
         (rows[sync],) = json.loads(out)
     assert rows["momentum"]["compression_s"] > rows["gradient"]["compression_s"]
     assert rows["momentum"]["bytes_per_gpu"] == rows["gradient"]["bytes_per_gpu"]
-    code, out, _ = scape(capsys, "compare", "-m", "gpt-345m", "-H", "vista-gh200", "-g", "32",
+    code, out, _ = scape(capsys, "compare", "-m", "gpt-345m", "-H", "vista-gh200", "--gpus", "32",
                          "--schemes", "dense-adams,scape-partitioned:0.99", "--sync", "momentum",
                          "--format", "json")
     scape_row = next(r for r in json.loads(out) if r["scheme"] == "scape-partitioned:0.99")
@@ -255,7 +255,7 @@ def test_sync_flag_reaches_the_scheme(capsys):
 
 def test_density_warmup_gives_run_averages(capsys):
     """--density-warmup W averages SCAPE's step over a run (W steps unless --run-steps)."""
-    args = ("compare", "-m", "gpt-345m", "-H", "vista-gh200", "-g", "32", "--schemes",
+    args = ("compare", "-m", "gpt-345m", "-H", "vista-gh200", "--gpus", "32", "--schemes",
             "dense-adams,scape-partitioned:0.99", "--density-warmup", "1000", "--format",
             "json")
     code, out, _ = scape(capsys, *args)
@@ -268,7 +268,7 @@ def test_density_warmup_gives_run_averages(capsys):
     code, out, _ = scape(capsys, *args, "--run-steps", "100000")  # 1% of the run warms up
     longer = {r["scheme"]: r for r in json.loads(out)}["scape-partitioned:0.99"]
     assert longer["run_speedup"] > sp["run_speedup"]
-    code, out, _ = scape(capsys, "simulate", "-m", "gpt-345m", "-H", "vista-gh200", "-g", "32",
+    code, out, _ = scape(capsys, "simulate", "-m", "gpt-345m", "-H", "vista-gh200", "--gpus", "32",
                          "-s", "scape-partitioned:0.99", "--density-warmup", "1000", "--format",
                          "json")
     (row,) = json.loads(out)
@@ -281,7 +281,7 @@ def test_dense_steps_and_linear_warmup_in_simulate(capsys):
     covers D + W steps by default, costs more than the steady step (dense steps send all N)
     and the JSON says which schedule it ran."""
     code, out, _ = scape(capsys, "simulate", "-m", "llama-500m", "-H", "vista-gh200-socket",
-                         "-g", "32", "-s", "scape:0.9", "--micro-batch", "16",
+                         "--gpus", "32", "-s", "scape:0.9", "--micro-batch", "16",
                          "--density-dense-steps", "200", "--density-warmup", "800",
                          "--density-shape", "linear", "--format", "json")
     (row,) = json.loads(out)
@@ -292,7 +292,7 @@ def test_dense_steps_and_linear_warmup_in_simulate(capsys):
 
 
 def test_compare_has_speedup_over_baseline(capsys):
-    code, out, _ = scape(capsys, "compare", "-m", "gpt-345m", "-H", "vista-gh200", "-g", "32",
+    code, out, _ = scape(capsys, "compare", "-m", "gpt-345m", "-H", "vista-gh200", "--gpus", "32",
                          "--schemes", "dense-adams,scape:0.99,topk:0.9", "--format", "json")
     assert code == 0
     rows = {r["scheme"]: r for r in json.loads(out)}
@@ -302,24 +302,25 @@ def test_compare_has_speedup_over_baseline(capsys):
 
 
 STEP_BAD = [
-    (["simulate", "-m", "llama-1.8b", "-H", "vista-gh200", "-g", "32", "-s", "scape-partitioned",
-      "--sparsity", "1.0"], "sparsity must be in [0, 1)"),
-    (["simulate", "-m", "llama-1.8b", "-H", "dgx-h100", "-g", "33"], "multiple of the node size"),
-    (["simulate", "-m", "llama-1.8b", "-H", "vista-gh200", "-g", "33", "--micro-batch", "8",
+    (["simulate", "-m", "llama-1.8b", "-H", "vista-gh200", "--gpus", "32", "-s",
+      "scape-partitioned", "--sparsity", "1.0"], "sparsity must be in [0, 1)"),
+    (["simulate", "-m", "llama-1.8b", "-H", "dgx-h100", "--gpus", "33"],
+     "multiple of the node size"),
+    (["simulate", "-m", "llama-1.8b", "-H", "vista-gh200", "--gpus", "33", "--micro-batch", "8",
       "--global-batch", "1024"], "does not split"),
-    (["simulate", "-m", "llama-1.8b", "-H", "dgx-h100", "-g", "16", "-s", "nope"],
+    (["simulate", "-m", "llama-1.8b", "-H", "dgx-h100", "--gpus", "16", "-s", "nope"],
      "unknown scheme 'nope'"),
-    (["simulate", "-m", "llama-1.8b", "-H", "dgx-h100", "-g", "16", "--tp", "3"],
+    (["simulate", "-m", "llama-1.8b", "-H", "dgx-h100", "--gpus", "16", "--tp", "3"],
      "tensor-parallel degree must divide"),
-    (["compare", "-m", "llama-1.8b", "-H", "dgx-h100", "-g", "16", "--schemes", "scape:x"],
+    (["compare", "-m", "llama-1.8b", "-H", "dgx-h100", "--gpus", "16", "--schemes", "scape:x"],
      "cannot read 'scape:x'"),
-    (["simulate", "-m", "gpt-9", "-H", "dgx-h100", "-g", "16"], "unknown model profile"),
-    (["simulate", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16", "-s", "scape-partitioned:0.99",
-      "--sync", "params"], "Invalid value for '--sync'"),
-    (["compare", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16", "--run-steps", "0"],
+    (["simulate", "-m", "gpt-9", "-H", "dgx-h100", "--gpus", "16"], "unknown model profile"),
+    (["simulate", "-m", "gpt-345m", "-H", "dgx-h100", "--gpus", "16", "-s",
+      "scape-partitioned:0.99", "--sync", "params"], "Invalid value for '--sync'"),
+    (["compare", "-m", "gpt-345m", "-H", "dgx-h100", "--gpus", "16", "--run-steps", "0"],
      "--run-steps must be positive"),
-    (["simulate", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16", "-s", "scape-partitioned:0.99",
-      "--density-warmup", "-5"], "density warm-up must be >= 0"),
+    (["simulate", "-m", "gpt-345m", "-H", "dgx-h100", "--gpus", "16", "-s",
+      "scape-partitioned:0.99", "--density-warmup", "-5"], "density warm-up must be >= 0"),
 ]
 
 
@@ -361,10 +362,10 @@ def test_version(capsys):
 def test_memory_is_shown_refused_in_simulate_and_flagged_in_compare(capsys):
     """A step no GPU can hold: simulate refuses it with the breakdown; compare keeps the row
     with fits_memory false; rows that fit say how much they use."""
-    code, _, err = scape(capsys, "simulate", "-m", "llama-70b", "-H", "dgx-h100", "-g", "8",
+    code, _, err = scape(capsys, "simulate", "-m", "llama-70b", "-H", "dgx-h100", "--gpus", "8",
                          "-s", "dense-adams")
-    assert code == 2 and "needs 435.8 GB per GPU" in err and "78.9 GB usable" in err
-    code, out, _ = scape(capsys, "compare", "-m", "llama-7b", "-H", "dgx-h100", "-g", "64",
+    assert code == 2 and "needs 573.8 GB per GPU" in err and "78.9 GB usable" in err
+    code, out, _ = scape(capsys, "compare", "-m", "llama-7b", "-H", "dgx-h100", "--gpus", "64",
                          "--micro-batch", "1", "--schemes", "dense-adams,scape:0.99",
                          "--format", "json")
     rows = {r["scheme"]: r for r in json.loads(out)}
@@ -373,7 +374,7 @@ def test_memory_is_shown_refused_in_simulate_and_flagged_in_compare(capsys):
     # the authors' reducer without the distributed optimizer keeps AdamS's 8 B and a 4 B
     # residual per parameter on every GPU: 12 B x 6.74e9 parameters alone exceed 78.9 GB
     assert rows["scape:0.99"]["memory_GB"] > 78.9 > rows["dense-adams"]["memory_GB"]
-    code, out, _ = scape(capsys, "simulate", "-m", "llama-1.8b", "-H", "vista-gh200", "-g",
+    code, out, _ = scape(capsys, "simulate", "-m", "llama-1.8b", "-H", "vista-gh200", "--gpus",
                          "32", "-s", "scape:0.99", "--micro-batch", "8", "--format", "json")
     (row,) = json.loads(out)
     assert code == 0 and row["fits_memory"] and row["memory_GB"] == pytest.approx(

@@ -80,7 +80,7 @@ def test_impossible_context_parallel_layouts_are_refused(kw, match):
 
 
 def test_commands_carry_cp_and_no_borrowed_band(capsys):
-    base = ("-m", "llama-70b", "-H", "dgx-h100", "-g", "256", "--tp", "4", "--pp", "4",
+    base = ("-m", "llama-70b", "-H", "dgx-h100", "--gpus", "256", "--tp", "4", "--pp", "4",
             "--micro-batch", "1", "--global-batch", "64", "--seq-len", "8192")
     code, out, err = scape(capsys, "simulate", *base, "--cp", "2", "--format", "json")
     assert code == 0, err

@@ -48,7 +48,7 @@ def test_a_call_finds_the_band_of_runs_like_it(capsys, tmp_path):
     assert got["heldout_rows"] == band.loc[("dgx-h100", "3+", "any", ">=64MiB"), "rows"]
     assert fidelity.lookup("dgx-h100", 8, 8, 1, 2**20)["heldout_rows"] == 0
     assert fidelity.lookup("dgx-h100", 8, 8, 8, 2**20)["heldout_rows"] > 0
-    code, out, err = scape(capsys, "collective", "-H", "dgx-h100", "-g", "32", "--sizes",
+    code, out, err = scape(capsys, "collective", "-H", "dgx-h100", "--gpus", "32", "--sizes",
                            "1GiB", "--format", "json")
     assert code == 0, err
     (row,) = json.loads(out)
@@ -56,7 +56,7 @@ def test_a_call_finds_the_band_of_runs_like_it(capsys, tmp_path):
     assert row["heldout_max_abs_err_pct"] == pytest.approx(got["heldout_max_abs_err_pct"])
     copy = tmp_path / "dgx-h100.toml"
     copy.write_text((REPO / "profiles" / "hardware" / "dgx-h100.toml").read_text())
-    code, out, err = scape(capsys, "collective", "-H", str(copy), "-g", "32", "--sizes",
+    code, out, err = scape(capsys, "collective", "-H", str(copy), "--gpus", "32", "--sizes",
                            "1GiB", "--format", "json")
     assert code == 0, err
     assert json.loads(out)[0]["heldout_rows"] == 0
@@ -86,7 +86,7 @@ def test_a_step_finds_the_band_of_published_steps_like_it(capsys, tmp_path):
     none, and the table says why."""
     band = pd.read_csv(step_fidelity.STEP_BANDS).set_index(["hardware", "layout", "schemes"])
     rows = int(band.loc[("dgx-h100", "data parallel", "dense"), "rows"])
-    step = ("simulate", "-m", "llama-1.8b", "-g", "32", "--micro-batch", "8")
+    step = ("simulate", "-m", "llama-1.8b", "--gpus", "32", "--micro-batch", "8")
 
     def one(*args: str) -> dict:
         code, out, err = scape(capsys, *step, *args, "--format", "json")
@@ -104,12 +104,12 @@ def test_a_step_finds_the_band_of_published_steps_like_it(capsys, tmp_path):
     code, out, err = scape(capsys, *step, "-H", "dgx-h100", "--mfu", "0.4")
     assert code == 0, err
     assert "how sure: unvalidated: its compute is your --mfu 0.4" in out
-    code, out, err = scape(capsys, "compare", "-m", "llama-1.8b", "-H", "dgx-h100", "-g", "32",
+    code, out, err = scape(capsys, "compare", "-m", "llama-1.8b", "-H", "dgx-h100", "--gpus", "32",
                            "--micro-batch", "8", "--schemes", "dense-adamw,scape:0.99")
     assert code == 0, err
     assert f"how sure: {rows} published dense steps on this profile and layout" in out
     assert "scape:0.99: no published step was held out" in out
-    code, out, err = scape(capsys, "compare", "-m", "llama-1.8b", "-H", "dgx-h100", "-g", "32",
+    code, out, err = scape(capsys, "compare", "-m", "llama-1.8b", "-H", "dgx-h100", "--gpus", "32",
                            "--micro-batch", "8", "--schemes", "dense-adamw,scape:0.99",
                            "--format", "json")
     assert code == 0, err

@@ -87,7 +87,7 @@ def test_commands_carry_fp8_and_its_own_band(capsys):
     band = pd.read_csv(step_fidelity.STEP_BANDS).set_index(["hardware", "layout", "schemes"])
     rows = int(band.loc[("dgx-h100", "tensor/pipeline parallel, TP comm overlapped, FP8",
                          "dense"), "rows"])
-    step = ("simulate", "-m", "llama-70b", "-H", "dgx-h100", "-g", "64", "--tp", "8",
+    step = ("simulate", "-m", "llama-70b", "-H", "dgx-h100", "--gpus", "64", "--tp", "8",
             "--micro-batch", "1", "--global-batch", "64", "--tp-comm-overlap", "--format",
             "json")
     code, out, err = scape(capsys, *step, "--fp8")
@@ -97,7 +97,7 @@ def test_commands_carry_fp8_and_its_own_band(capsys):
     code, out, err = scape(capsys, *step)
     assert code == 0, err
     assert json.loads(out)[0]["fp8"] is False
-    code, _, err = scape(capsys, "simulate", "-m", "llama-7b", "-H", "dgx-a100", "-g", "8",
+    code, _, err = scape(capsys, "simulate", "-m", "llama-7b", "-H", "dgx-a100", "--gpus", "8",
                          "--fp8")
     assert code == 2 and "no FP8 GEMM rate" in err
     code, out, err = scape(capsys, "plan", "-m", "gpt-345m", "--tokens", "1e9", "-H",

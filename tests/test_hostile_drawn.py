@@ -47,7 +47,7 @@ def _one_error_line(code: int, err: str, args) -> None:
 def test_simulate_with_drawn_options(capsys, scheme, gpus, micro, seq, sparsity, bits, algo):
     """Whatever is drawn: exit 0 with the asked-for options in the JSON, or exit 2 with one
     error line; no traceback."""
-    args = [*SIM[:5], "-g", str(gpus), "-s", scheme, "--micro-batch", str(micro),
+    args = [*SIM[:5], "--gpus", str(gpus), "-s", scheme, "--micro-batch", str(micro),
             "--seq-len", str(seq), "--algo", algo, "--format", "json"]
     if sparsity is not None:
         args += ["--sparsity", str(sparsity)]
@@ -97,14 +97,14 @@ def _drawn(draw, flags: dict):
 FAST_COMMANDS = {
     "compare": _drawn({
         "-m": _good(["gpt-345m", "tiny-gpt"]), "-H": _good(["dgx-h100", "vista-gh200-socket"]),
-        "-g": _good(["16", "32"]),
+        "--gpus": _good(["16", "32"]),
         "--schemes": _good(["dense-adams,scape-partitioned:0.99", "topk:0.9,scape-partitioned",
                             "scape:0.9,scape-partitioned,quantized:4"]),
         "--baseline": _good(["dense-adams", "topk:0.9", "scape-partitioned"]),
         "--micro-batch": _good(["1", "2"]), "--sync": _good(["momentum", "gradient"]),
         "--format": _good(["json"])}),
     "collective": _drawn({
-        "-H": _good(["dgx-h100", "commodity-100gbe"]), "-g": _good(["8", "16"]),
+        "-H": _good(["dgx-h100", "commodity-100gbe"]), "--gpus": _good(["8", "16"]),
         "--op": _good(["all_reduce", "all_gather", "reduce_scatter"]),
         "--algo": _good(["ring", "auto", "tree"]),
         "--sizes": _good(["1MiB", "1KiB..1GiB", "4KiB,1MiB"]), "--format": _good(["json"])}),
@@ -139,7 +139,7 @@ def _asked_options_shown(command: str, drawn: dict, out: str) -> None:
         for r in rows:
             assert (r["model"], r["hardware"], r["baseline"]) == (
                 drawn["-m"], drawn["-H"], drawn["--baseline"])
-            assert r["gpus"] == int(drawn["-g"]) and r["micro_batch"] == int(
+            assert r["gpus"] == int(drawn["--gpus"]) and r["micro_batch"] == int(
                 drawn["--micro-batch"])
             if r["scheme_name"] == "scape-partitioned":
                 assert r["sync"] == drawn["--sync"]
@@ -147,7 +147,7 @@ def _asked_options_shown(command: str, drawn: dict, out: str) -> None:
         for r in rows:
             assert (r["op"], r["algo_asked"], r["hardware"]) == (
                 drawn["--op"], drawn["--algo"], drawn["-H"])
-            assert r["ranks"] == int(drawn["-g"])
+            assert r["ranks"] == int(drawn["--gpus"])
             assert drawn["--algo"] == "auto" or r["algo"] == drawn["--algo"]
     elif command == "plan":
         assert len(rows) <= int(drawn["--top"])
@@ -269,7 +269,7 @@ def test_simulate_with_drawn_parallel_layouts(capsys, gpus, tp, pp, schedule, vi
                                              recompute, mfu, attention, scheme, batch):
     """Pipeline, recomputation and compute-model options, drawn: exit 0 with the options
     in the JSON row, or exit 2 with one error line; never a traceback."""
-    args = ["simulate", "-m", "llama-7b", "-H", "dgx-h100", "-g", gpus, "-s", scheme,
+    args = ["simulate", "-m", "llama-7b", "-H", "dgx-h100", "--gpus", gpus, "-s", scheme,
             "--tp", tp, "--pp", pp, "--pp-schedule", schedule, "--recompute", recompute,
             "--format", "json"]
     for flag, value in (("--virtual-stages", virtual), ("--mfu", mfu),

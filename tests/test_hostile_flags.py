@@ -40,7 +40,7 @@ def test_typed_values_are_used_and_shown(capsys, args, key, value):
     (("--seq-len", "0"), "seq-len must be at least 1"),
     (("--algo", "tree"), "--algo tree does not run"),
     (("--algo", "bogus"), "Invalid value for '--algo'"),
-    (("-g", str(10**12)), "gpus must be between"),
+    (("--gpus", str(10**12)), "gpus must be between"),
     (("--trace", "/"), "a trailing / names a folder"),
     (("--trace", "/tmp"), "is a folder"),
     (("--trace", "/proc/no/such.json"), "does not exist"),
@@ -73,7 +73,7 @@ def test_simulate_refuses(capsys, args, match):
     _refused(code, err, match)
 
 
-ALIASES = {"-g": "--gpus", "-H": "--hardware", "-m": "--model"}
+ALIASES = {"-H": "--hardware", "-m": "--model"}
 
 
 def _override(base: tuple[str, ...], args: tuple[str, ...]) -> tuple[str, ...]:
@@ -115,7 +115,7 @@ def _override(base: tuple[str, ...], args: tuple[str, ...]) -> tuple[str, ...]:
     (("reproduce", "--out", " "), "--out: give a folder name"),
     (("report", "scaling", "-m", "gpt-345m", "-H", "dgx-h100", "--out", ""),
      "--out: give a folder name"),
-    (("simulate", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16", "--trace", ""),
+    (("simulate", "-m", "gpt-345m", "-H", "dgx-h100", "--gpus", "16", "--trace", ""),
      "--trace: give a file name"),
     (("train", "--out", ""), "--out: give a folder name"),
     (("validate", "--profile", "measured/netbed-100mbit", "--schemes", ","),
@@ -135,19 +135,19 @@ def _override(base: tuple[str, ...], args: tuple[str, ...]) -> tuple[str, ...]:
     (("plan", "-m", "gpt-345m", "--tokens", "1e9", "-H", "dgx-h100,dgx-h100"),
      "--hardware: dgx-h100 listed twice"),
     (("plan", "-m", "gpt-345m", "--tokens", "1e9", "-H", ","), "--hardware: give at least one"),
-    (("compare", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16", "--schemes", "scape,scape"),
+    (("compare", "-m", "gpt-345m", "-H", "dgx-h100", "--gpus", "16", "--schemes", "scape,scape"),
      "--schemes: scape listed twice"),
-    (("compare", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16", "--schemes",
+    (("compare", "-m", "gpt-345m", "-H", "dgx-h100", "--gpus", "16", "--schemes",
       "dense-adams,topk", "--sync", "momentum"), "--sync: not an option of dense-adams or topk"),
-    (("compare", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16", "--schemes",
+    (("compare", "-m", "gpt-345m", "-H", "dgx-h100", "--gpus", "16", "--schemes",
       "dense-adams,topk", "--distributed-optimizer"), "--distributed-optimizer: not an option"),
-    (("compare", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16", "--global-batch", "64",
+    (("compare", "-m", "gpt-345m", "-H", "dgx-h100", "--gpus", "16", "--global-batch", "64",
       "--grad-accum", "2"), "--grad-accum 2 contradicts --global-batch 64"),
-    (("collective", "-H", "dgx-h100", "-g", str(10**20), "--sizes", "1MiB"),
+    (("collective", "-H", "dgx-h100", "--gpus", str(10**20), "--sizes", "1MiB"),
      "a collective needs between 2 and 1,048,576 GPUs"),
-    (("collective", "-H", "dgx-h100", "-g", "800000000", "--sizes", "1MiB"),
+    (("collective", "-H", "dgx-h100", "--gpus", "800000000", "--sizes", "1MiB"),
      "a collective needs between 2 and 1,048,576 GPUs"),
-    (("collective", "-H", "commodity-100gbe", "-g", "8", "--sizes", "1MiB", "--algo", "nvls"),
+    (("collective", "-H", "commodity-100gbe", "--gpus", "8", "--sizes", "1MiB", "--algo", "nvls"),
      "--algo nvls needs switch hardware"),
     (("calibrate", "collectives", "--out", "x", "--nprocs", "100000"),
      "GB of memory; this host has"),
@@ -158,13 +158,13 @@ def _override(base: tuple[str, ...], args: tuple[str, ...]) -> tuple[str, ...]:
     (("validate", "--external", "../hardware/dgx-h100"), "unknown external data set"),
     (("validate", "--external", "scape-sc26", "--profile", "commodity-100gbe"),
      "compute fit is not physical on commodity-100gbe"),
-    (("collective", "-H", "dgx-a100", "-g", "8", "--op", "all_to_all", "--proto", "ll128",
+    (("collective", "-H", "dgx-a100", "--gpus", "8", "--op", "all_to_all", "--proto", "ll128",
       "--sizes", "1MiB"), "NCCL's tuner does not choose protocols for all_to_all"),
-    (("collective", "-H", "measured/netbed-1gbit", "-g", "4", "--sizes", "1KiB"),
+    (("collective", "-H", "measured/netbed-1gbit", "--gpus", "4", "--sizes", "1KiB"),
      "measured all_reduce with 2, 3 ranks, not 4"),
-    (("collective", "-H", "dgx-a100", "-g", "8", "--algo", "nvls", "--sizes", "1MiB"),
+    (("collective", "-H", "dgx-a100", "--gpus", "8", "--algo", "nvls", "--sizes", "1MiB"),
      "nvls is false"),
-    (("collective", "-H", "gcp-a3-mega", "-g", "16", "--algo", "nvls", "--sizes", "1MiB"),
+    (("collective", "-H", "gcp-a3-mega", "--gpus", "16", "--algo", "nvls", "--sizes", "1MiB"),
      "nvls runs inside one node"),
     (("plan", "-m", "gpt-345m", "-H", "dgx-h100", "--tokens", "1e300"),
      "--tokens must be at most"),
@@ -179,26 +179,26 @@ def _override(base: tuple[str, ...], args: tuple[str, ...]) -> tuple[str, ...]:
     # round two of session 7's probe
     (("validate", "--external", "scape-sc26", "--write-profile",
       "profiles/hardware/vista-gh200.toml"), "inside the shipped profiles"),
-    (("collective", "-H", "gcp-a3-mega", "-g", "16", "--algo", "hierarchical", "--proto", "ll",
+    (("collective", "-H", "gcp-a3-mega", "--gpus", "16", "--algo", "hierarchical", "--proto", "ll",
       "--sizes", "1MiB"), "--algo hierarchical is not one of NCCL's algorithms"),
-    (("collective", "-H", "aws-p5", "-g", "16", "--published", "D1-p5-2node-default",
+    (("collective", "-H", "aws-p5", "--gpus", "16", "--published", "D1-p5-2node-default",
       "--sizes", "3MiB"), "measured none of them"),
-    (("compare", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16", "--schemes",
+    (("compare", "-m", "gpt-345m", "-H", "dgx-h100", "--gpus", "16", "--schemes",
       "scape,scape:0.99"), "scape and scape:0.99 are the same scheme"),
-    (("compare", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16", "--schemes",
+    (("compare", "-m", "gpt-345m", "-H", "dgx-h100", "--gpus", "16", "--schemes",
       "dense-adams,dense-zero1"), "are the same scheme"),
     (("plan", "-m", "gpt-345m", "--tokens", "1e9", "-H", "dgx-h100,"), "has an empty item"),
     (("plan", "-m", "gpt-345m", "--tokens", "1e9", "-H", "dgx-h100", "--price-per-gpu-hour",
       "1e308"), "--price-per-gpu-hour must be at most"),
     (("plan", "-m", "gpt-345m", "--tokens", "1e9", "-H", "dgx-h100", "--schemes",
       "dense-adams", "--density-warmup-frac", "0.1"), "warms its density up"),
-    (("simulate", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16", "-s", "scape:0.99",
+    (("simulate", "-m", "gpt-345m", "-H", "dgx-h100", "--gpus", "16", "-s", "scape:0.99",
       "--run-steps", "10", "--density-warmup", "100"), "ends before the density schedule"),
-    (("simulate", "-m", "tiny-llama", "-H", "dgx-h100", "-g", "8", "--tp", "4"),
+    (("simulate", "-m", "tiny-llama", "-H", "dgx-h100", "--gpus", "8", "--tp", "4"),
      "must divide the 2 key/value heads"),
-    (("simulate", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "8", "--tp", "8", "--seq-len", "3"),
+    (("simulate", "-m", "gpt-345m", "-H", "dgx-h100", "--gpus", "8", "--tp", "8", "--seq-len", "3"),
      "--seq-len 3 does not divide"),
-    (("simulate", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16", "--grad-accum",
+    (("simulate", "-m", "gpt-345m", "-H", "dgx-h100", "--gpus", "16", "--grad-accum",
       str(2**63 - 1)), "micro-batches (--grad-accum or --global-batch): at most"),
     (("calibrate", "collectives", "--out", "dgx-h100"), "a shipped hardware profile has that"),
 ])
@@ -238,7 +238,7 @@ def test_train_refuses_before_any_rank_starts(capsys, args, match):
 
 @pytest.mark.parametrize(("args", "match"), [
     # round three of session 7's probe
-    (("simulate", "-m", "x" * 300, "-H", "dgx-h100", "-g", "16"), "File name too long"),
+    (("simulate", "-m", "x" * 300, "-H", "dgx-h100", "--gpus", "16"), "File name too long"),
     (("netbed", "--netbed", "rate=1kbit", "--seconds", "0.5"), "moves too little to time"),
     (("train", "--steps", "2", "--nprocs", "1", "--netbed", "rate=100mbit"),
      "--netbed shapes the links between ranks"),
@@ -246,7 +246,7 @@ def test_train_refuses_before_any_rank_starts(capsys, args, match):
      "ends before the density schedule"),
     (("train", "--steps", "2", "--lr", "1e300"), "--lr must be at most"),
     (("train", "--steps", str(10**12)), "--steps must be at most"),
-    (("simulate", "-m", "gpt-345m", "-H", "dgx-h100", "-g", "16", "--mfu", "1e-300"),
+    (("simulate", "-m", "gpt-345m", "-H", "dgx-h100", "--gpus", "16", "--mfu", "1e-300"),
      "is no training run"),
     (("plan", "-m", "gpt-345m", "--tokens", "1e9", "-H", "dgx-h100", "--quality", ""),
      "--quality: give a study name"),
@@ -261,10 +261,10 @@ def test_round_three_refusals(capsys, args, match):
 
 
 @pytest.mark.parametrize(("args", "match"), [
-    ((*SIM, "-g", "32"), "--gpus/-g given 2 times"),
+    ((*SIM, "--gpus", "32"), "--gpus given 2 times"),
     ((*SIM, "--tp", "2", "--sequence-parallel", "--no-sequence-parallel"),
      "--sequence-parallel/--no-sequence-parallel given 2 times"),
-    (("collective", "-H", "dgx-h100", "-g", "8", "--sizes", "1MiB", "--sizes", "1GiB"),
+    (("collective", "-H", "dgx-h100", "--gpus", "8", "--sizes", "1MiB", "--sizes", "1GiB"),
      "--sizes given 2 times"),
     (("profiles", "show", "dgx-h100", "--format", "json", "--format", "table"),
      "--format given 2 times"),
@@ -279,17 +279,17 @@ def test_an_option_given_twice_is_refused(capsys, args, match):
 @pytest.mark.parametrize(("args", "match"), [
     # session 14's probe: an algorithm a measured profile never ran, R = 1, profiles of the
     # other kind, a measured profile named wrongly, NVLS on two GPUs
-    (("collective", "-H", "measured/h100-2026-11-26", "-g", "4", "--sizes", "1GiB", "--algo",
+    (("collective", "-H", "measured/h100-2026-11-26", "--gpus", "4", "--sizes", "1GiB", "--algo",
       "tree"), "all_reduce as tree: profile h100-2026-11-26 measured all_reduce as ring"),
-    (("simulate", "-m", "llama-1.8b", "-H", "dgx-h100", "-g", "16", "-s",
+    (("simulate", "-m", "llama-1.8b", "-H", "dgx-h100", "--gpus", "16", "-s",
       "scape-partitioned:0.99", "--refresh-every", "1"), "refresh_every 1 makes every step"),
-    (("collective", "-H", "llama-7b", "-g", "8"), "(llama-7b is a model profile)"),
-    (("simulate", "-m", "profiles/hardware/dgx-h100.toml", "-H", "dgx-h100", "-g", "8"),
+    (("collective", "-H", "llama-7b", "--gpus", "8"), "(llama-7b is a model profile)"),
+    (("simulate", "-m", "profiles/hardware/dgx-h100.toml", "-H", "dgx-h100", "--gpus", "8"),
      "a hardware profile, where a model profile is needed"),
     (("reproduce", "--compute-profile", "nosuch"), "a measured profile is named measured/NAME"),
-    (("collective", "-H", "dgx-h100", "-g", "2", "--algo", "nvls", "--sizes", "1MiB"),
+    (("collective", "-H", "dgx-h100", "--gpus", "2", "--algo", "nvls", "--sizes", "1MiB"),
      "NVLS runs on 3 or more GPUs of a node (here 2)"),
-    (("collective", "-H", "dgx-a100", "-g", "2", "--algo", "nvls", "--sizes", "1MiB"),
+    (("collective", "-H", "dgx-a100", "--gpus", "2", "--algo", "nvls", "--sizes", "1MiB"),
      "the profile's [nccl] nvls is false"),
     # session 14's second probe (train, calibrate, validate)
     (("calibrate", "compute", "--out", "c1", "--kinds", "scale", "--threads", "0"),
@@ -322,7 +322,7 @@ def test_session_fourteen_refusals(capsys, tmp_path, args, match):
 
 def test_a_layout_that_cannot_run_names_the_nearest_valid_values(capsys):
     """Issue 39's bad input: the rule and the nearest valid values, one line, exit 2."""
-    step = ("simulate", "-m", "llama-7b", "-H", "dgx-h100", "-g", "64")
+    step = ("simulate", "-m", "llama-7b", "-H", "dgx-h100", "--gpus", "64")
     code, _, err = scape(capsys, *step, "--tp", "3")
     assert code == 2 and "valid here 2 or 4 (of 1, 2, 4, 8)" in err
     code, _, err = scape(capsys, *step, "--pp", "5")

@@ -44,7 +44,7 @@ def test_output_that_the_terminal_cannot_encode_is_escaped(tmp_path):
     (folder / "dgx-h100.toml").write_text(
         (Path(__file__).parents[1] / "profiles" / "hardware" / "dgx-h100.toml").read_text())
     proc = subprocess.run([sys.executable, "-m", "cli", "collective", "-H",
-                           str(folder / "dgx-h100.toml"), "-g", "8", "--sizes", "1MiB"],
+                           str(folder / "dgx-h100.toml"), "--gpus", "8", "--sizes", "1MiB"],
                           capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONIOENCODING": "ascii"},
                           cwd=Path(__file__).parents[1])

@@ -32,9 +32,10 @@ def test_profiles_with_absurd_or_mistyped_values_are_refused(capsys, tmp_path):
     head, _, tail = measured.partition("[overlap]")
     bad = tmp_path / "bad.toml"
     bad.write_text(head + "[overlap]" + tail.replace("ranks = [2, 3]", 'ranks = ["a", "b"]', 1))
-    code, _out, err = scape(capsys, "simulate", "-m", "tiny-gpt", "-H", str(bad), "-g", "2")
+    code, _out, err = scape(capsys, "simulate", "-m", "tiny-gpt", "-H", str(bad), "--gpus", "2")
     _refused(code, err, "[overlap] ranks")
-    code, _out, err = scape(capsys, "collective", "-H", "dgx-h100", "-g", "8", "--sizes", "1e400")
+    code, _out, err = scape(capsys, "collective", "-H", "dgx-h100", "--gpus", "8", "--sizes",
+                            "1e400")
     _refused(code, err, "beyond")
 
 
@@ -125,7 +126,7 @@ def test_session_fifteen_measured_lists_and_files(capsys, tmp_path):
     --netbed never typed; a BOM is not TOML's business; a study names known schemes."""
     source = Path(__file__).resolve().parents[1] / "profiles" / "measured" / "netbed-1gbit.toml"
     bad = _edited(tmp_path, "measured/netbed-1gbit.toml", "0.01499870100087719]", "inf]")
-    code, _out, err = scape(capsys, "simulate", "-m", "gpt-345m", "-H", str(bad), "-g", "3",
+    code, _out, err = scape(capsys, "simulate", "-m", "gpt-345m", "-H", str(bad), "--gpus", "3",
                             "-s", "dense-adamw")
     _refused(code, err, "sizes/seconds: must be two lists")
     _validate_refused(capsys, tmp_path, '"rate=1000mbit,delay=0ms"', '"rate=garbage"',
@@ -175,7 +176,7 @@ def test_session_fifteen_values_read_by_nothing_and_where_files_are(capsys, tmp_
     (here / "measured").mkdir(parents=True)
     shadow.rename(here / "measured" / "netbed-1gbit.toml")
     monkeypatch.chdir(here)
-    code, out, err = scape(capsys, "collective", "-H", "measured/netbed-1gbit", "-g", "2",
+    code, out, err = scape(capsys, "collective", "-H", "measured/netbed-1gbit", "--gpus", "2",
                            "--sizes", "1MiB")
     assert code == 0, err
     shipped = Path(__file__).resolve().parents[1] / "profiles" / "measured" / "netbed-1gbit.toml"
@@ -213,7 +214,7 @@ def test_session_fifteen_refusals_name_their_source(capsys, tmp_path, monkeypatc
     _validate_refused(capsys, tmp_path, 'compute_model = "tiny-gpt"', 'compute_model = "nosuch"',
                       "profile netbed-1gbit: [measured] compute_model 'nosuch'")
     slow = _edited(tmp_path, "hardware/dgx-h100.toml", "bw_Gbps = 400.0", "bw_Gbps = 0.000001")
-    code, out, err = scape(capsys, "collective", "-H", str(slow), "-g", "16", "--sizes",
+    code, out, err = scape(capsys, "collective", "-H", str(slow), "--gpus", "16", "--sizes",
                            "1MiB")
     assert code == 0 and "x 0.0 GB/s" not in out.splitlines()[0], err
     assert Sweep.full(72).gpus[:3] == (8, 72, 144)
@@ -261,7 +262,7 @@ def test_session_fifteen_review_findings(capsys, tmp_path, monkeypatch):
         (shipped / "netbed-1gbit.toml").read_text().replace('name = "netbed-1gbit"',
                                                              'name = "localonly"'))
     monkeypatch.chdir(here)
-    code, out, err = scape(capsys, "collective", "-H", "hardware/dgx-h100", "-g", "8",
+    code, out, err = scape(capsys, "collective", "-H", "hardware/dgx-h100", "--gpus", "8",
                            "--sizes", "1MiB")
     assert code == 0 and "2 node(s) x 4 GPU(s)" in out, err
     code, out, err = scape(capsys, "profiles", "check", "measured/localonly")

@@ -92,16 +92,22 @@ def test_reserve_is_the_profiles_and_a_missing_table_says_default():
 def test_llama3_405b_as_meta_ran_it_fits_without_recomputation():
     """Llama 3 paper section 3.3: 16,384 H100 80GB, TP 8, PP 16, DP 128, sequence 8192,
     micro-batch 1, no activation checkpointing, one layer fewer on the first and last stages
-    (stage_layers' uneven split). It ran, so the model must not refuse it; it is tight."""
+    (stage_layers' uneven split); FSDP sharding the optimizer state and the gradients, not the
+    weights, and gradients reduce-scattered in fp32 (sections 3.3.2 and 3.3.4): ZeRO-2 with
+    fp32 gradients. It ran, so the model must not refuse it; it is tight."""
     cfg = StepConfig(load_model("llama-405b"), load_hardware("dgx-h100"), 16384,
-                     make_config("dense-zero1", optimizer="adamw"), micro_batch=1,
-                     seq_len=8192, global_batch=2048, tp=8, pp=16).validate()
+                     make_config("dense-zero2", optimizer="adamw"), micro_batch=1,
+                     seq_len=8192, global_batch=2048, tp=8, pp=16,
+                     dtypes=Dtypes(grad_bytes=4, param_bytes=2)).validate()
     assert stage_layers(126, 16)[0] == [7] and stage_layers(126, 16)[-1] == [7]
     cols = memory_columns(cfg)
-    assert cols["fits_memory"] and 0 < cols["memory_spare_pct"] < 5
-    # it would not fit with the GPT layer's dropout masks the old model kept for every layer
+    assert cols["fits_memory"] and 0 < cols["memory_spare_pct"] < 10
+    # the GPT layer's dropout masks the old model kept for every layer: about 4 GB more, half
+    # the spare (with ZeRO-1 and bf16 gradients, as this test read Meta's run before, they
+    # made it refused)
     gpt_like = replace(cfg.model, arch=replace(cfg.model.arch, dropout=True))
-    assert not memory_columns(replace(cfg, model=gpt_like))["fits_memory"]
+    masks_GB = memory_columns(replace(cfg, model=gpt_like))["memory_GB"] - cols["memory_GB"]
+    assert 3 < masks_GB < cols["usable_memory_GB"] - cols["memory_GB"]
 
 
 def test_the_stages_priced_give_the_peak_every_stage_gives(monkeypatch):

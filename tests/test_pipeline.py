@@ -8,7 +8,7 @@ import random
 import pytest
 
 from profiles import UserError, load_hardware, load_model
-from scape.plan import make_config
+from scape.plan import Dtypes, make_config
 from simulator.memory import step_memory
 from simulator.pipeline import (
     STEADY_AFTER,
@@ -201,7 +201,10 @@ def test_zero2_and_zero3_shard_memory_and_zero3_gathers_every_micro_batch():
     r1, r2 = (simulate_step(with_scheme("dense-zero3", gb)) for gb in (8, 16))
     n = sum(size for size, _ in L7B.tensors())
     ring = 7 / 8  # (p - 1)/p of the bytes, each of the three collectives
-    assert r1.bytes_per_gpu == pytest.approx(3 * ring * 2 * n, rel=1e-9)
+    dt = Dtypes()  # the step's: StepConfig's default (fp32 gradients, bf16 parameters)
+    # two parameter all-gathers (forward, backward) and one gradient reduce-scatter
+    per_elem = 2 * dt.param_bytes + dt.grad_bytes
+    assert r1.bytes_per_gpu == pytest.approx(ring * per_elem * n, rel=1e-9)
     assert r2.bytes_per_gpu == pytest.approx(2 * r1.bytes_per_gpu, rel=1e-9)
     with pytest.raises(UserError, match=r"dense-zero3 \(FSDP\) with pipeline"):
         StepConfig(L7B, H100, 64, make_config("dense-zero3"), micro_batch=1, global_batch=64,

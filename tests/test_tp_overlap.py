@@ -97,7 +97,7 @@ def test_commands_carry_the_overlap_and_its_own_band(capsys):
     band = pd.read_csv(step_fidelity.STEP_BANDS).set_index(["hardware", "layout", "schemes"])
     rows = int(band.loc[("dgx-h100", "tensor/pipeline parallel, TP comm overlapped", "dense"),
                         "rows"])
-    step = ("-m", "llama-70b", "-H", "dgx-h100", "-g", "64", "--tp", "8", "--micro-batch",
+    step = ("-m", "llama-70b", "-H", "dgx-h100", "--gpus", "64", "--tp", "8", "--micro-batch",
             "1", "--global-batch", "64", "--format", "json")
     code, out, err = scape(capsys, "simulate", *step, "--scheme", "dense-adams")
     assert code == 0, err
@@ -119,7 +119,7 @@ def test_commands_carry_the_overlap_and_its_own_band(capsys):
     assert code == 0, err
     assert {r["scheme"]: (r["tp_comm_overlap"], r["heldout_step_rows"])
             for r in json.loads(out)} == {"dense-adams": (True, rows), "scape:0.99": (True, 0)}
-    code, _, err = scape(capsys, "simulate", "-m", "llama-70b", "-H", "dgx-h100", "-g", "8",
+    code, _, err = scape(capsys, "simulate", "-m", "llama-70b", "-H", "dgx-h100", "--gpus", "8",
                          "--micro-batch", "1", "--tp-comm-overlap")
     assert code == 2 and "needs --tp above 1" in err
     code, out, err = scape(capsys, "plan", "-m", "gpt-345m", "--tokens", "1e9", "-H",

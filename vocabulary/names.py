@@ -126,3 +126,13 @@ OPTIMIZER_DTYPES = ("fp32", "bf16")
 ATTENTION = ("flash", "flash2", "unfused")
 SCHEDULES = ("1f1b", "interleaved")  # pipeline schedules (simulator/pipeline.py)
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}  # the dtypes gradients and parameters travel in
+# the gradients' dtype on the wire where none is given: fp32, as the stacks modelled reduce them
+# under bf16 mixed precision. Megatron-LM megatron/training/arguments.py: "bfloat16 requires
+# gradient accumulation and all-reduce to be done in fp32" (accumulate_allreduce_grads_in_fp32
+# forced on with --bf16 unless --grad-reduce-in-bf16); NeMo's bf16-mixed plugin sets
+# grad_reduce_in_fp32; torchtitan's FSDP2 MixedPrecisionPolicy reduce_dtype is its
+# mixed_precision_reduce, "float32" by default; the SCAPE authors pass
+# --accumulate-allreduce-grads-in-fp32 (reports/reproduce_settings.py)
+DEFAULT_GRAD_DTYPE = "fp32"
+# parameters gathered by a distributed optimizer / FSDP: in the 16-bit compute dtype
+DEFAULT_PARAM_DTYPE = "bf16"

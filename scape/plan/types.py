@@ -15,7 +15,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from vocabulary.errors import UserError
-from vocabulary.names import SCHEME_NAMES, SHAPES, scheme_names
+from vocabulary.names import (
+    DEFAULT_GRAD_DTYPE,
+    DEFAULT_PARAM_DTYPE,
+    DTYPE_BYTES,
+    SCHEME_NAMES,
+    SHAPES,
+    scheme_names,
+)
+from vocabulary.suggest import did_you_mean
 
 # When an op starts and what waits for it:
 #   backward:       split in `buckets`, each launched when backward has produced its gradients;
@@ -100,8 +108,9 @@ class Plan:
 
 @dataclass(frozen=True)
 class Dtypes:
-    grad_bytes: int = 2  # gradients as reduced (bf16 in Megatron unless grad_reduce_in_fp32)
-    param_bytes: int = 2  # parameters as all-gathered by the distributed optimizer (bf16)
+    # gradients as reduced: fp32 in Megatron-LM, NeMo and torchtitan under bf16 (names.py)
+    grad_bytes: int = DTYPE_BYTES[DEFAULT_GRAD_DTYPE]
+    param_bytes: int = DTYPE_BYTES[DEFAULT_PARAM_DTYPE]  # as the distributed optimizer gathers
 
 
 @dataclass(frozen=True)
@@ -150,7 +159,9 @@ class SchemeConfig:
 
     def validate(self) -> SchemeConfig:
         if self.scheme not in SCHEME_NAMES:
-            raise UserError(f"unknown scheme {self.scheme!r}; choose one of: {scheme_names()}")
+            raise UserError(f"unknown scheme {self.scheme!r}"
+                            f"{did_you_mean(self.scheme, SCHEME_NAMES)}; choose one of: "
+                            f"{scheme_names()}")
         if self.optimizer not in ("adamw", "adams"):
             raise UserError(f"optimizer must be adamw or adams, got {self.optimizer!r}")
         if not 0.0 <= self.sparsity < 1.0:

@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from scape.train import CORPORA
+from vocabulary.suggest import did_you_mean
 
 MAX_BYTES = 32 * 2**20  # per split; the stdlib holds more than enough
 SHAKESPEARE = {
@@ -110,7 +111,8 @@ def corpus(split: str, name: str = "python-stdlib") -> torch.Tensor:
     if name not in LOADERS:
         from profiles import UserError
 
-        raise UserError(f"unknown corpus {name!r}; choose one of: {', '.join(CORPORA)}")
+        raise UserError(f"unknown corpus {name!r}{did_you_mean(name, CORPORA)}; choose one of: "
+                        f"{', '.join(CORPORA)}")
     return torch.frombuffer(bytearray(b"".join(LOADERS[name](split))), dtype=torch.uint8)
 
 
