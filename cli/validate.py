@@ -20,6 +20,7 @@ from scape.train.devices import gpu_sharing
 from simulator.compare import (
     parse_scheme,
 )
+from vocabulary.atomic import to_csv_atomic
 from vocabulary.units import parse_names
 
 
@@ -151,7 +152,7 @@ def validate_cmd(
     per_round = v.run(hw, model, configs, worlds, micro_batch, steps, rounds, probe, spec, dest,
                       say=lambda line: print(line, file=sys.stderr, flush=True),
                       backend=backend, share_gpu=share_gpu)
-    per_round.to_csv(dest / "validate.rounds.csv", index=False)
+    to_csv_atomic(per_round, dest / "validate.rounds.csv", index=False)
     df = v.aggregate(per_round)
     files = v.save(df, dest, {"profile": hw.path, "model": model, "micro_batch": micro_batch,
                               "steps": steps, "rounds": rounds, "probe_compute": probe,
@@ -240,7 +241,7 @@ def _write_checked(path: Path, text: str) -> None:
         raise UserError(f"--write-profile {path}: cannot write it ({exc.strerror})") from None
     tmp = scratch / path.name
     try:
-        tmp.write_text(text)
+        tmp.write_text(text)  # in scratch: checked, then renamed into place
         check_profile(str(tmp))  # what is written loads back
         os.replace(tmp, path)
     except OSError as exc:

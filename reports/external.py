@@ -37,6 +37,7 @@ from simulator.external_fit import (
 )
 from simulator.step import simulate_step
 from simulator.step_config import StepConfig
+from vocabulary.atomic import to_csv_atomic, write_text_atomic
 from vocabulary.names import AUTO
 
 BASE_HARDWARE = "vista-gh200"  # the cluster the authors ran on, before the fit
@@ -258,9 +259,9 @@ def write_outputs(table: pd.DataFrame, fit: ExternalFit, meta: dict, out: Path) 
     out.mkdir(parents=True, exist_ok=True)
     files = {"csv": out / "external.csv", "json": out / "external.json",
              "png": out / "external.png", "memory_csv": out / "external-memory.csv"}
-    table.to_csv(files["csv"], index=False)
+    to_csv_atomic(table, files["csv"], index=False)
     memory = meta["memory"]
-    memory.to_csv(files["memory_csv"], index=False)
+    to_csv_atomic(memory, files["memory_csv"], index=False)
     doc = {**{k: v for k, v in meta.items() if k != "memory"},
            "memory": {"protocol": MEMORY_PROTOCOL, "summary": memory_summary(memory),
                       "rows": memory.to_dict(orient="records")},
@@ -270,7 +271,7 @@ def write_outputs(table: pd.DataFrame, fit: ExternalFit, meta: dict, out: Path) 
         "step_fixed_s": fit.step_fixed_s, "chunk_bytes": fit.chunk_bytes,
         "inputs": list(fit.inputs), "residuals_pct": fit.residuals_pct},
         "summary": summary(table), "rows": table.to_dict(orient="records")}
-    files["json"].write_text(json.dumps(doc, indent=1))
+    write_text_atomic(files["json"], json.dumps(doc, indent=1))
     figure(table, files["png"])
     return files
 

@@ -10,6 +10,8 @@ import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
+from vocabulary.atomic import savefig_atomic
+
 PAYS_CMAP = "RdBu"  # red: slower than dense AdamS, blue: faster; white at 1.0x
 MAX_LINES = 5  # lines of one colour family a reader still tells apart
 
@@ -32,7 +34,7 @@ def figure(ncols: int = 1, nrows: int = 1, figsize=(8, 4.5), **kw):
 
 
 def save(fig, path: Path, dpi: int = 110) -> Path:
-    fig.savefig(path, dpi=dpi)
+    savefig_atomic(fig, path, dpi=dpi)
     plt().close(fig)
     return path
 

@@ -49,6 +49,7 @@ from reports.tables import git_revision, markdown, refuse_special_files
 from simulator.memory import memory_columns
 from simulator.schedule import piecewise_mean
 from simulator.step import simulate_step
+from vocabulary.atomic import to_csv_atomic, write_text_atomic
 
 LOG_ROWS = "scape-sc26.logs-500m.rows"  # profiles/external/: the 500M logs' iteration times
 
@@ -247,8 +248,8 @@ def write_report(out: Path, hardware: str = DEFAULT_HARDWARE,
         measured = predict(measured_hw)
         both = side_by_side(pred, measured)
         check = compute_check(hw, pred, measured, mfus, compute_profile)
-        both.to_csv(files["measured_compute"], index=False)
-        check.to_csv(files["compute_check"], index=False)
+        to_csv_atomic(both, files["measured_compute"], index=False)
+        to_csv_atomic(check, files["compute_check"], index=False)
         intro = (f"Forward and backward at the rate `{compute_profile}` measured (its MFU of "
                  "its GPU's datasheet peak, applied to this cluster's GPU) in place of "
                  f"`{hw.name}`'s; everything else as above. Where `{hw.name}` fitted its "
@@ -267,10 +268,10 @@ def write_report(out: Path, hardware: str = DEFAULT_HARDWARE,
                       {"heading": "Computation against the authors' GH200 figures", "text": "",
                        "png": "", "table": table_html(check[check_cols]),
                        "links": [files["compute_check"].name]}]
-    pred.to_csv(files["predictions"], index=False)
-    what_if.to_csv(files["what_if"], index=False)
-    assume.to_csv(files["assumptions"], index=False)
-    sens.to_csv(files["sensitivity"], index=False)
+    to_csv_atomic(pred, files["predictions"], index=False)
+    to_csv_atomic(what_if, files["what_if"], index=False)
+    to_csv_atomic(assume, files["assumptions"], index=False)
+    to_csv_atomic(sens, files["sensitivity"], index=False)
     sensitivity_figure(sens, files["figure"], hw.name)
     # what a page shows beside each row; the paper's metric (long text) and the one-step
     # reduction stay in the CSV, and the text above the table says what predicted_value is
@@ -323,10 +324,10 @@ def write_report(out: Path, hardware: str = DEFAULT_HARDWARE,
         f"[{files['assumptions'].name}]({files['assumptions'].name}).",
         "",
     ]
-    files["report"].write_text("\n".join(text))
+    write_text_atomic(files["report"], "\n".join(text))
     from reports.html import png_b64, render_html, table
 
-    files["html"].write_text(render_html(
+    write_text_atomic(files["html"], render_html(
         "report.html.j2", title="SCAPE paper setting, predicted", answer=answer,
         intro=[text[4]],
         sections=[

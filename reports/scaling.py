@@ -32,6 +32,7 @@ from simulator.compare import parse_scheme
 from simulator.plan_request import PlanRequest
 from simulator.planner import UNMEASURED, candidates, evaluate_bounded
 from simulator.step_config import StepConfig
+from vocabulary.atomic import to_csv_atomic, write_text_atomic
 
 SCHEMES = ("dense-adams", "dense-ddp", "quantized:8", "topk:0.99", "scalecom:0.99",
            "scape:0.9", "scape:0.99", "scape:0.999")
@@ -252,7 +253,7 @@ def write_report(model: str, hardware: str, out: Path, quick: bool = False,
     html_figs = []
     for key, (caption, png, data) in figures.items():
         csv = out / f"{key}.csv"
-        data.to_csv(csv, index=False)
+        to_csv_atomic(data, csv, index=False)
         files[f"{key}_png"], files[f"{key}_csv"] = png, csv
         md += [f"## {caption}", "", f"![{caption}]({png.name})", "",
                f"Data: [{csv.name}]({csv.name})", ""]
@@ -265,16 +266,16 @@ def write_report(model: str, hardware: str, out: Path, quick: bool = False,
     md += ["## Speedup table", "", markdown(table, "{:.2f}"), ""]
     all_csv = out / "all_points.csv"
     # counts stay counts where a point that fits nowhere left them blank (pandas made them float)
-    df.astype({c: "Int64" for c in ("gpus", "tp", "grad_accum", "global_batch")
-               if c in df}).to_csv(all_csv, index=False)
+    to_csv_atomic(df.astype({c: "Int64" for c in ("gpus", "tp", "grad_accum", "global_batch")
+                             if c in df}), all_csv, index=False)
     md += [f"All points: [{all_csv.name}]({all_csv.name})", ""]
     files["all_csv"] = all_csv
     files["markdown"] = out / "scaling.md"
     files["html"] = out / "scaling.html"
-    files["markdown"].write_text("\n".join(md))
+    write_text_atomic(files["markdown"], "\n".join(md))
     speedups = {"heading": "Speedup table", "text": "", "png": "",
                 "table": html_table(table, "{:.2f}"), "links": [all_csv.name]}
-    files["html"].write_text(render_html(
+    write_text_atomic(files["html"], render_html(
         "report.html.j2", title=f"Scaling report: {title}", answer=answer, intro=[setup],
         sections=[*html_figs, speedups]))
     return files

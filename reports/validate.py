@@ -29,7 +29,7 @@ from reports.tables import git_revision
 from scape.plan import Kernel, Plan, SchemeConfig, StepPlan, plan
 from simulator.step import simulate_step
 from simulator.step_config import StepConfig, StepResult
-from vocabulary.atomic import atomic_path, write_text_atomic
+from vocabulary.atomic import atomic_path, to_csv_atomic, write_text_atomic
 from vocabulary.units import format_duration
 
 DEFAULT_SCHEMES = ("dense-ddp", "dense-adams", "quantized:8", "topk:0.99", "scalecom:0.99",
@@ -216,7 +216,7 @@ def run(hw: HardwareProfile, model: str, configs: list[tuple[str, SchemeConfig]]
                                    backend=backend, share_gpu=share_gpu)
                 rows.append({"round": rnd, **row(spec_text, world, link, measured, predicted),
                              **probed, **kernel_probe})
-                pd.DataFrame(rows).to_csv(dest / "validate.partial.csv", index=False)
+                to_csv_atomic(pd.DataFrame(rows), dest / "validate.partial.csv", index=False)
     (dest / "validate.partial.csv").unlink(missing_ok=True)
     return pd.DataFrame(rows)
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from profiles import UserError
 from simulator.engine import Span
+from vocabulary.atomic import write_text_atomic
 
 
 def chrome_trace(spans: list[Span], process: str = "scape simulate") -> dict:
@@ -42,7 +43,7 @@ def write_trace(path: str | Path, spans: list[Span], process: str = "scape simul
     try:
         if path.parent and not path.parent.exists():
             path.parent.mkdir(parents=True)
-        path.write_text(json.dumps(doc, default=str))
+        write_text_atomic(path, json.dumps(doc, default=str))
     except OSError as exc:
         raise UserError(f"--trace {path}: cannot write it ({exc.strerror})") from None
     return path

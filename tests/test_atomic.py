@@ -20,3 +20,31 @@ def test_a_failed_write_leaves_the_file_as_it_was_and_nothing_beside_it(tmp_path
     assert [p.name for p in tmp_path.iterdir()] == ["profile.toml"]
     write_text_atomic(tmp_path / "fresh.json", "{}")  # a file that was not there
     assert (tmp_path / "fresh.json").read_text() == "{}"
+
+
+def test_report_tables_and_figures_land_whole(tmp_path, monkeypatch):
+    """Reports (reproduce, scaling, validate --external, traces) write their CSVs and figures
+    through to_csv_atomic / savefig_atomic: a table whose writer fails halfway leaves the old
+    file, and a figure keeps the format its name asks for though written under a temporary
+    name."""
+    import pandas as pd
+
+    from reports import figure_style
+    from vocabulary.atomic import to_csv_atomic
+
+    csv = tmp_path / "predictions.csv"
+    to_csv_atomic(pd.DataFrame({"a": [1, 2]}), csv, index=False)
+    assert csv.read_text() == "a\n1\n2\n"
+
+    class HalfWritten:
+        def to_csv(self, path, **kwargs):
+            open(path, "w").write("a\n1\n")  # noqa: SIM115
+            raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        to_csv_atomic(HalfWritten(), csv)
+    assert csv.read_text() == "a\n1\n2\n" and len(list(tmp_path.iterdir())) == 1
+    fig, _ = figure_style.figure(figsize=(2, 2))
+    png = figure_style.save(fig, tmp_path / "figure.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["figure.png", "predictions.csv"]

@@ -33,3 +33,16 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     """`path` holding `text`, written aside and renamed into place."""
     with atomic_path(path) as tmp:
         tmp.write_text(text)
+
+
+def to_csv_atomic(table, path: str | Path, **kwargs) -> None:
+    """A pandas table written to `path` as CSV, aside and renamed into place."""
+    with atomic_path(path) as tmp:
+        table.to_csv(tmp, **kwargs)
+
+
+def savefig_atomic(fig, path: str | Path, **kwargs) -> None:
+    """A matplotlib figure saved to `path` (its format from the name's suffix), aside and
+    renamed into place."""
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format=Path(path).suffix.lstrip(".") or None, **kwargs)
