@@ -1,8 +1,9 @@
-"""`scape profiles list|show|check`."""
+"""`scape profiles list|show|check|new`."""
 
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from cli.common import Format2, Format3
 from profiles import check_profile, find, names
 from reports.tables import check_format, render, visible
 
-profiles_app = StrictTyper(help="List, show and check hardware and model profiles.",
+profiles_app = StrictTyper(help="List, show, check and begin hardware and model profiles.",
                            no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(profiles_app, name="profiles")
 
@@ -26,6 +27,7 @@ def profiles_list(fmt: Format3 = typer.Option("table", "--format", help="table|c
     check_format(fmt)
     from profiles import ProfileError
     from profiles.files import ROOT, user_dir
+    from profiles.problems import lines_of
 
     rows = []
     for kind in ("hardware", "model"):
@@ -47,8 +49,11 @@ def profiles_list(fmt: Format3 = typer.Option("table", "--format", help="table|c
                 kind, prof = check_profile(path)
                 description = (prof.description if kind == "hardware" else
                                f"INVALID: a {kind}, not a measured hardware profile")
-            except ProfileError as exc:
-                description = f"INVALID: {exc}"
+            except ProfileError as exc:  # one cell: the first error, and how many there are
+                errors = lines_of(exc)
+                more = f" (and {len(errors) - 1} more: scape profiles check {path})" if len(
+                    errors) > 1 else ""
+                description = f"INVALID: {errors[0]}{more}"
             rows.append({"kind": "measured", "name": name, "description": description})
     print(render(pd.DataFrame(rows), fmt))
 
@@ -95,7 +100,10 @@ def profiles_show(
 @profiles_app.command("check")
 def profiles_check(path: str = typer.Argument(..., help="path to a profile TOML file, or "
                                               "a profile name (dgx-h100, measured/NAME)")):
-    """Validate a profile file: unknown or missing keys, wrong units, out-of-range values."""
+    """Validate a profile file: unknown or missing keys, wrong units, out-of-range values,
+    every error of the file in one run (one a line, with its line number); a valid hardware
+    profile is followed by a warning for each optional table it lacks, saying what the
+    simulator puts in its place."""
     # a path that exists is checked as that file; anything else as the name -H / -m take
     kind, prof = check_profile(path) if Path(path).exists() or not path.strip() else find(path)
     extra = f", {prof.n_params:,} parameters" if kind == "model" else ""
@@ -103,3 +111,26 @@ def profiles_check(path: str = typer.Argument(..., help="path to a profile TOML 
     what = f"{kind} profile" if kind != "quality study" else kind
     name = prof.study if kind == "quality study" else prof.name
     print(f"ok: {path}{where} is a valid {what} ({name}{extra})")
+    if kind == "hardware":
+        from simulator.fallbacks import absent_tables
+
+        for line in absent_tables(prof):
+            print(visible(f"scape: warning: {line}"), file=sys.stderr)
+
+
+@profiles_app.command("new")
+def profiles_new(
+    name: str = typer.Argument(..., help="the new profile's name (the file is NAME.toml)"),
+    like: str = typer.Option(..., "--like", help="the profile to copy: dgx-h100, llama-7b, ..."),
+    force: bool = typer.Option(False, "--force", help="overwrite NAME.toml where it exists"),
+):
+    """Begin a profile of your own: a copy of --like with each key's meaning, unit, bounds and
+    source as comments, written into the user's profile folder (hardware/NAME.toml or
+    models/NAME.toml under $SCAPE_PROFILE_DIR, else ~/.local/share/scape-costmodel/profiles),
+    where -H hardware/NAME and -m models/NAME find it."""
+    from profiles.template import write_new
+
+    kind, path = write_new(like, name, force)
+    use = f"-H hardware/{name}" if kind == "hardware" else f"-m models/{name}"
+    print(f"wrote {path}: a {kind} profile begun as a copy of {like}; edit it, check it with "
+          f"`scape profiles check {path}`, use it as {use}")

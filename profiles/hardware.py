@@ -9,8 +9,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from profiles.hardware_rules import cross_check
 from profiles.hardware_schema import (
     COMPUTE_FIELDS,
+    COMPUTE_NEEDS,
     FABRIC_FIELDS,
     GPU_FIELDS,
     INTRA_FIELDS,
@@ -26,6 +28,7 @@ from profiles.hardware_schema import (
     TRANSPORT_FIELDS,
 )
 from profiles.measured_tables import LEAST, is_number, parse_measured
+from profiles.problems import Problems
 from profiles.schema import require_tables, validate_table
 from vocabulary.errors import ProfileError
 from vocabulary.names import (
@@ -269,42 +272,63 @@ class HardwareProfile:
         return self.transport.call_us * 1e-6
 
 
+# each table: the dataclass it is read into and its keys; the first six are required
+TABLES = {
+    "gpu": (Gpu, GPU_FIELDS), "node": (Node, NODE_FIELDS),
+    "intra_node": (IntraNode, INTRA_FIELDS), "nic": (Nic, NIC_FIELDS),
+    "fabric": (Fabric, FABRIC_FIELDS), "compute": (Compute, COMPUTE_FIELDS),
+    "reference": (Reference, REFERENCE_FIELDS), "price": (Price, PRICE_FIELDS),
+    "transport": (Transport, TRANSPORT_FIELDS), "nccl": (Nccl, NCCL_FIELDS),
+    "roofline": (Roofline, ROOFLINE_FIELDS), "memory": (Memory, MEMORY_FIELDS),
+}
+REQUIRED = ("gpu", "node", "intra_node", "nic", "fabric", "compute")
+OPTIONAL = ("reference", "price", "transport", "nccl", "model_mfu", "roofline", "memory",
+            *MEASURED_ONLY)
+
+
 def parse_hardware(path: Path | str, doc: dict[str, Any]) -> HardwareProfile:
-    """Validate a parsed TOML document and build a `HardwareProfile`."""
-    tables = {"gpu", "node", "intra_node", "nic", "fabric", "compute"}
-    optional = {"reference", "price", "transport", "nccl", "model_mfu", "roofline", "memory",
-                *MEASURED_ONLY}
-    require_tables(path, doc, required=tables, optional=optional)
-    top = {k: v for k, v in doc.items() if not isinstance(v, dict)}
-    top_values, _ = validate_table(path, "", top, TOP_FIELDS)
-
-    def build(cls, table, fields):
-        values, sources = validate_table(path, table, doc[table], fields)
-        return cls(**values, sources=sources)
-
-    gpu = build(Gpu, "gpu", GPU_FIELDS)
-    hw = HardwareProfile(
-        name=top_values["name"],
-        description=top_values["description"],
-        gpu=gpu,
-        node=build(Node, "node", NODE_FIELDS),
-        intra_node=build(IntraNode, "intra_node", INTRA_FIELDS),
-        nic=build(Nic, "nic", NIC_FIELDS),
-        fabric=build(Fabric, "fabric", FABRIC_FIELDS),
-        compute=_with_interference(path, build(Compute, "compute", COMPUTE_FIELDS), gpu),
-        reference=build(Reference, "reference", REFERENCE_FIELDS) if "reference" in doc else None,
-        path=str(path),
-        price=build(Price, "price", PRICE_FIELDS) if "price" in doc else None,
-        transport=(build(Transport, "transport", TRANSPORT_FIELDS) if "transport" in doc
-                   else None),
-        nccl=build(Nccl, "nccl", NCCL_FIELDS) if "nccl" in doc else None,
-        model_mfu=_model_mfu(path, doc.get("model_mfu")),
-        roofline=build(Roofline, "roofline", ROOFLINE_FIELDS) if "roofline" in doc else None,
-        memory=build(Memory, "memory", MEMORY_FIELDS) if "memory" in doc else None,
-        **parse_measured(path, doc),
+    """Validate a parsed TOML document and build a `HardwareProfile`. Every error of the file
+    is found before any is raised (profiles/problems.py), in one `ProfileError`."""
+    problems = Problems(path)
+    alias = require_tables(path, doc, required=set(REQUIRED), optional=set(OPTIONAL),
+                           problems=problems, fields_of={t: f for t, (_, f) in TABLES.items()},
+                           needs={"compute": COMPUTE_NEEDS})
+    top = {k: v for k, v in doc.items() if not isinstance(v, dict) and k not in TABLES
+           and k not in OPTIONAL}  # a table's name given a value is said by require_tables
+    top_values, _ = validate_table(path, "", top, TOP_FIELDS, problems)
+    built: dict[str, Any] = {}
+    for table, (cls, fields) in TABLES.items():
+        data = doc.get(alias.get(table, table))
+        if not isinstance(data, dict):
+            continue  # absent, or not a table: said by require_tables
+        before = len(problems)
+        values, sources = validate_table(path, table, data, fields, problems,
+                                         shown=alias.get(table))
+        if len(problems) > before or table in alias:
+            problems.bad.add(table)  # the checks across tables leave it alone
+        else:
+            built[table] = cls(**values, sources=sources)
+    model_mfu: dict[str, float] = {}
+    with problems.gather("model_mfu"):
+        if problems.sound("model_mfu"):
+            model_mfu = _model_mfu(path, doc.get("model_mfu"))
+    measured: dict[str, Any] = {}
+    with problems.gather(*MEASURED_ONLY):
+        measured = parse_measured(path, {k: v for k, v in doc.items()
+                                         if k not in problems.bad})
+    if problems.sound("gpu", "compute"):
+        with problems.gather("compute"):
+            built["compute"] = _with_interference(path, built["compute"], built["gpu"])
+    cross_check(path, built, measured, problems)
+    problems.raise_any()
+    return HardwareProfile(
+        name=top_values["name"], description=top_values["description"],
+        gpu=built["gpu"], node=built["node"], intra_node=built["intra_node"], nic=built["nic"],
+        fabric=built["fabric"], compute=built["compute"], reference=built.get("reference"),
+        path=str(path), price=built.get("price"), transport=built.get("transport"),
+        nccl=built.get("nccl"), model_mfu=model_mfu, roofline=built.get("roofline"),
+        memory=built.get("memory"), **measured,
     )
-    _cross_check(path, hw)
-    return hw
 
 
 def sm_share_interference(sms: int, ctas: int) -> float:
@@ -353,55 +377,3 @@ def _model_mfu(path, table: dict | None) -> dict[str, float]:
                                f"(a share of the GPU's peak), got {value!r}")
         out[name] = float(value)
     return out
-
-
-def _cross_check(path, hw: HardwareProfile) -> None:
-    g, intra, nic = hw.node.gpus_per_node, hw.intra_node, hw.nic
-    if hw.compute.mfu is None and hw.roofline is None:
-        raise ProfileError(f"{path}: [compute] mfu: required unless the profile has a "
-                           "[roofline] table (forward and backward from shapes)")
-    if hw.nic.burst_bytes and not hw.collectives:  # it would be read by nothing
-        raise ProfileError(f"{path}: [nic] burst_bytes: the token bucket of a netbed link, read "
-                           "only with the collectives a netbed profile measured "
-                           "([collectives.*], scape calibrate collectives --netbed); remove it")
-    if hw.compute.mfu is not None and hw.roofline is not None:  # it would be read by nothing
-        raise ProfileError(f"{path}: [compute] mfu: a profile with a [roofline] table prices "
-                           "forward and backward from shapes and never reads it; remove one "
-                           "(an MFU for particular models goes in [model_mfu], which "
-                           "[roofline] leaves in force)")
-    r = hw.roofline
-    if r is not None and (r.attn_flash2_fwd_fraction is None) != (
-            r.attn_flash2_bwd_fraction is None):
-        raise ProfileError(f"{path}: [roofline] attn_flash2_fwd_fraction and "
-                           "attn_flash2_bwd_fraction: give both or neither")
-    if r is not None and r.fp8_gemm_peak_fraction is not None and hw.gpu.peak_fp8_tflops is None:
-        raise ProfileError(f"{path}: [roofline] fp8_gemm_peak_fraction: a share of [gpu] "
-                           "peak_fp8_tflops, which the profile does not give; give both")
-    unknown = [p for p in (hw.nccl.protocols if hw.nccl else ()) if p not in PROTOCOLS]
-    if unknown or (hw.nccl and not hw.nccl.protocols):
-        raise ProfileError(f"{path}: [nccl] proto: a comma-separated list of LL, LL128 and "
-                           f"Simple (NCCL_PROTO), got {hw.nccl.proto!r}")
-    if (intra.kind == "none") != (g == 1):
-        raise ProfileError(
-            f"{path}: [intra_node] kind: 'none' exactly when gpus_per_node = 1 "
-            f"(got kind={intra.kind!r}, gpus_per_node={g})"
-        )
-    if intra.kind != "none" and intra.bw_GBps <= 0:
-        raise ProfileError(f"{path}: [intra_node] bw_GBps: must be > 0 for kind {intra.kind!r}")
-    n, t = hw.nccl, hw.transport
-    if n is not None and n.nvls and (n.arch not in ("hopper", "blackwell")
-                                     or intra.kind != "nvlink"):
-        raise ProfileError(f"{path}: [nccl] nvls: NVLink SHARP needs NVSwitch nodes of Hopper or "
-                           f"later (arch {n.arch!r}, intra_node kind {intra.kind!r}); set it "
-                           "false")
-    if t is not None and t.message_us is not None and n is None:
-        raise ProfileError(f"{path}: [transport] message_us: paid by the calls NCCL's tuner "
-                           "prices, so it needs an [nccl] table; this profile has none")
-    if t is not None and t.chunk_kib is not None and n is not None:
-        raise ProfileError(f"{path}: [transport] chunk_kib: prices the Simple ring of profiles "
-                           "without an [nccl] table; NCCL's model prices this one's steps")
-    if g % nic.nics_per_node and nic.nics_per_node % g:
-        raise ProfileError(
-            f"{path}: [nic] nics_per_node: must divide gpus_per_node ({g}) or be a multiple of "
-            f"it (several NICs per GPU), got {nic.nics_per_node}"
-        )

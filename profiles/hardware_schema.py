@@ -124,6 +124,12 @@ COMPUTE_FIELDS = {
 }
 
 
+# what a [compute] table needs beyond its required keys (profiles/hardware_rules.py), said
+# where the table is missing
+COMPUTE_NEEDS = ("and interference, or nccl_ctas with [gpu] sms; and mfu, or a [roofline] "
+                 "table instead")
+
+
 # Forward and backward from shapes (simulator/roofline.py); without this table a profile's
 # [compute] mfu prices them from FLOPs alone.
 ROOFLINE_FIELDS = {

@@ -11,6 +11,7 @@ from typing import Any
 from profiles.files import ROOT, read_toml, user_dir
 from profiles.hardware import HardwareProfile, parse_hardware
 from profiles.models import ModelProfile, parse_model
+from profiles.problems import Problems
 from vocabulary.errors import ProfileError
 
 
@@ -29,11 +30,14 @@ KINDS = {
 
 def _parse(kind: Kind, path: Path) -> Any:
     doc = read_toml(path)
+    # the name is checked once the contents are sound: a copy of a profile under another file
+    # name with an error in it is refused for that error alone (tests/test_hostile_profiles.py)
     profile = kind.parse(path, doc)
     if profile.name not in (path.stem, path.resolve().stem):  # a symlink: its target's name
-        raise ProfileError(
-            f"{path}: name: must equal the file name {path.stem!r}, got {profile.name!r}"
-        )
+        place = Problems(path)
+        place.add(f"{path}: name: must equal the file name {path.stem!r}, got "
+                  f"{profile.name!r}", "", "name")
+        place.raise_any()
     return profile
 
 

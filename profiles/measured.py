@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,12 @@ def _value(v: Any) -> str:
     raise TypeError(f"cannot write {type(v).__name__} to TOML")
 
 
+def toml_key(key: str) -> str:
+    """A key as TOML reads it back: bare where it may be, else quoted (a model name with a
+    dot, `llama-1.8b`, would be read as a dotted key)."""
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)
+
+
 def dumps(doc: dict[str, Any]) -> str:
     """TOML for nested dicts of scalars and lists of scalars (what profiles hold)."""
     lines: list[str] = []
@@ -95,10 +102,10 @@ def dumps(doc: dict[str, Any]) -> str:
         scalars = {k: v for k, v in d.items() if not isinstance(v, dict)}
         if prefix and scalars:
             lines.append(f"\n[{prefix}]")
-        lines.extend(f"{k} = {_value(v)}" for k, v in scalars.items())
+        lines.extend(f"{toml_key(k)} = {_value(v)}" for k, v in scalars.items())
         for k, v in d.items():
             if isinstance(v, dict):
-                table(f"{prefix}.{k}" if prefix else k, v)
+                table(f"{prefix}.{toml_key(k)}" if prefix else toml_key(k), v)
 
     table("", doc)
     return "\n".join(lines).lstrip("\n") + "\n"

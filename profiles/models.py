@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from profiles.problems import Problems
 from profiles.schema import Field, require_tables, validate_table
 from vocabulary.errors import ProfileError
 
@@ -168,29 +169,41 @@ def count_params(family: str, a: Arch) -> int:
     return embed + a.n_layers * LAYER_PARAMS[family](a) + final_norm + head
 
 
+MODEL_TABLES = {"arch": ARCH_FIELDS, "reference": REFERENCE_FIELDS,
+                "training": TRAINING_FIELDS}
+
+
 def parse_model(path: Path | str, doc: dict[str, Any]) -> ModelProfile:
-    """Validate a parsed TOML document and build a `ModelProfile`."""
-    require_tables(path, doc, required={"arch"}, optional={"reference", "training"})
-    top = {k: v for k, v in doc.items() if not isinstance(v, dict)}
-    top_values, _ = validate_table(path, "", top, TOP_FIELDS)
-    arch_values, _ = validate_table(path, "arch", doc["arch"], ARCH_FIELDS)
-    arch = Arch(**arch_values)
-    if arch.d_model % arch.n_heads:
-        raise ProfileError(
-            f"{path}: [arch] n_heads: must divide d_model ({arch.d_model}), got {arch.n_heads}"
-        )
-    if arch.n_heads % arch.n_kv_heads:
-        raise ProfileError(
-            f"{path}: [arch] n_kv_heads: must divide n_heads ({arch.n_heads}), "
-            f"got {arch.n_kv_heads}"
-        )
-    ref = None
-    if "reference" in doc:
-        ref, _ = validate_table(path, "reference", doc["reference"], REFERENCE_FIELDS)
-    training = {"global_batch": None, "source": None}
-    if "training" in doc:
-        training, _ = validate_table(path, "training", doc["training"], TRAINING_FIELDS)
-    model = ModelProfile(
+    """Validate a parsed TOML document and build a `ModelProfile`. Every error of the file is
+    found before any is raised (profiles/problems.py), in one `ProfileError`."""
+    problems = Problems(path)
+    alias = require_tables(path, doc, required={"arch"}, optional={"reference", "training"},
+                           problems=problems, fields_of=MODEL_TABLES)
+    top = {k: v for k, v in doc.items() if not isinstance(v, dict) and k not in MODEL_TABLES}
+    top_values, _ = validate_table(path, "", top, TOP_FIELDS, problems)
+    family_known = top_values["family"] is not None  # None: absent or in error
+    given: dict[str, dict[str, Any]] = {}
+    for table, fields in MODEL_TABLES.items():
+        data = doc.get(alias.get(table, table))
+        if not isinstance(data, dict):
+            continue  # absent, or not a table: said by require_tables
+        before = len(problems)
+        values, _ = validate_table(path, table, data, fields, problems, shown=alias.get(table))
+        if len(problems) > before or table in alias:
+            problems.bad.add(table)
+        else:
+            given[table] = values
+    arch = Arch(**given["arch"]) if "arch" in given else None
+    if arch is not None:
+        with problems.gather("arch"):
+            _check_heads(path, arch)
+    ref = given.get("reference")
+    training = given.get("training", {"global_batch": None, "source": None})
+    if arch is not None and ref is not None and family_known and problems.sound("arch"):
+        with problems.gather():
+            _check_count(path, count_params(top_values["family"], arch), ref)
+    problems.raise_any()
+    return ModelProfile(
         name=top_values["name"],
         description=top_values["description"],
         family=top_values["family"],
@@ -202,12 +215,28 @@ def parse_model(path: Path | str, doc: dict[str, Any]) -> ModelProfile:
         global_batch=training["global_batch"],
         global_batch_source=training["source"],
     )
-    if model.reference_params is not None:
-        rel = abs(model.n_params - model.reference_params) / model.reference_params
-        if rel > model.reference_tolerance:
-            raise ProfileError(
-                f"{path}: [reference] n_params: computed {model.n_params:,} parameters from "
-                f"[arch], {rel:.1%} away from the reference {model.reference_params:,} "
-                f"(tolerance {model.reference_tolerance:.1%})"
-            )
-    return model
+
+
+def _check_heads(path, arch: Arch) -> None:
+    """Megatron's attention needs whole heads per d_model and whole query groups per KV head."""
+    if arch.d_model % arch.n_heads:
+        raise ProfileError(
+            f"{path}: [arch] n_heads: must divide d_model ({arch.d_model}), got {arch.n_heads}"
+        )
+    if arch.n_heads % arch.n_kv_heads:
+        raise ProfileError(
+            f"{path}: [arch] n_kv_heads: must divide n_heads ({arch.n_heads}), "
+            f"got {arch.n_kv_heads}"
+        )
+
+
+def _check_count(path, n_params: int, ref: dict[str, Any]) -> None:
+    """The count computed from [arch] against the published one, within its tolerance."""
+    tolerance = ref["tolerance"] if ref["tolerance"] is not None else 0.01
+    rel = abs(n_params - ref["n_params"]) / ref["n_params"]
+    if rel > tolerance:
+        raise ProfileError(
+            f"{path}: [reference] n_params: computed {n_params:,} parameters from "
+            f"[arch], {rel:.1%} away from the reference {ref['n_params']:,} "
+            f"(tolerance {tolerance:.1%})"
+        )
