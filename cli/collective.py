@@ -12,6 +12,7 @@ from cli.common import ALGO_HELP, AlgoChoice, Format3, OpChoice, ProtoChoice
 from profiles import UserError, load_hardware
 from profiles.external import published_collective
 from reports.fidelity import lookup, shipped
+from reports.schema import table_name, table_value
 from reports.tables import check_format, render
 from simulator.collective import describe, fit_warning, sweep
 from simulator.network import build_topology
@@ -84,18 +85,20 @@ def collective(
         df["published_case"] = run.case
         df["published_us"] = [run.rows.get(int(s), (None, None))[0] for s in df["size_bytes"]]
         df["error_pct"] = 100 * (df["time_s"] * 1e6 / df["published_us"] - 1)
-    if fmt != "table":
-        print(render(df, fmt))
-        return
-    df.insert(1, "size", [format_bytes(s) for s in df["size_bytes"]])
-    df["time_us"] = df["time_s"] * 1e6
-    columns = ["size_bytes", "size", "time_us", "algbw_GBps", "busbw_GBps", "algo", "proto",
-               "held_out"]
+    # the size as nccl-tests prints it, and the fidelity band in words: in every format
+    df["size"] = [format_bytes(s) for s in df["size_bytes"]]
     df["held_out"] = [
         "" if not n else f"{med:.0f}%/{top:.0f}% of {n} ({sign:+.0f}%)"
         for n, med, top, sign in zip(df["heldout_rows"], df["heldout_median_abs_err_pct"],
                                      df["heldout_max_abs_err_pct"],
                                      df["heldout_median_err_pct"], strict=True)]
+    if fmt != "table":
+        print(render(df, fmt))
+        return
+    schema = list(df.columns)
+    df[table_name("time_s")] = table_value("time_s", df["time_s"])
+    columns = ["size_bytes", "size", table_name("time_s"), "algbw_GBps", "busbw_GBps", "algo",
+               "proto", "held_out"]
     header = (f"{op}, algo {algo}, proto {proto}, gpus per process {gpus_per_process}, "
               f"{describe(build_topology(hw, gpus))}\n"
               f"profile {hw.path}\n"
@@ -116,7 +119,7 @@ def collective(
         header += (f"\npublished: {run.case}, out-of-place time of nccl-tests (sources in "
                    "profiles/external/public-collectives.md); error = simulated / published - 1")
     print(render(df[columns], "table", header=header, floatfmt={
-        "time_us": "{:.1f}", "algbw_GBps": "{:.2f}", "busbw_GBps": "{:.2f}"}))
+        "time_us": "{:.1f}", "algbw_GBps": "{:.2f}", "busbw_GBps": "{:.2f}"}, schema=schema))
 
 
 def _banded(op: str, algo: str, proto: str) -> bool:
@@ -142,7 +145,7 @@ def _published(case: str, hw, gpus: int, op: str, algo: str, proto: str,
     if asked != ran or proto != "auto":
         raise UserError(f"--published {case} ran {run.op} on {run.gpus} GPUs of {run.hardware} "
                         f"with NCCL_ALGO {run.nccl_algo}, NCCL's own protocol and "
-                        f"{run.gpus_per_process} GPU(s) per process: give -H {run.hardware} -g "
+                        f"{run.gpus_per_process} GPU(s) per process: give -H {run.hardware} --gpus "
                         f"{run.gpus} --op {run.op} --algo {run.nccl_algo}, no --proto and "
                         "no --gpus-per-process (or its own)")
     return run

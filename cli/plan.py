@@ -163,6 +163,7 @@ def plan_cmd(
                    f"dp x cp fills in whole nodes): {shown_counts}")
     for reason in df.attrs.get("skipped", []):
         header += f"\nleft out: {reason}"
+    header += "\n" + price_text(req, hardware_of, set(df["hardware"]))
     best = df.iloc[0]
     if best["hardware"] in hardware_of:
         header += "\ntop plan: " + how_sure(hardware_of[best["hardware"]], layout(best),
@@ -190,7 +191,7 @@ def plan_cmd(
         "tokens_per_s": "{:,.0f}",
         "hours": "{:,.1f}", "gpu_hours": "{:,.0f}", "cost_usd": "{:,.0f}",
         "quality_tokens_ratio": "{:.3f}", "hours_to_quality": "{:,.1f}",
-        "cost_to_quality_usd": "{:,.0f}"}))
+        "cost_to_quality_usd": "{:,.0f}"}, schema=list(shown.assign(**asked).columns)))
     dense = best_dense(everything)
     if best["quality"] != "dense" and dense is not None:
         print(f"# the top plan's scheme changes the update ({best['quality']}); the best dense "
@@ -206,3 +207,18 @@ def plan_cmd(
               f"${rest['cost_usd']:,.0f} "
               f"({rest['hours'] / best['hours']:.2f}x the time, "
               f"{rest['cost_usd'] / best['cost_usd']:.2f}x the cost of the top plan)")
+
+
+def price_text(req: PlanRequest, hardware_of: dict, shown: set[str]) -> str:
+    """The GPU-hour price behind every cost, and where it comes from: --price-per-gpu-hour,
+    or each profile's [price] with the first clause of its source."""
+    if req.price_per_gpu_hour is not None:
+        return (f"usd_per_gpu_hour: {req.price_per_gpu_hour:g} for every plan "
+                "(--price-per-gpu-hour)")
+    parts = []
+    for name in sorted(n for n in shown if n in hardware_of):  # (two files of one name: none)
+        price = hardware_of[name].price
+        where = price.source.split(";")[0].split(" (http")[0]
+        parts.append(f"{name} {price.usd_per_gpu_hour:g} ({where}; "
+                     f"scape profiles show {name})")
+    return "usd_per_gpu_hour: " + "; ".join(parts)

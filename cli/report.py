@@ -67,13 +67,13 @@ def reproduce(
                             "speedup_vs_dense_adams_measured_compute"]],
                       on=["model", "scheme", "sparsity"]).assign(compute_profile=compute_profile)
     measured_cols = [c for c in df.columns if c.endswith("_measured_compute")]
+    cols = ["model", "scheme", "sparsity", "step_time_s", "exposed_comm_s",
+            "speedup_vs_dense_adams",
+            "end_to_end_reduction", "paper_metric", "paper_value", "predicted_value",
+            "table_value", "hardware", "what_if_hardware", "what_if_step_time_s",
+            "what_if_speedup", "memory_GB", "fits_memory", *measured_cols,
+            *(["compute_profile"] if measured_cols else [])]
     if fmt != "table":
-        cols = ["model", "scheme", "sparsity", "step_time_s", "exposed_comm_s",
-                "speedup_vs_dense_adams",
-                "end_to_end_reduction", "paper_metric", "paper_value", "predicted_value",
-                "table_value", "hardware", "what_if_hardware", "what_if_step_time_s",
-                "what_if_speedup", "memory_GB", "fits_memory", *measured_cols,
-                *(["compute_profile"] if measured_cols else [])]
         print(render(df[cols], fmt))
         return
     shown = df[["model", "scheme", "sparsity", "step_time_s", "exposed_comm_s",
@@ -81,7 +81,7 @@ def reproduce(
                 "paper_value", "table_value", "what_if_step_time_s", "what_if_speedup",
                 *measured_cols]].copy()
     if not df["fits_memory"].all():  # a step no GPU holds says so, as compare's rows do
-        shown["fits"] = df["fits_memory"].map({True: "", False: "NO"})
+        shown["fits_memory"] = df["fits_memory"].map({True: "", False: "NO"})
     for col in ("predicted_value", "paper_value", "table_value"):
         shown[col] = shown[col].map(lambda v: "" if pd.isna(v) else f"{v:.4g}")
     header = (f"SCAPE paper setting on 32 GPUs of {hardware}\n"
@@ -93,7 +93,8 @@ def reproduce(
     print(render(shown, "table", header=header, floatfmt={
         c: "{:.3f}" for c in ("sparsity", "step_time_s", "exposed_comm_s",
                               "speedup_vs_dense_adams", "end_to_end_reduction",
-                              "what_if_step_time_s", "what_if_speedup", *measured_cols)}))
+                              "what_if_step_time_s", "what_if_speedup", *measured_cols)},
+        schema=cols))
     if compute_profile is not None:
         check = pd.read_csv(files["compute_check"])
         formats = {"profile_compute_s": "{:.3f}", "measured_compute_s": "{:.3f}",

@@ -38,6 +38,7 @@ from cli.common import (
     step_options,
 )
 from cli.outputs import output_file
+from reports.schema import also_line, table_name, table_value
 from reports.step_fidelity import how_sure, layout_of
 from reports.step_rows import compare_rows, simulate_row
 from reports.tables import check_format, render
@@ -110,40 +111,47 @@ def simulate(
     if fmt != "table":  # one row, the same shape as every command's rows
         print(render(pd.DataFrame([row]), fmt))
         return
-    print(f"# {scheme} on {describe(build_topology(cfg.hardware, gpus))}")
-    print(f"# profile {hardware} ({cfg.hardware.path})")
-    print(f"# {model}: micro-batch {micro_batch} x seq {cfg.seq}, grad-accum {cfg.accum}, "
+    out: list[str] = []  # the table's lines: the header, then one value a line
+    out.append(f"# {scheme} on {describe(build_topology(cfg.hardware, gpus))}")
+    out.append(f"# profile {hardware} ({cfg.hardware.path})")
+    out.append(f"# {model}: micro-batch {micro_batch} x seq {cfg.seq}, grad-accum {cfg.accum}, "
           f"tp {tp}, pp {pp}{_schedule_name(cfg)}, "
           + (f"cp {cfg.cp}, " if cfg.cp > 1 else "") + f"data-parallel {cfg.dp}, recompute "
           f"{recompute}, algo {algo}; forward/backward: {row['compute_model']}")
-    print("# scheme options: " + ", ".join(f"{k} {v}" for k, v in
+    out.append("# scheme options: " + ", ".join(f"{k} {v}" for k, v in
                                             resolved_scheme(cfg.scheme).items()))
-    print(f"# grad_dtype {grad_dtype}, param_dtype {param_dtype}, attention "
+    out.append(f"# grad_dtype {grad_dtype}, param_dtype {param_dtype}, attention "
           f"{row.get('attention')}, sequence_parallel {row.get('sequence_parallel')}, "
           f"tp_comm_overlap {row.get('tp_comm_overlap')}, fp8 {row.get('fp8')}, "
           f"mfu {row.get('mfu')}, stack {row.get('stack')}, loss {row.get('loss')}, "
           f"global_batch {cfg.sequences}")
-    print(f"# {how_sure(cfg.hardware, layout_of(cfg), [scheme], cfg.mfu)}")
+    out.append(f"# {how_sure(cfg.hardware, layout_of(cfg), [scheme], cfg.mfu)}")
     for key in ("step_time_s", "compute_s", "compression_s", "tp_comm_s", "exposed_comm_s",
                 "overlapped_comm_s", *(("pipeline_bubble_s",) if pp > 1 else ()),
                 *(("cp_comm_s",) if cfg.cp > 1 else ()),
                 "interference_s"):
         # the table prints milliseconds: the name says so (issue 42: no value under a name
         # of another unit); CSV and JSON keep the seconds under the _s name
-        print(f"{key.removesuffix('_s') + '_ms':>20}  {row[key] * 1e3:12.3f} ms")
-    print(f"{'bytes_per_gpu':>20}  {row['bytes_per_gpu'] / 1e9:12.4f} GB")
+        out.append(f"{table_name(key):>20}  {table_value(key, row[key]):12.3f} ms")
+    out.append(f"{table_name('bytes_per_gpu'):>20}  "
+          f"{table_value('bytes_per_gpu', row['bytes_per_gpu']):12.4f} GB")
     parts = ", ".join(f"{k} {row[f'memory_{k}_GB']:.1f}" for k in (
         "weights", "grads", "optimizer", "scheme_state", "activations"))
-    print(f"{'memory_per_gpu':>20}  {row['memory_GB']:12.2f} GB of "
+    out.append(f"{'memory_GB':>20}  {row['memory_GB']:12.2f} GB of "
           f"{row['usable_memory_GB']:.1f} usable, {row['memory_spare_pct']:.0f}% to spare "
           f"({parts}, loss {row['memory_loss_GB']:.1f}; peak on pipeline stage "
           f"{row['memory_peak_stage']})")
-    print(f"{'model_tflops_per_gpu':>20}  {row['model_tflops_per_gpu']:12.1f} TFLOP/s "
+    out.append(f"{'model_tflops_per_gpu':>20}  {row['model_tflops_per_gpu']:12.1f} TFLOP/s "
           "(the model's forward and backward FLOPs, no recomputation, per GPU and second)")
     if steps:
-        print(f"# averaged over a run of {steps} steps ({_schedule_text(cfg.scheme)}):")
-        print(f"{'run_mean_step_ms':>20}  {row['run_mean_step_s'] * 1e3:12.3f} ms")
-        print(f"{'run_mean_bytes':>20}  {row['run_mean_bytes_per_gpu'] / 1e9:12.4f} GB")
+        out.append(f"# averaged over a run of {steps} steps ({_schedule_text(cfg.scheme)}):")
+        for key, unit, form in (("run_mean_step_s", "ms", "12.3f"),
+                                ("run_mean_bytes_per_gpu", "GB", "12.4f")):
+            out.append(f"{table_name(key):>20}  {table_value(key, row[key]):{form}} {unit}")
+    shown = [line.split()[0] for line in out if not line.startswith("#")]
+    header = "\n".join(line for line in out if line.startswith("#"))
+    also = also_line(list(row), shown, header)  # what only CSV and JSON print
+    print("\n".join(out + ([also] if also else [])))
     if trace:
         print(f"# trace: {trace} (open in https://ui.perfetto.dev)")
 
@@ -199,19 +207,18 @@ def compare_cmd(
     shown = df[["scheme", "step_time_s", "compute_s", "compression_s", "exposed_comm_s",
                 "overlapped_comm_s", "bytes_per_gpu", "speedup"]].copy()
     for col in ("step_time_s", "compute_s", "compression_s", "exposed_comm_s",
-                "overlapped_comm_s"):
-        shown[col.replace("_s", "_ms")] = shown.pop(col) * 1e3
-    shown["GB_per_gpu"] = shown.pop("bytes_per_gpu") / 1e9
+                "overlapped_comm_s", "bytes_per_gpu"):  # in the unit the name says
+        shown[table_name(col)] = table_value(col, shown.pop(col))
     shown["speedup"] = shown.pop("speedup")
     # memory per GPU, and a flag on the rows no GPU can hold (their step time is hypothetical)
-    shown["mem_GB"] = df["memory_GB"]
-    shown["fits"] = df["fits_memory"].map({True: "yes", False: "NO"})
+    shown["memory_GB"] = df["memory_GB"]
+    shown["fits_memory"] = df["fits_memory"].map({True: "yes", False: "NO"})
     header = (f"{model} on {describe(build_topology(cfg.hardware, gpus))}\n"
               f"micro-batch {micro_batch} x seq {cfg.seq}, grad-accum {cfg.accum}, tp {tp}, "
               f"pp {pp}{_schedule_name(cfg)}, " + (f"cp {cfg.cp}, " if cfg.cp > 1 else "")
               + f"dp {cfg.dp}, recompute {recompute}; "
               f"forward/backward: {compute_model(cfg)}; "
-              f"speedup = {baseline} step time / scheme step time; mem_GB per GPU of "
+              f"speedup = {baseline} step time / scheme step time; memory_GB per GPU of "
               f"{df['usable_memory_GB'].iloc[0]:.1f} usable\n"
               "options: " + ", ".join(f"{k} {v}" for k, v in {
                   **asked, **{k: v for k, v in resolved_scheme(cfg.scheme).items()
@@ -222,13 +229,14 @@ def compare_cmd(
                   **({"scheme_options": dict(extra)} if extra else {})}.items()))
     header += "\n" + how_sure(cfg.hardware, layout_of(cfg), list(df["scheme"]), cfg.mfu)
     if not df["fits_memory"].all():
-        header += ("\nfits NO: one GPU cannot hold that configuration; its times are what it "
-                   "would take if it could")
+        header += ("\nfits_memory NO: one GPU cannot hold that configuration; its times are "
+                   "what it would take if it could")
     if steps:
-        shown["run_mean_ms"] = df["run_mean_step_s"] * 1e3
-        shown["run_GB_per_gpu"] = df["run_mean_bytes_per_gpu"] / 1e9
+        for col in ("run_mean_step_s", "run_mean_bytes_per_gpu"):
+            shown[table_name(col)] = table_value(col, df[col])
         shown["run_speedup"] = df["run_speedup"]
         header += (f"\nrun_*: averaged over a run of {steps} steps, SCAPE "
                    f"{_schedule_text(cfg.scheme)}")
     print(render(shown, "table", header=header, floatfmt={
-        c: "{:.3f}" for c in shown.columns if c not in ("scheme", "fits")}))
+        c: "{:.3f}" for c in shown.columns if c not in ("scheme", "fits_memory")},
+        schema=list(df.assign(**asked).columns)))

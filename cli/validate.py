@@ -283,8 +283,8 @@ def _validate_external(name: str, profile: str | None, out: str | None, fmt: str
         _write_checked(path, text)
         files["profile"] = path
     mem = x.memory_summary(meta["memory"])
-    if fmt == "json":  # the rows; the fit, the memory rows and the skipped rows: files["json"]
-        print(render(table, "json"))
+    if fmt != "table":  # the rows; the fit, the memory rows and the skipped rows: the JSON file
+        print(render(table, fmt))
         return
     by_role = {r: table.loc[table["role"] == r, "error_pct"] for r in ("held-out", "in-sample")}
     header = (f"{name} on profile {hardware} ({base.path}): {x.protocol_text(fit)}\n"
@@ -295,12 +295,13 @@ def _validate_external(name: str, profile: str | None, out: str | None, fmt: str
               f"max {mem['max_abs_error_pct']:.1f}%; {len(meta['skipped'])} rows not predicted "
               f"(listed in the JSON); saved " + ", ".join(str(f) for f in files.values()))
     cols = ["series", "model", "gpus", "quantity", "measured_s", "predicted_s", "error_pct",
-            "fitted", "role", *(("external", "profile") if fmt == "csv" else ())]
+            "fitted", "role"]
     print(render(table[cols], fmt, header=header, floatfmt={
-        "measured_s": "{:.3f}", "predicted_s": "{:.3f}", "error_pct": "{:+.1f}"}))
-    if fmt == "table":  # csv stays one table; the memory rows are in their own CSV
-        mcols = ["series", "model", "gpus", "measured_MiB", "predicted_low_MiB",
-                 "predicted_high_MiB", "error_pct"]
-        print(render(meta["memory"][mcols], fmt, header=f"memory: {x.MEMORY_PROTOCOL}",
-                     floatfmt={"measured_MiB": "{:.0f}", "predicted_low_MiB": "{:.0f}",
-                               "predicted_high_MiB": "{:.0f}", "error_pct": "{:+.1f}"}))
+        "measured_s": "{:.3f}", "predicted_s": "{:.3f}", "error_pct": "{:+.1f}"},
+        schema=list(table.columns)))
+    # the memory rows: their own table (and CSV file)
+    mcols = ["series", "model", "gpus", "measured_MiB", "predicted_low_MiB",
+             "predicted_high_MiB", "error_pct"]
+    print(render(meta["memory"][mcols], fmt, header=f"memory: {x.MEMORY_PROTOCOL}",
+                 floatfmt={"measured_MiB": "{:.0f}", "predicted_low_MiB": "{:.0f}",
+                           "predicted_high_MiB": "{:.0f}", "error_pct": "{:+.1f}"}))

@@ -13,6 +13,7 @@ from typing import Any
 
 from profiles.files import read_toml
 from vocabulary.errors import ProfileError, UserError
+from vocabulary.suggest import did_you_mean
 
 FOLDER = Path(__file__).resolve().parent / "external"
 ROW_KEYS = ("table", "series", "quantity", "model", "gpus", "value", "path", "commit", "line")
@@ -91,7 +92,8 @@ def load_external(name: str) -> ExternalData:
     malformed row is one clear error."""
     known = names()
     if name not in known:
-        raise UserError(f"unknown external data set {name!r}; known: {', '.join(known)}")
+        raise UserError(f"unknown external data set {name!r}{did_you_mean(name, known)}; "
+                        f"known: {', '.join(known)}")
     path = FOLDER / f"{name}.toml"
     doc = read_toml(path)
     rows = []
@@ -160,7 +162,8 @@ def published_collective(case: str) -> PublishedCollective:
     found = [r for r in every if r["case"] == case]
     if not found:
         known = sorted({r["case"] for r in every})
-        raise UserError(f"unknown published case {case!r}; known: {', '.join(known)} "
+        raise UserError(f"unknown published case {case!r}{did_you_mean(case, known)}; "
+                        f"known: {', '.join(known)} "
                         f"(profiles/external/public-collectives.csv)")
     first = found[0]
     return PublishedCollective(

@@ -13,6 +13,7 @@ from profiles.hardware import HardwareProfile, parse_hardware
 from profiles.models import ModelProfile, parse_model
 from profiles.problems import Problems
 from vocabulary.errors import ProfileError
+from vocabulary.suggest import did_you_mean
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,8 @@ def _resolve(kind: Kind, name_or_path: str | Path) -> Path:
         other = next((k.name for k in KINDS.values() if k is not kind
                       and (ROOT / k.folder / f"{text}.toml").exists()), None)
         hint = f" ({text} is a {other} profile)" if other else ""
-        raise ProfileError(f"unknown {kind.name} profile {text!r}{hint}; known: {known}")
+        near = "" if other else did_you_mean(text, known.split(", "))
+        raise ProfileError(f"unknown {kind.name} profile {text!r}{hint}{near}; known: {known}")
     return path
 
 
@@ -168,4 +170,5 @@ def find(name: str) -> tuple[str, Any]:
         if folder and (base / f"{name}.toml").is_file():
             return check_profile(base / f"{name}.toml")
     known = ", ".join(n for k in KINDS for n in names(k))
-    raise ProfileError(f"unknown profile {name!r}; known: {known}")
+    raise ProfileError(f"unknown profile {name!r}{did_you_mean(name, known.split(', '))}; "
+                       f"known: {known}")

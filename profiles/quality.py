@@ -12,6 +12,7 @@ from profiles.files import ROOT, read_toml
 from profiles.schema import Field, validate_table
 from vocabulary.errors import ProfileError
 from vocabulary.names import ALIASES, SCHEME_NAMES, scheme_names
+from vocabulary.suggest import did_you_mean
 
 STUDY_FIELDS = {
     "study": Field(str, nonempty=True), "command": Field(str, nonempty=True),
@@ -108,6 +109,7 @@ def load_quality(name: str) -> QualityStudy:
         path = ROOT / "quality" / f"{name}.toml"
         if not path.exists():
             known = ", ".join(sorted(p.stem for p in (ROOT / "quality").glob("*.toml")))
-            raise ProfileError(f"--quality {name}: no such study (known: {known}; or give a "
+            near = did_you_mean(name, known.split(", "))
+            raise ProfileError(f"--quality {name}: no such study{near} (known: {known}; or give a "
                                "path)")
     return parse_quality(path, read_toml(path))

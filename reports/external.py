@@ -143,7 +143,9 @@ def validate_external(name: str, hardware: str = BASE_HARDWARE
                             ) from None
         fitted = is_fit_input(ext, r)
         rows.append({"series": r.series, "model": r.model, "gpus": r.gpus,
-                     "quantity": r.quantity, "measured_s": r.value / 1e3,
+                     # what was measured (step, comm, compute); the values are in seconds:
+                     # the authors' names (step_ms, ...) say their files' unit, not these
+                     "quantity": r.quantity.removesuffix("_ms"), "measured_s": r.value / 1e3,
                      "predicted_s": predicted,
                      "error_pct": 100 * (predicted / (r.value / 1e3) - 1),
                      "fitted": fitted, "role": role_of(r.series, fitted), "source": r.cite})
@@ -295,7 +297,7 @@ def figure(table: pd.DataFrame, path: Path) -> Path:
     with plain numbers (4, 8, 16 GPUs; 0.5, 1, 2 s); rows share their step-time axis."""
     from reports import figure_style as fs
 
-    steps = table[table["quantity"] == "step_ms"].copy()
+    steps = table[table["quantity"] == "step"].copy()
     steps[["family", "variant"]] = [_family(s) for s in steps["series"]]
     models = sorted(steps["model"].unique())
     families = list(dict.fromkeys(steps["family"]))

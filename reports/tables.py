@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from profiles import UserError
+from reports.schema import also_line
 from vocabulary.suggest import did_you_mean
 from vocabulary.units import never_zero, reads_zero
 
@@ -90,9 +91,11 @@ def visible(text: str) -> str:
 
 
 def render(df: pd.DataFrame, fmt: str, *, floatfmt: dict[str, str] | None = None,
-           header: str = "") -> str:
+           header: str = "", schema=None) -> str:
     """The frame as `table` (aligned text, with `header` lines prefixed by '#'; a missing
-    value reads "-"), `csv`, `json`."""
+    value reads "-"), `csv`, `json`. `schema`: the columns CSV and JSON print where the table
+    shows fewer; the table then ends with a line naming the ones it leaves out
+    (reports/schema.py)."""
     check_format(fmt)
     if fmt == "json":
         rows = [{k: _clean(v) for k, v in row.items()} for row in df.to_dict(orient="records")]
@@ -110,7 +113,8 @@ def render(df: pd.DataFrame, fmt: str, *, floatfmt: dict[str, str] | None = None
     lines.append("  ".join(c.rjust(widths[c]) for c in df.columns))
     for i in range(len(df)):
         lines.append("  ".join(cells[c][i].rjust(widths[c]) for c in df.columns))
-    return "\n".join(lines)
+    also = also_line(schema, df.columns, header) if schema is not None else ""
+    return "\n".join(lines + ([also] if also else []))
 
 
 def markdown(df: pd.DataFrame, floatfmt: str = "{:.3f}") -> str:

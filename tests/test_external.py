@@ -53,7 +53,7 @@ def test_fit_uses_only_dense_rows_and_recovers_a_synthetic_network():
 def test_external_validation_protocol_and_accuracy():
     table, _fit, meta = validate_external("scape-sc26")
     fitted = table[table["fitted"]]
-    assert set(fitted["quantity"]) == {"compute_ms", "comm_ms"}
+    assert set(fitted["quantity"]) == {"compute", "comm"}
     assert set(fitted["series"]) == {"adams", "adams-distopt"}
     held = table[~table["fitted"]]
     assert held["series"].str.startswith("scape").sum() == 60  # every SCAPE step row

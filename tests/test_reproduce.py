@@ -134,7 +134,7 @@ def test_headline_step_is_the_validations_prediction(capsys, tmp_path):
                and r["scheme"] == "scape" and r["sparsity"] == 0.99)
     table, _, _ = validate_external("scape-sc26")
     predicted = table[(table["series"] == "scape-d0.01-distopt") & (table["gpus"] == 32)
-                      & (table["model"] == "llama-1.8b") & (table["quantity"] == "step_ms")]
+                      & (table["model"] == "llama-1.8b") & (table["quantity"] == "step")]
     assert code == 0 and len(predicted) == 1
     assert row["step_time_s"] == pytest.approx(float(predicted["predicted_s"].iloc[0]),
                                                rel=0.005)
