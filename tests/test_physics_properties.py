@@ -2,8 +2,9 @@
 profiles, collectives, sizes, GPU counts and NCCL protocols:
 
 - no collective gets faster when a link, NIC or GPU rate is lowered or a latency raised, at
-  the same algorithm and protocol, nor when NCCL's tuner picks again on the slower machine
-  (the chosen pair's time, as the tool reports it);
+  the same algorithm and protocol; where NCCL's tuner picks again on the slower machine, its
+  pick is no faster than the fastest pair of the faster machine (not than its own pick there:
+  `fastest_pair` says why);
 - the bytes a step sends never depend on link rates;
 - no step gets faster on a slower machine;
 - compression off is the dense plan exactly where the README says so (any size, ranks and
@@ -67,7 +68,27 @@ def test_no_collective_is_faster_on_a_slower_machine(profile, op, nodes, size_ex
     assert same.time_s * SLACK >= fast.time_s, (fast, same)
     if proto == "auto":
         picked = sweep(slow_hw, gpus, op, "auto", [size])[0]
-        assert picked.time_s * SLACK >= fast.time_s, (fast, picked)
+        assert picked.time_s * SLACK >= fastest_pair(hw, gpus, op, size), (fast, picked)
+
+
+def fastest_pair(hw, gpus: int, op: str, size: float) -> float:
+    """The fastest (algorithm, protocol) this model runs the call with on `hw`. NCCL's tuner
+    picks by its own cost model, which does not see NVLS_TREE's pipeline fill nor, on a
+    profile without [nccl], the simulator's own phases; near its switch points it keeps a pair
+    this model prices slower, and a lower rate that moves the switch makes the call faster
+    (5 of 22,428 profile x op x nodes x size x rate cases, the largest -25%: aws-p5, 64
+    nodes, 128 MiB, NVLS_TREE to tree/LL128 at 10% less NIC). What a slower machine can
+    never beat is the fastest pair of the faster one: every pair is monotone (above)."""
+    from vocabulary.names import ALGORITHM_NAMES
+
+    times = []
+    for algo in ALGORITHM_NAMES[op]:
+        for proto in ("ll", "ll128", "simple") if hw.nccl is not None else ("auto",):
+            try:
+                times.append(sweep(hw, gpus, op, algo, [size], proto=proto)[0].time_s)
+            except UserError:  # not available on this machine or with this protocol
+                continue
+    return min(times)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
