@@ -78,6 +78,10 @@ torch.cuda.get_device_name())'; date -u; uname -r; command -v ip tc unshare nsen
 step gpu-compute 200 $PY bench/gpu_compute.py --parts "$PARTS" --out "$W/gpu-compute.json"
 # ... where the SCAPE steps that miss the 20 ms goal spend their time, op by op (torch.profiler)
 step gpu-profile 120 $PY bench/gpu_compute.py --parts profile,bits --out "$W/gpu-profile.json"
+# ... a real step's Kineto trace (Llama-500M, micro-batch 2 and 4), fitted by scape calibrate
+#     trace on the first and predicted on the second (issues 41 and 44)
+step gpu-trace 150 $PY bench/gpu_trace.py --model llama-500m --fit-mb 2 --check-mb 4 \
+    --out "$W/gpu-trace"
 # ... and the hardware profile: matmul peak, copy bandwidth, kernel fits, Llama-1.8B's MFU
 step calibrate-compute 100 $PY -m cli calibrate compute --backend nccl --out gpu --model llama-1.8b \
     --micro-batch 8 --max-ranks 1

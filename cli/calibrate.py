@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import sys
 
 import typer
@@ -10,6 +11,7 @@ from cli.app import StrictTyper, app
 from cli.common import (
     NETBED_HELP,
     SHARE_GPU_HELP,
+    AttentionChoice,
     BackendChoice,
     Format3,
     _netbed,
@@ -307,3 +309,77 @@ def calibrate_compute_cmd(
     print("ranks sharing the host: " + ", ".join(f"{r + 1}: x{v:.2f}"
                                                 for r, v in enumerate(slow)))
     print(f"wrote {path}")
+
+
+@calibrate_app.command("trace")
+def calibrate_trace(
+    trace: str = typer.Argument(..., help="a PyTorch profiler (Kineto) Chrome trace of one "
+                                          "rank's training steps, .json or .json.gz"),
+    hardware: str = typer.Option(..., "--hardware", "-H",
+                                 help="the profile of the machine traced: its peak, HBM "
+                                      "bandwidth and launch costs are what the fit scales"),
+    model: str = typer.Option(..., "--model", "-m", help="the model profile traced"),
+    micro_batch: int = typer.Option(..., "--micro-batch", "--micro-batch-size",
+                                    help="sequences per micro-batch in the traced steps"),
+    seq_len: int = typer.Option(None, "--seq-len", "--seq-length",
+                                help="tokens per sequence [default: the model profile's]"),
+    grad_accum: int = typer.Option(1, "--grad-accum",
+                                   help="micro-batches in each traced step"),
+    attention: AttentionChoice = typer.Option("flash", "--attention",
+                                              help="the attention kernel the traced step ran: "
+                                                   "flash, flash2 or unfused"),
+    out: str = typer.Option(..., "--out", help="NAME: writes measured/NAME.toml in the user's "
+                                               "profile folder"),
+    fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
+):
+    """Fit a hardware profile's compute (GEMM, attention, memory-bound kernels, optimizer) to a
+    traced step, then price that step on it."""
+    import pandas as pd
+
+    from calibration.trace import read_trace
+    from calibration.trace_fit import FITTED, fit_trace, profile_tables
+    from profiles import check_profile, load_hardware
+    from profiles.files import read_toml
+    from profiles.measured import dumps
+    from scape.plan import make_config
+    from simulator.step import simulate_step
+    from simulator.step_config import StepConfig
+    from vocabulary.atomic import write_text_atomic
+
+    check_format(fmt)
+    for flag, value in (("--micro-batch", micro_batch), ("--grad-accum", grad_accum),
+                        *((("--seq-len", seq_len),) if seq_len is not None else ())):
+        if value < 1:
+            raise UserError(f"{flag} must be at least 1, got {value}")
+    m, base = load_model(model), load_hardware(hardware)
+    seq = m.arch.seq_len if seq_len is None else seq_len
+    traced = read_trace(trace)
+    fit = fit_trace(traced, m, base, micro_batch, seq, grad_accum, str(attention))
+    path = _destination(out)
+    command = (f"scape calibrate trace {traced.path.name} -H {hardware} -m {model} "
+               f"--micro-batch {micro_batch} --seq-len {seq} --grad-accum {grad_accum}")
+    doc = profile_tables(fit, read_toml(base.path), m, traced, path.stem, command)
+    write_text_atomic(path, f"# Written by {command}\n" + dumps(doc))
+    _, hw = check_profile(path)  # what was written loads back
+    cfg = StepConfig(m, hw, 1, make_config("dense-adamw"), micro_batch=micro_batch, seq_len=seq,
+                     grad_accum=grad_accum, attention=str(attention)).validate()
+    step = simulate_step(cfg)
+    compute = statistics.median(s.compute_s for s in traced.steps)
+    rows = [{"class": c, "traced_s": fit.traced_s[c], "base_s": fit.base_s.get(c),
+             "fitted_s": fit.fitted_s.get(c)} for c in (*FITTED, "optimizer")]
+    rows.append({"class": "step compute (simulate, in sample)", "traced_s": compute,
+                 "base_s": None, "fitted_s": step.compute_s})
+    df = pd.DataFrame(rows).assign(trace=str(traced.path), source=traced.source,
+                                   steps=fit.steps, hardware=hardware, model=model,
+                                   micro_batch=micro_batch, seq_len=seq, grad_accum=grad_accum,
+                                   profile=str(path))
+    header = (f"{traced.path.name}: {fit.steps} steps of {traced.source}"
+              f"{' on ' + traced.device if traced.device else ''}, median per class (the "
+              f"steps' compute spread {fit.spread_pct:.0f}%); base: {hardware}'s shapes model; "
+              "fitted: " + ", ".join(f"{k} {v:.4g}" for k, v in fit.constants.items())
+              + f"\nwrote {path} (scape simulate -H measured/{path.stem} -m {model} ...); the "
+              "step compute row is in sample: the fit reproduces the classes it was solved on")
+    print(render(df[["class", "traced_s", "base_s", "fitted_s"]], fmt, header=header,
+                 schema=list(df.columns),
+                 floatfmt={"traced_s": "{:.6f}", "base_s": "{:.6f}", "fitted_s": "{:.6f}"})
+          if fmt == "table" else render(df, fmt))

@@ -1,0 +1,207 @@
+"""Fit a hardware profile's compute to a traced step (issue 41, part 2: `scape calibrate
+trace`).
+
+The simulator prices forward and backward from the model's shapes (simulator/roofline.py):
+GEMMs on a roofline at [roofline] gemm_peak_fraction of the GPU's peak, fused attention at
+attn_fwd_fraction / attn_bwd_fraction, memory-bound kernels at the HBM bandwidth times
+[compute] mem_efficiency. A trace (calibration/trace.py) gives the same three classes' busy
+time per step, and the optimizer's. Each of the three is one monotone function of one constant,
+so each constant is solved for (bisection on its logarithm) until the shapes model's time of
+the class equals the trace's, the three in turn until they agree (the GEMMs' memory term reads
+mem_efficiency); the optimizer's time becomes its kernel's cost per parameter. Nothing else of
+the profile changes: the fitted profile is the base profile with those constants and their
+source. In sample by construction: `simulate` on it gives the traced classes back; what it
+predicts is every other shape (micro-batch, sequence, model), which a second trace checks
+(bench/trace_holdout.py).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, replace
+
+from calibration.trace import Trace
+from profiles import HardwareProfile, ModelProfile, UserError
+from profiles.hardware import Roofline
+from simulator.roofline import head_times, layer_times
+
+FITTED = ("gemm", "attention", "memory")
+# where the base profile has no [roofline]: the constants the fit does not solve for, from the
+# shipped H100's (profiles/hardware/dgx-h100.toml [roofline]); said in the fitted profile
+DEFAULT_ROOFLINE = {"gemm_launch_us": 5.5, "gemm_blend": 2.55, "sustained": 1.0}
+BOUNDS = (1e-6, 1e3)  # a constant's factor over its base value the bisection searches
+
+
+@dataclass(frozen=True)
+class TraceFit:
+    hardware: HardwareProfile  # the base profile with the fitted constants
+    traced_s: dict[str, float]  # per class, the median over the trace's steps
+    base_s: dict[str, float]  # per class, the base profile's shapes model
+    fitted_s: dict[str, float]  # per class, the fitted profile's
+    constants: dict[str, float]  # what was solved for
+    steps: int
+    spread_pct: float  # the steps' compute time, (max - min) / median
+
+
+def classes_s(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_len: int,
+              micro_batches: int, attention: str = "flash") -> dict[str, float]:
+    """Seconds per step of GEMMs, attention and memory-bound kernels on one GPU, as the shapes
+    model prices them (no tensor parallelism, no recomputation)."""
+    layer = layer_times(model, hw, micro_batch, seq_len, attention=attention).parts
+    head = head_times(model, hw, micro_batch, seq_len).parts
+    n = model.arch.n_layers
+    return {c: micro_batches * (n * layer[c] + head[c]) for c in FITTED}
+
+
+def _with_roofline(hw: HardwareProfile) -> HardwareProfile:
+    if hw.roofline is not None:
+        return hw
+    return replace(hw, roofline=Roofline(
+        gemm_peak_fraction=0.5, attn_fwd_fraction=0.5, attn_bwd_fraction=0.5,
+        source="scape calibrate trace: gemm_launch_us, gemm_blend and sustained from the "
+               "shipped dgx-h100 profile's [roofline] (the base profile had none)",
+        **DEFAULT_ROOFLINE))
+
+
+def _set(hw: HardwareProfile, cls: str, value: float) -> HardwareProfile:
+    r = hw.roofline
+    if cls == "launch":  # every kernel's fixed cost (the host's dispatch where it dominates)
+        return replace(hw, roofline=replace(r, gemm_launch_us=value))
+    if cls == "gemm":
+        return replace(hw, roofline=replace(r, gemm_peak_fraction=value))
+    if cls == "attention":  # one factor on both passes: the trace does not split them
+        ratio = r.attn_bwd_fraction / r.attn_fwd_fraction
+        return replace(hw, roofline=replace(r, attn_fwd_fraction=value,
+                                            attn_bwd_fraction=value * ratio))
+    return replace(hw, compute=replace(hw.compute, mem_efficiency=value))
+
+
+def _get(hw: HardwareProfile, cls: str) -> float:
+    return {"gemm": hw.roofline.gemm_peak_fraction, "attention": hw.roofline.attn_fwd_fraction,
+            "memory": hw.compute.mem_efficiency, "launch": hw.roofline.gemm_launch_us}[cls]
+
+
+def _solve(hw: HardwareProfile, knob: str, cls: str, target_s: float, price
+           ) -> HardwareProfile:
+    """`hw` with the constant `knob` set so that the shapes model prices class `cls` at
+    `target_s` (the launch cost raises the class's time, the rates lower it)."""
+    base = _get(hw, knob) or 1.0
+    lo, hi = math.log(base * BOUNDS[0]), math.log(base * BOUNDS[1])
+    rises = knob == "launch"
+    end = price(_set(hw, knob, math.exp(lo if rises else hi)))[cls]
+    if end > target_s:
+        raise UserError(f"the trace's {cls} time ({target_s * 1e3:.3f} ms a step) is below "
+                        f"what {hw.name} can give at any rate (its launch costs and, for the "
+                        "GEMMs, their memory traffic): give the hardware profile of the machine "
+                        "traced, and the traced step's micro-batch, sequence and micro-batches "
+                        "(--micro-batch, --seq-len, --grad-accum)")
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        if (price(_set(hw, knob, math.exp(mid)))[cls] > target_s) != rises:
+            lo = mid
+        else:
+            hi = mid
+    return _set(hw, knob, math.exp((lo + hi) / 2))
+
+
+def _fixed_point(hw: HardwareProfile, traced: dict, price, memory_knob: str) -> HardwareProfile:
+    """The three classes solved in turn until they agree: memory on `memory_knob`, then the
+    GEMMs' and attention's rates (each reads the launch cost, the GEMMs mem_efficiency)."""
+    for _ in range(8):
+        for knob, cls in ((memory_knob, "memory"), ("gemm", "gemm"),
+                          ("attention", "attention")):
+            hw = _solve(hw, knob, cls, traced[cls], price)
+    return hw
+
+
+def fit_trace(trace: Trace, model: ModelProfile, base: HardwareProfile, micro_batch: int,
+              seq_len: int, micro_batches: int = 1, attention: str = "flash") -> TraceFit:
+    """The base profile's GEMM, attention and memory constants solved for the trace's median
+    step, and its optimizer's cost per parameter (module docstring)."""
+    traced = {c: statistics.median(s.busy_s[c] for s in trace.steps)
+              for c in (*FITTED, "optimizer")}
+    missing = [c for c in FITTED if traced[c] <= 0]
+    if missing:
+        raise UserError(f"{trace.path}: no {', '.join(missing)} time in its steps ({trace.source}"
+                        "): a training step of a transformer runs all three; was the right "
+                        "process traced, with the GPU activity on?")
+    hw = _with_roofline(base)
+
+    def price(h):
+        return classes_s(model, h, micro_batch, seq_len, micro_batches, attention)
+
+    base_s = price(hw)
+    # memory-bound kernels priced by their bandwidth (mem_efficiency); where no bandwidth
+    # gives the trace's times (a host whose every operator pays a dispatch cost far above
+    # its bytes: the CPU runtime), by the kernels' fixed cost instead
+    try:
+        hw, knob = _fixed_point(hw, traced, price, "memory"), "mem_efficiency"
+    except UserError:
+        try:
+            hw, knob = (_fixed_point(_with_roofline(base), traced, price, "launch"),
+                        "gemm_launch_us")
+        except UserError as exc:
+            if trace.source != "host operators":
+                raise
+            raise UserError(f"{trace.path}: a trace of the CPU runtime's operators: their "
+                            "time is mostly each operator's dispatch (thousands a step), which "
+                            "the shapes model, made for GPU kernels, does not count; "
+                            f"{exc}") from None
+    fitted = price(hw)
+    computes = [s.compute_s for s in trace.steps]
+    spread = 100 * (max(computes) - min(computes)) / statistics.median(computes)
+    constants = {"gemm_peak_fraction": hw.roofline.gemm_peak_fraction,
+                 "attn_fwd_fraction": hw.roofline.attn_fwd_fraction,
+                 "attn_bwd_fraction": hw.roofline.attn_bwd_fraction,
+                 knob: _get(hw, "memory" if knob == "mem_efficiency" else "launch")}
+    if traced["optimizer"] > 0:
+        ns = traced["optimizer"] / model.n_params * 1e9
+        constants["optimizer_ns_per_element"] = ns
+        kernels = dict(hw.kernels)
+        for kind in ("optimizer_adamw", "optimizer_adams"):
+            kernels[kind] = {**kernels.get(kind, {}), "fixed_us": 0.0, "ns_per_element": ns,
+                             "residual_pct": 0.0}
+        hw = replace(hw, kernels=kernels)
+    return TraceFit(hw, traced, base_s, fitted, constants, len(trace.steps), spread)
+
+
+def profile_tables(fit: TraceFit, base_doc: dict, model: ModelProfile, trace: Trace,
+                   name: str, command: str) -> dict:
+    """The base profile's TOML tables with the fitted constants and their source: what
+    `scape calibrate trace --out NAME` writes (a hardware profile; `simulate -H measured/NAME`
+    reads it)."""
+    doc = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base_doc.items()}
+    c = fit.constants
+    src = (f"fitted by `{command}` on {trace.path.name} ({trace.source}, {fit.steps} steps, "
+           f"median; the steps' compute spread {fit.spread_pct:.0f}%): each constant solved "
+           "so that the shapes model prices the trace's class time (calibration/trace_fit.py)")
+    roof = dict(doc.get("roofline", {}))
+    if not roof:
+        roof.update(DEFAULT_ROOFLINE)
+        roof["source"] = fit.hardware.roofline.source
+    roof.update(gemm_peak_fraction=c["gemm_peak_fraction"],
+                attn_fwd_fraction=c["attn_fwd_fraction"],
+                attn_bwd_fraction=c["attn_bwd_fraction"])
+    for key in ("gemm_peak_fraction", "attn_fwd_fraction", "attn_bwd_fraction"):
+        roof[f"{key}_source"] = src
+    doc["roofline"] = roof
+    if "mem_efficiency" in c:
+        doc["compute"] = {**doc.get("compute", {}), "mem_efficiency": c["mem_efficiency"],
+                          "mem_efficiency_source": src}
+    else:  # the memory-bound kernels solved on their fixed cost
+        roof.update(gemm_launch_us=c["gemm_launch_us"], gemm_launch_us_source=src)
+    if "optimizer_ns_per_element" in c:
+        kernels = dict(doc.get("kernels", {}))
+        for kind in ("optimizer_adamw", "optimizer_adams"):
+            kernels[kind] = {"fixed_us": 0.0, "ns_per_element": c["optimizer_ns_per_element"],
+                             "residual_pct": 0.0}  # where from: the [roofline] sources
+        doc["kernels"] = kernels
+    mfu = {k: v for k, v in doc.get("model_mfu", {}).items() if k != model.name}
+    doc.pop("model_mfu", None)
+    if mfu:  # the traced model is priced from its shapes now, the others as before
+        doc["model_mfu"] = mfu
+    doc["name"] = name
+    doc["description"] = (f"{base_doc.get('name', 'base')} with its compute fitted to a traced "
+                          f"step of {model.name} ({trace.path.name})")
+    return doc
