@@ -25,15 +25,18 @@ def profiles_list(fmt: Format3 = typer.Option("table", "--format", help="table|c
     """The embedded profiles, then the measured ones (shipped, and the user's), with a
     one-line description each; a measured file that does not load says why."""
     check_format(fmt)
-    from profiles import ProfileError
     from profiles.files import ROOT, user_dir
-    from profiles.problems import lines_of
 
     rows = []
     for kind in ("hardware", "model"):
         for name in names(kind):
             _, prof = find(f"{'models' if kind == 'model' else kind}/{name}")
             rows.append({"kind": kind, "name": name, "description": prof.description})
+    # the user's own (scape profiles new): found by folder/NAME, as -H hardware/NAME finds them
+    for kind, folder in (("hardware", "hardware"), ("model", "models")):
+        for path in sorted((user_dir() / folder).glob("*.toml")):
+            rows.append({"kind": f"{kind} (yours)", "name": f"{folder}/{path.stem}",
+                         "description": _described(path, kind)})
     seen = set()
     for base in (ROOT, user_dir()):
         for path in sorted((base / "measured").glob("*.toml")):
@@ -45,17 +48,27 @@ def profiles_list(fmt: Format3 = typer.Option("table", "--format", help="table|c
                                  f"use this one by its path, or rename it"})
                 continue
             seen.add(name)
-            try:
-                kind, prof = check_profile(path)
-                description = (prof.description if kind == "hardware" else
-                               f"INVALID: a {kind}, not a measured hardware profile")
-            except ProfileError as exc:  # one cell: the first error, and how many there are
-                errors = lines_of(exc)
-                more = f" (and {len(errors) - 1} more: scape profiles check {path})" if len(
-                    errors) > 1 else ""
-                description = f"INVALID: {errors[0]}{more}"
-            rows.append({"kind": "measured", "name": name, "description": description})
+            rows.append({"kind": "measured", "name": name,
+                         "description": _described(path, "hardware")})
     print(render(pd.DataFrame(rows), fmt))
+
+
+def _described(path, kind: str) -> str:
+    """A profile file's description, or why it does not load (one cell: the first error, and
+    how many there are)."""
+    from profiles import ProfileError
+    from profiles.problems import lines_of
+
+    try:
+        found, prof = check_profile(path)
+    except ProfileError as exc:
+        errors = lines_of(exc)
+        more = (f" (and {len(errors) - 1} more: scape profiles check {path})"
+                if len(errors) > 1 else "")
+        return f"INVALID: {errors[0]}{more}"
+    if found != kind:
+        return f"INVALID: a {found} profile, not a {kind} profile"
+    return prof.description
 
 
 @profiles_app.command("show")

@@ -5,6 +5,7 @@ profiles new --like PROFILE NAME` begins a commented copy in the user's profile 
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -157,6 +158,11 @@ def test_profiles_new_writes_a_commented_copy_that_checks(capsys, tmp_path, monk
     code, out, err = scape(capsys, "profiles", "new", "--like", "llama-1.8b", "my-model")
     assert code == 0, err
     assert load_model("models/my-model").n_params == load_model("llama-1.8b").n_params
+    code, out, err = scape(capsys, "profiles", "list", "--format", "json")
+    listed = {r["name"]: r for r in json.loads(out)}
+    assert listed["hardware/my-h100"]["kind"] == "hardware (yours)"
+    assert listed["models/my-model"]["kind"] == "model (yours)"
+    assert "begun as a copy of dgx-h100" in listed["hardware/my-h100"]["description"]
 
 
 def test_profiles_new_refuses_to_overwrite_unless_forced(capsys, tmp_path, monkeypatch):
