@@ -34,6 +34,7 @@ from cli.common import (
 )
 from cli.outputs import output_dir
 from profiles import UserError, load_model
+from reports.schema import also_line, table_name, table_value
 from reports.tables import check_format, render
 from simulator.compare import resolved_scheme
 from simulator.options import Overlap, SchemeOptions, scheme_config, scheme_fields
@@ -185,21 +186,28 @@ def train_cmd(
     if fmt != "table":  # one row with the configuration it ran with, nested keys dotted
         print(render(pd.json_normalize(summary), fmt))
         return
-    print(f"# {model}, {scheme} on {summary['world']} rank(s), {summary['steps']} steps")
-    print("# options: " + ", ".join(
+    head = [f"# {model}, {scheme} on {summary['world']} rank(s), {summary['steps']} steps"]
+    head.append("# options: " + ", ".join(
         f"{k} {v}" for k, v in {**resolved_scheme(cfg.scheme), "micro_batch": cfg.micro_batch,
                                 "seq_len": summary.get("seq_len", cfg.seq_len),
                                 "lr": cfg.lr, "seed": cfg.seed,
                                 "corpus": cfg.corpus, "backend": backend,
                                 "share_gpu": share_gpu,
                                 "netbed": summary["netbed"], "out": cfg.out}.items()))
+    print("\n".join(head))
     val = summary["final_val_loss"]
-    print(f"final_train_loss  {summary['final_train_loss']:.4f}")
-    print(f"final_val_loss    {val:.4f}" if val is not None else "final_val_loss    -")
-    print(f"median_step_ms    {summary['median_step_s'] * 1e3:.2f} ms")
+    lines = [f"final_train_loss  {summary['final_train_loss']:.4f}",
+             f"final_val_loss    {val:.4f}" if val is not None else "final_val_loss    -",
+             f"{table_name('median_step_s'):<17} "
+             f"{table_value('median_step_s', summary['median_step_s']):.2f} ms"]
     for key, value in summary["breakdown_median_s"].items():  # seconds, printed in ms
-        print(f"  {key.removesuffix('_s') + '_ms':<15} {value * 1e3:.2f} ms")
-    print(f"bytes_per_step    {summary['bytes_per_step']:,.0f} (sent per rank)")
+        lines.append(f"  {table_name(key):<15} {table_value(key, value):.2f} ms")
+    lines.append(f"bytes_per_step    {summary['bytes_per_step']:,.0f} (sent per rank)")
+    print("\n".join(lines))
+    also = also_line(list(pd.json_normalize(summary).columns),
+                     [line.split()[0] for line in lines], "\n".join(head))
+    if also:  # what only CSV and JSON print (reports/schema.py)
+        print(also)
 
 
 

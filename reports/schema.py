@@ -18,7 +18,9 @@ MS_SUFFIX = ("_s", "_ms")
 
 
 def table_name(column: str) -> str:
-    """The name a table shows `column` under when it converts its unit for reading."""
+    """The name a table shows `column` under when it converts its unit for reading. A nested
+    key (CSV's `breakdown_median_s.comm_s`) shows by its own name under its group's line."""
+    column = column.rsplit(".", 1)[-1]
     if column in DISPLAY:
         return DISPLAY[column][0]
     if column.endswith(MS_SUFFIX[0]):
@@ -47,7 +49,7 @@ def left_out(columns, shown, header: str = "") -> list[str]:
     shown = set(shown)
     words = set(header.replace(",", " ").replace(";", " ").replace("(", " ").split())
     return [c for c in columns if c not in shown and table_name(c) not in shown
-            and c not in words]
+            and c not in words and c.rsplit(".", 1)[-1] not in words]
 
 
 def also_line(columns, shown, header: str = "") -> str:

@@ -4,8 +4,8 @@ column is one of them, under its own name or the name of the unit it is shown in
 (reports/schema.py: step_time_s as step_time_ms); every column the table does not show is named
 in its header or in its closing "also in --format csv and json" line.
 
-Not run here: `train` and `calibrate` (they start ranks; their tables go through the same
-render)."""
+Not run here: `calibrate collectives`, `compute` and `refit` (they time ranks or need a
+sweep; their tables go through the same render)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import pytest
 
 from reports.schema import explained, left_out
 from tests.test_cli import scape
+from tests.trace_util import kineto, write
 
 SIMULATE = ("simulate", "-m", "gpt-345m", "-H", "dgx-h100", "--gpus", "16", "-s", "scape:0.99",
             "--density-warmup", "100")
@@ -32,13 +33,23 @@ COMMANDS = {
     "profiles-list": ("profiles", "list"),
     "validate-external": ("validate", "--external", "scape-sc26"),
     "reproduce": ("reproduce",),
+    "calibrate-trace": ("calibrate", "trace", "TRACE", "-H", "dgx-h100", "-m", "llama-1.8b",
+                        "--micro-batch", "1", "--seq-len", "2048"),
+    "train": ("train", "--steps", "3", "--nprocs", "2"),
 }
-WRITES = {"validate-external", "reproduce"}  # they also write files: --out a temporary folder
+# they also write files: --out a temporary folder (calibrate trace: a profile's name)
+WRITES = {"validate-external", "reproduce", "train", "calibrate-trace"}
 
 
 def _run(capsys, tmp_path, name, fmt):
     args = list(COMMANDS[name])
-    if name in WRITES:
+    if "TRACE" in args:  # a Kineto-shaped trace of a step (tests/trace_util.py)
+        trace = write(tmp_path / "step.json", kineto({"gemm": 0.2, "attention": 0.03,
+                                                      "memory": 0.05, "optimizer": 0.004}))
+        args[args.index("TRACE")] = str(trace)
+    if name == "calibrate-trace":
+        args += ["--out", f"traced-{fmt}"]
+    elif name in WRITES:
         args += ["--out", str(tmp_path / fmt)]
     code, out, err = scape(capsys, *args, "--format", fmt)
     assert code == 0, err
@@ -51,13 +62,15 @@ def _table(out: str, name: str) -> tuple[list[str], str]:
     lines = out.splitlines()
     comments = "\n".join(line for line in lines if line.startswith("#"))
     body = [line for line in lines if line.strip() and not line.startswith("#")]
-    if name == "simulate":
+    if name in ("simulate", "train"):
         return [line.split()[0] for line in body], comments
     return body[0].split(), comments
 
 
-@pytest.mark.parametrize("name", sorted(COMMANDS))
-def test_table_csv_and_json_carry_one_schema(capsys, tmp_path, name):
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.dist) if n == "train"
+                                  else n for n in sorted(COMMANDS)])
+def test_table_csv_and_json_carry_one_schema(capsys, tmp_path, monkeypatch, name):
+    monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path / "profiles"))
     rows = json.loads(_run(capsys, tmp_path, name, "json"))
     reader = csv.reader(io.StringIO(_run(capsys, tmp_path, name, "csv")))
     header, *body = list(reader)
