@@ -4,20 +4,25 @@ column is one of them, under its own name or the name of the unit it is shown in
 (reports/schema.py: step_time_s as step_time_ms); every column the table does not show is named
 in its header or in its closing "also in --format csv and json" line.
 
-Not run here: `calibrate collectives`, `compute` and `refit` (they time ranks or need a
-sweep; their tables go through the same render)."""
+Not run here: `calibrate collectives` and `compute` (they time ranks for minutes; their tables
+go through the same render)."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
+import re
+import shutil
+from pathlib import Path
 
 import pytest
 
 from reports.schema import explained, left_out
 from tests.test_cli import scape
 from tests.trace_util import kineto, write
+
+REPO = Path(__file__).resolve().parents[1]
 
 SIMULATE = ("simulate", "-m", "gpt-345m", "-H", "dgx-h100", "--gpus", "16", "-s", "scape:0.99",
             "--density-warmup", "100")
@@ -36,7 +41,9 @@ COMMANDS = {
     "calibrate-trace": ("calibrate", "trace", "TRACE", "-H", "dgx-h100", "-m", "llama-1.8b",
                         "--micro-batch", "1", "--seq-len", "2048"),
     "train": ("train", "--steps", "3", "--nprocs", "2"),
+    "calibrate-refit": ("calibrate", "refit", "--profile", "measured/again"),
 }
+SHIPPED_SWEEP = REPO / "profiles" / "measured" / "netbed-1gbit"  # a profile with its sweep
 # they also write files: --out a temporary folder (calibrate trace: a profile's name)
 WRITES = {"validate-external", "reproduce", "train", "calibrate-trace"}
 
@@ -47,6 +54,13 @@ def _run(capsys, tmp_path, name, fmt):
         trace = write(tmp_path / "step.json", kineto({"gemm": 0.2, "attention": 0.03,
                                                       "memory": 0.05, "optimizer": 0.004}))
         args[args.index("TRACE")] = str(trace)
+    if name == "calibrate-refit":  # a copy of a shipped measured profile and its sweep
+        folder = tmp_path / "profiles" / "measured"
+        folder.mkdir(parents=True, exist_ok=True)
+        text = SHIPPED_SWEEP.with_suffix(".toml").read_text()
+        (folder / "again.toml").write_text(re.sub(r'(?m)^name = .*$', 'name = "again"', text))
+        shutil.copy(SHIPPED_SWEEP.with_suffix(".collectives.csv"),
+                    folder / "again.collectives.csv")
     if name == "calibrate-trace":
         args += ["--out", f"traced-{fmt}"]
     elif name in WRITES:
