@@ -214,7 +214,8 @@ def fitted_profile_text(fit: ExternalFit, base: HardwareProfile, name: str,
     src = (f"fitted by `{command}` (git {git_revision()}) on {len(fit.inputs)} dense AdamS "
            "rows of the SCAPE authors' GH200 runs (computation/communication split, "
            "profiles/external/scape-sc26.toml) only; NCCL_NET=Socket, NCCL_IB_DISABLE=1 in "
-           "their scripts")
+           "their training scripts (the scaling scripts set none; the rows' bandwidth says "
+           "sockets)")
     line = base.nic.bw_Gbps * 1e9 / 8
     lines = []
     dropping = False  # inside a table of `base` the fit replaces

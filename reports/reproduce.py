@@ -196,8 +196,9 @@ def assumptions(hw: HardwareProfile) -> pd.DataFrame:
     else:
         rows.append(("NCCL transport", f"the NIC at {hw.nic.efficiency:.0%} of "
                      f"{hw.nic.bw_Gbps:g} Gb/s (InfiniBand verbs)",
-                     "what-if: the authors' scripts set NCCL_NET=Socket and NCCL_IB_DISABLE=1 "
-                     "(TCP sockets); see vista-gh200-socket"))
+                     "what-if: the authors' training scripts set NCCL_NET=Socket and "
+                     "NCCL_IB_DISABLE=1 (TCP sockets; their scaling scripts set none, and their "
+                     "dense rows' 3.6 GB/s per GPU says sockets); see vista-gh200-socket"))
     rows.append(("SCAPE", "the authors' reducer (scheme scape); with the distributed optimizer "
                  f"for {', '.join(sorted(DISTOPT_SCAPE))}",
                  "mz687/SCAPE_SC26 fp8_topk_adams_reducer.py (scape/plan/scape_authors.py)"))

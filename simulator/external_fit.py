@@ -67,7 +67,8 @@ class ExternalFit:
 
 
 def socket_view(hw: HardwareProfile) -> HardwareProfile:
-    """`hw` as NCCL's tuner sees it over TCP sockets (NCCL_NET=Socket, the authors' scripts):
+    """`hw` as NCCL's tuner sees it over TCP sockets (NCCL_NET=Socket in the authors' training
+    scripts; their scaling scripts set none, and the dense rows' 3.6 GB/s says sockets):
     what the fitted profile will be, before the fit gives its rates."""
     return replace(hw, transport=Transport("socket", 1.0, 0.0, 0.0, "NCCL_NET=Socket"),
                    nccl=None)  # the fitted profile keeps no [nccl] table (fitted_hardware)
