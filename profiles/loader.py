@@ -30,15 +30,17 @@ KINDS = {
 
 
 def _parse(kind: Kind, path: Path) -> Any:
+    """The profile in `path`, or every error of it in one ProfileError: its contents' and a
+    name that is not the file's (said in the same pass: issue 42)."""
     doc = read_toml(path)
-    # the name is checked once the contents are sound: a copy of a profile under another file
-    # name with an error in it is refused for that error alone (tests/test_hostile_profiles.py)
-    profile = kind.parse(path, doc)
-    if profile.name not in (path.stem, path.resolve().stem):  # a symlink: its target's name
-        place = Problems(path)
-        place.add(f"{path}: name: must equal the file name {path.stem!r}, got "
-                  f"{profile.name!r}", "", "name")
-        place.raise_any()
+    place = Problems(path)
+    name = doc.get("name")
+    if isinstance(name, str) and name not in (path.stem, path.resolve().stem):  # a symlink:
+        place.add(f"{path}: name: must equal the file name {path.stem!r}, got "  # its target's
+                  f"{name!r}", "", "name")
+    with place.gather():
+        profile = kind.parse(path, doc)
+    place.raise_any()
     return profile
 
 

@@ -25,12 +25,14 @@ def test_profiles_with_absurd_or_mistyped_values_are_refused(capsys, tmp_path):
     text = (repo / "profiles/models/gpt-345m.toml").read_text()
     huge = tmp_path / "huge.toml"
     huge.write_text("\n".join(f"n_layers = {2**63 - 1}" if line.startswith("n_layers =")
+                              else 'name = "huge"' if line.startswith("name =")
                               else line for line in text.splitlines()))
     code, _out, err = scape(capsys, "profiles", "check", str(huge))
     _refused(code, err, "n_layers: must be <=")
     measured = (repo / "profiles/measured/netbed-100mbit.toml").read_text()
     head, _, tail = measured.partition("[overlap]")
     bad = tmp_path / "bad.toml"
+    head = re.sub(r'(?m)^name = .*$', 'name = "bad"', head)  # its own name: one error
     bad.write_text(head + "[overlap]" + tail.replace("ranks = [2, 3]", 'ranks = ["a", "b"]', 1))
     code, _out, err = scape(capsys, "simulate", "-m", "tiny-gpt", "-H", str(bad), "--gpus", "2")
     _refused(code, err, "[overlap] ranks")

@@ -179,3 +179,14 @@ def test_profiles_new_refuses_to_overwrite_unless_forced(capsys, tmp_path, monke
                        ("../x", "must be a plain profile name")):
         code, _out, err = scape(capsys, "profiles", "new", "--like", "dgx-a100", name)
         assert code == 2 and err.count("\n") == 1 and says in err, err
+
+
+def test_a_wrong_name_is_said_with_the_other_errors(capsys, tmp_path):
+    """A copy under another file name, with a mistake in it: both in one run (the name used to
+    be checked only once the rest was sound)."""
+    text = (ROOT / "hardware" / "dgx-h100.toml").read_text()
+    copy = tmp_path / "ours.toml"
+    copy.write_text(text.replace("nics_per_node = 8", "nics_per_node = -8", 1))
+    code, _out, err = scape(capsys, "profiles", "check", str(copy))
+    assert code == 2 and "2 errors" in err, err
+    assert "name: must equal the file name 'ours'" in err and "nics_per_node" in err
