@@ -193,9 +193,26 @@ def fit_rows(logs: list[NcclTestsLog], min_bytes: int = 0) -> list[dict]:
     return out
 
 
+# what NCCL runs each collective of a log with, as the fit prices it: its ring (pairwise
+# sends for all-to-all); the link's fit must not pick gloo's reduce-scatter through an
+# all-reduce, which NCCL never runs (it made the link twice as fast as the rings say)
+NCCL_RINGS = {"all_reduce": ("ring",), "all_gather": ("ring",), "reduce_scatter": ("ring",),
+              "broadcast": ("ring",), "all_to_all": ("pairwise",)}
 # what a profile of nccl-tests logs takes from the hardware profile of its GPU (--gpu-from):
 # the logs say nothing of compute, and commands load a profile whole
 GPU_TABLES = ("gpu", "compute", "roofline", "memory")
+
+
+def launch_s(fit, world: int) -> float:
+    """The fixed cost per call the fitted collectives share at `world` ranks (the median of
+    their own, `simulator/fit.py` overheads_s): what launching one call costs the process that
+    drives the GPUs (nccl-tests -g 8: one process launching on 8 GPUs), whatever the op, so a
+    held-out op of the same runs pays it too."""
+    import statistics
+
+    own = [o for c in fit.collectives.values() for w, o in zip(c.ranks, c.overheads_s,
+                                                                strict=True) if w == world]
+    return statistics.median(own) if own else 0.0
 
 
 def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
@@ -236,7 +253,7 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
         raise UserError(f"--holdout {holdout}: it is the only op of the logs; nothing is left "
                         "to fit on")
     fit = fit_tier([{k: r[k] for k in ("op", "size_bytes", "world", "seconds")}
-                    for r in fitted])
+                    for r in fitted], algorithms=NCCL_RINGS)
     notes = [n for log in logs for n in log.notes]
     multi = [log for log in logs if log.spans_hosts]
     if multi:
@@ -247,7 +264,8 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
         out = []
         for r in (r for r in rows if r["op"] == holdout):
             a, c = coefficients(holdout, "ring", int(r["world"]), float(r["size_bytes"]))
-            predicted = fit.latency_s * a + float(r["size_bytes"]) * c / fit.bandwidth_Bps
+            predicted = (fit.latency_s * a + launch_s(fit, int(r["world"]))
+                         + float(r["size_bytes"]) * c / fit.bandwidth_Bps)
             out.append({**r, "predicted_s": predicted,
                         "error_pct": 100 * (predicted / r["seconds"] - 1)})
         held = pd.DataFrame(out)

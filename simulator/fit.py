@@ -124,13 +124,16 @@ def scaled_lstsq(design: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     return x / norms
 
 
-def fit_tier(rows: list[dict], burst_bytes: float = 0.0) -> TierFit:
+def fit_tier(rows: list[dict], burst_bytes: float = 0.0,
+             algorithms: dict[str, tuple[str, ...]] | None = None) -> TierFit:
     """Fit rows of {op, size_bytes, world, seconds} (calibration.collectives).
 
     One latency for the tier; one algorithm per collective; one inverse bandwidth per
     collective and rank count (gloo's all-gather and all-to-all reach a different share of the
     link at 2 ranks than at 3, which no algorithm registered here explains). `burst_bytes`:
-    the links' token bucket (the netbed's; 0 elsewhere), off each call's busiest-link bytes."""
+    the links' token bucket (the netbed's; 0 elsewhere), off each call's busiest-link bytes.
+    `algorithms`: the candidates per collective where the backend is known (NCCL runs a
+    reduce-scatter as a ring, never as gloo's all-reduce); default: every software one."""
     if burst_bytes < 0:
         raise UserError(f"burst_bytes must be >= 0, got {burst_bytes}")
     if not rows:
@@ -161,9 +164,13 @@ def fit_tier(rows: list[dict], burst_bytes: float = 0.0) -> TierFit:
                             "two sizes or more (calibrate collectives --sizes)")
     group_idx = np.array([groups.index((r["op"], r["world"])) for r in rows])
     op_of = np.array([r["op"] for r in rows])
+    def candidates(op: str) -> list[str]:
+        given = (algorithms or {}).get(op)
+        return list(given) if given else software_algorithms(op)
+
     coef = {(r["op"], algo, r["world"], r["size_bytes"]):
             coefficients(r["op"], algo, r["world"], r["size_bytes"])
-            for r in rows for algo in software_algorithms(r["op"])}
+            for r in rows for algo in candidates(r["op"])}
 
     def columns(choice: dict[str, str]):
         ac = np.array([coef[(r["op"], choice[r["op"]], r["world"], r["size_bytes"])]
@@ -172,12 +179,12 @@ def fit_tier(rows: list[dict], burst_bytes: float = 0.0) -> TierFit:
         # term, only the latency)
         return ac[:, 0], np.maximum(0.0, ac[:, 1] * sizes - burst_bytes)
 
-    choice = {op: software_algorithms(op)[0] for op in ops}
+    choice = {op: candidates(op)[0] for op in ops}
     x = _solve(*columns(choice), t, group_idx, len(groups))
     for _ in range(3):  # alternate: each collective's best algorithm, then a joint refit
         for op in ops:
             best = None
-            for algo in software_algorithms(op):
+            for algo in candidates(op):
                 a, c = columns({**choice, op: algo})
                 err = 0.0
                 for g, (gop, _) in enumerate(groups):

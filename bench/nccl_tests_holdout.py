@@ -1,0 +1,116 @@
+"""Issue 41's acceptance figure: public nccl-tests logs of one system, each op in turn held out of
+`scape calibrate nccl-tests`'s fit and predicted from the link fitted on the others, at every
+size from 64 KiB; median and max |busbw error| per size band (< 1 MiB, 1-64 MiB, >= 64 MiB).
+busbw error = predicted busbw / measured busbw - 1 = measured time / predicted time - 1.
+
+Two models, each line says which:
+- shipped: `scape calibrate nccl-tests` as it writes profiles (simulator/fit.py fit_tier: one
+  latency per ring hop for the whole tier, one bandwidth and fixed cost per op; NCCL's ring for
+  every op; the held-out op pays the fitted ops' fixed cost per call);
+- candidate (not in the product): NCCL's own per-step latency for the protocol its tuner picks
+  at each size (hwLat NVLink ring LL/LL128/Simple from profiles/external/nccl-tuning.toml; the
+  protocol from simulator/nccl.py on the --gpu-from profile's [nccl], ring forced), plus a fixed
+  cost per call and a bandwidth per op fitted on the rows (L1); the held-out op takes the
+  fitted ops' median cost per call and bandwidth (one launch, one ring). Nothing in it is
+  fitted to the held-out rows.
+
+Logs: tests/fixtures/nccl-tests/ (sources in SOURCES.md). Each log is one run, one row per size
+(nccl-tests' 20 iterations averaged): no repeats, so no noise band is known per row.
+
+Usage: python bench/nccl_tests_holdout.py
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from calibration.nccl_tests import calibrate_from_logs  # noqa: E402
+from profiles import measured  # noqa: E402
+
+LOGS = REPO / "tests" / "fixtures" / "nccl-tests"
+SYSTEMS = {  # name: (logs, the hardware profile of their GPU)
+    "8x A100-SXM4-40GB, one process (microsoft/superbenchmark)":
+        (sorted(LOGS.glob("a100-sxm4-40gb-*.out")), "dgx-a100"),
+    "8x H100 80GB HBM3, one process, NCCL_ALGO=Ring (together-nccl-tests 20260305_220944)":
+        (sorted(LOGS.glob("h100-8x-ring-*.out")), "dgx-h100"),
+}
+BANDS = (("< 1 MiB", 0, 2**20), ("1-64 MiB", 2**20, 2**26), (">= 64 MiB", 2**26, float("inf")))
+MIN_BYTES = 64 * 1024
+
+
+def _band_text(sizes, err) -> str:
+    cells = []
+    for label, lo, hi in BANDS:
+        band = [abs(e) for s, e in zip(sizes, err, strict=True) if lo <= s < hi]
+        cells.append(f"{label}: {statistics.median(band):.1f}% / {max(band):.1f}% "
+                     f"({len(band)})" if band else f"{label}: -")
+    return "; ".join(cells)
+
+
+def candidate(rows: list[dict], gpu: str, held: str) -> tuple[list[float], list[float]]:
+    """The candidate model's held-out sizes and |busbw error|s (module docstring)."""
+    import numpy as np
+
+    from profiles import load_hardware
+    from simulator import nccl
+    from simulator.fit import coefficients
+
+    hop_us = nccl.constants()["hw_lat"]["nvlink"]["ring"]  # LL, LL128, Simple, per step
+    m = nccl.machine(load_hardware(gpu), rows[0]["world"])
+
+    def terms(r):
+        proto = nccl.decide(r["op"], float(r["size_bytes"]), m, algos=("ring",))[1]
+        steps, per_byte = coefficients(r["op"], "ring", r["world"], float(r["size_bytes"]))
+        latency = steps * hop_us[("ll", "ll128", "simple").index(proto)] * 1e-6
+        return latency, per_byte * float(r["size_bytes"])
+
+    fits = {}
+    for op in sorted({r["op"] for r in rows} - {held}):
+        mine = [r for r in rows if r["op"] == op]
+        t = np.array([r["seconds"] for r in mine])
+        lat, byt = map(np.array, zip(*(terms(r) for r in mine), strict=True))
+        design, y, w = np.stack([np.ones_like(t), byt], 1) / t[:, None], (t - lat) / t, 1.0
+        for _ in range(40):  # L1 by reweighting, as simulator/fit.py _solve
+            x, *_ = np.linalg.lstsq(design * np.c_[w], y * w, rcond=None)
+            w = 1 / np.sqrt(np.maximum(np.abs(design @ x - y), 1e-3))
+        fits[op] = (max(float(x[0]), 0.0), float(x[1]))
+    call = statistics.median(f[0] for f in fits.values())
+    per_byte = statistics.median(f[1] for f in fits.values())
+    sizes, err = [], []
+    for r in (r for r in rows if r["op"] == held):
+        lat, byt = terms(r)
+        sizes.append(r["size_bytes"])
+        err.append(100 * (r["seconds"] / (call + lat + per_byte * byt) - 1))
+    return sizes, err
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        measured.FOLDER = Path(tmp)  # the profiles written go nowhere that lasts
+        for system, (logs, gpu) in SYSTEMS.items():
+            ops = sorted(p.stem.split("-")[-1] for p in logs)
+            print(system)
+            for held in ops:
+                _, fit, _, table, _ = calibrate_from_logs(
+                    "holdout", [str(p) for p in logs], holdout=held, min_bytes=MIN_BYTES,
+                    gpu_from=gpu)
+                err = 100 * (table["seconds"] / table["predicted_s"] - 1)  # busbw error
+                fitted = ", ".join(f"{op} {c.algo}" for op, c in fit.collectives.items())
+                print(f"  {held} held out (fitted on {fitted}): median / max |busbw error| "
+                      f"(rows)")
+                print("    shipped:   " + _band_text(list(table["size_bytes"]), list(err)))
+                from calibration.nccl_tests import fit_rows, parse_log
+
+                rows = fit_rows([parse_log(p) for p in logs], MIN_BYTES)
+                print("    candidate: " + _band_text(*candidate(rows, gpu, held)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
