@@ -3,16 +3,20 @@
 size from 64 KiB; median and max |busbw error| per size band (< 1 MiB, 1-64 MiB, >= 64 MiB).
 busbw error = predicted busbw / measured busbw - 1 = measured time / predicted time - 1.
 
-Two models, each line says which:
-- shipped: `scape calibrate nccl-tests` as it writes profiles (simulator/fit.py fit_tier: one
-  latency per ring hop for the whole tier, one bandwidth and fixed cost per op; NCCL's ring for
-  every op; the held-out op pays the fitted ops' fixed cost per call);
+Four models, each line says which:
+- nccl: `scape calibrate nccl-tests` by default on one node (calibration/nccl_tests_fit.py:
+  the --gpu-from profile's NCCL path, its NVLink efficiency and NCCL launch cost fitted on the
+  other ops, the held-out op priced by `scape collective`'s own code);
+- link: `--model link` (simulator/fit.py fit_tier: one latency per ring hop for the whole
+  tier, one bandwidth and fixed cost per op; NCCL's ring for every op; the held-out op pays the
+  fitted ops' fixed cost per call);
 - candidate (not in the product): NCCL's own per-step latency for the protocol its tuner picks
   at each size (hwLat NVLink ring LL/LL128/Simple from profiles/external/nccl-tuning.toml; the
   protocol from simulator/nccl.py on the --gpu-from profile's [nccl], ring forced), plus a fixed
   cost per call and a bandwidth per op fitted on the rows (L1); the held-out op takes the
   fitted ops' median cost per call and bandwidth (one launch, one ring). Nothing in it is
-  fitted to the held-out rows.
+  fitted to the held-out rows;
+- built-in: the shipped hardware profile, nothing fitted (`scape collective`).
 
 Logs: tests/fixtures/nccl-tests/ (sources in SOURCES.md). Each log is one run, one row per size
 (nccl-tests' 20 iterations averaged): no repeats, so no noise band is known per row.
@@ -34,11 +38,11 @@ from calibration.nccl_tests import calibrate_from_logs  # noqa: E402
 from profiles import measured  # noqa: E402
 
 LOGS = REPO / "tests" / "fixtures" / "nccl-tests"
-SYSTEMS = {  # name: (logs, the hardware profile of their GPU)
+SYSTEMS = {  # name: (logs, the hardware profile of their GPU, the algorithm they ran)
     "8x A100-SXM4-40GB, one process (microsoft/superbenchmark)":
-        (sorted(LOGS.glob("a100-sxm4-40gb-*.out")), "dgx-a100"),
+        (sorted(LOGS.glob("a100-sxm4-40gb-*.out")), "dgx-a100", "auto"),
     "8x H100 80GB HBM3, one process, NCCL_ALGO=Ring (together-nccl-tests 20260305_220944)":
-        (sorted(LOGS.glob("h100-8x-ring-*.out")), "dgx-h100"),
+        (sorted(LOGS.glob("h100-8x-ring-*.out")), "dgx-h100", "ring"),
 }
 BANDS = (("< 1 MiB", 0, 2**20), ("1-64 MiB", 2**20, 2**26), (">= 64 MiB", 2**26, float("inf")))
 MIN_BYTES = 64 * 1024
@@ -90,25 +94,40 @@ def candidate(rows: list[dict], gpu: str, held: str) -> tuple[list[float], list[
     return sizes, err
 
 
+def built_in(rows: list[dict], gpu: str, op: str, algo: str) -> tuple[list, list]:
+    """The shipped profile's own prediction, nothing fitted: `scape collective -H GPU --op OP
+    --algo ALGO --gpus-per-process 8` at the logs' sizes (one process drove the 8 GPUs)."""
+    from profiles import load_hardware
+    from simulator.collective import sweep
+
+    mine = [r for r in rows if r["op"] == op]
+    got = sweep(load_hardware(gpu), mine[0]["world"], op, algo,
+                [r["size_bytes"] for r in mine], gpus_per_process=8)
+    return ([r["size_bytes"] for r in mine],
+            [100 * (r["seconds"] / g.time_s - 1) for r, g in zip(mine, got, strict=True)])
+
+
 def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         measured.FOLDER = Path(tmp)  # the profiles written go nowhere that lasts
-        for system, (logs, gpu) in SYSTEMS.items():
+        for system, (logs, gpu, algo) in SYSTEMS.items():
             ops = sorted(p.stem.split("-")[-1] for p in logs)
             print(system)
             for held in ops:
-                _, fit, _, table, _ = calibrate_from_logs(
-                    "holdout", [str(p) for p in logs], holdout=held, min_bytes=MIN_BYTES,
-                    gpu_from=gpu)
-                err = 100 * (table["seconds"] / table["predicted_s"] - 1)  # busbw error
-                fitted = ", ".join(f"{op} {c.algo}" for op, c in fit.collectives.items())
-                print(f"  {held} held out (fitted on {fitted}): median / max |busbw error| "
-                      f"(rows)")
-                print("    shipped:   " + _band_text(list(table["size_bytes"]), list(err)))
+                print(f"  {held} held out (fitted on the others): median / max |busbw error| "
+                      "(rows)")
+                for model in ("nccl", "link"):
+                    _, _, _, table, _ = calibrate_from_logs(
+                        "holdout", [str(p) for p in logs], holdout=held, min_bytes=MIN_BYTES,
+                        gpu_from=gpu, model=model, algo=algo if model == "nccl" else "auto")
+                    err = 100 * (table["seconds"] / table["predicted_s"] - 1)  # busbw error
+                    print(f"    {model + ':':<11}" + _band_text(list(table["size_bytes"]),
+                                                              list(err)))
                 from calibration.nccl_tests import fit_rows, parse_log
 
                 rows = fit_rows([parse_log(p) for p in logs], MIN_BYTES)
                 print("    candidate: " + _band_text(*candidate(rows, gpu, held)))
+                print("    built-in:  " + _band_text(*built_in(rows, gpu, held, algo)))
     return 0
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from profiles import UserError
+from vocabulary.suggest import did_you_mean
 
 # the op a log measures, from nccl-tests' binary names
 BINARIES = {"all_reduce_perf": "all_reduce", "all_gather_perf": "all_gather",
@@ -188,7 +189,8 @@ def fit_rows(logs: list[NcclTestsLog], min_bytes: int = 0) -> list[dict]:
             raise UserError(f"{log.path}: {log.op} is not a collective the simulator models "
                             f"({', '.join(WIRE_FACTOR)})")
         out += [{"op": log.op, "size_bytes": r.size_bytes, "world": log.ranks,
-                 "seconds": r.time_us * 1e-6, "source": f"{Path(log.path).name}:{r.line}"}
+                 "seconds": r.time_us * 1e-6, "gpus_per_process": log.gpus_per_process,
+                 "source": f"{Path(log.path).name}:{r.line}"}
                 for r in log.rows if r.size_bytes >= min_bytes]
     return out
 
@@ -215,13 +217,20 @@ def launch_s(fit, world: int) -> float:
     return statistics.median(own) if own else 0.0
 
 
+MODELS = ("nccl", "link")
+
+
 def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
                         holdout: str | None = None, min_bytes: int = 0,
-                        gpu_from: str | None = None):
-    """Fit the link on the logs' rows (all ops, or all but `holdout`) and write
-    measured/<name>.toml with the sweep beside it, as `scape calibrate collectives` writes one;
-    with `holdout`, also predict that op's rows from the link fitted without them. Returns
-    (path, fit, sweep table, held-out table or None, notes)."""
+                        gpu_from: str | None = None, model: str | None = None,
+                        algo: str = "auto"):
+    """Fit the logs' rows (all ops, or all but `holdout`) and write measured/<name>.toml;
+    with `holdout`, also predict that op's rows from the fit made without them. `model`:
+    nccl (the --gpu-from profile's NCCL path with its NVLink efficiency and launch cost
+    fitted, calibration/nccl_tests_fit.py; logs of one node, a profile with [nccl]) or link
+    (one latency per hop and a bandwidth per op, as `scape calibrate collectives` writes,
+    with the sweep beside it); default: nccl where it applies. `algo`: the NCCL_ALGO the logs
+    ran with (nccl model). Returns (path, fit, sweep table, held-out table or None, notes)."""
     from datetime import UTC, datetime
 
     import pandas as pd
@@ -252,10 +261,25 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
     if not fitted:
         raise UserError(f"--holdout {holdout}: it is the only op of the logs; nothing is left "
                         "to fit on")
-    fit = fit_tier([{k: r[k] for k in ("op", "size_bytes", "world", "seconds")}
-                    for r in fitted], algorithms=NCCL_RINGS)
     notes = [n for log in logs for n in log.notes]
     multi = [log for log in logs if log.spans_hosts]
+    one_node = (base.nccl is not None and not multi
+                and all(log.ranks <= base.node.gpus_per_node for log in logs))
+    if model is not None and model not in MODELS:
+        raise UserError(f"--model {model!r}{did_you_mean(model, MODELS)}; choose one of: "
+                        f"{', '.join(MODELS)}")
+    if model == "nccl" and not one_node:
+        raise UserError("--model nccl fits the NCCL path of one node: "
+                        + (f"{base.name} has no [nccl] table" if base.nccl is None else
+                           "these logs span several nodes")
+                        + "; leave --model out (the link fit) or give --model link")
+    if (model or ("nccl" if one_node else "link")) == "nccl":
+        return _from_logs_nccl(name, paths, logs, base, rows, fitted, holdout, algo, notes)
+    if algo != "auto":
+        raise UserError(f"--algo {algo}: the link fit prices every op as NCCL's ring; --algo "
+                        "is for --model nccl")
+    fit = fit_tier([{k: r[k] for k in ("op", "size_bytes", "world", "seconds")}
+                    for r in fitted], algorithms=NCCL_RINGS)
     if multi:
         notes.append("a run spans several hosts with several GPUs each: it is fitted as one "
                      "tier (its NVLink and NICs together); other layouts are extrapolations")
@@ -302,4 +326,51 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
     sweep = _save_rows(path, pd.DataFrame([{k: r[k] for k in ("op", "size_bytes", "world",
                                                                 "seconds")}
                                            for r in fitted]), fit)
+    return path, fit, sweep, held, notes
+
+
+def _from_logs_nccl(name: str, paths: list[str], logs, base, rows: list[dict],
+                    fitted: list[dict], holdout: str | None, algo: str, notes: list[str]):
+    """calibrate_from_logs with the nccl model: the base profile's NCCL path, its NVLink
+    efficiency and launch cost fitted (calibration/nccl_tests_fit.py), written whole as
+    measured/<name>.toml with the rows beside it (<name>.nccl-tests.csv)."""
+    from datetime import UTC, datetime
+
+    import pandas as pd
+
+    from calibration.nccl_tests_fit import fit_nccl, predict
+    from profiles import check_profile
+    from profiles.files import read_toml
+    from profiles.measured import dumps, path_of
+    from vocabulary.atomic import to_csv_atomic, write_text_atomic
+
+    fit = fit_nccl(base, fitted, algo)
+
+    def table(which: list[dict]) -> pd.DataFrame:
+        got = predict(fit.hardware, which, algo)
+        return pd.DataFrame([{**r, "predicted_s": p, "error_pct": 100 * (p / r["seconds"] - 1)}
+                             for r, p in zip(which, got, strict=True)])
+
+    held = table([r for r in rows if r["op"] == holdout]) if holdout is not None else None
+    sweep = table(fitted)
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    logs_text = ", ".join(Path(p).name for p in paths)
+    src = (f"fitted by scape calibrate nccl-tests {logs_text} (--algo {algo}), {when}: solved "
+           "with the other on the logs' rows through this profile's NCCL path "
+           "(calibration/nccl_tests_fit.py)")
+    doc = read_toml(Path(base.path))
+    doc["intra_node"] = {**doc["intra_node"], "efficiency": fit.efficiency,
+                         "efficiency_source": src}
+    doc["nccl"] = {**doc["nccl"], "launch_us": fit.launch_us, "launch_us_source": src}
+    path = path_of(name)
+    doc["name"] = path.stem
+    devices = sorted({d for log in logs for d in log.devices})
+    doc["description"] = (f"{base.name} with its NVLink efficiency and NCCL launch cost fitted "
+                          f"on nccl-tests logs of {', '.join(devices) or 'an unnamed device'} "
+                          f"({logs_text})")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, f"# Written by scape calibrate nccl-tests {logs_text}, {when}. "
+                      "Rerun it to refresh; do not edit.\n" + dumps(doc))
+    check_profile(path)  # what was written loads back
+    to_csv_atomic(sweep, path.with_suffix(".nccl-tests.csv"), index=False)
     return path, fit, sweep, held, notes

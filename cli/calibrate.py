@@ -116,13 +116,22 @@ def calibrate_nccl_tests(
     min_size: str = typer.Option(None, "--min-size", help="fit rows from this size up, e.g. "
                                                           "64KiB [default: every size]"),
     gpu_from: str = typer.Option(None, "--gpu-from",
-                                 help="hardware profile of the GPU the logs ran on: its [gpu], "
-                                      "[compute], [roofline] and [memory] are copied (the logs "
-                                      "measure the network only)"),
+                                 help="hardware profile of the GPU the logs ran on: with "
+                                      "--model nccl the profile written is it, its NVLink "
+                                      "efficiency and NCCL launch cost fitted; with --model "
+                                      "link its [gpu], [compute], [roofline] and [memory] are "
+                                      "copied (the logs measure the network only)"),
+    model: str = typer.Option(None, "--model",
+                              help="nccl (the --gpu-from profile's NCCL path: tuner, protocols, "
+                                   "launch; logs of one node) or link (a latency per hop and a "
+                                   "bandwidth per op) [default: nccl where it applies]"),
+    algo: str = typer.Option("auto", "--algo",
+                             help="--model nccl: the NCCL_ALGO the logs ran with (ring, tree, "
+                                  "nvls, ...) [default: auto, NCCL's own choice]"),
     fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
 ):
-    """Fit a cluster's link on nccl-tests logs (no measuring here) and write it as a measured
-    profile, as `calibrate collectives` writes one from its own sweep."""
+    """Fit a cluster's collectives on nccl-tests logs (no measuring here) and write them as a
+    measured profile."""
     check_format(fmt)
     from calibration.nccl_tests import calibrate_from_logs
 
@@ -131,7 +140,7 @@ def calibrate_nccl_tests(
     except UserError as exc:
         raise UserError(f"--min-size: {exc}") from None
     path, fit, df, held, notes = calibrate_from_logs(out.removeprefix("measured/"), logs, op,
-                                                     holdout, minimum, gpu_from)
+                                                     holdout, minimum, gpu_from, model, algo)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     if fmt != "table":  # one table: the fitted rows and the held-out ones, a role each
@@ -143,11 +152,18 @@ def calibrate_nccl_tests(
         print(render(both, fmt))
         print(f"wrote {path}", file=sys.stderr)
         return
-    _print_sweep(df, fit, path, fmt)
+    if hasattr(fit, "text"):  # the NCCL path: its two constants, then the rows against it
+        print(render(df[["op", "size_bytes", "world", "seconds", "predicted_s", "error_pct"]],
+                     fmt, header=f"{fit.text()}\nwrote {path}",
+                     floatfmt={"seconds": "{:.6f}", "predicted_s": "{:.6f}",
+                               "error_pct": "{:+.1f}"}))
+    else:
+        _print_sweep(df, fit, path, fmt)
+    how = ("this profile's NCCL path, fitted without them" if hasattr(fit, "text") else
+           "the link fitted without them (ring, the fit's latency and bandwidth)")
     if held is not None:
         err = held["error_pct"].abs()
-        header = (f"held out: {holdout}, {len(held)} rows predicted from the link fitted "
-                  f"without them (ring, the fit's latency and bandwidth): median |error| "
+        header = (f"held out: {holdout}, {len(held)} rows predicted from {how}: median |error| "
                   f"{err.median():.1f}%, max {err.max():.1f}%, median "
                   f"{held['error_pct'].median():+.1f}%")
         print(render(held[["op", "size_bytes", "world", "seconds", "predicted_s",
