@@ -253,6 +253,10 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
         raise UserError(f"the logs come from different systems ({', '.join(sorted(devices))}): "
                         "calibrate one system at a time")
     rows = fit_rows(logs, min_bytes)
+    if not rows:
+        raise UserError(f"no row of the logs is at or above --min-size ({min_bytes:,} B): the "
+                        "largest they measured is "
+                        f"{max((r.size_bytes for log in logs for r in log.rows), default=0):,} B")
     ops = sorted({r["op"] for r in rows})
     if holdout is not None and holdout not in ops:
         raise UserError(f"--holdout {holdout}: no log measures it (the logs hold "

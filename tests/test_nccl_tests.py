@@ -181,3 +181,6 @@ def test_the_nccl_path_is_for_one_node_and_a_profile_with_nccl(capsys, tmp_path,
     code, _, err = scape(capsys, "calibrate", "nccl-tests", str(A100_AR), "--out", "x",
                          "--gpu-from", "dgx-a100", "--model", "link", "--algo", "ring")
     assert code == 2 and "--algo is for --model nccl" in err
+    code, _, err = scape(capsys, "calibrate", "nccl-tests", str(A100_AR), "--out", "x",
+                         "--gpu-from", "dgx-a100", "--min-size", "100GiB")
+    assert code == 2 and "no row of the logs is at or above --min-size" in err
