@@ -343,10 +343,10 @@ def _from_logs_nccl(name: str, paths: list[str], logs, base, rows: list[dict],
     import pandas as pd
 
     from calibration.nccl_tests_fit import fit_nccl, predict
-    from profiles import check_profile
     from profiles.files import read_toml
+    from profiles.loader import write_checked
     from profiles.measured import dumps, path_of
-    from vocabulary.atomic import to_csv_atomic, write_text_atomic
+    from vocabulary.atomic import to_csv_atomic
 
     fit = fit_nccl(base, fitted, algo)
 
@@ -373,8 +373,7 @@ def _from_logs_nccl(name: str, paths: list[str], logs, base, rows: list[dict],
                           f"on nccl-tests logs of {', '.join(devices) or 'an unnamed device'} "
                           f"({logs_text})")
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, f"# Written by scape calibrate nccl-tests {logs_text}, {when}. "
-                      "Rerun it to refresh; do not edit.\n" + dumps(doc))
-    check_profile(path)  # what was written loads back
+    write_checked(path, f"# Written by scape calibrate nccl-tests {logs_text}, {when}. "
+                  "Rerun it to refresh; do not edit.\n" + dumps(doc), "--out")
     to_csv_atomic(sweep, path.with_suffix(".nccl-tests.csv"), index=False)
     return path, fit, sweep, held, notes

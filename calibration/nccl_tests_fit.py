@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from profiles import HardwareProfile
-from simulator import nccl
 from simulator.collective import sweep
 
 BOUNDS = {"efficiency": (0.05, 1.0), "launch_us": (0.0, 100.0)}
@@ -50,7 +49,6 @@ def predict(hw: HardwareProfile, rows: list[dict], algo: str) -> list[float]:
     groups: dict[tuple, list[int]] = {}
     for i, r in enumerate(rows):
         groups.setdefault((r["op"], int(r["world"]), int(r["gpus_per_process"])), []).append(i)
-    nccl.decide.cache_clear()  # the machine changed: NCCL's choice is made again
     for (op, world, gpp), idx in groups.items():
         got = sweep(hw, world, op, algo, [float(rows[i]["size_bytes"]) for i in idx],
                     gpus_per_process=gpp)

@@ -27,9 +27,10 @@ from profiles.hardware import Roofline
 from simulator.roofline import head_times, layer_times
 
 FITTED = ("gemm", "attention", "memory")
-# where the base profile has no [roofline]: the constants the fit does not solve for, from the
-# shipped H100's (profiles/hardware/dgx-h100.toml [roofline]); said in the fitted profile
-DEFAULT_ROOFLINE = {"gemm_launch_us": 5.5, "gemm_blend": 2.55, "sustained": 1.0}
+# where the base profile has no [roofline]: the constants the fit does not solve for are
+# borrowed from this shipped profile's (its GEMM launch cost and roofline blend), said in the
+# fitted profile; `sustained` is 1 there, the fitted fractions carrying the whole share
+BORROWED_FROM = "dgx-h100"
 BOUNDS = (1e-6, 1e3)  # a constant's factor over its base value the bisection searches
 
 
@@ -57,11 +58,15 @@ def classes_s(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_le
 def _with_roofline(hw: HardwareProfile) -> HardwareProfile:
     if hw.roofline is not None:
         return hw
+    from profiles import load_hardware
+
+    lent = load_hardware(BORROWED_FROM).roofline
     return replace(hw, roofline=Roofline(
         gemm_peak_fraction=0.5, attn_fwd_fraction=0.5, attn_bwd_fraction=0.5,
-        source="scape calibrate trace: gemm_launch_us, gemm_blend and sustained from the "
-               "shipped dgx-h100 profile's [roofline] (the base profile had none)",
-        **DEFAULT_ROOFLINE))
+        gemm_launch_us=lent.gemm_launch_us, gemm_blend=lent.gemm_blend, sustained=1.0,
+        source=f"scape calibrate trace: gemm_launch_us and gemm_blend from the shipped "
+               f"{BORROWED_FROM} profile's [roofline], sustained 1 (the base profile had no "
+               "[roofline]; the fitted fractions carry the whole share)"))
 
 
 def _set(hw: HardwareProfile, cls: str, value: float) -> HardwareProfile:
@@ -177,9 +182,10 @@ def profile_tables(fit: TraceFit, base_doc: dict, model: ModelProfile, trace: Tr
            f"median; the steps' compute spread {fit.spread_pct:.0f}%): each constant solved "
            "so that the shapes model prices the trace's class time (calibration/trace_fit.py)")
     roof = dict(doc.get("roofline", {}))
-    if not roof:
-        roof.update(DEFAULT_ROOFLINE)
-        roof["source"] = fit.hardware.roofline.source
+    if not roof:  # the roofline the fit ran on (`_with_roofline`)
+        r = fit.hardware.roofline
+        roof.update(gemm_launch_us=r.gemm_launch_us, gemm_blend=r.gemm_blend,
+                    sustained=r.sustained, source=r.source)
     roof.update(gemm_peak_fraction=c["gemm_peak_fraction"],
                 attn_fwd_fraction=c["attn_fwd_fraction"],
                 attn_bwd_fraction=c["attn_bwd_fraction"])

@@ -354,13 +354,13 @@ def calibrate_trace(
 
     from calibration.trace import read_trace
     from calibration.trace_fit import FITTED, fit_trace, profile_tables
-    from profiles import check_profile, load_hardware
+    from profiles import load_hardware
     from profiles.files import read_toml
+    from profiles.loader import write_checked
     from profiles.measured import dumps
     from scape.plan import make_config
     from simulator.step import simulate_step
     from simulator.step_config import StepConfig
-    from vocabulary.atomic import write_text_atomic
 
     check_format(fmt)
     for flag, value in (("--micro-batch", micro_batch), ("--grad-accum", grad_accum),
@@ -375,8 +375,7 @@ def calibrate_trace(
     command = (f"scape calibrate trace {traced.path.name} -H {hardware} -m {model} "
                f"--micro-batch {micro_batch} --seq-len {seq} --grad-accum {grad_accum}")
     doc = profile_tables(fit, read_toml(base.path), m, traced, path.stem, command)
-    write_text_atomic(path, f"# Written by {command}\n" + dumps(doc))
-    _, hw = check_profile(path)  # what was written loads back
+    _, hw = write_checked(path, f"# Written by {command}\n" + dumps(doc), "--out")
     cfg = StepConfig(m, hw, 1, make_config("dense-adamw"), micro_batch=micro_batch, seq_len=seq,
                      grad_accum=grad_accum, attention=str(attention)).validate()
     step = simulate_step(cfg)

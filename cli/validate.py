@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import typer
@@ -12,7 +10,8 @@ import typer
 from cli.app import app
 from cli.common import NETBED_HELP, SHARE_GPU_HELP, BackendChoice, Format3, _netbed, _rank_counts
 from cli.outputs import out_folder, output_file
-from profiles import ProfileError, UserError, check_profile, load_hardware, load_model
+from profiles import UserError, load_hardware, load_model
+from profiles.loader import write_checked
 from reports.roles import line, role_lines
 from reports.tables import check_format, render
 from reports.validate import DEFAULT_SCHEMES as VALIDATE_SCHEMES
@@ -230,30 +229,6 @@ def _backend_of(hw, backend: str | None, share_gpu: bool | None) -> tuple[str, b
 MAX_ROUNDS = 100  # repeats of the whole validation: each is minutes of training runs
 
 
-def _write_checked(path: Path, text: str) -> None:
-    """Write a fitted profile to `path` only once it loads back: checked under its own name in
-    a scratch folder beside it, then moved into place, so a profile that fails leaves neither
-    a broken file nor an overwritten one."""
-    try:
-        scratch = Path(tempfile.mkdtemp(prefix=".scape-", dir=path.parent if str(path.parent)
-                                        else "."))
-    except OSError as exc:
-        raise UserError(f"--write-profile {path}: cannot write it ({exc.strerror})") from None
-    tmp = scratch / path.name
-    try:
-        tmp.write_text(text)  # in scratch: checked, then renamed into place
-        check_profile(str(tmp))  # what is written loads back
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise UserError(f"--write-profile {path}: cannot write it ({exc.strerror})") from None
-    except ProfileError as exc:
-        raise UserError(f"--write-profile {path}: the fitted profile would not load, nothing "
-                        f"written: {str(exc).replace(str(tmp), path.name)}") from None
-    finally:
-        tmp.unlink(missing_ok=True)
-        scratch.rmdir()
-
-
 def _validate_external(name: str, profile: str | None, out: str | None, fmt: str,
                        write_profile: str | None) -> None:
     from reports import external as x
@@ -280,7 +255,7 @@ def _validate_external(name: str, profile: str | None, out: str | None, fmt: str
         command = f"scape validate --external {name}" + (f" --profile {profile}"
                                                           if profile else "")
         text = x.fitted_profile_text(fit, base, path.stem, command, meta["transport"])
-        _write_checked(path, text)
+        write_checked(path, text, "--write-profile")
         files["profile"] = path
     mem = x.memory_summary(meta["memory"])
     if fmt != "table":  # the rows; the fit, the memory rows and the skipped rows: the JSON file

@@ -148,6 +148,37 @@ def check_profile(path: str | Path) -> tuple[str, Any]:
     return kind.name, _parse(kind, path)
 
 
+def write_checked(path: Path, text: str, option: str) -> tuple[str, Any]:
+    """Write a profile to `path` only once it loads back: checked under its own name in a
+    scratch folder beside it, then moved into place, so a profile that fails leaves neither a
+    broken file nor an overwritten one. Returns what `check_profile` read; errors name
+    `option`, the flag that chose `path`."""
+    import os
+    import tempfile
+
+    from vocabulary.errors import UserError
+
+    try:
+        scratch = Path(tempfile.mkdtemp(prefix=".scape-", dir=path.parent if str(path.parent)
+                                        else "."))
+    except OSError as exc:
+        raise UserError(f"{option} {path}: cannot write it ({exc.strerror})") from None
+    tmp = scratch / path.name
+    try:
+        tmp.write_text(text)  # in scratch: checked, then renamed into place
+        loaded = check_profile(str(tmp))  # what is written loads back
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise UserError(f"{option} {path}: cannot write it ({exc.strerror})") from None
+    except ProfileError as exc:
+        raise UserError(f"{option} {path}: the fitted profile would not load, nothing "
+                        f"written: {str(exc).replace(str(tmp), path.name)}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+        scratch.rmdir()
+    return loaded
+
+
 def find(name: str) -> tuple[str, Any]:
     """A profile of any kind by name (`dgx-h100`, `llama-7b`, `hardware/dgx-h100`) or path."""
     if Path(name).exists() and ("/" in name or name.endswith(".toml")):
