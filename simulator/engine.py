@@ -190,14 +190,14 @@ class PhaseCache:
         if key not in self._unit:
             per_group = [ALGORITHMS[op][algo](self.topo, 1.0, g) for g in groups]
             self._unit[key] = [
-                Phase(ph.name, ph.steps, tuple(
+                replace(ph, demands=tuple(
                     _merge(d.name, [pg[i].demands[j] for pg in per_group])
                     for j, d in enumerate(ph.demands)))
                 for i, ph in enumerate(per_group[0])
             ]
         return [
-            Phase(ph.name, ph.steps,
-                  tuple(replace(d, bytes_each=d.bytes_each * size) for d in ph.demands))
+            replace(ph, demands=tuple(replace(d, bytes_each=d.bytes_each * size)
+                                      for d in ph.demands))
             for ph in self._unit[key]
         ]
 

@@ -70,6 +70,27 @@ def test_ring_uses_every_nic_of_a_node(approx):
     assert time_of(t, "all_reduce", "ring", S) == approx(2 * (p - 1) * step)
 
 
+@pytest.mark.parametrize(("n", "g", "k"), [(2, 8, 1), (4, 4, 2), (3, 2, 1)])
+def test_multi_node_ring_latency_is_its_critical_path(n, g, k):
+    # A ring step waits only on the hop before it: the chunk that finishes each pass last
+    # walks P - 1 hops and crosses the network once per node (NCCL's tuner counts the same),
+    # not P - 1 network hops in lockstep. Tiny size: latency only.
+    p, ai, an = n * g, 1e-6, 20e-6
+    t = topo(p, g=g, k=k, intra=1e15, nic=1e15, a_intra=ai, a_nic=an)
+    per_pass = (p - 1 - n) * ai + n * an
+    assert time_of(t, "all_reduce", "ring", 1.0) == pytest.approx(2 * per_pass, rel=1e-9)
+    assert time_of(t, "all_gather", "ring", 1.0) == pytest.approx(per_pass, rel=1e-9)
+    # the tree: up and down the chain inside each node, up and down the tree between nodes
+    assert time_of(t, "all_reduce", "tree", 1.0) == pytest.approx(
+        2 * ((g - 1) * ai + max(depth(pp) for pp in dtree_parents(n)) * an), rel=1e-9)
+    # a broadcast chain from the first GPU crosses between nodes n - 1 times where its ring
+    # enters the node at the root; with a channel per NIC, the other channels' rings enter
+    # elsewhere, and their chains cross n times
+    cross = n - 1 if k == 1 else n
+    assert time_of(t, "broadcast", "ring", 1.0) == pytest.approx(
+        (p - 1 - cross) * ai + cross * an, rel=1e-9)
+
+
 def test_broadcast_closed_form(approx):
     p, a, b = 6, 1e-6, 20e9
     assert time_of(topo(p, nic=b, a_nic=a), "broadcast", "ring", S) == approx((p - 1) * a + S / b)

@@ -20,20 +20,30 @@ from simulator.network import Demand, Topology
 class Phase:
     """Flows that move concurrently after `steps` one-hop latencies.
 
-    A pipelined or repeated algorithm step is folded into one phase: its latency term is
-    steps * (largest one-hop latency of its flows, plus the first chunk's crossing where the
-    transport forwards whole chunks) and each flow carries the bytes of all steps.
+    A pipelined or repeated algorithm step is folded into one phase: each flow carries the
+    bytes of all steps, and the latency term is the critical path of its steps. Where every
+    step waits on every hop (lockstep), that is steps * (largest one-hop latency of its flows,
+    plus the first chunk's crossing where the transport forwards whole chunks). A chained
+    algorithm (ring, tree) sets `net_steps`: a step there waits only on the hop before it, so
+    the last chunk's path pays the network (and the chunk's crossing) on `net_steps` hops and
+    the intra-node latency on the others, as NCCL's own latency model counts a ring's
+    (tuning.cc: (nsteps - nInterSteps) * intraLat + nInterSteps * interLat).
     """
 
     name: str
     steps: int
     demands: tuple[Demand, ...]
     hop_scale: float = 1.0  # 0 where NCCL's call latency replaces it (collective.Choice)
+    net_steps: int | None = None  # steps of the critical path that cross the network; None: all
+    intra_latency_s: float = 0.0  # one hop inside a node, for the other steps
 
     @property
     def latency_s(self) -> float:
-        return self.steps * self.hop_scale * max(
-            (d.step_latency_s(self.steps) for d in self.demands), default=0.0)
+        slowest = max((d.step_latency_s(self.steps) for d in self.demands), default=0.0)
+        if self.net_steps is None:
+            return self.steps * self.hop_scale * slowest
+        net = min(self.net_steps, self.steps)
+        return self.hop_scale * (net * slowest + (self.steps - net) * self.intra_latency_s)
 
     @property
     def total_bytes(self) -> float:
@@ -60,6 +70,21 @@ def ring_channels(topo: Topology, group: np.ndarray) -> np.ndarray:
     n_nic = len(np.unique(topo.nic_of(m[0])))
     block = m.shape[1] // n_nic  # members per NIC
     return np.stack([np.roll(m, -c * block, axis=1).reshape(-1) for c in range(n_nic)])
+
+
+def chain_crossings(topo: Topology, src: np.ndarray, dst: np.ndarray) -> int:
+    """Network crossings of the longest of the chains [channels, hops] from `src` to `dst`."""
+    return int((topo.node_of(src) != topo.node_of(dst)).sum(axis=1).max(initial=0))
+
+
+def ring_pass_crossings(topo: Topology, rings: np.ndarray) -> int:
+    """Network crossings on the critical path of one ring pass (P - 1 steps): the chunk that
+    finishes last walks every link of its ring but the one into its origin, so it crosses every
+    network link of the ring when that link is inside a node (NCCL's rings cross between
+    nodes once per node), one fewer when every link crosses (one GPU per node)."""
+    nxt = np.roll(rings, -1, axis=1)
+    cross = topo.node_of(rings) != topo.node_of(nxt)  # [channels, p]
+    return int((cross.sum(axis=1) - cross.all(axis=1)).max(initial=0))
 
 
 def ring_demand(topo: Topology, name: str, rings: np.ndarray, bytes_each: float) -> Demand:

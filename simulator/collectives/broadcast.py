@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.collectives.base import Phase, ring_channels
+from simulator.collectives.base import Phase, chain_crossings, ring_channels
 from simulator.network import Topology
 
 
@@ -25,7 +25,9 @@ def broadcast(topo: Topology, size: float, group: np.ndarray) -> list[Phase]:
         "ring broadcast", chains[:, :-1].reshape(-1), chains[:, 1:].reshape(-1),
         size / rings.shape[0],
     )
-    return [Phase("broadcast", p - 1, (demand,))]
+    net = chain_crossings(topo, chains[:, :-1], chains[:, 1:])
+    return [Phase("broadcast", p - 1, (demand,), net_steps=net,
+                  intra_latency_s=topo.intra_latency_s)]
 
 
 def flat(topo: Topology, size: float, group: np.ndarray) -> list[Phase]:

@@ -3,7 +3,8 @@
 Nodes form two complementary binary trees (a node that is internal in one is a leaf in the
 other); inside a node the GPUs form a chain. Each tree carries half the data; reduction goes up
 and broadcast comes down, pipelined, so every edge carries its half in both directions at once.
-The latency term is 2 * (tree depth + chain length) one-hop latencies.
+The latency term is 2 * (tree depth + chain length) one-hop latencies, the tree's at the
+network's and the chain's at the intra-node hop's.
 """
 
 from __future__ import annotations
@@ -76,4 +77,7 @@ def all_reduce(topo: Topology, size: float, group: np.ndarray) -> list[Phase]:
             topo.pairs("tree inter-node", np.concatenate(src), np.concatenate(dst),
                        size / (2 * n_nic))
         )
-    return [Phase("tree", 2 * (tree_depth + members - 1), tuple(demands))]
+    # the critical path: up the chain and the tree, down the tree and the chain; only the
+    # tree's hops cross the network
+    return [Phase("tree", 2 * (tree_depth + members - 1), tuple(demands),
+                  net_steps=2 * tree_depth, intra_latency_s=topo.intra_latency_s)]
