@@ -19,7 +19,11 @@ Four models, each line says which:
 - built-in: the shipped hardware profile, nothing fitted (`scape collective`).
 
 Logs: tests/fixtures/nccl-tests/ (sources in SOURCES.md). Each log is one run, one row per size
-(nccl-tests' 20 iterations averaged): no repeats, so no noise band is known per row.
+(nccl-tests' 20 iterations averaged), timed twice: out of place and in place, the same call on
+other buffers. Their difference is how far the log repeats itself (`repeat:` lines); the
+`outside:` lines give each model's |busbw error| beyond it (0 where the prediction lies between
+the two times, else against the nearer), the part of the error the log's own spread does not
+explain. The headline error is against the out-of-place times, as before.
 
 Usage: python bench/nccl_tests_holdout.py
 """
@@ -94,6 +98,27 @@ def candidate(rows: list[dict], gpu: str, held: str) -> tuple[list[float], list[
     return sizes, err
 
 
+def repeat(table) -> tuple[list, list]:
+    """The log's own repeat per row: the in-place time against the out-of-place one (nccl-tests
+    times every size both ways; the same call on other buffers), as a busbw difference."""
+    ok = table["in_place_seconds"].notna()
+    t = table[ok]
+    return (list(t["size_bytes"]),
+            list(100 * (t["in_place_seconds"].astype(float) / t["seconds"] - 1)))
+
+
+def outside(table) -> tuple[list, list]:
+    """|busbw error| beyond the log's own repeat: 0 where the prediction lies between the
+    out-of-place and in-place times, else the error against the nearer of them."""
+    ok = table["in_place_seconds"].notna()
+    t = table[ok]
+    lo = t[["seconds", "in_place_seconds"]].astype(float).min(axis=1)
+    hi = t[["seconds", "in_place_seconds"]].astype(float).max(axis=1)
+    pred = t["predicted_s"]
+    err = (lo / pred - 1).where(pred < lo, (hi / pred - 1).where(pred > hi, 0.0))
+    return list(t["size_bytes"]), list(100 * err)
+
+
 def built_in(rows: list[dict], gpu: str, op: str, algo: str) -> tuple[list, list]:
     """The shipped profile's own prediction, nothing fitted: `scape collective -H GPU --op OP
     --algo ALGO --gpus-per-process 8` at the logs' sizes (one process drove the 8 GPUs)."""
@@ -123,6 +148,8 @@ def main() -> int:
                     err = 100 * (table["seconds"] / table["predicted_s"] - 1)  # busbw error
                     print(f"    {model + ':':<11}" + _band_text(list(table["size_bytes"]),
                                                               list(err)))
+                    print(f"    {'  outside:':<11}" + _band_text(*outside(table)))
+                print(f"    {'repeat:':<11}" + _band_text(*repeat(table)))
                 from calibration.nccl_tests import fit_rows, parse_log
 
                 rows = fit_rows([parse_log(p) for p in logs], MIN_BYTES)

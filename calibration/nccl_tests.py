@@ -178,9 +178,31 @@ def parse_log(path: str | Path, op: str | None = None) -> NcclTestsLog:
                         repeated=repeated, spans_hosts=spans, notes=notes)
 
 
+def with_repeat(held):
+    """A held-out table with the log's own repeat beside each row: nccl-tests times every size
+    twice, out of place and in place, the same call on other buffers, so their difference is
+    how far the log repeats itself (`repeat_pct`: in-place / out-of-place - 1). `outside_pct`:
+    how far the prediction lies outside the two measurements (0 between them; else its error
+    against the nearer one), the error that the log's own spread does not explain. NaN where
+    a log has no in-place column."""
+    if held is None:
+        return None
+    import numpy as np
+
+    oop = held["seconds"].to_numpy(float)
+    ip = held["in_place_seconds"].astype(float).to_numpy() if "in_place_seconds" in held else (
+        np.full(len(held), np.nan))
+    pred = held["predicted_s"].to_numpy(float)
+    lo, hi = np.fmin(oop, ip), np.fmax(oop, ip)
+    outside = np.where(pred < lo, pred / lo - 1, np.where(pred > hi, pred / hi - 1, 0.0))
+    return held.assign(repeat_pct=100 * (ip / oop - 1),
+                       outside_pct=np.where(np.isnan(ip), np.nan, 100 * outside))
+
+
 def fit_rows(logs: list[NcclTestsLog], min_bytes: int = 0) -> list[dict]:
     """The rows `fit_tier` takes: {op, size_bytes, world, seconds} (out-of-place times) of the
-    ops the simulator models, from `min_bytes` up."""
+    ops the simulator models, from `min_bytes` up; each also keeps its in-place time, the same
+    call measured again (`with_repeat`)."""
     from scape.plan import WIRE_FACTOR
 
     out = []
@@ -190,6 +212,7 @@ def fit_rows(logs: list[NcclTestsLog], min_bytes: int = 0) -> list[dict]:
                             f"({', '.join(WIRE_FACTOR)})")
         out += [{"op": log.op, "size_bytes": r.size_bytes, "world": log.ranks,
                  "seconds": r.time_us * 1e-6, "gpus_per_process": log.gpus_per_process,
+                 "in_place_seconds": None if r.in_place_us is None else r.in_place_us * 1e-6,
                  "source": f"{Path(log.path).name}:{r.line}"}
                 for r in log.rows if r.size_bytes >= min_bytes]
     return out
@@ -278,7 +301,9 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
                            "these logs span several nodes")
                         + "; leave --model out (the link fit) or give --model link")
     if (model or ("nccl" if one_node else "link")) == "nccl":
-        return _from_logs_nccl(name, paths, logs, base, rows, fitted, holdout, algo, notes)
+        path, fit, sweep, held, notes = _from_logs_nccl(name, paths, logs, base, rows, fitted,
+                                                        holdout, algo, notes)
+        return path, fit, sweep, with_repeat(held), notes
     if algo != "auto":
         raise UserError(f"--algo {algo}: the link fit prices every op as NCCL's ring; --algo "
                         "is for --model nccl")
@@ -296,7 +321,7 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
                          + float(r["size_bytes"]) * c / fit.bandwidth_Bps)
             out.append({**r, "predicted_s": predicted,
                         "error_pct": 100 * (predicted / r["seconds"] - 1)})
-        held = pd.DataFrame(out)
+        held = with_repeat(pd.DataFrame(out))
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     logs_text = ", ".join(Path(p).name for p in paths)
     where = f"scape calibrate nccl-tests {logs_text}, {when}"

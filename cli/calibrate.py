@@ -165,11 +165,20 @@ def calibrate_nccl_tests(
         err = held["error_pct"].abs()
         header = (f"held out: {holdout}, {len(held)} rows predicted from {how}: median |error| "
                   f"{err.median():.1f}%, max {err.max():.1f}%, median "
-                  f"{held['error_pct'].median():+.1f}%")
+                  f"{held['error_pct'].median():+.1f}% (against the out-of-place times)")
+        rep = held["repeat_pct"].abs().dropna()
+        if len(rep):  # the in-place column: the same call measured again
+            out = held["outside_pct"].abs().dropna()
+            header += (f"\nthe logs repeat themselves (in place vs out of place) within a median "
+                       f"{rep.median():.1f}%, max {rep.max():.1f}%; outside both measurements: "
+                       f"median {out.median():.1f}%, max {out.max():.1f}% (0 where the "
+                       "prediction lies between them)")
         print(render(held[["op", "size_bytes", "world", "seconds", "predicted_s",
-                           "error_pct", "source"]], fmt, header=header,
+                           "error_pct", "repeat_pct", "outside_pct", "source"]], fmt,
+                     header=header,
                      floatfmt={"seconds": "{:.6f}", "predicted_s": "{:.6f}",
-                               "error_pct": "{:+.1f}"}))
+                               "error_pct": "{:+.1f}", "repeat_pct": "{:+.1f}",
+                               "outside_pct": "{:+.1f}"}))
 
 
 def _print_sweep(df, fit, path, fmt: str) -> None:

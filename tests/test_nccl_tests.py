@@ -170,6 +170,30 @@ def test_the_nccl_path_fitted_on_two_ops_prices_the_third_and_any_call(capsys, t
     assert row["proto"] == "ll" and abs(row["time_s"] * 1e6 / 40.1 - 1) < 0.1  # measured 40.1
 
 
+def test_a_held_out_row_carries_the_log_s_own_repeat(capsys, tmp_path, monkeypatch):
+    """nccl-tests times each size out of place and in place: the held-out table gives their
+    difference (the log's repeat) and how far the prediction lies outside both. The 256 KiB
+    all_reduce row of the together log reads 44.18 us out of place, 38.50 in place."""
+    import csv
+    import io
+
+    monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path))
+    code, out, err = scape(capsys, "calibrate", "nccl-tests", *map(str, H100_RUN.values()),
+                           "--out", "h100", "--gpu-from", "dgx-h100", "--algo", "ring",
+                           "--min-size", "64KiB", "--holdout", "all_reduce", "--format", "csv")
+    assert code == 0, err
+    held = {int(r["size_bytes"]): r for r in csv.DictReader(io.StringIO(out))
+            if r["role"] == "held-out"}
+    row = held[262144]
+    assert float(row["repeat_pct"]) == pytest.approx(100 * (38.50 / 44.18 - 1), abs=1e-6)
+    pred, lo, hi = float(row["predicted_s"]) * 1e6, 38.50, 44.18
+    want = 0.0 if lo <= pred <= hi else 100 * (pred / (lo if pred < lo else hi) - 1)
+    assert float(row["outside_pct"]) == pytest.approx(want, abs=1e-6)
+    # every row's distance outside the two times never exceeds its error against one of them
+    for r in held.values():
+        assert abs(float(r["outside_pct"])) <= abs(float(r["error_pct"])) + 1e-9
+
+
 def test_the_nccl_path_is_for_one_node_and_a_profile_with_nccl(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path))
     code, _, err = scape(capsys, "calibrate", "nccl-tests", str(A100_AR), str(A100_AG),
