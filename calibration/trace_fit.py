@@ -120,6 +120,28 @@ def _fixed_point(hw: HardwareProfile, traced: dict, price, memory_knob: str) -> 
     return hw
 
 
+def _refuse_above_peak(trace: Trace, base: HardwareProfile, hw: HardwareProfile) -> None:
+    """A fitted share of a peak rate above 1 means the traced kernels ran faster than the
+    profile's GPU can: said in the trace's terms, before any profile is written (the profile
+    check would refuse it too, naming only the key)."""
+    r = hw.roofline
+    shares = {"GEMMs": ("[roofline] gemm_peak_fraction", r.gemm_peak_fraction * r.sustained,
+                        f"{hw.gpu.peak_bf16_tflops:g} TFLOP/s bf16"),
+              "attention": ("[roofline] attn_fwd_fraction / attn_bwd_fraction",
+                            max(r.attn_fwd_fraction, r.attn_bwd_fraction) * r.sustained,
+                            f"{hw.gpu.peak_bf16_tflops:g} TFLOP/s bf16"),
+              "memory-bound kernels": ("[compute] mem_efficiency", hw.compute.mem_efficiency,
+                                       f"{hw.gpu.hbm_bw_GBps:g} GB/s")}
+    over = [f"its {what} at {share:.2f}x the peak ({peak}; {key})"
+            for what, (key, share, peak) in shares.items() if share > 1]
+    if over:
+        raise UserError(f"{trace.path}: the traced step runs faster than {base.name}'s GPU "
+                        f"({base.gpu.model}) can: {'; '.join(over)}. The trace comes from a "
+                        "faster GPU, or its step was larger than --micro-batch, --seq-len and "
+                        "--grad-accum say: give the hardware profile of the GPU traced and the "
+                        "traced step's shape; nothing was written")
+
+
 def fit_trace(trace: Trace, model: ModelProfile, base: HardwareProfile, micro_batch: int,
               seq_len: int, micro_batches: int = 1, attention: str = "flash") -> TraceFit:
     """The base profile's GEMM, attention and memory constants solved for the trace's median
@@ -153,6 +175,7 @@ def fit_trace(trace: Trace, model: ModelProfile, base: HardwareProfile, micro_ba
                             "time is mostly each operator's dispatch (thousands a step), which "
                             "the shapes model, made for GPU kernels, does not count; "
                             f"{exc}") from None
+    _refuse_above_peak(trace, base, hw)
     fitted = price(hw)
     computes = [s.compute_s for s in trace.steps]
     spread = 100 * (max(computes) - min(computes)) / statistics.median(computes)

@@ -103,3 +103,18 @@ def test_a_trace_faster_than_the_machine_can_be_is_refused(capsys, tmp_path, pro
                          "--micro-batch", "1", "--out", "x")
     assert code == 2 and "gemm time" in err and "hardware profile of the machine" in err
     assert not (profile_dir / "measured" / "x.toml").exists()
+
+
+def test_a_trace_of_a_faster_gpu_names_the_shares_above_peak(capsys, tmp_path, profile_dir):
+    """An H100 step fitted on the commodity profile's L40S: every class needs more than the
+    L40S's peak; the refusal says which, in the trace's terms, and writes nothing."""
+    hw, model = load_hardware(H100), load_model(L18)
+    fast = classes_s(model, hw, 1, 2048, 4) | {"optimizer": 0.004}
+    code, _, err = scape(capsys, "calibrate", "trace",
+                         str(write(tmp_path / "h.json", kineto(fast))), "-H",
+                         "commodity-100gbe", "-m", L18, "--micro-batch", "1", "--seq-len",
+                         "2048", "--grad-accum", "4", "--out", "y")
+    assert code == 2, err
+    assert "runs faster than commodity-100gbe's GPU" in err and "GEMMs at" in err
+    assert "Traceback" not in err
+    assert not (profile_dir / "measured" / "y.toml").exists()
