@@ -194,15 +194,12 @@ def in_flight(stage: int, stages: int, micro_batches: int, layers: tuple[int, ..
     runs its forwards and backwards (simulator/pipeline.py stage_order: Megatron-Core's 1F1B,
     p - s - 1 warm-up forwards, and its interleaved schedule). Without pipelining: one
     micro-batch through every layer."""
-    from simulator.pipeline import stage_order
+    import numpy as np
+
+    from simulator.pipeline import order_chunks
 
     if stages == 1:
         return sum(layers)
-    held = peak = 0
-    for kind, _, chunk in stage_order(stage, stages, micro_batches, len(layers)):
-        if kind == "F":
-            held += layers[chunk]
-            peak = max(peak, held)
-        else:
-            held -= layers[chunk]
-    return peak
+    forward, chunk = order_chunks(stage, stages, micro_batches, len(layers))
+    held = np.cumsum(np.where(forward, 1, -1) * np.asarray(layers)[chunk])
+    return int(held.max(initial=0))

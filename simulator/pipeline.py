@@ -16,6 +16,8 @@ import functools
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from profiles import UserError
 
 
@@ -82,6 +84,26 @@ def stage_order(stage: int, stages: int, micro_batches: int, chunks: int = 1
     for k in range(total - warmup):
         order += [fwd(warmup + k), bwd(k)]
     return order + [bwd(k) for k in range(total - warmup, total)]
+
+
+def order_chunks(stage: int, stages: int, micro_batches: int, chunks: int = 1
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """`stage_order` as arrays, without the micro-batch: (forward?, chunk) of each op in the
+    order `stage` runs them (bool [2 m v], int [2 m v]); what the memory model walks for every
+    candidate layout, so built without a Python loop."""
+    p, m, v = stages, micro_batches, chunks
+    warmup = warmup_forwards(stage, p, m, v)
+    total = m * v
+    k = np.arange(total)
+    f_chunk = (k // p) % v  # groups of p micro-batches go chunk by chunk
+    b_chunk = v - 1 - f_chunk
+    steady = total - warmup
+    mid_chunk = np.empty(2 * steady, dtype=np.int64)
+    mid_chunk[0::2], mid_chunk[1::2] = f_chunk[warmup:], b_chunk[:steady]
+    mid_fwd = np.zeros(2 * steady, dtype=bool)
+    mid_fwd[0::2] = True
+    return (np.concatenate([np.ones(warmup, bool), mid_fwd, np.zeros(warmup, bool)]),
+            np.concatenate([f_chunk[:warmup], mid_chunk, b_chunk[steady:]]))
 
 
 def timeline(stages: int, micro_batches: int, fwd_s, bwd_s, send_s: float = 0.0,

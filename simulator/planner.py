@@ -16,7 +16,7 @@ from functools import lru_cache
 import pandas as pd
 
 from profiles import HardwareProfile, UserError
-from scape.plan import SCAPE_SCHEMES
+from scape.plan import SCAPE_SCHEMES, SchemeConfig
 from simulator.batch import parallel_map, phase_cache, simulate_cached
 from simulator.compare import parse_scheme
 from simulator.memory import first_fit, usable_bytes
@@ -28,8 +28,14 @@ from vocabulary.units import never_zero
 
 MICRO_BATCHES = (1, 2, 4, 8)
 MAX_PIPELINE = 64  # stages searched at most
-# pipeline schedules searched for pp > 1: (schedule, model chunks per stage)
+# pipeline schedules searched for pp > 1: 1F1B, and Megatron's interleaved schedule over 2
+# model chunks per stage and over the most of INTERLEAVED_MORE that leave each chunk a layer.
+# More chunks shorten the bubble and (the warm-up's 2 (p - 1) + (v - 1) p chunk forwards of
+# L / (p v) layers each) the activations held; they cost v times the stage-to-stage sends, so
+# the fewest (2) stays searched beside the most. Published runs interleave far more than 2
+# chunks (NeMo's GPT-3 175B: 12 per stage; Llama 3 405B on 16 stages)
 PIPELINE_SCHEDULES = (("1f1b", 1), ("interleaved", 2))
+INTERLEAVED_MORE = (8, 4)
 # the first that fits, cheapest first: none; the norms recomputed (Megatron-Core's
 # --recompute-modules layernorm; with fused attention Megatron's core-attention recompute
 # saves nothing more); torchtitan's op-level policy; the whole layer
@@ -49,6 +55,13 @@ SCAPE_FAMILY = "scape"
 UNMEASURED = "its measurements cover"
 
 
+@lru_cache(maxsize=256)
+def scheme_of(spec: str) -> SchemeConfig:
+    """A plan's scheme, parsed once: a planner builds a step for thousands of candidates of a
+    handful of schemes (the config is frozen, so they share it)."""
+    return parse_scheme(spec)
+
+
 @dataclass(frozen=True)
 class Candidate:
     hardware: HardwareProfile
@@ -66,7 +79,7 @@ class Candidate:
     def step_config(self, req: PlanRequest) -> StepConfig:
         """The step this plan runs."""
         return StepConfig(
-            req.model, self.hardware, self.gpus, parse_scheme(self.scheme),
+            req.model, self.hardware, self.gpus, scheme_of(self.scheme),
             micro_batch=self.micro_batch, seq_len=req.seq, global_batch=req.batch, tp=self.tp,
             dtypes=req.dtypes, recompute=self.recompute, pp=self.pp, pp_schedule=self.schedule,
             virtual_stages=self.chunks if self.schedule == "interleaved" else None,
@@ -108,7 +121,12 @@ def layouts(req: PlanRequest, hw: HardwareProfile, gpus: int):
         for pp in pipeline_degrees(n_layers):
             if gpus % (tp * pp * cp):
                 continue
-            for schedule, chunks in (PIPELINE_SCHEDULES if pp > 1 else (("1f1b", 1),)):
+            if pp == 1:
+                yield tp, pp, "1f1b", 1
+                continue
+            more = next((v for v in INTERLEAVED_MORE if pp * v <= n_layers), None)
+            for schedule, chunks in (*PIPELINE_SCHEDULES, *(() if more is None else
+                                                           (("interleaved", more),))):
                 if pp * chunks <= n_layers:
                     yield tp, pp, schedule, chunks
 
@@ -339,7 +357,7 @@ def bounds(req: PlanRequest, cands: list[Candidate], pool=None, workers: int = 1
     steps, out = steps_of(req), []
     for c in cands:
         hours = steps * seen[_layout_key(c)] / 3600
-        ratio = (quality_ratio(req.quality, parse_scheme(c.scheme))
+        ratio = (quality_ratio(req.quality, scheme_of(c.scheme))
                  if req.quality is not None else None)
         out.append({"hours": hours, "cost_usd": hours * c.gpus * req.price(c.hardware),
                     "hours_to_quality": math.inf if ratio is None else hours * ratio})
@@ -360,7 +378,7 @@ def _qualifies(req: PlanRequest, row: dict) -> bool:
 @lru_cache(maxsize=1024)
 def _category(scheme: str) -> tuple[bool, bool]:
     """(dense, not SCAPE): the plans the table's footnotes name the best of."""
-    return not lossy(parse_scheme(scheme)), not scheme.startswith(SCAPE_FAMILY)
+    return not lossy(scheme_of(scheme)), not scheme.startswith(SCAPE_FAMILY)
 
 
 def evaluate_bounded(req: PlanRequest, cands: list[Candidate], keep: int,

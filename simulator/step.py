@@ -83,17 +83,18 @@ class _StepCosts:
         cfg, t = self.cfg, self.times
         v, p = cfg.chunks_pp, cfg.pp
         layers = stage_layers(cfg.model.arch.n_layers, p, v)  # [stage][chunk]
-        head = [[0.0] * v for _ in range(p)]
-        head[p - 1][v - 1] = 1.0  # the output layer runs on the last stage's last chunk
         # every stage's compute at the pace it runs: slowed as `_work` slows it where ranks
         # share one host (a CPU testbed); else the timeline would wait on faster stages than
         # the first one runs, and hide the bubble
         slow = self.slowdown
-        fwd = tuple(tuple(layers[s][c] * (t.layer_fwd_s * slow + self.tp_fwd_s + self.cp_fwd_s)
-                          + head[s][c] * t.head_fwd_s * slow for c in range(v)) for s in range(p))
-        bwd = tuple(tuple(layers[s][c] * (t.layer_bwd_s * slow + self.tp_bwd_s + self.cp_bwd_s)
-                          + head[s][c] * t.head_bwd_s * slow for c in range(v)) for s in range(p))
-        return p, cfg.accum, v, fwd, bwd, self._send_s(), layers
+        per_f = t.layer_fwd_s * slow + self.tp_fwd_s + self.cp_fwd_s  # s per layer
+        per_b = t.layer_bwd_s * slow + self.tp_bwd_s + self.cp_bwd_s
+        fwd = [tuple(n * per_f for n in row) for row in layers]
+        bwd = [tuple(n * per_b for n in row) for row in layers]
+        # the output layer runs on the last stage's last chunk
+        fwd[-1] = (*fwd[-1][:-1], fwd[-1][-1] + t.head_fwd_s * slow)
+        bwd[-1] = (*bwd[-1][:-1], bwd[-1][-1] + t.head_bwd_s * slow)
+        return p, cfg.accum, v, tuple(fwd), tuple(bwd), self._send_s(), layers
 
 
 # fwd_bwd per hardware profile and step shape: a planner prices thousands of layouts that

@@ -240,3 +240,22 @@ def test_pareto_view_is_the_time_cost_frontier(capsys):
                                       workers=1))
     front = every[every["pareto"]].sort_values("hours")
     assert [r["scheme"] for r in rows] == list(front["scheme"])
+
+
+def test_pipelines_interleave_over_the_most_chunks_that_leave_a_layer_each():
+    """Besides 1F1B and 2 chunks, the most of 8 or 4 chunks per stage that a layer each fills:
+    Llama-70B's 80 layers take 8 chunks on 8 stages, 4 on 16 (8 would leave chunks empty), 2
+    on 40; published runs interleave that deep (NeMo's GPT-3 175B: 12 chunks per stage)."""
+    from simulator.planner import layouts
+
+    req = PlanRequest(load_model("llama-70b"), 1e12, (load_hardware("dgx-h100"),),
+                      max_gpus=4096).validate()
+    shapes = {(pp, schedule, chunks)
+              for tp, pp, schedule, chunks in layouts(req, load_hardware("dgx-h100"), 4096)
+              if tp == 8}
+    assert {(8, "1f1b", 1), (8, "interleaved", 2), (8, "interleaved", 8)} <= shapes
+    assert (8, "interleaved", 4) not in shapes  # 8 chunks fit there
+    assert {(16, "interleaved", 2), (16, "interleaved", 4)} <= shapes
+    assert (16, "interleaved", 8) not in shapes  # 16 x 8 > 80 layers
+    assert not {(40, "interleaved", 4), (40, "interleaved", 8)} & shapes
+    assert (1, "1f1b", 1) in shapes and not any(pp == 1 and c > 1 for pp, _, c in shapes)
