@@ -62,48 +62,50 @@ def warmup_forwards(stage: int, stages: int, micro_batches: int, chunks: int = 1
     return m * v if m == p else min((p - stage - 1) * 2 + (v - 1) * p, m * v)
 
 
-def stage_order(stage: int, stages: int, micro_batches: int, chunks: int = 1
-                ) -> list[tuple[str, int, int]]:
-    """(kind, micro-batch, chunk) in the order `stage` runs them."""
+def _order(stage: int, stages: int, micro_batches: int, chunks: int
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(forward?, micro-batch, chunk) of each op `stage` runs, in order (arrays of 2 m v):
+    its warm-up forwards, then one forward and one backward at a time, then the rest of the
+    backwards. Virtual micro-batch k (each micro-batch through each chunk) is micro-batch
+    (k // (p v)) p + k % p through chunk (k // p) % v going forward, and chunk v - 1 - that
+    coming back: groups of p micro-batches go chunk by chunk (with one chunk, k itself)."""
     p, m, v = stages, micro_batches, chunks
     warmup = warmup_forwards(stage, p, m, v)
-    if v == 1:
-        order = [("F", i, 0) for i in range(warmup)]
-        for i in range(m - warmup):
-            order += [("F", warmup + i, 0), ("B", i, 0)]
-        return order + [("B", i, 0) for i in range(m - warmup, m)]
-    total = m * v  # virtual micro-batches: each micro-batch through each chunk
+    total, k = m * v, np.arange(m * v)
+    mb = (k // (p * v)) * p + k % p
+    f_chunk = (k // p) % v
+    b_chunk = v - 1 - f_chunk
+    steady = total - warmup
 
-    def fwd(k: int) -> tuple[str, int, int]:  # groups of p micro-batches go chunk by chunk
-        return ("F", (k // (p * v)) * p + k % p, (k // p) % v)
+    def weave(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+        out = np.empty(2 * steady, dtype=first.dtype)
+        out[0::2], out[1::2] = first, second
+        return out
 
-    def bwd(k: int) -> tuple[str, int, int]:
-        return ("B", (k // (p * v)) * p + k % p, v - 1 - (k // p) % v)
+    fwd = np.concatenate([np.ones(warmup, bool), weave(np.ones(steady, bool),
+                                                       np.zeros(steady, bool)),
+                          np.zeros(warmup, bool)])
+    micro = np.concatenate([mb[:warmup], weave(mb[warmup:], mb[:steady]), mb[steady:]])
+    chunk = np.concatenate([f_chunk[:warmup], weave(f_chunk[warmup:], b_chunk[:steady]),
+                            b_chunk[steady:]])
+    return fwd, micro, chunk
 
-    order = [fwd(k) for k in range(warmup)]
-    for k in range(total - warmup):
-        order += [fwd(warmup + k), bwd(k)]
-    return order + [bwd(k) for k in range(total - warmup, total)]
+
+def stage_order(stage: int, stages: int, micro_batches: int, chunks: int = 1
+                ) -> list[tuple[str, int, int]]:
+    """(kind, micro-batch, chunk) in the order `stage` runs them (Megatron-Core's 1F1B, or its
+    interleaved schedule over `chunks` model chunks)."""
+    fwd, micro, chunk = _order(stage, stages, micro_batches, chunks)
+    kinds = np.where(fwd, "F", "B").tolist()
+    return list(zip(kinds, micro.tolist(), chunk.tolist(), strict=True))
 
 
 def order_chunks(stage: int, stages: int, micro_batches: int, chunks: int = 1
                  ) -> tuple[np.ndarray, np.ndarray]:
-    """`stage_order` as arrays, without the micro-batch: (forward?, chunk) of each op in the
-    order `stage` runs them (bool [2 m v], int [2 m v]); what the memory model walks for every
-    candidate layout, so built without a Python loop."""
-    p, m, v = stages, micro_batches, chunks
-    warmup = warmup_forwards(stage, p, m, v)
-    total = m * v
-    k = np.arange(total)
-    f_chunk = (k // p) % v  # groups of p micro-batches go chunk by chunk
-    b_chunk = v - 1 - f_chunk
-    steady = total - warmup
-    mid_chunk = np.empty(2 * steady, dtype=np.int64)
-    mid_chunk[0::2], mid_chunk[1::2] = f_chunk[warmup:], b_chunk[:steady]
-    mid_fwd = np.zeros(2 * steady, dtype=bool)
-    mid_fwd[0::2] = True
-    return (np.concatenate([np.ones(warmup, bool), mid_fwd, np.zeros(warmup, bool)]),
-            np.concatenate([f_chunk[:warmup], mid_chunk, b_chunk[steady:]]))
+    """`stage_order` as arrays, without the micro-batch: (forward?, chunk) of each op, what
+    the memory model walks for every candidate layout."""
+    fwd, _, chunk = _order(stage, stages, micro_batches, chunks)
+    return fwd, chunk
 
 
 def timeline(stages: int, micro_batches: int, fwd_s, bwd_s, send_s: float = 0.0,
