@@ -25,15 +25,17 @@ Residual CPU offload moves the residual over the host link (H2D 4N + 4N_owned, D
 without the distributed optimizer, 4N/P each way with it); full-parameter offload moves the
 fp32 replica (4N each way) inside the sparse sync.
 
-Left out of the plan: the two one-element grad-norm all-reduces of the distributed optimizer
-(the reducer's fp64 clip norm, R:4531-4549, and Megatron's fp32 get_grad_norm). They carry 12
-bytes. Left out after the first held-out errors were printed (bd3757b, said so): priced then as
-rings, 2(P-1) steps at the per-step cost fitted on GB-sized dense collectives (about 0.15 s at
-64 GPUs), which the authors' step times refute; NCCL runs one-element reductions with its
-low-latency protocols. Since every call takes NCCL's choice (issue 40) they would be trees,
-about 6.9 ms each at 64 GPUs; put back, the held-out max moves from 22.6% to 20.9%
-(profiles/external/late-constants.md). The runtime computes the same norm without them
-(every rank holds the whole masked g_sync).
+With the distributed optimizer the reducer clips the synced gradient itself
+(--move-clip-grad-to-reducer, which every SCAPE script sets): its fp64 norm is one all-reduce of
+one element over every rank (R:4531-4549, then `.item()`), and Megatron's optimizer skips its own
+clip and grad-norm all-reduce (optimizer.py, MixedPrecisionOptimizer.step). The plan carries that
+one 8-byte all-reduce where clipping is on (`clip_grad`; the authors' scripts pass
+--clip-grad 1.0). It was left out from bd3757b to 2026-11-29, together with Megatron's
+(which does not run here): a choice made after the first held-out errors, when a ring would have
+charged it about 0.07 s at 64 GPUs; under NCCL's choice it is a tree of a few milliseconds
+(profiles/external/late-constants.md section 5). Without the distributed optimizer the norm's
+group is the model-parallel group of one rank: no collective. Our runtime computes the same norm
+without it (every rank holds the whole masked g_sync).
 
 Kernel byte counts per element come from counting each loop's torch ops (fp32 reads + writes)
 in the functions cited; launches per tensor likewise. Neither is fitted to any measurement.
@@ -44,7 +46,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scape.plan.types import CommOp, Kernel, Plan, SchemeConfig, StepPlan
+from scape.plan.types import NORM_BYTES, CommOp, Kernel, Plan, SchemeConfig, StepPlan
 
 # Bytes moved per element by each loop of the reducer (fp32 unless said), counted from its ops.
 # Pass 1 over every tensor (R:4933-5151): clone m (8), unpack + bool (3), sum (1), c = b1*m +
@@ -73,6 +75,7 @@ DISTOPT_GLOBAL_BYTES = 3.0 + 14.0
 OPS_PER_PIECE = 9 + 18
 OPS_PER_TENSOR_DISTOPT = 4 + 10  # global index, sparse sync per tensor
 HOST_BYTES = 4  # the residual and the replica are fp32
+CLIP_NORM = "clip-norm all-reduce (fp64, one element)"  # the runtime sends it by this name
 
 
 @dataclass(frozen=True)
@@ -192,6 +195,11 @@ def scape_authors(cfg: SchemeConfig, n: int, world: int, dt, tensors: list[int] 
             CommOp("sparse parameter sync all-reduce (fp32)", "all_reduce", 4 * K,
                    "after_update"),
         )
+        if cfg.clip_grad is not None:
+            # the reducer's clip norm: one fp64 element over every rank (R:4531-4549); it
+            # reads the payload's result, so it follows it on the stream
+            ops = (*ops[:2], CommOp(CLIP_NORM, "all_reduce", NORM_BYTES, "after_backward"),
+                   *ops[2:])
         kernels += [
             Kernel("reducer loops over local pieces", "reducer_bytes",
                    DISTOPT_LOOP_BYTES * shard, "pre"),

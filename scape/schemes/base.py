@@ -87,20 +87,23 @@ class Scheme:
             self.flat.push_params()
         return self.times
 
-    def clip_(self, g: torch.Tensor, sharded: bool) -> None:
+    def clip_(self, g: torch.Tensor, sharded: bool, part: torch.Tensor | None = None,
+              name: str = "grad-norm all-reduce") -> None:
         """Clip the synced gradient `g` in place by its global L2 norm (Megatron's
         clip_grad_norm_fp32 with --clip-grad; the SCAPE authors' reducer the same inside the
-        reducer, R:5495-5550). `sharded`: this rank holds only its shard of it, so the squared
-        norms are summed over ranks by a one-value all-reduce, as Megatron's get_grad_norm_fp32
-        does."""
+        reducer, R:5495-5550). `sharded`: this rank counts only its shard of it (`part`, a view
+        of `g`, or `g` itself), so the squared norms are summed over ranks by a one-value
+        all-reduce called `name`, as Megatron's get_grad_norm_fp32 and the reducer's
+        distributed-optimizer path (R:4531-4549) do."""
         clip = self.cfg.clip_grad
         if clip is None:
             return
         # [1] fp64: the squares summed in fp64 inside one reduction (g.double() first made an
         # [N] fp64 copy and its square: 84 against 44 ms at 1e7, one CPU thread)
-        sq = torch.linalg.vector_norm(g, dtype=torch.float64).square().reshape(1)
+        counted = g if part is None else part
+        sq = torch.linalg.vector_norm(counted, dtype=torch.float64).square().reshape(1)
         if sharded:
-            self.comm.all_reduce("grad-norm all-reduce", sq)
+            self.comm.all_reduce(name, sq)
         coef = clip / (math.sqrt(sq.item()) + 1e-6)
         if coef < 1.0:
             g.mul_(coef)

@@ -38,7 +38,8 @@ scape/plan/scape_authors.py and the reducer note say more):
   so the average is c_owner / P (R:4336-4385); here every rank contributes its c, as without
   it, so every rank keeps the whole first moment and residual (4N each, memory the authors'
   shards do not spend);
-- the one-element grad-norm all-reduces are not sent: every rank holds the whole g_sync;
+- with the distributed optimizer the clip norm is this rank's shard's, summed by the reducer's
+  one-element fp64 all-reduce (R:4531-4549), though every rank holds the whole g_sync;
 - residual CPU offload keeps the residual in (pinned) host memory and copies it each step;
   the full-parameter offload is a plan for the simulator only.
 """
@@ -52,7 +53,7 @@ import torch
 from profiles import UserError
 from scape.comm import Handle
 from scape.plan import Plan, plan
-from scape.plan.scape_authors import bitmap_bytes, coalesce, k_of, owner_pieces
+from scape.plan.scape_authors import CLIP_NORM, bitmap_bytes, coalesce, k_of, owner_pieces
 from scape.schemes.base import RUNTIME_DTYPES, Scheme, mask_log
 from scape.select import top_k_indices
 
@@ -173,7 +174,12 @@ class ScapeAuthors(Scheme):
                 g_sync[idx] = on_mask
             else:
                 g_sync = on_mask
-            self.clip_(g_sync, sharded=False)  # every rank holds the whole g_sync
+            if self.distopt:  # the norm of this rank's shard, summed over ranks (R:4531-4549)
+                lo = self.rank * self.flat.shard_size
+                self.clip_(g_sync, sharded=True, name=CLIP_NORM,
+                           part=g_sync[lo:min(self.flat.numel, lo + self.flat.shard_size)])
+            else:  # the norm's group is the model-parallel group: this rank alone
+                self.clip_(g_sync, sharded=False)
             self._update(g_sync, mask, idx, lr)
         self._wait_next()  # before the next forward (prepare_pre_forward)
 
