@@ -65,7 +65,7 @@ def test_external_validation_protocol_and_accuracy():
     assert set(table[table["fitted"]]["role"]) == {"fitted"}
     s = summary(table)
     # measured 2026-11-29 with every collective as NCCL's tuner picks it (auto, one pricing
-    # path; issue 40): held out 60 rows, median 1.6%, max 22.1% (llama-500m
+    # path; issue 40): held out 60 rows, median 1.6%, max 21.3% (llama-500m
     # scape-d0.01-distopt on 64 GPUs: NCCL's model takes a tree for its 20.5 MB all-reduces
     # at the 400 Gb/s the socket plugin reads); in sample 20 rows, median 0.7%, max 2.0%.
     # Issue 40's goal (max 15%) is not met here: bench/nccl_choice_sensitivity.py prints

@@ -27,15 +27,16 @@ fp32 replica (4N each way) inside the sparse sync.
 
 With the distributed optimizer the reducer clips the synced gradient itself
 (--move-clip-grad-to-reducer, which every SCAPE script sets): its fp64 norm is one all-reduce of
-one element over every rank (R:4531-4549, then `.item()`), and Megatron's optimizer skips its own
-clip and grad-norm all-reduce (optimizer.py, MixedPrecisionOptimizer.step). The plan carries that
-one 8-byte all-reduce where clipping is on (`clip_grad`; the authors' scripts pass
---clip-grad 1.0). It was left out from bd3757b to 2026-11-29, together with Megatron's
-(which does not run here): a choice made after the first held-out errors, when a ring would have
-charged it about 0.07 s at 64 GPUs; under NCCL's choice it is a tree of a few milliseconds
-(profiles/external/late-constants.md section 5). Without the distributed optimizer the norm's
-group is the model-parallel group of one rank: no collective. Our runtime computes the same norm
-without it (every rank holds the whole masked g_sync).
+one element over every rank (R:4531-4549, then `.item()`). Megatron's optimizer then skips its
+clip but still calls get_grad_norm for the log: another one-element all-reduce, fp32, over the
+same group (ChainedOptimizer.step; profiles/external/scape-sc26.reducer.md section 3). The plan
+carries both where clipping is on (`clip_grad`; the authors' scripts pass --clip-grad 1.0), and
+our runtime sends both. They were left out from bd3757b to 2026-11-29: a choice made after the
+first held-out errors, when rings would have charged them about 0.07 s each at 64 GPUs; under
+NCCL's choice they are trees of a few milliseconds (profiles/external/late-constants.md
+section 5). Without the distributed optimizer the norms' group is the model-parallel group of
+one rank: no collective. The norm's L2 pass over the shard is in the optimizer step's fitted
+cost per element (Megatron's dense step computes the same).
 
 Kernel byte counts per element come from counting each loop's torch ops (fp32 reads + writes)
 in the functions cited; launches per tensor likewise. Neither is fitted to any measurement.
@@ -75,7 +76,9 @@ DISTOPT_GLOBAL_BYTES = 3.0 + 14.0
 OPS_PER_PIECE = 9 + 18
 OPS_PER_TENSOR_DISTOPT = 4 + 10  # global index, sparse sync per tensor
 HOST_BYTES = 4  # the residual and the replica are fp32
-CLIP_NORM = "clip-norm all-reduce (fp64, one element)"  # the runtime sends it by this name
+# the distributed optimizer's two norm all-reduces, named as the runtime sends them
+CLIP_NORM = "clip-norm all-reduce (fp64, one element)"
+LOG_NORM = "optimizer grad-norm all-reduce (fp32, one element)"
 
 
 @dataclass(frozen=True)
@@ -196,10 +199,11 @@ def scape_authors(cfg: SchemeConfig, n: int, world: int, dt, tensors: list[int] 
                    "after_update"),
         )
         if cfg.clip_grad is not None:
-            # the reducer's clip norm: one fp64 element over every rank (R:4531-4549); it
-            # reads the payload's result, so it follows it on the stream
+            # the reducer's clip norm: one fp64 element over every rank (R:4531-4549), after
+            # the payload whose result it reads; then Megatron's optimizer step still computes
+            # its own grad norm for the log (one fp32 element, same group)
             ops = (*ops[:2], CommOp(CLIP_NORM, "all_reduce", NORM_BYTES, "after_backward"),
-                   *ops[2:])
+                   CommOp(LOG_NORM, "all_reduce", 4, "after_backward"), *ops[2:])
         kernels += [
             Kernel("reducer loops over local pieces", "reducer_bytes",
                    DISTOPT_LOOP_BYTES * shard, "pre"),

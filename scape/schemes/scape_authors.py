@@ -39,7 +39,8 @@ scape/plan/scape_authors.py and the reducer note say more):
   it, so every rank keeps the whole first moment and residual (4N each, memory the authors'
   shards do not spend);
 - with the distributed optimizer the clip norm is this rank's shard's, summed by the reducer's
-  one-element fp64 all-reduce (R:4531-4549), though every rank holds the whole g_sync;
+  one-element fp64 all-reduce (R:4531-4549), though every rank holds the whole g_sync, and the
+  norm is all-reduced once more in fp32 as Megatron's optimizer step does for its log;
 - residual CPU offload keeps the residual in (pinned) host memory and copies it each step;
   the full-parameter offload is a plan for the simulator only.
 """
@@ -53,7 +54,14 @@ import torch
 from profiles import UserError
 from scape.comm import Handle
 from scape.plan import Plan, plan
-from scape.plan.scape_authors import CLIP_NORM, bitmap_bytes, coalesce, k_of, owner_pieces
+from scape.plan.scape_authors import (
+    CLIP_NORM,
+    LOG_NORM,
+    bitmap_bytes,
+    coalesce,
+    k_of,
+    owner_pieces,
+)
 from scape.schemes.base import RUNTIME_DTYPES, Scheme, mask_log
 from scape.select import top_k_indices
 
@@ -176,8 +184,12 @@ class ScapeAuthors(Scheme):
                 g_sync = on_mask
             if self.distopt:  # the norm of this rank's shard, summed over ranks (R:4531-4549)
                 lo = self.rank * self.flat.shard_size
-                self.clip_(g_sync, sharded=True, name=CLIP_NORM,
-                           part=g_sync[lo:min(self.flat.numel, lo + self.flat.shard_size)])
+                shard = g_sync[lo:min(self.flat.numel, lo + self.flat.shard_size)]  # [N/P]
+                self.clip_(g_sync, sharded=True, name=CLIP_NORM, part=shard)
+                if self.cfg.clip_grad is not None:
+                    # Megatron's optimizer step computes the norm again for its log (fp32)
+                    logged = torch.linalg.vector_norm(shard).square().reshape(1)  # [1] fp32
+                    self.comm.all_reduce(LOG_NORM, logged)
             else:  # the norm's group is the model-parallel group: this rank alone
                 self.clip_(g_sync, sharded=False)
             self._update(g_sync, mask, idx, lr)
