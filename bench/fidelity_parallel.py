@@ -258,6 +258,14 @@ def run(hardware: dict, rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def predicted_at_share(job: tuple[float, dict, pd.DataFrame]) -> pd.Series:
+    """(share, profiles, rows) -> each row's predicted step with every profile's sustained
+    share set to `share` (bench/step_loso.py runs one per process)."""
+    f, shipped, rows = job
+    profiles = {n: sustained(h, f) for n, h in shipped.items()}
+    return run(profiles, rows).set_index("case")["predicted_s"].rename(f)
+
+
 def summary(df: pd.DataFrame, label: str) -> str:
     err = df["error_pct"].abs()
     return (f"{label}: held out {len(df)} rows, median |error| {err.median():.1f}%, max "

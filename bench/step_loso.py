@@ -65,14 +65,20 @@ def all_rows() -> pd.DataFrame:
     return rows
 
 
-def grid_times(rows: pd.DataFrame) -> pd.DataFrame:
-    """Each row's predicted step at every share of GRID, and its measured step."""
+def grid_times(rows: pd.DataFrame, workers: int | None = None) -> pd.DataFrame:
+    """Each row's predicted step at every share of GRID, and its measured step; the shares
+    split over `workers` processes (default: every core)."""
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
     shipped = fp.shipped_profiles(rows)
-    out = []
-    for f in GRID:
-        profiles = {n: fp.sustained(h, f) for n, h in shipped.items()}
-        got = fp.run(profiles, rows)
-        out.append(got.set_index("case")["predicted_s"].rename(f))
+    jobs = [(f, shipped, rows) for f in GRID]
+    workers = workers if workers is not None else (os.cpu_count() or 1)
+    if workers > 1:  # the worker lives in fidelity_parallel, an importable module
+        with ProcessPoolExecutor(min(workers, len(jobs))) as pool:
+            out = list(pool.map(fp.predicted_at_share, jobs))
+    else:
+        out = [fp.predicted_at_share(j) for j in jobs]
     table = pd.concat(out, axis=1)
     table["measured_s"] = [fp.measured_step_s(r) for r in rows.itertuples()]
     return table
