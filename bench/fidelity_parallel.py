@@ -157,7 +157,8 @@ def step_config(row, hw) -> StepConfig:
         virtual_stages=int(row.chunks) if row.chunks > 1 else None, recompute=row.recompute,
         sequence_parallel=bool(row.sequence_parallel), attention=row.attention,
         tp_comm_overlap=given(row, "tp_overlap", False), fp8=given(row, "fp8", False),
-        loss=given(row, "loss", "fp32"), optimizer_dtype=given(row, "optimizer_dtype", "fp32"))
+        loss=given(row, "loss", "fp32"), optimizer_dtype=given(row, "optimizer_dtype", "fp32"),
+        metric_passes=int(given(row, "train_metrics", 0)))
 
 
 def simulate(row, hw) -> dict:

@@ -147,6 +147,12 @@ PARALLEL_OPTS = {
                               "Face), fused (a fused cross-entropy on the bf16 logits) or "
                               "chunked (a fused linear cross-entropy, Liger-Kernel) "
                               "[default: fp32]"),
+    "metric_passes": typer.Option(0, "--metric-passes",
+                                  help="cross-entropy passes over each micro-batch's logits "
+                                       "beside the loss, forward only: a trainer's training "
+                                       "metrics (Composer with llm-foundry's MPT: 2, its "
+                                       "LanguageCrossEntropy and LanguagePerplexity) "
+                                       "[default: 0, as Megatron-LM, NeMo, torchtitan]"),
     "cp": typer.Option(1, "--cp", "--context-parallel-size",
                        help="context-parallel ranks splitting each sequence "
                                        "(Megatron-Core --context-parallel-size; Transformer "
@@ -317,4 +323,5 @@ def step_options(flags: dict, spec: str) -> StepOptions:
                         f["tp_comm_overlap"]),
         pricing=Pricing(f["algo"], f["mfu"], f["attention"],
                         None if f["loss"] is None else str(f["loss"]),
-                        None if f["stack"] is None else str(f["stack"])))
+                        None if f["stack"] is None else str(f["stack"]),
+                        0 if f["metric_passes"] is None else f["metric_passes"]))

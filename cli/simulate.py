@@ -97,6 +97,7 @@ def simulate(
     loss: LossChoice = PARALLEL_OPTS["loss"],
     optimizer_dtype: OptimizerDtypeChoice = PARALLEL_OPTS["optimizer_dtype"],
     stack: StackChoice = PARALLEL_OPTS["stack"],
+    metric_passes: int = PARALLEL_OPTS["metric_passes"],
     trace: str = typer.Option(None, "--trace", help="write a Chrome trace JSON (Perfetto)"),
     fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
 ):
@@ -124,7 +125,7 @@ def simulate(
           f"{row.get('attention')}, sequence_parallel {row.get('sequence_parallel')}, "
           f"tp_comm_overlap {row.get('tp_comm_overlap')}, fp8 {row.get('fp8')}, "
           f"mfu {row.get('mfu')}, stack {row.get('stack')}, loss {row.get('loss')}, "
-          f"global_batch {cfg.sequences}")
+          f"metric_passes {cfg.metric_passes}, global_batch {cfg.sequences}")
     out.append(f"# {how_sure(cfg.hardware, layout_of(cfg), [scheme], cfg.mfu)}")
     for key in ("step_time_s", "compute_s", "compression_s", "tp_comm_s", "exposed_comm_s",
                 "overlapped_comm_s", *(("pipeline_bubble_s",) if pp > 1 else ()),
@@ -194,6 +195,7 @@ def compare_cmd(
     loss: LossChoice = PARALLEL_OPTS["loss"],
     optimizer_dtype: OptimizerDtypeChoice = PARALLEL_OPTS["optimizer_dtype"],
     stack: StackChoice = PARALLEL_OPTS["stack"],
+    metric_passes: int = PARALLEL_OPTS["metric_passes"],
     fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
 ):
     """Every scheme side by side with its speedup over the baseline."""

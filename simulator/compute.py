@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from profiles import HardwareProfile, ModelProfile, UserError
-from simulator.roofline import fp8_rate, head_times, layer_times
+from simulator.roofline import fp8_rate, head_times, layer_times, metric_pass_s
 from vocabulary.names import ATTENTION, KERNEL_BYTES, RECOMPUTE
 
 # Kernel kinds and their HBM bytes per element are vocabulary/names.py's KERNEL_BYTES; a host
@@ -118,6 +118,7 @@ def fwd_bwd(
     model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_len: int, tp: int = 1,
     grad_accum: int = 1, *, mfu: float | None = None, recompute: str = "none",
     sequence_parallel: bool = False, attention: str = "flash", cp: int = 1, fp8: bool = False,
+    metric_passes: int = 0,
 ) -> ComputeTimes:
     """Forward and backward time of one micro-batch on one GPU (tensor parallel degree `tp`).
 
@@ -127,7 +128,9 @@ def fwd_bwd(
     backward: `full` the layers' forward, `selective` the attention core's (Korthikanti et al.
     2022, section 5). `cp` context-parallel ranks each run seq_len / cp tokens of the
     micro-batch (simulator/shapes.py layer_shapes). `fp8`: the layers' linear GEMMs at the
-    profile's FP8 rate (shapes only: simulator/roofline.py gemm_s)."""
+    profile's FP8 rate (shapes only: simulator/roofline.py gemm_s). `metric_passes`: a
+    trainer's extra cross-entropy passes over the logits (simulator/roofline.py head_times),
+    priced on the output layer's forward."""
     if recompute not in RECOMPUTE:
         raise UserError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
     if attention not in ATTENTION:
@@ -142,12 +145,13 @@ def fwd_bwd(
         attn = 4.0 * seq_len * a.d_model * tokens / tp / rate  # s: one layer's s x s products
         layer_f = 2.0 * model.layer_params * tokens / tp / rate + attn
         head_f = 2.0 * a.vocab_size * a.d_model * tokens / tp / rate
-        layer, head = (layer_f, 2 * layer_f, attn, 2 * attn), (head_f, 2 * head_f)
+        layer, head = (layer_f, 2 * layer_f, attn, 2 * attn), (
+            head_f + metric_pass_s(model, hw, tokens, tp) * metric_passes, 2 * head_f)
         parts: dict = {}
     else:
         lt = layer_times(model, hw, micro_batch, seq_len, tp, sequence_parallel, attention,
                          cp, fp8)
-        ht = head_times(model, hw, micro_batch, seq_len, tp, cp)
+        ht = head_times(model, hw, micro_batch, seq_len, tp, cp, metric_passes)
         layer = (lt.fwd_s, lt.bwd_s, lt.parts["attention_fwd"], lt.parts["attention_bwd"])
         head = (ht.fwd_s, ht.bwd_s)
         parts = {k: a.n_layers * lt.parts[k] + ht.parts[k] for k in ("gemm", "attention",

@@ -114,6 +114,7 @@ class Pricing:
     attention: str | None = None  # None: flash, where shapes price the step
     loss: str | None = None  # None: the stack's (fp32 under Megatron, eager under torchtitan)
     stack: str | None = None  # None: megatron (what the training stack keeps, STACKS)
+    metric_passes: int = 0  # a trainer's training-metric cross-entropies per micro-batch
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,8 @@ class StepOptions:
                 "tp_comm_overlap": self.overlap.tp_comm, "cp": p.cp,
                 "fp8": self.precision.fp8, "loss": pr.loss,
                 "optimizer_dtype": str(self.precision.optimizer_dtype),
-                "stack": None if pr.stack is None else str(pr.stack)}
+                "stack": None if pr.stack is None else str(pr.stack),
+                "metric_passes": pr.metric_passes}
 
     def ran(self, cfg: StepConfig) -> dict:
         """`parallel()` as the step ran it: each given value, and what `config` chose for

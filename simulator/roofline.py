@@ -112,14 +112,41 @@ def layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_
                       "norm_fwd": norm_f})
 
 
+# Bytes one cross-entropy pass of PyTorch moves per logit when a trainer computes a training
+# metric on bf16 logits under autocast (torch.nn.CrossEntropyLoss -> log_softmax, on autocast's
+# fp32 list): the fp32 copy of the logits (read 2, write 4), then log_softmax's rows, too long
+# for shared memory at vocabulary sizes (50,368 x 4 B > an A100's or H100's 164/228 KB), read
+# three times (max, sum of exponentials, output) and written once (12 + 4); the gather of the
+# target's entry is negligible. Two kernels a pass. Composer runs every declared training
+# metric on each micro-batch's logits (composer/trainer/trainer.py _train_microbatch, after
+# AFTER_BACKWARD: `if self.state.train_metrics ...: self._eval_train_metrics(device_batch)`),
+# and llm-foundry's MPT declares two, LanguageCrossEntropy and LanguagePerplexity, each a
+# torch CrossEntropyLoss (composer/metrics/nlp.py); llm-foundry added `use_train_metrics`
+# (default on) in PR #642, 2023-10-02. Counted from the kernels, not fitted; found after the
+# MPT rows of the published steps were seen too fast (bench/step_loso.py, said in
+# profiles/external/parallel-steps.csv).
+METRIC_CE_BYTES = 2 + 4 + 3 * 4 + 4
+METRIC_CE_KERNELS = 2
+
+
+def metric_pass_s(model: ModelProfile, hw: HardwareProfile, tokens: float, tp: int = 1
+                  ) -> float:
+    """Seconds of one training-metric cross-entropy pass over `tokens` tokens' logits."""
+    launch = hw.roofline.gemm_launch_us * 1e-6 if hw.roofline is not None else 0.0
+    return (METRIC_CE_KERNELS * launch
+            + METRIC_CE_BYTES * tokens * model.arch.vocab_size / tp / _hbm_Bps(hw))
+
+
 def head_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_len: int,
-               tp: int = 1, cp: int = 1) -> PassTimes:
-    """The logit layer and its cross-entropy on one GPU."""
+               tp: int = 1, cp: int = 1, metric_passes: int = 0) -> PassTimes:
+    """The logit layer and its cross-entropy on one GPU; `metric_passes` more cross-entropy
+    passes over the logits, forward only (a trainer's training metrics, METRIC_CE_BYTES)."""
     s = head_shapes(model, micro_batch, seq_len, tp, cp)
     launch = hw.roofline.gemm_launch_us * 1e-6
     gemm_f = gemm_s(s.gemm, hw)
     gemm_b = sum(gemm_s(b, hw) for b in s.gemm.backward())
     mem = 2 * launch + s.memory_bytes / _hbm_Bps(hw)  # softmax forward, its gradient backward
-    return PassTimes(gemm_f + mem, gemm_b + mem,
-                     {"gemm": gemm_f + gemm_b, "attention": 0.0, "memory": 2 * mem,
+    metrics = metric_passes * metric_pass_s(model, hw, micro_batch * seq_len / cp, tp)
+    return PassTimes(gemm_f + mem + metrics, gemm_b + mem,
+                     {"gemm": gemm_f + gemm_b, "attention": 0.0, "memory": 2 * mem + metrics,
                       "attention_fwd": 0.0, "attention_bwd": 0.0})

@@ -105,11 +105,12 @@ FWD_BWD = ProfileMemo()
 
 def _fwd_bwd(cfg: StepConfig):
     key = (cfg.model, cfg.micro_batch, cfg.seq, cfg.tp, cfg.accum, cfg.mfu, cfg.recompute,
-           cfg.sequence_parallel and cfg.tp > 1, cfg.attention, cfg.cp, cfg.fp8)
+           cfg.sequence_parallel and cfg.tp > 1, cfg.attention, cfg.cp, cfg.fp8,
+           cfg.metric_passes)
     return FWD_BWD.get(cfg.hardware, key, lambda: fwd_bwd(
         cfg.model, cfg.hardware, cfg.micro_batch, cfg.seq, cfg.tp, cfg.accum, mfu=cfg.mfu,
         recompute=cfg.recompute, sequence_parallel=cfg.sequence_parallel and cfg.tp > 1,
-        attention=cfg.attention, cp=cfg.cp, fp8=cfg.fp8))
+        attention=cfg.attention, cp=cfg.cp, fp8=cfg.fp8, metric_passes=cfg.metric_passes))
 
 
 class _StepSim(_StepCosts):

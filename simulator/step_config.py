@@ -64,6 +64,10 @@ class StepConfig:
     # what the training stack keeps beside the layers' activations (vocabulary STACKS,
     # simulator/activations.py): megatron, or torchtitan; it moves memory, not time
     stack: str = "megatron"
+    # cross-entropy passes over the logits beside the loss, forward only, every micro-batch: a
+    # trainer's training metrics (Composer computes llm-foundry's LanguageCrossEntropy and
+    # LanguagePerplexity on each micro-batch's logits: simulator/roofline.py METRIC_CE_BYTES)
+    metric_passes: int = 0
 
     @property
     def chunks_pp(self) -> int:
@@ -181,6 +185,10 @@ class StepConfig:
                             f"got {self.optimizer_dtype!r}")
         if self.stack not in STACKS:
             raise UserError(f"--stack must be one of {', '.join(STACKS)}, got {self.stack!r}")
+        if (not isinstance(self.metric_passes, int) or isinstance(self.metric_passes, bool)
+                or self.metric_passes < 0):
+            raise UserError(f"--metric-passes must be a whole number of passes, 0 or more, got "
+                            f"{self.metric_passes!r}")
         if self.loss not in LOSSES:
             raise UserError(f"--loss must be one of {', '.join(LOSSES)}, got {self.loss!r}")
         if self.recompute not in RECOMPUTE:

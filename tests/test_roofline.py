@@ -132,3 +132,31 @@ def test_a_profile_needs_an_mfu_or_a_roofline():
     del doc["roofline"]
     with pytest.raises(ProfileError, match="mfu: required unless"):
         parse_hardware(H100.path, doc)
+
+
+def test_training_metric_passes_add_a_forward_pass_over_the_logits_each():
+    """A trainer's training metrics (Composer: llm-foundry's two cross-entropies on every
+    micro-batch) cost each pass two kernels and METRIC_CE_BYTES per logit at the profile's
+    memory rate, on the forward only; the step pays it once per micro-batch; a count that is
+    not a whole number of passes is refused."""
+    from simulator.roofline import METRIC_CE_BYTES, head_times
+
+    hw, model = load_hardware("dgx-a100"), load_model("gpt-345m")
+    mb, seq = 8, 1024
+    base, two = head_times(model, hw, mb, seq), head_times(model, hw, mb, seq, metric_passes=2)
+    one_pass = (2 * hw.roofline.gemm_launch_us * 1e-6 + METRIC_CE_BYTES * mb * seq
+                * model.arch.vocab_size / (hw.gpu.hbm_bw_GBps * 1e9 * hw.compute.mem_efficiency))
+    assert two.fwd_s - base.fwd_s == pytest.approx(2 * one_pass, rel=1e-12)
+    assert two.bwd_s == base.bwd_s
+    assert METRIC_CE_BYTES == 22  # fp32 copy (2 + 4), log_softmax 3 reads + 1 write of fp32
+    from scape.plan import make_config
+    from simulator.step import simulate_step
+    from simulator.step_config import StepConfig
+
+    cfg = StepConfig(model, hw, 8, make_config("dense-ddp"), micro_batch=mb, seq_len=seq,
+                     global_batch=mb * 8 * 4)
+    plain, counted = simulate_step(cfg), simulate_step(replace(cfg, metric_passes=2))
+    assert counted.compute_s - plain.compute_s == pytest.approx(4 * 2 * one_pass, rel=1e-6)
+    for bad in (-1, 1.5, True):
+        with pytest.raises(UserError, match="metric-passes"):
+            simulate_step(replace(cfg, metric_passes=bad))
