@@ -99,24 +99,19 @@ def candidate(rows: list[dict], gpu: str, held: str) -> tuple[list[float], list[
 
 
 def repeat(table) -> tuple[list, list]:
-    """The log's own repeat per row: the in-place time against the out-of-place one (nccl-tests
-    times every size both ways; the same call on other buffers), as a busbw difference."""
-    ok = table["in_place_seconds"].notna()
-    t = table[ok]
-    return (list(t["size_bytes"]),
-            list(100 * (t["in_place_seconds"].astype(float) / t["seconds"] - 1)))
+    """The log's own repeat per row (calibration/nccl_tests.py with_repeat's `repeat_pct`:
+    the in-place time against the out-of-place one, the same call on other buffers), which is
+    also the busbw difference."""
+    t = table[table["repeat_pct"].notna()]
+    return list(t["size_bytes"]), list(t["repeat_pct"])
 
 
 def outside(table) -> tuple[list, list]:
-    """|busbw error| beyond the log's own repeat: 0 where the prediction lies between the
-    out-of-place and in-place times, else the error against the nearer of them."""
-    ok = table["in_place_seconds"].notna()
-    t = table[ok]
-    lo = t[["seconds", "in_place_seconds"]].astype(float).min(axis=1)
-    hi = t[["seconds", "in_place_seconds"]].astype(float).max(axis=1)
-    pred = t["predicted_s"]
-    err = (lo / pred - 1).where(pred < lo, (hi / pred - 1).where(pred > hi, 0.0))
-    return list(t["size_bytes"]), list(100 * err)
+    """|busbw error| beyond the log's own repeat: with_repeat's `outside_pct` (the prediction
+    against the nearer of the two times, 0 between them) turned into busbw terms, nearer time /
+    predicted - 1."""
+    t = table[table["outside_pct"].notna()]
+    return list(t["size_bytes"]), list(100 * (1 / (1 + t["outside_pct"] / 100) - 1))
 
 
 def built_in(rows: list[dict], gpu: str, op: str, algo: str) -> tuple[list, list]:

@@ -181,9 +181,9 @@ def scheme_of(row: ExternalRow, config: dict) -> SchemeConfig:
     distopt = bool(config.get("use_distributed_optimizer"))
     no_overlap = {"overlap_grad_reduce": False, "overlap_param_gather": False,
                   "bucket_bytes": float("inf")}
-    # --clip-grad: with the distributed optimizer the norm is summed over the shards by a
-    # one-element all-reduce (Megatron's get_grad_norm_fp32 for dense, the reducer's own for
-    # SCAPE, which then skips Megatron's); without it no collective
+    # --clip-grad: with the distributed optimizer the norm is summed over the shards by
+    # one-element all-reduces (Megatron's get_grad_norm_fp32 for dense; for SCAPE the reducer's
+    # clip norm and Megatron's norm for the log, scape/plan/scape_authors.py); without it none
     no_overlap["clip_grad"] = config.get("clip_grad")
     if m["scheme"] == "adams":
         return make_config("dense-zero1" if distopt else "dense-ddp", optimizer="adams",
