@@ -3,9 +3,10 @@ reports is simulator/step_config.py; the streams it runs on, simulator/streams.p
 
 A compute stream (forward and backward layer chunk by layer chunk, then the scheme's kernels and
 the optimizer update) and a communication stream (the plan's collectives, one at a time, FIFO,
-as NCCL runs them on one stream) share a simpy clock; collectives move their bytes over the
-shared flow network. The step is the steady state: the ops a scheme launches at the end of a
-step for the next one (`next_forward`, `next_step`) are the previous step's, launched at t=0.
+as NCCL runs them on one stream) share a simpy clock; each collective takes its time alone on
+the topology's flow network (one call at a time moves bytes there; engine.PhaseCache.alone_s).
+The step is the steady state: the ops a scheme launches at the end of a step for the next one
+(`next_forward`, `next_step`) are the previous step's, launched at t=0.
 
 - `backward` ops are split in buckets; bucket i is launched when backward has produced the
   gradients of its share of the layers (the last layer first), on the last micro-batch.
@@ -42,8 +43,7 @@ from scape.plan import Plan, StepPlan
 from simulator.collective import calibrated
 from simulator.compute import fwd_bwd, host_slowdown, kernel_time, sharing_waits
 from simulator.cp_comm import cp_bytes_per_layer, layer_cp_s
-from simulator.engine import PhaseCache, Span, execute
-from simulator.flows import FlowNetwork
+from simulator.engine import PhaseCache, Span
 from simulator.network import Topology, build_topology
 from simulator.profile_memo import ProfileMemo
 from simulator.step_config import StepConfig, StepResult
@@ -118,7 +118,6 @@ class _StepSim(_StepCosts):
         super().__init__(cfg, topo)
         self.cache, self.step = cache, step
         self.env = simpy.Environment()
-        self.net = FlowNetwork(self.env, topo.capacity())
         self.compute = Stream(self.env, "compute")
         self.comm = Stream(self.env, "comm")
         self.spans: list[Span] = []
@@ -126,6 +125,7 @@ class _StepSim(_StepCosts):
         # slowest, Megatron-Core's default order); the other stages run theirs on other GPUs
         stage = cfg.tp * cfg.cp * cfg.dp  # tp fastest, then cp, then dp
         self.groups = [np.arange(r, stage, cfg.tp) for r in range(cfg.tp)]  # dp x cp each
+        self.group_key = tuple(hash(g.tobytes()) for g in self.groups)
         self.group_nodes = len(np.unique(topo.node_of(self.groups[0])))  # nodes a group spans
         self.n_chunks = cfg.chunks or cfg.model.arch.n_layers
         self.compute_s = self.compression_s = self.tp_s = self.interference_s = 0.0
@@ -149,10 +149,14 @@ class _StepSim(_StepCosts):
                            size, nodes=self.group_nodes)
             if c.overhead_s > 0:
                 yield self.env.timeout(c.overhead_s)
-            phases = c.applied(self.cache.phases(collective, c.algo, self.groups, c.moved))
-            # no launch floor here: in a step the host enqueues ahead of the GPU
+            # no launch floor here: in a step the host enqueues ahead of the GPU. The stream
+            # runs one call at a time and nothing else moves bytes on this network (tensor-
+            # and context-parallel traffic is priced on the compute stream), so the call
+            # takes its time alone, simulated once per shape (engine.PhaseCache.alone_s)
             moving = self.env.now
-            yield from execute(self.env, self.net, phases, name, [])
+            yield self.env.timeout(self.cache.alone_s(
+                (collective, c, self.group_key),
+                lambda: c.applied(self.cache.phases(collective, c.algo, self.groups, c.moved))))
             if self.env.now - moving < c.min_s:  # the protocol's own rate limit (nccl.py)
                 yield self.env.timeout(c.min_s - (self.env.now - moving))
             self.comm.busy.append((t0, self.env.now))
