@@ -74,7 +74,8 @@ def plan_cmd(
     pareto_only: bool = typer.Option(False, "--pareto",
                                      help="show the time-cost frontier: the plans no other "
                                           "plan beats on both hours and cost, fastest first "
-                                          "(simulates every feasible plan)"),
+                                          "(simulates the plans whose lower bounds could be "
+                                          "on it; all with --exhaustive)"),
     exhaustive: bool = typer.Option(False, "--exhaustive/--bounded",
                                     help="simulate every feasible plan; by default only "
                                          "those whose lower bound could still make the top "
@@ -101,9 +102,9 @@ def plan_cmd(
         task = bar.add_task("plans", total=None)
         df = plan_training(req, progress_total=lambda n: bar.update(task, total=n),
                            progress=lambda n: bar.advance(task, n),
-                           keep=None if exhaustive or pareto_only else top)
+                           keep=None if exhaustive else top, frontier=pareto_only)
     everything = df  # the footnotes' best dense and non-SCAPE plans, frontier or not
-    if pareto_only:  # the frontier, fastest first: every plan was simulated for it
+    if pareto_only:  # the frontier, fastest first: every plan that could be on it simulated
         df = df[df["pareto"]].sort_values(["hours", "cost_usd"], kind="stable").reset_index(
             drop=True).__finalize__(df)
     shown = df.head(top)
@@ -128,7 +129,7 @@ def plan_cmd(
              "density_warmup_frac": density_warmup_frac,
              # each row says whether its plan ran it (tp above 1 only): "tp_comm_overlap"
              "tp_comm_overlap_asked": tp_comm_overlap, "cp": cp, "fp8_asked": fp8,
-             "quality_study": quality, "rank": rank, "exhaustive": exhaustive or pareto_only,
+             "quality_study": quality, "rank": rank, "exhaustive": exhaustive,
              "pareto_only": pareto_only,
              "feasible_plans": df.attrs.get("feasible"),
              "gpu_counts_searched": " ".join(map(str, df.attrs.get("gpu_counts", []))),
@@ -146,9 +147,11 @@ def plan_cmd(
         ranked = (f"the time-cost frontier ({len(df)} plans no other plan beats on both), "
                   "fastest first")
     feasible, simulated = df.attrs.get("feasible", len(df)), df.attrs.get("simulated", len(df))
+    skipped_why = ("a plan simulated is faster and cheaper than their lower bounds, so none "
+                   "is on the frontier" if pareto_only
+                   else "the others' lower bounds are above the plans shown")
     how_many = (f"{feasible} feasible plans" if simulated >= feasible else
-                f"{feasible} feasible plans, {simulated} simulated (the others' lower bounds "
-                f"are above the plans shown)")
+                f"{feasible} feasible plans, {simulated} simulated ({skipped_why})")
     header = (f"{model}, {tokens:.3g} tokens, global batch {req.batch} x seq {req.seq}; "
               f"{how_many}, ranked by {ranked}; schedule: pipeline (1f1b, or "
               f"interleaved x chunks); recompute: the least that fits; memory_spare_pct: "

@@ -382,24 +382,36 @@ def _category(scheme: str) -> tuple[bool, bool]:
 
 
 def evaluate_bounded(req: PlanRequest, cands: list[Candidate], keep: int,
-                     progress: Callable[[int], None] | None = None) -> pd.DataFrame:
+                     progress: Callable[[int], None] | None = None, frontier: bool = False
+                     ) -> pd.DataFrame:
     """Simulate candidates in the order of their bounds until the `keep` best plans (by the
     request's ranking, deadline and budget applied) and the best dense and best non-SCAPE
     plans are known: a plan not simulated is bounded worse than each of them, so the ranking's
     top `keep` is the one simulating every candidate gives (branch and bound; a test compares
-    them). Candidates whose bound already misses the deadline or budget are not simulated."""
+    them). Candidates whose bound already misses the deadline or budget are not simulated.
+
+    `frontier`: also every plan of the time-cost frontier (`pareto`): a candidate is skipped
+    only where a simulated plan is faster than its bound and no dearer than its bound's cost,
+    so it could not be on the frontier; the frontier of the plans simulated is then the one
+    simulating every candidate gives (a test compares them)."""
     key = RANK_KEYS[req.rank][0]
     workers = req.workers if req.workers is not None else (os.cpu_count() or 1)
     pool = ProcessPoolExecutor(workers) if workers > 1 else None
     try:
-        return _bounded(req, cands, keep, progress, key, pool, workers)
+        return _bounded(req, cands, keep, progress, key, pool, workers, frontier)
     finally:
         if pool is not None:
             pool.shutdown()
 
 
+def _dominated(front: list[tuple[float, float]], low: dict, slack: float) -> bool:
+    """Whether a plan of `front` ((hours, cost) simulated) beats every plan `low` bounds:
+    faster than its hours (so it sorts first) and no dearer than its cost."""
+    return any(h < low["hours"] * slack and c <= low["cost_usd"] * slack for h, c in front)
+
+
 def _bounded(req: PlanRequest, cands: list[Candidate], keep: int, progress, key: str, pool,
-             workers: int) -> pd.DataFrame:
+             workers: int, frontier: bool = False) -> pd.DataFrame:
     lows = bounds(req, cands, pool, workers)
     live = [i for i, b in enumerate(lows) if math.isfinite(b[key])
             and (req.deadline_hours is None or b["hours"] <= req.deadline_hours)
@@ -423,15 +435,35 @@ def _bounded(req: PlanRequest, cands: list[Candidate], keep: int, progress, key:
                 return lows[live[j]][key]
         return math.inf
 
+    front: list[tuple[float, float]] = []  # (hours, cost) of the frontier simulated so far
     while pos < len(live):
-        chosen = [(cands[i], req) for i in live[pos:pos + batch]]
-        pos += len(chosen)
+        if frontier:  # leave out what the frontier so far beats, unless a footnote needs it
+            need = (not settled(1, lambda r: r["quality"] == "dense", next_low(lambda c: c[0])),
+                    not settled(1, lambda r: not r["scheme"].startswith(SCAPE_FAMILY),
+                                next_low(lambda c: c[1])))
+            picked: list[int] = []
+            while pos < len(live) and len(picked) < batch:
+                j = pos
+                pos += 1
+                if (_dominated(front, lows[live[j]], slack)
+                        and not (need[0] and cats[j][0]) and not (need[1] and cats[j][1])):
+                    continue
+                picked.append(live[j])
+        else:
+            picked = live[pos:pos + batch]
+            pos += len(picked)
+        chosen = [(cands[i], req) for i in picked]
         got = (list(pool.map(_evaluate, chosen, chunksize=max(1, len(chosen) // workers)))
                if pool is not None and len(chosen) >= 8 else [_evaluate(c) for c in chosen])
         rows += got
         if progress:
             progress(len(got))
         kept += [r for r in got if _qualifies(req, r)]
+        if frontier:
+            done = pd.DataFrame(rows, columns=["hours", "cost_usd"])
+            on = done[pareto(done)]
+            front = list(zip(on["hours"], on["cost_usd"], strict=True))
+            continue  # every candidate is simulated or beaten
         if (settled(keep, lambda r: True, next_low(lambda c: True))
                 and settled(1, lambda r: r["quality"] == "dense",
                             next_low(lambda c: c[0]))
@@ -444,12 +476,13 @@ def _bounded(req: PlanRequest, cands: list[Candidate], keep: int, progress, key:
 
 
 def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None = None,
-                  progress: Callable[[int], None] | None = None, keep: int | None = None
-                  ) -> pd.DataFrame:
+                  progress: Callable[[int], None] | None = None, keep: int | None = None,
+                  frontier: bool = False) -> pd.DataFrame:
     """Feasible plans ranked by time to train, then cost (or as `req.rank` says). Raises
     UserError when none is. `keep`: the plans the caller shows; only they (and the best dense
     and non-SCAPE plans) are simulated for sure, the rest as far as their bounds require
-    (evaluate_bounded); None: every feasible plan is simulated."""
+    (evaluate_bounded); None: every feasible plan is simulated. `frontier` (with `keep`): the
+    whole time-cost frontier is simulated too (`pareto` marks it)."""
     req.validate()
     cands, why = candidates(req)
     if not cands:
@@ -472,7 +505,7 @@ def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None
     if progress_total:
         progress_total(len(cands))
     df = (evaluate_all(req, cands, progress) if keep is None
-          else evaluate_bounded(req, cands, keep, progress))
+          else evaluate_bounded(req, cands, keep, progress, frontier=frontier))
     df.attrs["feasible"] = len(cands)
     df.attrs["gpu_counts"] = sorted({n for hw in req.hardware
                                      for n in gpu_counts(hw, req)})

@@ -189,6 +189,36 @@ def test_bounded_search_keeps_the_plans_every_simulation_gives(kw, tmp_path):
     assert bounded.attrs["simulated"] <= len(every)
 
 
+@pytest.mark.parametrize("kw", [
+    {},
+    {"rank": "cost"},
+    {"budget_usd": 3000.0},
+    {"model": load_model("llama-7b"), "max_gpus": 64, "tokens": 1e11,
+     "schemes": ("dense-adams", "topk:0.99", "scape:0.99", "quantized:4")},
+], ids=["time", "cost", "budget", "7b-lossy"])
+def test_bounded_frontier_is_the_frontier_every_simulation_gives(kw):
+    """plan_training(frontier=True) skips only plans a simulated plan beats on both bounds
+    (simulator/planner.py evaluate_bounded): its time-cost frontier, best dense and best
+    non-SCAPE plans are those of simulating every feasible plan, from fewer simulations."""
+    req = request(**kw)
+    every = plan_training(req)
+    bounded = plan_training(req, keep=1, frontier=True)
+
+    def front(df):
+        return df[df["pareto"]].sort_values(["hours", "cost_usd"], kind="stable")
+
+    assert front(bounded)[_PLAN_KEY].values.tolist() == front(every)[_PLAN_KEY].values.tolist()
+    assert list(front(bounded)["hours"]) == pytest.approx(list(front(every)["hours"]),
+                                                          rel=1e-12)
+    for pick in (best_dense, best_without):
+        a, b = pick(every), pick(bounded)
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert a[_PLAN_KEY].tolist() == b[_PLAN_KEY].tolist()
+    assert len(front(every)) >= 2
+    assert bounded.attrs["simulated"] < len(every)
+
+
 def test_lower_bound_is_below_every_simulated_step():
     """simulator/step.py lower_bound_s never exceeds the simulated step (the search's
     premise), over every feasible plan of a small request, pipelines included."""
