@@ -11,7 +11,14 @@ column and no `root`; since then `root` and `#wrong`):
 - the size table: size (B, the whole buffer), count, type, redop and root where present, and
   out-of-place and in-place time (us), algbw and busbw (GB/s) and their check;
 - the footer (`# Avg bus bandwidth`): a log without it was cut short, and is read as far as it
-  is valid, said so.
+  is valid, said so;
+- NCCL's own lines where the run printed them (NCCL_DEBUG=VERSION or INFO, anywhere in the
+  file): `NCCL version X.Y.Z`, the channels (`N coll channels, ...`, `Channel i/N :`), the
+  network (`Using network IB`), variables `set by environment` (NCCL_ALGO, NCCL_PROTO, ...) and,
+  with NCCL_DEBUG_SUBSYS=TUNING, each call's choice (`AllReduce: 4194304 Bytes -> Algo Ring
+  proto LL128 ...` in NCCL 2.19 and later, `Algo 1 proto 2 time ...` before: src/enqueue.cc);
+  the nccl-tests header's `nccl-library=22403` gives the version where no line does.
+  Launcher output before the header (ssh warnings, banners) is skipped, said so.
 A log of a failed run (a check that is not 0 or N/A, an "out of memory" or NCCL/CUDA failure
 line) is refused with its file and line. Several runs writing one file (each rank process of
 a multi-node job prints, or two jobs share a path) repeat rows: the first of each size is kept.
@@ -36,6 +43,66 @@ FAILURE = re.compile(r"out of memory|NCCL failure|CUDA failure|Test failure|test
 RANK_LINE = re.compile(r"^#\s+Rank\s+(\d+)\s.*?\bPid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+"
                        r"\[[^\]]*\]\s+(.+?)\s*$")
 THREADS = re.compile(r"^#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
+# NCCL's own debug output (src/debug.cc: "host:pid:tid [dev] NCCL INFO ..."), any position
+NCCL_LINE = re.compile(r"\bNCCL (?:INFO|WARN|TRACE)\b ?(.*)$")
+NCCL_VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)")
+LIBRARY = re.compile(r"nccl-library=(\d+)")  # nccl-tests' header: NCCL_VERSION_CODE
+COLL_CHANNELS = re.compile(r"^(\d+) coll channels")
+CHANNEL = re.compile(r"^Channel \d+/(\d+) :")
+NETWORK = re.compile(r"^Using network (.+?)\s*$")
+ENV_SET = re.compile(r"^(NCCL_[A-Z0-9_]+) set by environment to (.+?)\s*\.?$")
+TUNING = re.compile(r"^(?:(\w+): )?(\d+) Bytes -> Algo (\w+) proto (\w+)")
+# ncclFuncToString and the enums' order (src/include/nccl_common.h: NCCL_ALGO_TREE 0, RING 1,
+# COLLNET_DIRECT 2, COLLNET_CHAIN 3, NVLS 4, NVLS_TREE 5, PAT 6; NCCL_PROTO_LL 0, LL128 1,
+# SIMPLE 2) and names (ncclAlgoStr, ncclProtoStr)
+NCCL_FUNCS = {"AllReduce": "all_reduce", "AllGather": "all_gather",
+              "ReduceScatter": "reduce_scatter", "Broadcast": "broadcast", "Reduce": "reduce"}
+ALGO_IDS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
+ALGO_NAMES = {"tree": "tree", "ring": "ring", "collnetdirect": "collnet_direct",
+              "collnetchain": "collnet_chain", "nvls": "nvls", "nvlstree": "nvls_tree",
+              "pat": "pat"}
+PROTO_IDS = ("ll", "ll128", "simple")
+
+
+def _enum(value: str, ids: tuple[str, ...], names: dict[str, str]) -> str | None:
+    """An algorithm or protocol as NCCL printed it: its number or its name."""
+    if value.isdigit():
+        return ids[int(value)] if int(value) < len(ids) else None
+    return names.get(value.lower().replace("_", ""))
+
+
+@dataclass
+class NcclInfo:
+    """What NCCL itself printed in a log (NCCL_DEBUG), where it did."""
+
+    version: str | None = None
+    channels: int | None = None
+    network: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    # (op, bytes as printed, algorithm, protocol): one per distinct call shape
+    choices: list[tuple[str, int, str, str]] = field(default_factory=list)
+    lines: int = 0
+
+    def read(self, text: str) -> None:
+        self.lines += 1
+        if (m := NCCL_VERSION.search(text)) is not None:
+            self.version = self.version or m[1]
+        elif (m := COLL_CHANNELS.match(text)) is not None:
+            self.channels = int(m[1])
+        elif (m := CHANNEL.match(text)) is not None:
+            self.channels = self.channels or int(m[1])
+        elif (m := NETWORK.match(text)) is not None:
+            self.network = self.network or m[1]
+        elif (m := ENV_SET.match(text)) is not None:
+            self.env.setdefault(m[1], m[2])
+        elif (m := TUNING.match(text)) is not None:
+            op = NCCL_FUNCS.get(m[1]) if m[1] else None
+            algo, proto = _enum(m[3], ALGO_IDS, ALGO_NAMES), _enum(m[4], PROTO_IDS, {
+                p: p for p in PROTO_IDS})
+            if algo and proto:
+                choice = (op or "", int(m[2]), algo, proto)
+                if choice not in self.choices:
+                    self.choices.append(choice)
 
 
 @dataclass(frozen=True)
@@ -62,6 +129,15 @@ class NcclTestsLog:
     repeated: int = 0  # rows dropped as repeats of a size already read
     spans_hosts: bool = False  # one run's ranks on several hosts (not several runs in a file)
     notes: list[str] = field(default_factory=list)
+    nccl: NcclInfo = field(default_factory=NcclInfo)
+
+    def choices(self) -> list[tuple[int, str, str]]:
+        """NCCL's printed choices for this log's op: (size in nccl-tests terms, the whole
+        buffer; algorithm; protocol). NCCL prints count x type size, a rank's share for
+        all-gather and reduce-scatter (src/collectives.cc: sendcount, recvcount)."""
+        per_rank = self.op in ("all_gather", "reduce_scatter")
+        return [(b * self.ranks if per_rank else b, a, p)
+                for op, b, a, p in self.nccl.choices if op in ("", self.op)]
 
 
 def _op_of(path: Path, text: str, op: str | None) -> str:
@@ -99,6 +175,7 @@ def parse_log(path: str | Path, op: str | None = None) -> NcclTestsLog:
     devices, hosts, rows, seen = [], [], [], set()
     threads = version = None
     complete, repeated, columns, cut = False, 0, None, None
+    info, launcher = NcclInfo(), 0
     lines = text.splitlines()
     last = max((i for i, ln in enumerate(lines, 1) if ln.strip()), default=0)
     for i, raw in enumerate(lines, 1):
@@ -108,6 +185,9 @@ def parse_log(path: str | Path, op: str | None = None) -> NcclTestsLog:
         if FAILURE.search(line):
             raise UserError(f"{path}: line {i}: the run failed ({line[:80]!r}); nothing is "
                             "fitted on a failed run")
+        if (m := NCCL_LINE.search(line)) is not None or line.startswith("NCCL version"):
+            info.read(m[1] if m is not None else line)  # NCCL's own output, not a row
+            continue
         if line.startswith("#"):
             m = RANK_LINE.match(line)
             if m:
@@ -118,6 +198,9 @@ def parse_log(path: str | Path, op: str | None = None) -> NcclTestsLog:
                 threads = int(t[2])
             elif "nccl-tests version" in line:
                 version = line.lstrip("# ").split(" nccl-headers")[0]
+                if (lib := LIBRARY.search(line)) is not None and info.version is None:
+                    code = int(lib[1])  # NCCL_VERSION_CODE: major x 10000 + minor x 100 + patch
+                    info.version = f"{code // 10000}.{code // 100 % 100}.{code % 100}"
             elif line.startswith("# Avg bus bandwidth"):
                 complete = True
             elif re.match(r"#\s+size\s+count", line):
@@ -125,6 +208,9 @@ def parse_log(path: str | Path, op: str | None = None) -> NcclTestsLog:
             continue
         cells = line.split()
         if columns is None:
+            if not cells[0][0].isdigit():  # the launcher's output (ssh, mpirun), not a row
+                launcher += 1
+                continue
             raise UserError(f"{path}: line {i}: a row before the table's header (size, count, "
                             "...): not an nccl-tests log")
         # size count type [redop] [root] time algbw busbw check time algbw busbw check
@@ -167,6 +253,9 @@ def parse_log(path: str | Path, op: str | None = None) -> NcclTestsLog:
     if repeated:
         notes.append(f"{p.name}: {repeated} rows repeat a size already read (several runs or "
                      "processes wrote the file): the first of each size is kept")
+    if launcher:
+        notes.append(f"{p.name}: {launcher} line(s) before the table's header are not "
+                     "nccl-tests' (the launcher's output): skipped")
     if world < 2:
         raise UserError(f"{path}: the log names {world} rank(s) ('#  Rank' lines): a "
                         "collective needs 2 or more")
@@ -175,7 +264,7 @@ def parse_log(path: str | Path, op: str | None = None) -> NcclTestsLog:
     spans = len(set(hosts)) > 1 and max(len(r) for r in ranks.values()) < world
     return NcclTestsLog(str(p), name, rows, world, tuple(dict.fromkeys(hosts)),
                         tuple(dict.fromkeys(devices)), threads, version, complete,
-                        repeated=repeated, spans_hosts=spans, notes=notes)
+                        repeated=repeated, spans_hosts=spans, notes=notes, nccl=info)
 
 
 def with_repeat(held):
@@ -243,17 +332,89 @@ def launch_s(fit, world: int) -> float:
 MODELS = ("nccl", "link")
 
 
+def _logs_algo(logs: list[NcclTestsLog], algo: str | None) -> tuple[str, list[str]]:
+    """The NCCL_ALGO the logs ran with: `algo` as typed (refused where the logs say NCCL ran
+    another), else the logs' own `NCCL_ALGO set by environment` line, else auto."""
+    from simulator.nccl import TUNED_ALGOS
+
+    said = {log.nccl.env["NCCL_ALGO"] for log in logs if "NCCL_ALGO" in log.nccl.env}
+    if len(said) > 1:
+        raise UserError(f"the logs ran with different NCCL_ALGO settings ({', '.join(sorted(said))}"
+                        "): calibrate runs of one setting at a time")
+    env = next(iter(said), None)
+    mapped = None if env is None else ALGO_NAMES.get(env.lower().replace("_", ""))
+    if mapped is not None and mapped not in TUNED_ALGOS:
+        mapped = None
+    if algo is not None:
+        if env is not None and mapped != algo:
+            raise UserError(f"--algo {algo}: the logs say NCCL ran with NCCL_ALGO={env} (set by "
+                            "environment)" + (f"; give --algo {mapped} or leave it out"
+                                              if mapped else ""))
+        return algo, []
+    if env is None:
+        return "auto", []
+    if mapped is None:
+        raise UserError(f"the logs ran with NCCL_ALGO={env} (set by environment), which one "
+                        f"--algo cannot express ({', '.join(TUNED_ALGOS)}): give --algo for "
+                        "the algorithm their calls ran")
+    return mapped, [f"--algo {mapped}: the logs' NCCL_ALGO={env} (set by environment)"]
+
+
+def nccl_notes(logs: list[NcclTestsLog], hw, algo: str) -> list[str]:
+    """What NCCL printed of itself in the logs, and how the profile's tuner compares with the
+    choices it printed (NCCL_DEBUG_SUBSYS=TUNING): per call shape, the same algorithm and
+    protocol or not."""
+    from simulator import nccl
+
+    notes = []
+    for log in logs:
+        got = log.nccl
+        said = [f"NCCL {got.version}" if got.version else None,
+                f"{got.channels} channels" if got.channels else None,
+                f"network {got.network}" if got.network else None,
+                *(f"{k}={v}" for k, v in got.env.items())]
+        if any(said):
+            notes.append(f"{Path(log.path).name}: " + ", ".join(x for x in said if x))
+        choices = log.choices()
+        if not choices:
+            continue
+        m = nccl.machine(hw, log.ranks, len(log.hosts) if log.spans_hosts else None)
+        if m is None or log.op not in nccl.TUNED_OPS:
+            notes.append(f"{Path(log.path).name}: NCCL printed its choice for {len(choices)} "
+                         f"call shape(s); {hw.name} has no [nccl] tuner for {log.op} to compare")
+            continue
+        protos = (tuple(p.strip().lower() for p in log.nccl.env["NCCL_PROTO"].split(","))
+                  if "NCCL_PROTO" in log.nccl.env else None)
+        algos = None if algo == "auto" else (algo,)
+        both = same_algo = 0
+        differ = []
+        for size, a, p in choices:
+            ma, mp = nccl.choose(log.op, float(size), m, algos, protos)
+            same_algo += ma == a
+            both += (ma, mp) == (a, p)
+            if (ma, mp) != (a, p):
+                differ.append(f"{size:,} B: NCCL {a}/{p}, model {ma}/{mp}")
+        notes.append(f"{Path(log.path).name}: NCCL printed its choice for {len(choices)} call "
+                     f"shape(s) (NCCL_DEBUG_SUBSYS=TUNING); {hw.name}'s tuner picks the same "
+                     f"algorithm and protocol for {both}, the same algorithm for {same_algo}"
+                     + (f"; differs at {'; '.join(differ[:4])}"
+                        + (f" and {len(differ) - 4} more" if len(differ) > 4 else "")
+                        if differ else ""))
+    return notes
+
+
 def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
                         holdout: str | None = None, min_bytes: int = 0,
                         gpu_from: str | None = None, model: str | None = None,
-                        algo: str = "auto"):
+                        algo: str | None = None):
     """Fit the logs' rows (all ops, or all but `holdout`) and write measured/<name>.toml;
     with `holdout`, also predict that op's rows from the fit made without them. `model`:
     nccl (the --gpu-from profile's NCCL path with its NVLink efficiency and launch cost
     fitted, calibration/nccl_tests_fit.py; logs of one node, a profile with [nccl]) or link
     (one latency per hop and a bandwidth per op, as `scape calibrate collectives` writes,
     with the sweep beside it); default: nccl where it applies. `algo`: the NCCL_ALGO the logs
-    ran with (nccl model). Returns (path, fit, sweep table, held-out table or None, notes)."""
+    ran with (nccl model; None: the logs' own NCCL_ALGO line, else auto). Returns (path, fit,
+    sweep table, held-out table or None, notes)."""
     from datetime import UTC, datetime
 
     import pandas as pd
@@ -289,6 +450,9 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
         raise UserError(f"--holdout {holdout}: it is the only op of the logs; nothing is left "
                         "to fit on")
     notes = [n for log in logs for n in log.notes]
+    typed = algo is not None
+    algo, said = _logs_algo(logs, algo)
+    notes += said + nccl_notes(logs, base, algo)
     multi = [log for log in logs if log.spans_hosts]
     one_node = (base.nccl is not None and not multi
                 and all(log.ranks <= base.node.gpus_per_node for log in logs))
@@ -304,9 +468,13 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
         path, fit, sweep, held, notes = _from_logs_nccl(name, paths, logs, base, rows, fitted,
                                                         holdout, algo, notes)
         return path, fit, sweep, with_repeat(held), notes
-    if algo != "auto":
+    if typed and algo != "auto":
         raise UserError(f"--algo {algo}: the link fit prices every op as NCCL's ring; --algo "
                         "is for --model nccl")
+    if algo not in ("auto", "ring"):  # the logs ran another algorithm than the fit's ring
+        raise UserError(f"the logs ran NCCL_ALGO={algo} (set by environment), and the link fit "
+                        "prices every op as NCCL's ring: give logs of NCCL's own choice or of "
+                        "rings, or --model nccl on one node")
     fit = fit_tier([{k: r[k] for k in ("op", "size_bytes", "world", "seconds")}
                     for r in fitted], algorithms=NCCL_RINGS)
     if multi:
@@ -339,7 +507,8 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
         if table in raw:
             tables[table] = {**raw[table], "source": f"copied from hardware profile "
                              f"{base.name} by --gpu-from ({raw[table].get('source', '')})"}
-    versions = sorted({log.version for log in logs if log.version})
+    versions = sorted({log.version + (f", NCCL {log.nccl.version}" if log.nccl.version else "")
+                       for log in logs if log.version})
     tables["measured"] = {
         "network": f"nccl-tests logs ({logs_text}) of {len(logs)} run(s) on "
                    f"{', '.join(sorted(devices)) or 'an unnamed device'}",

@@ -125,9 +125,10 @@ def calibrate_nccl_tests(
                               help="nccl (the --gpu-from profile's NCCL path: tuner, protocols, "
                                    "launch; logs of one node) or link (a latency per hop and a "
                                    "bandwidth per op) [default: nccl where it applies]"),
-    algo: str = typer.Option("auto", "--algo",
+    algo: str = typer.Option(None, "--algo",
                              help="--model nccl: the NCCL_ALGO the logs ran with (ring, tree, "
-                                  "nvls, ...) [default: auto, NCCL's own choice]"),
+                                  "nvls, ...) [default: the logs' own 'NCCL_ALGO set by "
+                                  "environment' line, else auto: NCCL's own choice]"),
     fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
 ):
     """Fit a cluster's collectives on nccl-tests logs (no measuring here) and write them as a

@@ -69,9 +69,89 @@ def test_bad_logs_are_read_as_far_as_valid_or_refused_with_file_and_line(tmp_pat
     with pytest.raises(UserError, match="measures all_reduce, not --op all_gather"):
         parse_log(H100, "all_gather")
     text = tmp_path / "all_reduce_perf.txt"
-    text.write_text("hello\n")
-    with pytest.raises(UserError, match="line 1: a row before the table's header"):
+    text.write_text("hello\n1024 256 float sum -1 10.0 0.1 0.2 0 10.0 0.1 0.2 0\n")
+    with pytest.raises(UserError, match="line 2: a row before the table's header"):
         parse_log(text)
+    text.write_text("hello\n")  # the launcher's line is skipped; then nothing is left
+    with pytest.raises(UserError, match="no size row"):
+        parse_log(text)
+
+
+# NCCL's own lines as NCCL_DEBUG=INFO prints them ("host:pid:tid [dev] NCCL INFO ...",
+# src/debug.cc), with the formats of src/init.cc, src/transport and src/enqueue.cc (TUNING:
+# names in NCCL 2.19 and later, numbers before)
+INFO = "gpu-dp-2jvzl-pqq7p:1686523:1686523 [0] NCCL INFO "
+
+
+def _with_nccl_lines(text: str, tuning: list[str]) -> str:
+    """A real log with what a launcher and NCCL_DEBUG=INFO add to it: ssh's warning first,
+    NCCL's init lines before the table, its TUNING lines between the table's rows."""
+    lines = text.splitlines()
+    head = next(i for i, ln in enumerate(lines) if "out-of-place" in ln)
+    body = ["Warning: Permanently added '10.0.0.2' (ED25519) to the list of known hosts.",
+            *lines[:head], "NCCL version 2.26.2+cuda12.8",
+            INFO + "NCCL_ALGO set by environment to Ring",
+            INFO + "Using network IB",
+            INFO + "Channel 00/24 :    0   1   2   3   4   5   6   7",
+            INFO + "24 coll channels, 24 collnet channels, 16 nvls channels, 32 p2p channels, "
+                   "32 p2p channels per peer"]
+    for i, ln in enumerate(lines[head:], head):
+        body.append(ln)
+        if i == head + 10:
+            body += [INFO + t for t in tuning] * 3  # every call prints: repeats are one shape
+    return "\n".join(body) + "\n"
+
+
+def test_nccl_s_own_lines_are_read_and_the_rows_are_unchanged(tmp_path, capsys, monkeypatch):
+    """A log with NCCL_DEBUG=INFO output and launcher lines reads the same rows as the clean
+    log; NCCL's version, channels, network, environment and printed choices are kept (all-
+    gather's bytes are a rank's share, so its size in nccl-tests terms is 8 times them)."""
+    clean = parse_log(H100_RUN["all_gather"])
+    noisy = tmp_path / "all_gather_perf.out"
+    noisy.write_text(_with_nccl_lines(H100_RUN["all_gather"].read_text(), [
+        "AllGather: 131072 Bytes -> Algo Ring proto LL128 channel{Lo..Hi}={0..23}",
+        "AllGather: 262144 Bytes -> Algo 1 proto 2 time 31.500000"]))
+    log = parse_log(noisy)
+    assert [(r.size_bytes, r.time_us, r.busbw_GBps) for r in log.rows] == [
+        (r.size_bytes, r.time_us, r.busbw_GBps) for r in clean.rows]
+    assert (log.nccl.version, log.nccl.channels, log.nccl.network) == ("2.26.2", 24, "IB")
+    assert log.nccl.env == {"NCCL_ALGO": "Ring"}
+    assert log.choices() == [(8 * 131072, "ring", "ll128"), (8 * 262144, "ring", "simple")]
+    assert any("1 line(s) before the table's header" in n for n in log.notes)
+    # the nccl-tests header's library code where no NCCL line says the version
+    assert parse_log(H100_RUN["all_gather"]).nccl.version == "2.26.2"
+    # calibrate takes the logs' NCCL_ALGO as --algo, refuses another, and compares choices
+    monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path))
+    code, _, err = scape(capsys, "calibrate", "nccl-tests", str(noisy), "--out", "h",
+                           "--gpu-from", "dgx-h100", "--min-size", "64KiB")
+    assert code == 0, err
+    assert "--algo ring: the logs' NCCL_ALGO=Ring (set by environment)" in err
+    assert "NCCL 2.26.2, 24 channels, network IB, NCCL_ALGO=Ring" in err
+    assert "NCCL printed its choice for 2 call shape(s)" in err
+    code, _, err = scape(capsys, "calibrate", "nccl-tests", str(noisy), "--out", "h",
+                           "--gpu-from", "dgx-h100", "--algo", "tree")
+    assert code == 2 and "NCCL ran with NCCL_ALGO=Ring" in err
+
+
+def test_printed_choices_are_compared_with_the_profile_s_tuner(tmp_path):
+    """Where NCCL printed its choice, the notes say at how many call shapes the profile's tuner
+    picks the same pair: one printed as the tuner picks it, one not."""
+    from calibration.nccl_tests import nccl_notes
+    from profiles import load_hardware
+    from simulator import nccl
+
+    hw = load_hardware("dgx-h100")
+    m = nccl.machine(hw, 8)
+    size = 4 * 2**20
+    _, proto = nccl.choose("all_reduce", float(size), m, ("ring",))
+    other = next(p for p in ("ll", "ll128", "simple") if p != proto)
+    path = tmp_path / "all_reduce_perf.out"
+    path.write_text(_with_nccl_lines(H100_RUN["all_reduce"].read_text(), [
+        f"AllReduce: {size} Bytes -> Algo Ring proto {proto} channel{{Lo..Hi}}={{0..23}}",
+        f"AllReduce: {2 * size} Bytes -> Algo Ring proto {other} channel{{Lo..Hi}}={{0..23}}"]))
+    (text,) = [n for n in nccl_notes([parse_log(path)], hw, "ring") if "printed" in n]
+    assert "the same algorithm and protocol for 1, the same algorithm for 2" in text
+    assert f"{2 * size:,} B: NCCL ring/{other}" in text
 
 
 def test_calibrate_writes_a_profile_collective_uses_and_a_holdout_predicts_another_op(
