@@ -25,7 +25,15 @@ other buffers. Their difference is how far the log repeats itself (`repeat:` lin
 the two times, else against the nearer), the part of the error the log's own spread does not
 explain. The headline error is against the out-of-place times, as before.
 
-Usage: python bench/nccl_tests_holdout.py
+A system whose logs cannot be shipped (no license) is added from a folder of them:
+`--logs DIR --gpu-from PROFILE [--algo ALGO]` (e.g. the 4 x 8 H100 run of
+ZiyanIshani/vpbenchmarking @ e55fe749, results/nccl/nccl_multinode/nccl_{allreduce,allgather}_
+20260224_225706.txt and results/nccl_multinode/nccl_broadcast_20260224_225706.txt, read as
+published); its ops are held out in turn as above, each log's op from its own header. Logs of
+several nodes fit the nccl model's NIC efficiency, launch cost and GPUDirect RDMA
+(calibration/nccl_tests_fit.py); the candidate model is for one node and is left out there.
+
+Usage: python bench/nccl_tests_holdout.py [--logs DIR --gpu-from PROFILE [--algo ALGO]]
 """
 
 from __future__ import annotations
@@ -116,22 +124,44 @@ def outside(table) -> tuple[list, list]:
 
 def built_in(rows: list[dict], gpu: str, op: str, algo: str) -> tuple[list, list]:
     """The shipped profile's own prediction, nothing fitted: `scape collective -H GPU --op OP
-    --algo ALGO --gpus-per-process 8` at the logs' sizes (one process drove the 8 GPUs)."""
+    --algo ALGO --gpus-per-process G` at the logs' sizes (G: the GPUs one process drove)."""
     from profiles import load_hardware
     from simulator.collective import sweep
 
     mine = [r for r in rows if r["op"] == op]
     got = sweep(load_hardware(gpu), mine[0]["world"], op, algo,
-                [r["size_bytes"] for r in mine], gpus_per_process=8)
+                [r["size_bytes"] for r in mine],
+                gpus_per_process=int(mine[0]["gpus_per_process"]))
     return ([r["size_bytes"] for r in mine],
             [100 * (r["seconds"] / g.time_s - 1) for r, g in zip(mine, got, strict=True)])
 
 
 def main() -> int:
+    import argparse
+
+    from calibration.nccl_tests import fit_rows, parse_log
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--logs", default=None, help="a folder of one system's nccl-tests "
+                        "logs to add (not shipped)")
+    parser.add_argument("--gpu-from", default=None, help="their GPU's hardware profile")
+    parser.add_argument("--algo", default="auto", help="the NCCL_ALGO they ran with")
+    args = parser.parse_args()
+    systems = dict(SYSTEMS)
+    if args.logs is not None:
+        if args.gpu_from is None:
+            parser.error("--logs needs --gpu-from")
+        found = sorted(p for p in Path(args.logs).iterdir() if p.is_file())
+        if not found:
+            parser.error(f"--logs {args.logs}: no file there")
+        systems[f"{args.logs} (--gpu-from {args.gpu_from})"] = (found, args.gpu_from,
+                                                                 args.algo)
     with tempfile.TemporaryDirectory() as tmp:
         measured.FOLDER = Path(tmp)  # the profiles written go nowhere that lasts
-        for system, (logs, gpu, algo) in SYSTEMS.items():
-            ops = sorted(p.stem.split("-")[-1] for p in logs)
+        for system, (logs, gpu, algo) in systems.items():
+            parsed = [parse_log(p) for p in logs]
+            ops = sorted(log.op for log in parsed)
+            one_node = not any(log.spans_hosts for log in parsed)
             print(system)
             for held in ops:
                 print(f"  {held} held out (fitted on the others): median / max |busbw error| "
@@ -145,10 +175,9 @@ def main() -> int:
                                                               list(err)))
                     print(f"    {'  outside:':<11}" + _band_text(*outside(table)))
                 print(f"    {'repeat:':<11}" + _band_text(*repeat(table)))
-                from calibration.nccl_tests import fit_rows, parse_log
-
-                rows = fit_rows([parse_log(p) for p in logs], MIN_BYTES)
-                print("    candidate: " + _band_text(*candidate(rows, gpu, held)))
+                rows = fit_rows(parsed, MIN_BYTES)
+                if one_node:
+                    print("    candidate: " + _band_text(*candidate(rows, gpu, held)))
                 print("    built-in:  " + _band_text(*built_in(rows, gpu, held, algo)))
     return 0
 

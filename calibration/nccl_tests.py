@@ -454,19 +454,26 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
     algo, said = _logs_algo(logs, algo)
     notes += said + nccl_notes(logs, base, algo)
     multi = [log for log in logs if log.spans_hosts]
-    one_node = (base.nccl is not None and not multi
-                and all(log.ranks <= base.node.gpus_per_node for log in logs))
+    per_node = base.node.gpus_per_node
+    spans = {len(log.hosts) if log.spans_hosts else 1 for log in logs}
+    # the NCCL path prices whole nodes of the --gpu-from profile: one node, or every log's
+    # ranks filling its hosts as that profile's nodes
+    shaped = base.nccl is not None and len(spans) == 1 and all(
+        log.ranks == len(log.hosts) * per_node if log.spans_hosts else log.ranks <= per_node
+        for log in logs)
+    one_node = shaped and spans == {1}
     if model is not None and model not in MODELS:
         raise UserError(f"--model {model!r}{did_you_mean(model, MODELS)}; choose one of: "
                         f"{', '.join(MODELS)}")
-    if model == "nccl" and not one_node:
-        raise UserError("--model nccl fits the NCCL path of one node: "
-                        + (f"{base.name} has no [nccl] table" if base.nccl is None else
-                           "these logs span several nodes")
+    if model == "nccl" and not shaped:
+        raise UserError("--model nccl fits the NCCL path of whole nodes of the --gpu-from "
+                        "profile: " + (f"{base.name} has no [nccl] table" if base.nccl is None
+                                       else f"these logs' ranks do not fill {per_node}-GPU "
+                                       "nodes, one set of hosts for every log")
                         + "; leave --model out (the link fit) or give --model link")
     if (model or ("nccl" if one_node else "link")) == "nccl":
         path, fit, sweep, held, notes = _from_logs_nccl(name, paths, logs, base, rows, fitted,
-                                                        holdout, algo, notes)
+                                                        holdout, algo, notes, max(spans))
         return path, fit, sweep, with_repeat(held), notes
     if typed and algo != "auto":
         raise UserError(f"--algo {algo}: the link fit prices every op as NCCL's ring; --algo "
@@ -528,10 +535,12 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
 
 
 def _from_logs_nccl(name: str, paths: list[str], logs, base, rows: list[dict],
-                    fitted: list[dict], holdout: str | None, algo: str, notes: list[str]):
+                    fitted: list[dict], holdout: str | None, algo: str, notes: list[str],
+                    nodes: int = 1):
     """calibrate_from_logs with the nccl model: the base profile's NCCL path, its NVLink
-    efficiency and launch cost fitted (calibration/nccl_tests_fit.py), written whole as
-    measured/<name>.toml with the rows beside it (<name>.nccl-tests.csv)."""
+    efficiency (several nodes: its NICs' efficiency and GPUDirect RDMA) and launch cost
+    fitted (calibration/nccl_tests_fit.py), written whole as measured/<name>.toml with the
+    rows beside it (<name>.nccl-tests.csv)."""
     from datetime import UTC, datetime
 
     import pandas as pd
@@ -542,7 +551,7 @@ def _from_logs_nccl(name: str, paths: list[str], logs, base, rows: list[dict],
     from profiles.measured import dumps, path_of
     from vocabulary.atomic import to_csv_atomic
 
-    fit = fit_nccl(base, fitted, algo)
+    fit = fit_nccl(base, fitted, algo, nodes)
 
     def table(which: list[dict]) -> pd.DataFrame:
         got = predict(fit.hardware, which, algo)
@@ -557,13 +566,17 @@ def _from_logs_nccl(name: str, paths: list[str], logs, base, rows: list[dict],
            "with the other on the logs' rows through this profile's NCCL path "
            "(calibration/nccl_tests_fit.py)")
     doc = read_toml(Path(base.path))
-    doc["intra_node"] = {**doc["intra_node"], "efficiency": fit.efficiency,
-                         "efficiency_source": src}
+    doc[fit.tier] = {**doc[fit.tier], "efficiency": fit.efficiency, "efficiency_source": src}
     doc["nccl"] = {**doc["nccl"], "launch_us": fit.launch_us, "launch_us_source": src}
+    if fit.gdr is False and base.nccl.gdr is not False:
+        doc["nccl"] = {**doc["nccl"], "gdr": False, "gdr_source": src + ": LL128 off across "
+                       "nodes fits the rows better than on (NCCL turns it off where the NICs "
+                       "are not reached by GPUDirect RDMA)"}
     path = path_of(name)
     doc["name"] = path.stem
     devices = sorted({d for log in logs for d in log.devices})
-    doc["description"] = (f"{base.name} with its NVLink efficiency and NCCL launch cost fitted "
+    tier = "NVLink" if fit.tier == "intra_node" else "NIC"
+    doc["description"] = (f"{base.name} with its {tier} efficiency and NCCL launch cost fitted "
                           f"on nccl-tests logs of {', '.join(devices) or 'an unnamed device'} "
                           f"({logs_text})")
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -8,8 +8,15 @@ of the NVLink rate a call reaches ([intra_node] efficiency) and what launching a
 ([nccl] launch_us). Both are solved (golden-section, in turn) to minimize the sum of
 |predicted / measured - 1| over the fitted rows, priced by the simulator itself (`sweep`), so
 the written profile prices every op, size and GPU count through the same code as the shipped
-profiles; a held-out op of the logs is predicted by it. Multi-node logs are left to the link
-fit (calibration/nccl_tests.py): their NICs are a second tier these two numbers do not cover.
+profiles; a held-out op of the logs is predicted by it.
+
+Logs of several whole nodes (`--model nccl`; by default they take the link fit,
+calibration/nccl_tests.py) solve the NICs' share of their line rate ([nic] efficiency)
+instead, the launch cost staying the base profile's (a host property the one-node path
+measures), and one discrete property: whether NCCL had GPUDirect RDMA to the NICs. Without it
+NCCL turns LL128 off on every communicator spanning nodes (tuning.cc's LL128 rule, typeInter
+above PXN), and no nccl-tests table says so; both are fitted and the one whose rows fit better
+is written ([nccl] gdr = false where it is off).
 """
 
 from __future__ import annotations
@@ -31,16 +38,23 @@ class NcclFit:
     algo: str
     base_efficiency: float
     base_launch_us: float
+    tier: str = "intra_node"  # whose efficiency: the NVLink (one node) or the NICs (several)
+    gdr: bool | None = None  # several nodes: GPUDirect RDMA as the logs' LL128 use tells it
 
     def text(self) -> str:
-        return (f"fit: NCCL's path on the base profile ({self.algo}): [intra_node] efficiency "
+        gdr = ("" if self.tier == "intra_node" else
+               "; [nccl] gdr " + ("false (LL128 off across nodes fits the rows better)"
+                                  if self.gdr is False else "as the base (LL128 on)"))
+        return (f"fit: NCCL's path on the base profile ({self.algo}): [{self.tier}] efficiency "
                 f"{self.efficiency:.3f} (base {self.base_efficiency:g}), [nccl] launch_us "
-                f"{self.launch_us:.2f} (base {self.base_launch_us:g})")
+                f"{self.launch_us:.2f} (base {self.base_launch_us:g}){gdr}")
 
 
-def with_constants(hw: HardwareProfile, efficiency: float, launch_us: float) -> HardwareProfile:
-    return replace(hw, intra_node=replace(hw.intra_node, efficiency=efficiency),
-                   nccl=replace(hw.nccl, launch_us=launch_us))
+def with_constants(hw: HardwareProfile, efficiency: float, launch_us: float,
+                   tier: str = "intra_node", gdr: bool | None = None) -> HardwareProfile:
+    link = replace(getattr(hw, tier), efficiency=efficiency)
+    return replace(hw, **{tier: link}, nccl=replace(hw.nccl, launch_us=launch_us,
+                                                    gdr=gdr if tier == "nic" else hw.nccl.gdr))
 
 
 def predict(hw: HardwareProfile, rows: list[dict], algo: str) -> list[float]:
@@ -78,13 +92,31 @@ def _golden(f, lo: float, hi: float) -> float:
     return (a + b) / 2
 
 
-def fit_nccl(base: HardwareProfile, rows: list[dict], algo: str = "auto") -> NcclFit:
-    """`base` with [intra_node] efficiency and [nccl] launch_us solved on `rows`."""
-    eff, launch = base.intra_node.efficiency, base.nccl.launch_us
-    for _ in range(ROUNDS):
-        eff = _golden(lambda e, u=launch: _loss(with_constants(base, e, u), rows, algo),
-                      *BOUNDS["efficiency"])
-        launch = _golden(lambda u, e=eff: _loss(with_constants(base, e, u), rows, algo),
-                         *BOUNDS["launch_us"])
-    return NcclFit(with_constants(base, eff, launch), eff, launch, algo,
-                   base.intra_node.efficiency, base.nccl.launch_us)
+def fit_nccl(base: HardwareProfile, rows: list[dict], algo: str = "auto",
+             nodes: int = 1) -> NcclFit:
+    """`base` with [intra_node] efficiency and [nccl] launch_us solved on `rows` (one node).
+    Rows of several nodes solve the NICs' [nic] efficiency instead, once with the base's
+    GPUDirect RDMA and once without it ([nccl] gdr = false: LL128 off across nodes, NCCL's
+    rule where the NICs are not reached directly, which no nccl-tests table prints), keeping
+    the one whose rows fit better: a discrete property of the cluster the logs tell."""
+    tier = "intra_node" if nodes == 1 else "nic"
+    tries = [base.nccl.gdr] if nodes == 1 else [base.nccl.gdr, False]
+    if base.nccl.gdr is False:
+        tries = [False]
+    best = None
+    for gdr in tries:
+        eff, launch = getattr(base, tier).efficiency, base.nccl.launch_us
+
+        def loss(e, u, g=gdr):
+            return _loss(with_constants(base, e, u, tier, g), rows, algo)
+
+        for _ in range(ROUNDS if nodes == 1 else 1):
+            eff = _golden(lambda e, u=launch: loss(e, u), *BOUNDS["efficiency"])
+            if nodes == 1:
+                launch = _golden(lambda u, e=eff: loss(e, u), *BOUNDS["launch_us"])
+        got = (loss(eff, launch), gdr, eff, launch)
+        if best is None or got[0] < best[0]:
+            best = got
+    _, gdr, eff, launch = best
+    return NcclFit(with_constants(base, eff, launch, tier, gdr), eff, launch, algo,
+                   getattr(base, tier).efficiency, base.nccl.launch_us, tier, gdr)

@@ -112,6 +112,7 @@ class Nccl:
     net_latency_us: float | None = None
     collnet: bool | None = None
     proto: str | None = None
+    gdr: bool | None = None  # GPUDirect RDMA to the NICs; None: assumed (DGX-class nodes)
     sources: dict[str, str] = field(default_factory=dict)
 
     @property

@@ -96,6 +96,10 @@ NCCL_FIELDS = {
     # NCCL_PROTO as the platform's own environment sets it (comma-separated, NCCL's syntax,
     # e.g. "Simple,LL128"); absent: every protocol NCCL enables by itself
     "proto": Field(str, nonempty=True, required=False),
+    # GPUDirect RDMA between the GPUs and the NICs (NCCL's typeInter <= PXN): without it NCCL
+    # stages through host memory and turns LL128 off on every communicator spanning nodes
+    # (tuning.cc's LL128 rule); absent: on, as on DGX-class nodes
+    "gdr": Field(bool, required=False),
     "source": SOURCE,
 }
 

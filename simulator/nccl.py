@@ -84,11 +84,13 @@ def machine(hw: HardwareProfile, ranks: int, nodes: int | None = None) -> Machin
     transport = hw.transport.kind if hw.transport else "ib-verbs"
     nvlink = hw.intra_node.kind == "nvlink"
     # LL128 (tuning.cc, NCCL_PROTO default): on when the GPUs talk over NVLink and the NICs are
-    # reached by GPUDirect RDMA (typeInter <= PXN); a socket transport stages through the host
+    # reached by GPUDirect RDMA (typeInter <= PXN); a socket transport stages through the host,
+    # and so does a node without GDR ([nccl] gdr = false) on communicators spanning nodes
     return Machine(ranks=ranks, nodes=nodes, intra_GBps=hw.intra_node.effective_Bps / 1e9,
                    inter_GBps=inter, arch=hw.nccl.arch,
                    nvls=hw.nccl.nvls and nvlink and g > 2,
-                   ll128=(nvlink or g == 1) and transport != "socket",
+                   ll128=((nvlink or g == 1) and transport != "socket"
+                          and (nodes == 1 or hw.nccl.gdr is not False)),
                    channels=hw.nccl.channels, intra_hw="nvlink" if nvlink else "pci",
                    net_latency_us=hw.nccl.net_latency_us or 0.0,
                    message_us=hw.inter_node_message_us,
