@@ -562,12 +562,15 @@ def _from_logs_nccl(name: str, paths: list[str], logs, base, rows: list[dict],
     sweep = table(fitted)
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     logs_text = ", ".join(Path(p).name for p in paths)
+    together = ("with the launch cost" if fit.tier == "intra_node" else
+                "with GPUDirect RDMA on and off")
     src = (f"fitted by scape calibrate nccl-tests {logs_text} (--algo {algo}), {when}: solved "
-           "with the other on the logs' rows through this profile's NCCL path "
+           f"{together} on the logs' rows through this profile's NCCL path "
            "(calibration/nccl_tests_fit.py)")
     doc = read_toml(Path(base.path))
     doc[fit.tier] = {**doc[fit.tier], "efficiency": fit.efficiency, "efficiency_source": src}
-    doc["nccl"] = {**doc["nccl"], "launch_us": fit.launch_us, "launch_us_source": src}
+    if fit.tier == "intra_node":  # several nodes keep the base's launch (nccl_tests_fit.py)
+        doc["nccl"] = {**doc["nccl"], "launch_us": fit.launch_us, "launch_us_source": src}
     if fit.gdr is False and base.nccl.gdr is not False:
         doc["nccl"] = {**doc["nccl"], "gdr": False, "gdr_source": src + ": LL128 off across "
                        "nodes fits the rows better than on (NCCL turns it off where the NICs "

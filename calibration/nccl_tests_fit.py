@@ -45,9 +45,11 @@ class NcclFit:
         gdr = ("" if self.tier == "intra_node" else
                "; [nccl] gdr " + ("false (LL128 off across nodes fits the rows better)"
                                   if self.gdr is False else "as the base (LL128 on)"))
+        launch = (f"[nccl] launch_us {self.launch_us:.2f} (base {self.base_launch_us:g})"
+                  if self.tier == "intra_node" else
+                  f"[nccl] launch_us kept at the base's {self.launch_us:g}")
         return (f"fit: NCCL's path on the base profile ({self.algo}): [{self.tier}] efficiency "
-                f"{self.efficiency:.3f} (base {self.base_efficiency:g}), [nccl] launch_us "
-                f"{self.launch_us:.2f} (base {self.base_launch_us:g}){gdr}")
+                f"{self.efficiency:.3f} (base {self.base_efficiency:g}), {launch}{gdr}")
 
 
 def with_constants(hw: HardwareProfile, efficiency: float, launch_us: float,
@@ -100,9 +102,7 @@ def fit_nccl(base: HardwareProfile, rows: list[dict], algo: str = "auto",
     rule where the NICs are not reached directly, which no nccl-tests table prints), keeping
     the one whose rows fit better: a discrete property of the cluster the logs tell."""
     tier = "intra_node" if nodes == 1 else "nic"
-    tries = [base.nccl.gdr] if nodes == 1 else [base.nccl.gdr, False]
-    if base.nccl.gdr is False:
-        tries = [False]
+    tries = [base.nccl.gdr] if nodes == 1 or base.nccl.gdr is False else [base.nccl.gdr, False]
     best = None
     for gdr in tries:
         eff, launch = getattr(base, tier).efficiency, base.nccl.launch_us
