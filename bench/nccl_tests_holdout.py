@@ -6,7 +6,8 @@ busbw error = predicted busbw / measured busbw - 1 = measured time / predicted t
 Four models, each line says which:
 - nccl: `scape calibrate nccl-tests` by default on one node (calibration/nccl_tests_fit.py:
   the --gpu-from profile's NCCL path, its NVLink efficiency and NCCL launch cost fitted on the
-  other ops, the held-out op priced by `scape collective`'s own code);
+  other ops, and on -g N logs whether the process's launches add to the call; the held-out op
+  priced by `scape collective`'s own code; the fit's discrete choices in brackets);
 - link: `--model link` (simulator/fit.py fit_tier: one latency per ring hop for the whole
   tier, one bandwidth and fixed cost per op; NCCL's ring for every op; the held-out op pays the
   fitted ops' fixed cost per call);
@@ -136,6 +137,14 @@ def built_in(rows: list[dict], gpu: str, op: str, algo: str) -> tuple[list, list
             [100 * (r["seconds"] / g.time_s - 1) for r, g in zip(mine, got, strict=True)])
 
 
+def _fitted(fit) -> str:
+    """The nccl fit's discrete choices, as it made them on the other ops ('' for the link)."""
+    found = [f"{name} {str(value).lower()}" for name, value in (
+        ("launch_adds", getattr(fit, "launch_adds", None)), ("gdr", getattr(fit, "gdr", None)))
+        if value is not None]
+    return f" [{', '.join(found)}]" if found else ""
+
+
 def main() -> int:
     import argparse
 
@@ -167,12 +176,12 @@ def main() -> int:
                 print(f"  {held} held out (fitted on the others): median / max |busbw error| "
                       "(rows)")
                 for model in ("nccl", "link"):
-                    _, _, _, table, _ = calibrate_from_logs(
+                    _, fit, _, table, _ = calibrate_from_logs(
                         "holdout", [str(p) for p in logs], holdout=held, min_bytes=MIN_BYTES,
                         gpu_from=gpu, model=model, algo=algo if model == "nccl" else "auto")
                     err = 100 * (table["seconds"] / table["predicted_s"] - 1)  # busbw error
                     print(f"    {model + ':':<11}" + _band_text(list(table["size_bytes"]),
-                                                              list(err)))
+                                                              list(err)) + _fitted(fit))
                     print(f"    {'  outside:':<11}" + _band_text(*outside(table)))
                 print(f"    {'repeat:':<11}" + _band_text(*repeat(table)))
                 rows = fit_rows(parsed, MIN_BYTES)

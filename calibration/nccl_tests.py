@@ -575,6 +575,13 @@ def _from_logs_nccl(name: str, paths: list[str], logs, base, rows: list[dict],
         doc["nccl"] = {**doc["nccl"], "gdr": False, "gdr_source": src + ": LL128 off across "
                        "nodes fits the rows better than on (NCCL turns it off where the NICs "
                        "are not reached by GPUDirect RDMA)"}
+    if fit.launch_adds is not None and fit.launch_adds != bool(base.nccl.launch_adds):
+        doc["nccl"] = {**doc["nccl"], "launch_adds": fit.launch_adds,
+                       "launch_adds_source": src + (": the GPU time following the process's "
+                                                    "launches on its other GPUs fits the -g N "
+                                                    "rows better than overlapping them"
+                                                    if fit.launch_adds else
+                                                    ": overlapping fits the -g N rows better")}
     path = path_of(name)
     doc["name"] = path.stem
     devices = sorted({d for log in logs for d in log.devices})

@@ -40,6 +40,7 @@ class NcclFit:
     base_launch_us: float
     tier: str = "intra_node"  # whose efficiency: the NVLink (one node) or the NICs (several)
     gdr: bool | None = None  # several nodes: GPUDirect RDMA as the logs' LL128 use tells it
+    launch_adds: bool | None = None  # -g N logs of one node: whether the launches add
 
     def text(self) -> str:
         gdr = ("" if self.tier == "intra_node" else
@@ -48,15 +49,23 @@ class NcclFit:
         launch = (f"[nccl] launch_us {self.launch_us:.2f} (base {self.base_launch_us:g})"
                   if self.tier == "intra_node" else
                   f"[nccl] launch_us kept at the base's {self.launch_us:g}")
+        adds = ("" if self.launch_adds is None else
+                "; [nccl] launch_adds " + ("true (the GPU time follows the process's launches "
+                                           "on its other GPUs: fits the rows better)"
+                                           if self.launch_adds else
+                                           "false (the GPU time overlaps the launches)"))
         return (f"fit: NCCL's path on the base profile ({self.algo}): [{self.tier}] efficiency "
-                f"{self.efficiency:.3f} (base {self.base_efficiency:g}), {launch}{gdr}")
+                f"{self.efficiency:.3f} (base {self.base_efficiency:g}), {launch}{gdr}{adds}")
 
 
 def with_constants(hw: HardwareProfile, efficiency: float, launch_us: float,
-                   tier: str = "intra_node", gdr: bool | None = None) -> HardwareProfile:
+                   tier: str = "intra_node", gdr: bool | None = None,
+                   launch_adds: bool | None = None) -> HardwareProfile:
     link = replace(getattr(hw, tier), efficiency=efficiency)
+    adds = hw.nccl.launch_adds if launch_adds is None else launch_adds
     return replace(hw, **{tier: link}, nccl=replace(hw.nccl, launch_us=launch_us,
-                                                    gdr=gdr if tier == "nic" else hw.nccl.gdr))
+                                                    gdr=gdr if tier == "nic" else hw.nccl.gdr,
+                                                    launch_adds=adds))
 
 
 def predict(hw: HardwareProfile, rows: list[dict], algo: str) -> list[float]:
@@ -100,23 +109,31 @@ def fit_nccl(base: HardwareProfile, rows: list[dict], algo: str = "auto",
     Rows of several nodes solve the NICs' [nic] efficiency instead, once with the base's
     GPUDirect RDMA and once without it ([nccl] gdr = false: LL128 off across nodes, NCCL's
     rule where the NICs are not reached directly, which no nccl-tests table prints), keeping
-    the one whose rows fit better: a discrete property of the cluster the logs tell."""
+    the one whose rows fit better: a discrete property of the cluster the logs tell.
+    Rows of one node launched by a process driving several GPUs (nccl-tests -g N) are solved
+    twice the same way, with the GPU time overlapping the process's launches and following
+    them ([nccl] launch_adds, simulator/collective.py `launched`), the better kept: how a
+    system's -g N tables grow with size past the launch floor, which no table prints."""
     tier = "intra_node" if nodes == 1 else "nic"
-    tries = [base.nccl.gdr] if nodes == 1 or base.nccl.gdr is False else [base.nccl.gdr, False]
+    gdrs = [base.nccl.gdr] if nodes == 1 or base.nccl.gdr is False else [base.nccl.gdr, False]
+    several = nodes == 1 and any(int(r["gpus_per_process"]) > 1 for r in rows)
+    adds = [base.nccl.launch_adds, not base.nccl.launch_adds] if several else [None]
     best = None
-    for gdr in tries:
-        eff, launch = getattr(base, tier).efficiency, base.nccl.launch_us
+    for gdr in gdrs:
+        for add in adds:
+            eff, launch = getattr(base, tier).efficiency, base.nccl.launch_us
 
-        def loss(e, u, g=gdr):
-            return _loss(with_constants(base, e, u, tier, g), rows, algo)
+            def loss(e, u, g=gdr, a=add):
+                return _loss(with_constants(base, e, u, tier, g, a), rows, algo)
 
-        for _ in range(ROUNDS if nodes == 1 else 1):
-            eff = _golden(lambda e, u=launch: loss(e, u), *BOUNDS["efficiency"])
-            if nodes == 1:
-                launch = _golden(lambda u, e=eff: loss(e, u), *BOUNDS["launch_us"])
-        got = (loss(eff, launch), gdr, eff, launch)
-        if best is None or got[0] < best[0]:
-            best = got
-    _, gdr, eff, launch = best
-    return NcclFit(with_constants(base, eff, launch, tier, gdr), eff, launch, algo,
-                   getattr(base, tier).efficiency, base.nccl.launch_us, tier, gdr)
+            for _ in range(ROUNDS if nodes == 1 else 1):
+                eff = _golden(lambda e, u=launch: loss(e, u), *BOUNDS["efficiency"])
+                if nodes == 1:
+                    launch = _golden(lambda u, e=eff: loss(e, u), *BOUNDS["launch_us"])
+            got = (loss(eff, launch), gdr, add, eff, launch)
+            if best is None or got[0] < best[0]:
+                best = got
+    _, gdr, add, eff, launch = best
+    return NcclFit(with_constants(base, eff, launch, tier, gdr, add), eff, launch, algo,
+                   getattr(base, tier).efficiency, base.nccl.launch_us, tier, gdr,
+                   bool(add) if several else None)

@@ -113,6 +113,9 @@ class Nccl:
     collnet: bool | None = None
     proto: str | None = None
     gdr: bool | None = None  # GPUDirect RDMA to the NICs; None: assumed (DGX-class nodes)
+    # a process driving several GPUs: the call's GPU time follows the launches on its other
+    # GPUs (True) or overlaps them (None/False); fitted on nccl-tests -g N logs
+    launch_adds: bool | None = None
     sources: dict[str, str] = field(default_factory=dict)
 
     @property

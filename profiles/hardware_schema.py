@@ -100,6 +100,12 @@ NCCL_FIELDS = {
     # stages through host memory and turns LL128 off on every communicator spanning nodes
     # (tuning.cc's LL128 rule); absent: on, as on DGX-class nodes
     "gdr": Field(bool, required=False),
+    # one process launching a call on several GPUs (nccl-tests -g N): true where the call's
+    # GPU time starts once the process has launched it on every GPU but the first, so the
+    # launches add to it; absent or false: the launching thread runs ahead of the GPUs and
+    # back-to-back calls take the slower of the two. Read off a system's -g N logs
+    # (scape calibrate nccl-tests fits it); nothing in a training step (one process per GPU)
+    "launch_adds": Field(bool, required=False),
     "source": SOURCE,
 }
 

@@ -91,6 +91,7 @@ KEYS = {
     ("nccl", "collnet"): "SHARP in the InfiniBand switches (NCCL_COLLNET_ENABLE=1)",
     ("nccl", "proto"): "NCCL_PROTO as the platform sets it, e.g. \"Simple,LL128\"",
     ("nccl", "gdr"): "GPUDirect RDMA to the NICs (false: LL128 off across nodes)",
+    ("nccl", "launch_adds"): "a process driving several GPUs: their launches add to the call",
     ("price", "usd_per_gpu_hour"): "on-demand price per GPU-hour, US dollars",
     ("reference", "ring_allreduce_busbw_GBps"): "a published ring all-reduce bus bandwidth",
     ("reference", "ring_allreduce_gpus"): "the GPUs of that measurement",

@@ -216,8 +216,24 @@ def sweep(
             name, seconds = c.algo, max(time_alone(topo, phases), c.min_s)
         # algbw of the bytes asked for, and the call's fixed costs first
         out.append(Result(name, op, name, size, gpus, 0.0,
-                          max(seconds + c.overhead_s, c.floor_s * gpus_per_process), c.proto))
+                          launched(hw, seconds + c.overhead_s, c.floor_s, gpus_per_process),
+                          c.proto))
     return out
+
+
+def launched(hw: HardwareProfile, seconds: float, launch_s: float, gpus_per_process: int
+             ) -> float:
+    """The time between back-to-back calls of `seconds` on the GPUs, launched by processes
+    that each drive `gpus_per_process` GPUs at `launch_s` per GPU. No call is shorter than one
+    process's launches. Whether the GPU time overlaps them is the system's ([nccl]
+    launch_adds, read off nccl-tests -g N logs by scape calibrate nccl-tests): by default the
+    launching thread runs ahead and the slower of the two sets the pace; where the launches
+    add, the call starts on its last GPU (gpus_per_process - 1) launches after its first and
+    the GPUs' time follows that. One process per GPU is the same either way."""
+    floor = launch_s * gpus_per_process
+    if hw.nccl is not None and hw.nccl.launch_adds and gpus_per_process > 1:
+        return max(seconds + launch_s * (gpus_per_process - 1), floor)
+    return max(seconds, floor)
 
 
 def describe(topo: Topology) -> str:

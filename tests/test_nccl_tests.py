@@ -14,6 +14,8 @@ from tests.test_cli import scape
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "nccl-tests"
 A100_AR, A100_AG = FIX / "a100-sxm4-40gb-all_reduce.out", FIX / "a100-sxm4-40gb-all_gather.out"
+A100_RS, A100_BC = (FIX / "a100-sxm4-40gb-reduce_scatter.out",
+                    FIX / "a100-sxm4-40gb-broadcast.out")
 H100 = FIX / "h100-80gb-hbm3-all_reduce_ring.out"
 H100_RUN = {op: FIX / f"h100-8x-ring-{op}.out" for op in ("all_reduce", "all_gather",
                                                           "reduce_scatter")}
@@ -30,6 +32,12 @@ def test_real_logs_are_read_exactly():
     ag = parse_log(A100_AG)  # the old layout: no redop, no root, an `error` column
     assert ag.op == "all_gather" and len(ag.rows) == 29
     assert next(r for r in ag.rows if r.size_bytes == 4194304).time_us == 100.7
+    # the same run's reduce-scatter (five rows of 0 bytes) and broadcast (root, no redop)
+    rs, bc = parse_log(A100_RS), parse_log(A100_BC)
+    assert (rs.op, len(rs.rows), bc.op, len(bc.rows)) == ("reduce_scatter", 29, "broadcast", 32)
+    assert next(r for r in rs.rows if r.size_bytes == 8388608).in_place_us == 166.8
+    assert next(r for r in bc.rows if r.size_bytes == 16777216).busbw_GBps == 117.22
+    assert bc.rows[-1].time_us == 36896 and rs.hosts == bc.hosts == ar.hosts
     h = parse_log(H100)  # two single-node runs in one file: every size twice
     assert h.op == "all_reduce" and h.version == "nccl-tests version 2.17.9"
     assert h.ranks == 8 and len(h.rows) == 14 and h.repeated == 14 and not h.spans_hosts
@@ -290,22 +298,24 @@ def test_the_nccl_path_is_for_one_node_and_a_profile_with_nccl(capsys, tmp_path,
     assert code == 2 and "no row of the logs is at or above --min-size" in err
 
 
-def _model_log(path: Path, hw, op: str, hosts: int, sizes: list[int]) -> None:
-    """An nccl-tests log (2.17 layout) of `hw`'s own times for `op`: one process per GPU over
-    `hosts` nodes, every size timed as the profile prices it."""
+def _model_log(path: Path, hw, op: str, hosts: int, sizes: list[int], gpus: int = 1) -> None:
+    """An nccl-tests log (2.17 layout) of `hw`'s own times for `op`: processes driving `gpus`
+    GPUs each (-g; 1: one per GPU) over `hosts` nodes, every size timed as the profile prices
+    it."""
     from simulator.collective import sweep
 
     per = hw.node.gpus_per_node
     binary = {"all_gather": "all_gather_perf", "broadcast": "broadcast_perf",
               "all_reduce": "all_reduce_perf"}[op]
     lines = [f"# Collective test starting: {binary}",
-             "# nThread 1 nGpus 1 minBytes 8 maxBytes 1 step: 2(factor) warmup iters: 5 "
+             f"# nThread 1 nGpus {gpus} minBytes 8 maxBytes 1 step: 2(factor) warmup iters: 5 "
              "iters: 20 agg iters: 1 validation: 1 graph: 0", "#", "# Using devices"]
-    lines += [f"#  Rank {r:2d} Group  0 Pid {100 + r} on {f'node{r // per}':>10s} device "
-              f" {r % per} [0000:19:00] NVIDIA H100 80GB HBM3" for r in range(hosts * per)]
+    lines += [f"#  Rank {r:2d} Group  0 Pid {100 + r // gpus} on {f'node{r // per}':>10s} "
+              f"device  {r % per} [0000:19:00] NVIDIA H100 80GB HBM3" for r in range(hosts * per)]
     lines += ["#", "#       size         count      type   redop    root     time   algbw   "
               "busbw  #wrong     time   algbw   busbw  #wrong"]
-    for size, got in zip(sizes, sweep(hw, hosts * per, op, "auto", sizes), strict=True):
+    for size, got in zip(sizes, sweep(hw, hosts * per, op, "auto", sizes, gpus_per_process=gpus),
+                         strict=True):
         us = got.time_s * 1e6
         lines.append(f"{size:>12} {size // 4:>13} float sum 0 {us:8.2f} 1.00 1.00 0 {us:8.2f} "
                      "1.00 1.00 0")
@@ -343,3 +353,59 @@ def test_the_nccl_path_of_several_nodes_recovers_a_cluster_without_gdr(capsys, t
     mid = float(2**24)
     assert (nccl.choose("all_gather", mid, nccl.machine(base, 16))[1]
             != nccl.choose("all_gather", mid, nccl.machine(fitted, 16))[1])
+
+
+def test_launches_that_add_to_the_call_are_told_from_g8_logs(capsys, tmp_path, monkeypatch):
+    """One process driving 8 GPUs (nccl-tests -g 8): logs priced by a dgx-a100 whose calls
+    start once the process has launched them on every GPU ([nccl] launch_adds) are fitted
+    back to it (launch cost and NVLink efficiency too), the held-out op priced as that system
+    prices it; the base's overlap would price the middle sizes faster."""
+    from dataclasses import replace
+
+    from profiles import load_hardware
+    from simulator.collective import sweep
+
+    base = load_hardware("dgx-a100")
+    truth = replace(base, intra_node=replace(base.intra_node, efficiency=0.75),
+                    nccl=replace(base.nccl, launch_us=5.0, launch_adds=True))
+    sizes = [2**k for k in range(16, 31, 2)]
+    for op in ("all_reduce", "broadcast"):
+        _model_log(tmp_path / f"{op}.out", truth, op, 1, sizes, gpus=8)
+    monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path / "profiles"))
+    code, out, err = scape(capsys, "calibrate", "nccl-tests", str(tmp_path / "all_reduce.out"),
+                           str(tmp_path / "broadcast.out"), "--out", "g8", "--gpu-from",
+                           "dgx-a100", "--holdout", "broadcast", "--format", "json")
+    assert code == 0, err
+    fitted = load_hardware("measured/g8")
+    assert fitted.nccl.launch_adds is True and "launch_adds" in fitted.nccl.sources
+    assert fitted.nccl.launch_us == pytest.approx(5.0, abs=0.05)
+    assert fitted.intra_node.efficiency == pytest.approx(0.75, abs=0.01)
+    held = [r for r in __import__("json").loads(out) if r["role"] == "held-out"]
+    assert len(held) == len(sizes) and max(abs(r["error_pct"]) for r in held) < 1.0
+    # the same GPU time, launched the other way: the slower of the launches and the call
+    over = sweep(replace(truth, nccl=replace(truth.nccl, launch_adds=False)), 8, "broadcast",
+                 "auto", [2**22], gpus_per_process=8)[0].time_s
+    adds = sweep(truth, 8, "broadcast", "auto", [2**22], gpus_per_process=8)[0].time_s
+    alone = sweep(truth, 8, "broadcast", "auto", [2**22])[0].time_s  # one process per GPU
+    assert adds == pytest.approx(alone + 7 * 5.0e-6, rel=1e-9) and over == pytest.approx(alone)
+
+
+def test_real_g8_logs_fit_on_all_reduce_price_the_broadcast_of_the_same_run(capsys, tmp_path,
+                                                                            monkeypatch):
+    """The superbenchmark A100 run (-g 8): fitted on its all-reduce alone, the launches are
+    found to add to the call, and the held-out broadcast from 1 MiB to 64 MiB comes within a
+    median 10% (it was 50% with the launches overlapping)."""
+    import json
+    import statistics
+
+    from profiles import load_hardware
+
+    monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path))
+    code, out, err = scape(capsys, "calibrate", "nccl-tests", str(A100_AR), str(A100_BC),
+                           "--out", "sb", "--gpu-from", "dgx-a100", "--holdout", "broadcast",
+                           "--min-size", "64KiB", "--format", "json")
+    assert code == 0, err
+    assert load_hardware("measured/sb").nccl.launch_adds is True
+    mid = [abs(r["error_pct"]) for r in json.loads(out)
+           if r["role"] == "held-out" and 2**20 <= r["size_bytes"] < 2**26]
+    assert len(mid) == 6 and statistics.median(mid) < 10.0
