@@ -231,7 +231,7 @@ def launched(hw: HardwareProfile, seconds: float, launch_s: float, gpus_per_proc
     add, the call starts on its last GPU (gpus_per_process - 1) launches after its first and
     the GPUs' time follows that. One process per GPU is the same either way."""
     floor = launch_s * gpus_per_process
-    if hw.nccl is not None and hw.nccl.launch_adds and gpus_per_process > 1:
+    if hw.nccl is not None and hw.nccl.launch_adds:  # one GPU per process: the same
         return max(seconds + launch_s * (gpus_per_process - 1), floor)
     return max(seconds, floor)
 
