@@ -40,7 +40,7 @@ import numpy as np
 import simpy
 
 from scape.plan import Plan, StepPlan
-from simulator.collective import calibrated
+from simulator.collective import Choice, calibrated
 from simulator.compute import fwd_bwd, host_slowdown, kernel_time, sharing_waits
 from simulator.cp_comm import cp_bytes_per_layer, layer_cp_s
 from simulator.engine import PhaseCache, Span
@@ -136,6 +136,7 @@ class _StepSim(_StepCosts):
                       for kind, wait in sharing_waits(cfg.hardware, cfg.gpus).items()}
         self.async_pending = False  # an issued async collective not yet waited for
         self.bubble_s = 0.0  # the first pipeline stage's idle time waiting for the others
+        self.calls: dict[tuple[str, float], Choice] = {}  # (collective, bytes): how it runs
 
     # ---- communication ----
     def _comm(self, name: str, collective: str, size: float):
@@ -144,9 +145,13 @@ class _StepSim(_StepCosts):
             yield req
             self.comm.toggled()
             t0 = self.env.now
-            # how this backend runs it, where the profile was calibrated
-            c = calibrated(self.cfg.hardware, collective, self.cfg.algo, self.cfg.grad_ranks,
-                           size, nodes=self.group_nodes)
+            # how this backend runs it, where the profile was calibrated (once per shape: a
+            # step issues the same bucket many times, and the answer depends on nothing else)
+            c = self.calls.get((collective, size))
+            if c is None:
+                c = self.calls[(collective, size)] = calibrated(
+                    self.cfg.hardware, collective, self.cfg.algo, self.cfg.grad_ranks, size,
+                    nodes=self.group_nodes)
             if c.overhead_s > 0:
                 yield self.env.timeout(c.overhead_s)
             # no launch floor here: in a step the host enqueues ahead of the GPU. The stream
