@@ -170,6 +170,8 @@ def test_calibrate_writes_a_profile_collective_uses_and_a_holdout_predicts_anoth
                            "--holdout", "all_gather", "--format", "csv")
     assert code == 0, err
     assert (tmp_path / "measured" / "a100.toml").exists()
+    # the logs' A100 has 40 GB, the profile kept (dgx-a100) 80 GB: said, for the plans
+    assert "ran on A100-SXM4-40GB (40 GB) and the profile written keeps dgx-a100's" in err
     import csv
     import io
 
@@ -196,6 +198,10 @@ def test_calibrate_refuses_mixed_systems_and_failed_runs_writing_nothing(capsys,
     code, _, err = scape(capsys, "calibrate", "nccl-tests", str(A100_AR), str(H100), "--out",
                          "mixed", "--gpu-from", "dgx-a100")
     assert code == 2 and "different systems" in err
+    # logs of another GPU than the profile's: its memory and kernels would price the plans
+    code, _, err = scape(capsys, "calibrate", "nccl-tests", str(H100), "--out", "other",
+                         "--gpu-from", "dgx-a100")
+    assert code == 2 and "ran on NVIDIA H100 80GB HBM3, and --gpu-from dgx-a100 holds A100" in err
     bad = tmp_path / "all_reduce_perf.out"
     bad.write_text(A100_AR.read_text().replace("584.5  114.81  200.91    N/A",
                                                "584.5  114.81  200.91      3"))
@@ -284,8 +290,16 @@ def test_a_held_out_row_carries_the_log_s_own_repeat(capsys, tmp_path, monkeypat
 
 def test_the_nccl_path_is_for_one_node_and_a_profile_with_nccl(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path))
+    import re
+
+    # the logs' own GPU (an A100) in a profile without NCCL's tuner: no NCCL path to fit
+    text = (Path(__file__).resolve().parents[1] / "profiles" / "hardware" / "dgx-a100.toml"
+            ).read_text()
+    plain = tmp_path / "a100-no-nccl.toml"
+    plain.write_text(re.sub(r"(?ms)^\[nccl\]\n.*?(?=^\[|\Z)", "", text).replace(
+        'name = "dgx-a100"', 'name = "a100-no-nccl"'))
     code, _, err = scape(capsys, "calibrate", "nccl-tests", str(A100_AR), str(A100_AG),
-                         "--out", "x", "--gpu-from", "commodity-100gbe", "--model", "nccl")
+                         "--out", "x", "--gpu-from", str(plain), "--model", "nccl")
     assert code == 2 and "has no [nccl] table" in err
     code, _, err = scape(capsys, "calibrate", "nccl-tests", str(A100_AR), "--out", "x",
                          "--gpu-from", "dgx-a100", "--model", "ncl")
@@ -311,7 +325,7 @@ def _model_log(path: Path, hw, op: str, hosts: int, sizes: list[int], gpus: int 
              f"# nThread 1 nGpus {gpus} minBytes 8 maxBytes 1 step: 2(factor) warmup iters: 5 "
              "iters: 20 agg iters: 1 validation: 1 graph: 0", "#", "# Using devices"]
     lines += [f"#  Rank {r:2d} Group  0 Pid {100 + r // gpus} on {f'node{r // per}':>10s} "
-              f"device  {r % per} [0000:19:00] NVIDIA H100 80GB HBM3" for r in range(hosts * per)]
+              f"device  {r % per} [0000:19:00] NVIDIA {hw.gpu.model}" for r in range(hosts * per)]
     lines += ["#", "#       size         count      type   redop    root     time   algbw   "
               "busbw  #wrong     time   algbw   busbw  #wrong"]
     for size, got in zip(sizes, sweep(hw, hosts * per, op, "auto", sizes, gpus_per_process=gpus),
