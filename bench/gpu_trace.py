@@ -5,8 +5,11 @@ Kineto trace of one micro-batch size is fitted (`scape calibrate trace`), and th
 profile then prices the step at the other micro-batch size, whose own trace says how far off
 it is: in sample on the first, held out on the second.
 
+The hardware profile is the shipped one of the GPU's own family (dgx-h100 on an H100,
+dgx-h200 on an H200, ...; `scape calibrate trace` refuses another GPU's), or --hardware.
+
 Usage: python bench/gpu_trace.py [--model llama-500m] [--seq-len 2048] [--fit-mb 2]
-       [--check-mb 4] [--hardware dgx-h100] --out DIR
+       [--check-mb 4] [--hardware PROFILE] --out DIR
 """
 
 from __future__ import annotations
@@ -55,15 +58,40 @@ def make_trace(model_name: str, micro_batch: int, seq_len: int, path: Path) -> N
             prof.step()
 
 
+def profile_of(device: str) -> str:
+    """The shipped hardware profile whose GPU is the family of `device` (its nvidia-smi name),
+    preferring a DGX profile; SystemExit naming the families shipped where none is."""
+    import tomllib
+
+    from vocabulary.gpu_names import family
+
+    shipped = sorted((REPO / "profiles" / "hardware").glob("*.toml"),
+                     key=lambda p: (not p.stem.startswith("dgx-"), p.stem))
+    models = {p.stem: tomllib.loads(p.read_text())["gpu"]["model"] for p in shipped}
+    found = [name for name, model in models.items() if family(model) == family(device)]
+    if not found:
+        raise SystemExit(f"no shipped hardware profile holds a {device}; give --hardware "
+                         f"(shipped: {', '.join(f'{n} ({m})' for n, m in models.items())})")
+    return found[0]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="llama-500m")
     ap.add_argument("--seq-len", type=int, default=2048)
     ap.add_argument("--fit-mb", type=int, default=2)
     ap.add_argument("--check-mb", type=int, default=4)
-    ap.add_argument("--hardware", default="dgx-h100")
+    ap.add_argument("--hardware", default=None, help="default: the shipped profile of this "
+                    "GPU's family")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
+    if a.hardware is None:
+        import torch
+
+        # the CPU runtime's trace names no GPU: it is fitted into dgx-h100's shapes, as before
+        a.hardware = (profile_of(torch.cuda.get_device_name(0)) if torch.cuda.is_available()
+                      else "dgx-h100")
+        print(f"hardware profile {a.hardware}", flush=True)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     traces = {mb: out / f"trace-{a.model}-mb{mb}.json.gz" for mb in (a.fit_mb, a.check_mb)}

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from profiles import UserError
+from vocabulary.gpu_names import family, same_family_or_refuse, stated_gb
 from vocabulary.suggest import did_you_mean
 
 # the op a log measures, from nccl-tests' binary names
@@ -140,33 +141,20 @@ class NcclTestsLog:
                 for op, b, a, p in self.nccl.choices if op in ("", self.op)]
 
 
-# a GPU's family in a device or profile name: A100, H100, GH200, L40S, V100 ... (nvidia-smi's
-# names: "A100-SXM4-40GB", "NVIDIA H100 80GB HBM3", "Tesla V100-SXM2-32GB"), and its memory
-GPU_FAMILY = re.compile(r"\b([A-Z]{1,2}\d{2,4}[A-Z]?)\b")
-NAMED_GB = re.compile(r"(\d+)\s*GB\b", re.IGNORECASE)
-
-
 def gpu_notes(devices: set[str], base) -> list[str]:
     """The logs' GPU against the --gpu-from profile's, which the profile written keeps (its
     [gpu], [memory], [compute] and [roofline] tables: nccl-tests times the network only).
-    Another GPU family is refused: its memory, HBM and kernels would price every plan on the
-    profile. The same family named with less memory than the profile's (an A100-SXM4-40GB
-    under dgx-a100's 80 GB) is said: plans on the profile then count the profile's memory and
-    bandwidth. Logs that name no device, or a name without a family, are not checked."""
-    want = GPU_FAMILY.search(base.gpu.model)
+    Another GPU family is refused (vocabulary/gpu_names.py). The same family named with less
+    memory than the profile's (an A100-SXM4-40GB under dgx-a100's 80 GB) is said: plans on the
+    profile then count the profile's memory and bandwidth. Logs that name no device, or a name
+    without a family, are not checked."""
     notes = []
     for device in sorted(devices):
-        got = GPU_FAMILY.search(device)
-        if want is None or got is None:
-            continue
-        if got[1] != want[1]:
-            raise UserError(f"the logs ran on {device}, and --gpu-from {base.name} holds "
-                            f"{base.gpu.model}: give the hardware profile of the logs' GPU "
-                            "(its memory, HBM and kernels price every plan on the profile "
-                            "written; nccl-tests measures the network only)")
-        named = NAMED_GB.search(device)
-        if named is not None and float(named[1]) < 0.9 * base.gpu.memory_GB:
-            notes.append(f"the logs ran on {device} ({named[1]} GB) and the profile written "
+        same_family_or_refuse(device, f"--gpu-from {base.name}", base.gpu.model, "the logs")
+        named = stated_gb(device)
+        if (family(device) is not None and named is not None
+                and named < 0.9 * base.gpu.memory_GB):
+            notes.append(f"the logs ran on {device} ({named:g} GB) and the profile written "
                          f"keeps {base.name}'s {base.gpu.model} ({base.gpu.memory_GB:g} GB, "
                          f"HBM {base.gpu.hbm_bw_GBps:g} GB/s): plans on it count that GPU's "
                          "memory and bandwidth; use it for collectives, or give --gpu-from a "

@@ -25,6 +25,7 @@ from calibration.trace import Trace
 from profiles import HardwareProfile, ModelProfile, UserError
 from profiles.hardware import Roofline
 from simulator.roofline import head_times, layer_times
+from vocabulary.gpu_names import same_family_or_refuse
 
 FITTED = ("gemm", "attention", "memory")
 # where the base profile has no [roofline]: the constants the fit does not solve for are
@@ -146,6 +147,9 @@ def fit_trace(trace: Trace, model: ModelProfile, base: HardwareProfile, micro_ba
               seq_len: int, micro_batches: int = 1, attention: str = "flash") -> TraceFit:
     """The base profile's GEMM, attention and memory constants solved for the trace's median
     step, and its optimizer's cost per parameter (module docstring)."""
+    if trace.device:  # a trace of another GPU would fit its speed into this one's shares
+        same_family_or_refuse(trace.device, f"-H {base.name}", base.gpu.model,
+                              str(trace.path))
     traced = {c: statistics.median(s.busy_s[c] for s in trace.steps)
               for c in (*FITTED, "optimizer")}
     missing = [c for c in FITTED if traced[c] <= 0]

@@ -16,7 +16,7 @@ MODEL_FILE = ROOT / "models" / "llama-7b.toml"
 
 def test_embedded_profiles_are_present():
     assert names("hardware") == ["aws-p5", "commodity-100gbe", "dgx-a100", "dgx-b200", "dgx-h100",
-                                 "gcp-a3-mega", "oci-h100-roce", "vista-gh200",
+                                 "dgx-h200", "gcp-a3-mega", "oci-h100-roce", "vista-gh200",
                                  "vista-gh200-socket"]
     assert names("model") == [
         "gpt-345m", "llama-1.8b", "llama-405b", "llama-500m", "llama-70b", "llama-7b", "tiny-gpt",

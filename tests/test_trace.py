@@ -106,14 +106,19 @@ def test_a_trace_faster_than_the_machine_can_be_is_refused(capsys, tmp_path, pro
 
 
 def test_a_trace_of_a_faster_gpu_names_the_shares_above_peak(capsys, tmp_path, profile_dir):
-    """An H100 step fitted on the commodity profile's L40S: every class needs more than the
-    L40S's peak; the refusal says which, in the trace's terms, and writes nothing."""
+    """An H100 step fitted on the commodity profile's L40S: the trace's device name (an H100)
+    is refused under an L40S profile; without a name, every class needs more than the L40S's
+    peak, and the refusal says which, in the trace's terms. Neither writes anything."""
     hw, model = load_hardware(H100), load_model(L18)
     fast = classes_s(model, hw, 1, 2048, 4) | {"optimizer": 0.004}
-    code, _, err = scape(capsys, "calibrate", "trace",
-                         str(write(tmp_path / "h.json", kineto(fast))), "-H",
-                         "commodity-100gbe", "-m", L18, "--micro-batch", "1", "--seq-len",
-                         "2048", "--grad-accum", "4", "--out", "y")
+    shape = ("-m", L18, "--micro-batch", "1", "--seq-len", "2048", "--grad-accum", "4")
+    named = kineto(fast)
+    code, _, err = scape(capsys, "calibrate", "trace", str(write(tmp_path / "h.json", named)),
+                         "-H", "commodity-100gbe", *shape, "--out", "y")
+    assert code == 2 and "ran on NVIDIA H100 80GB HBM3, and -H commodity-100gbe holds L40S" in err
+    unnamed = {**named, "deviceProperties": [{"id": 0}]}
+    code, _, err = scape(capsys, "calibrate", "trace", str(write(tmp_path / "u.json", unnamed)),
+                         "-H", "commodity-100gbe", *shape, "--out", "y")
     assert code == 2, err
     assert "runs faster than commodity-100gbe's GPU" in err and "GEMMs at" in err
     assert "Traceback" not in err
