@@ -432,11 +432,12 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
     """Fit the logs' rows (all ops, or all but `holdout`) and write measured/<name>.toml;
     with `holdout`, also predict that op's rows from the fit made without them. `model`:
     nccl (the --gpu-from profile's NCCL path with its NVLink efficiency and launch cost
-    fitted, calibration/nccl_tests_fit.py; logs of one node, a profile with [nccl]) or link
-    (one latency per hop and a bandwidth per op, as `scape calibrate collectives` writes,
-    with the sweep beside it); default: nccl where it applies. `algo`: the NCCL_ALGO the logs
-    ran with (nccl model; None: the logs' own NCCL_ALGO line, else auto). Returns (path, fit,
-    sweep table, held-out table or None, notes)."""
+    fitted on one node, its NICs' efficiency and GPUDirect RDMA on several,
+    calibration/nccl_tests_fit.py; logs whose ranks fill whole nodes of a profile with [nccl])
+    or link (one latency per hop and a bandwidth per op, as `scape calibrate collectives`
+    writes, with the sweep beside it); default: nccl where it applies. `algo`: the NCCL_ALGO
+    the logs ran with (nccl model; None: the logs' own NCCL_ALGO line, else auto). Returns
+    (path, fit, sweep table, held-out table or None, notes)."""
     from datetime import UTC, datetime
 
     import pandas as pd
@@ -484,7 +485,6 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
     shaped = base.nccl is not None and len(spans) == 1 and all(
         log.ranks == len(log.hosts) * per_node if log.spans_hosts else log.ranks <= per_node
         for log in logs)
-    one_node = shaped and spans == {1}
     if model is not None and model not in MODELS:
         raise UserError(f"--model {model!r}{did_you_mean(model, MODELS)}; choose one of: "
                         f"{', '.join(MODELS)}")
@@ -494,7 +494,12 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
                                        else f"these logs' ranks do not fill {per_node}-GPU "
                                        "nodes, one set of hosts for every log")
                         + "; leave --model out (the link fit) or give --model link")
-    if (model or ("nccl" if one_node else "link")) == "nccl":
+    # the NCCL path by default wherever it prices the logs' layout: on the one multi-node
+    # system of several ops at hand (4 x 8 H100, bench/nccl_tests_holdout.py) it predicts a
+    # held-out op far better than the link fit (1-64 MiB all_gather 15.8/23.2% against
+    # 92.2/157.1%, broadcast 23.9/33.6% against 92.8/138.6%; all_reduce 32.5/40.0% against
+    # 8.6/41.3%)
+    if (model or ("nccl" if shaped else "link")) == "nccl":
         path, fit, sweep, held, notes = _from_logs_nccl(name, paths, logs, base, rows, fitted,
                                                         holdout, algo, notes, max(spans))
         return path, fit, sweep, with_repeat(held), notes

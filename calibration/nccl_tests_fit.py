@@ -10,8 +10,8 @@ of the NVLink rate a call reaches ([intra_node] efficiency) and what launching a
 the written profile prices every op, size and GPU count through the same code as the shipped
 profiles; a held-out op of the logs is predicted by it.
 
-Logs of several whole nodes (`--model nccl`; by default they take the link fit,
-calibration/nccl_tests.py) solve the NICs' share of their line rate ([nic] efficiency)
+Logs of several whole nodes (the default there too since 2026-11-29; `--model link` takes
+the link fit, calibration/nccl_tests.py) solve the NICs' share of their line rate ([nic] efficiency)
 instead, the launch cost staying the base profile's (a host property the one-node path
 measures), and one discrete property: whether NCCL had GPUDirect RDMA to the NICs. Without it
 NCCL turns LL128 off on every communicator spanning nodes (tuning.cc's LL128 rule, typeInter

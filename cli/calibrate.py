@@ -123,8 +123,9 @@ def calibrate_nccl_tests(
                                       "copied (the logs measure the network only)"),
     model: str = typer.Option(None, "--model",
                               help="nccl (the --gpu-from profile's NCCL path: tuner, protocols, "
-                                   "launch; logs of one node) or link (a latency per hop and a "
-                                   "bandwidth per op) [default: nccl where it applies]"),
+                                   "launch; logs filling whole nodes of the profile) or link (a "
+                                   "latency per hop and a bandwidth per op) [default: nccl where "
+                                   "it applies]"),
     algo: str = typer.Option(None, "--algo",
                              help="--model nccl: the NCCL_ALGO the logs ran with (ring, tree, "
                                   "nvls, ...) [default: the logs' own 'NCCL_ALGO set by "

@@ -340,8 +340,9 @@ def _model_log(path: Path, hw, op: str, hosts: int, sizes: list[int], gpus: int 
 def test_the_nccl_path_of_several_nodes_recovers_a_cluster_without_gdr(capsys, tmp_path,
                                                                        monkeypatch):
     """Logs of 2 x 8 GPUs priced by a dgx-h100 whose NICs reach 80% of their rate and whose
-    NCCL has no GPUDirect RDMA (LL128 off across nodes): `--model nccl` fitted on all-gather
-    finds both, writes them, and predicts the held-out broadcast as that cluster prices it."""
+    NCCL has no GPUDirect RDMA (LL128 off across nodes): the NCCL path (the default on logs
+    filling whole nodes of the profile) fitted on all-gather finds both, writes them, and
+    predicts the held-out broadcast as that cluster prices it."""
     from dataclasses import replace
 
     from profiles import load_hardware
@@ -355,8 +356,7 @@ def test_the_nccl_path_of_several_nodes_recovers_a_cluster_without_gdr(capsys, t
     monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path / "profiles"))
     code, out, err = scape(capsys, "calibrate", "nccl-tests", str(tmp_path / "all_gather.out"),
                            str(tmp_path / "broadcast.out"), "--out", "c", "--gpu-from",
-                           "dgx-h100", "--model", "nccl", "--holdout", "broadcast",
-                           "--format", "json")
+                           "dgx-h100", "--holdout", "broadcast", "--format", "json")
     assert code == 0, err
     fitted = load_hardware("measured/c")
     assert fitted.nccl.gdr is False and fitted.nic.efficiency == pytest.approx(0.8, abs=0.01)
