@@ -210,57 +210,82 @@ def _summary(per_stage: list[list], m: int) -> FirstStage:
                       max(stage[-1][4] for stage in per_stage))
 
 
+@functools.lru_cache(maxsize=256)
+def _dependencies(p: int, m: int, v: int) -> tuple[tuple, ...]:
+    """Per stage, its ops in `stage_order` as flat lists: the op as `_schedule` reports it
+    (kind, micro-batch, chunk), where its end is kept in `_schedule`'s ends (forwards at
+    (s v + c) m + mb, backwards p v m further), the end it waits for (-1: none), whether a
+    send lies between them (0 or 1), and its duration's index in `_schedule`'s table (forward
+    of chunk c at s 2v + c, backward at s 2v + v + c). Shared by every call of one shape:
+    only the times differ between the layouts a planner tries."""
+    n = p * v * m
+    stages = []
+    for s in range(p):
+        ops, own, dep, sent, dur = [], [], [], [], []
+        for kind, mb, c in stage_order(s, p, m, v):
+            if kind == "F":
+                here = (s * v + c) * m + mb
+                if s > 0:  # the previous stage's forward
+                    wait, hop = ((s - 1) * v + c) * m + mb, 1
+                elif c > 0:  # the last stage's previous chunk, sent around
+                    wait, hop = ((p - 1) * v + c - 1) * m + mb, 1
+                else:
+                    wait, hop = -1, 0
+                d = s * 2 * v + c
+            else:
+                here = n + (s * v + c) * m + mb
+                if s < p - 1:  # the next stage's backward
+                    wait, hop = n + ((s + 1) * v + c) * m + mb, 1
+                elif c < v - 1:  # stage 0's next chunk, sent around
+                    wait, hop = n + (c + 1) * m + mb, 1
+                else:  # the loss: its own forward
+                    wait, hop = (s * v + c) * m + mb, 0
+                d = s * 2 * v + v + c
+            ops.append((kind, mb, c))
+            own.append(here)
+            dep.append(wait)
+            sent.append(hop)
+            dur.append(d)
+        stages.append((tuple(ops), tuple(own), tuple(dep), tuple(sent), tuple(dur)))
+    return tuple(stages)
+
+
 def _schedule(p: int, m: int, v: int, fwd: tuple, bwd: tuple, send: float) -> list[list]:
     """List scheduling of every stage's fixed order: an op starts when its stage is free and
-    its input is there. Ends are kept in flat lists indexed by (stage, chunk, micro-batch) so
-    the inner loop does no hashing (the planner runs this for every layout it tries)."""
-    orders = [stage_order(s, p, m, v) for s in range(p)]
-    none = -1.0
-    end_f = [none] * (p * v * m)  # index (s * v + c) * m + mb
-    end_b = [none] * (p * v * m)
+    its input is there. The order and what each op waits for come from `_dependencies`, flat
+    and remembered, so the inner loop only reads ends and adds times (the planner runs this
+    for every layout it tries)."""
+    plan = _dependencies(p, m, v)
+    ends = [-1.0] * (2 * p * v * m)
     hop = send if p > 1 else 0.0
+    # durations indexed as _dependencies says: per stage, its forwards then its backwards
+    table = [t for s in range(p) for t in (*fwd[s], *bwd[s])]
     nxt = [0] * p
     free = [0.0] * p
     out: list[list] = [[] for _ in range(p)]
-    remaining = sum(len(o) for o in orders)
+    remaining = sum(len(stage[0]) for stage in plan)
     while remaining:
         progressed = False
         for s in range(p):
-            order, i, t_free, ops = orders[s], nxt[s], free[s], out[s]
-            f_s, b_s = fwd[s], bwd[s]
-            while i < len(order):
-                kind, mb, c = order[i]
-                if kind == "F":
-                    if s > 0:
-                        dep = end_f[((s - 1) * v + c) * m + mb]
-                        ready = dep + hop
-                    elif c > 0:  # the last stage's previous chunk, sent around
-                        dep = end_f[((p - 1) * v + c - 1) * m + mb]
-                        ready = dep + hop
-                    else:
-                        dep = ready = 0.0
-                    if dep < 0:
+            ops, own, dep, sent, dur = plan[s]
+            i, t_free, done = nxt[s], free[s], out[s]
+            while i < len(ops):
+                wait = dep[i]
+                if wait >= 0:
+                    ready = ends[wait]
+                    if ready < 0:
                         break
-                    start = t_free if t_free > ready else ready
-                    t_free = start + f_s[c]
-                    end_f[(s * v + c) * m + mb] = t_free
+                    if sent[i]:
+                        ready += hop
                 else:
-                    if s < p - 1:
-                        dep = end_b[((s + 1) * v + c) * m + mb]
-                        ready = dep + hop
-                    elif c < v - 1:  # stage 0's next chunk, sent around
-                        dep = end_b[(c + 1) * m + mb]  # stage 0 is index (0 * v + c + 1)
-                        ready = dep + hop
-                    else:  # the loss: its own forward
-                        dep = ready = end_f[(s * v + c) * m + mb]
-                    if dep < 0:
-                        break
-                    start = t_free if t_free > ready else ready
-                    t_free = start + b_s[c]
-                    end_b[(s * v + c) * m + mb] = t_free
-                ops.append((kind, mb, c, start, t_free))
+                    ready = 0.0
+                start = t_free if t_free > ready else ready
+                t_free = start + table[dur[i]]
+                ends[own[i]] = t_free
+                done.append((*ops[i], start, t_free))
                 i += 1
-                remaining -= 1
+            if i != nxt[s]:
+                remaining -= i - nxt[s]
                 progressed = True
             nxt[s], free[s] = i, t_free
         if not progressed:  # a wrong order would wait forever; say so rather than spin
