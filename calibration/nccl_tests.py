@@ -162,6 +162,20 @@ def gpu_notes(devices: set[str], base) -> list[str]:
     return notes
 
 
+def coverage(fitted: list[dict], logs: list[NcclTestsLog]) -> dict:
+    """What the rows fitted measured, as the profile's [measured] logs_* keys: the ops, the
+    GPU and node counts of the runs, the smallest and largest size (`scape collective` says
+    where a request goes beyond them)."""
+    ops = {r["op"] for r in fitted}
+    runs = [log for log in logs if log.op in ops]
+    return {"logs_ops": ",".join(sorted(ops)),
+            "logs_gpus": ",".join(str(g) for g in sorted({int(r["world"]) for r in fitted})),
+            "logs_nodes": ",".join(str(n) for n in sorted(
+                {len(log.hosts) if log.spans_hosts else 1 for log in runs})),
+            "logs_min_bytes": min(int(r["size_bytes"]) for r in fitted),
+            "logs_max_bytes": max(int(r["size_bytes"]) for r in fitted)}
+
+
 def _op_of(path: Path, text: str, op: str | None) -> str:
     started = re.search(r"Collective test starting:\s*(\w+)", text)
     named = next((o for b, o in BINARIES.items() if b in path.name), None)
@@ -553,6 +567,8 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
         "network_backend": "nccl", "network_netbed": "none (loopback)",
         "network_torch": "; ".join(versions) or "nccl-tests version not in the logs",
         "network_nprocs": ",".join(sorted({str(log.ranks) for log in logs})),
+        # the link fit's testbed has a node per rank: the logs' hosts say nothing of its nodes
+        **{k: v for k, v in coverage(fitted, logs).items() if k != "logs_nodes"},
         **tables["measured"]}
     path = merge(name, tables, f"Written by {where}. Rerun it to refresh; do not edit.",
                  drop=("network_refit",))
@@ -613,6 +629,10 @@ def _from_logs_nccl(name: str, paths: list[str], logs, base, rows: list[dict],
     path = path_of(name)
     doc["name"] = path.stem
     devices = sorted({d for log in logs for d in log.devices})
+    doc["measured"] = {"network": f"nccl-tests logs ({logs_text}) of {len(logs)} run(s) on "
+                                  f"{', '.join(devices) or 'an unnamed device'}",
+                       "network_date": when, "network_backend": "nccl",
+                       **coverage(fitted, logs)}
     tier = "NVLink" if fit.tier == "intra_node" else "NIC"
     doc["description"] = (f"{base.name} with its {tier} efficiency and NCCL launch cost fitted "
                           f"on nccl-tests logs of {', '.join(devices) or 'an unnamed device'} "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 
 import pandas as pd
@@ -81,6 +82,9 @@ def collective(
                         **lookup(hw.name if is_shipped and _banded(op, algo, proto) else "", gpus,
                                  hw.node.gpus_per_node, gpus_per_process, r.size_bytes)}
                        for r in results])
+    beyond, per_size = _beyond_logs(hw, str(op), gpus, size_list)
+    if beyond is not None:  # a profile fitted on nccl-tests logs: where this goes past them
+        df["beyond_logs"] = per_size
     if run is not None:  # the published time where the run measured this size
         df["published_case"] = run.case
         df["published_us"] = [run.rows.get(int(s), (None, None))[0] for s in df["size_bytes"]]
@@ -112,6 +116,17 @@ def collective(
               "published run like it")
     if warning is not None:
         header += f"\n{warning}"
+    if beyond is not None:
+        columns.append("beyond_logs")
+        m = hw.measured
+        measured = [m["logs_ops"].replace(",", ", ") + " on " + m["logs_gpus"].replace(",", ", ")
+                    + " GPUs", *([m["logs_nodes"].replace(",", ", ") + " node(s)"]
+                                 if "logs_nodes" in m else []),
+                    f"{format_bytes(m['logs_min_bytes'])}..{format_bytes(m['logs_max_bytes'])}"]
+        header += (f"\nbeyond_logs: what this request takes beyond the nccl-tests logs "
+                   f"{hw.name} was fitted on (scape calibrate nccl-tests: "
+                   f"{', '.join(measured)}), extrapolated by the model: "
+                   + ("; ".join(beyond) if beyond else "only where the column says"))
     if run is not None:  # blank where the run has no such size
         columns += ["published_us", "error_pct"]
         for col, form in (("published_us", "{:.1f}"), ("error_pct", "{:+.1f}")):
@@ -120,6 +135,29 @@ def collective(
                    "profiles/external/public-collectives.md); error = simulated / published - 1")
     print(render(df[columns], "table", header=header, floatfmt={
         "time_us": "{:.1f}", "algbw_GBps": "{:.2f}", "busbw_GBps": "{:.2f}"}, schema=schema))
+
+
+def _beyond_logs(hw, op: str, gpus: int, sizes: list[int]
+                 ) -> tuple[list[str] | None, list[str]]:
+    """Where a request goes beyond what a profile's nccl-tests logs measured ([measured]
+    logs_*, written by scape calibrate nccl-tests): the call's own reasons (an op the logs did
+    not measure, more GPUs or nodes than their runs), and per size what it extrapolates (its
+    reasons, and a size outside the logs'). (None, blanks) for a profile without logs."""
+    m = hw.measured
+    if "logs_ops" not in m:
+        return None, ["" for _ in sizes]
+    ops, counts = m["logs_ops"].split(","), m["logs_gpus"].split(",")
+    spans = m["logs_nodes"].split(",") if "logs_nodes" in m else None  # None: the link fit's
+    nodes = math.ceil(gpus / hw.node.gpus_per_node)
+    reasons = [(word, text) for word, text, past in (
+        ("op", f"{op} was not measured", op not in ops),
+        ("gpus", f"{gpus} GPUs (the logs' runs: {', '.join(counts)})", str(gpus) not in counts),
+        ("nodes", f"{nodes} node(s) (the logs' runs: {', '.join(spans or [])})",
+         spans is not None and str(nodes) not in spans)) if past]
+    words = [w for w, _ in reasons]
+    per_size = [", ".join(words + (["size"] if not m["logs_min_bytes"] <= s
+                                   <= m["logs_max_bytes"] else [])) for s in sizes]
+    return [t for _, t in reasons], per_size
 
 
 def _banded(op: str, algo: str, proto: str) -> bool:

@@ -219,6 +219,14 @@ MEASURED_FIELDS = {
     "compute_model": Field(str, required=False, nonempty=True),
     "compute_micro_batch": Field(int, required=False, ge=1),
     "gpu_profile": Field(str, required=False, nonempty=True),
+    # what the nccl-tests logs of `scape calibrate nccl-tests` measured (the rows fitted): the
+    # ops, the GPU and node counts of their runs (comma-separated), the sizes; `scape
+    # collective` says where a request goes beyond them
+    "logs_ops": Field(str, required=False, nonempty=True),
+    "logs_gpus": Field(str, required=False, nonempty=True),
+    "logs_nodes": Field(str, required=False, nonempty=True),
+    "logs_min_bytes": Field(int, required=False, ge=0),
+    "logs_max_bytes": Field(int, required=False, ge=0),
     **{key: Field(str, required=False) for key in (
         "network", "network_date", "network_host", "network_device", "network_torch",
         "network_nprocs", "network_refit", "network_gpu_sharing", "device", "compute_torch",

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from calibration.nccl_tests import parse_log
-from profiles import UserError
+from profiles import UserError, load_hardware
 from tests.test_cli import scape
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "nccl-tests"
@@ -190,6 +190,25 @@ def test_calibrate_writes_a_profile_collective_uses_and_a_holdout_predicts_anoth
     assert code == 0, err
     measured_us = 4413.4
     assert abs(float(out.splitlines()[1].split(",")[5]) * 1e6 / measured_us - 1) < 0.1
+    # the profile says what its logs measured (the rows fitted: all_reduce on one 8-GPU node,
+    # 64 KiB up), and collective says where a request goes beyond them
+    got = load_hardware("measured/a100").measured
+    assert (got["logs_ops"], got["logs_gpus"], got["logs_nodes"]) == ("all_reduce", "8", "1")
+    assert (got["logs_min_bytes"], got["logs_max_bytes"]) == (65536, 8589934592)
+    import json
+
+    def beyond(*args: str) -> list[str]:
+        code, out, err = scape(capsys, "collective", "--hardware", "measured/a100", *args,
+                               "--format", "json")
+        assert code == 0, err
+        return [r["beyond_logs"] for r in json.loads(out)]
+
+    assert beyond("--op", "all_gather", "--gpus", "8", "--sizes", "1MiB") == ["op"]
+    assert beyond("--op", "all_reduce", "--gpus", "8", "--sizes", "1KiB,1MiB") == ["size", ""]
+    assert beyond("--op", "all_reduce", "--gpus", "16", "--sizes", "1MiB") == ["gpus, nodes"]
+    code, out, err = scape(capsys, "collective", "--hardware", "measured/a100", "--op",
+                           "all_to_all", "--gpus", "8", "--sizes", "1MiB")
+    assert code == 0 and "extrapolated by the model: all_to_all was not measured" in out
 
 
 def test_calibrate_refuses_mixed_systems_and_failed_runs_writing_nothing(capsys, tmp_path,
