@@ -9,7 +9,7 @@ from typing import Any
 from profiles.hardware_schema import MEASURED_ONLY
 from profiles.problems import Problems
 from vocabulary.errors import ProfileError
-from vocabulary.names import PROTOCOLS
+from vocabulary.names import COLLECTIVES, PROTOCOLS
 
 
 def cross_check(path, t: dict[str, Any], measured: dict[str, Any], problems: Problems
@@ -105,6 +105,31 @@ def _nics_divide(path, t, measured) -> None:
         )
 
 
+def _logs_whole(path, t, measured) -> None:
+    """[measured] logs_* (what nccl-tests logs measured, scape calibrate nccl-tests) come
+    together and read as scape collective reads them."""
+    m = measured.get("measured", {})
+    keys = ("logs_ops", "logs_gpus", "logs_min_bytes", "logs_max_bytes")
+    if not any(k.startswith("logs_") for k in m):
+        return
+    where = f"{path}: [measured]"
+    missing = [k for k in keys if k not in m]
+    if missing:
+        raise ProfileError(f"{where} {', '.join(missing)}: scape calibrate nccl-tests writes "
+                           f"{', '.join(keys)} together; give all of them or none")
+    ops = m["logs_ops"].split(",")
+    if not set(ops) <= set(COLLECTIVES):
+        raise ProfileError(f"{where} logs_ops: comma-separated collectives "
+                           f"({', '.join(COLLECTIVES)}), got {m['logs_ops']!r}")
+    for key in ("logs_gpus", "logs_nodes"):
+        if key in m and not all(c.isdigit() and int(c) >= 1 for c in m[key].split(",")):
+            raise ProfileError(f"{where} {key}: comma-separated counts of at least 1, got "
+                               f"{m[key]!r}")
+    if m["logs_min_bytes"] > m["logs_max_bytes"]:
+        raise ProfileError(f"{where} logs_min_bytes: at most logs_max_bytes "
+                           f"({m['logs_max_bytes']}), got {m['logs_min_bytes']}")
+
+
 # (the tables a rule reads, the rule), in the order the checks ran before they were gathered
 RULES = (
     (("compute", "roofline"), _mfu_or_roofline),
@@ -115,4 +140,5 @@ RULES = (
     (("nccl", "intra_node"), _nvls),
     (("transport", "nccl"), _transport_read),
     (("node", "nic"), _nics_divide),
+    (MEASURED_ONLY, _logs_whole),
 )

@@ -209,6 +209,13 @@ def test_calibrate_writes_a_profile_collective_uses_and_a_holdout_predicts_anoth
     code, out, err = scape(capsys, "collective", "--hardware", "measured/a100", "--op",
                            "all_to_all", "--gpus", "8", "--sizes", "1MiB")
     assert code == 0 and "extrapolated by the model: all_to_all was not measured" in out
+    # the logs_* keys come together: an edit that drops one is refused, not a traceback
+    text = (tmp_path / "measured" / "a100.toml").read_text()
+    cut = tmp_path / "measured" / "cut.toml"
+    cut.write_text(text.replace('name = "a100"', 'name = "cut"').replace(
+        'logs_gpus = "8"\n', ""))
+    code, _, err = scape(capsys, "collective", "--hardware", "measured/cut", "--gpus", "8")
+    assert code == 2 and "[measured] logs_gpus: scape calibrate nccl-tests writes" in err
 
 
 def test_calibrate_refuses_mixed_systems_and_failed_runs_writing_nothing(capsys, tmp_path,
