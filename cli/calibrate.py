@@ -357,12 +357,17 @@ def calibrate_trace(
                                                    "flash, flash2 or unfused"),
     out: str = typer.Option(..., "--out", help="NAME: writes measured/NAME.toml in the user's "
                                                "profile folder"),
+    megatron_log: str = typer.Option(None, "--megatron-log",
+                                     help="the same run's Megatron-LM log: its iteration times "
+                                          "(untraced, over many more steps) beside the traced "
+                                          "steps' wall time"),
     fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
 ):
     """Fit a hardware profile's compute (GEMM, attention, memory-bound kernels, optimizer) to a
     traced step, then price that step on it."""
     import pandas as pd
 
+    from calibration.megatron_log import read_megatron_log
     from calibration.trace import read_trace
     from calibration.trace_fit import FITTED, fit_trace, profile_tables
     from profiles import load_hardware
@@ -381,6 +386,7 @@ def calibrate_trace(
     m, base = load_model(model), load_hardware(hardware)
     seq = m.arch.seq_len if seq_len is None else seq_len
     traced = read_trace(trace)
+    log = None if megatron_log is None else read_megatron_log(megatron_log)  # before writing
     fit = fit_trace(traced, m, base, micro_batch, seq, grad_accum, str(attention))
     path = _destination(out)
     command = (f"scape calibrate trace {traced.path.name} -H {hardware} -m {model} "
@@ -395,16 +401,30 @@ def calibrate_trace(
              "fitted_s": fit.fitted_s.get(c)} for c in (*FITTED, "optimizer")]
     rows.append({"class": "step compute (simulate, in sample)", "traced_s": compute,
                  "base_s": None, "fitted_s": step.compute_s})
+    wall = statistics.median(s.wall_s for s in traced.steps)
+    if log is not None:  # the run's own steps, untraced, beside the traced steps' wall time
+        rows += [{"class": "step wall (trace)", "traced_s": wall, "base_s": None,
+                  "fitted_s": None},
+                 {"class": "iteration (Megatron log)", "traced_s": log.median_ms() * 1e-3,
+                  "base_s": None, "fitted_s": None}]
+        for note in log.notes:
+            print(f"note: {note}", file=sys.stderr)
     df = pd.DataFrame(rows).assign(trace=str(traced.path), source=traced.source,
                                    steps=fit.steps, hardware=hardware, model=model,
                                    micro_batch=micro_batch, seq_len=seq, grad_accum=grad_accum,
-                                   profile=str(path))
+                                   megatron_log=megatron_log, profile=str(path))
     header = (f"{traced.path.name}: {fit.steps} steps of {traced.source}"
               f"{' on ' + traced.device if traced.device else ''}, median per class (the "
               f"steps' compute spread {fit.spread_pct:.0f}%); base: {hardware}'s shapes model; "
               "fitted: " + ", ".join(f"{k} {v:.4g}" for k, v in fit.constants.items())
               + f"\nwrote {path} (scape simulate -H measured/{path.stem} -m {model} ...); the "
               "step compute row is in sample: the fit reproduces the classes it was solved on")
+    if log is not None:
+        header += (f"\nMegatron log {log.path.name}: {len(log.ms)} interval(s) to iteration "
+                   f"{log.iterations[-1]}, median {log.median_ms():.1f} ms per iteration "
+                   f"(spread {log.spread_pct():.0f}%); the traced steps' wall "
+                   f"{wall * 1e3:.1f} ms is {100 * (wall * 1e3 / log.median_ms() - 1):+.1f}% "
+                   "against it (the profiler's own cost, or steps unlike the run's)")
     print(render(df[["class", "traced_s", "base_s", "fitted_s"]], fmt, header=header,
                  schema=list(df.columns),
                  floatfmt={"traced_s": "{:.6f}", "base_s": "{:.6f}", "fitted_s": "{:.6f}"})

@@ -123,3 +123,61 @@ def test_a_trace_of_a_faster_gpu_names_the_shares_above_peak(capsys, tmp_path, p
     assert "runs faster than commodity-100gbe's GPU" in err and "GEMMs at" in err
     assert "Traceback" not in err
     assert not (profile_dir / "measured" / "y.toml").exists()
+
+
+def _megatron_line(iteration: int, ms: float, mean: float | None = None) -> str:
+    """One log interval as Megatron-LM's training_log prints it (megatron/training/training.py;
+    `X/MEAN` in newer versions)."""
+    time = f"{ms:.1f}" if mean is None else f"{ms:.1f}/{mean:.1f}"
+    return (f" [2026-11-29 10:00:00] iteration {iteration:8d}/{1000:8d} | consumed samples: "
+            f"{iteration * 64:12d} | elapsed time per iteration (ms): {time} | learning rate: "
+            "3.000E-04 | global batch size:    64 | lm loss: 7.1E+00 | loss scale: 1.0 | "
+            "number of skipped iterations:   0 | number of nan iterations:   0 |")
+
+
+def test_a_megatron_log_times_the_run_beside_the_traced_steps(capsys, tmp_path, profile_dir):
+    """The run's own iterations (Megatron-LM's log, the first interval with start-up left
+    out) beside the traced steps' wall time; a line naming the iteration time that cannot be
+    read, or iterations going back (two runs in one file), are refused and nothing is
+    written; a failed run is read up to its failure."""
+    from calibration.megatron_log import read_megatron_log
+
+    hw, model = load_hardware(H100), load_model(L18)
+    step = classes_s(model, hw, 1, 2048, 4) | {"optimizer": 0.004}
+    trace = write(tmp_path / "step.json", kineto(step, gap_us=0.0))
+    wall = sum(step.values())  # the kernels back to back: the traced step's wall time
+    lines = ["using world size: 8", _megatron_line(10, 2 * wall * 1e3),  # start-up
+             _megatron_line(20, 1.1 * wall * 1e3), _megatron_line(30, 1.2 * wall * 1e3, 1.15),
+             _megatron_line(40, 1.3 * wall * 1e3)]
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(lines) + "\n")
+    read = read_megatron_log(log)
+    assert read.iterations == (10, 20, 30, 40) and read.median_ms() == pytest.approx(
+        1.2 * wall * 1e3, rel=1e-3)
+    args = ("calibrate", "trace", str(trace), "-H", H100, "-m", L18, "--micro-batch", "1",
+            "--seq-len", "2048", "--grad-accum", "4")
+    code, out, err = scape(capsys, *args, "--out", "with-log", "--megatron-log", str(log),
+                           "--format", "json")
+    assert code == 0, err
+    rows = {r["class"]: r for r in json.loads(out)}
+    assert rows["iteration (Megatron log)"]["traced_s"] == pytest.approx(1.2 * wall, rel=1e-3)
+    assert rows["step wall (trace)"]["traced_s"] == pytest.approx(wall, rel=1e-6)
+    assert rows["gemm"]["megatron_log"] == str(log) and "holds start-up" in err
+    code, out, err = scape(capsys, *args, "--out", "with-log-2", "--megatron-log", str(log))
+    assert code == 0 and "the traced steps' wall" in out and "-16.7% against it" in out
+    # refused, nothing written
+    for name, text, said in (
+            ("bad.log", lines[1].replace("(ms): ", "(ms): fast "), "bad.log:1: a line naming"),
+            ("twice.log", "\n".join(lines[1:3] + lines[1:3]), "twice.log:3: iteration 10 "
+             "after 20"),
+            ("empty.log", "using world size: 8\n", "not a Megatron-LM training log")):
+        (tmp_path / name).write_text(text + "\n")
+        code, _, err = scape(capsys, *args, "--out", "refused", "--megatron-log",
+                             str(tmp_path / name))
+        assert code == 2 and said in err, (name, err)
+    assert not (profile_dir / "measured" / "refused.toml").exists()
+    failed = tmp_path / "failed.log"
+    failed.write_text("\n".join([*lines[:3], "Traceback (most recent call last):",
+                                 lines[3]]) + "\n")
+    got = read_megatron_log(failed)
+    assert got.iterations == (10, 20) and any("failed here" in n for n in got.notes)
