@@ -23,12 +23,14 @@ from pathlib import Path
 
 from profiles import UserError
 
+# the interval's time, then a `|` or the line's end (some runs wrap their long lines there)
 ITERATION = re.compile(r"\biteration\s+(\d+)\s*/\s*(?:\d+|infinity)\s*\|.*?"
                        r"elapsed time per iteration \(ms\):\s*([0-9]+(?:\.[0-9]*)?)"
-                       r"(?:\s*/\s*[0-9.]+)?\s*\|")
+                       r"(?:\s*/\s*[0-9.]+)?\s*(?:\||$)")
 NAMED = "elapsed time per iteration"
-FAILED = re.compile(r"^Traceback \(most recent call last\)|CUDA out of memory|"
-                    r"OutOfMemoryError|NCCL error|RuntimeError:")
+# a rank's traceback or its out-of-memory error (launchers prefix lines: "[default0]: ...")
+FAILED = re.compile(r"(?:^|\]:?\s*)Traceback \(most recent call last\)|"
+                    r"CUDA out of memory|OutOfMemoryError")
 
 
 @dataclass(frozen=True)
