@@ -363,6 +363,26 @@ def _model_log(path: Path, hw, op: str, hosts: int, sizes: list[int], gpus: int 
     path.write_text("\n".join(lines) + "\n")
 
 
+SIZES = [2**k for k in range(16, 31, 2)]  # the model logs' sizes: 64 KiB to 1 GiB
+
+
+def _fit_model_logs(capsys, tmp_path, monkeypatch, truth, fitted_op: str, hosts: int = 1,
+                    gpus: int = 1):
+    """Logs of `fitted_op` and broadcast priced by `truth` (`_model_log`), calibrated on
+    `fitted_op` with broadcast held out, by `truth`'s base profile (its name): the profile
+    written and the held-out rows."""
+    import json
+
+    for op in (fitted_op, "broadcast"):
+        _model_log(tmp_path / f"{op}.out", truth, op, hosts, SIZES, gpus=gpus)
+    monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path / "profiles"))
+    code, out, err = scape(capsys, "calibrate", "nccl-tests", str(tmp_path / f"{fitted_op}.out"),
+                           str(tmp_path / "broadcast.out"), "--out", "fit", "--gpu-from",
+                           truth.name, "--holdout", "broadcast", "--format", "json")
+    assert code == 0, err
+    return load_hardware("measured/fit"), [r for r in json.loads(out) if r["role"] == "held-out"]
+
+
 def test_the_nccl_path_of_several_nodes_recovers_a_cluster_without_gdr(capsys, tmp_path,
                                                                        monkeypatch):
     """Logs of 2 x 8 GPUs priced by a dgx-h100 whose NICs reach 80% of their rate and whose
@@ -376,18 +396,9 @@ def test_the_nccl_path_of_several_nodes_recovers_a_cluster_without_gdr(capsys, t
     base = load_hardware("dgx-h100")
     truth = replace(base, nic=replace(base.nic, efficiency=0.8),
                     nccl=replace(base.nccl, gdr=False))
-    sizes = [2**k for k in range(16, 31, 2)]
-    for op in ("all_gather", "broadcast"):
-        _model_log(tmp_path / f"{op}.out", truth, op, 2, sizes)
-    monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path / "profiles"))
-    code, out, err = scape(capsys, "calibrate", "nccl-tests", str(tmp_path / "all_gather.out"),
-                           str(tmp_path / "broadcast.out"), "--out", "c", "--gpu-from",
-                           "dgx-h100", "--holdout", "broadcast", "--format", "json")
-    assert code == 0, err
-    fitted = load_hardware("measured/c")
+    fitted, held = _fit_model_logs(capsys, tmp_path, monkeypatch, truth, "all_gather", hosts=2)
     assert fitted.nccl.gdr is False and fitted.nic.efficiency == pytest.approx(0.8, abs=0.01)
-    held = [r for r in __import__("json").loads(out) if r["role"] == "held-out"]
-    assert len(held) == len(sizes) and max(abs(r["error_pct"]) for r in held) < 1.0
+    assert len(held) == len(SIZES) and max(abs(r["error_pct"]) for r in held) < 1.0
     # LL128 off moves the all-gather of 2 nodes: the base profile's own choice differs
     from simulator import nccl
     mid = float(2**24)
@@ -408,20 +419,11 @@ def test_launches_that_add_to_the_call_are_told_from_g8_logs(capsys, tmp_path, m
     base = load_hardware("dgx-a100")
     truth = replace(base, intra_node=replace(base.intra_node, efficiency=0.75),
                     nccl=replace(base.nccl, launch_us=5.0, launch_adds=True))
-    sizes = [2**k for k in range(16, 31, 2)]
-    for op in ("all_reduce", "broadcast"):
-        _model_log(tmp_path / f"{op}.out", truth, op, 1, sizes, gpus=8)
-    monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path / "profiles"))
-    code, out, err = scape(capsys, "calibrate", "nccl-tests", str(tmp_path / "all_reduce.out"),
-                           str(tmp_path / "broadcast.out"), "--out", "g8", "--gpu-from",
-                           "dgx-a100", "--holdout", "broadcast", "--format", "json")
-    assert code == 0, err
-    fitted = load_hardware("measured/g8")
+    fitted, held = _fit_model_logs(capsys, tmp_path, monkeypatch, truth, "all_reduce", gpus=8)
     assert fitted.nccl.launch_adds is True and "launch_adds" in fitted.nccl.sources
     assert fitted.nccl.launch_us == pytest.approx(5.0, abs=0.05)
     assert fitted.intra_node.efficiency == pytest.approx(0.75, abs=0.01)
-    held = [r for r in __import__("json").loads(out) if r["role"] == "held-out"]
-    assert len(held) == len(sizes) and max(abs(r["error_pct"]) for r in held) < 1.0
+    assert len(held) == len(SIZES) and max(abs(r["error_pct"]) for r in held) < 1.0
     # the same GPU time, launched the other way: the slower of the launches and the call
     over = sweep(replace(truth, nccl=replace(truth.nccl, launch_adds=False)), 8, "broadcast",
                  "auto", [2**22], gpus_per_process=8)[0].time_s
