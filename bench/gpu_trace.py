@@ -61,13 +61,11 @@ def make_trace(model_name: str, micro_batch: int, seq_len: int, path: Path) -> N
 def profile_of(device: str) -> str:
     """The shipped hardware profile whose GPU is the family of `device` (its nvidia-smi name),
     preferring a DGX profile; SystemExit naming the families shipped where none is."""
-    import tomllib
-
+    from profiles import load_hardware, names
     from vocabulary.gpu_names import family
 
-    shipped = sorted((REPO / "profiles" / "hardware").glob("*.toml"),
-                     key=lambda p: (not p.stem.startswith("dgx-"), p.stem))
-    models = {p.stem: tomllib.loads(p.read_text())["gpu"]["model"] for p in shipped}
+    shipped = sorted(names("hardware"), key=lambda n: (not n.startswith("dgx-"), n))
+    models = {n: load_hardware(n).gpu.model for n in shipped}
     found = [name for name, model in models.items() if family(model) == family(device)]
     if not found:
         raise SystemExit(f"no shipped hardware profile holds a {device}; give --hardware "

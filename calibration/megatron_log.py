@@ -40,15 +40,17 @@ class MegatronLog:
     ms: tuple[float, ...]  # each interval's time per iteration
     notes: tuple[str, ...]
 
+    @property
+    def kept(self) -> tuple[float, ...]:
+        """The intervals after the first (start-up), or the only one."""
+        return self.ms[1:] if len(self.ms) > 1 else self.ms
+
     def median_ms(self) -> float:
-        """The median interval after the first (start-up), or the only one."""
-        kept = self.ms[1:] if len(self.ms) > 1 else self.ms
-        return statistics.median(kept)
+        return statistics.median(self.kept)
 
     def spread_pct(self) -> float:
         """(max - min) / median of the intervals kept, percent."""
-        kept = self.ms[1:] if len(self.ms) > 1 else self.ms
-        return 100 * (max(kept) - min(kept)) / statistics.median(kept)
+        return 100 * (max(self.kept) - min(self.kept)) / self.median_ms()
 
 
 def read_megatron_log(path: str | Path) -> MegatronLog:
