@@ -19,6 +19,9 @@ Four models, each line says which:
   fitted to the held-out rows;
 - built-in: the shipped hardware profile, nothing fitted (`scape collective`).
 
+Then, per system, issue 41's stated protocol: fit on ONE op's rows and predict each other op
+(`fit on one op` lines, the nccl model only), which is harder than leaving one op out.
+
 Logs: tests/fixtures/nccl-tests/ (sources in SOURCES.md). Each log is one run, one row per size
 (nccl-tests' 20 iterations averaged), timed twice: out of place and in place, the same call on
 other buffers. Their difference is how far the log repeats itself (`repeat:` lines); the
@@ -145,6 +148,27 @@ def _fitted(fit) -> str:
     return f" [{', '.join(found)}]" if found else ""
 
 
+def fit_on_one(logs: list[Path], parsed: list, gpu: str, algo: str) -> None:
+    """Issue 41's stated protocol: fit on ONE op's rows and predict each other op of the run
+    (the leave-one-out lines above fit on all the others, which is easier). The nccl model
+    only, as `scape calibrate nccl-tests FIT_LOG OTHER_LOG --holdout OTHER` runs it; one line
+    per (fitted op -> predicted op)."""
+    from calibration.nccl_tests import calibrate_from_logs
+
+    by_op: dict[str, list[str]] = {}
+    for path, log in zip(logs, parsed, strict=True):
+        by_op.setdefault(log.op, []).append(str(path))
+    print("  fit on one op, predict another (nccl): median / max |busbw error| (rows)")
+    for fit_op in sorted(by_op):
+        for held in sorted(set(by_op) - {fit_op}):
+            _, fit, _, table, _ = calibrate_from_logs(
+                "holdout", by_op[fit_op] + by_op[held], holdout=held, min_bytes=MIN_BYTES,
+                gpu_from=gpu, model="nccl", algo=algo)
+            err = 100 * (table["seconds"] / table["predicted_s"] - 1)
+            print(f"    {fit_op} -> {held}: " + _band_text(list(table["size_bytes"]), list(err))
+                  + _fitted(fit))
+
+
 def main() -> int:
     import argparse
 
@@ -188,6 +212,7 @@ def main() -> int:
                 if one_node:
                     print("    candidate: " + _band_text(*candidate(rows, gpu, held)))
                 print("    built-in:  " + _band_text(*built_in(rows, gpu, held, algo)))
+            fit_on_one(logs, parsed, gpu, algo)
     return 0
 
 
