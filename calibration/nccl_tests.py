@@ -18,10 +18,18 @@ column and no `root`; since then `root` and `#wrong`):
   with NCCL_DEBUG_SUBSYS=TUNING, each call's choice (`AllReduce: 4194304 Bytes -> Algo Ring
   proto LL128 ...` in NCCL 2.19 and later, `Algo 1 proto 2 time ...` before: src/enqueue.cc);
   the nccl-tests header's `nccl-library=22403` gives the version where no line does.
-  Launcher output before the header (ssh warnings, banners) is skipped, said so.
-A log of a failed run (a check that is not 0 or N/A, an "out of memory" or NCCL/CUDA failure
-line) is refused with its file and line. Several runs writing one file (each rank process of
-a multi-node job prints, or two jobs share a path) repeat rows: the first of each size is kept.
+  Launcher output before the header (ssh warnings, banners, OpenMPI help text: a line is a row
+  only with a row's shape) is skipped, said so; a prefix a launcher puts before every line it
+  relays (srun --label, mpirun --tag-output, Ray) is read off the header's first line and taken
+  off every line, lines without it skipped. MPI builds name their binaries `*_perf_mpi`.
+  A log pasted with the `#` of its first lines lost is read (GPUs per process then from the
+  rank lines' pids); a rank list cut short (`...`) is refused, with the GPU count nccl-tests'
+  bus-bandwidth factor implies.
+A log of a failed run (a `#wrong` that is not 0 or N/A, an `error` above nccl-tests' own
+tolerance for the type, an "Out of bounds values : N FAILED" footer, an "out of memory" or
+NCCL/CUDA failure line) is refused with its file and line. Several runs writing one file
+(each rank process of a multi-node job prints, or two jobs share a path) repeat rows: the first
+of each size is kept.
 """
 
 from __future__ import annotations
@@ -39,11 +47,22 @@ BINARIES = {"all_reduce_perf": "all_reduce", "all_gather_perf": "all_gather",
             "reduce_scatter_perf": "reduce_scatter", "alltoall_perf": "all_to_all",
             "broadcast_perf": "broadcast", "sendrecv_perf": "sendrecv",
             "reduce_perf": "reduce"}
-FAILURE = re.compile(r"out of memory|NCCL failure|CUDA failure|Test failure|test FAILED",
-                     re.IGNORECASE)
-RANK_LINE = re.compile(r"^#\s+Rank\s+(\d+)\s.*?\bPid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+"
+FAILURE = re.compile(r"out of memory|NCCL failure|CUDA failure|Test failure|test FAILED|"
+                     r"Out of bounds values\s*:\s*[1-9]", re.IGNORECASE)
+RANK_LINE = re.compile(r"^#?\s*Rank\s+(\d+)\s.*?\bPid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+"
                        r"\[[^\]]*\]\s+(.+?)\s*$")
-THREADS = re.compile(r"^#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
+THREADS = re.compile(r"^#?\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
+# the header's first line, after whatever a launcher puts before every line it relays (srun
+# --label "0: ", mpirun --tag-output "[1,0]<stdout>:", Ray "(head, rank=0, pid=N)")
+PREFIXED = re.compile(r"^(.*?)#\s*nThread\s+\d+\s+nGpus")
+# the largest |error| the `error` column of nccl-tests before about v2.11 allows per type
+# (src/common.cu DeltaMaxValue: half 5e-2, float 1e-5, double 1e-12, integers exact); that
+# column prints the largest deviation found, not a count of wrong values (`#wrong`, later)
+DELTA_MAX = {"half": 5e-2, "float16": 5e-2, "bfloat16": 5e-2, "float": 1e-5, "float32": 1e-5,
+             "double": 1e-12, "float64": 1e-12}
+TYPES = {"int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float16", "float",
+         "float32", "double", "float64", "bfloat16", "char", "int", "fp8_e4m3", "fp8_e5m2",
+         "f8e4m3", "f8e5m2"}
 # NCCL's own debug output (src/debug.cc: "host:pid:tid [dev] NCCL INFO ..."), any position
 NCCL_LINE = re.compile(r"\bNCCL (?:INFO|WARN|TRACE)\b ?(.*)$")
 NCCL_VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)")
@@ -146,10 +165,16 @@ def gpu_notes(devices: set[str], base) -> list[str]:
     [gpu], [memory], [compute] and [roofline] tables: nccl-tests times the network only).
     Another GPU family is refused (vocabulary/gpu_names.py). The same family named with less
     memory than the profile's (an A100-SXM4-40GB under dgx-a100's 80 GB) is said: plans on the
-    profile then count the profile's memory and bandwidth. Logs that name no device, or a name
-    without a family, are not checked."""
+    profile then count the profile's memory and bandwidth. Logs that name no device are not
+    checked; a name without a family ("NVIDIA Graphics Device") is not checked, said so."""
     notes = []
     for device in sorted(devices):
+        if family(device) is None:
+            notes.append(f"the logs' GPU name {device!r} names no GPU family this reads "
+                         f"(vocabulary/gpu_names.py): not checked against --gpu-from "
+                         f"{base.name}'s {base.gpu.model}, whose tables the profile written "
+                         "keeps")
+            continue
         same_family_or_refuse(device, f"--gpu-from {base.name}", base.gpu.model, "the logs")
         named = stated_gb(device)
         if (family(device) is not None and named is not None
@@ -180,7 +205,13 @@ def _op_of(path: Path, text: str, op: str | None) -> str:
     started = re.search(r"Collective test starting:\s*(\w+)", text)
     named = next((o for b, o in BINARIES.items() if b in path.name), None)
     named = named or next((o for o in BINARIES.values() if o in path.name), None)
-    found = BINARIES.get(started[1]) if started else named
+    # nccl-tests built with MPI=1 names its binaries all_reduce_perf_mpi, ... (since 2.18)
+    binary = started[1].removesuffix("_mpi") if started else None
+    if binary is not None and binary not in BINARIES:
+        raise UserError(f"{path}: the log measures {started[1]} ('Collective test starting' "
+                        f"line), which this reads no table of (nccl-tests' "
+                        f"{', '.join(BINARIES)})")
+    found = BINARIES[binary] if binary is not None else named
     if op is not None:
         if found is not None and found != op:
             raise UserError(f"{path}: the log measures {found}, not --op {op}")
@@ -198,6 +229,39 @@ def _number(text: str, path: Path, line: int, what: str) -> float:
         raise UserError(f"{path}: line {line}: {what} {text!r} is not a number") from None
 
 
+def _row_shaped(cells: list[str]) -> bool:
+    """Whether a line has a size row's shape (size, count, type, ..., at least 11 cells), as
+    opposed to a launcher's line that happens to start with a digit ("1st MCA variable")."""
+    return (len(cells) >= 11 and cells[0].isdigit() and cells[1].isdigit()
+            and cells[2].lower() in TYPES)
+
+
+def _world_from_bw(op: str, rows: list[Row]) -> int | None:
+    """The GPU count nccl-tests' own bus-bandwidth factor implies at the largest size (busbw /
+    algbw = 2(n-1)/n for all-reduce, (n-1)/n for all-gather, reduce-scatter and all-to-all;
+    1 for the others, which tell nothing), or None."""
+    r = max(rows, key=lambda r: r.algbw_GBps)
+    if op not in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all") or r.algbw_GBps <= 0:
+        return None
+    ratio = r.busbw_GBps / r.algbw_GBps / (2 if op == "all_reduce" else 1)
+    return round(1 / (1 - ratio)) if 0 < ratio < 1 else None
+
+
+def _check_passed(cell: str, dtype: str, columns: list[str]) -> bool:
+    """A row's result check as nccl-tests printed it: `#wrong` counts wrong values (0 passes);
+    the older `error` column prints the largest deviation, which passes up to the type's
+    tolerance (DELTA_MAX); N/A where the check was off (-c 0)."""
+    if cell == "N/A":
+        return True
+    try:
+        value = float(cell)
+    except ValueError:
+        return False
+    if "error" in columns:
+        return abs(value) <= DELTA_MAX.get(dtype.lower(), 0.0)
+    return value == 0
+
+
 def parse_log(path: str | Path, op: str | None = None) -> NcclTestsLog:
     """One nccl-tests log, read as published; a UserError naming the file and line where it is
     not one, or where the run failed."""
@@ -211,9 +275,10 @@ def parse_log(path: str | Path, op: str | None = None) -> NcclTestsLog:
     devices, hosts, rows, seen = [], [], [], set()
     threads = version = None
     complete, repeated, columns, cut = False, 0, None, None
-    info, launcher = NcclInfo(), 0
+    info, launcher, elided = NcclInfo(), 0, None
     lines = text.splitlines()
     last = max((i for i, ln in enumerate(lines, 1) if ln.strip()), default=0)
+    prefix = next((m[1] for ln in lines if (m := PREFIXED.match(ln.strip()))), "")
     for i, raw in enumerate(lines, 1):
         line = raw.strip()
         if not line:
@@ -224,7 +289,19 @@ def parse_log(path: str | Path, op: str | None = None) -> NcclTestsLog:
         if (m := NCCL_LINE.search(line)) is not None or line.startswith("NCCL version"):
             info.read(m[1] if m is not None else line)  # NCCL's own output, not a row
             continue
-        if line.startswith("#"):
+        if prefix:  # the launcher relays every line of the log behind the same prefix
+            if line == prefix.strip():  # an empty line of the log
+                continue
+            if not line.startswith(prefix):
+                launcher += 1  # another process's or the launcher's own line
+                continue
+            line = line[len(prefix):].strip()
+            if not line:
+                continue
+        if columns is None and line in ("...", "\u2026") and ranks:
+            elided = elided or i  # a rank list cut short where the log was copied
+            continue
+        if line.startswith("#") or THREADS.match(line) or RANK_LINE.match(line):
             m = RANK_LINE.match(line)
             if m:
                 ranks.setdefault((m[3], m[2]), set()).add(int(m[1]))
@@ -244,7 +321,7 @@ def parse_log(path: str | Path, op: str | None = None) -> NcclTestsLog:
             continue
         cells = line.split()
         if columns is None:
-            if not cells[0][0].isdigit():  # the launcher's output (ssh, mpirun), not a row
+            if not _row_shaped(cells):  # the launcher's output (ssh, mpirun), not a row
                 launcher += 1
                 continue
             raise UserError(f"{path}: line {i}: a row before the table's header (size, count, "
@@ -261,9 +338,12 @@ def parse_log(path: str | Path, op: str | None = None) -> NcclTestsLog:
         t, algbw, busbw, check = cells[n_keys:n_keys + 4]
         t_in, _, _, check_in = cells[n_keys + 4:]
         for c in (check, check_in):
-            if c not in ("N/A", "0") and not re.fullmatch(r"0(\.0+)?(e[+-]?\d+)?", c):
+            if not _check_passed(c, cells[2], columns):
+                limit = ("0" if "error" not in columns else
+                         f"{DELTA_MAX.get(cells[2].lower(), 0.0):g} for {cells[2]}")
                 raise UserError(f"{path}: line {i}: the result check reads {c} (wrong values "
-                                "at this size): nothing is fitted on a run that failed it")
+                                f"at this size; passing is at most {limit}): nothing is fitted "
+                                "on a run that failed it")
         if size <= 0:  # nccl-tests' 0-byte rows time a launch, not a collective
             continue
         if size in seen:
@@ -281,7 +361,19 @@ def parse_log(path: str | Path, op: str | None = None) -> NcclTestsLog:
                         "per log")
     # each run numbers its ranks from 0 (two runs in one file: two lists 0..7)
     world = max((max(r) + 1 for r in ranks.values()), default=0)
+    if elided:
+        said = _world_from_bw(name, rows)
+        raise UserError(f"{path}: line {elided}: the rank lines are cut short ('...'): the log "
+                        f"does not say how many GPUs and hosts ran ({world} rank(s) printed"
+                        + (f"; busbw / algbw says {said} GPUs" if said else "")
+                        + "): give the log with its whole '#  Rank' list")
     notes = []
+    if threads is None and ranks:
+        # no '# nThread T nGpus G' line (lost where the log was copied): the GPUs one process
+        # drove are the ranks its pid printed
+        threads = max(len(r) for r in ranks.values())
+        notes.append(f"{p.name}: no '# nThread ... nGpus G' line: {threads} GPU(s) per process "
+                     "read from the rank lines' pids")
     if not complete:
         notes.append(f"{p.name}: no '# Avg bus bandwidth' footer: the log was cut short; its "
                      f"{len(rows)} complete rows are read"
@@ -290,8 +382,10 @@ def parse_log(path: str | Path, op: str | None = None) -> NcclTestsLog:
         notes.append(f"{p.name}: {repeated} rows repeat a size already read (several runs or "
                      "processes wrote the file): the first of each size is kept")
     if launcher:
-        notes.append(f"{p.name}: {launcher} line(s) before the table's header are not "
-                     "nccl-tests' (the launcher's output): skipped")
+        where = (f"without the prefix {prefix!r} the launcher put before the log's lines"
+                 if prefix else "before the table's header")
+        notes.append(f"{p.name}: {launcher} line(s) {where} are not nccl-tests' (the "
+                     "launcher's or other processes' output): skipped")
     if world < 2:
         raise UserError(f"{path}: the log names {world} rank(s) ('#  Rank' lines): a "
                         "collective needs 2 or more")
@@ -596,6 +690,11 @@ def _from_logs_nccl(name: str, paths: list[str], logs, base, rows: list[dict],
     from vocabulary.atomic import to_csv_atomic
 
     fit = fit_nccl(base, fitted, algo, nodes)
+    if fit.at_bound:
+        notes.append(f"the fit left {' and '.join(fit.at_bound)} at an end of its range "
+                     "(calibration/nccl_tests_fit.py BOUNDS): the rows are far from anything "
+                     f"{base.name}'s NCCL path prices (another GPU, transport or a broken run?);"
+                     " check the rows' errors before planning on this profile")
 
     def table(which: list[dict]) -> pd.DataFrame:
         got = predict(fit.hardware, which, algo)
@@ -607,12 +706,22 @@ def _from_logs_nccl(name: str, paths: list[str], logs, base, rows: list[dict],
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     logs_text = ", ".join(Path(p).name for p in paths)
     together = ("with the launch cost" if fit.tier == "intra_node" else
-                "with GPUDirect RDMA on and off")
+                "with the cost per network message, GPUDirect RDMA on and off")
     src = (f"fitted by scape calibrate nccl-tests {logs_text} (--algo {algo}), {when}: solved "
            f"{together} on the logs' rows through this profile's NCCL path "
            "(calibration/nccl_tests_fit.py)")
     doc = read_toml(Path(base.path))
+    if fit.tier == "transport" and "transport" not in doc:  # the NICs as ib-verbs sees them
+        tr = fit.hardware.transport
+        doc["transport"] = {"kind": tr.kind, "efficiency": tr.efficiency,
+                            "latency_us": tr.latency_us, "call_us": tr.call_us,
+                            "source": tr.source}
     doc[fit.tier] = {**doc[fit.tier], "efficiency": fit.efficiency, "efficiency_source": src}
+    if fit.message_us is not None:
+        doc["transport"] = {**doc["transport"], "message_us": fit.message_us,
+                            "message_us_source": src + ": what each network message costs "
+                            "beyond NCCL's own per-step figure, paid at every network step of "
+                            "a call's critical path"}
     if fit.tier == "intra_node":  # several nodes keep the base's launch (nccl_tests_fit.py)
         doc["nccl"] = {**doc["nccl"], "launch_us": fit.launch_us, "launch_us_source": src}
     if fit.gdr is False and base.nccl.gdr is not False:
@@ -633,8 +742,9 @@ def _from_logs_nccl(name: str, paths: list[str], logs, base, rows: list[dict],
                                   f"{', '.join(devices) or 'an unnamed device'}",
                        "network_date": when, "network_backend": "nccl",
                        **coverage(fitted, logs)}
-    tier = "NVLink" if fit.tier == "intra_node" else "NIC"
-    doc["description"] = (f"{base.name} with its {tier} efficiency and NCCL launch cost fitted "
+    fitted_text = ("NVLink efficiency and NCCL launch cost" if fit.tier == "intra_node" else
+                   "transport's efficiency and cost per network message")
+    doc["description"] = (f"{base.name} with its {fitted_text} fitted "
                           f"on nccl-tests logs of {', '.join(devices) or 'an unnamed device'} "
                           f"({logs_text})")
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -11,9 +11,15 @@ the written profile prices every op, size and GPU count through the same code as
 profiles; a held-out op of the logs is predicted by it.
 
 Logs of several whole nodes (the default there too since 2026-11-29; `--model link` takes
-the link fit, calibration/nccl_tests.py) solve the NICs' share of their line rate ([nic] efficiency)
-instead, the launch cost staying the base profile's (a host property the one-node path
-measures), and one discrete property: whether NCCL had GPUDirect RDMA to the NICs. Without it
+the link fit, calibration/nccl_tests.py) solve the inter-node transport instead, the launch
+cost staying the base profile's (a host property the one-node path measures): the NICs' share
+of their line rate ([transport] efficiency) and what each network message costs that NCCL's
+tuner does not see ([transport] message_us: the proxy's and the network plugin's own cost per
+request, TCPXO's 22.9 us on A3 Mega, paid at every network step of a call's critical path;
+simulator/nccl.py latency_us), both properties of the cluster's transport; a base without a
+[transport] table gets one of its NICs as NCCL's InfiniBand verbs sees them (kind ib-verbs,
+[nic] efficiency and latency), which prices as the base does until message_us is above 0.
+And one discrete property: whether NCCL had GPUDirect RDMA to the NICs. Without it
 NCCL turns LL128 off on every communicator spanning nodes (tuning.cc's LL128 rule, typeInter
 above PXN), and no nccl-tests table says so; both are fitted and the one whose rows fit better
 is written ([nccl] gdr = false where it is off).
@@ -24,9 +30,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from profiles import HardwareProfile
+from profiles.hardware import Transport
 from simulator.collective import sweep
 
-BOUNDS = {"efficiency": (0.05, 1.0), "launch_us": (0.0, 100.0)}
+BOUNDS = {"efficiency": (0.05, 1.0), "launch_us": (0.0, 100.0), "message_us": (0.0, 200.0)}
 ROUNDS, STEPS = 3, 30  # coordinate rounds, golden-section steps each
 
 
@@ -38,7 +45,10 @@ class NcclFit:
     algo: str
     base_efficiency: float
     base_launch_us: float
-    tier: str = "intra_node"  # whose efficiency: the NVLink (one node) or the NICs (several)
+    tier: str = "intra_node"  # whose efficiency: the NVLink (one node) or the transport
+    message_us: float | None = None  # several nodes: [transport] message_us fitted
+    base_message_us: float | None = None
+    at_bound: tuple[str, ...] = ()  # constants the fit left at an end of its range
     gdr: bool | None = None  # several nodes: GPUDirect RDMA as the logs' LL128 use tells it
     launch_adds: bool | None = None  # -g N logs of one node: whether the launches add
 
@@ -48,7 +58,9 @@ class NcclFit:
                                   if self.gdr is False else "as the base (LL128 on)"))
         launch = (f"[nccl] launch_us {self.launch_us:.2f} (base {self.base_launch_us:g})"
                   if self.tier == "intra_node" else
-                  f"[nccl] launch_us kept at the base's {self.launch_us:g}")
+                  f"[transport] message_us {self.message_us:.1f} (base "
+                  f"{self.base_message_us or 0:g}), [nccl] launch_us kept at the base's "
+                  f"{self.launch_us:g}")
         adds = ("" if self.launch_adds is None else
                 "; [nccl] launch_adds " + ("true (the GPU time follows the process's launches "
                                            "on its other GPUs: fits the rows better)"
@@ -58,13 +70,30 @@ class NcclFit:
                 f"{self.efficiency:.3f} (base {self.base_efficiency:g}), {launch}{gdr}{adds}")
 
 
+def with_transport(hw: HardwareProfile) -> HardwareProfile:
+    """`hw` with a [transport] table: its own, else its NICs as NCCL's InfiniBand verbs
+    transport sees them (simulator/nccl.py takes a profile without one as ib-verbs), which
+    prices every call as `hw` does while message_us is 0."""
+    if hw.transport is not None:
+        return hw
+    return replace(hw, transport=Transport(
+        kind="ib-verbs", efficiency=hw.nic.efficiency, latency_us=hw.nic.latency_us,
+        call_us=0.0, message_us=0.0,
+        source=f"{hw.name}'s [nic]: NCCL's InfiniBand verbs transport on its NICs (no [transport] "
+               "table there), with message_us fitted (calibration/nccl_tests_fit.py)"))
+
+
 def with_constants(hw: HardwareProfile, efficiency: float, launch_us: float,
                    tier: str = "intra_node", gdr: bool | None = None,
-                   launch_adds: bool | None = None) -> HardwareProfile:
+                   launch_adds: bool | None = None,
+                   message_us: float | None = None) -> HardwareProfile:
     link = replace(getattr(hw, tier), efficiency=efficiency)
+    if message_us is not None:
+        link = replace(link, message_us=message_us)
     adds = hw.nccl.launch_adds if launch_adds is None else launch_adds
+    several = tier == "transport"
     return replace(hw, **{tier: link}, nccl=replace(hw.nccl, launch_us=launch_us,
-                                                    gdr=gdr if tier == "nic" else hw.nccl.gdr,
+                                                    gdr=gdr if several else hw.nccl.gdr,
                                                     launch_adds=adds))
 
 
@@ -106,34 +135,53 @@ def _golden(f, lo: float, hi: float) -> float:
 def fit_nccl(base: HardwareProfile, rows: list[dict], algo: str = "auto",
              nodes: int = 1) -> NcclFit:
     """`base` with [intra_node] efficiency and [nccl] launch_us solved on `rows` (one node).
-    Rows of several nodes solve the NICs' [nic] efficiency instead, once with the base's
-    GPUDirect RDMA and once without it ([nccl] gdr = false: LL128 off across nodes, NCCL's
-    rule where the NICs are not reached directly, which no nccl-tests table prints), keeping
-    the one whose rows fit better: a discrete property of the cluster the logs tell.
+    Rows of several nodes solve the transport's [transport] efficiency and message_us instead
+    (`with_transport`), once with the base's GPUDirect RDMA and once without it ([nccl] gdr =
+    false: LL128 off across nodes, NCCL's rule where the NICs are not reached directly, which
+    no nccl-tests table prints), keeping the one whose rows fit better: a discrete property of
+    the cluster the logs tell.
     Rows of one node launched by a process driving several GPUs (nccl-tests -g N) are solved
     twice the same way, with the GPU time overlapping the process's launches and following
     them ([nccl] launch_adds, simulator/collective.py `launched`), the better kept: how a
     system's -g N tables grow with size past the launch floor, which no table prints."""
-    tier = "intra_node" if nodes == 1 else "nic"
+    tier = "intra_node" if nodes == 1 else "transport"
+    if nodes > 1:
+        base = with_transport(base)
     gdrs = [base.nccl.gdr] if nodes == 1 or base.nccl.gdr is False else [base.nccl.gdr, False]
     several = nodes == 1 and any(int(r["gpus_per_process"]) > 1 for r in rows)
     adds = [base.nccl.launch_adds, not base.nccl.launch_adds] if several else [None]
+    # the second constant: the host's launch on one node, the transport's cost per message
+    # on several (the launch staying the base's, a host property)
+    second = "launch_us" if nodes == 1 else "message_us"
+    start = base.nccl.launch_us if nodes == 1 else base.transport.message_us or 0.0
     best = None
     for gdr in gdrs:
         for add in adds:
-            eff, launch = getattr(base, tier).efficiency, base.nccl.launch_us
+            eff, other = getattr(base, tier).efficiency, start
 
-            def loss(e, u, g=gdr, a=add):
-                return _loss(with_constants(base, e, u, tier, g, a), rows, algo)
-
-            for _ in range(ROUNDS if nodes == 1 else 1):
-                eff = _golden(lambda e, u=launch: loss(e, u), *BOUNDS["efficiency"])
+            def loss(e, o, g=gdr, a=add):
                 if nodes == 1:
-                    launch = _golden(lambda u, e=eff: loss(e, u), *BOUNDS["launch_us"])
-            got = (loss(eff, launch), gdr, add, eff, launch)
+                    return _loss(with_constants(base, e, o, tier, g, a), rows, algo)
+                return _loss(with_constants(base, e, base.nccl.launch_us, tier, g, a, o), rows,
+                             algo)
+
+            for _ in range(ROUNDS):
+                eff = _golden(lambda e, o=other: loss(e, o), *BOUNDS["efficiency"])
+                other = _golden(lambda o, e=eff: loss(e, o), *BOUNDS[second])
+            got = (loss(eff, other), gdr, add, eff, other)
             if best is None or got[0] < best[0]:
                 best = got
-    _, gdr, add, eff, launch = best
-    return NcclFit(with_constants(base, eff, launch, tier, gdr, add), eff, launch, algo,
-                   getattr(base, tier).efficiency, base.nccl.launch_us, tier, gdr,
-                   bool(add) if several else None)
+    _, gdr, add, eff, other = best
+    launch = other if nodes == 1 else base.nccl.launch_us
+    message = None if nodes == 1 else other
+    hw = with_constants(base, eff, launch, tier, gdr, add, message)
+    # a constant left at an end of its range: the rows wanted it further (a cost of 0 is a
+    # cost the system does not have, not an end)
+    ends = tuple(name for name, value, lows in (("efficiency", eff, True),
+                                                (second, other, False))
+                 if any(abs(value - b) < 1e-3 * (BOUNDS[name][1] - BOUNDS[name][0])
+                        for b in BOUNDS[name][0 if lows else 1:]))
+    return NcclFit(hw, eff, launch, algo, getattr(base, tier).efficiency, base.nccl.launch_us,
+                   tier, message_us=message,
+                   base_message_us=None if nodes == 1 else base.transport.message_us,
+                   at_bound=ends, gdr=gdr, launch_adds=bool(add) if several else None)

@@ -9,14 +9,20 @@ import re
 
 from vocabulary.errors import UserError
 
-# a family: one or two capitals and the model number (A100, H100, GH200, L40S, V100, B200);
-# the form factor (SXM4, HBM3: three capitals) and the vendor (NVIDIA, Tesla) do not match
-_FAMILY = re.compile(r"\b([A-Z]{1,2}\d{2,4}[A-Z]?)\b")
+# a family: one or two capitals and the model number (A100, H100, GH200, L40S, V100, B200,
+# T4, L4); the form factor (SXM4, HBM3: three capitals) and the vendor (NVIDIA, Tesla) do not
+# match. Workstation and consumer boards name theirs after RTX ("GeForce RTX 4090", "RTX
+# A6000", "RTX PRO 6000"): the family is RTX and the model, so an RTX 4090 is not an H100
+_RTX = re.compile(r"\bRTX\s+(?:PRO\s+)?([A-Z]?\d{3,4}(?:\s?Ti)?)\b", re.IGNORECASE)
+_FAMILY = re.compile(r"\b([A-Z]{1,2}\d{1,4}[A-Z]?)\b")
 _GB = re.compile(r"(\d+)\s*GB\b", re.IGNORECASE)
 
 
 def family(name: str) -> str | None:
     """The GPU family a name states, or None where it states none."""
+    rtx = _RTX.search(name)
+    if rtx:
+        return "RTX " + rtx[1].replace(" ", "").upper().replace("TI", " Ti")
     found = _FAMILY.search(name)
     return found[1] if found else None
 
