@@ -35,7 +35,7 @@ of each size is kept.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from profiles import UserError
@@ -150,6 +150,7 @@ class NcclTestsLog:
     spans_hosts: bool = False  # one run's ranks on several hosts (not several runs in a file)
     notes: list[str] = field(default_factory=list)
     nccl: NcclInfo = field(default_factory=NcclInfo)
+    section: int | None = None  # a file of several collectives: the line this one starts at
 
     def choices(self) -> list[tuple[int, str, str]]:
         """NCCL's printed choices for this log's op: (size in nccl-tests terms, the whole
@@ -262,14 +263,77 @@ def _check_passed(cell: str, dtype: str, columns: list[str]) -> bool:
     return value == 0
 
 
-def parse_log(path: str | Path, op: str | None = None) -> NcclTestsLog:
-    """One nccl-tests log, read as published; a UserError naming the file and line where it is
-    not one, or where the run failed."""
+STARTING = re.compile(r"Collective test starting:\s*(\w+)")
+
+
+def _sections(lines: list[str]) -> list[int]:
+    """Where each collective of a file starts (0-based line indices): nccl-tests binaries run
+    one after another into one file print one header each (`# nccl-tests version` and
+    `# Collective test starting: OP_perf`); a file of one collective is one section. A binary
+    that starts again right after itself (A, A) starts no new section; one that comes back
+    after another (A, B, A) does, read as a log of its own."""
+    starts, binary = [], None
+    for i, ln in enumerate(lines):
+        if (m := STARTING.search(ln)) is not None and m[1] != binary:
+            # the same binary again is the same collective run twice into the file (two
+            # nodes' processes printing): one log, its repeated rows dropped (`_parse`)
+            starts.append(i)
+            binary = m[1]
+    if len(starts) < 2:
+        return [0]
+    # a section opens at its version line where one comes just before its starting line
+    out = [i - 1 if i > 0 and "nccl-tests version" in lines[i - 1] else i for i in starts]
+    return [0, *out[1:]]
+
+
+def _read(path: str | Path) -> tuple[Path, str]:
     p = Path(path)
     try:
-        text = p.read_text(errors="replace")
+        return p, p.read_text(errors="replace")
     except OSError as exc:
         raise UserError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+
+
+def parse_logs(path: str | Path, op: str | None = None) -> list[NcclTestsLog]:
+    """Every collective of one nccl-tests output file (several binaries run into one file, as
+    cluster benchmark scripts do, are read one by one, each section's lines numbered as in the
+    file); `op`: only its sections (refused where none measures it)."""
+    p, text = _read(path)
+    lines = text.splitlines()
+    starts = _sections(lines)
+    if len(starts) == 1:
+        return [_parse(p, text, op, 0)]
+    bounds = [*starts[1:], len(lines)]
+    found = []
+    for start, end in zip(starts, bounds, strict=True):
+        chunk = "\n".join(lines[start:end])
+        said = STARTING.search(chunk)
+        binary = said[1].removesuffix("_mpi") if said else None
+        if op is not None and BINARIES.get(binary) != op:
+            continue
+        found.append(replace(_parse(p, chunk, op, start), section=start + 1))
+    if not found:
+        held = [STARTING.search("\n".join(lines[s:e]))[1] for s, e in zip(starts, bounds,
+                                                                          strict=True)]
+        raise UserError(f"{path}: it holds {len(starts)} collectives ({', '.join(held)}), none "
+                        f"of them --op {op}")
+    return found
+
+
+def parse_log(path: str | Path, op: str | None = None) -> NcclTestsLog:
+    """One nccl-tests log, read as published; a UserError naming the file and line where it is
+    not one, or where the run failed. A file of several collectives gives the one of `op`
+    (`parse_logs` reads them all)."""
+    logs = parse_logs(path, op)
+    if len(logs) > 1:
+        raise UserError(f"{path}: it holds {len(logs)} collectives "
+                        f"({', '.join(log.op for log in logs)}): give --op for one")
+    return logs[0]
+
+
+def _parse(p: Path, text: str, op: str | None, offset: int) -> NcclTestsLog:
+    """One collective's text (`offset`: the file's lines before it, for line numbers)."""
+    path = p
     name = _op_of(p, text, op)
     ranks: dict[tuple[str, str], set[int]] = {}
     devices, hosts, rows, seen = [], [], [], set()
@@ -277,9 +341,9 @@ def parse_log(path: str | Path, op: str | None = None) -> NcclTestsLog:
     complete, repeated, columns, cut = False, 0, None, None
     info, launcher, elided = NcclInfo(), 0, None
     lines = text.splitlines()
-    last = max((i for i, ln in enumerate(lines, 1) if ln.strip()), default=0)
+    last = max((i for i, ln in enumerate(lines, offset + 1) if ln.strip()), default=0)
     prefix = next((m[1] for ln in lines if (m := PREFIXED.match(ln.strip()))), "")
-    for i, raw in enumerate(lines, 1):
+    for i, raw in enumerate(lines, offset + 1):
         line = raw.strip()
         if not line:
             continue
@@ -562,7 +626,19 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
                         "(dgx-a100, dgx-h100, ...): nccl-tests measures the network only, and "
                         "the profile needs its GPU's tables to load")
     base = load_hardware(gpu_from)
-    logs = [parse_log(p, op) for p in paths]
+    from scape.plan import WIRE_FACTOR
+
+    logs, skipped = [], []
+    for p in paths:
+        for log in parse_logs(p, op):
+            if log.section is not None and log.op not in WIRE_FACTOR:
+                skipped.append(f"{Path(p).name}: its {log.op} (line {log.section}) is not a "
+                               "collective the simulator models: left out")
+            else:
+                logs.append(log)
+    if not logs:
+        raise UserError("none of the logs' collectives is one the simulator models: "
+                        + "; ".join(skipped))
     devices = {d for log in logs for d in log.devices}
     if len(devices) > 1:
         raise UserError(f"the logs come from different systems ({', '.join(sorted(devices))}): "
@@ -581,7 +657,7 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
     if not fitted:
         raise UserError(f"--holdout {holdout}: it is the only op of the logs; nothing is left "
                         "to fit on")
-    notes = [n for log in logs for n in log.notes] + gpu_said
+    notes = skipped + [n for log in logs for n in log.notes] + gpu_said
     typed = algo is not None
     algo, said = _logs_algo(logs, algo)
     notes += said + nccl_notes(logs, base, algo)

@@ -143,6 +143,45 @@ def test_published_variants_of_a_log_are_read_as_its_rows(tmp_path):
                                                 "Out of bounds values : 4 FAILED"))
 
 
+def test_a_file_of_several_collectives_is_read_one_by_one(capsys, tmp_path, monkeypatch):
+    """Cluster benchmark scripts run several nccl-tests binaries into one file: each section
+    is read as its own log, its rows numbered as in the file; `--op` picks one; a section of a
+    collective the simulator does not model is left out, said so. Calibrated on the file with
+    all_gather held out, the fit is the one made on the separate logs."""
+    import json
+
+    from calibration.nccl_tests import parse_logs
+
+    ar, ag = (H100_RUN[op].read_text() for op in ("all_reduce", "all_gather"))
+    sendrecv = ag.replace("all_gather_perf", "sendrecv_perf")
+    both = tmp_path / "bench.log"
+    both.write_text(ar + "\n" + ag + "\n" + sendrecv)
+    logs = parse_logs(both)
+    assert [log.op for log in logs] == ["all_reduce", "all_gather", "sendrecv"]
+    lines = both.read_text().splitlines()
+    first_ag = logs[1].rows[0]
+    assert logs[1].section == len(ar.splitlines()) + 2  # after the blank line between them
+    assert lines[first_ag.line - 1].split()[0] == str(first_ag.size_bytes)
+    assert [(r.size_bytes, r.time_us) for r in logs[1].rows] == [
+        (r.size_bytes, r.time_us) for r in parse_log(H100_RUN["all_gather"]).rows]
+    assert parse_log(both, "all_reduce").op == "all_reduce"
+    with pytest.raises(UserError, match=r"holds 3 collectives .*give --op"):
+        parse_log(both)
+    with pytest.raises(UserError, match="none of them --op broadcast"):
+        parse_logs(both, "broadcast")
+    monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path / "profiles"))
+    runs, said = [], []
+    for logs_given in ([str(both)], [str(H100_RUN["all_reduce"]), str(H100_RUN["all_gather"])]):
+        code, out, err = scape(capsys, "calibrate", "nccl-tests", *logs_given, "--out", "f",
+                               "--gpu-from", "dgx-h100", "--holdout", "all_gather",
+                               "--format", "json")
+        assert code == 0, err
+        runs.append([r["predicted_s"] for r in json.loads(out) if r["role"] == "held-out"])
+        said.append(f"its sendrecv (line {logs[2].section}) is not a collective" in err)
+    assert said == [True, False]
+    assert runs[0] == runs[1] and len(runs[0]) == len(logs[1].rows)
+
+
 def test_a_gpu_name_without_a_known_family_is_said_and_consumer_boards_are_refused():
     from calibration.nccl_tests import gpu_notes
     from vocabulary.gpu_names import family
