@@ -59,6 +59,8 @@ SYSTEMS = {  # name: (logs, the hardware profile of their GPU, the algorithm the
         (sorted(LOGS.glob("a100-sxm4-40gb-*.out")), "dgx-a100", "auto"),
     "8x H100 80GB HBM3, one process, NCCL_ALGO=Ring (together-nccl-tests 20260305_220944)":
         (sorted(LOGS.glob("h100-8x-ring-*.out")), "dgx-h100", "ring"),
+    "8x H100 80GB HBM3, one process per GPU, five binaries in one file, 32 MiB up "
+    "(xxrjun/nccl-tests-cluster)": ([LOGS / "h100-1x8-five-ops-xxrjun.log"], "dgx-h100", "auto"),
 }
 BANDS = (("< 1 MiB", 0, 2**20), ("1-64 MiB", 2**20, 2**26), (">= 64 MiB", 2**26, float("inf")))
 MIN_BYTES = 64 * 1024
@@ -169,6 +171,28 @@ def fit_on_one(logs: list[Path], parsed: list, gpu: str, algo: str) -> None:
                   + _fitted(fit))
 
 
+def one_op_per_file(paths: list[Path], folder: Path) -> list[Path]:
+    """Files of one collective each: a file several binaries ran into is cut into its
+    sections (calibration/nccl_tests.py `_sections`), each written to `folder`; collectives
+    the simulator does not model (sendrecv) are left out."""
+    from calibration.nccl_tests import _sections, parse_logs
+    from scape.plan import WIRE_FACTOR
+
+    out = []
+    for path in paths:
+        lines = path.read_text().splitlines()
+        starts = _sections(lines)
+        if len(starts) == 1:
+            out.append(path)
+            continue
+        for log, start, end in zip(parse_logs(path), starts, [*starts[1:], len(lines)],
+                                   strict=True):
+            if log.op in WIRE_FACTOR:
+                out.append(folder / f"{path.stem}-{log.op}.log")
+                out[-1].write_text("\n".join(lines[start:end]))
+    return out
+
+
 def main() -> int:
     import argparse
 
@@ -192,6 +216,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         measured.FOLDER = Path(tmp)  # the profiles written go nowhere that lasts
         for system, (logs, gpu, algo) in systems.items():
+            logs = one_op_per_file(logs, Path(tmp))
             parsed = [parse_log(p) for p in logs]
             ops = sorted(log.op for log in parsed)
             one_node = not any(log.spans_hosts for log in parsed)
@@ -209,7 +234,7 @@ def main() -> int:
                     print(f"    {'  outside:':<11}" + _band_text(*outside(table)))
                 print(f"    {'repeat:':<11}" + _band_text(*repeat(table)))
                 rows = fit_rows(parsed, MIN_BYTES)
-                if one_node:
+                if one_node and "all_to_all" not in ops:  # NCCL's rings only
                     print("    candidate: " + _band_text(*candidate(rows, gpu, held)))
                 print("    built-in:  " + _band_text(*built_in(rows, gpu, held, algo)))
             fit_on_one(logs, parsed, gpu, algo)

@@ -703,7 +703,8 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
     if holdout is not None:  # the fitted link: its latency and bandwidth, the op's algorithm
         out = []
         for r in (r for r in rows if r["op"] == holdout):
-            a, c = coefficients(holdout, "ring", int(r["world"]), float(r["size_bytes"]))
+            a, c = coefficients(holdout, NCCL_RINGS[holdout][0], int(r["world"]),
+                                float(r["size_bytes"]))  # all-to-all: pairwise sends
             predicted = (fit.latency_s * a + launch_s(fit, int(r["world"]))
                          + float(r["size_bytes"]) * c / fit.bandwidth_Bps)
             out.append({**r, "predicted_s": predicted,
@@ -745,7 +746,7 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
     sweep = _save_rows(path, pd.DataFrame([{k: r[k] for k in ("op", "size_bytes", "world",
                                                                 "seconds")}
                                            for r in fitted]), fit)
-    return path, fit, sweep, held, notes
+    return path, fit, sweep, held, list(dict.fromkeys(notes))  # one note per logs alike
 
 
 def _from_logs_nccl(name: str, paths: list[str], logs, base, rows: list[dict],
@@ -793,12 +794,14 @@ def _from_logs_nccl(name: str, paths: list[str], logs, base, rows: list[dict],
                             "latency_us": tr.latency_us, "call_us": tr.call_us,
                             "source": tr.source}
     doc[fit.tier] = {**doc[fit.tier], "efficiency": fit.efficiency, "efficiency_source": src}
-    if fit.message_us is not None:
+    if fit.message_us is not None and not fit.untold:
         doc["transport"] = {**doc["transport"], "message_us": fit.message_us,
                             "message_us_source": src + ": what each network message costs "
                             "beyond NCCL's own per-step figure, paid at every network step of "
                             "a call's critical path"}
-    if fit.tier == "intra_node":  # several nodes keep the base's launch (nccl_tests_fit.py)
+    # several nodes keep the base's launch (nccl_tests_fit.py); rows that do not tell the
+    # launch or the cost per message keep the base's, its source with it
+    if fit.tier == "intra_node" and not fit.untold:
         doc["nccl"] = {**doc["nccl"], "launch_us": fit.launch_us, "launch_us_source": src}
     if fit.gdr is False and base.nccl.gdr is not False:
         doc["nccl"] = {**doc["nccl"], "gdr": False, "gdr_source": src + ": LL128 off across "
@@ -827,4 +830,4 @@ def _from_logs_nccl(name: str, paths: list[str], logs, base, rows: list[dict],
     write_checked(path, f"# Written by scape calibrate nccl-tests {logs_text}, {when}. "
                   "Rerun it to refresh; do not edit.\n" + dumps(doc), "--out")
     to_csv_atomic(sweep, path.with_suffix(".nccl-tests.csv"), index=False)
-    return path, fit, sweep, held, notes
+    return path, fit, sweep, held, list(dict.fromkeys(notes))  # one note per logs alike
