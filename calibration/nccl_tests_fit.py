@@ -35,9 +35,10 @@ from simulator.collective import sweep
 
 BOUNDS = {"efficiency": (0.05, 1.0), "launch_us": (0.0, 100.0), "message_us": (0.0, 200.0)}
 ROUNDS, STEPS = 3, 30  # coordinate rounds, golden-section steps each
-# a fitted second constant (launch, cost per message) that lowers the rows' mean |error| by
-# less than this (0.5 points) is one the rows do not tell: the base's is kept
-UNTOLD = 0.005
+# rows tell the second constant (launch, cost per message) where doubling it (from 0: adding
+# 10 us) moves some row's price by 5% or more; rows that do not (nccl-tests -b 32M: every call
+# far longer than a launch) keep the base's, the fit wandering otherwise to a bound
+TELLS, PROBE_US = 0.05, 10.0
 
 
 @dataclass(frozen=True)
@@ -170,16 +171,19 @@ def fit_nccl(base: HardwareProfile, rows: list[dict], algo: str = "auto",
                 return _loss(with_constants(base, e, base.nccl.launch_us, tier, g, a, o), rows,
                              algo)
 
+            def priced(o, e=eff, g=gdr, a=add):
+                hw = (with_constants(base, e, o, tier, g, a) if nodes == 1 else
+                      with_constants(base, e, base.nccl.launch_us, tier, g, a, o))
+                return predict(hw, rows, algo)
+
+            # a launch of 100 us fitted on 32 MiB-16 GiB rows prices them as well as 4.5 us,
+            # and every small call 20x too slow: only rows that tell it fit it
+            untold = not any(abs(y / x - 1) >= TELLS for x, y in zip(
+                priced(start), priced(2 * start if start > 0 else PROBE_US), strict=True))
             for _ in range(ROUNDS):
                 eff = _golden(lambda e, o=other: loss(e, o), *BOUNDS["efficiency"])
-                other = _golden(lambda o, e=eff: loss(e, o), *BOUNDS[second])
-            # rows that do not tell the second constant (no size where it shows: nccl-tests
-            # -b 32M) keep the base's: a launch of 100 us fitted on 32 MiB-16 GiB rows prices
-            # them as well as 4.5 us, and every small call 20x too slow
-            kept = _golden(lambda e: loss(e, start), *BOUNDS["efficiency"])
-            untold = loss(kept, start) - loss(eff, other) < UNTOLD * len(rows)
-            if untold:
-                eff, other = kept, start
+                if not untold:
+                    other = _golden(lambda o, e=eff: loss(e, o), *BOUNDS[second])
             got = (loss(eff, other), gdr, add, eff, other, untold)
             if best is None or got[0] < best[0]:
                 best = got

@@ -547,7 +547,7 @@ def test_the_nccl_path_of_several_nodes_recovers_a_cluster_without_gdr(capsys, t
                     nccl=replace(base.nccl, gdr=False))
     fitted, held = _fit_model_logs(capsys, tmp_path, monkeypatch, truth, "all_gather", hosts=2)
     # its NICs as NCCL's InfiniBand verbs sees them, no cost per message beyond NCCL's own
-    assert fitted.transport.kind == "ib-verbs" and not fitted.transport.message_us  # absent: 0
+    assert fitted.transport.kind == "ib-verbs" and fitted.transport.message_us < 0.05
     assert fitted.nccl.gdr is False and fitted.transport.efficiency == pytest.approx(0.8,
                                                                                      abs=0.01)
     assert len(held) == len(SIZES) and max(abs(r["error_pct"]) for r in held) < 1.0
