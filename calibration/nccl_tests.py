@@ -340,6 +340,7 @@ def _parse(p: Path, text: str, op: str | None, offset: int) -> NcclTestsLog:
     threads = version = None
     complete, repeated, columns, cut = False, 0, None, None
     info, launcher, elided = NcclInfo(), 0, None
+    first, others = None, set()
     lines = text.splitlines()
     last = max((i for i, ln in enumerate(lines, offset + 1) if ln.strip()), default=0)
     prefix = next((m[1] for ln in lines if (m := PREFIXED.match(ln.strip()))), "")
@@ -410,6 +411,11 @@ def _parse(p: Path, text: str, op: str | None, offset: int) -> NcclTestsLog:
                                 "on a run that failed it")
         if size <= 0:  # nccl-tests' 0-byte rows time a launch, not a collective
             continue
+        kind = tuple(cells[2:n_keys])  # type, and redop and root where printed
+        first = first or kind
+        if kind != first:  # -d all / -o all: every size timed for several types or ops
+            others.add(" ".join(kind))
+            continue
         if size in seen:
             repeated += 1
             continue
@@ -450,9 +456,16 @@ def _parse(p: Path, text: str, op: str | None, offset: int) -> NcclTestsLog:
                  if prefix else "before the table's header")
         notes.append(f"{p.name}: {launcher} line(s) {where} are not nccl-tests' (the "
                      "launcher's or other processes' output): skipped")
+    if others:
+        notes.append(f"{p.name}: the log times its sizes for several data types or reductions "
+                     f"(nccl-tests -d all / -o all): the rows of {' '.join(first)} are read, "
+                     f"those of {', '.join(sorted(others))} left out")
     if world < 2:
+        said = _world_from_bw(name, rows)
         raise UserError(f"{path}: the log names {world} rank(s) ('#  Rank' lines): a "
-                        "collective needs 2 or more")
+                        "collective needs 2 or more"
+                        + (f" (busbw / algbw says {said} GPUs: give the log with its '#  Rank' "
+                           "lines, which say how many hosts ran)" if said and said > 1 else ""))
     # one run over several hosts: no process group holds all of its ranks (two runs of one
     # node each, written to one file, each hold 0..7)
     spans = len(set(hosts)) > 1 and max(len(r) for r in ranks.values()) < world

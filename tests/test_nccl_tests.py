@@ -131,6 +131,18 @@ def test_published_variants_of_a_log_are_read_as_its_rows(tmp_path):
     with pytest.raises(UserError, match=rf"line {ranks[3]}: the rank lines are cut short.*3 "
                                         r"rank\(s\) printed; busbw / algbw says 8 GPUs"):
         read("all_reduce_perf.log", "\n".join(cut))
+    # -d all: each size timed for every data type in turn; the first type's rows are read
+    typed = []
+    for line in text.splitlines():
+        typed.append(line)
+        if line.split()[:1] and line.split()[0].isdigit() and " float " in line:
+            typed.append(line.replace(" float ", "  half "))
+    several = read("all_reduce_perf.log", "\n".join(typed))
+    assert same(several) and any("rows of float sum -1 are read, those of half sum -1 left "
+                                 "out" in n for n in several.notes)
+    unranked = "\n".join(line for line in text.splitlines() if "Rank " not in line)
+    with pytest.raises(UserError, match=r"names 0 rank\(s\).*busbw / algbw says 8 GPUs"):
+        read("all_reduce_perf.log", unranked)
     # the old layout prints the largest deviation: rounding passes, a wrong value does not
     old = A100_AG.read_text()
     row = "100.7   41.64   36.43    N/A"
