@@ -141,6 +141,10 @@ def calibrate_nccl_tests(
         minimum = 0 if min_size is None else parse_size(min_size)
     except UserError as exc:
         raise UserError(f"--min-size: {exc}") from None
+    # the NCCL path prices every row through the simulator, tens of times per constant: a
+    # few seconds on one node, 10-20 s on several
+    print(f"calibrate nccl-tests: reading {len(logs)} log(s) and fitting their rows ...",
+          file=sys.stderr)
     path, fit, df, held, notes = calibrate_from_logs(out.removeprefix("measured/"), logs, op,
                                                      holdout, minimum, gpu_from, model, algo)
     for note in notes:
