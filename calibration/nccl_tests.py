@@ -202,14 +202,22 @@ def coverage(fitted: list[dict], logs: list[NcclTestsLog]) -> dict:
             "logs_max_bytes": max(int(r["size_bytes"]) for r in fitted)}
 
 
+STARTING = re.compile(r"Collective test starting:\s*(\w+)")
+
+
+def _binary(text: str) -> str | None:
+    """The nccl-tests binary a log says it ran ('Collective test starting' line), without the
+    `_mpi` that builds with MPI=1 add to its name (since 2.18), or None."""
+    started = STARTING.search(text)
+    return started[1].removesuffix("_mpi") if started else None
+
+
 def _op_of(path: Path, text: str, op: str | None) -> str:
-    started = re.search(r"Collective test starting:\s*(\w+)", text)
     named = next((o for b, o in BINARIES.items() if b in path.name), None)
     named = named or next((o for o in BINARIES.values() if o in path.name), None)
-    # nccl-tests built with MPI=1 names its binaries all_reduce_perf_mpi, ... (since 2.18)
-    binary = started[1].removesuffix("_mpi") if started else None
+    binary = _binary(text)
     if binary is not None and binary not in BINARIES:
-        raise UserError(f"{path}: the log measures {started[1]} ('Collective test starting' "
+        raise UserError(f"{path}: the log measures {binary} ('Collective test starting' "
                         f"line), which this reads no table of (nccl-tests' "
                         f"{', '.join(BINARIES)})")
     found = BINARIES[binary] if binary is not None else named
@@ -263,9 +271,6 @@ def _check_passed(cell: str, dtype: str, columns: list[str]) -> bool:
     return value == 0
 
 
-STARTING = re.compile(r"Collective test starting:\s*(\w+)")
-
-
 def _sections(lines: list[str]) -> list[int]:
     """Where each collective of a file starts (0-based line indices): nccl-tests binaries run
     one after another into one file print one header each (`# nccl-tests version` and
@@ -307,14 +312,12 @@ def parse_logs(path: str | Path, op: str | None = None) -> list[NcclTestsLog]:
     found = []
     for start, end in zip(starts, bounds, strict=True):
         chunk = "\n".join(lines[start:end])
-        said = STARTING.search(chunk)
-        binary = said[1].removesuffix("_mpi") if said else None
-        if op is not None and BINARIES.get(binary) != op:
+        if op is not None and BINARIES.get(_binary(chunk)) != op:
             continue
         found.append(replace(_parse(p, chunk, op, start), section=start + 1))
     if not found:
-        held = [STARTING.search("\n".join(lines[s:e]))[1] for s, e in zip(starts, bounds,
-                                                                          strict=True)]
+        held = [str(_binary("\n".join(lines[s:e]))) for s, e in zip(starts, bounds,
+                                                                      strict=True)]
         raise UserError(f"{path}: it holds {len(starts)} collectives ({', '.join(held)}), none "
                         f"of them --op {op}")
     return found
