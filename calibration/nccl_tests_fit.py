@@ -138,6 +138,16 @@ def _golden(f, lo: float, hi: float) -> float:
     return (a + b) / 2
 
 
+def _candidate(base: HardwareProfile, nodes: int, efficiency: float, other: float,
+               gdr: bool | None, add: bool | None) -> HardwareProfile:
+    """`base` with the fit's two constants: on one node the NVLink's efficiency and the launch
+    cost (`other`), on several the transport's efficiency and its cost per message (`other`),
+    the launch staying the base's."""
+    if nodes == 1:
+        return with_constants(base, efficiency, other, "intra_node", gdr, add)
+    return with_constants(base, efficiency, base.nccl.launch_us, "transport", gdr, add, other)
+
+
 def fit_nccl(base: HardwareProfile, rows: list[dict], algo: str = "auto",
              nodes: int = 1) -> NcclFit:
     """`base` with [intra_node] efficiency and [nccl] launch_us solved on `rows` (one node).
@@ -166,20 +176,13 @@ def fit_nccl(base: HardwareProfile, rows: list[dict], algo: str = "auto",
             eff, other = getattr(base, tier).efficiency, start
 
             def loss(e, o, g=gdr, a=add):
-                if nodes == 1:
-                    return _loss(with_constants(base, e, o, tier, g, a), rows, algo)
-                return _loss(with_constants(base, e, base.nccl.launch_us, tier, g, a, o), rows,
-                             algo)
-
-            def priced(o, e=eff, g=gdr, a=add):
-                hw = (with_constants(base, e, o, tier, g, a) if nodes == 1 else
-                      with_constants(base, e, base.nccl.launch_us, tier, g, a, o))
-                return predict(hw, rows, algo)
+                return _loss(_candidate(base, nodes, e, o, g, a), rows, algo)
 
             # a launch of 100 us fitted on 32 MiB-16 GiB rows prices them as well as 4.5 us,
             # and every small call 20x too slow: only rows that tell it fit it
-            untold = not any(abs(y / x - 1) >= TELLS for x, y in zip(
-                priced(start), priced(2 * start if start > 0 else PROBE_US), strict=True))
+            now, probed = (predict(_candidate(base, nodes, eff, o, gdr, add), rows, algo)
+                           for o in (start, 2 * start if start > 0 else PROBE_US))
+            untold = not any(abs(y / x - 1) >= TELLS for x, y in zip(now, probed, strict=True))
             for _ in range(ROUNDS):
                 eff = _golden(lambda e, o=other: loss(e, o), *BOUNDS["efficiency"])
                 if not untold:
@@ -190,7 +193,7 @@ def fit_nccl(base: HardwareProfile, rows: list[dict], algo: str = "auto",
     _, gdr, add, eff, other, untold = best
     launch = other if nodes == 1 else base.nccl.launch_us
     message = None if nodes == 1 else other
-    hw = with_constants(base, eff, launch, tier, gdr, add, message)
+    hw = _candidate(base, nodes, eff, other, gdr, add)
     # a constant left at an end of its range: the rows wanted it further (a cost of 0 is a
     # cost the system does not have, not an end)
     ends = tuple(name for name, value, lows in (("efficiency", eff, True),
