@@ -11,8 +11,8 @@ import statistics
 import time
 
 from profiles import load_hardware
-from simulator.collective import collective_time
-from simulator.network import build_topology
+from simulator.network.collective import collective_time
+from simulator.network.topology import build_topology
 
 SCALES = (8, 1024, 16384, 131072)
 ALGOS = ("ring", "hierarchical", "tree")

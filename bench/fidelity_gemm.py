@@ -1,4 +1,4 @@
-"""The GEMM roofline's two fitted constants (simulator/roofline.py): launch time and the
+"""The GEMM roofline's two fitted constants (simulator/step/roofline.py): launch time and the
 smooth-max exponent, fitted per GPU on square shapes of a public GEMM table (split =
 calibration) and checked on its held-out rows. H100: OpenXLA's BF16 table
 (profiles/external/gemm-h100-xla.csv; held out: 15 transformer shapes); A100: cuBLAS FP16 from
@@ -25,8 +25,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from profiles import load_hardware  # noqa: E402
-from simulator.roofline import gemm_s  # noqa: E402
-from simulator.shapes import Gemm  # noqa: E402
+from simulator.layout.shapes import Gemm  # noqa: E402
+from simulator.step.roofline import gemm_s  # noqa: E402
 
 TABLES = {"dgx-h100": REPO / "profiles" / "external" / "gemm-h100-xla.csv",
           "dgx-a100": REPO / "profiles" / "external" / "gemm-a100.csv"}

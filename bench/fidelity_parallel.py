@@ -6,9 +6,9 @@ GPT-3 175B and Nemotron-4 in FP8) against
 `simulate_step` on the dgx-a100 and dgx-h100 profiles. Rows may name what differs from the GPT
 layout (kv_heads, ffn, mlp, tied), their gradient reduction's width (grad_dtype), whether
 their tensor-parallel communication overlapped its GEMMs (tp_overlap, as NeMo's
-ub_tp_comm_overlap does: simulator/tp_overlap.py) and whether the distributed optimizer's
+ub_tp_comm_overlap does: simulator/step/tp_overlap.py) and whether the distributed optimizer's
 parameter all-gathers overlapped the next forward (overlap_param), and whether their linear
-GEMMs ran FP8 (fp8: simulator/roofline.py); blank means GPT, bf16, not overlapped.
+GEMMs ran FP8 (fp8: simulator/step/roofline.py); blank means GPT, bf16, not overlapped.
 
 Forward and backward come from the profile's shapes model ([roofline], constants from
 kernel-level sources and bench/fidelity_gemm.py), communication from the collective and NCCL
@@ -54,10 +54,10 @@ from profiles import load_hardware, load_model  # noqa: E402
 from profiles.models import Arch  # noqa: E402
 from reports import roles  # noqa: E402
 from scape.plan import Dtypes, make_config  # noqa: E402
-from simulator.compute import fwd_bwd  # noqa: E402
-from simulator.step import simulate_step  # noqa: E402
-from simulator.step_config import StepConfig  # noqa: E402
-from simulator.streams import tp_allreduce_s  # noqa: E402
+from simulator.step.compute import fwd_bwd  # noqa: E402
+from simulator.step.simulate import simulate_step  # noqa: E402
+from simulator.step.step_config import StepConfig  # noqa: E402
+from simulator.step.streams import tp_allreduce_s  # noqa: E402
 
 DATA = REPO / "profiles" / "external" / "parallel-steps.csv"
 LAYERS = REPO / "profiles" / "external" / "layer-times.csv"
@@ -208,7 +208,7 @@ def authors_compute_check() -> pd.DataFrame:
     was, and is not used). The authors' computation also holds their optimizer step and other
     per-step work the shapes model leaves out."""
     from profiles.external import AUTHORS_MICRO_BATCH, authors_compute_rows, authors_micro_batches
-    from simulator.compute import fwd_bwd
+    from simulator.step.compute import fwd_bwd
 
     h100, gh200 = load_hardware("dgx-h100"), load_hardware("vista-gh200-socket")
     hw = replace(h100, gpu=replace(h100.gpu, peak_bf16_tflops=gh200.gpu.peak_bf16_tflops,

@@ -36,7 +36,7 @@ from profiles import load_hardware  # noqa: E402
 from profiles.external import default_gpus_per_process  # noqa: E402
 from reports import roles  # noqa: E402
 from reports.fidelity import bands  # noqa: E402
-from simulator.collective import sweep  # noqa: E402
+from simulator.network.collective import sweep  # noqa: E402
 
 DATA = REPO / "profiles" / "external" / "public-collectives.csv"
 MIB = 2**20

@@ -4,9 +4,9 @@ profiles/measured/h100-2026-11-26.toml (scape calibrate compute / collectives) a
 results/gpu-sessions/validate.csv (scape validate --backend nccl). Nothing is measured here;
 every figure printed is computed from those files and the profiles, so it reruns on any host.
 
-1. Forward+backward per model: time, TFLOP/s (3 x forward FLOPs, simulator.compute), MFU of the
+1. Forward+backward per model: time, TFLOP/s (3 x forward FLOPs, simulator.step.compute), MFU of the
    measured matmul peak and of the datasheet peak; this project's shape model of the same
-   micro-batch on dgx-h100 (simulator.compute.fwd_bwd, [roofline]), a prediction never fitted
+   micro-batch on dgx-h100 (simulator.step.compute.fwd_bwd, [roofline]), a prediction never fitted
    to these rows; and the SCAPE authors' GH200 compute (scape-sc26 comp_comm_micro_bs_8, 32
    GPUs: 4 micro-batches of 8 per step), scaled to one micro-batch and to an H100 by the peak
    ratio (dgx-h100 / vista-gh200-socket [gpu]).
@@ -38,7 +38,7 @@ from cli.validate import NOTHING_FITTED
 from profiles import load_hardware, load_model
 from profiles.external import AUTHORS_MICRO_BATCH, authors_compute_rows, authors_micro_batches
 from reports import roles
-from simulator.compute import fwd_bwd
+from simulator.step.compute import fwd_bwd
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = ROOT / "results" / "gpu-sessions"

@@ -107,8 +107,8 @@ def main() -> int:
     from calibration.trace import read_trace
     from profiles import load_hardware, load_model
     from scape.plan import make_config
-    from simulator.step import simulate_step
-    from simulator.step_config import StepConfig
+    from simulator.step.simulate import simulate_step
+    from simulator.step.step_config import StepConfig
 
     hw, m = load_hardware("measured/gpu-trace"), load_model(a.model)
     result = {}

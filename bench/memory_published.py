@@ -1,4 +1,4 @@
-"""Per-GPU memory of published training runs against the memory model (simulator/memory.py).
+"""Per-GPU memory of published training runs against the memory model (simulator/memory/peak.py).
 
 Two questions, on rows nobody fitted anything to:
 1. Does the model refuse a run that ran? Every published step in profiles/external/
@@ -34,7 +34,7 @@ from cli.outputs import script_outputs  # noqa: E402
 from profiles import UserError, load_hardware  # noqa: E402
 from profiles.models import Arch  # noqa: E402
 from scape.plan import Dtypes, make_config  # noqa: E402
-from simulator.memory import memory_use, reserve, step_memory  # noqa: E402
+from simulator.memory.peak import memory_use, reserve, step_memory  # noqa: E402
 
 PUBLISHED = REPO / "profiles" / "external" / "published-memory.csv"
 GIB = 2.0**30
@@ -43,7 +43,7 @@ GIB = 2.0**30
 # device's bytes (below what the driver reports) and the family's reserve terms
 GPU_PROFILE = {"GH200": "vista-gh200", "H100": "dgx-h100", "H200": "dgx-h100",
                "A100": "dgx-a100", "B200": "dgx-b200"}
-# a row's sharding -> the scheme that holds the same state (simulator/memory.py)
+# a row's sharding -> the scheme that holds the same state (simulator/memory/peak.py)
 SHARDING = {"none": "dense-ddp", "zero1": "dense-zero1", "distopt": "dense-zero1",
             "zero2": "dense-zero2", "zero3": "dense-zero3", "fsdp": "dense-zero3",
             "hsdp": "dense-zero3"}
@@ -58,7 +58,7 @@ FRAMEWORK_LOSS = {"fsdp": "fused", "torchtitan": "eager"}
 # GPU by any activation count (the data file's comment says why): priced and reported apart,
 # with the micro-batches that fit, not counted as runs the model refuses
 INFERRED_MICRO_BATCH = {"fa2-gpt3-2.7B-8k": "profiles/external/parallel-steps.csv, fa2-* comment"}
-# a row's framework -> what its stack keeps (simulator/activations.py; vocabulary STACKS)
+# a row's framework -> what its stack keeps (simulator/memory/activations.py; vocabulary STACKS)
 STACK = {"torchtitan": "torchtitan"}
 
 

@@ -1,6 +1,6 @@
 """How `scape validate --external scape-sc26` moves with the NIC speed NCCL's tuner reads.
 
-NCCL picks ring or tree from its own cost model (simulator/nccl.py), fed by the speed its
+NCCL picks ring or tree from its own cost model (simulator/network/nccl.py), fed by the speed its
 network plugin reports. Over TCP sockets that is the interface's /sys/class/net speed: an
 IPoIB interface on an NDR port reads 400 Gb/s where the kernel knows NDR, and NCCL takes
 10 Gb/s where the speed cannot be read (docs/research/nccl-socket-choice.md). The authors'
@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO))
 
 from reports import external as x  # noqa: E402
 from reports.roles import role_lines  # noqa: E402
-from simulator import nccl  # noqa: E402
+from simulator.network import nccl  # noqa: E402
 
 SPEEDS_GBPS = (400.0, 200.0, 100.0, 10.0)
 

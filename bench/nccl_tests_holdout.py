@@ -8,12 +8,13 @@ Four models, each line says which:
   the --gpu-from profile's NCCL path, its NVLink efficiency and NCCL launch cost fitted on the
   other ops, and on -g N logs whether the process's launches add to the call; the held-out op
   priced by `scape collective`'s own code; the fit's discrete choices in brackets);
-- link: `--model link` (simulator/fit.py fit_tier: one latency per ring hop for the whole
+- link: `--model link` (simulator/network/fit.py fit_tier: one latency per ring hop for the whole
   tier, one bandwidth and fixed cost per op; NCCL's ring for every op; the held-out op pays the
   fitted ops' fixed cost per call);
 - candidate (not in the product): NCCL's own per-step latency for the protocol its tuner picks
   at each size (hwLat NVLink ring LL/LL128/Simple from profiles/external/nccl-tuning.toml; the
-  protocol from simulator/nccl.py on the --gpu-from profile's [nccl], ring forced), plus a fixed
+  protocol from simulator/network/nccl.py on the --gpu-from profile's [nccl], ring forced), plus a
+  fixed
   cost per call and a bandwidth per op fitted on the rows (L1); the held-out op takes the
   fitted ops' median cost per call and bandwidth (one launch, one ring). Nothing in it is
   fitted to the held-out rows;
@@ -80,8 +81,8 @@ def candidate(rows: list[dict], gpu: str, held: str) -> tuple[list[float], list[
     import numpy as np
 
     from profiles import load_hardware
-    from simulator import nccl
-    from simulator.fit import coefficients
+    from simulator.network import nccl
+    from simulator.network.fit import coefficients
 
     hop_us = nccl.constants()["hw_lat"]["nvlink"]["ring"]  # LL, LL128, Simple, per step
     m = nccl.machine(load_hardware(gpu), rows[0]["world"])
@@ -98,7 +99,7 @@ def candidate(rows: list[dict], gpu: str, held: str) -> tuple[list[float], list[
         t = np.array([r["seconds"] for r in mine])
         lat, byt = map(np.array, zip(*(terms(r) for r in mine), strict=True))
         design, y, w = np.stack([np.ones_like(t), byt], 1) / t[:, None], (t - lat) / t, 1.0
-        for _ in range(40):  # L1 by reweighting, as simulator/fit.py _solve
+        for _ in range(40):  # L1 by reweighting, as simulator/network/fit.py _solve
             x, *_ = np.linalg.lstsq(design * np.c_[w], y * w, rcond=None)
             w = 1 / np.sqrt(np.maximum(np.abs(design @ x - y), 1e-3))
         fits[op] = (max(float(x[0]), 0.0), float(x[1]))
@@ -132,7 +133,7 @@ def built_in(rows: list[dict], gpu: str, op: str, algo: str) -> tuple[list, list
     """The shipped profile's own prediction, nothing fitted: `scape collective -H GPU --op OP
     --algo ALGO --gpus-per-process G` at the logs' sizes (G: the GPUs one process drove)."""
     from profiles import load_hardware
-    from simulator.collective import sweep
+    from simulator.network.collective import sweep
 
     mine = [r for r in rows if r["op"] == op]
     got = sweep(load_hardware(gpu), mine[0]["world"], op, algo,

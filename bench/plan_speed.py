@@ -25,9 +25,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from profiles import load_hardware, load_model  # noqa: E402
-from simulator.batch import phase_cache, simulate_cached  # noqa: E402
-from simulator.plan_request import PlanRequest  # noqa: E402
-from simulator.planner import bounds, candidates  # noqa: E402
+from simulator.planning.plan_request import PlanRequest  # noqa: E402
+from simulator.planning.planner import bounds, candidates  # noqa: E402
+from simulator.step.batch import phase_cache, simulate_cached  # noqa: E402
 
 PLAN = [sys.executable, "-m", "cli", "plan", "--model", "llama-70b", "--tokens", "1e12",
         "--hardware", "dgx-h100", "--max-gpus", "4096", "--format", "csv"]
@@ -47,13 +47,13 @@ def in_process(runs: int) -> dict:
                       max_gpus=4096, workers=1).validate()
     t_cand, t_bound = [], []
     for _ in range(runs):
-        from simulator import activations, memory, pipeline
+        from simulator.memory import activations, memory, pipeline
 
         for cached in (memory._stage_activations, activations.in_flight,
                        activations.layer_memory, pipeline.pipeline_bound):
             cached.cache_clear()  # each run from cold, as a fresh process is
-        from simulator import step as step_module
-        from simulator import tp_overlap
+        from simulator.step import simulate as step_module
+        from simulator.step import tp_overlap
 
         step_module.FWD_BWD.clear()
         tp_overlap.TP_COLLECTIVES.clear()

@@ -30,7 +30,7 @@ from cli.validate import NOTHING_FITTED  # noqa: E402
 from profiles import load_hardware, load_model  # noqa: E402
 from reports import roles  # noqa: E402
 from reports.validate import predict  # noqa: E402
-from simulator.compare import parse_scheme  # noqa: E402
+from simulator.planning.compare import parse_scheme  # noqa: E402
 
 VALIDATION = REPO / "results" / "validation"
 SETS = ("netbed-100mbit", "netbed-400mbit", "netbed-1gbit")

@@ -10,9 +10,9 @@ import argparse
 import time
 
 from profiles import load_hardware, load_model
-from simulator.compare import DEFAULT_SCHEMES, parse_scheme
-from simulator.step import simulate_step
-from simulator.step_config import StepConfig
+from simulator.planning.compare import DEFAULT_SCHEMES, parse_scheme
+from simulator.step.simulate import simulate_step
+from simulator.step.step_config import StepConfig
 
 SCALES = (32, 1024, 16384, 131072)
 BUDGET_S, BUDGET_UP_TO = 1.0, 16384

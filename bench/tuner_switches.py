@@ -1,6 +1,6 @@
 """Where NCCL's tuner makes a call faster on a slower machine (issue 45).
 
-NCCL picks each call's (algorithm, protocol) by its own cost model (simulator/nccl.py); the
+NCCL picks each call's (algorithm, protocol) by its own cost model (simulator/network/nccl.py); the
 simulator then prices that pair. Every pair is monotone (a lower rate never makes it faster:
 tests/test_physics_properties.py), but the tuner's model does not see NVLS_TREE's pipeline fill
 nor, on a profile without [nccl], the simulator's own phases, so near a switch point it can
@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from profiles import UserError, load_hardware  # noqa: E402
-from simulator.collective import sweep  # noqa: E402
+from simulator.network.collective import sweep  # noqa: E402
 from tests.test_physics_properties import OPS, PROFILES, slower  # noqa: E402
 
 SIZES = [2.0**e for e in range(10, 31)]

@@ -237,7 +237,8 @@ def provenance(backend: str, netbed, nprocs) -> dict:
 def calibrate(name: str, nprocs: list[int], backend: str = "gloo", netbed=None,
               sizes=DEFAULT_SIZES, repeats: int = 7, progress: bool = False,
               share_gpu: bool = False):
-    """Sweep at each rank count in `nprocs`, fit all rows at once (simulator/fit.py), and write
+    """Sweep at each rank count in `nprocs`, fit all rows at once (simulator/network/fit.py), and
+    write
     profiles/measured/<name>.toml plus the sweep with its predictions as
     <name>.collectives.csv. Returns (path, fit, that table as a DataFrame)."""
     import pandas as pd
@@ -245,7 +246,7 @@ def calibrate(name: str, nprocs: list[int], backend: str = "gloo", netbed=None,
     from calibration.kernel_benches import KERNEL_BENCH
     from calibration.sharing import SHARING_ELEMENTS
     from profiles.measured import merge, path_of
-    from simulator.fit import fit_tier
+    from simulator.network.fit import fit_tier
 
     path_of(name)  # a bad name fails before minutes of measuring
     # ranks sharing one GPU: what each kernel kind costs more there (profile [sharing])
@@ -311,7 +312,7 @@ def _save_rows(path, df, fit):
 def link_tables(fit, burst: float, how: str) -> dict:
     """A fit's profile tables: the link ([nic]), each collective's algorithm, efficiency and
     per-call overhead, and the fit's residual ([measured])."""
-    source = f"{how}: least-absolute-relative-error fit (simulator/fit.py)"
+    source = f"{how}: least-absolute-relative-error fit (simulator/network/fit.py)"
     nic = {"nics_per_node": 1, "bw_Gbps": fit.bandwidth_Bps * 8 / 1e9, "efficiency": 1.0,
            "latency_us": fit.latency_s * 1e6, "source": source}
     if burst:
@@ -367,7 +368,7 @@ def refit(name: str):
     from profiles.files import read_toml
     from profiles.measured import merge, path_of
     from scape.netbed import NetbedSpec
-    from simulator.fit import fit_tier
+    from simulator.network.fit import fit_tier
 
     path = path_of(name, option="--profile", create=False)
     sweep_csv = path.with_suffix(".collectives.csv")

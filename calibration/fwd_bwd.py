@@ -17,7 +17,7 @@ from calibration.timing import default_device, flush_cache, synchronize
 from profiles import load_model
 from scape.train.data import batch
 from scape.train.model import GPT
-from simulator.compute import forward_flops_per_token
+from simulator.step.compute import forward_flops_per_token
 
 
 def _autocast(device: torch.device) -> AbstractContextManager:
@@ -63,7 +63,7 @@ def _build_model(model_name: str, device: torch.device) -> tuple[GPT, int]:
 
 def step_flops(profile, micro_batch: int, seq: int) -> float:
     """Forward + backward FLOPs of one micro-batch: 3 x forward (the simulator's formula,
-    simulator.compute.forward_flops_per_token)."""
+    simulator.step.compute.forward_flops_per_token)."""
     return float(3 * forward_flops_per_token(profile, seq) * micro_batch * seq)
 
 
@@ -75,7 +75,7 @@ def measure_fwd_bwd(model_name: str, micro_batch: int, seq_len: int | None = Non
     `repeats` steps after 2 warm-ups, gradients set to None between steps as the loop does;
     bf16 autocast on CUDA, fp32 on CPU.
     total_s is the median of the per-step sums. flops = 3 x forward FLOPs (the simulator's
-    formula, simulator.compute.forward_flops_per_token)."""
+    formula, simulator.step.compute.forward_flops_per_token)."""
     device = torch.device(device)
     torch.set_num_threads(threads)
     profile = load_model(model_name)

@@ -53,7 +53,7 @@ FLAT_TENSORS = 8  # parameter tensors behind a flat_copy of n elements
 # kernels that loop over parameter tensors, one or more launches each (on a GPU ~20 us apiece:
 # flat_copy's fixed 310 us on the H100, 2026-11-26, is 16 copies): timed again with
 # PER_TENSOR_FACTOR times the tensors, so a model with more (tiny-gpt has 52) is priced by its
-# own count (simulator/compute.py kernel_time)
+# own count (simulator/step/compute.py kernel_time)
 PER_TENSOR_KINDS = ("flat_copy", "authors_step")
 
 

@@ -1,5 +1,5 @@
 """nccl-tests logs as published (issue 41): their text read row by row, and a cluster's link
-fitted on them with the physics `scape calibrate collectives` fits (simulator/fit.py
+fitted on them with the physics `scape calibrate collectives` fits (simulator/network/fit.py
 `fit_tier`: one latency per ring step, one bandwidth per collective and rank count, on the
 simulator's own algorithms), so `scape collective --hardware measured/NAME` then predicts any
 size, op and rank count from them.
@@ -529,7 +529,8 @@ GPU_TABLES = ("gpu", "compute", "roofline", "memory")
 
 def launch_s(fit, world: int) -> float:
     """The fixed cost per call the fitted collectives share at `world` ranks (the median of
-    their own, `simulator/fit.py` overheads_s): what launching one call costs the process that
+    their own, `simulator/network/fit.py` overheads_s): what launching one call costs the process
+    that
     drives the GPUs (nccl-tests -g 8: one process launching on 8 GPUs), whatever the op, so a
     held-out op of the same runs pays it too."""
     import statistics
@@ -545,7 +546,7 @@ MODELS = ("nccl", "link")
 def _logs_algo(logs: list[NcclTestsLog], algo: str | None) -> tuple[str, list[str]]:
     """The NCCL_ALGO the logs ran with: `algo` as typed (refused where the logs say NCCL ran
     another), else the logs' own `NCCL_ALGO set by environment` line, else auto."""
-    from simulator.nccl import TUNED_ALGOS
+    from simulator.network.nccl import TUNED_ALGOS
 
     said = {log.nccl.env["NCCL_ALGO"] for log in logs if "NCCL_ALGO" in log.nccl.env}
     if len(said) > 1:
@@ -574,7 +575,7 @@ def nccl_notes(logs: list[NcclTestsLog], hw, algo: str) -> list[str]:
     """What NCCL printed of itself in the logs, and how the profile's tuner compares with the
     choices it printed (NCCL_DEBUG_SUBSYS=TUNING): per call shape, the same algorithm and
     protocol or not."""
-    from simulator import nccl
+    from simulator.network import nccl
 
     notes = []
     for log in logs:
@@ -634,7 +635,7 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
     from profiles import load_hardware
     from profiles.files import read_toml
     from profiles.measured import merge, path_of
-    from simulator.fit import coefficients, fit_tier
+    from simulator.network.fit import coefficients, fit_tier
 
     path_of(name)  # a bad name fails before any reading
     if gpu_from is None:
@@ -732,7 +733,7 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
     tables = {
         **link_tables(fit, 0.0, f"fitted by {where}"),
         "node": {"gpus_per_node": 1, "source": "one rank per link: the fit's testbed "
-                 "(simulator/fit.py), as scape calibrate collectives writes it"},
+                 "(simulator/network/fit.py), as scape calibrate collectives writes it"},
         "intra_node": {"kind": "none", "bw_GBps": 0.0, "efficiency": 1.0, "latency_us": 0.0,
                        "source": "one rank per link: no intra-node tier"},
         "fabric": {"topology": "fat-tree", "nodes_per_leaf": 250, "oversubscription": 1.0,

@@ -1,6 +1,6 @@
 """Fit a hardware profile's NCCL path on nccl-tests logs of one node (issue 41, part 3).
 
-A profile with an [nccl] table prices a collective as NCCL runs it (simulator/nccl.py): the
+A profile with an [nccl] table prices a collective as NCCL runs it (simulator/network/nccl.py): the
 (algorithm, protocol) NCCL's tuner picks, the protocol's per-step latency from NCCL's source,
 its bandwidth on the node's links, and the host's launch of the call (one per GPU the launching
 process drives). Of those, two numbers are the system's own and the logs tell them: how much
@@ -16,7 +16,7 @@ cost staying the base profile's (a host property the one-node path measures): th
 of their line rate ([transport] efficiency) and what each network message costs that NCCL's
 tuner does not see ([transport] message_us: the proxy's and the network plugin's own cost per
 request, TCPXO's 22.9 us on A3 Mega, paid at every network step of a call's critical path;
-simulator/nccl.py latency_us), both properties of the cluster's transport; a base without a
+simulator/network/nccl.py latency_us), both properties of the cluster's transport; a base without a
 [transport] table gets one of its NICs as NCCL's InfiniBand verbs sees them (kind ib-verbs,
 [nic] efficiency and latency), which prices as the base does until message_us is above 0.
 And one discrete property: whether NCCL had GPUDirect RDMA to the NICs. Without it
@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 
 from profiles import HardwareProfile
 from profiles.hardware import Transport
-from simulator.collective import sweep
+from simulator.network.collective import sweep
 
 BOUNDS = {"efficiency": (0.05, 1.0), "launch_us": (0.0, 100.0), "message_us": (0.0, 200.0)}
 ROUNDS, STEPS = 3, 30  # coordinate rounds, golden-section steps each
@@ -78,7 +78,7 @@ class NcclFit:
 
 def with_transport(hw: HardwareProfile) -> HardwareProfile:
     """`hw` with a [transport] table: its own, else its NICs as NCCL's InfiniBand verbs
-    transport sees them (simulator/nccl.py takes a profile without one as ib-verbs), which
+    transport sees them (simulator/network/nccl.py takes a profile without one as ib-verbs), which
     prices every call as `hw` does while message_us is 0."""
     if hw.transport is not None:
         return hw
@@ -158,7 +158,7 @@ def fit_nccl(base: HardwareProfile, rows: list[dict], algo: str = "auto",
     the cluster the logs tell.
     Rows of one node launched by a process driving several GPUs (nccl-tests -g N) are solved
     twice the same way, with the GPU time overlapping the process's launches and following
-    them ([nccl] launch_adds, simulator/collective.py `launched`), the better kept: how a
+    them ([nccl] launch_adds, simulator/network/collective.py `launched`), the better kept: how a
     system's -g N tables grow with size past the launch floor, which no table prints."""
     tier = "intra_node" if nodes == 1 else "transport"
     if nodes > 1:

@@ -10,7 +10,7 @@ instead of modelling it: each KERNEL_BENCH kind (calibration/compute.py) at one 
 called by every rank at once behind a collective (as a step's kernels follow the last
 collective), against the same call by rank 0 alone while the others wait on the host.
 The difference, per call, is the profile's [sharing] extra_us; the simulator adds it to
-every kernel of that kind (simulator/compute.py sharing_waits).
+every kernel of that kind (simulator/step/compute.py sharing_waits).
 """
 
 from __future__ import annotations

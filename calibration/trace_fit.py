@@ -1,7 +1,7 @@
 """Fit a hardware profile's compute to a traced step (issue 41, part 2: `scape calibrate
 trace`).
 
-The simulator prices forward and backward from the model's shapes (simulator/roofline.py):
+The simulator prices forward and backward from the model's shapes (simulator/step/roofline.py):
 GEMMs on a roofline at [roofline] gemm_peak_fraction of the GPU's peak, fused attention at
 attn_fwd_fraction / attn_bwd_fraction, memory-bound kernels at the HBM bandwidth times
 [compute] mem_efficiency. A trace (calibration/trace.py) gives the same three classes' busy
@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from calibration.trace import Trace
 from profiles import HardwareProfile, ModelProfile, UserError
 from profiles.hardware import Roofline
-from simulator.roofline import head_times, layer_times
+from simulator.step.roofline import head_times, layer_times
 from vocabulary.gpu_names import same_family_or_refuse
 
 FITTED = ("gemm", "attention", "memory")

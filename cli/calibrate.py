@@ -379,8 +379,8 @@ def calibrate_trace(
     from profiles.loader import write_checked
     from profiles.measured import dumps
     from scape.plan import make_config
-    from simulator.step import simulate_step
-    from simulator.step_config import StepConfig
+    from simulator.step.simulate import simulate_step
+    from simulator.step.step_config import StepConfig
 
     check_format(fmt)
     for flag, value in (("--micro-batch", micro_batch), ("--grad-accum", grad_accum),

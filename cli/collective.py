@@ -15,8 +15,8 @@ from profiles.external import published_collective
 from reports.fidelity import lookup, shipped
 from reports.schema import table_name, table_value
 from reports.tables import check_format, render
-from simulator.collective import describe, fit_warning, sweep
-from simulator.network import build_topology
+from simulator.network.collective import describe, fit_warning, sweep
+from simulator.network.topology import build_topology
 from vocabulary.units import format_bytes, parse_sizes
 
 DEFAULT_SIZES = "1KiB..1GiB"  # without --sizes or a published run's own sizes

@@ -12,7 +12,7 @@ import typer
 from profiles import UserError
 from reports.tables import FORMATS
 from scape.train import CORPORA
-from simulator.options import (
+from simulator.planning.options import (
     Batch,
     Overlap,
     Parallelism,
@@ -21,8 +21,8 @@ from simulator.options import (
     SchemeOptions,
     StepOptions,
 )
-from simulator.plan_request import RANKS
-from simulator.step_config import StepConfig
+from simulator.planning.plan_request import RANKS
+from simulator.step.step_config import StepConfig
 from vocabulary.names import (
     ALGORITHM_NAMES,
     ATTENTION,
@@ -175,7 +175,7 @@ STEP_OPTS = {
 
 ALGO_HELP = ("the collective algorithm, as NCCL_ALGO forces it, or auto: NCCL's tuner's choice "
              "(from the profile's [nccl] table, or from NCCL's view of the profile where it has "
-             "none: simulator/nccl.py tuner_view)")
+             "none: simulator/network/nccl.py tuner_view)")
 # a step's batch, tensor parallelism, dtypes and overlap (simulate, compare), with Megatron-LM's
 # spellings beside this tool's short ones
 BATCH_OPTS = {
@@ -302,7 +302,7 @@ def _rank_counts(text: str) -> list[int]:
 
 
 def step_options(flags: dict, spec: str) -> StepOptions:
-    """The option objects of a step (simulator/options.py) from a command's flags, by their
+    """The option objects of a step (simulator/planning/options.py) from a command's flags, by their
     parameter names (simulate and compare declare them alike; the scheme options compare
     lacks are None: not given). `spec` is the scheme, simulate's --scheme or compare's
     --baseline."""

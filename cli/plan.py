@@ -20,9 +20,9 @@ from reports.fidelity import heldout
 from reports.step_fidelity import how_sure, layout_class
 from reports.step_fidelity import lookup as step_lookup
 from reports.tables import check_format, render
-from simulator.options import Overlap, Precision
-from simulator.plan_request import PLAN_SCHEMES, PlanRequest
-from simulator.planner import best_dense, best_without, figure_text, plan_training
+from simulator.planning.options import Overlap, Precision
+from simulator.planning.plan_request import PLAN_SCHEMES, PlanRequest
+from simulator.planning.planner import best_dense, best_without, figure_text, plan_training
 from vocabulary.units import parse_names
 
 

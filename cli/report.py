@@ -24,7 +24,7 @@ def report_scaling(
 ):
     """What-if sweeps (GPUs, NIC bandwidth, sparsity, model size) as Markdown + HTML + CSV."""
     from reports.scaling import write_report as scaling_report
-    from simulator.batch import check_workers
+    from simulator.step.batch import check_workers
 
     check_workers(workers)
     load_model(model)

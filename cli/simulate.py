@@ -42,11 +42,11 @@ from reports.schema import also_line, table_name, table_value
 from reports.step_fidelity import how_sure, layout_of
 from reports.step_rows import compare_rows, simulate_row
 from reports.tables import check_format, render
-from simulator.collective import describe
-from simulator.compare import DEFAULT_SCHEMES, resolved_scheme
-from simulator.network import build_topology
-from simulator.options import compute_model
-from simulator.trace import write_trace
+from simulator.network.collective import describe
+from simulator.network.topology import build_topology
+from simulator.planning.compare import DEFAULT_SCHEMES, resolved_scheme
+from simulator.planning.options import compute_model
+from simulator.step.trace import write_trace
 from vocabulary.names import scheme_names
 
 

@@ -36,8 +36,8 @@ from cli.outputs import output_dir
 from profiles import UserError, load_model
 from reports.schema import also_line, table_name, table_value
 from reports.tables import check_format, render
-from simulator.compare import resolved_scheme
-from simulator.options import Overlap, SchemeOptions, scheme_config, scheme_fields
+from simulator.planning.compare import resolved_scheme
+from simulator.planning.options import Overlap, SchemeOptions, scheme_config, scheme_fields
 
 
 @app.command("train")

@@ -16,7 +16,7 @@ from reports.roles import line, role_lines
 from reports.tables import check_format, render
 from reports.validate import DEFAULT_SCHEMES as VALIDATE_SCHEMES
 from scape.train.devices import gpu_sharing
-from simulator.compare import (
+from simulator.planning.compare import (
     parse_scheme,
 )
 from vocabulary.atomic import to_csv_atomic

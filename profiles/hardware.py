@@ -153,7 +153,7 @@ class Compute:
 
 @dataclass(frozen=True)
 class Roofline:
-    """Constants of simulator/roofline.py: forward and backward from the model's shapes."""
+    """Constants of simulator/step/roofline.py: forward and backward from the model's shapes."""
 
     gemm_peak_fraction: float
     gemm_launch_us: float
@@ -230,7 +230,7 @@ class HardwareProfile:
     # MFU measured or fitted for particular models (model name -> MFU); others use compute.mfu
     model_mfu: dict[str, float] = field(default_factory=dict)
     roofline: Roofline | None = None
-    memory: Memory | None = None  # None: simulator/memory.py DEFAULT_RESERVE
+    memory: Memory | None = None  # None: simulator/memory/peak.py DEFAULT_RESERVE
 
     def mfu_for(self, model: str) -> float | None:
         """The MFU this profile gives for `model` (measured or fitted for it, else its
@@ -250,8 +250,8 @@ class HardwareProfile:
     @property
     def inter_node_latency_s(self) -> float:
         # the phases' per-step latency: without message_us, which NCCL-tuned calls pay on the
-        # network steps of their critical path (simulator/nccl.py); all-to-all charges this per
-        # message it issues, and a message's time overlaps the others' there
+        # network steps of their critical path (simulator/network/nccl.py); all-to-all charges
+        # this per message it issues, and a message's time overlaps the others' there
         return (self.transport.latency_us if self.transport else self.nic.latency_us) * 1e-6
 
     @property

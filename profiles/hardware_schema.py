@@ -44,7 +44,7 @@ NIC_FIELDS = {
     "efficiency": Field(float, gt=0, le=1, least=1e-6),
     "latency_us": Field(float, ge=0, le=1e5),
     # a token-bucket link's bucket (the netbed's tbf, scape/netbed.py): each call's first
-    # bytes pass at once (simulator/collective.py); measured netbed profiles only
+    # bytes pass at once (simulator/network/collective.py); measured netbed profiles only
     "burst_bytes": Field(float, ge=0, le=1e12, required=False),
     "source": SOURCE,
 }
@@ -74,9 +74,9 @@ TRANSPORT_FIELDS = {
 }
 
 
-# NCCL as this machine runs it (simulator/nccl.py): which algorithms and protocols its tuner may
-# pick and the channels its graph search finds; without this table the simulator runs every
-# collective as the Simple protocol with the algorithm fastest in its own model.
+# NCCL as this machine runs it (simulator/network/nccl.py): which algorithms and protocols its
+# tuner may pick and the channels its graph search finds; without this table the simulator runs
+# every collective as the Simple protocol with the algorithm fastest in its own model.
 NCCL_FIELDS = {
     "arch": Field(str, choices=("volta", "ampere", "hopper", "blackwell")),
     "nvls": Field(bool),  # NVLink SHARP in the NVSwitches (NCCL enables it by default)
@@ -140,7 +140,7 @@ COMPUTE_NEEDS = ("and interference, or nccl_ctas with [gpu] sms; and mfu, or a [
                  "table instead")
 
 
-# Forward and backward from shapes (simulator/roofline.py); without this table a profile's
+# Forward and backward from shapes (simulator/step/roofline.py); without this table a profile's
 # [compute] mfu prices them from FLOPs alone.
 ROOFLINE_FIELDS = {
     # the best matmul's share of peak bf16
@@ -163,8 +163,9 @@ ROOFLINE_FIELDS = {
 }
 
 
-# as the planner's --price-per-gpu-hour (simulator/planner.py MAX_PRICE): far above any rent
-# What one GPU's memory holds besides a step's tensors (simulator/memory.py): the bytes the
+# as the planner's --price-per-gpu-hour (simulator/planning/planner.py MAX_PRICE): far above any
+# rent
+# What one GPU's memory holds besides a step's tensors (simulator/memory/peak.py): the bytes the
 # driver reports (nvidia-smi memory.total, MiB; an "80 GB" H100 reports 81,559 MiB), the bytes
 # outside PyTorch's caching allocator (CUDA context, library workspaces, NCCL's buffers), and
 # the allocator's slack over what it has allocated at the peak (reserved / allocated - 1)

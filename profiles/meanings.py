@@ -6,7 +6,7 @@ schema's (profiles/hardware_schema.py, profiles/models.py); the units are in the
 from __future__ import annotations
 
 # table -> what it describes, and what stands in for it where an optional one is left out
-# (simulator/fallbacks.py says the same per profile in `profiles check`)
+# (simulator/step/fallbacks.py says the same per profile in `profiles check`)
 TABLES = {
     "gpu": "one GPU: its peak rates and memory",
     "node": "one node (server)",
@@ -15,13 +15,13 @@ TABLES = {
     "fabric": "the switches between nodes",
     "compute": "how fast the GPU computes a training step's kernels",
     "roofline": ("optional: forward and backward from the model's shapes (simulator/"
-                 "roofline.py); without it, from FLOPs at [compute] mfu"),
+                 "step/roofline.py); without it, from FLOPs at [compute] mfu"),
     "memory": ("optional: what one GPU's memory holds beside a step's tensors (simulator/"
-               "memory.py); without it, [gpu] memory_GB less the shipped H100 terms"),
+               "memory/peak.py); without it, [gpu] memory_GB less the shipped H100 terms"),
     "transport": ("optional: how NCCL moves bytes between nodes; without it the [nic] "
                   "efficiency and latency, and no fixed cost per call"),
-    "nccl": ("optional: NCCL as this machine runs it (simulator/nccl.py); without it NCCL's "
-             "tuner picks from a view of the links and the simulator prices Simple"),
+    "nccl": ("optional: NCCL as this machine runs it (simulator/network/nccl.py); without it "
+             "NCCL's tuner picks from a view of the links and the simulator prices Simple"),
     "price": "optional: the rent; without it `scape plan` needs --price-per-gpu-hour",
     "reference": ("optional: published measurements the model is checked against, never an "
                   "input"),

@@ -3,7 +3,8 @@
 Protocol (printed with every result): the network (cost per ring step, bandwidth through the
 transport) and the compute (MFU per model, optimizer step per element, fixed cost per step)
 are fitted ONLY on the dense AdamS rows: the computation/communication split of the dense steps,
-every model and GPU count (simulator/external_fit.py). Kernel costs of the SCAPE reducer are not
+every model and GPU count (simulator/step/external_fit.py). Kernel costs of the SCAPE reducer are
+not
 fitted at all: they come from the hardware profile's kernel model. The socket transport's
 store-and-forward unit per ring step is not fitted either: it is NCCL's, sourced in the data
 file's [transport] table. Every other row (SCAPE at
@@ -26,7 +27,7 @@ from reports import roles
 from reports.external_memory import MEMORY_PROTOCOL, memory_summary, memory_table
 from reports.tables import git_revision, refuse_special_files
 from scape.plan import plan
-from simulator.external_fit import (
+from simulator.step.external_fit import (
     SERIES,
     DenseRow,
     ExternalFit,
@@ -35,8 +36,8 @@ from simulator.external_fit import (
     fit_dense,
     scheme_of,
 )
-from simulator.step import simulate_step
-from simulator.step_config import StepConfig
+from simulator.step.simulate import simulate_step
+from simulator.step.step_config import StepConfig
 from vocabulary.atomic import to_csv_atomic, write_text_atomic
 from vocabulary.names import AUTO
 

@@ -1,7 +1,7 @@
 """The memory rows of an external data set, predicted (DESIGN section 9; issue 14).
 
 Nothing is fitted: each row with launch settings is priced by the simulator's memory model
-(simulator/memory.py: weights, fp32 gradient buffer, optimizer state, the authors' reducer
+(simulator/memory/peak.py: weights, fp32 gradient buffer, optimizer state, the authors' reducer
 buffers, activations after Korthikanti et al. 2022) at the run's micro-batch, sequence length
 and flags. Two facts the source does not give are stated, not guessed:
 - the GPU count: the memory runs have no slurm wrapper and the plot has no GPU axis, so a row
@@ -24,8 +24,8 @@ import pandas as pd
 
 from profiles import load_hardware, load_model
 from profiles.external import ExternalData, ExternalRow
-from simulator.external_fit import dense_dtypes, scheme_of
-from simulator.memory import memory_use, reserve
+from simulator.memory.peak import memory_use, reserve
+from simulator.step.external_fit import dense_dtypes, scheme_of
 
 MIB = 2.0**20  # Megatron-LM megatron/training/utils.py report_memory: mega_bytes = 1024*1024
 HARDWARE = "vista-gh200-socket"  # the authors' cluster (TACC Vista, GH200 96 GB)

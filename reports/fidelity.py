@@ -25,7 +25,7 @@ STATS = ["rows", "median_abs_err_pct", "max_abs_err_pct", "median_err_pct", "cas
 
 def node_class(gpus: int, gpus_per_node: int) -> str:
     """1, 2 or 3+ nodes: NCCL's tuner and a tree's NIC load change at these (tuning.cc
-    perCh caps by 1/2/3+ nodes; simulator/collectives/nvls.py)."""
+    perCh caps by 1/2/3+ nodes; simulator/network/collectives/nvls.py)."""
     nodes = -(-gpus // gpus_per_node)
     return "1" if nodes == 1 else "2" if nodes == 2 else "3+"
 

@@ -5,14 +5,15 @@ profiles Llama-1.8B on 32 GH200 GPUs of TACC Vista, comparing dense AdamW, dense
 at 90% and 99% sparsity. The settings below come from the authors' public launch scripts and
 Megatron-LM defaults, and no factor is fitted to the paper's numbers. Fitted: the dense
 baseline's transport and compute, on the authors' dense AdamS rows (`scape validate --external
-scape-sc26`, simulator/external_fit.py); not fitted: every SCAPE row. Not all settings were
+scape-sc26`, simulator/step/external_fit.py); not fitted: every SCAPE row. Not all settings were
 fixed before a predicted speedup was seen: commit 578b45c (2026-11-23) moved the default to the
 authors' TCP-socket transport and paired Llama-1.8B's dense AdamS without, and SCAPE with, the
 distributed optimizer, as the authors' table does, after the README had reported predictions
 far below the paper's 3.26x on the InfiniBand profile (a choice made after seeing errors, taken
 from the authors' scripts and table, not from the error). Every step is priced as the
 validation prices it (issue 40): each collective runs the algorithm NCCL's tuner picks
-(simulator/nccl.py tuner_view), so the headline step is `validate --external`'s prediction for
+(simulator/network/nccl.py tuner_view), so the headline step is `validate --external`'s prediction
+for
 the same run (tests/test_reproduce.py). The InfiniBand what-if (vista-gh200) is priced beside
 each row (what_if_* columns), not in a table of its own.
 """
@@ -46,9 +47,9 @@ from reports.reproduce_settings import (
     setting_config,
 )
 from reports.tables import git_revision, markdown, refuse_special_files
-from simulator.memory import memory_columns
-from simulator.schedule import piecewise_mean
-from simulator.step import simulate_step
+from simulator.memory.peak import memory_columns
+from simulator.step.schedule import piecewise_mean
+from simulator.step.simulate import simulate_step
 from vocabulary.atomic import to_csv_atomic, write_text_atomic
 
 LOG_ROWS = "scape-sc26.logs-500m.rows"  # profiles/external/: the 500M logs' iteration times
@@ -177,7 +178,7 @@ def assumptions(hw: HardwareProfile) -> pd.DataFrame:
          "authors' run log llama2_500M_AdamS_1774652800.out: overlap_grad_reduce False, "
          "overlap_param_gather False, 'Number of buckets: 1'; Megatron defaults are False"),
         ("collective algorithm", "NCCL's choice per call and size, as its tuner makes it",
-         "simulator/nccl.py (NCCL's tuning.cc)" + ("" if hw.nccl else
+         "simulator/network/nccl.py (NCCL's tuning.cc)" + ("" if hw.nccl else
          ": tuner_view, NCCL's topology read off the profile (NIC line rate, one GPU per "
          "node, LL128 as NCCL 2.28 enables it on a GH200), the call then priced by this "
          "simulator")),

@@ -17,7 +17,7 @@ from reports.reproduce_settings import (
     SETTINGS,
     setting_config,
 )
-from simulator.step import simulate_step
+from simulator.step.simulate import simulate_step
 
 
 def sensitivity(hw: HardwareProfile) -> pd.DataFrame:

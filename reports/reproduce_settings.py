@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from profiles import HardwareProfile, load_model
 from scape.plan import Dtypes, make_config
-from simulator.step_config import StepConfig
+from simulator.step.step_config import StepConfig
 
 SCRIPTS = "mz687/SCAPE_SC26 (the SCAPE authors' code), slurm_scripts/vista/"
 

@@ -4,7 +4,8 @@ size, as a Markdown and a self-contained HTML report with figures and the CSV be
 Every point is one simulated steady-state step. Batch: the model's global batch,
 or one sequence per GPU once GPUs outnumber it (weak scaling); every scheme at a GPU count does
 the same work per step. Layout: the fastest `scape plan` finds at that GPU count (tensor and
-pipeline parallelism, micro-batch, the least recomputation that fits; simulator/planner.py),
+pipeline parallelism, micro-batch, the least recomputation that fits;
+simulator/planning/planner.py),
 so a 70B or 405B report has points wherever plan has plans.
 """
 
@@ -27,11 +28,11 @@ from reports.scaling_figures import (
     fig_speedup_vs_gpus,
 )
 from reports.tables import markdown, refuse_special_files
-from simulator.batch import parallel_map, simulate_cached
-from simulator.compare import parse_scheme
-from simulator.plan_request import PlanRequest
-from simulator.planner import UNMEASURED, candidates, evaluate_bounded
-from simulator.step_config import StepConfig
+from simulator.planning.compare import parse_scheme
+from simulator.planning.plan_request import PlanRequest
+from simulator.planning.planner import UNMEASURED, candidates, evaluate_bounded
+from simulator.step.batch import parallel_map, simulate_cached
+from simulator.step.step_config import StepConfig
 from vocabulary.atomic import to_csv_atomic, write_text_atomic
 
 SCHEMES = ("dense-adams", "dense-ddp", "quantized:8", "topk:0.99", "scalecom:0.99",
@@ -85,7 +86,7 @@ def layout(model: ModelProfile, hw: HardwareProfile, scheme: str, gpus: int, seq
            batch: int) -> StepConfig | None:
     """The fastest layout `scape plan` finds for this scheme at exactly `gpus` GPUs: tensor
     and pipeline parallelism (1F1B or interleaved), micro-batch and the least recomputation
-    that fits (simulator/planner.py candidates, then its bounded search for the best one);
+    that fits (simulator/planning/planner.py candidates, then its bounded search for the best one);
     None if nothing fits."""
     req = PlanRequest(model, float(batch * seq), (hw,), max_gpus=gpus, global_batch=batch,
                       seq_len=seq, schemes=(scheme,), workers=1,

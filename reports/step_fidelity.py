@@ -28,8 +28,8 @@ SOURCE = "profiles/external/step-fidelity-bands.csv from bench/step_loso.py"
 def layout_class(tp: int, pp: int, tp_overlap: bool = False, cp: int = 1,
                  fp8: bool = False) -> str:
     """Data parallel alone, or with tensor or pipeline stages; tensor-parallel communication
-    overlapped with its GEMMs (simulator/tp_overlap.py) and context parallelism
-    (simulator/cp_comm.py) are layouts of their own: what the model leaves exposed there
+    overlapped with its GEMMs (simulator/step/tp_overlap.py) and context parallelism
+    (simulator/step/cp_comm.py) are layouts of their own: what the model leaves exposed there
     differs. FP8 GEMMs are a class of their own too (another GEMM rate, the profile's
     measured FP8 matmul's)."""
     suffix = ", FP8" if fp8 else ""
@@ -42,7 +42,7 @@ def layout_class(tp: int, pp: int, tp_overlap: bool = False, cp: int = 1,
 
 
 def layout_of(cfg) -> str:
-    """The layout class of a simulated step (simulator.step.StepConfig)."""
+    """The layout class of a simulated step (simulator.step.simulate.StepConfig)."""
     return layout_class(cfg.tp, cfg.pp, cfg.tp_comm_overlap, cfg.cp, cfg.fp8)
 
 

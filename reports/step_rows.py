@@ -9,13 +9,13 @@ import pandas as pd
 
 from reports.step_fidelity import layout_of
 from reports.step_fidelity import lookup as step_lookup
-from simulator.compare import compare, resolved_scheme
-from simulator.compute import forward_flops_per_token
-from simulator.memory import memory_columns, refuse_if_too_big
-from simulator.options import StepOptions, compute_model
-from simulator.schedule import run_mean
-from simulator.step import simulate_step
-from simulator.step_config import StepConfig, StepResult
+from simulator.memory.peak import memory_columns, refuse_if_too_big
+from simulator.planning.compare import compare, resolved_scheme
+from simulator.planning.options import StepOptions, compute_model
+from simulator.step.compute import forward_flops_per_token
+from simulator.step.schedule import run_mean
+from simulator.step.simulate import simulate_step
+from simulator.step.step_config import StepConfig, StepResult
 from vocabulary.units import parse_names
 
 
@@ -30,7 +30,7 @@ def _asked(opts: StepOptions, cfg: StepConfig) -> dict:
 
 def model_tflops(cfg: StepConfig, step_s: float) -> float:
     """The model's FLOP/s per GPU at this step time, as published runs quote TFLOP/s per GPU:
-    forward and backward of every token of the step (3 x simulator/compute.py
+    forward and backward of every token of the step (3 x simulator/step/compute.py
     forward_flops_per_token: the matmuls and the full s x s attention products), without
     recomputation, over the GPUs and the step."""
     flops = 3 * forward_flops_per_token(cfg.model, cfg.seq) * cfg.sequences * cfg.seq

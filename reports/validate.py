@@ -27,8 +27,8 @@ from profiles import HardwareProfile, UserError, load_model
 from reports import roles
 from reports.tables import git_revision
 from scape.plan import Kernel, Plan, SchemeConfig, StepPlan, plan
-from simulator.step import simulate_step
-from simulator.step_config import StepConfig, StepResult
+from simulator.step.simulate import simulate_step
+from simulator.step.step_config import StepConfig, StepResult
 from vocabulary.atomic import atomic_path, to_csv_atomic, write_text_atomic
 from vocabulary.units import format_duration
 

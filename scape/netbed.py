@@ -106,7 +106,7 @@ class NetbedSpec:
         larger bucket lets the first bytes of every message pass at veth speed, a smaller one
         starves the timer at 1 Gbit/s). A call that starts with the bucket full sends its
         first burst_bytes at veth speed: the collective fit and the simulator take them off
-        the bytes a link carries (simulator/fit.py, simulator/collective.py)."""
+        the bytes a link carries (simulator/network/fit.py, simulator/network/collective.py)."""
         return max(2 * 1514, int(self.rate_Bps * 5e-4))
 
 

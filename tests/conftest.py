@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.engine import Request, run
-from simulator.network import Topology
+from simulator.network.engine import Request, run
+from simulator.network.topology import Topology
 
 SHIPPED_MEASURED = Path(__file__).resolve().parents[1] / "profiles/measured/netbed-100mbit.toml"
 

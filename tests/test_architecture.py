@@ -137,13 +137,43 @@ def test_the_walk_sees_the_project():
     """The walk finds every room and real arrows (a walk that saw nothing would pass)."""
     rooms = {room(m) for m in modules()}
     assert rooms == set(ALLOWED)
-    assert "profiles" in imports("simulator.compute")["project"]
-    assert "simulator.engine" in imports("simulator.collective")["project"]
+    assert "profiles" in imports("simulator.step.compute")["project"]
+    assert "simulator.network.engine" in imports("simulator.network.collective")["project"]
     assert "torch" in imports("scape.adams")["external"]
 
 
 def test_no_upward_arrow():
     assert upward_arrows() == []
+
+
+# simulator/'s parts, each on a floor (../shared/simulator-layout.md): a part imports only parts
+# on floors below its own (a module's own part aside)
+SIMULATOR_FLOORS = {"network": 1, "layout": 1, "memory": 2, "step": 3, "planning": 4}
+
+
+def simulator_upward_arrows() -> list[str]:
+    bad = []
+    for module in modules():
+        if module.count(".") < 2 or not module.startswith("simulator."):
+            continue
+        part = module.split(".")[1]
+        for target in imports(module)["project"]:
+            if not target.startswith("simulator.") or target.count(".") < 2:
+                continue
+            other = target.split(".")[1]
+            if other != part and SIMULATOR_FLOORS[other] >= SIMULATOR_FLOORS[part]:
+                bad.append(f"{module} ({part}) -> {target} ({other})")
+    return sorted(bad)
+
+
+def test_simulator_parts_import_only_downward():
+    """Every file of simulator/ sits in one of its parts, and the parts' imports point down."""
+    flat = [m for m, path in modules().items() if m.startswith("simulator.")
+            and m.count(".") == 1 and path.name != "__init__.py"]
+    assert flat == [], f"files outside simulator/'s parts: {flat}"
+    assert set(SIMULATOR_FLOORS) == {m.split(".")[1] for m in modules()
+                                     if m.startswith("simulator.") and m.count(".") >= 1}
+    assert simulator_upward_arrows() == []
 
 
 def test_no_import_cycle():
@@ -168,18 +198,22 @@ def test_the_checks_catch_what_they_look_for(monkeypatch):
     def planted(module):
         found = real(module)
         if module == "profiles.models":  # profiles -> simulator: upward, and a cycle
-            return {**found, "project": found["project"] | {"simulator.compute"}}
+            return {**found, "project": found["project"] | {"simulator.step.compute"}}
+        if module == "simulator.network.topology":  # network -> step: a part's upward arrow
+            return {**found, "project": found["project"] | {"simulator.step.simulate"}}
         return found
 
     monkeypatch.setattr(sys.modules[__name__], "imports", cache(planted))
     assert any("profiles.models" in arrow for arrow in upward_arrows())
     assert any("profiles.models" in group for group in cycles())
+    assert simulator_upward_arrows() == [
+        "simulator.network.topology (network) -> simulator.step.simulate (step)"]
 
 
 def test_registries_hold_the_vocabulary():
     """The registries are keyed by exactly the shared names, in their order."""
     from scape.plan import SCHEMES
-    from simulator.collectives import ALGORITHMS
+    from simulator.network.collectives import ALGORITHMS
     from vocabulary.names import ALGORITHM_NAMES, SCHEME_NAMES
 
     assert tuple(SCHEMES) == SCHEME_NAMES

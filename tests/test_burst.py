@@ -1,6 +1,6 @@
 """The netbed's token-bucket links: each call's first bucket of bytes passes at veth speed
-(scape/netbed.py NetbedSpec.burst_bytes), which the link fit (simulator/fit.py) and the
-simulator (simulator/collective.py past_bucket) take off the bytes a link carries; `scape
+(scape/netbed.py NetbedSpec.burst_bytes), which the link fit (simulator/network/fit.py) and the
+simulator (simulator/network/collective.py past_bucket) take off the bytes a link carries; `scape
 calibrate refit` fits a saved sweep again."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 from profiles import load_hardware
 from profiles import measured as measured_mod
 from scape.netbed import NetbedSpec
-from simulator.collective import sweep
-from simulator.fit import coefficients, fit_tier
+from simulator.network.collective import sweep
+from simulator.network.fit import coefficients, fit_tier
 from tests.conftest import SHIPPED_MEASURED, renamed_measured
 from tests.test_cli import scape
 

@@ -17,7 +17,7 @@ from calibration.timing import fit_linear
 from profiles import load_model
 from profiles.hardware_schema import COMPUTE_FIELDS, GPU_FIELDS
 from profiles.schema import validate_table
-from simulator.compute import forward_flops_per_token
+from simulator.step.compute import forward_flops_per_token
 from vocabulary.names import KERNEL_BYTES
 
 A, B = 20e-6, 5e-9  # 20 us fixed, 5 ns per element

@@ -11,11 +11,11 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from profiles import UserError, load_hardware
-from simulator.collective import collective_time
-from simulator.collectives import ALGORITHMS, auto_candidates
-from simulator.collectives.tree import btree_parents, depth, dtree_parents
-from simulator.engine import Request, Span, run
-from simulator.network import build_topology
+from simulator.network.collective import collective_time
+from simulator.network.collectives import ALGORITHMS, auto_candidates
+from simulator.network.collectives.tree import btree_parents, depth, dtree_parents
+from simulator.network.engine import Request, Span, run
+from simulator.network.topology import build_topology
 from tests.conftest import time_of, topo
 
 S = 2**30
@@ -330,8 +330,8 @@ def test_nvls_tree_between_nodes_is_a_double_binary_tree():
     in one tree has two children, its NIC carries twice its share, and the bus bandwidth tops
     out at the node's NICs (8 x 47 GB/s on DGX H100), as a ring's does. NVLS's efficiency slows
     the switch traffic only, not the NICs'."""
-    from simulator import nccl
-    from simulator.collective import sweep
+    from simulator.network import nccl
+    from simulator.network.collective import sweep
 
     hw = load_hardware("dgx-h100")
     size = 2**34

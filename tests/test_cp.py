@@ -1,4 +1,4 @@
-"""Context parallelism (simulator/cp_comm.py, StepConfig.cp)."""
+"""Context parallelism (simulator/step/cp_comm.py, StepConfig.cp)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import pytest
 
 from profiles import UserError, load_hardware, load_model
 from scape.plan import make_config
-from simulator.compute import fwd_bwd
-from simulator.cp_comm import kv_block_bytes, layer_cp_s, ring_peers
-from simulator.memory import step_memory
-from simulator.network import build_topology
-from simulator.shapes import layer_shapes
-from simulator.step import simulate_step
-from simulator.step_config import StepConfig
+from simulator.layout.shapes import layer_shapes
+from simulator.memory.peak import step_memory
+from simulator.network.topology import build_topology
+from simulator.step.compute import fwd_bwd
+from simulator.step.cp_comm import kv_block_bytes, layer_cp_s, ring_peers
+from simulator.step.simulate import simulate_step
+from simulator.step.step_config import StepConfig
 from tests.test_cli import scape
 
 L70 = load_model("llama-70b")

@@ -13,8 +13,8 @@ from profiles.external import load_external
 from reports.external import dense_rows, fitted_hardware, summary, validate_external
 from scape.plan import Dtypes, make_config, plan
 from scape.plan.scape_authors import greedy_owners, k_of, shard_pieces
-from simulator.external_fit import fit_dense
-from simulator.memory import reserve
+from simulator.memory.peak import reserve
+from simulator.step.external_fit import fit_dense
 
 
 def test_every_row_cites_a_commit_and_line():
@@ -36,7 +36,7 @@ def test_fit_uses_only_dense_rows_and_recovers_a_synthetic_network():
     assert rows and all("adams" in r.key and "scape" not in r.key for r in rows)
     # rewrite the measured communication as a known ring: the fit must find it again
     hw = load_hardware("vista-gh200")
-    from simulator.external_fit import comm_coefficients, socket_view
+    from simulator.step.external_fit import comm_coefficients, socket_view
 
     alpha, bw, chunk = 2e-3, 5e9, ext.chunk_bytes
     assert chunk == 2 * 2**20  # NCCL's 1 MiB proxy slice x 2 ring channels, as sourced
@@ -203,7 +203,7 @@ def test_memory_rows_predicted_with_nothing_fitted():
 
 
 def test_residual_offload_keeps_two_staging_buffers_of_the_largest_tensor():
-    from simulator.memory import memory_use
+    from simulator.memory.peak import memory_use
 
     model = load_model("llama-500m")
     n, largest = model.n_params, max(size for size, _ in model.tensors())

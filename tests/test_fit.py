@@ -1,4 +1,4 @@
-"""Calibration fits (simulator/fit.py) and measured profiles (profiles/measured.py)."""
+"""Calibration fits (simulator/network/fit.py) and measured profiles (profiles/measured.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 from profiles import UserError, load_hardware, load_model
 from profiles import measured as measured_mod
 from scape.plan import make_config
-from simulator.fit import coefficients, fit_tier
-from simulator.step import simulate_step
-from simulator.step_config import StepConfig
+from simulator.network.fit import coefficients, fit_tier
+from simulator.step.simulate import simulate_step
+from simulator.step.step_config import StepConfig
 from tests.conftest import renamed_measured
 
 SIZES = [2 ** i * 16384 for i in range(9)]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import simpy
 
-from simulator.flows import FlowNetwork, maxmin_rates
-from simulator.network import Demand
+from simulator.network.flows import FlowNetwork, maxmin_rates
+from simulator.network.topology import Demand
 from tests.conftest import topo
 
 

@@ -1,4 +1,4 @@
-"""FP8 GEMMs (--fp8: simulator/roofline.py gemm_s, simulator/tp_overlap.py)."""
+"""FP8 GEMMs (--fp8: simulator/step/roofline.py gemm_s, simulator/step/tp_overlap.py)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import pytest
 from profiles import ProfileError, UserError, check_profile, load_hardware, load_model
 from reports import step_fidelity
 from scape.plan import make_config
-from simulator.roofline import gemm_s
-from simulator.shapes import Gemm
-from simulator.step import simulate_step
-from simulator.step_config import StepConfig
-from simulator.tp_overlap import tp_collective_s
+from simulator.layout.shapes import Gemm
+from simulator.step.roofline import gemm_s
+from simulator.step.simulate import simulate_step
+from simulator.step.step_config import StepConfig
+from simulator.step.tp_overlap import tp_collective_s
 from tests.test_cli import REPO, scape
 
 H100 = load_hardware("dgx-h100")
@@ -41,9 +41,9 @@ def test_fp8_runs_the_layer_gemms_and_the_all_gathers_in_one_byte():
     """The layer's linear GEMMs speed up; attention and the output layer do not; the
     sequence-parallel all-gathers move one byte a value (overlapped or not), the
     reduce-scatters two; a memory-bound GEMM saves its inputs' bytes."""
-    from simulator.compute import fwd_bwd
-    from simulator.roofline import _hbm_Bps
-    from simulator.tp_overlap import layer_tp_s
+    from simulator.step.compute import fwd_bwd
+    from simulator.step.roofline import _hbm_Bps
+    from simulator.step.tp_overlap import layer_tp_s
 
     bf16, fp8 = _cfg(), _cfg(fp8=True)
     assert simulate_step(fp8).compute_s < 0.8 * simulate_step(bf16).compute_s

@@ -1,4 +1,5 @@
-"""The memory model (simulator/activations.py, simulator/memory.py): each term against the
+"""The memory model (simulator/memory/activations.py, simulator/memory/peak.py): each term against
+the
 formula it cites, and the runs published teams trained on 80 GB GPUs."""
 
 from __future__ import annotations
@@ -9,10 +10,10 @@ import pytest
 
 from profiles import UserError, load_hardware, load_model
 from scape.plan import Dtypes, make_config
-from simulator.activations import in_flight, layer_memory, loss_bytes_per_token
-from simulator.memory import DEFAULT_RESERVE, memory_columns, memory_use, reserve, usable_bytes
-from simulator.pipeline import stage_layers
-from simulator.step_config import StepConfig
+from simulator.layout.pipeline import stage_layers
+from simulator.memory.activations import in_flight, layer_memory, loss_bytes_per_token
+from simulator.memory.peak import DEFAULT_RESERVE, memory_columns, memory_use, reserve, usable_bytes
+from simulator.step.step_config import StepConfig
 
 
 def test_gpt_layer_keeps_korthikantis_34_sbh_and_5_as2b_unfused():
@@ -115,7 +116,7 @@ def test_the_stages_priced_give_the_peak_every_stage_gives(monkeypatch):
     pipelines, pricing every stage finds no higher one."""
     import random
 
-    import simulator.memory as mem
+    import simulator.memory.peak as mem
 
     rng = random.Random(3)
     schemes = [make_config("dense-zero1"), make_config("dense-ddp"),
@@ -145,7 +146,7 @@ def test_the_stages_priced_give_the_peak_every_stage_gives(monkeypatch):
 def test_first_fit_is_the_first_policy_memory_use_fits():
     """The planner's first_fit prices the scheme's state once for every policy; its answer is
     the first policy whose memory_use fits, with that peak."""
-    from simulator.memory import first_fit
+    from simulator.memory.peak import first_fit
 
     order = ("none", "selective-norm", "selective-op", "full")
     model = load_model("llama-70b")
@@ -169,7 +170,7 @@ def test_sharded_state_is_16_bytes_a_parameter_for_zero3_and_fsdp():
     """DeepSpeed ZeRO-3 keeps a bf16 shard beside the fp32 master (2 + 2 + 12 bytes over the
     ranks); FSDP's mixed precision reduces in fp32 and its sharded parameter is the fp32
     master (4 + 4 + 8): both 16 bytes a parameter over the ranks, plus the gathered units."""
-    from simulator.memory import state_bytes
+    from simulator.memory.peak import state_bytes
 
     model = load_model("llama-7b")
     n, dp = 1e9, 64
@@ -188,7 +189,7 @@ def test_torchtitan_keeps_gathered_inputs_the_loss_parallel_peak_and_pipeline_bu
     the output layer saves its gathered input; PyTorch's pipelining keeps, per micro-batch,
     receive buffers and outputs (the bf16 logits on the last stage). Without TP or PP the two
     stacks agree."""
-    from simulator.activations import layer_memory, pipeline_buffers_per_token
+    from simulator.memory.activations import layer_memory, pipeline_buffers_per_token
 
     m = load_model("llama-70b")
     h, v, tp = m.arch.d_model, m.arch.vocab_size, 8

@@ -1,4 +1,4 @@
-"""NCCL's tuner (simulator/nccl.py): its cost model against figures worked out by hand from
+"""NCCL's tuner (simulator/network/nccl.py): its cost model against figures worked out by hand from
 tuning.cc's constants, the choices it makes, and what a protocol does to a simulated call."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from profiles import UserError, load_hardware
-from simulator import nccl
-from simulator.collective import sweep
+from simulator.network import nccl
+from simulator.network.collective import sweep
 
 H100 = load_hardware("dgx-h100")
 
@@ -106,7 +106,7 @@ def test_nvls_tree_pipeline_chunks_and_fill_follow_nccls_rules():
     """enqueue.cc calcCollChunking per channel (1/16 of the call), 8 heads on a DGX H100 node:
     128 KiB chunks from 64 MiB, 64 KiB from 8 MiB, 32 KiB below; from 4 nodes 64 KiB at most;
     the fill is 2 log2(nodes) waves, a share that falls as the call grows."""
-    from simulator import nccl
+    from simulator.network import nccl
 
     two = nccl.machine(H100, 16)
     assert two.nvls_heads == 8
@@ -132,7 +132,7 @@ def test_nvls_tree_across_nodes():
     assert r.time_s == pytest.approx(switch * (1 + fill) + (25 + 2 * 14) * 1e-6, rel=1e-6)
     with pytest.raises(UserError, match="no algorithm for all_reduce with algo nvls"):
         sweep(H100, 16, "all_reduce", "nvls", [2**20])  # NCCL_ALGO=NVLS on two nodes
-    from simulator.collective import collective_time
+    from simulator.network.collective import collective_time
 
     with pytest.raises(UserError, match="runs inside one node"):  # the builder itself
         collective_time(H100, 16, "all_reduce", "nvls", 2**20)
@@ -145,7 +145,7 @@ def test_collnet_direct_only_where_sharp_is_on_and_priced_as_ncclS_tuner():
     and gather (2 S 7/8 each way), about NCCL's algbw (busbw / 2)."""
     from dataclasses import replace as swap
 
-    from simulator import nccl
+    from simulator.network import nccl
 
     with pytest.raises(UserError, match="NCCL_COLLNET_ENABLE"):
         sweep(H100, 16, "all_reduce", "collnet_direct", [2**20])
@@ -294,7 +294,7 @@ def test_the_tuner_reproduces_nccls_own_estimates_at_three_nodes():
     import csv
     import dataclasses
 
-    path = Path(nccl.__file__).resolve().parents[1] / "profiles" / "external" / "nccl-choices.csv"
+    path = Path(nccl.__file__).resolve().parents[2] / "profiles" / "external" / "nccl-choices.csv"
     with path.open() as f:
         rows = list(csv.DictReader(f))
     assert rows
@@ -329,7 +329,7 @@ def test_tuner_view_chooses_as_ncclS_tuner_over_sockets():
             assert nccl.choose("all_reduce", 2.054e9, m)[0] == "ring"
     assert nccl.choose("all_reduce", 1e6, view)[0] == "tree"
     # and the step prices what the tuner chose: a tree-sized call runs the simulator's tree
-    from simulator.collective import calibrated
+    from simulator.network.collective import calibrated
 
     assert calibrated(hw, "all_reduce", "auto", 32, 1e6).algo == "tree"
     assert calibrated(hw, "all_reduce", "auto", 32, 73.7e6).algo == "ring"

@@ -307,7 +307,7 @@ def test_printed_choices_are_compared_with_the_profile_s_tuner(tmp_path):
     picks the same pair: one printed as the tuner picks it, one not."""
     from calibration.nccl_tests import nccl_notes
     from profiles import load_hardware
-    from simulator import nccl
+    from simulator.network import nccl
 
     hw = load_hardware("dgx-h100")
     m = nccl.machine(hw, 8)
@@ -503,7 +503,7 @@ def _model_log(path: Path, hw, op: str, hosts: int, sizes: list[int], gpus: int 
     """An nccl-tests log (2.17 layout) of `hw`'s own times for `op`: processes driving `gpus`
     GPUs each (-g; 1: one per GPU) over `hosts` nodes, every size timed as the profile prices
     it."""
-    from simulator.collective import sweep
+    from simulator.network.collective import sweep
 
     per = hw.node.gpus_per_node
     binary = {"all_gather": "all_gather_perf", "broadcast": "broadcast_perf",
@@ -564,7 +564,7 @@ def test_the_nccl_path_of_several_nodes_recovers_a_cluster_without_gdr(capsys, t
                                                                                      abs=0.01)
     assert len(held) == len(SIZES) and max(abs(r["error_pct"]) for r in held) < 1.0
     # LL128 off moves the all-gather of 2 nodes: the base profile's own choice differs
-    from simulator import nccl
+    from simulator.network import nccl
     mid = float(2**24)
     assert (nccl.choose("all_gather", mid, nccl.machine(base, 16))[1]
             != nccl.choose("all_gather", mid, nccl.machine(fitted, 16))[1])
@@ -592,7 +592,7 @@ def test_several_nodes_recover_the_transports_cost_per_message(capsys, tmp_path,
     assert fitted.transport.message_us == pytest.approx(message_us, abs=1.0)
     assert "message_us" in fitted.transport.sources
     assert len(held) == len(SIZES) and max(abs(r["error_pct"]) for r in held) < 1.0
-    from simulator.collective import sweep
+    from simulator.network.collective import sweep
     free = replace(truth, transport=replace(truth.transport, message_us=0.0))
     paid, unpaid = (sweep(hw, 16, "all_gather", "auto", [2**16])[0].time_s
                     for hw in (truth, free))
@@ -607,7 +607,7 @@ def test_launches_that_add_to_the_call_are_told_from_g8_logs(capsys, tmp_path, m
     from dataclasses import replace
 
     from profiles import load_hardware
-    from simulator.collective import sweep
+    from simulator.network.collective import sweep
 
     base = load_hardware("dgx-a100")
     truth = replace(base, intra_node=replace(base.intra_node, efficiency=0.75),

@@ -12,7 +12,7 @@ from calibration.kernel_benches import FLAT_TENSORS
 from profiles import ProfileError, load_hardware
 from reports.validate import runtime_plan, runtime_tensors
 from scape.plan import make_config
-from simulator.compute import kernel_time
+from simulator.step.compute import kernel_time
 from tests.conftest import SHIPPED_MEASURED, renamed_measured
 
 BASE = SHIPPED_MEASURED  # flat_copy measured, no per-tensor cost

@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from profiles import UserError, load_hardware
-from simulator.collective import sweep
-from simulator.step import simulate_step
-from simulator.step_config import StepConfig
+from simulator.network.collective import sweep
+from simulator.step.simulate import simulate_step
+from simulator.step.step_config import StepConfig
 
 PROFILES = ("dgx-h100", "dgx-a100", "dgx-b200", "aws-p5", "gcp-a3-mega", "oci-h100-roce",
             "vista-gh200", "vista-gh200-socket", "commodity-100gbe")
@@ -128,11 +128,11 @@ def test_plan_rows_re_simulate_to_their_step_and_fit_in_memory(model, profile, m
     """Every row `plan` prints is the step `simulate` gives for its layout (same step time,
     same memory), and none is a layout `simulate` refuses for memory."""
     from profiles import load_model
-    from simulator.compare import parse_scheme
-    from simulator.memory import memory_columns
-    from simulator.options import Precision
-    from simulator.plan_request import PlanRequest
-    from simulator.planner import plan_training
+    from simulator.memory.peak import memory_columns
+    from simulator.planning.compare import parse_scheme
+    from simulator.planning.options import Precision
+    from simulator.planning.plan_request import PlanRequest
+    from simulator.planning.planner import plan_training
 
     hw = load_hardware(profile)
     req = PlanRequest(model=load_model(model), tokens=1e10, hardware=(hw,), max_gpus=max_gpus,

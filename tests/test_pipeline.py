@@ -9,8 +9,7 @@ import pytest
 
 from profiles import UserError, load_hardware, load_model
 from scape.plan import Dtypes, make_config
-from simulator.memory import step_memory
-from simulator.pipeline import (
+from simulator.layout.pipeline import (
     STEADY_AFTER,
     bubble_fraction,
     first_stage,
@@ -18,8 +17,9 @@ from simulator.pipeline import (
     stage_order,
     timeline,
 )
-from simulator.step import simulate_step
-from simulator.step_config import StepConfig
+from simulator.memory.peak import step_memory
+from simulator.step.simulate import simulate_step
+from simulator.step.step_config import StepConfig
 
 H100 = load_hardware("dgx-h100")
 L7B = load_model("llama-7b")  # 32 layers
@@ -214,7 +214,7 @@ def test_zero2_and_zero3_shard_memory_and_zero3_gathers_every_micro_batch():
 def test_forwards_after_the_first_backward_count_the_order():
     """pipeline_bound counts the first stage's forwards after its first backward without
     walking stage_order; the count is the walk's."""
-    from simulator.pipeline import forwards_after_first_backward, stage_order
+    from simulator.layout.pipeline import forwards_after_first_backward, stage_order
 
     for p in (2, 3, 4, 8):
         for v in (1, 2, 3):

@@ -112,7 +112,7 @@ def test_the_authors_scape_refuses_options_it_does_not_have(opts, match):
 
 
 def test_a_line_up_gives_each_scape_variant_its_own_options():
-    from simulator.compare import parse_scheme
+    from simulator.planning.compare import parse_scheme
 
     base = make_config("dense-adams", sync="momentum",
                        extra={"distributed_optimizer": True, "unmasked_moment": "local"})

@@ -8,10 +8,10 @@ import math
 import pytest
 
 from profiles import UserError, load_hardware, load_model
-from simulator.compare import parse_scheme
-from simulator.memory import memory_use, usable_bytes
-from simulator.plan_request import PlanRequest
-from simulator.planner import best_dense, best_without, plan_training
+from simulator.memory.peak import memory_use, usable_bytes
+from simulator.planning.compare import parse_scheme
+from simulator.planning.plan_request import PlanRequest
+from simulator.planning.planner import best_dense, best_without, plan_training
 from tests.test_cli import scape
 
 H100, A100 = load_hardware("dgx-h100"), load_hardware("dgx-a100")
@@ -51,7 +51,7 @@ def test_plans_respect_every_constraint():
 
 def test_density_warmup_lengthens_scape_plans_only():
     """With SCAPE's density warm-up over the run, its early steps send more: its hours grow
-    to the run-mean step (simulator/schedule.py); dense plans do not change."""
+    to the run-mean step (simulator/step/schedule.py); dense plans do not change."""
     key = ["hardware", "gpus", "scheme", "tp", "pp", "schedule", "micro_batch"]
     steady = plan_training(request()).set_index(key)
     warm = plan_training(request(density_warmup_frac=1.0)).set_index(key).loc[steady.index]
@@ -170,7 +170,7 @@ _PLAN_KEY = ["hardware", "gpus", "scheme", "tp", "pp", "schedule", "micro_batch"
 ], ids=["time", "cost", "deadline-cost", "budget", "7b-lossy"])
 def test_bounded_search_keeps_the_plans_every_simulation_gives(kw, tmp_path):
     """plan_training(keep=K) simulates only the plans whose lower bound could still make the
-    top K (simulator/planner.py evaluate_bounded): its top K, its best dense and its best
+    top K (simulator/planning/planner.py evaluate_bounded): its top K, its best dense and its best
     non-SCAPE plan are those of simulating every feasible plan."""
     req = request(**kw)
     every = plan_training(req)
@@ -198,7 +198,7 @@ def test_bounded_search_keeps_the_plans_every_simulation_gives(kw, tmp_path):
 ], ids=["time", "cost", "budget", "7b-lossy"])
 def test_bounded_frontier_is_the_frontier_every_simulation_gives(kw):
     """plan_training(frontier=True) skips only plans a simulated plan beats on both bounds
-    (simulator/planner.py evaluate_bounded): its time-cost frontier, best dense and best
+    (simulator/planning/planner.py evaluate_bounded): its time-cost frontier, best dense and best
     non-SCAPE plans are those of simulating every feasible plan, from fewer simulations."""
     req = request(**kw)
     every = plan_training(req)
@@ -220,11 +220,11 @@ def test_bounded_frontier_is_the_frontier_every_simulation_gives(kw):
 
 
 def test_lower_bound_is_below_every_simulated_step():
-    """simulator/step.py lower_bound_s never exceeds the simulated step (the search's
+    """simulator/step/simulate.py lower_bound_s never exceeds the simulated step (the search's
     premise), over every feasible plan of a small request, pipelines included."""
-    from simulator.batch import simulate_cached
-    from simulator.planner import candidates
-    from simulator.step import lower_bound_s
+    from simulator.planning.planner import candidates
+    from simulator.step.batch import simulate_cached
+    from simulator.step.simulate import lower_bound_s
 
     req = request(model=load_model("llama-7b"), max_gpus=64, hardware=(H100,)).validate()
     cands, _ = candidates(req)
@@ -238,8 +238,8 @@ def test_lower_bound_is_below_every_simulated_step():
 def test_candidates_memory_is_their_steps_memory():
     """The planner prices memory without building each try's StepConfig: what it keeps is
     what step_memory gives the plan's own step."""
-    from simulator.memory import step_memory
-    from simulator.planner import candidates
+    from simulator.memory.peak import step_memory
+    from simulator.planning.planner import candidates
 
     req = request(model=load_model("llama-7b"), max_gpus=64).validate()
     cands, _ = candidates(req)
@@ -276,7 +276,7 @@ def test_pipelines_interleave_over_the_most_chunks_that_leave_a_layer_each():
     """Besides 1F1B and 2 chunks, the most of 8 or 4 chunks per stage that a layer each fills:
     Llama-70B's 80 layers take 8 chunks on 8 stages, 4 on 16 (8 would leave chunks empty), 2
     on 40; published runs interleave that deep (NeMo's GPT-3 175B: 12 chunks per stage)."""
-    from simulator.planner import layouts
+    from simulator.planning.planner import layouts
 
     req = PlanRequest(load_model("llama-70b"), 1e12, (load_hardware("dgx-h100"),),
                       max_gpus=4096).validate()

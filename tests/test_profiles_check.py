@@ -72,7 +72,7 @@ def test_the_mended_profile_is_ok_and_warned_of_each_absent_table(capsys):
 def test_warnings_follow_the_profile():
     """dgx-h100 lacks only [transport]; a GPU NCCL's tuner does not know is said to be priced
     by the simulator's own choice."""
-    from simulator.fallbacks import absent_tables
+    from simulator.step.fallbacks import absent_tables
 
     h100 = load_hardware("dgx-h100")
     assert [w.split(":")[0] for w in absent_tables(h100)] == ["no [transport]"]

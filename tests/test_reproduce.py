@@ -126,7 +126,7 @@ def test_compute_profile_refusals(capsys, tmp_path, profile, match):
 def test_headline_step_is_the_validations_prediction(capsys, tmp_path):
     """One pricing path (issue 40): reproduce's 1.8B SCAPE 99% step is the step `validate
     --external scape-sc26` predicts for scape-d0.01-distopt on 32 GPUs (same code, same
-    algorithm choice: NCCL's tuner, simulator/nccl.py tuner_view), within 0.5%."""
+    algorithm choice: NCCL's tuner, simulator/network/nccl.py tuner_view), within 0.5%."""
     from reports.external import validate_external
 
     code, out, _ = scape(capsys, "reproduce", "--format", "json", "--out", str(tmp_path))

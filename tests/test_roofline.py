@@ -11,9 +11,9 @@ import pytest
 
 from profiles import load_hardware, load_model
 from profiles.hardware import parse_hardware
-from simulator.compute import fwd_bwd, pricing
-from simulator.roofline import gemm_s, layer_times
-from simulator.shapes import Gemm, layer_shapes
+from simulator.layout.shapes import Gemm, layer_shapes
+from simulator.step.compute import fwd_bwd, pricing
+from simulator.step.roofline import gemm_s, layer_times
 from vocabulary.errors import ProfileError, UserError
 
 H100 = load_hardware("dgx-h100")
@@ -139,7 +139,7 @@ def test_training_metric_passes_add_a_forward_pass_over_the_logits_each():
     micro-batch) cost each pass two kernels and METRIC_CE_BYTES per logit at the profile's
     memory rate, on the forward only; the step pays it once per micro-batch; a count that is
     not a whole number of passes is refused."""
-    from simulator.roofline import METRIC_CE_BYTES, head_times
+    from simulator.step.roofline import METRIC_CE_BYTES, head_times
 
     hw, model = load_hardware("dgx-a100"), load_model("gpt-345m")
     mb, seq = 8, 1024
@@ -150,8 +150,8 @@ def test_training_metric_passes_add_a_forward_pass_over_the_logits_each():
     assert two.bwd_s == base.bwd_s
     assert METRIC_CE_BYTES == 22  # fp32 copy (2 + 4), log_softmax 3 reads + 1 write of fp32
     from scape.plan import make_config
-    from simulator.step import simulate_step
-    from simulator.step_config import StepConfig
+    from simulator.step.simulate import simulate_step
+    from simulator.step.step_config import StepConfig
 
     cfg = StepConfig(model, hw, 8, make_config("dense-ddp"), micro_batch=mb, seq_len=seq,
                      global_batch=mb * 8 * 4)

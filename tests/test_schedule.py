@@ -1,4 +1,4 @@
-"""Run-average step time under SCAPE's density warm-up (simulator/schedule.py)."""
+"""Run-average step time under SCAPE's density warm-up (simulator/step/schedule.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import pytest
 
 from profiles import load_hardware, load_model
 from scape.plan import make_config, scheduled_density
-from simulator.engine import PhaseCache
-from simulator.network import build_topology
-from simulator.schedule import _at_density, run_mean
-from simulator.step import simulate_step
-from simulator.step_config import StepConfig
+from simulator.network.engine import PhaseCache
+from simulator.network.topology import build_topology
+from simulator.step.schedule import _at_density, run_mean
+from simulator.step.simulate import simulate_step
+from simulator.step.step_config import StepConfig
 
 
 def config(warmup: int, sparsity: float = 0.99, scheme: str = "scape-partitioned",
@@ -94,13 +94,13 @@ def test_run_steps_must_be_positive():
 def test_piecewise_mean_against_every_step():
     """The logged linear schedule (flat, then a line, then flat) integrated on nodes matches
     the sum over every step of a short run, and a flat schedule is the steady step."""
-    from simulator.schedule import _at_density, piecewise_mean
+    from simulator.step.schedule import _at_density, piecewise_mean
 
     cfg = config(0, scheme="scape")
     points = [(0, 1.0), (20, 1.0), (60, 0.1)]
     got = piecewise_mean(cfg, points, 100)
-    from simulator.engine import PhaseCache
-    from simulator.network import build_topology
+    from simulator.network.engine import PhaseCache
+    from simulator.network.topology import build_topology
 
     cache = PhaseCache(build_topology(cfg.hardware, cfg.gpus))
 

@@ -11,11 +11,11 @@ import pytest
 
 from profiles import UserError, load_hardware, load_model
 from scape.plan import Dtypes, Plan, StepPlan, make_config, plan
-from simulator.collective import collective_time
-from simulator.compute import fwd_bwd, kernel_time
-from simulator.step import simulate_step
-from simulator.step_config import StepConfig
-from simulator.trace import chrome_trace, write_trace
+from simulator.network.collective import collective_time
+from simulator.step.compute import fwd_bwd, kernel_time
+from simulator.step.simulate import simulate_step
+from simulator.step.step_config import StepConfig
+from simulator.step.trace import chrome_trace, write_trace
 
 VISTA = load_hardware("vista-gh200")
 H100 = load_hardware("dgx-h100")
@@ -133,7 +133,7 @@ def test_trace_is_chrome_trace_json(tmp_path):
 
 
 def test_simulator_never_imports_torch():
-    code = ("import sys, simulator.step, simulator.collective, cli; "
+    code = ("import sys, simulator.step.simulate, simulator.network.collective, cli; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -177,7 +177,7 @@ def test_zero3_steps_of_many_micro_batches_extend_their_steady_state_exactly(acc
 def test_plain_steps_of_very_many_micro_batches_extend_too(scheme):
     """Steps without per-micro-batch collectives are extended from EXTEND_PLAIN_FROM
     micro-batches on (--grad-accum 10^8 in a second, not hours), equal to the whole."""
-    import simulator.step as step
+    import simulator.step.simulate as step
 
     c = cfg(scheme, gpus=16, hw=H100, grad_accum=step.EXTEND_PLAIN_FROM)
     short, full = simulate_step(c), simulate_step(c, trace=True)
@@ -191,7 +191,7 @@ def test_plain_steps_of_very_many_micro_batches_extend_too(scheme):
 def test_a_step_that_is_not_yet_periodic_is_simulated_whole(monkeypatch):
     """Where the short runs do not grow by equal amounts (here made so: their step times
     bent by a term in accum^2) the step is not extended but simulated in full."""
-    import simulator.step as step
+    import simulator.step.simulate as step
 
     c = cfg("dense-zero3", gpus=16, hw=H100, grad_accum=12)
     full = simulate_step(c, trace=True).step_time_s

@@ -1,4 +1,4 @@
-"""Tensor-parallel communication overlapped with its GEMMs (simulator/tp_overlap.py)."""
+"""Tensor-parallel communication overlapped with its GEMMs (simulator/step/tp_overlap.py)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import pytest
 from profiles import UserError, load_hardware, load_model
 from reports import step_fidelity
 from scape.plan import make_config
-from simulator.compute import fwd_bwd
-from simulator.step import simulate_step
-from simulator.step_config import StepConfig
-from simulator.streams import tp_allreduce_s
-from simulator.tp_overlap import _bulk, _pipeline, _ring, layer_tp_s
+from simulator.step.compute import fwd_bwd
+from simulator.step.simulate import simulate_step
+from simulator.step.step_config import StepConfig
+from simulator.step.streams import tp_allreduce_s
+from simulator.step.tp_overlap import _bulk, _pipeline, _ring, layer_tp_s
 from tests.test_cli import scape
 from tests.test_fidelity_bands import _bench
 
@@ -50,7 +50,7 @@ def test_the_pipeline_and_bulk_methods_expose_what_they_cannot_hide():
 def test_without_the_overlap_a_layer_pays_its_collectives_each_pass():
     """Sequence parallelism issues two all-gathers and two reduce-scatters a pass (as rings:
     NVLS prices only the all-reduce), without it two all-reduces (NVLS on this node)."""
-    from simulator.tp_overlap import tp_collective_s
+    from simulator.step.tp_overlap import tp_collective_s
 
     cfg = _cfg()
     ar = tp_allreduce_s(cfg)
@@ -156,8 +156,8 @@ def test_each_gemm_uses_transformer_engines_default_method():
     fc2_dgrad; pipeline for proj_fprop, fc2_fprop; bulk for the column-parallel backward (the
     input's all-gather beside the data gradient, the reduce-scatter beside the weight
     gradient). The collectives are rings on the node, not the all-reduce's NVLS."""
-    from simulator.shapes import layer_shapes
-    from simulator.tp_overlap import _gemm_time, tp_collective_s
+    from simulator.layout.shapes import layer_shapes
+    from simulator.step.tp_overlap import _gemm_time, tp_collective_s
 
     cfg = _cfg(tp_comm_overlap=True)
     ag = tp_collective_s(cfg, "all_gather", "ring")

@@ -40,7 +40,7 @@ def test_probe_sets_the_predicted_forward_backward_to_the_time_measured_now():
     assert fresh.slowdown[0] == 1.0 and len(fresh.slowdown) == len(hw.slowdown)
     # the simulated compute of one rank is the probed one-rank forward + backward
     from profiles import load_model
-    from simulator.compute import fwd_bwd
+    from simulator.step.compute import fwd_bwd
 
     times = fwd_bwd(load_model("tiny-gpt"), fresh, 2, 128)
     assert times.fwd_s + times.bwd_s == pytest.approx(probed["probe_fwd_bwd_s"], rel=1e-9)
@@ -49,8 +49,8 @@ def test_probe_sets_the_predicted_forward_backward_to_the_time_measured_now():
 def test_kernel_probe_prices_the_runs_kernels_as_timed_now():
     """The kinds probed are those the runs' runtime plans price and the profile holds; after
     the probe the simulator prices them from the new measurement, the others unchanged."""
-    from simulator.compare import parse_scheme
-    from simulator.compute import kernel_time
+    from simulator.planning.compare import parse_scheme
+    from simulator.step.compute import kernel_time
 
     hw = load_hardware("measured/netbed-100mbit")
     kinds = v.kernel_kinds(hw, "tiny-gpt", [parse_scheme("scape:0.99")], [2])

@@ -62,12 +62,12 @@ def software_algorithms(op: str) -> list[str]:
     return [a for a in ALGORITHM_NAMES[op] if (op, a) not in NEEDS_HARDWARE]
 
 
-# NCCL's protocols (src/include/device.h NCCL_PROTO_LL, LL128, SIMPLE), as simulator/nccl.py
+# NCCL's protocols (src/include/device.h NCCL_PROTO_LL, LL128, SIMPLE), as simulator/network/nccl.py
 # prices them, and the word for NCCL's own choice among them
 PROTOCOLS = ("ll", "ll128", "simple")
 AUTO_PROTO = "auto"
 
-# --- kernels (simulator/compute.py prices them) --------------------------------------------
+# --- kernels (simulator/step/compute.py prices them) --------------------------------------------
 # HBM bytes read + written per element, counted from each kernel's loads and stores
 # (fp32 master weights, gradients and optimizer state; bf16 model weights).
 KERNEL_BYTES: dict[str, float] = {
@@ -111,7 +111,8 @@ RECOMPUTE = ("none", "selective", "selective-norm", "selective-op", "full")
 # place), PyTorch's eager cross_entropy on fp32 logits (torchtitan, Hugging Face), a fused
 # cross-entropy on the bf16 logits, or a chunked fused linear cross-entropy (Liger-Kernel)
 LOSSES = ("fp32", "eager", "fused", "chunked")
-# what the training stack keeps beside the layer inventory (simulator/activations.py): Megatron-
+# what the training stack keeps beside the layer inventory (simulator/memory/activations.py):
+# Megatron-
 # LM / NeMo (tensor parallelism saves sharded inputs and gathers them again in the backward,
 # pipeline outputs are freed once sent), or torchtitan (DTensor tensor parallelism saves the
 # gathered inputs of its linears and computes the loss-parallel cross-entropy; PyTorch's
@@ -124,7 +125,7 @@ OPTIMIZER_DTYPES = ("fp32", "bf16")
 # FlashAttention-2 itself (stacks before cuDNN's kernel reached PyTorch), or Megatron-LM's
 # attention before FlashAttention
 ATTENTION = ("flash", "flash2", "unfused")
-SCHEDULES = ("1f1b", "interleaved")  # pipeline schedules (simulator/pipeline.py)
+SCHEDULES = ("1f1b", "interleaved")  # pipeline schedules (simulator/layout/pipeline.py)
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}  # the dtypes gradients and parameters travel in
 # the gradients' dtype on the wire where none is given: fp32, as the stacks modelled reduce them
 # under bf16 mixed precision. Megatron-LM megatron/training/arguments.py: "bfloat16 requires

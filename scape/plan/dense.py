@@ -29,7 +29,7 @@ def dense_zero1(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
 
 def dense_zero2(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
     """ZeRO-2 (Rajbhandari et al. 2020, section 5.2): ZeRO-1's collectives, the gradient kept
-    only as this rank's shard (simulator/memory.py counts it so)."""
+    only as this rank's shard (simulator/memory/peak.py counts it so)."""
     return Plan(cfg.scheme, dense_zero1(cfg, n, world, dt).steps)
 
 

@@ -259,7 +259,7 @@ DENSITY_OPTIONS = ("density_warmup_steps", "density_dense_steps", "density_shape
 
 
 # Schemes whose ranks each hold only a shard of the synced gradient and of the optimizer state
-# (ZeRO-1; simulator/memory.py counts the state so): clipping by the gradient's global norm
+# (ZeRO-1; simulator/memory/peak.py counts the state so): clipping by the gradient's global norm
 # costs them a one-value all-reduce (Megatron's get_grad_norm_fp32 does the same).
 SHARDED_GRAD = frozenset({"dense-zero1", "dense-zero2", "dense-zero3", "scape-partitioned"})
 

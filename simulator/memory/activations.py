@@ -1,0 +1,205 @@
+"""Activation memory as the stacks allocate it: what one transformer layer keeps for its
+backward, tensor by tensor, under each recomputation policy; what the loss holds at the end of
+the forward; and how many micro-batches each pipeline stage holds at its peak.
+
+The inventory follows Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
+Transformer Models", section 4.1, Table 2: 34 s b h + 5 a s^2 b bytes per GPT layer) term by
+term, so that a layer without dropout (Llama, Nemotron, MPT) keeps no dropout masks, a SwiGLU
+MLP keeps its two fc1 outputs, grouped-query attention keeps narrower K and V, and fused
+attention (FlashAttention, cuDNN) keeps no s x s scores but its output and a log-sum-exp
+(Dao 2023, FlashAttention-2 Algorithm 2). Sources of each policy and term:
+docs/research/memory-terms.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from vocabulary.errors import UserError
+from vocabulary.names import LOSSES, RECOMPUTE, STACKS
+
+# the policy each tensor survives: "all" only where nothing is recomputed (and Megatron's
+# selective, which recomputes only the attention core's s x s tensors); "op" also under
+# torchtitan's op-level selective checkpointing (outputs of matmuls 1, 3, 5, 7 of the layer and
+# of the attention kernel; torchtitan/distributed/activation_checkpoint.py _custom_policy:
+# every second mm is recomputed); "input" under every policy (the checkpoint's input)
+ALL, OP, INPUT = "all", "op", "input"
+NORM_OUT = "norm output"  # recomputed by Megatron-Core's --recompute-modules layernorm
+SCORES = "scores"  # the unfused attention core's s x s tensors: Megatron's selective
+OP_ONLY = "op only"  # kept by op-level checkpointing alone (a matmul output others free)
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    bytes_per_token: float  # B per token of the micro-batch (of this context-parallel rank)
+    split: str  # "tp": split over tensor-parallel ranks; "sp": only with sequence parallelism
+    kept_by: str  # ALL | OP | INPUT
+
+
+def layer_tensors(arch, family: str, dropout: bool, attention: str, seq: int,
+                  act_bytes: int = 2, stack: str = "megatron") -> list[Tensor]:
+    """The tensors one layer keeps for its backward without recomputation (bytes per token;
+    `seq` the sequence each attention score row spans). Megatron-Core's order: norm, QKV,
+    attention, projection, norm, fc1, activation, fc2. With sequence parallelism Megatron
+    saves the QKV and fc1 inputs sequence-sharded and gathers them again in the backward
+    (tensor_parallel/layers.py, sequence_parallel: all-gather in backward); torchtitan's
+    DTensor plan gathers them before the linears (PrepareModuleInput Shard(1) -> Replicate) and
+    the linears save the gathered copy ("gathered": never divided over tensor-parallel
+    ranks; docs/research/memory-terms.md section 12)."""
+    h, f, heads = arch.d_model, arch.d_ff, arch.n_heads
+    kv = arch.n_kv_heads * arch.head_dim  # width of K and of V (grouped-query attention)
+    b = act_bytes
+    linear_in = "gathered" if stack == "torchtitan" else "sp"  # the QKV and fc1 inputs
+    out = [
+        Tensor("norm1 input (the layer's input)", b * h, "sp", INPUT),
+        Tensor("QKV input (norm1 output)", b * h, linear_in, NORM_OUT),
+        Tensor("Q", b * h, "tp", OP),  # mm 1: kept by op-level checkpointing
+        Tensor("K", b * kv, "tp", ALL),
+        Tensor("V", b * kv, "tp", OP),  # mm 3
+        Tensor("attention output (projection input)", b * h, "tp", OP),  # the kernel's output
+    ]
+    if attention == "unfused":  # softmax output (and its dropout mask and output), a s x s
+        per_row = (2 + (1 + 2 if dropout else 0)) * heads * seq  # Korthikanti: 5 a s^2 b
+        out.append(Tensor("attention scores (unfused)", per_row, "tp", SCORES))
+    else:  # fp32 log-sum-exp per head and token (FlashAttention-2 Algorithm 2, L)
+        out.append(Tensor("softmax log-sum-exp", 4 * heads, "tp", OP))
+    if dropout:  # 1-byte masks of the two residual dropouts (Korthikanti Table 2)
+        out.append(Tensor("attention dropout mask", h, "sp", ALL))
+    out += [Tensor("norm2 input", b * h, "sp", ALL),
+            Tensor("fc1 input (norm2 output)", b * h, linear_in, NORM_OUT)]
+    if family == "llama":  # SwiGLU: gate and up projections, then their product into fc2
+        out += [Tensor("fc1 gate output", b * f, "tp", OP),  # mm 5 (torchtitan's w1)
+                Tensor("fc1 up output", b * f, "tp", ALL),  # mm 6 (w3): recomputed
+                Tensor("activation output (fc2 input)", b * f, "tp", ALL)]
+    else:  # GeLU: fc1 output and the activation's output
+        out += [Tensor("fc1 output (activation input)", b * f, "tp", OP),
+                Tensor("activation output (fc2 input)", b * f, "tp", ALL)]
+    out.append(Tensor("fc2 output", b * h, "sp", OP_ONLY))  # mm 7
+    if dropout:
+        out.append(Tensor("MLP dropout mask", h, "sp", ALL))
+    return out
+
+
+def _kept(tensor: Tensor, recompute: str) -> bool:
+    if tensor.kept_by == INPUT:
+        return True
+    if recompute == "selective-op":
+        return tensor.kept_by in (OP, OP_ONLY)
+    freed = {"none": {OP_ONLY}, "selective": {OP_ONLY, SCORES},
+             "selective-norm": {OP_ONLY, SCORES, NORM_OUT}}.get(recompute)
+    return freed is not None and tensor.kept_by not in freed  # full: the input only
+
+
+def _sharded(tensor: Tensor, tp: int, sequence_parallel: bool) -> float:
+    if tensor.split == "gathered":
+        return tensor.bytes_per_token
+    if tensor.split == "tp" or (sequence_parallel and tp > 1):
+        return tensor.bytes_per_token / tp
+    return tensor.bytes_per_token
+
+
+@dataclass(frozen=True)
+class LayerMemory:
+    """Bytes per token one layer keeps on one GPU (`kept`), and the bytes per token the layer
+    being recomputed materializes again during its backward (`working`: what the policy did
+    not keep; 0 when it keeps everything)."""
+
+    kept: float
+    working: float
+
+
+@lru_cache(maxsize=4096)
+def layer_memory(model, dropout: bool, attention: str, seq: int, tp: int,
+                 sequence_parallel: bool, recompute: str, stack: str = "megatron"
+                 ) -> LayerMemory:
+    if recompute not in RECOMPUTE:
+        raise UserError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
+    if stack not in STACKS:
+        raise UserError(f"--stack must be one of {', '.join(STACKS)}, got {stack!r}")
+    tensors = layer_tensors(model.arch, model.family, dropout, attention, seq, stack=stack)
+    kept = sum(_sharded(t, tp, sequence_parallel) for t in tensors if _kept(t, recompute))
+    # what the recomputed forward materializes again beside what was kept
+    again = sum(_sharded(t, tp, sequence_parallel) for t in tensors
+                if t.kept_by != OP_ONLY and not _kept(t, recompute))
+    return LayerMemory(kept, again)
+
+
+# bytes per logit the loss holds at the end of the forward, on the last stage: bf16 logits
+# (2), and with fp32 the fp32 softmax (or log-softmax) the backward needs (4): Megatron-Core's
+# vocab_parallel_cross_entropy(logits.float()) and torchtitan's cross_entropy(pred.float());
+# "fused" keeps the bf16 logits alone, its kernel writing the gradient over them (flash-attn's
+# CrossEntropyLoss(inplace_backward=True), llm-foundry's default loss; Transformer Engine's
+# fused cross-entropy); "chunked" (a fused linear cross-entropy, Liger-Kernel) never holds the
+# whole logits (sources: docs/research/memory-terms.md section 4)
+# "eager": PyTorch's cross_entropy(pred.float()) (torchtitan, Hugging Face) keeps the fp32
+# log-softmax (4), and its backward holds beside it the fp32 gradient nll_loss hands it (4)
+# and the fp32 gradient of the logits its one kernel writes (4): 12 at the start of the
+# backward, when every layer's activations are still held. This term was derived after the
+# torchtitan rows of bench/memory_published.py came out 16-37% under their reported peaks
+# with the 6 bytes of "fp32" (said so: a choice made after seeing errors); each byte per
+# logit moves an 8B row at local batch 2, sequence 8192 by 2.1 GB
+LOSS_BYTES = {"fp32": 2 + 4, "eager": 4 + 4 + 4, "fused": 2, "chunked": 0}
+# "eager" under torchtitan's tensor parallelism runs PyTorch's loss_parallel
+# (torch/distributed/tensor/parallel/loss.py): its backward holds the saved fp32 log-softmax,
+# zeros_like of it, its exp and their sum at once, 16 bytes per logit of the vocabulary shard
+# (docs/research/memory-terms.md section 12)
+LOSS_PARALLEL_BYTES = 4 + 4 + 4 + 4
+
+
+def loss_bytes_per_token(model, tp: int, loss: str, sequence_parallel: bool,
+                         stack: str = "megatron") -> float:
+    """Bytes per token the output layer and loss hold at the end of the forward: the final
+    norm's input and output (torchtitan's output layer saves its sequence-gathered input:
+    ColwiseParallel(input_layouts=Shard(1))), and the logits (split over tensor-parallel
+    ranks, a vocabulary-parallel output layer)."""
+    if loss not in LOSSES:
+        raise UserError(f"--loss must be one of {', '.join(LOSSES)}, got {loss!r}")
+    a = model.arch
+    sharded = tp if sequence_parallel and tp > 1 else 1
+    gathered = stack == "torchtitan" and tp > 1
+    norm = 2 * a.d_model / sharded + 2 * a.d_model / (1 if gathered else sharded)
+    per_logit = LOSS_PARALLEL_BYTES if gathered and loss == "eager" else LOSS_BYTES[loss]
+    return norm + per_logit * a.vocab_size / tp
+
+
+def pipeline_buffers_per_token(model, tp: int, micro_batches: int, first: bool, last: bool,
+                               stack: str) -> float:
+    """Bytes per token of one micro-batch that a pipeline stage keeps for the whole step
+    beyond its layers' activations, times the step's micro-batches: none under Megatron (its
+    schedule frees a sent output's data, deallocate_output_tensor, and receives into buffers
+    it drops after use); under PyTorch's pipelining (torchtitan, late 2024: torch/distributed/
+    pipelining/stage.py) a receive buffer for every micro-batch's input (stages after the
+    first) and for its output's gradient (stages before the last), every output kept until
+    the next step (output_chunks; on the last stage the bf16 logits), and the gradients left
+    on the input buffers (docs/research/memory-terms.md section 12)."""
+    if stack != "torchtitan" or micro_batches < 1:
+        return 0.0
+    hidden = 2 * model.arch.d_model / tp  # bf16, sequence-sharded
+    per = 0.0
+    if not first:
+        per += 2 * hidden  # the input's receive buffer and its gradient
+    if last:
+        per += 2 * model.arch.vocab_size / tp  # the kept bf16 logits
+    else:
+        per += 2 * hidden  # the output kept and the gradient's receive buffer
+    return per * micro_batches
+
+
+@lru_cache(maxsize=4096)
+def in_flight(stage: int, stages: int, micro_batches: int, layers: tuple[int, ...]) -> int:
+    """The most layer-micro-batches `stage` holds at once (each micro-batch's activations
+    through one of its model chunks, `layers[chunk]` layers), walking the order the schedule
+    runs its forwards and backwards (simulator/layout/pipeline.py stage_order: Megatron-Core's 1F1B,
+    p - s - 1 warm-up forwards, and its interleaved schedule). Without pipelining: one
+    micro-batch through every layer."""
+    import numpy as np
+
+    from simulator.layout.pipeline import order_chunks
+
+    if stages == 1:
+        return sum(layers)
+    forward, chunk = order_chunks(stage, stages, micro_batches, len(layers))
+    held = np.cumsum(np.where(forward, 1, -1) * np.asarray(layers)[chunk])
+    return int(held.max(initial=0))

@@ -1,0 +1,324 @@
+"""GPU memory per scheme, per pipeline stage: weights, gradients, optimizer state, scheme
+state, activations and the loss, against what the GPU's memory leaves for them.
+
+Every pipeline stage is priced (its layers, the embedding on the first, the output layer and
+loss on the last, the micro-batches its schedule holds at once: simulator/memory/activations.py),
+and
+the GPU's peak is the largest stage's. What a GPU holds beside the step's tensors is the
+hardware profile's [memory] table: the device's bytes as the driver reports them, the CUDA
+context, library workspaces and NCCL buffers outside PyTorch's allocator, and the allocator's
+slack over what it allocated (profiles/hardware_schema.py MEMORY_FIELDS). Sources of each
+term: docs/research/memory-terms.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from profiles import HardwareProfile, ModelProfile
+from profiles.hardware import Memory
+from scape.plan import INDEX_BYTES, SCAPE_SCHEMES, SHARDED_GRAD, ZERO_STAGE, Dtypes, SchemeConfig
+from simulator.memory.activations import (
+    in_flight,
+    layer_memory,
+    loss_bytes_per_token,
+    pipeline_buffers_per_token,
+)
+
+# Bytes of the optimizer state per parameter: master weights and moments, in fp32, or in bf16
+# with the master's 16 low bits (Apex DistributedFusedAdam store_param_remainders: the bf16
+# parameter holds the high bits)
+OPTIMIZER_STATE_BYTES = {("adamw", "fp32"): 12, ("adams", "fp32"): 8,  # AdamS: no v
+                         ("adamw", "bf16"): 6, ("adams", "bf16"): 4}
+SHARDED = SHARDED_GRAD  # ZeRO-1: gradient and optimizer state sharded over data parallelism
+RESIDUAL_SCHEMES = frozenset({"quantized", "topk", "scalecom"})  # fp32 error feedback buffers
+# A profile without a [memory] table: the datasheet's GB as the device's bytes (below what
+# any 80 GB part reports: H100 SXM 81,559 MiB = 85.5e9 B), and the reserve terms of the
+# shipped H100 profiles
+DEFAULT_RESERVE = {"context_GiB": 2.5, "fragmentation": 0.05}
+
+
+def reserve(hw: HardwareProfile) -> tuple[Memory, str]:
+    """The profile's [memory] table, or the default one; and which ("profile" | "default")."""
+    if hw.memory is not None:
+        return hw.memory, "profile"
+    return Memory(device_MiB=hw.gpu.memory_GB * 1e9 / 2**20, source="simulator/memory/peak.py "
+                  "DEFAULT_RESERVE", **DEFAULT_RESERVE), "default"
+
+
+def usable_bytes(hw: HardwareProfile) -> float:
+    """Bytes PyTorch's allocator may hand out on one GPU at the step's peak."""
+    return reserve(hw)[0].usable_bytes()
+
+
+def authors_state(n: float, scheme: SchemeConfig, largest: float = 0.0) -> float:
+    """The authors' reducer's own buffers (profiles/external/scape-sc26.reducer.md section 0):
+    the current and next packed masks (1 bit per element each, R:461), the fp32 payload of K,
+    the fp32 residual of N on the GPU unless offloaded (R:475-483; offloaded, two fp32 GPU
+    staging buffers of the `largest` tensor's size, R:522-535, section 4), and with the
+    distributed optimizer a full fp32 parameter replica on the GPU unless offloaded
+    (R:558-574). The optimizer state (m and fp32 master weights, no v) is counted as AdamS's."""
+    masks = 2 * n / 8
+    payload = 4 * scheme.density * n
+    residual = 2 * 4 * largest if scheme.extra.get("residual_offload") else 4 * n
+    replica = 0.0
+    if scheme.extra.get("distributed_optimizer") and not scheme.extra.get("param_offload"):
+        replica = 4 * n
+    return masks + payload + residual + replica
+
+
+@dataclass(frozen=True)
+class MemoryUse:
+    """Bytes one GPU holds at its peak, by kind; `stage`: the pipeline stage whose GPUs peak
+    highest (0 without pipelining)."""
+
+    weights: float
+    grads: float
+    optimizer: float
+    scheme_state: float
+    activations: float
+    loss: float = 0.0  # the logits and cross-entropy at the end of the forward (last stage)
+    stage: int = 0
+
+    @property
+    def total(self) -> float:
+        return (self.weights + self.grads + self.optimizer + self.scheme_state
+                + self.activations + self.loss)
+
+    def as_dict(self) -> dict[str, float]:
+        parts = ("weights", "grads", "optimizer", "scheme_state", "activations", "loss")
+        return {**{k: getattr(self, k) for k in parts}, "total": self.total}
+
+
+@lru_cache(maxsize=256)
+def _layer_params(model: ModelProfile) -> int:
+    return model.layer_params
+
+
+@lru_cache(maxsize=256)
+def largest_tensor(model: ModelProfile) -> int:
+    """Elements of the model's largest parameter tensor (the authors' offload staging)."""
+    return max(size for size, _ in model.tensors())
+
+
+def stage_params(model: ModelProfile, layers: int, first: bool, last: bool, pp: int) -> int:
+    """Parameters of a pipeline stage of `layers` layers: the embedding (and learned positions)
+    on the first, the final norm and output layer on the last; with tied embeddings and
+    pipelining the last stage holds its own copy of the embedding (Megatron-Core's
+    shared_embedding_or_output_weight)."""
+    a = model.arch
+    n = layers * _layer_params(model)
+    if first:
+        n += a.vocab_size * a.d_model + (a.seq_len * a.d_model if model.family == "gpt" else 0)
+    if last:
+        n += (2 if model.family == "gpt" else 1) * a.d_model
+        if not a.tied_embeddings or pp > 1:
+            n += a.vocab_size * a.d_model
+    return n
+
+
+def state_bytes(model: ModelProfile, scheme: SchemeConfig, n: float, dp: int, tp: int,
+                dtypes: Dtypes, optimizer_dtype: str = "fp32", pp: int = 1
+                ) -> tuple[float, float, float, float]:
+    """(weights, grads, optimizer, scheme state) bytes of a GPU holding `n` parameters of its
+    stage's tensor-parallel shard, over `dp` ranks of gradient reduction. FSDP under pipeline
+    parallelism keeps the stage's parameters gathered and its gradients unreduced from the
+    first micro-batch to the last (torchtitan: reshard_after_forward off and the
+    reduce-scatter deferred with pipelining; docs/research/memory-terms.md section 7)."""
+    optimizer = "adams" if scheme.scheme in SCAPE_SCHEMES else scheme.optimizer
+    state = OPTIMIZER_STATE_BYTES[optimizer, optimizer_dtype] * n
+    distopt = scheme.scheme == "scape" and scheme.extra.get("distributed_optimizer", False)
+    if scheme.scheme in SHARDED or distopt:
+        state /= dp
+    extra = 0.0
+    # a residual where something is left unsent: sparsity, or bits below the gradient's
+    # (quantized at its width runs as dense-ddp, scape/plan/quantized.py)
+    compresses = (scheme.sparsity > 0 if scheme.scheme != "quantized"
+                  else scheme.bits < 8 * dtypes.grad_bytes)
+    if scheme.scheme in RESIDUAL_SCHEMES and compresses:
+        extra = 4 * n
+    if scheme.scheme == "scape":
+        extra = authors_state(n, scheme, largest_tensor(model) / tp)
+    if scheme.scheme == "scape-partitioned" and scheme.sparsity > 0:
+        k = scheme.density * n
+        mask = min(k * INDEX_BYTES, n / 8)  # the whole mask, gathered on every rank
+        compact = k * dtypes.grad_bytes  # the packed gradient buffer
+        residual = 4 * n if scheme.error_feedback else 0.0
+        extra = mask + compact + residual
+    weights, grads = dtypes.param_bytes * n, dtypes.grad_bytes * n
+    stage = ZERO_STAGE.get(scheme.scheme, 0)
+    unit = _layer_params(model) / tp if stage >= 2 else 0.0  # FSDP's unit: one layer
+    if stage >= 2:  # the gradient as a shard, plus the unit being reduced
+        grads = grads / dp + dtypes.grad_bytes * unit
+    # the sharded parameters: a low-precision shard beside the fp32 master (DeepSpeed
+    # ZeRO-3, 2 + 2 + 12 bytes), or none where gradients reduce in fp32, FSDP's mixed
+    # precision, whose sharded parameter is the fp32 master the optimizer steps ("it keeps the
+    # high-precision sharded parameters in memory anyway ... does not require any extra memory
+    # to keep a high-precision copy", MixedPrecisionPolicy; 4 + 4 + 8 bytes;
+    # docs/research/memory-terms.md section 7)
+    shard = 0.0 if dtypes.grad_bytes == 4 else weights / dp
+    if stage == 3 and pp > 1:  # the whole stage gathered, its gradients whole
+        weights, grads = shard + dtypes.param_bytes * n, grads / dp + dtypes.grad_bytes * n
+    elif stage == 3:  # the parameters as a shard, plus the unit in use and the one prefetched
+        weights = shard + 2 * dtypes.param_bytes * unit
+    return weights, grads, state, extra
+
+
+def memory_use(
+    model: ModelProfile, scheme: SchemeConfig, dp: int, tp: int, micro_batch: int,
+    seq_len: int, dtypes: Dtypes, recompute: str = "none", sequence_parallel: bool = True,
+    pp: int = 1, chunks: int = 1, attention: str = "flash", micro_batches: int | None = None,
+    loss: str = "fp32", optimizer_dtype: str = "fp32", stack: str = "megatron",
+) -> MemoryUse:
+    """Bytes one GPU holds at its peak: every pipeline stage priced at the end of a forward
+    (its stored micro-batches, the loss on the last stage) or during a recomputed layer's
+    backward, whichever is higher, and the highest stage returned. `micro_batches`: a step's
+    (its gradient accumulation; None: as many as stages, the fewest 1F1B fills)."""
+    best = None
+    for s, params, activations, loss_b in _stage_activations(
+            model, tp, micro_batch, seq_len, recompute, sequence_parallel, pp, chunks,
+            attention, pp if micro_batches is None else micro_batches, loss, stack):
+        weights, grads, state, extra = state_bytes(model, scheme, params / tp, dp, tp, dtypes,
+                                                   optimizer_dtype, pp)
+        use = MemoryUse(weights, grads, state, extra, activations, loss_b, s)
+        if best is None or use.total > best.total:
+            best = use
+    return best
+
+
+def first_fit(model: ModelProfile, scheme: SchemeConfig, dp: int, tp: int, micro_batch: int,
+              seq_len: int, dtypes: Dtypes, recomputes: tuple[str, ...], usable: float,
+              pp: int, chunks: int, micro_batches: int, states_cache: dict | None = None,
+              cache_key: tuple | None = None) -> tuple[str, float] | None:
+    """The first of `recomputes` whose peak (memory_use's, with its defaults: sequence
+    parallelism, fused attention, fp32 loss and optimizer) fits `usable` bytes, with that
+    peak; None if none does. The scheme's state is priced once for every policy tried (what
+    the planner asks of every layout and scheme; a test checks it against memory_use), and
+    with `states_cache` once for every micro-batch: `cache_key` must then name the scheme,
+    dp, tp, pp and chunks (the stages' state depends on nothing else)."""
+    states = None
+    for recompute in recomputes:
+        stages = _stage_activations(model, tp, micro_batch, seq_len, recompute, True, pp,
+                                    chunks, "flash", micro_batches, "fp32")
+        if states is None and states_cache is not None:
+            states = states_cache.get(cache_key)
+        if states is None:  # the same stages for every policy (peak_candidates)
+            states = [sum(state_bytes(model, scheme, params / tp, dp, tp, dtypes, "fp32", pp))
+                      for _, params, _, _ in stages]
+            if states_cache is not None:
+                states_cache[cache_key] = states
+        total = max(st + act + loss for st, (_, _, act, loss) in zip(states, stages,
+                                                                     strict=True))
+        if total <= usable:
+            return recompute, total
+    return None
+
+
+@lru_cache(maxsize=16384)
+def _stage_activations(model: ModelProfile, tp: int, micro_batch: int, seq_len: int,
+                       recompute: str, sequence_parallel: bool, pp: int, chunks: int,
+                       attention: str, m: int, loss: str, stack: str = "megatron"
+                       ) -> tuple[tuple[int, int, float, float], ...]:
+    """(stage, parameters, activation bytes, loss bytes) of each stage that can peak
+    (peak_candidates): what does not depend on the scheme, remembered (the planner prices
+    every scheme of a layout)."""
+    from simulator.layout.pipeline import stage_layers
+
+    layers = stage_layers(model.arch.n_layers, pp, chunks)  # [stage][chunk]
+    tokens = seq_len * micro_batch  # of this context-parallel rank
+    per_layer = layer_memory(model, model.dropout, attention, seq_len, tp,
+                             sequence_parallel or tp == 1, recompute, stack)
+    loss_b = loss_bytes_per_token(model, tp, loss, sequence_parallel, stack) * tokens
+    out = []
+    for s in peak_candidates(layers):
+        last = s == pp - 1
+        params = stage_params(model, sum(layers[s]), s == 0, last, pp)
+        stored = in_flight(s, pp, m, tuple(layers[s])) * per_layer.kept * tokens
+        if pp > 1:
+            stored += pipeline_buffers_per_token(model, tp, m, s == 0, last, stack) * tokens
+        working = per_layer.working * tokens
+        # the peak: the end of a forward (the loss on the last stage), or a recomputed
+        # layer's backward (its tensors again beside the stored ones)
+        if last and loss_b >= working:
+            out.append((s, params, stored, loss_b))
+        else:
+            out.append((s, params, stored + working, 0.0))
+    return tuple(out)
+
+
+def peak_candidates(layers: list[list[int]]) -> list[int]:
+    """The stages that can peak: the first and the last (the embedding, the loss), and of the
+    stages between, the first of each layer split; a later stage with the same layers holds
+    the same state and no more micro-batches (1F1B's p - s, the interleaved warm-up's
+    2 (p - s - 1) + (v - 1) p both fall with s)."""
+    seen, out = set(), [0, len(layers) - 1]
+    for s in range(1, len(layers) - 1):
+        if tuple(layers[s]) not in seen:
+            seen.add(tuple(layers[s]))
+            out.append(s)
+    return sorted(set(out))
+
+
+def step_memory(cfg) -> MemoryUse:
+    """What one GPU of a simulated step (simulator.step.simulate.StepConfig) holds at its peak: with
+    context parallelism, the activations of its seq / cp tokens, and state sharded over the
+    data-parallel ranks with the context-parallel ones (`grad_ranks`). The key/value blocks a
+    ring exchange keeps (one buffer per step, up to cp of seq / cp tokens each) are not
+    counted."""
+    return memory_use(cfg.model, cfg.scheme, cfg.grad_ranks, cfg.tp, cfg.micro_batch,
+                      cfg.seq // cfg.cp, cfg.dtypes, cfg.recompute, cfg.sequence_parallel,
+                      cfg.pp, cfg.chunks_pp, cfg.attention, cfg.accum, cfg.loss,
+                      cfg.optimizer_dtype, cfg.stack)
+
+
+def spare(use: MemoryUse, hw: HardwareProfile) -> float:
+    """The share of the usable bytes left at the peak (negative: does not fit)."""
+    return 1 - use.total / usable_bytes(hw)
+
+
+def memory_columns(cfg) -> dict:
+    """memory_GB, its parts, the stage that peaks, and how much is left, for a result row."""
+    use = step_memory(cfg)
+    held, which = reserve(cfg.hardware)
+    return {"memory_GB": use.total / 1e9,
+            **{f"memory_{k}_GB": v / 1e9 for k, v in use.as_dict().items() if k != "total"},
+            "memory_peak_stage": use.stage,
+            "usable_memory_GB": held.usable_bytes() / 1e9,
+            "memory_spare_pct": 100 * spare(use, cfg.hardware),
+            "memory_reserve": which,
+            "fits_memory": use.total <= held.usable_bytes()}
+
+
+def describe_reserve(hw: HardwareProfile) -> str:
+    """How the usable bytes follow from the profile, in words."""
+    held, which = reserve(hw)
+    return (f"{held.usable_bytes() / 1e9:.1f} GB usable: {held.device_MiB:,.0f} MiB on the "
+            f"device, less {held.context_GiB:g} GiB outside the allocator (CUDA context, "
+            f"workspaces, NCCL buffers), over 1 + {held.fragmentation:g} allocator slack"
+            + ("" if which == "profile" else "; the profile has no [memory] table, so these "
+               "are simulator/memory/peak.py's defaults"))
+
+
+def refuse_if_too_big(cfg, scheme: str | None = None) -> None:
+    """A UserError, with the breakdown, when one GPU of the step cannot hold it; `scheme`:
+    the scheme as the user named it (dense-adams rather than the dense-zero1 it runs)."""
+    from profiles import UserError
+
+    use = step_memory(cfg)
+    usable = usable_bytes(cfg.hardware)
+    if use.total > usable:
+        parts = ", ".join(f"{k} {v / 1e9:.1f}" for k, v in use.as_dict().items()
+                          if k != "total" and v > 0)
+        where = f" on pipeline stage {use.stage}" if cfg.pp > 1 else ""
+        sharded = cfg.scheme.scheme in SHARDED or cfg.scheme.extra.get("distributed_optimizer")
+        hint = ("more GPUs (--gpus) to shard the optimizer state further" if sharded else
+                "a scheme that shards the optimizer state (dense-adams, scape-partitioned, "
+                "scape --distributed-optimizer)")
+        recompute = ("" if cfg.recompute == "full" else
+                     "activation recomputation (--recompute selective-op or full), ")
+        raise UserError(
+            f"{cfg.model.name} with {scheme or cfg.scheme.scheme} needs "
+            f"{use.total / 1e9:.1f} GB per GPU{where} ({parts} GB), {cfg.hardware.name} has "
+            f"{describe_reserve(cfg.hardware)}: try {recompute}tensor or pipeline parallelism "
+            f"(--tp, --pp), a smaller --micro-batch, or {hint}")

@@ -1,0 +1,281 @@
+"""A step's options as a user gives them: small frozen dataclasses that the CLI builds once and
+passes whole to simulate, compare and plan (as torchtitan's per-component configs do).
+
+`None` means "not given" everywhere: `StepOptions.config` resolves what was not given (the
+attention kernel, sequence parallelism, the TP overlap) and `StepOptions.ran` says what ran, so
+every output carries the options it ran with. A value that was given is used or refused, never
+replaced by a default.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from profiles import load_hardware, load_model
+from scape.plan import Dtypes, foreign_options
+from simulator.planning.compare import parse_scheme, refuse_unread
+from simulator.step.compute import pricing
+from simulator.step.step_config import StepConfig
+from vocabulary.errors import UserError
+from vocabulary.names import DEFAULT_GRAD_DTYPE, DEFAULT_PARAM_DTYPE, DTYPE_BYTES
+
+MAX_STEPS = 10**12  # far above any run: a typo is refused, not simulated for hours
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Sequences per micro-batch and per step (`grad_accum` or `global_batch`, not both)."""
+
+    micro_batch: int = 1
+    seq_len: int | None = None  # None: the model profile's
+    grad_accum: int | None = None  # None: 1, or what global_batch gives
+    global_batch: int | None = None
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """How the model is split: Megatron-Core's tensor, pipeline and context parallelism, and
+    what its activations are recomputed."""
+
+    tp: int = 1
+    pp: int = 1
+    pp_schedule: str = "1f1b"  # 1f1b | interleaved
+    virtual_stages: int | None = None  # interleaved: model chunks per stage; None: 2
+    recompute: str = "none"  # none | selective | full
+    sequence_parallel: bool | None = None  # None: on wherever there is a TP group
+    cp: int = 1
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The dtypes gradients are reduced and parameters gathered in, and FP8 GEMMs."""
+
+    grad_dtype: str = DEFAULT_GRAD_DTYPE  # fp32, as Megatron-LM, NeMo and torchtitan (names.py)
+    param_dtype: str = DEFAULT_PARAM_DTYPE
+    fp8: bool = False
+    optimizer_dtype: str = "fp32"
+
+    def dtypes(self) -> Dtypes:
+        return Dtypes(_dtype(self.grad_dtype, "--grad-dtype"),
+                      _dtype(self.param_dtype, "--param-dtype"))
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """What overlaps compute: the gradient reduction and parameter gather (Megatron's
+    overlap_grad_reduce / overlap_param_gather, in buckets) and the tensor-parallel
+    collectives (Transformer Engine's userbuffers)."""
+
+    grad: bool | None = None
+    param: bool | None = None
+    bucket_mb: float | None = None
+    tp_comm: bool | None = None  # None: off, Megatron-LM's default
+
+
+@dataclass(frozen=True)
+class SchemeOptions:
+    """The scheme (NAME or NAME:VALUE) and the options of its family (None: its default)."""
+
+    spec: str = "dense-adams"
+    sparsity: float | None = None
+    bits: int | None = None
+    optimizer: str | None = None
+    update_scope: str | None = None
+    refresh_every: int | None = None
+    error_feedback: bool | None = None
+    score: str | None = None
+    sync: str | None = None
+    # the authors' reducer (scheme scape): the launch flags of their scaling scripts
+    distopt: bool | None = None
+    residual_offload: bool | None = None
+    param_offload: bool | None = None
+    # SCAPE's density schedule, and the run its steps are averaged over
+    density_warmup: int | None = None
+    density_dense_steps: int | None = None
+    density_shape: str | None = None
+    run_steps: int | None = None
+
+    def reducer_extra(self) -> dict | None:
+        """The authors' reducer options that were given (SchemeConfig.extra)."""
+        given = {"distributed_optimizer": self.distopt,
+                 "residual_offload": self.residual_offload,
+                 "param_offload": self.param_offload}
+        return {k: v for k, v in given.items() if v is not None} or None
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """How the step is priced: the collective algorithm, and forward/backward from shapes (with
+    an attention kernel) or at an MFU."""
+
+    algo: str = "auto"
+    mfu: float | None = None
+    attention: str | None = None  # None: flash, where shapes price the step
+    loss: str | None = None  # None: the stack's (fp32 under Megatron, eager under torchtitan)
+    stack: str | None = None  # None: megatron (what the training stack keeps, STACKS)
+    metric_passes: int = 0  # a trainer's training-metric cross-entropies per micro-batch
+
+
+@dataclass(frozen=True)
+class StepOptions:
+    """One step as asked: model, hardware and GPU count by name, and the option groups."""
+
+    model: str
+    hardware: str
+    gpus: int
+    scheme: SchemeOptions = SchemeOptions()
+    batch: Batch = Batch()
+    parallelism: Parallelism = Parallelism()
+    precision: Precision = Precision()
+    overlap: Overlap = Overlap()
+    pricing: Pricing = Pricing()
+
+    def scheme_fields(self) -> dict:
+        """The SchemeConfig fields the flags give (None: not given), bucket size checked."""
+        return scheme_fields(self.scheme, self.overlap)
+
+    def run_steps(self) -> int | None:
+        """Steps to average over: `run_steps`, else the density schedule itself (what its dense
+        steps and warm-up cost while they last; the authors' scripts warm up over 10k of 100k
+        iterations), else none (steady step only). The scheme options are checked first."""
+        self.scheme_fields()
+        s = self.scheme
+        return run_steps(s.run_steps, s.density_warmup, s.density_dense_steps, s.density_shape)
+
+    def parallel(self) -> dict:
+        """The parallel and pricing options as given, in the rows' column order."""
+        p, pr = self.parallelism, self.pricing
+        return {"pp": p.pp, "pp_schedule": str(p.pp_schedule),
+                "virtual_stages": p.virtual_stages, "recompute": str(p.recompute),
+                "sequence_parallel": p.sequence_parallel, "mfu": pr.mfu,
+                "attention": None if pr.attention is None else str(pr.attention),
+                "tp_comm_overlap": self.overlap.tp_comm, "cp": p.cp,
+                "fp8": self.precision.fp8, "loss": pr.loss,
+                "optimizer_dtype": str(self.precision.optimizer_dtype),
+                "stack": None if pr.stack is None else str(pr.stack),
+                "metric_passes": pr.metric_passes}
+
+    def ran(self, cfg: StepConfig) -> dict:
+        """`parallel()` as the step ran it: each given value, and what `config` chose for
+        those not given (the attention kernel, sequence parallelism, the TP overlap)."""
+        chosen = ("attention", "sequence_parallel", "tp_comm_overlap", "loss", "stack")
+        ran = {k: getattr(cfg, k) if k in chosen else v for k, v in self.parallel().items()}
+        if cfg.pp_schedule == "interleaved" and cfg.pp > 1:  # the chunks it ran (None: 2)
+            ran["virtual_stages"] = cfg.chunks_pp
+        return ran
+
+    def config(self, lineup: list[str] | None = None) -> StepConfig:
+        """The step these options describe. With `lineup` (compare), the scheme flags are
+        shared by the line-up's schemes: one that none of them reads is refused. An attention
+        kernel given where forward and backward are priced by an MFU (which has none) is
+        refused rather than ignored."""
+        parallel = self.parallel()
+        typed = parallel["attention"]
+        if typed is None:
+            parallel["attention"] = "flash"
+        tp = self.parallelism.tp
+        if parallel["sequence_parallel"] and tp == 1:
+            raise UserError("--sequence-parallel splits activations over the tensor-parallel "
+                            "group, and --tp 1 has none: give --tp above 1 or leave it out")
+        if parallel["sequence_parallel"] is None:
+            parallel["sequence_parallel"] = tp > 1
+        if parallel["stack"] is None:
+            parallel["stack"] = "megatron"  # not given: Megatron-LM / NeMo
+        if parallel["loss"] is None:  # not given: the stack's own cross-entropy
+            parallel["loss"] = "eager" if parallel["stack"] == "torchtitan" else "fp32"
+        if parallel["tp_comm_overlap"] is None:
+            parallel["tp_comm_overlap"] = False  # not given: Megatron-LM's default
+        b = self.batch
+        cfg = StepConfig(
+            model=load_model(self.model), hardware=load_hardware(self.hardware),
+            gpus=self.gpus,
+            scheme=scheme_config(self.scheme.spec, self.scheme_fields(),
+                           self.scheme.reducer_extra(), lineup),
+            micro_batch=b.micro_batch, seq_len=b.seq_len,
+            grad_accum=1 if b.grad_accum is None else b.grad_accum, tp=tp,
+            global_batch=b.global_batch, dtypes=self.precision.dtypes(),
+            algo=self.pricing.algo, **parallel,
+        ).validate()
+        if (b.grad_accum is not None and b.global_batch is not None
+                and b.grad_accum != cfg.accum):
+            raise UserError(f"--grad-accum {b.grad_accum} contradicts --global-batch "
+                            f"{b.global_batch} (micro-batch {b.micro_batch} x data-parallel "
+                            f"{cfg.dp} gives {cfg.accum} micro-batches per step): give one")
+        mfu, how = pricing(cfg.model, cfg.hardware, cfg.mfu)
+        if typed is not None and mfu is not None:
+            raise UserError(f"--attention {typed}: forward and backward are priced by {how}, "
+                            "which has no attention kernel; leave --attention out (or --mfu, "
+                            "where it was given, to price from shapes)")
+        return cfg
+
+
+def compute_model(cfg: StepConfig) -> str:
+    """How this step's forward and backward are priced (shapes or an MFU, and why)."""
+    return pricing(cfg.model, cfg.hardware, cfg.mfu)[1]
+
+
+def _dtype(name: str, flag: str) -> int:
+    if name not in DTYPE_BYTES:
+        raise UserError(f"{flag} must be one of {', '.join(DTYPE_BYTES)}, got {name!r}")
+    return DTYPE_BYTES[name]
+
+
+def scheme_fields(scheme: SchemeOptions, overlap: Overlap) -> dict:
+    """SchemeConfig fields from the flags (None: not given); a bucket size is checked here."""
+    bucket_mb = overlap.bucket_mb
+    if bucket_mb is not None and not (math.isfinite(bucket_mb) and bucket_mb > 0):
+        raise UserError(f"--bucket-mb must be a finite positive size, got {bucket_mb!r} (one "
+                        "bucket: give a size above the gradient's, e.g. 100000)")
+    return {
+        "sparsity": scheme.sparsity, "bits": scheme.bits, "optimizer": scheme.optimizer,
+        "overlap_grad_reduce": overlap.grad, "overlap_param_gather": overlap.param,
+        "bucket_bytes": bucket_mb * 1e6 if bucket_mb is not None else None,
+        "update_scope": scheme.update_scope, "refresh_every": scheme.refresh_every,
+        "error_feedback": scheme.error_feedback, "score": scheme.score,
+        "sync": scheme.sync, "density_warmup_steps": scheme.density_warmup,
+        "density_dense_steps": scheme.density_dense_steps,
+        "density_shape": scheme.density_shape,
+    }
+
+
+def scheme_config(spec: str, fields: dict, extra: dict | None = None,
+            lineup: list[str] | None = None):
+    """A scheme from NAME[:VALUE] and the flags given (None: the scheme's default); an option
+    the scheme does not read is refused. With `lineup` (compare), the flags are shared by the
+    line-up's schemes: one that none of them reads is refused."""
+    options = {k: v for k, v in fields.items() if v is not None}
+    base = replace(parse_scheme("dense-adams"), **options)
+    if extra:
+        base = replace(base, extra={**base.extra, **extra})
+    typed = frozenset(options) | frozenset(extra or ())
+    if lineup is not None:
+        refuse_unread([*lineup, spec], typed)
+        typed -= set(foreign_options(parse_scheme(spec).scheme, typed))
+    return parse_scheme(spec, base.validate(), given=typed)
+
+
+def run_steps(run_steps: int | None, density_warmup: int | None,
+              dense_steps: int | None = None, shape: str | None = None) -> int | None:
+    """Steps to average over (`StepOptions.run_steps`), each bound checked."""
+    for flag, value in (("--run-steps", run_steps), ("--density-warmup", density_warmup),
+                        ("--density-dense-steps", dense_steps)):
+        if value is not None and value > MAX_STEPS:
+            raise UserError(f"{flag} must be at most {MAX_STEPS:.0e} steps, got {value}")
+    if run_steps is not None and run_steps < 1:
+        raise UserError(f"--run-steps must be positive, got {run_steps}")
+    if shape is not None and not density_warmup:  # a shape of no warm-up would be dropped
+        raise UserError(f"--density-shape {shape!s}: the shape of a density warm-up; give "
+                        "--density-warmup W too")
+    if dense_steps and not density_warmup and run_steps is None:
+        raise UserError(f"--density-dense-steps {dense_steps} without a warm-up: the run to "
+                        "average over would be the dense steps alone; give --run-steps (longer) "
+                        "or --density-warmup")
+    schedule = (density_warmup or 0) + (dense_steps or 0)
+    if run_steps is not None and schedule > run_steps:
+        raise UserError(f"--run-steps {run_steps} ends before the density schedule does "
+                        f"({schedule} steps of dense steps and warm-up): the run would never "
+                        "send at the sparsity asked for; a longer run, or a shorter schedule")
+    if run_steps is not None:
+        return run_steps
+    return schedule if schedule > 0 else None

@@ -1,0 +1,165 @@
+"""What `scape plan` is asked (`PlanRequest`): the model, tokens and hardware to plan for,
+the limits (GPUs, deadline, budget, price), the schemes and the options every plan shares
+(simulator/planning/options.py Precision and Overlap), each checked in one line before any plan is
+simulated. The search itself is simulator/planning/planner.py."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from profiles import HardwareProfile, ModelProfile, UserError
+from scape.plan import SCAPE_SCHEMES, Dtypes
+from simulator.network.collective import MAX_GPUS
+from simulator.planning.compare import parse_scheme, refuse_same
+from simulator.planning.options import Overlap, Precision
+from simulator.step.batch import check_workers
+from simulator.step.compute import check_fp8
+from simulator.step.step_config import check_cp
+
+# dense-zero3 (FSDP) is searched when asked for (--schemes): it gathers for every micro-batch,
+# thousands of collectives per step at large accumulation, and would dominate the search time
+PLAN_SCHEMES = (
+    "dense-adamw", "dense-adams", "dense-ddp", "quantized:8", "quantized:4", "topk:0.99",
+    "scalecom:0.99", "scape:0.9", "scape:0.99",
+)
+MAX_PRICE = 1e6  # USD per GPU-hour
+MAX_TOKENS = 1e18  # a thousand times the largest runs' 15T; more overflows hours and cost
+
+
+# what plans are ranked by: hours to train (then cost), cost (then hours), or hours to reach
+# dense AdamS's quality (needs a convergence study)
+RANKS = ("time", "cost", "quality")
+
+@dataclass(frozen=True)
+class PlanRequest:
+    model: ModelProfile
+    tokens: float
+    hardware: tuple[HardwareProfile, ...]
+    max_gpus: int = 4096
+    deadline_hours: float | None = None
+    budget_usd: float | None = None
+    price_per_gpu_hour: float | None = None  # overrides every profile's price
+    global_batch: int | None = None  # default: the model profile's
+    seq_len: int | None = None
+    schemes: tuple[str, ...] = PLAN_SCHEMES
+    # the dtypes of every plan's gradients and parameters, and FP8 GEMMs in every plan
+    precision: Precision = field(default_factory=Precision)
+    workers: int | None = None  # processes; default: every core
+    # SCAPE's density warm-up as a fraction of the run's steps (simulator/step/schedule.py); 0: the
+    # target density from the first step. The authors' scripts: 10k of 100k iterations, 0.1.
+    density_warmup_frac: float = 0.0
+    # a convergence study's tokens to dense AdamS's quality (profiles/quality.py): with it each
+    # plan also gets the time and cost to reach that quality, and `rank` may be "quality"
+    quality: object | None = None  # profiles.quality.QualityStudy
+    rank: str = "time"  # time | cost | quality
+    # tensor-parallel collectives overlapped with their GEMMs in every plan with a TP group
+    # (simulator/step/tp_overlap.py; the plans run sequence parallelism): overlap.tp_comm; the
+    # gradient and parameter overlap of each scheme are its own (no flags here)
+    overlap: Overlap = field(default_factory=Overlap)
+    # context-parallel ranks per sequence in every plan (simulator/step/cp_comm.py); not searched
+    cp: int = 1
+
+    @property
+    def dtypes(self) -> Dtypes:
+        return self.precision.dtypes()
+
+    @property
+    def fp8(self) -> bool:  # every plan's linear GEMMs in FP8 (simulator/step/roofline.py)
+        return self.precision.fp8
+
+    @property
+    def tp_comm_overlap(self) -> bool:
+        return bool(self.overlap.tp_comm)
+
+    @property
+    def batch(self) -> int:
+        if self.global_batch is not None:
+            return self.global_batch
+        return self.model.global_batch or 0
+
+    @property
+    def seq(self) -> int:
+        return self.model.arch.seq_len if self.seq_len is None else self.seq_len
+
+    def validate(self) -> PlanRequest:
+        if self.rank not in RANKS:
+            raise UserError(f"--rank must be one of {', '.join(RANKS)}, got {self.rank!r}")
+        if self.rank == "quality" and self.quality is None:
+            raise UserError("--rank quality needs --quality STUDY (profiles/quality/STUDY.toml, "
+                            "made by bench/convergence_protocol.py)")
+        for name, value in (("--global-batch", self.global_batch), ("--seq-len", self.seq_len)):
+            if value is not None and value < 1:
+                raise UserError(f"{name} must be at least 1, got {value}")
+        unread = [f for f, v in (("--overlap-grad", self.overlap.grad),
+                                 ("--overlap-param", self.overlap.param),
+                                 ("--bucket-mb", self.overlap.bucket_mb)) if v is not None]
+        if unread:  # each plan's scheme overlaps as it does by default
+            raise UserError(f"{', '.join(unread)}: not an option of plan")
+        check_workers(self.workers)
+        if self.max_gpus < 1:  # before anything that divides by it or compares with it
+            raise UserError(f"--max-gpus must be at least 1, got {self.max_gpus}")
+        check_cp(self.cp, self.seq)
+        if self.cp > self.max_gpus:
+            raise UserError(f"--cp {self.cp}: more context-parallel ranks than --max-gpus "
+                            f"{self.max_gpus}")
+        # a finite positive number each: inf tokens or an inf price would rank plans by inf
+        for name, value in (("--tokens", self.tokens), ("--deadline-hours", self.deadline_hours),
+                            ("--budget-usd", self.budget_usd),
+                            ("--price-per-gpu-hour", self.price_per_gpu_hour)):
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise UserError(f"{name} must be a finite positive number, got {value!r}")
+        # far above any GPU's rent: a larger figure overflows a run's cost to infinity
+        if self.price_per_gpu_hour is not None and self.price_per_gpu_hour > MAX_PRICE:
+            raise UserError(f"--price-per-gpu-hour must be at most {MAX_PRICE:,.0f} USD, got "
+                            f"{self.price_per_gpu_hour:g}")
+        if self.tokens > MAX_TOKENS:
+            raise UserError(f"--tokens must be at most {MAX_TOKENS:g}, got {self.tokens!r}")
+        if not 1 <= self.max_gpus <= MAX_GPUS:
+            raise UserError(f"--max-gpus must be between 1 and {MAX_GPUS:,}, got "
+                            f"{self.max_gpus}")
+        if self.deadline_hours is not None and self.budget_usd is not None:
+            raise UserError("give either a deadline or a budget, not both")
+        if not self.hardware:
+            raise UserError("--hardware: give at least one hardware profile")
+        if not self.schemes:
+            raise UserError("--schemes: give at least one scheme")
+        if self.batch < 1:
+            raise UserError(f"model {self.model.name} has no default global batch; "
+                            "give --global-batch")
+        if self.tokens < self.batch * self.seq:  # a run is whole steps: a fraction is no run
+            raise UserError(f"--tokens {self.tokens:g} is less than one step of {self.batch} "
+                            f"sequences x {self.seq} tokens ({self.batch * self.seq:,}); give "
+                            "at least that, or a smaller --global-batch")
+        paths = [hw.path for hw in self.hardware]
+        twice = sorted({p for p in paths if paths.count(p) > 1})
+        if twice:
+            raise UserError(f"--hardware: {', '.join(twice)} given twice (by name and by path)")
+        named = [hw.name for hw in self.hardware]
+        alike = sorted({n for n in named if named.count(n) > 1})
+        if alike:  # the rows name their hardware: two files of one name could not be told apart
+            raise UserError(f"--hardware: two profiles named {', '.join(alike)} ("
+                            + ", ".join(hw.path for hw in self.hardware if hw.name in alike)
+                            + "): rename one")
+        for hw in self.hardware:
+            if self.fp8:  # before any plan is simulated
+                check_fp8(self.model, hw)
+            if self.price_per_gpu_hour is None and hw.price is None:
+                raise UserError(f"hardware {hw.name} has no [price] in its profile; "
+                                "give --price-per-gpu-hour")
+        parsed = [parse_scheme(spec) for spec in self.schemes]
+        refuse_same(list(self.schemes), parsed)
+        if not 0 <= self.density_warmup_frac <= 1:
+            raise UserError("density warm-up fraction must be in [0, 1], got "
+                            f"{self.density_warmup_frac:g}")
+        if self.density_warmup_frac > 0 and parsed and not any(
+                cfg.scheme in SCAPE_SCHEMES for cfg in parsed):
+            raise UserError(f"--density-warmup-frac {self.density_warmup_frac:g}: no scheme of "
+                            f"--schemes {','.join(self.schemes)} warms its density up (only "
+                            "SCAPE's do)")
+        return self
+
+    def price(self, hw: HardwareProfile) -> float:
+        if self.price_per_gpu_hour is not None:
+            return self.price_per_gpu_hour
+        return hw.price.usd_per_gpu_hour

@@ -1,0 +1,67 @@
+"""Many step simulations at once: over every core, reusing each topology's collectives.
+
+The planner and the scaling report both simulate hundreds of steps; items that share a
+topology are handed out together, and each worker keeps the collectives of the topology it is
+on (one at a time, so memory stays flat).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
+
+from profiles import UserError
+from simulator.network.engine import PhaseCache
+from simulator.network.topology import Topology, build_topology
+from simulator.step.simulate import simulate_step
+from simulator.step.step_config import StepConfig, StepResult
+
+_CACHE: dict[Topology, PhaseCache] = {}
+
+
+def phase_cache(cfg: StepConfig) -> PhaseCache:
+    """The collectives built for cfg's topology: kept for the last topology in this process."""
+    topo = build_topology(cfg.hardware, cfg.gpus)  # a frozen dataclass of numbers: a key
+    if topo not in _CACHE:
+        _CACHE.clear()
+        _CACHE[topo] = PhaseCache(topo)
+    return _CACHE[topo]
+
+
+def simulate_cached(cfg: StepConfig) -> StepResult:
+    """`simulate_step`, reusing the collectives built for the last topology in this process."""
+    return simulate_step(cfg, cache=phase_cache(cfg))
+
+
+MAX_WORKERS = 1024  # processes; more than any host has cores, fewer than the OS can fork
+
+
+def check_workers(workers: int | None) -> None:
+    """Refuse a --workers value no pool can honour (None: every core)."""
+    if workers is not None and not 1 <= workers <= MAX_WORKERS:
+        raise UserError(f"--workers must be between 1 and {MAX_WORKERS}, got {workers}")
+
+
+def parallel_map(fn: Callable, items: Iterable, workers: int | None = None,
+                 progress: Callable[[int], None] | None = None) -> list:
+    """[fn(x) for x in items], in order, on `workers` processes (default: every core);
+    `progress(1)` after each item. Sort items by topology first to reuse caches."""
+    items = list(items)
+    check_workers(workers)
+    workers = workers if workers is not None else (os.cpu_count() or 1)
+    results = []
+    if workers == 1 or len(items) < 8:
+        for r in map(fn, items):
+            results.append(r)
+            if progress:
+                progress(1)
+        return results
+    chunk = max(1, math.ceil(len(items) / (workers * 4)))
+    with ProcessPoolExecutor(workers) as pool:
+        for r in pool.map(fn, items, chunksize=chunk):
+            results.append(r)
+            if progress:
+                progress(1)
+    return results

@@ -1,0 +1,152 @@
+"""Forward and backward time from shapes (issue 18): GEMMs on a roofline, attention at
+FlashAttention's measured throughput, elementwise kernels at HBM bandwidth.
+
+A GEMM of F FLOPs moving B bytes (its three bf16 operands once) takes
+
+    t = launch + ((F / (eta * peak))^n + (B / (hbm * mem_efficiency))^n)^(1/n)
+
+a smooth maximum of the compute and memory rooflines: `eta` is the largest fraction of peak a
+matmul reaches (stas00/ml-engineering's MAMF table, profile [roofline]), `launch` and `n` were
+fitted on five square shapes of OpenXLA's H100 GEMM table and predict its 15 held-out
+transformer shapes within 3.9% median, 13.2% max (bench/fidelity_gemm.py). Tile and wave
+quantization are not modelled: the held-out error is what that costs.
+
+Attention runs at the profile's forward and backward fractions of peak over FlashAttention's
+FLOP count (causal: half the s x s products; backward 2.5x forward, FlashAttention-2 section
+4.1). Both GEMM and attention peaks are benchmark figures; a whole training step sustains a
+share of them, the profile's `sustained` (clocks under sustained load, shapes other than the
+benchmarks'), fitted on per-layer times of Megatron-LM on A100 (bench/fidelity_parallel.py).
+Memory-bound kernels move the bytes simulator/layout/shapes.py counts at HBM bandwidth times the
+profile's [compute] mem_efficiency, each paying one launch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from profiles import HardwareProfile, ModelProfile, UserError
+from simulator.layout.shapes import Gemm, head_shapes, layer_shapes
+
+ATTN_BWD_FLOPS = 2.5  # backward FLOPs per forward FLOP of FlashAttention (5 matmuls vs 2)
+
+
+def fp8_rate(hw: HardwareProfile) -> float:
+    """FLOP/s of an FP8 GEMM's benchmark peak (Transformer Engine's, with --fp8); refused
+    where the profile does not give it."""
+    r = hw.roofline
+    if hw.gpu.peak_fp8_tflops is None or r is None or r.fp8_gemm_peak_fraction is None:
+        raise UserError(f"--fp8: {hw.name} gives no FP8 GEMM rate ([gpu] peak_fp8_tflops and "
+                        "[roofline] fp8_gemm_peak_fraction)")
+    return r.fp8_gemm_peak_fraction * hw.gpu.peak_fp8_tflops * 1e12
+
+
+def gemm_s(g: Gemm, hw: HardwareProfile, fp8: bool = False) -> float:
+    """Seconds for one bf16 GEMM on this profile's GPU, or an FP8 one (`fp8`: its inputs one
+    byte each, at the FP8 rate; the output stays 16-bit)."""
+    r = hw.roofline
+    peak = fp8_rate(hw) if fp8 else r.gemm_peak_fraction * hw.gpu.peak_bf16_tflops * 1e12
+    compute = g.flops / (r.sustained * peak)
+    memory = (g.bytes - (g.m * g.k + g.k * g.n) * g.batch if fp8 else g.bytes) / _hbm_Bps(hw)
+    n = r.gemm_blend
+    return r.gemm_launch_us * 1e-6 + (compute**n + memory**n) ** (1 / n)
+
+
+def _hbm_Bps(hw: HardwareProfile) -> float:
+    return hw.gpu.hbm_bw_GBps * 1e9 * hw.compute.mem_efficiency
+
+
+def attention_fractions(hw: HardwareProfile, kernel: str) -> tuple[float, float]:
+    """Forward and backward shares of peak of the fused attention kernel: the profile's own
+    (`flash`), or FlashAttention-2's where the profile gives it apart (`flash2`)."""
+    r = hw.roofline
+    if kernel == "flash":
+        return r.attn_fwd_fraction, r.attn_bwd_fraction
+    if r.attn_flash2_fwd_fraction is None:
+        raise UserError(f"--attention flash2: {hw.name} gives no FlashAttention-2 rates "
+                        "([roofline] attn_flash2_fwd_fraction, attn_flash2_bwd_fraction)")
+    return r.attn_flash2_fwd_fraction, r.attn_flash2_bwd_fraction
+
+
+@dataclass(frozen=True)
+class PassTimes:
+    """Seconds of one layer's (or the head's) forward and backward, and their parts."""
+
+    fwd_s: float
+    bwd_s: float
+    parts: dict[str, float]  # gemm, attention, memory: forward + backward seconds
+
+
+def layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_len: int,
+                tp: int = 1, sequence_parallel: bool = False, attention: str = "flash",
+                cp: int = 1, fp8: bool = False) -> PassTimes:
+    """One transformer layer on one GPU: forward and backward (without recomputation).
+    `attention`: flash (the profile's fused attention at its measured rates), flash2
+    (FlashAttention-2's rates where the profile gives them apart) or unfused (the score
+    and context products as batched GEMMs on the roofline, the softmax and dropout over the
+    s x s scores at HBM bandwidth: Megatron-LM before FlashAttention)."""
+    s = layer_shapes(model, micro_batch, seq_len, tp, sequence_parallel, cp)
+    r = hw.roofline
+    peak = hw.gpu.peak_bf16_tflops * 1e12 * r.sustained  # FLOP/s a training step sustains
+    launch = r.gemm_launch_us * 1e-6
+    # --fp8: the layer's linear GEMMs in FP8, forward and both gradients (Transformer Engine's
+    # recipe); attention and the output layer stay 16-bit
+    gemm_f = sum(gemm_s(g, hw, fp8) for g in s.gemms)
+    gemm_b = sum(gemm_s(b, hw, fp8) for g in s.gemms for b in g.backward())
+    if attention in ("flash", "flash2"):
+        fwd, bwd = attention_fractions(hw, attention)
+        attn_f = launch + s.attention_flops / (fwd * peak)
+        attn_b = launch + ATTN_BWD_FLOPS * s.attention_flops / (bwd * peak)
+    else:
+        softmax = 2 * launch + s.unfused_memory_bytes / _hbm_Bps(hw)  # softmax, dropout
+        attn_f = sum(gemm_s(g, hw) for g in s.unfused_gemms) + softmax
+        attn_b = sum(gemm_s(b, hw) for g in s.unfused_gemms for b in g.backward()) + 2 * softmax
+    mem_f = s.memory_kernels * launch + s.memory_bytes / _hbm_Bps(hw)
+    mem_b = 2 * mem_f  # each elementwise kernel's backward reads its input and output grads
+    # the two norms alone (read h, write h per token each): what recomputing them costs
+    tokens = micro_batch * seq_len // cp / (tp if sequence_parallel else 1)
+    norm_f = 2 * launch + 2 * 2 * 2 * model.arch.d_model * tokens / _hbm_Bps(hw)
+    return PassTimes(gemm_f + attn_f + mem_f, gemm_b + attn_b + mem_b,
+                     {"gemm": gemm_f + gemm_b, "attention": attn_f + attn_b,
+                      "memory": mem_f + mem_b, "attention_fwd": attn_f,
+                      "attention_bwd": attn_b, "gemm_fwd": gemm_f, "memory_fwd": mem_f,
+                      "norm_fwd": norm_f})
+
+
+# Bytes one cross-entropy pass of PyTorch moves per logit when a trainer computes a training
+# metric on bf16 logits under autocast (torch.nn.CrossEntropyLoss -> log_softmax, on autocast's
+# fp32 list): the fp32 copy of the logits (read 2, write 4), then log_softmax's rows, too long
+# for shared memory at vocabulary sizes (50,368 x 4 B > an A100's or H100's 164/228 KB), read
+# three times (max, sum of exponentials, output) and written once (12 + 4); the gather of the
+# target's entry is negligible. Two kernels a pass. Composer runs every declared training
+# metric on each micro-batch's logits (composer/trainer/trainer.py _train_microbatch, after
+# AFTER_BACKWARD: `if self.state.train_metrics ...: self._eval_train_metrics(device_batch)`),
+# and llm-foundry's MPT declares two, LanguageCrossEntropy and LanguagePerplexity, each a
+# torch CrossEntropyLoss (composer/metrics/nlp.py); llm-foundry added `use_train_metrics`
+# (default on) in PR #642, 2023-10-02. Counted from the kernels, not fitted; found after the
+# MPT rows of the published steps were seen too fast (bench/step_loso.py, said in
+# profiles/external/parallel-steps.csv).
+METRIC_CE_BYTES = 2 + 4 + 3 * 4 + 4
+METRIC_CE_KERNELS = 2
+
+
+def metric_pass_s(model: ModelProfile, hw: HardwareProfile, tokens: float, tp: int = 1
+                  ) -> float:
+    """Seconds of one training-metric cross-entropy pass over `tokens` tokens' logits."""
+    launch = hw.roofline.gemm_launch_us * 1e-6 if hw.roofline is not None else 0.0
+    return (METRIC_CE_KERNELS * launch
+            + METRIC_CE_BYTES * tokens * model.arch.vocab_size / tp / _hbm_Bps(hw))
+
+
+def head_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_len: int,
+               tp: int = 1, cp: int = 1, metric_passes: int = 0) -> PassTimes:
+    """The logit layer and its cross-entropy on one GPU; `metric_passes` more cross-entropy
+    passes over the logits, forward only (a trainer's training metrics, METRIC_CE_BYTES)."""
+    s = head_shapes(model, micro_batch, seq_len, tp, cp)
+    launch = hw.roofline.gemm_launch_us * 1e-6
+    gemm_f = gemm_s(s.gemm, hw)
+    gemm_b = sum(gemm_s(b, hw) for b in s.gemm.backward())
+    mem = 2 * launch + s.memory_bytes / _hbm_Bps(hw)  # softmax forward, its gradient backward
+    metrics = metric_passes * metric_pass_s(model, hw, micro_batch * seq_len / cp, tp)
+    return PassTimes(gemm_f + mem + metrics, gemm_b + mem,
+                     {"gemm": gemm_f + gemm_b, "attention": 0.0, "memory": 2 * mem + metrics,
+                      "attention_fwd": 0.0, "attention_bwd": 0.0})

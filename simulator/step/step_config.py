@@ -1,0 +1,307 @@
+"""What one training step is (`StepConfig`: model, hardware, GPUs, scheme, batch, layout,
+pricing, checked by `validate`) and what its simulation reports (`StepResult`); the
+simulation itself is simulator/step/simulate.py (DESIGN section 6)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from profiles import HardwareProfile, ModelProfile, UserError
+from scape.plan import Dtypes, Plan, SchemeConfig, plan
+from simulator.network.collective import MAX_GPUS
+from simulator.network.collectives import ALGORITHMS, AUTO
+from simulator.network.engine import Span
+from simulator.network.topology import build_topology
+from simulator.step.compute import check_fp8
+from vocabulary.names import LOSSES, OPTIMIZER_DTYPES, RECOMPUTE, SCHEDULES, STACKS
+
+DEFAULT_ALGO = "auto"  # per collective and size, the fastest registered algorithm
+
+
+# bounds far below or above any training run: a typo is refused, not priced
+MIN_MFU = 1e-3
+
+
+MAX_ACCUM = 10**9  # micro-batches in one step
+
+
+@dataclass(frozen=True)
+class StepConfig:
+    model: ModelProfile
+    hardware: HardwareProfile
+    gpus: int
+    scheme: SchemeConfig
+    micro_batch: int = 1
+    seq_len: int | None = None  # default: the model profile's
+    grad_accum: int = 1  # ignored when global_batch is given
+    global_batch: int | None = None  # sequences per step over all data-parallel ranks
+    tp: int = 1
+    dtypes: Dtypes = field(default_factory=Dtypes)
+    algo: str = DEFAULT_ALGO
+    chunks: int | None = None  # layer chunks for gradient release; default: one per layer
+    recompute: str = "none"  # none | selective (attention core) | full (the whole layer)
+    sequence_parallel: bool = True  # Megatron's sequence parallelism with tensor parallelism
+    mfu: float | None = None  # the user's MFU; None: from the profile (shapes or its MFU)
+    attention: str = "flash"  # flash | unfused (Megatron-LM before FlashAttention)
+    pp: int = 1  # pipeline-parallel stages (simulator/layout/pipeline.py)
+    pp_schedule: str = "1f1b"  # 1f1b | interleaved
+    virtual_stages: int | None = None  # model chunks per stage, interleaved; None: 2
+    # tensor-parallel collectives overlapped with their GEMMs (simulator/step/tp_overlap.py)
+    tp_comm_overlap: bool = False
+    # context-parallel ranks splitting each sequence (simulator/step/cp_comm.py); they share the
+    # micro-batch, so the data-parallel degree (and the batch) is gpus / (tp pp cp)
+    cp: int = 1
+    # the layers' linear GEMMs in FP8 (Transformer Engine) and their sequence-parallel
+    # all-gathers (simulator/step/roofline.py, simulator/step/tp_overlap.py)
+    fp8: bool = False
+    # the loss on the last stage: cross-entropy on fp32 logits, fused, or chunked
+    # (simulator/memory/activations.py LOSS_BYTES); it moves memory, not time
+    loss: str = "fp32"
+    # the optimizer's moments and master copy: fp32, or bf16 (NeMo's distributed_fused_adam
+    # dtype bf16 with 16-bit master remainders; Megatron-Core's precision-aware optimizer)
+    optimizer_dtype: str = "fp32"
+    # what the training stack keeps beside the layers' activations (vocabulary STACKS,
+    # simulator/memory/activations.py): megatron, or torchtitan; it moves memory, not time
+    stack: str = "megatron"
+    # cross-entropy passes over the logits beside the loss, forward only, every micro-batch: a
+    # trainer's training metrics (Composer computes llm-foundry's LanguageCrossEntropy and
+    # LanguagePerplexity on each micro-batch's logits: simulator/step/roofline.py METRIC_CE_BYTES)
+    metric_passes: int = 0
+
+    @property
+    def chunks_pp(self) -> int:
+        """Model chunks per pipeline stage: 1 for 1F1B."""
+        if self.pp_schedule != "interleaved":
+            return 1
+        return 2 if self.virtual_stages is None else self.virtual_stages
+
+    @property
+    def seq(self) -> int:
+        return self.model.arch.seq_len if self.seq_len is None else self.seq_len
+
+    @property
+    def stage0_layers(self) -> int:
+        """Layers on the first pipeline stage (all of them without pipelining)."""
+        from simulator.layout.pipeline import stage_layers
+
+        if self.pp == 1:
+            return self.model.arch.n_layers
+        return sum(stage_layers(self.model.arch.n_layers, self.pp, self.chunks_pp)[0])
+
+    @property
+    def dp(self) -> int:
+        return self.gpus // (self.tp * self.pp * self.cp)
+
+    @property
+    def activation_values(self) -> float:
+        """One layer's activations on one GPU before the tensor-parallel split: b s h of this
+        context-parallel rank's tokens (what tensor-parallel collectives and pipeline sends
+        carry)."""
+        return self.micro_batch * self.seq / self.cp * self.model.arch.d_model
+
+    @property
+    def grad_ranks(self) -> int:
+        """Ranks of a gradient reduction (and of the distributed optimizer's shards): the data-
+        parallel ranks with the context-parallel ones, which hold other tokens of the same
+        micro-batch (Megatron-Core's data-parallel group with context parallelism)."""
+        return self.dp * self.cp
+
+    @property
+    def accum(self) -> int:
+        """Micro-batches per step: from the global batch when given."""
+        if self.global_batch is None:
+            return self.grad_accum
+        return self.global_batch // (self.micro_batch * self.dp)
+
+    @property
+    def sequences(self) -> int:
+        """Sequences per step over every data-parallel rank (the global batch, resolved)."""
+        return self.micro_batch * self.accum * self.dp
+
+    def _plan(self) -> Plan:
+        """The scheme's plan for this step's data-parallel group (of the first pipeline
+        stage, which ends the backward last)."""
+        stage = self.model.stage_tensors(self.pp, self.stage0_layers)
+        # a tensor-parallel rank holds 1/t of every weight matrix (and of the vocabulary) and
+        # the whole of every norm and bias vector, replicated over the group (Megatron)
+        tensors = [(size if vector else math.ceil(size / self.tp), vector)
+                   for size, vector in stage]
+        return plan(self.scheme, sum(size for size, _ in tensors), self.grad_ranks, self.dtypes,
+                    tensors=[size for size, _ in tensors], dense=[d for _, d in tensors])
+
+    def validate(self) -> StepConfig:
+        self.scheme.validate()
+        g = self.hardware.node.gpus_per_node
+        if not 1 <= self.gpus <= MAX_GPUS:
+            raise UserError(f"gpus must be between 1 and {MAX_GPUS:,}, got {self.gpus}")
+        if self.algo != AUTO:
+            # a forced algorithm must exist for every collective the step issues
+            known = sorted({a for algos in ALGORITHMS.values() for a in algos})
+            if self.algo not in known:
+                raise UserError(f"unknown --algo {self.algo!r}; choose auto or one of: "
+                                f"{', '.join(known)}")
+            used = {op.collective for _, s in self._plan().steps for op in s.ops}
+            if self.tp > 1:  # the tensor-parallel group's, as tp_overlap.layer_tp_s runs them
+                used |= ({"all_gather", "reduce_scatter"} if self.sequence_parallel
+                         else {"all_reduce"})
+            unsupported = sorted(op for op in used if self.algo not in ALGORITHMS[op])
+            if unsupported:
+                raise UserError(
+                    f"--algo {self.algo} does not run {', '.join(unsupported)}"
+                    f" (this step's collectives); use auto or one of: "
+                    f"{', '.join(sorted(set.intersection(*(set(ALGORITHMS[o]) for o in used))))}")
+        if self.tp < 1 or g % self.tp or self.tp > min(g, self.gpus):
+            raise UserError(f"tensor-parallel degree must divide the {g} GPUs of a "
+                            f"{self.hardware.name} node, got --tp {self.tp}{self._valid_tp()}")
+        if self.model.arch.n_heads % self.tp:
+            raise UserError(f"tensor-parallel degree {self.tp} must divide the "
+                            f"{self.model.arch.n_heads} attention heads of {self.model.name}"
+                            f"{self._valid_tp()}")
+        if not self.model.arch.splits_over(self.tp):  # whole key/value groups per rank
+            raise UserError(f"tensor-parallel degree {self.tp} must divide the "
+                            f"{self.model.arch.n_kv_heads} key/value heads of {self.model.name}"
+                            f"{self._valid_tp()}")
+        if self.tp_comm_overlap and not (self.tp > 1 and self.sequence_parallel):
+            raise UserError("--tp-comm-overlap overlaps the all-gathers and reduce-scatters of "
+                            "sequence parallelism: it needs --tp above 1 and sequence "
+                            "parallelism on")
+        check_cp(self.cp, self.seq, self.attention)
+        if self.fp8:
+            check_fp8(self.model, self.hardware, self.mfu)
+        if self.sequence_parallel and self.tp > 1 and (self.seq // self.cp) % self.tp:
+            raise UserError(f"sequence parallelism (on by default with --tp; "
+                            f"--no-sequence-parallel turns it off) splits the sequence over "
+                            f"--tp {self.tp} ranks: --seq-len {self.seq}"
+                            + (f" / --cp {self.cp}" if self.cp > 1 else "") + " does not divide")
+        if self.gpus % self.tp:
+            raise UserError(f"gpus ({self.gpus}) must be a multiple of --tp {self.tp}")
+        self._validate_pipeline()
+        if self.pp > 1 and self.scheme.scheme == "dense-zero3":
+            raise UserError("dense-zero3 (FSDP) with pipeline parallelism is not modelled: "
+                            "use --pp 1, or dense-zero1/dense-zero2 with --pp")
+        if self.optimizer_dtype not in OPTIMIZER_DTYPES:
+            raise UserError(f"--optimizer-dtype must be one of {', '.join(OPTIMIZER_DTYPES)}, "
+                            f"got {self.optimizer_dtype!r}")
+        if self.stack not in STACKS:
+            raise UserError(f"--stack must be one of {', '.join(STACKS)}, got {self.stack!r}")
+        if (not isinstance(self.metric_passes, int) or isinstance(self.metric_passes, bool)
+                or self.metric_passes < 0):
+            raise UserError(f"--metric-passes must be a whole number of passes, 0 or more, got "
+                            f"{self.metric_passes!r}")
+        if self.loss not in LOSSES:
+            raise UserError(f"--loss must be one of {', '.join(LOSSES)}, got {self.loss!r}")
+        if self.recompute not in RECOMPUTE:
+            raise UserError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got "
+                            f"{self.recompute!r}")
+        if self.mfu is not None and not 0 < self.mfu <= 1:
+            raise UserError(f"--mfu must be in (0, 1], got {self.mfu!r}")
+        if self.mfu is not None and self.mfu < MIN_MFU:
+            raise UserError(f"--mfu {self.mfu!r}: below {MIN_MFU:g} ({MIN_MFU:.1%} of peak) "
+                            "is no training run; give the share of peak the GPU reaches")
+        for name, value in (("micro-batch", self.micro_batch), ("grad-accum", self.grad_accum),
+                            ("seq-len", self.seq)):
+            if value < 1:
+                raise UserError(f"{name} must be at least 1, got {value}")
+        if self.accum > MAX_ACCUM:
+            raise UserError(f"a step of {self.accum:,} micro-batches (--grad-accum or "
+                            f"--global-batch): at most {MAX_ACCUM:,}")
+        a = self.model.arch
+        if self.model.family == "gpt" and self.seq > a.seq_len:
+            # a GPT's learned position table has one row per position (its parameters count
+            # them); rotary models (llama) run longer sequences than their profile's
+            raise UserError(f"--seq-len {self.seq}: {self.model.name} has learned positions for "
+                            f"{a.seq_len} tokens; give at most {a.seq_len}, or a model profile "
+                            "with a longer context")
+        build_topology(self.hardware, self.gpus)  # the GPU count must fill whole nodes
+        if self.global_batch is not None:
+            if self.global_batch < 1:
+                raise UserError(f"--global-batch must be at least 1, got {self.global_batch}")
+            per_step = self.micro_batch * self.dp
+            if self.global_batch < per_step or self.global_batch % per_step:
+                below = self.global_batch // per_step * per_step
+                near = ", ".join(str(b) for b in (below, below + per_step) if b > 0)
+                raise UserError(
+                    f"global batch {self.global_batch} does not split into micro-batches of "
+                    f"{self.micro_batch} over {self.dp} data-parallel ranks: the nearest that "
+                    f"do are {near} (multiples of {per_step})")
+        return self
+
+
+    def _valid_tp(self) -> str:
+        """The tensor-parallel degrees this step could take, for a refusal (only then)."""
+        g = self.hardware.node.gpus_per_node
+        valid = [t for t in range(1, min(g, self.gpus) + 1)
+                 if g % t == 0 and self.model.arch.splits_over(t)]
+        return f": valid here {_nearest(valid, self.tp)}"
+
+    def _validate_pipeline(self) -> None:
+        if self.pp < 1:
+            raise UserError(f"--pp must be at least 1, got {self.pp}")
+        if self.gpus % (self.tp * self.pp * self.cp):
+            rest = self.gpus // (self.tp * self.cp) if self.gpus % (self.tp * self.cp) == 0 else 0
+            valid = [p for p in range(1, min(rest, self.model.arch.n_layers) + 1)
+                     if rest % p == 0]
+            raise UserError(f"gpus ({self.gpus}) must be a multiple of --tp x --pp "
+                            + (f"x --cp ({self.tp} x {self.pp} x {self.cp})" if self.cp > 1
+                               else f"({self.tp} x {self.pp})")
+                            + (f": --pp that divide here: {_nearest(valid, self.pp)}" if valid
+                               else ""))
+        if self.pp_schedule not in SCHEDULES:
+            raise UserError(f"--pp-schedule must be one of {', '.join(SCHEDULES)}, got "
+                            f"{self.pp_schedule!r}")
+        if self.virtual_stages is not None and self.pp_schedule != "interleaved":
+            raise UserError("--virtual-stages needs --pp-schedule interleaved")
+        v = self.chunks_pp
+        if v < 1 or (self.pp_schedule == "interleaved" and (v < 2 or self.pp < 2)):
+            raise UserError(f"the interleaved schedule needs --pp >= 2 and --virtual-stages "
+                            f">= 2, got --pp {self.pp}, {v} chunks")
+        if self.model.arch.n_layers < self.pp * v:
+            raise UserError(f"{self.model.name}'s {self.model.arch.n_layers} layers cannot "
+                            f"fill {self.pp} stages x {v} chunks")
+
+
+@dataclass
+class StepResult:
+    step_time_s: float
+    compute_s: float
+    compression_s: float
+    tp_comm_s: float
+    exposed_comm_s: float  # compute stream idle, waiting on data-parallel communication
+    overlapped_comm_s: float
+    bytes_per_gpu: float  # data-parallel bytes one GPU sends per step, plus tensor-parallel
+    spans: list[Span]
+    kinds: list[tuple[float, float]] = field(default_factory=list)  # (weight, step time)
+    pipeline_bubble_s: float = 0.0  # first stage idle, waiting for the other stages
+    # of compute_s, compression_s and tp_comm_s: the slowdown while collectives ran beside
+    # them (the SMs their CTAs hold, the profile's `interference`)
+    interference_s: float = 0.0
+    # context-parallel ring exchanges the compute stream waited for (simulator/step/cp_comm.py)
+    cp_comm_s: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k not in ("spans", "kinds")}
+
+
+def _nearest(valid: list[int], asked: int) -> str:
+    """The valid values, the nearest below and above `asked` first: '2 or 4 (of 1, 2, 4, 8)'."""
+    if not valid:
+        return "none"
+    below = [v for v in valid if v <= asked]
+    above = [v for v in valid if v >= asked]
+    close = sorted({*(below[-1:]), *(above[:1])})
+    return f"{' or '.join(map(str, close))} (of {', '.join(map(str, valid))})"
+
+
+def check_cp(cp: int, seq: int, attention: str = "flash") -> None:
+    """A context-parallel degree a sequence can take (StepConfig, the planner's request)."""
+    if cp < 1:
+        raise UserError(f"--cp must be at least 1, got {cp}")
+    if cp == 1:
+        return
+    if seq % (2 * cp):
+        raise UserError(f"--cp {cp} cuts the sequence into 2 x {cp} chunks (two per rank, for "
+                        f"causal balance): sequence length {seq} does not divide")
+    if attention == "unfused":
+        raise UserError(f"--cp {cp} runs attention as Transformer Engine's fused kernels ring "
+                        "it; --attention unfused has no context-parallel form")

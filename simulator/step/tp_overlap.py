@@ -1,0 +1,150 @@
+"""Tensor-parallel communication per layer, exposed or overlapped with the GEMMs beside it.
+
+Megatron's tensor parallelism with sequence parallelism (Korthikanti et al. 2022, section 4.2.2)
+runs, per layer and pass, an all-gather of the b s h activations before each column-parallel
+GEMM (QKV, MLP in) and a reduce-scatter after each row-parallel one (attention out, MLP out):
+run plainly, two all-reduces' worth each pass, and the compute stream waits for them.
+
+Transformer Engine's userbuffers overlap (Megatron-Core `--tp-comm-overlap`, NeMo
+`ub_tp_comm_overlap`, which NVIDIA's dgxc-benchmarking recipes for GPT-3 175B and Nemotron-4
+turn on) hides them behind GEMMs, by its default methods (`initialize_ub` in
+transformer_engine/pytorch/module/base.py, read, not copied):
+- ring exchange (`qkv_fprop`, `fc1_fprop`, `proj_dgrad`, `fc2_dgrad`): the all-gather's
+  tp - 1 point-to-point steps against the GEMM in tp chunks, the first on the local shard;
+- pipeline (`proj_fprop`, `fc2_fprop`, `num_splits` 4): the GEMM in 4 chunks, each chunk's
+  reduce-scatter beside the next chunk, the last one's exposed;
+- bulk (`qkv_dgrad`/`fc1_dgrad`: the all-gather of the layer's input for the weight gradient
+  beside the data-gradient GEMM; `qkv_wgrad`/`fc1_wgrad`: the data gradient's reduce-scatter
+  beside the weight-gradient GEMM): the whole collective beside the whole GEMM.
+Each collective is priced as a ring on the group's own links (the ring exchange is
+point-to-point: no NVLS). With FP8 the all-gathers move one byte a value and the GEMMs run at
+the FP8 rate, with the overlap or without it. What the overlap
+costs the GEMMs (the SMs its copies hold, smaller GEMM tiles) is not modelled: a profile's
+sustained share, fitted on whole steps that ran with it, carries it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.layout.shapes import Gemm, layer_shapes
+from simulator.network.collective import calibrated
+from simulator.network.engine import PhaseCache, time_alone
+from simulator.network.topology import build_topology
+from simulator.step.compute import pricing
+from simulator.step.profile_memo import ProfileMemo
+from simulator.step.roofline import gemm_s
+
+PIPELINE_SPLITS = 4  # Transformer Engine's default num_splits for the pipeline method
+
+
+def tp_collective_s(cfg, op: str, algo: str, value_bytes: float | None = None) -> float:
+    """One collective of a layer's activations (b s h of this context-parallel rank's tokens,
+    `value_bytes` each, default the activations' width) on a tensor-parallel group, on its
+    node's links alone; `algo` as NCCL would run it there (auto: NVLS on an NVSwitch node with
+    [nccl]) or forced."""
+    if cfg.tp == 1:
+        return 0.0
+    size = cfg.activation_values * (cfg.dtypes.param_bytes if value_bytes is None
+                                    else value_bytes)
+    # the planner asks the same collective for every scheme of a layout
+    return TP_COLLECTIVES.get(cfg.hardware, (op, algo, cfg.tp, size),
+                              lambda: _tp_collective_s(cfg.hardware, op, algo, cfg.tp, size))
+
+
+def _tp_collective_s(hw, op: str, algo: str, tp: int, size: float) -> float:
+    node = build_topology(hw, tp)
+    c = calibrated(hw, op, algo, tp, size, nodes=1)
+    phases = c.applied(PhaseCache(node).phases(op, c.algo, [np.arange(tp)], c.moved))
+    # no launch floor inside a step: the host enqueues ahead of the GPU (the floor is what
+    # nccl-tests' back-to-back calls measure)
+    return max(time_alone(node, phases), c.min_s) + c.overhead_s
+
+
+TP_COLLECTIVES = ProfileMemo()  # tp_collective_s's answers
+
+
+def _gemm_time(g: Gemm, cfg) -> float:
+    """A GEMM's time as the step's compute model prices it: from its shape on a [roofline]
+    profile, else its FLOPs at the MFU forward and backward run at."""
+    mfu, _ = pricing(cfg.model, cfg.hardware, cfg.mfu)
+    if mfu is None:
+        return gemm_s(g, cfg.hardware, cfg.fp8)
+    return g.flops / (cfg.hardware.gpu.peak_bf16_tflops * 1e12 * mfu)
+
+
+def _ring(comm_s: float, gemm: float, tp: int) -> float:
+    """Exposed by a ring exchange: each of the tp - 1 steps waits for the slower of its
+    transfer and its GEMM chunk (the first chunk, local, waits for nothing)."""
+    return (tp - 1) * max(0.0, comm_s / (tp - 1) - gemm / tp)
+
+
+def _pipeline(comm_s: float, gemm: float, splits: int = PIPELINE_SPLITS) -> float:
+    """Exposed by the pipeline method: the last chunk's reduce-scatter, and any chunk's that
+    outlasts the next GEMM chunk."""
+    return comm_s / splits + (splits - 1) * max(0.0, comm_s / splits - gemm / splits)
+
+
+def _bulk(comm_s: float, gemm: float) -> float:
+    """Exposed by the bulk method: what the collective takes beyond the GEMM beside it."""
+    return max(0.0, comm_s - gemm)
+
+
+def layer_tp_s(cfg) -> tuple[float, float]:
+    """Seconds the compute stream spends on one layer's tensor-parallel communication in the
+    forward and in the backward: without sequence parallelism two all-reduces each pass (as
+    NCCL runs them: NVLS on an NVSwitch node with [nccl]); with it two all-gathers and two
+    reduce-scatters (Megatron's sequence parallelism issues those, not all-reduces, so NCCL's
+    NVLS all-reduce does not price them), the all-gathers of FP8 values with `cfg.fp8`
+    (Transformer Engine gathers the FP8-cast input); or with `cfg.tp_comm_overlap` what its
+    overlap leaves exposed. A fully recomputed layer runs its forward's collectives again in
+    the backward."""
+    if cfg.tp == 1:
+        return 0.0, 0.0
+    fwd, bwd = _passes(cfg)
+    return fwd, bwd + (fwd if cfg.recompute == "full" else 0.0)
+
+
+def tp_bytes_per_layer(cfg) -> float:
+    """Bytes one GPU sends in one layer's tensor-parallel collectives per micro-batch: four
+    all-reduces' worth (a ring's 2 (t - 1) / t of the activations each), six where the forward
+    is recomputed whole; with FP8 and sequence parallelism their all-gather halves move one
+    byte a value."""
+    if cfg.tp == 1:
+        return 0.0
+    reduces = 6 if cfg.recompute == "full" else 4
+    if cfg.fp8 and cfg.sequence_parallel:
+        reduces *= (1 + 1 / cfg.dtypes.param_bytes) / 2
+    return (reduces * 2 * (cfg.tp - 1) / cfg.tp * cfg.activation_values
+            * cfg.dtypes.param_bytes)
+
+
+def _passes(cfg) -> tuple[float, float]:
+    """`layer_tp_s` of one forward and one backward, without recomputation."""
+    # with FP8 the all-gathers hold FP8 values, TE's overlap buffers too (initialize_ub:
+    # "AllGather buffers use fp8 when using fp8 recipe"); reduce-scatters stay 16-bit
+    ag_width = 1 if cfg.fp8 else None
+    if not cfg.tp_comm_overlap:
+        if cfg.sequence_parallel:
+            pair = (tp_collective_s(cfg, "all_gather", cfg.algo, ag_width)
+                    + tp_collective_s(cfg, "reduce_scatter", cfg.algo))
+            return 2 * pair, 2 * pair
+        allreduce = tp_collective_s(cfg, "all_reduce", cfg.algo)
+        return 2 * allreduce, 2 * allreduce
+    ag = tp_collective_s(cfg, "all_gather", "ring", ag_width)
+    rs = tp_collective_s(cfg, "reduce_scatter", "ring")
+    qkv, proj, fc1, fc2 = layer_shapes(cfg.model, cfg.micro_batch, cfg.seq, cfg.tp, True,
+                                       cfg.cp).gemms
+    t = cfg.tp
+
+    def dgrad(g: Gemm) -> float:
+        return _gemm_time(g.backward()[0], cfg)
+
+    def wgrad(g: Gemm) -> float:
+        return _gemm_time(g.backward()[1], cfg)
+
+    fwd = (_ring(ag, _gemm_time(qkv, cfg), t) + _pipeline(rs, _gemm_time(proj, cfg))
+           + _ring(ag, _gemm_time(fc1, cfg), t) + _pipeline(rs, _gemm_time(fc2, cfg)))
+    bwd = (_ring(ag, dgrad(proj), t) + _ring(ag, dgrad(fc2), t)
+           + sum(_bulk(ag, dgrad(g)) + _bulk(rs, wgrad(g)) for g in (qkv, fc1)))
+    return fwd, bwd
