@@ -47,6 +47,7 @@ class Gpu:
     host_bw_GBps: float | None = None
     sms: int | None = None
     peak_fp8_tflops: float | None = None
+    peak_fp4_tflops: float | None = None
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,12 @@ class Node:
     gpus_per_node: int
     source: str
     sources: dict[str, str] = field(default_factory=dict)
+    nvlink_domain_gpus: int | None = None  # None: the node's own GPUs
+
+    @property
+    def domain_gpus(self) -> int:
+        """GPUs of one NVLink fabric: the domain where given, else the node."""
+        return self.gpus_per_node if self.nvlink_domain_gpus is None else self.nvlink_domain_gpus
 
 
 @dataclass(frozen=True)
@@ -271,7 +278,7 @@ class HardwareProfile:
     def call_overhead_s(self, ranks: int) -> float:
         """Fixed seconds one collective call over `ranks` GPUs pays to its transport: only
         when the group leaves the node."""
-        if self.transport is None or ranks <= self.node.gpus_per_node:
+        if self.transport is None or ranks <= self.node.domain_gpus:
             return 0.0
         return self.transport.call_us * 1e-6
 

@@ -105,6 +105,17 @@ def _nics_divide(path, t, measured) -> None:
         )
 
 
+def _domain_whole_nodes(path, t, measured) -> None:
+    """An NVLink domain is whole nodes: at least the node, a multiple of it."""
+    g, d = t.node.gpus_per_node, t.node.nvlink_domain_gpus
+    if d is not None and (d < g or d % g):
+        near = sorted({max(g, d // g * g), -(-d // g) * g})
+        raise ProfileError(
+            f"{path}: [node] nvlink_domain_gpus: an NVLink domain is whole nodes of "
+            f"gpus_per_node ({g}) GPUs, got {d}; nearest valid: "
+            f"{' or '.join(map(str, near))}")
+
+
 def _logs_whole(path, t, measured) -> None:
     """[measured] logs_* (what nccl-tests logs measured, scape calibrate nccl-tests) come
     together and read as scape collective reads them."""
@@ -140,5 +151,6 @@ RULES = (
     (("nccl", "intra_node"), _nvls),
     (("transport", "nccl"), _transport_read),
     (("node", "nic"), _nics_divide),
+    (("node",), _domain_whole_nodes),
     (MEASURED_ONLY, _logs_whole),
 )

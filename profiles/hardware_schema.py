@@ -22,11 +22,19 @@ GPU_FIELDS = {
     "sms": Field(int, ge=1, le=1024, required=False),
     # dense FP8 (Transformer Engine's GEMMs with --fp8); needed to price them
     "peak_fp8_tflops": Field(float, gt=0, le=1e6, required=False, least=1e-6),
+    # dense FP4 (NVFP4/MXFP4 GEMMs on Blackwell): recorded with its source; no step prices it yet
+    "peak_fp4_tflops": Field(float, gt=0, le=1e6, required=False, least=1e-6),
     "source": SOURCE,
 }
 
 
-NODE_FIELDS = {"gpus_per_node": Field(int, ge=1, le=1024), "source": SOURCE}
+NODE_FIELDS = {
+    "gpus_per_node": Field(int, ge=1, le=1024),
+    # GPUs that share one NVLink fabric, when it spans several nodes (a GB200 NVL72 rack: 72
+    # GPUs in 18 trays of 4); absent: the node's own GPUs (DESIGN section 10)
+    "nvlink_domain_gpus": Field(int, ge=1, le=1 << 16, required=False),
+    "source": SOURCE,
+}
 
 
 INTRA_FIELDS = {

@@ -6,6 +6,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from profiles.model_layers import (
+    MLA_FIELDS,
+    MLPS,
+    MOE_FIELDS,
+    Mla,
+    Moe,
+    expert_params,
+    expert_tensors,
+    layer_tensors,
+)
 from profiles.problems import Problems
 from profiles.schema import Field, require_tables, validate_table
 from vocabulary.errors import ProfileError
@@ -27,6 +37,13 @@ ARCH_FIELDS = {
     # dropout in the layers (residual and attention dropout); not given: the family's (GPT
     # and Megatron's GPT defaults 0.1; Llama none)
     "dropout": Field(bool, required=False),
+    # a head's width where it is not d_model / n_heads (Qwen3, gpt-oss, Gemma)
+    "head_dim": Field(int, ge=1, le=1 << 16, required=False),
+    # RMSNorm on each head's queries and keys (Qwen3, OLMo 2): two head_dim vectors a layer
+    "qk_norm": Field(bool, required=False),
+    # the MLP: gated SwiGLU (gate, up, down), or ungated GELU or squared ReLU (Nemotron-4);
+    # not given: the family's (profiles/model_layers.py FAMILY_MLP)
+    "mlp": Field(str, choices=MLPS, required=False),
 }
 REFERENCE_FIELDS = {
     "n_params": Field(int, ge=1),
@@ -60,10 +77,18 @@ class Arch:
     source: str
     assumed: str | None
     dropout: bool | None = None  # None: not given, the family's (FAMILY_DROPOUT)
+    head_width: int | None = None  # [arch] head_dim; None: d_model / n_heads
+    qk_norm: bool | None = None  # None: none
+    mlp: str | None = None  # None: the family's
 
     @property
     def head_dim(self) -> int:
-        return self.d_model // self.n_heads
+        return self.d_model // self.n_heads if self.head_width is None else self.head_width
+
+    @property
+    def q_width(self) -> int:
+        """Width of the queries (and of the attention output): heads x head width."""
+        return self.n_heads * self.head_dim
 
     def splits_over(self, tp: int) -> bool:
         """Whether `tp` tensor-parallel ranks can split the attention: Megatron gives each
@@ -83,6 +108,29 @@ class ModelProfile:
     path: str
     global_batch: int | None = None  # sequences per step in the model's usual training
     global_batch_source: str | None = None
+    moe: Moe | None = None  # routed experts ([moe]); None: a dense model
+    mla: Mla | None = None  # multi-head latent attention ([mla]); None: grouped-query
+
+    def _layer(self, i: int) -> list[tuple[int, bool]]:
+        return layer_tensors(self.family, self.arch, self.moe, self.mla, i)
+
+    @property
+    def expert_params(self) -> int:
+        """Parameters of one routed expert (0 without experts)."""
+        return expert_params(self.family, self.arch, self.moe)
+
+    @property
+    def attn_head_dim(self) -> float:
+        """The width of one head's score and value products, averaged (latent attention's
+        query-key heads are wider than its value heads)."""
+        if self.mla is None:
+            return self.arch.head_dim
+        return (self.mla.qk_head_dim + self.mla.v_head_dim) / 2
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers with routed experts."""
+        return 0 if self.moe is None else self.moe.moe_layers(self.arch.n_layers)
 
     @property
     def dropout(self) -> bool:
@@ -93,12 +141,35 @@ class ModelProfile:
 
     @property
     def n_params(self) -> int:
-        return count_params(self.family, self.arch)
+        return count_params(self.family, self.arch, self.moe, self.mla)
 
     @property
-    def layer_params(self) -> int:
-        """Parameters of one transformer layer."""
-        return LAYER_PARAMS[self.family](self.arch)
+    def layer_params(self) -> float:
+        """Parameters of one transformer layer, routed experts included; a mean over the
+        layers where they differ (a MoE model's dense and MoE layers)."""
+        return _mean_layer(self.family, self.arch, self.moe, self.mla)
+
+    @property
+    def expert_layer_params(self) -> float:
+        """Routed-expert parameters of a mean layer (0 for a dense model): what expert
+        parallelism shards instead of tensor parallelism."""
+        return self.moe_layers * self.moe.n_experts * self.expert_params / self.arch.n_layers \
+            if self.moe else 0.0
+
+    @property
+    def active_layer_params(self) -> float:
+        """Parameters a token's forward touches in a mean layer: all of a dense layer; of a MoE
+        layer its attention, router, shared expert and top-k routed experts."""
+        if self.moe is None:
+            return self.layer_params
+        return (self.layer_params - self.expert_layer_params
+                + self.moe_layers * self.moe.top_k * self.expert_params / self.arch.n_layers)
+
+    @property
+    def active_params(self) -> float:
+        """Parameters one token's forward touches (the embedding counted once)."""
+        return self.n_params - self.arch.n_layers * (self.layer_params
+                                                     - self.active_layer_params)
 
     def tensors(self) -> list[tuple[int, bool]]:
         """(elements, is a norm or bias) of each parameter tensor, in Megatron-Core's order
@@ -107,20 +178,29 @@ class ModelProfile:
         schemes (the SCAPE authors' per-layer top-k, which sends norms and biases dense) need
         them."""
         a = self.arch
-        h, f = a.d_model, a.d_ff
-        if self.family == "gpt":
-            layer = [(h, True), (h, True), (3 * h * h, False), (3 * h, True), (h * h, False),
-                     (h, True), (h, True), (h, True), (h * f, False), (f, True),
-                     (f * h, False), (h, True)]
-            head = [(a.seq_len * h, False)]  # learned positions
-            final = [(h, True), (h, True)]
-        else:
-            kv = a.n_kv_heads * a.head_dim
-            layer = [(h, True), (h * (h + 2 * kv), False), (h * h, False), (h, True),
-                     (2 * f * h, False), (f * h, False)]
-            head, final = [], [(h, True)]
+        h = a.d_model
+        final = [(h, True), (h, True)] if self.family == "gpt" else [(h, True)]
         out = [] if a.tied_embeddings else [(a.vocab_size * h, False)]
-        return [(a.vocab_size * h, False), *head, *layer * a.n_layers, *final, *out]
+        return [*self._front(), *self._layers(a.n_layers), *final, *out]
+
+    def _front(self) -> list[tuple[int, bool]]:
+        """The embedding, and a GPT's learned positions."""
+        a = self.arch
+        positions = [(a.seq_len * a.d_model, False)] if self.family == "gpt" else []
+        return [(a.vocab_size * a.d_model, False), *positions]
+
+    def _layers(self, layers: int) -> list[tuple[int, bool]]:
+        if self.moe is None:  # every layer alike
+            return self._layer(0) * layers
+        return [t for i in range(layers) for t in self._layer(i)]
+
+    def stage_expert_tensors(self, layers: int) -> list[tuple[int, bool]]:
+        """The routed experts' tensors of the first `layers` layers, every expert of each MoE
+        layer (an expert-parallel rank holds 1/EP of them)."""
+        if self.moe is None:
+            return []
+        one = expert_tensors(self.family, self.arch, self.moe)
+        return one * (self.moe.n_experts * self.moe.moe_layers(self.arch.n_layers, 0, layers))
 
     def stage_tensors(self, stages: int, layers: int | None = None) -> list[tuple[int, bool]]:
         """The tensors of the first of `stages` pipeline stages: the embedding (and learned
@@ -130,11 +210,19 @@ class ModelProfile:
             return self.tensors()
         if layers is None:
             layers = -(-self.arch.n_layers // stages)
-        every = self.tensors()
-        per_layer = (len(every) - (4 if self.family == "gpt" else 2)
-                     - (0 if self.arch.tied_embeddings else 1)) // self.arch.n_layers
-        front = 2 if self.family == "gpt" else 1  # embedding (and positions)
-        return every[: front + per_layer * layers]
+        return [*self._front(), *self._layers(layers)]
+
+
+def _mean_layer(family: str, a: Arch, moe: Moe | None, mla: Mla | None) -> float:
+    """Parameters of a mean layer, routed experts included (exact, an int, for a model whose
+    layers are alike)."""
+    if family == "gpt":
+        return _gpt_layer(a)
+    if moe is None:
+        return sum(s for s, _ in layer_tensors(family, a, None, mla, 0))
+    total = sum(s for i in range(a.n_layers) for s, _ in layer_tensors(family, a, moe, mla, i))
+    total += moe.moe_layers(a.n_layers) * moe.n_experts * expert_params(family, a, moe)
+    return total / a.n_layers
 
 
 def _gpt_layer(a: Arch) -> int:
@@ -145,20 +233,10 @@ def _gpt_layer(a: Arch) -> int:
     return norms + attn + mlp
 
 
-def _llama_layer(a: Arch) -> int:
-    h, f = a.d_model, a.d_ff
-    kv = a.n_kv_heads * a.head_dim  # width of K and V (grouped-query attention)
-    norms = 2 * h  # two RMSNorms, weight only
-    attn = h * h + 2 * h * kv + h * h  # q, k, v, o; no biases
-    mlp = 3 * h * f  # SwiGLU: gate, up, down
-    return norms + attn + mlp
-
-
-LAYER_PARAMS = {"gpt": _gpt_layer, "llama": _llama_layer}
-
-
-def count_params(family: str, a: Arch) -> int:
-    """Parameter count from the architecture numbers (GPT-2/Megatron or Llama layout)."""
+def count_params(family: str, a: Arch, moe: Moe | None = None, mla: Mla | None = None
+                 ) -> int:
+    """Parameter count from the architecture numbers (GPT-2/Megatron or Llama layout; a
+    Llama-family model's experts and latent attention, profiles/model_layers.py)."""
     head = 0 if a.tied_embeddings else a.vocab_size * a.d_model
     embed = a.vocab_size * a.d_model
     if family == "gpt":
@@ -166,18 +244,19 @@ def count_params(family: str, a: Arch) -> int:
         final_norm = 2 * a.d_model
         return embed + positions + a.n_layers * _gpt_layer(a) + final_norm + head
     final_norm = a.d_model  # llama: rotary positions carry no parameters
-    return embed + a.n_layers * LAYER_PARAMS[family](a) + final_norm + head
+    return embed + round(a.n_layers * _mean_layer(family, a, moe, mla)) + final_norm + head
 
 
 MODEL_TABLES = {"arch": ARCH_FIELDS, "reference": REFERENCE_FIELDS,
-                "training": TRAINING_FIELDS}
+                "training": TRAINING_FIELDS, "moe": MOE_FIELDS, "mla": MLA_FIELDS}
 
 
 def parse_model(path: Path | str, doc: dict[str, Any]) -> ModelProfile:
     """Validate a parsed TOML document and build a `ModelProfile`. Every error of the file is
     found before any is raised (profiles/problems.py), in one `ProfileError`."""
     problems = Problems(path)
-    alias = require_tables(path, doc, required={"arch"}, optional={"reference", "training"},
+    alias = require_tables(path, doc, required={"arch"},
+                           optional={"reference", "training", "moe", "mla"},
                            problems=problems, fields_of=MODEL_TABLES)
     top = {k: v for k, v in doc.items() if not isinstance(v, dict) and k not in MODEL_TABLES}
     top_values, _ = validate_table(path, "", top, TOP_FIELDS, problems)
@@ -193,15 +272,25 @@ def parse_model(path: Path | str, doc: dict[str, Any]) -> ModelProfile:
             problems.bad.add(table)
         else:
             given[table] = values
-    arch = Arch(**given["arch"]) if "arch" in given else None
+    arch = None
+    if "arch" in given:
+        values = dict(given["arch"])  # [arch] head_dim is the field head_width
+        head = values.pop("head_dim")
+        arch = Arch(**values, head_width=head)
     if arch is not None:
         with problems.gather("arch"):
             _check_heads(path, arch)
+    moe = Moe(**given["moe"]) if "moe" in given else None
+    mla = Mla(**given["mla"]) if "mla" in given else None
+    if family_known:
+        with problems.gather("moe"):
+            _check_moe(path, top_values["family"], arch, moe, mla)
     ref = given.get("reference")
     training = given.get("training", {"global_batch": None, "source": None})
-    if arch is not None and ref is not None and family_known and problems.sound("arch"):
+    if (arch is not None and ref is not None and family_known and problems.sound("arch")
+            and problems.sound("moe")):
         with problems.gather():
-            _check_count(path, count_params(top_values["family"], arch), ref)
+            _check_count(path, count_params(top_values["family"], arch, moe, mla), ref)
     problems.raise_any()
     return ModelProfile(
         name=top_values["name"],
@@ -214,12 +303,32 @@ def parse_model(path: Path | str, doc: dict[str, Any]) -> ModelProfile:
         path=str(path),
         global_batch=training["global_batch"],
         global_batch_source=training["source"],
+        moe=moe,
+        mla=mla,
     )
 
 
+def _check_moe(path, family: str, arch: Arch | None, moe: Moe | None, mla: Mla | None) -> None:
+    """Experts and latent attention are Llama-family layers; a token's top-k must be among the
+    experts; the leading dense layers must leave a MoE layer."""
+    for table, given in (("moe", moe), ("mla", mla)):
+        if given is not None and family != "llama":
+            raise ProfileError(f"{path}: [{table}]: a {family} model has no such layers; "
+                               "experts and latent attention are read for family 'llama'")
+    if moe is None:
+        return
+    if moe.top_k > moe.n_experts:
+        raise ProfileError(f"{path}: [moe] top_k: a token picks at most the {moe.n_experts} "
+                           f"experts there are, got {moe.top_k}")
+    if arch is not None and moe.moe_layers(arch.n_layers) == 0:
+        raise ProfileError(f"{path}: [moe] first_dense_layers / every: no layer of the "
+                           f"{arch.n_layers} has experts")
+
+
 def _check_heads(path, arch: Arch) -> None:
-    """Megatron's attention needs whole heads per d_model and whole query groups per KV head."""
-    if arch.d_model % arch.n_heads:
+    """Megatron's attention needs whole heads per d_model (unless the head width is given) and
+    whole query groups per KV head."""
+    if arch.head_width is None and arch.d_model % arch.n_heads:
         raise ProfileError(
             f"{path}: [arch] n_heads: must divide d_model ({arch.d_model}), got {arch.n_heads}"
         )

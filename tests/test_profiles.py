@@ -16,11 +16,14 @@ MODEL_FILE = ROOT / "models" / "llama-7b.toml"
 
 def test_embedded_profiles_are_present():
     assert names("hardware") == ["aws-p5", "commodity-100gbe", "dgx-a100", "dgx-b200", "dgx-h100",
-                                 "dgx-h200", "gcp-a3-mega", "oci-h100-roce", "vista-gh200",
-                                 "vista-gh200-socket"]
+                                 "dgx-h200", "dgx-h800", "gb200-nvl72", "gcp-a3-mega",
+                                 "oci-h100-roce", "vista-gh200", "vista-gh200-socket"]
     assert names("model") == [
-        "gpt-345m", "llama-1.8b", "llama-405b", "llama-500m", "llama-70b", "llama-7b", "tiny-gpt",
-        "tiny-llama",
+        "deepseek-v3", "gpt-345m", "gpt-oss-120b", "gpt-oss-20b", "gpt3-175b", "llama-1.8b",
+        "llama-405b", "llama-500m", "llama-70b", "llama-7b", "llama3-405b", "llama3-70b",
+        "llama3-8b", "llama4-maverick", "llama4-scout", "mixtral-8x22b", "mixtral-8x7b",
+        "nemotron4-15b", "nemotron4-340b", "qwen3-235b-a22b", "qwen3-30b-a3b", "qwen3-32b",
+        "qwen3-8b", "tiny-gpt", "tiny-llama",
     ]
 
 
