@@ -9,7 +9,7 @@ import pandas as pd
 import typer
 
 from cli.app import app
-from cli.common import ALGO_HELP, AlgoChoice, Format3, OpChoice, ProtoChoice
+from cli.common import ALGO_HELP, AlgoChoice, Format3, ProtoChoice
 from profiles import UserError, load_hardware
 from profiles.external import published_collective
 from reports.fidelity import lookup, shipped
@@ -17,9 +17,21 @@ from reports.schema import table_name, table_value
 from reports.tables import check_format, render
 from simulator.network.collective import describe, fit_warning, sweep
 from simulator.network.topology import build_topology
+from vocabulary.names import ALGORITHM_NAMES
+from vocabulary.suggest import did_you_mean, spelled
 from vocabulary.units import format_bytes, parse_sizes
 
 DEFAULT_SIZES = "1KiB..1GiB"  # without --sizes or a published run's own sizes
+
+
+def _op(value: str) -> str:
+    """--op as typed, in any case or with any separators ('alltoall', 'AllReduce'): the
+    collective it names, or refused with the nearest."""
+    name = spelled(value, ALGORITHM_NAMES)
+    if name is None:
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(ALGORITHM_NAMES)}"
+                                 f"{did_you_mean(value, ALGORITHM_NAMES)}")
+    return name
 
 
 @app.command()
@@ -27,8 +39,10 @@ def collective(
     hardware: str = typer.Option(..., "--hardware", "-H", help="hardware profile name or path"),
     # -g is nccl-tests' (GPUs per process), so GPUs taking part are spelled out
     gpus: int = typer.Option(..., "--gpus", help="number of GPUs taking part (all nodes)"),
-    op: OpChoice = typer.Option("all_reduce", "--op",
-                           help="all_reduce|reduce_scatter|all_gather|broadcast|all_to_all"),
+    op: str = typer.Option("all_reduce", "--op", callback=_op,
+                           help="all_reduce|reduce_scatter|all_gather|broadcast|all_to_all "
+                                "(also as nccl-tests' binaries spell them: allreduce, "
+                                "alltoall, ...)"),
     algo: AlgoChoice = typer.Option("auto", "--algo",
                              help=ALGO_HELP),
     proto: ProtoChoice = typer.Option("auto", "--proto",

@@ -32,6 +32,7 @@ from vocabulary.names import (
     DEFAULT_PARAM_DTYPE,
     DTYPE_BYTES,
     LOSSES,
+    MOE_DISPATCHERS,
     OPTIMIZER_DTYPES,
     PROTOCOLS,
     RECOMPUTE,
@@ -97,6 +98,7 @@ AttentionChoice = _choice("AttentionChoice", ATTENTION)
 LossChoice = _choice("LossChoice", LOSSES)
 OptimizerDtypeChoice = _choice("OptimizerDtypeChoice", OPTIMIZER_DTYPES)
 StackChoice = _choice("StackChoice", STACKS)
+DispatcherChoice = _choice("DispatcherChoice", MOE_DISPATCHERS)
 
 
 FP8_HELP = ("the layers' linear GEMMs in FP8, as Transformer Engine's recipe runs them (at the "
@@ -104,6 +106,34 @@ FP8_HELP = ("the layers' linear GEMMs in FP8, as Transformer Engine's recipe run
 TP_OVERLAP_HELP = ("overlap the tensor-parallel all-gathers and reduce-scatters with their "
                    "GEMMs, as Transformer Engine does (Megatron-Core --tp-comm-overlap, NeMo "
                    "ub_tp_comm_overlap)")
+# expert parallelism (a model with experts): simulate, compare and plan; Megatron-Core's
+# spellings and torchtitan's beside the short ones
+MOE_OPTS = {
+    "ep": typer.Option(1, "--ep", "--expert-model-parallel-size", "--expert-parallel-degree",
+                       help="expert-parallel ranks a MoE layer's experts are spread over "
+                            "(Megatron-Core --expert-model-parallel-size, torchtitan "
+                            "expert_parallel_degree); must divide the experts"),
+    "etp": typer.Option(None, "--etp", "--expert-tensor-parallel-size",
+                        "--expert-tensor-parallel-degree",
+                        help="tensor-parallel ranks of each expert [default: --tp, as "
+                             "Megatron-Core's --expert-tensor-parallel-size]"),
+    "moe_imbalance": typer.Option(None, "--moe-imbalance",
+                                  help="the busiest expert-parallel rank's routed tokens over "
+                                       "the mean (a measured max/mean expert load, or a "
+                                       "capacity factor) [default: 1, even load: an "
+                                       "assumption, printed]"),
+    "moe_dispatcher": typer.Option(None, "--moe-dispatcher", "--moe-token-dispatcher-type",
+                                   help="alltoall (tokens x top-k sent to their experts' "
+                                        "ranks) or allgather (every rank gathers the EP "
+                                        "group's tokens) [default: alltoall, as NeMo's and "
+                                        "Megatron's MoE recipes set; Megatron-Core's own "
+                                        "default is allgather]"),
+    "moe_overlap": typer.Option(None, "--moe-overlap/--no-moe-overlap",
+                                help="dispatch and combine beside another micro-batch's "
+                                     "compute (Megatron-Core --overlap-moe-expert-parallel-"
+                                     "comm, DeepSeek-V3's DualPipe) [default: off, as "
+                                     "Megatron-Core]"),
+}
 # pipeline parallelism, recomputation and the compute model: simulate and compare
 PARALLEL_OPTS = {
     "pp": typer.Option(1, "--pp", "--pipeline-model-parallel-size",
@@ -157,6 +187,7 @@ PARALLEL_OPTS = {
                        help="context-parallel ranks splitting each sequence "
                                        "(Megatron-Core --context-parallel-size; Transformer "
                                        "Engine's ring exchange of keys and values)"),
+    **MOE_OPTS,
 }
 
 
@@ -316,7 +347,10 @@ def step_options(flags: dict, spec: str) -> StepOptions:
                              f["density_dense_steps"], f["density_shape"], f["run_steps"]),
         batch=Batch(f["micro_batch"], f["seq_len"], f["grad_accum"], f["global_batch"]),
         parallelism=Parallelism(f["tp"], f["pp"], f["pp_schedule"], f["virtual_stages"],
-                                f["recompute"], f["sequence_parallel"], f["cp"]),
+                                f["recompute"], f["sequence_parallel"], f["cp"],
+                                *(f.get(k) for k in ("ep", "etp", "moe_imbalance")),
+                                None if f.get("moe_dispatcher") is None
+                                else str(f["moe_dispatcher"]), f.get("moe_overlap")),
         precision=Precision(f["grad_dtype"], f["param_dtype"], f["fp8"],
                             str(f["optimizer_dtype"])),
         overlap=Overlap(f["overlap_grad"], f["overlap_param"], f["bucket_mb"],

@@ -8,8 +8,10 @@ from cli.app import app
 from cli.common import (
     DTYPE_OPTS,
     FP8_HELP,
+    MOE_OPTS,
     STEP_OPTS,
     TP_OVERLAP_HELP,
+    DispatcherChoice,
     DtypeChoice,
     Format3,
     RankChoice,
@@ -62,6 +64,18 @@ def plan_cmd(
     cp: int = typer.Option(1, "--cp", "--context-parallel-size",
                            help="context-parallel ranks per sequence in every plan (not "
                                 "searched; Megatron --context-parallel-size)"),
+    ep: int = typer.Option(None, "--ep", "--expert-model-parallel-size",
+                           "--expert-parallel-degree",
+                           help="expert-parallel ranks in every plan of a model with experts "
+                                "[default: searched, from half the largest that stays in one "
+                                "NVLink domain to 8 times it]"),
+    etp: int = typer.Option(None, "--etp", "--expert-tensor-parallel-size",
+                            "--expert-tensor-parallel-degree",
+                            help="tensor-parallel ranks of each expert in every plan "
+                                 "[default: 1, as DeepSeek-V3's and Megatron's MoE recipes]"),
+    moe_imbalance: float = MOE_OPTS["moe_imbalance"],
+    moe_dispatcher: DispatcherChoice = MOE_OPTS["moe_dispatcher"],
+    moe_overlap: bool | None = MOE_OPTS["moe_overlap"],
     workers: int = typer.Option(None, "--workers", help="processes; default: every core"),
     quality: str = typer.Option(None, "--quality",
                                 help="a convergence study (profiles/quality/STUDY.toml): adds "
@@ -96,7 +110,10 @@ def plan_cmd(
         schemes=tuple(parse_names(schemes, "--schemes")),
         precision=Precision(grad_dtype, param_dtype, fp8), density_warmup_frac=density_warmup_frac,
         workers=workers, quality=None if quality is None else load_quality(quality), rank=rank,
-        overlap=Overlap(tp_comm=tp_comm_overlap), cp=cp,
+        overlap=Overlap(tp_comm=tp_comm_overlap), cp=cp, ep=ep, etp=etp,
+        moe_imbalance=1.0 if moe_imbalance is None else moe_imbalance,
+        moe_dispatcher="alltoall" if moe_dispatcher is None else str(moe_dispatcher),
+        moe_overlap=bool(moe_overlap),
     ).validate()
     with _progress("simulating plans") as bar:
         task = bar.add_task("plans", total=None)
@@ -115,7 +132,8 @@ def plan_cmd(
     hardware_of = {hw.name: hw for hw in req.hardware if names.count(hw.name) == 1}
 
     def layout(r) -> str:  # a plan row's band layout (a row tuple or the top row's Series)
-        return layout_class(r.tp, r.pp, r.tp_comm_overlap, r.cp, r.fp8)
+        return layout_class(r.tp, r.pp, r.tp_comm_overlap, r.cp, r.fp8,
+                            req.model.moe is not None)
 
     shown = shown.assign(**{col: [
         step_lookup(hardware_of[r.hardware], layout(r), r.scheme, None)[col]
@@ -131,6 +149,9 @@ def plan_cmd(
              "tp_comm_overlap_asked": tp_comm_overlap, "cp": cp, "fp8_asked": fp8,
              "quality_study": quality, "rank": rank, "exhaustive": exhaustive,
              "pareto_only": pareto_only,
+             **({} if req.model.moe is None else {
+                 "ep_asked": ep, "etp_asked": etp, "moe_imbalance": req.moe_imbalance,
+                 "moe_dispatcher": req.moe_dispatcher, "moe_overlap": req.moe_overlap}),
              "feasible_plans": df.attrs.get("feasible"),
              "gpu_counts_searched": " ".join(map(str, df.attrs.get("gpu_counts", []))),
              "simulated_plans": df.attrs.get("simulated")}
@@ -180,6 +201,8 @@ def plan_cmd(
                    "reached")
     if cp > 1:  # every plan's, but the dp column means nothing without it
         cols.insert(cols.index("dp"), "cp")
+    if req.model.moe is not None:  # expert parallelism, searched or given
+        cols[cols.index("dp"):cols.index("dp")] = ["ep", "etp"]
     if density_warmup_frac > 0:
         cols.insert(cols.index("step_time_s") + 1, "run_mean_step_s")
         header += (f"\nscape: density warms up from 1 over {density_warmup_frac:.0%} of the run; "

@@ -21,6 +21,7 @@ from cli.common import (
     WARMUP_HELP,
     AlgoChoice,
     AttentionChoice,
+    DispatcherChoice,
     DtypeChoice,
     Format3,
     LossChoice,
@@ -93,6 +94,10 @@ def simulate(
     attention: AttentionChoice = PARALLEL_OPTS["attention"],
     tp_comm_overlap: bool | None = PARALLEL_OPTS["tp_comm_overlap"],
     cp: int = PARALLEL_OPTS["cp"],
+    ep: int = PARALLEL_OPTS["ep"], etp: int = PARALLEL_OPTS["etp"],
+    moe_imbalance: float = PARALLEL_OPTS["moe_imbalance"],
+    moe_dispatcher: DispatcherChoice = PARALLEL_OPTS["moe_dispatcher"],
+    moe_overlap: bool | None = PARALLEL_OPTS["moe_overlap"],
     fp8: bool = PARALLEL_OPTS["fp8"],
     loss: LossChoice = PARALLEL_OPTS["loss"],
     optimizer_dtype: OptimizerDtypeChoice = PARALLEL_OPTS["optimizer_dtype"],
@@ -119,6 +124,9 @@ def simulate(
           f"tp {tp}, pp {pp}{_schedule_name(cfg)}, "
           + (f"cp {cfg.cp}, " if cfg.cp > 1 else "") + f"data-parallel {cfg.dp}, recompute "
           f"{recompute}, algo {algo}; forward/backward: {row['compute_model']}")
+    if cfg.model.moe is not None:
+        out.append(f"# experts: {moe_text(cfg)}")
+    out += [f"# note: {n}" for n in cfg.notes()]
     out.append("# scheme options: " + ", ".join(f"{k} {v}" for k, v in
                                             resolved_scheme(cfg.scheme).items()))
     out.append(f"# grad_dtype {grad_dtype}, param_dtype {param_dtype}, attention "
@@ -130,6 +138,7 @@ def simulate(
     for key in ("step_time_s", "compute_s", "compression_s", "tp_comm_s", "exposed_comm_s",
                 "overlapped_comm_s", *(("pipeline_bubble_s",) if pp > 1 else ()),
                 *(("cp_comm_s",) if cfg.cp > 1 else ()),
+                *(("ep_comm_s",) if cfg.model.moe is not None else ()),
                 "interference_s"):
         # the table prints milliseconds: the name says so (issue 42: no value under a name
         # of another unit); CSV and JSON keep the seconds under the _s name
@@ -155,6 +164,17 @@ def simulate(
     print("\n".join(out + ([also] if also else [])))
     if trace:
         print(f"# trace: {trace} (open in https://ui.perfetto.dev)")
+
+
+def moe_text(cfg) -> str:
+    """A MoE step's expert layout and routing, as it ran (said, defaults included)."""
+    moe = cfg.model.moe
+    load = ("1 (even: an assumption; --moe-imbalance gives a measured max/mean load)"
+            if cfg.moe_imbalance == 1.0 else f"{cfg.moe_imbalance:g} (given)")
+    return (f"{moe.n_experts} experts, top-{moe.top_k}, {cfg.model.moe_layers} MoE layers of "
+            f"{cfg.model.arch.n_layers}; ep {cfg.ep}, etp {cfg.expert_tp}, expert data-parallel "
+            f"{cfg.edp}; dispatcher {cfg.moe_dispatcher}, overlap "
+            f"{'on' if cfg.moe_overlap else 'off'}; load imbalance {load}")
 
 
 @app.command("compare")
@@ -191,6 +211,10 @@ def compare_cmd(
     attention: AttentionChoice = PARALLEL_OPTS["attention"],
     tp_comm_overlap: bool | None = PARALLEL_OPTS["tp_comm_overlap"],
     cp: int = PARALLEL_OPTS["cp"],
+    ep: int = PARALLEL_OPTS["ep"], etp: int = PARALLEL_OPTS["etp"],
+    moe_imbalance: float = PARALLEL_OPTS["moe_imbalance"],
+    moe_dispatcher: DispatcherChoice = PARALLEL_OPTS["moe_dispatcher"],
+    moe_overlap: bool | None = PARALLEL_OPTS["moe_overlap"],
     fp8: bool = PARALLEL_OPTS["fp8"],
     loss: LossChoice = PARALLEL_OPTS["loss"],
     optimizer_dtype: OptimizerDtypeChoice = PARALLEL_OPTS["optimizer_dtype"],
@@ -229,6 +253,9 @@ def compare_cmd(
                   # typed scheme options the rows' own columns carry in csv and json
                   **({"sync": sync} if sync is not None else {}),
                   **({"scheme_options": dict(extra)} if extra else {})}.items()))
+    if cfg.model.moe is not None:
+        header += f"\nexperts: {moe_text(cfg)}"
+    header += "".join(f"\nnote: {n}" for n in cfg.notes())
     header += "\n" + how_sure(cfg.hardware, layout_of(cfg), list(df["scheme"]), cfg.mfu)
     if not df["fits_memory"].all():
         header += ("\nfits_memory NO: one GPU cannot hold that configuration; its times are "

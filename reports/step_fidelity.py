@@ -26,13 +26,14 @@ SOURCE = "profiles/external/step-fidelity-bands.csv from bench/step_loso.py"
 
 
 def layout_class(tp: int, pp: int, tp_overlap: bool = False, cp: int = 1,
-                 fp8: bool = False) -> str:
+                 fp8: bool = False, moe: bool = False) -> str:
     """Data parallel alone, or with tensor or pipeline stages; tensor-parallel communication
     overlapped with its GEMMs (simulator/step/tp_overlap.py) and context parallelism
     (simulator/step/cp_comm.py) are layouts of their own: what the model leaves exposed there
     differs. FP8 GEMMs are a class of their own too (another GEMM rate, the profile's
-    measured FP8 matmul's)."""
-    suffix = ", FP8" if fp8 else ""
+    measured FP8 matmul's), and so is a model with experts (its dispatch and combine, its
+    grouped expert GEMMs)."""
+    suffix = (", mixture-of-experts" if moe else "") + (", FP8" if fp8 else "")
     if tp == 1 and pp == 1 and cp == 1:
         return "data parallel" + suffix
     name = "tensor/pipeline parallel" if tp > 1 or pp > 1 else "data parallel"
@@ -43,7 +44,8 @@ def layout_class(tp: int, pp: int, tp_overlap: bool = False, cp: int = 1,
 
 def layout_of(cfg) -> str:
     """The layout class of a simulated step (simulator.step.simulate.StepConfig)."""
-    return layout_class(cfg.tp, cfg.pp, cfg.tp_comm_overlap, cfg.cp, cfg.fp8)
+    return layout_class(cfg.tp, cfg.pp, cfg.tp_comm_overlap, cfg.cp, cfg.fp8,
+                        cfg.model.moe is not None)
 
 
 def scheme_class(scheme: str) -> str:

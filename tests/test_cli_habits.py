@@ -72,8 +72,8 @@ def test_dash_g_is_nccl_tests_gpus_per_process(capsys):
 
 
 @pytest.mark.parametrize(("args", "hint"), [
-    (("collective", "-H", "dgx-h100", "--gpus", "8", "--op", "allreduce"), "'all_reduce'"),
-    (("collective", "-H", "dgx-h100", "--gpus", "8", "--op", "AllGather"), "'all_gather'"),
+    (("collective", "-H", "dgx-h100", "--gpus", "8", "--op", "alreduce"), "'all_reduce'"),
+    (("collective", "-H", "dgx-h100", "--gpus", "8", "--op", "AllGater"), "'all_gather'"),
     ((*SIM, "--recompute", "ful"), "'full'"),
     ((*SIM, "--scheme", "scpae"), "'scape'"),
     (("compare", "-m", "llama-7b", "-H", "dgx-h100", "--gpus", "16", "--schemes", "dense"),
@@ -84,6 +84,16 @@ def test_a_misspelled_choice_gets_the_closest_names(capsys, args, hint):
     code, _, err = scape(capsys, *args)
     assert code == 2 and "did you mean" in err and hint in err
     assert "Value error" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("spelled, op", [("alltoall", "all_to_all"), ("AllReduce", "all_reduce"),
+                                        ("reduce-scatter", "reduce_scatter")])
+def test_a_collective_spelled_as_nccl_tests_spells_it_is_read(capsys, spelled, op):
+    """nccl-tests' binaries say alltoall_perf, all_reduce_perf: --op takes the collective in any
+    case and with any separators, and the output names it as this tool does."""
+    code, out, _ = scape(capsys, "collective", "-H", "dgx-h100", "--gpus", "16", "--op",
+                         spelled, "--sizes", "1MiB", "--format", "json")
+    assert code == 0 and f'"op": "{op}"' in out
 
 
 def test_suggestions_are_close_or_absent():

@@ -13,6 +13,13 @@ def _plain(text: str) -> str:
     return "".join(ch for ch in text.lower() if ch.isalnum())
 
 
+def spelled(got: str, known: Iterable[str]) -> str | None:
+    """The one name of `known` that `got` is, spelled with other case or separators
+    (nccl-tests' binaries say 'alltoall' where the collective is all_to_all); None if none."""
+    same = [k for k in known if _plain(k) == _plain(str(got))]
+    return same[0] if len(same) == 1 else None
+
+
 def close_matches(got: str, known: Iterable[str], limit: int = 3) -> list[str]:
     """The valid names closest to `got`: the same name spelled with other case or separators
     first, then names it begins (a prefix such as 'dense' of 'dense-zero1'), then difflib's

@@ -65,6 +65,9 @@ class CommOp:
     buckets: int = 1  # equal parts, launched one after another as they become ready
     # issued again for every micro-batch (ZeRO-3 gathers and reduce-scatters), not once a step
     every_micro_batch: bool = False
+    # the ranks it runs over: the data-parallel group ("dp"), or the expert data-parallel group
+    # of a mixture-of-experts model's routed experts ("expert"; the simulator's, DESIGN 10)
+    group: str = "dp"
 
     def wire_bytes(self, world: int) -> float:
         """Bytes one rank sends for this op (the bandwidth term of DESIGN section 4)."""

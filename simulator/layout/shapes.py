@@ -58,11 +58,72 @@ class LayerShapes:
     unfused_memory_bytes: float = 0.0
 
 
+@dataclass(frozen=True)
+class Routing:
+    """How a MoE layer's tokens reach its experts on one GPU: expert-parallel ranks, each
+    expert's tensor-parallel ranks, and the busiest rank's load over the mean."""
+
+    ep: int = 1
+    etp: int = 1
+    imbalance: float = 1.0
+
+
+def _attention_gemms(model: ModelProfile, tokens: int, t: int) -> tuple[Gemm, ...]:
+    """A Llama-family layer's projections on one tensor-parallel rank: fused QKV and output
+    (grouped-query), or multi-head latent attention's down-projections (whole on every rank),
+    up-projections (column-parallel) and output (row-parallel), as Megatron-Core's
+    MLASelfAttention splits them."""
+    a, mla, h = model.arch, model.mla, model.arch.d_model
+    if mla is None:
+        q, kv = a.q_width, a.n_kv_heads * a.head_dim
+        return (Gemm("qkv", tokens, (q + 2 * kv) // t, h), Gemm("attn out", tokens, h, q // t))
+    heads = a.n_heads // t
+    q = ((Gemm("q", tokens, heads * mla.qk_head_dim, h),) if mla.q_lora_rank == 0 else
+         (Gemm("q down", tokens, mla.q_lora_rank, h),
+          Gemm("q up", tokens, heads * mla.qk_head_dim, mla.q_lora_rank)))
+    return (*q, Gemm("kv down", tokens, mla.kv_lora_rank + mla.qk_rope_head_dim, h),
+            Gemm("kv up", tokens, heads * (mla.qk_nope_head_dim + mla.v_head_dim),
+                 mla.kv_lora_rank),
+            Gemm("attn out", tokens, h, heads * mla.v_head_dim))
+
+
+def _mlp_gemms(name: str, tokens: int, h: int, f: int, gated: bool, t: int, batch: int = 1
+               ) -> tuple[Gemm, ...]:
+    if f == 0 or tokens == 0:
+        return ()
+    return (Gemm(f"{name} in", tokens, (2 if gated else 1) * f // t, h, batch),
+            Gemm(f"{name} out", tokens, h, f // t, batch))
+
+
+def moe_work(model: ModelProfile, tokens: int, t: int, sequence_parallel: bool,
+             routing: Routing) -> tuple[tuple[Gemm, ...], float, float]:
+    """A MoE layer's FFN on one GPU: (GEMMs, (token, expert) pairs it runs, tokens routed by
+    it). The router scores this rank's tokens (sequence-parallel: 1/t of them); the shared
+    expert is an MLP split over the tensor-parallel ranks; the routed experts run as one
+    grouped GEMM over this rank's n_experts / EP experts, each on the pairs the EP x ETP group
+    sends it, at 1/ETP of its width (Megatron-Core's TEGroupedMLP). Pairs are the busiest
+    rank's: the mean times `imbalance`."""
+    a, moe = model.arch, model.moe
+    h = a.d_model
+    gated = (a.mlp or "swiglu") == "swiglu"
+    routed = tokens / (t if sequence_parallel else 1)  # this rank's tokens at the router
+    pairs = routed * routing.etp * moe.top_k * routing.imbalance
+    local = moe.n_experts // routing.ep
+    per_expert = max(1, round(pairs / local))
+    gemms = (Gemm("router", round(routed), moe.n_experts, h),
+             *_mlp_gemms("shared", tokens, h, moe.shared_width, gated, t),
+             *_mlp_gemms("experts", per_expert, h, moe.d_ff_expert, gated, routing.etp,
+                         local))
+    return gemms, pairs, routed
+
+
 def layer_shapes(model: ModelProfile, micro_batch: int, seq_len: int, tp: int = 1,
-                 sequence_parallel: bool = False, cp: int = 1) -> LayerShapes:
+                 sequence_parallel: bool = False, cp: int = 1, moe_layer: bool = False,
+                 routing: Routing | None = None) -> LayerShapes:
     """`cp` context-parallel ranks split the sequence: each holds seq_len / cp tokens of
     every GEMM and elementwise kernel, and its queries attend to all seq_len keys (the
-    causal half of it, load-balanced: 1/cp of the whole attention)."""
+    causal half of it, load-balanced: 1/cp of the whole attention). `moe_layer`: a layer of
+    routed experts (`moe_work`) in place of the dense MLP, routed as `routing` says."""
     a = model.arch
     h, f, t = a.d_model, a.d_ff, tp
     tokens = micro_batch * seq_len // cp
@@ -80,22 +141,36 @@ def layer_shapes(model: ModelProfile, micro_batch: int, seq_len: int, tp: int = 
         kernels = 7
     else:
         kv = a.n_kv_heads * a.head_dim
-        gemms = (Gemm("qkv", tokens, (h + 2 * kv) // t, h), Gemm("attn out", tokens, h, h // t),
-                 Gemm("gate+up", tokens, 2 * f // t, h), Gemm("mlp down", tokens, h, f // t))
+        gated = (a.mlp or "swiglu") == "swiglu"
+        act = 3 if gated else 2  # the activation reads gate and up (or its input), writes f
+        attn = _attention_gemms(model, tokens, t)
+        extra_bytes, kernels = 0.0, 6
+        if moe_layer:
+            mlp, pairs, _ = moe_work(model, tokens, t, sequence_parallel, routing or Routing())
+            f = model.moe.shared_width
+            r = routing or Routing()
+            # each pair: permuted in and out (read and write h each way), its activation at
+            # 1/ETP of the expert's width
+            extra_bytes = ACT_BYTES * pairs * (4 * h + act * model.moe.d_ff_expert / r.etp)
+            kernels += 4  # router top-k, permute, the experts' activation, unpermute
+        else:
+            mlp = _mlp_gemms("mlp", tokens, h, f, gated, t)
+        gemms = (*attn, *mlp)
         # two RMSNorms (read h, write h), two residual adds (read 2h, write h); rotary on q and
         # k (read, write), SwiGLU (read gate and up, write f)
         replicated = 2 * 2 * h + 2 * 3 * h
-        split = 2 * (h + kv) // t + 3 * f // t
+        split = 2 * (a.q_width + kv) // t + act * f // t
         per_token = ACT_BYTES * (replicated / (t if sequence_parallel else 1) + split)
-        kernels = 6
     # 4 b s^2 heads head_dim: the score and value products; causal FlashAttention skips the
     # masked half (FlashAttention-2, Dao 2023, section 4.1)
-    full = 4.0 * micro_batch * seq_len**2 * heads * a.head_dim / cp
+    hd = model.attn_head_dim
+    full = 4.0 * micro_batch * seq_len**2 * heads * hd / cp
     products = micro_batch * heads
-    unfused = (Gemm("scores", seq_len, seq_len, a.head_dim, products),
-               Gemm("context", seq_len, a.head_dim, seq_len, products))
+    unfused = (Gemm("scores", seq_len, seq_len, round(hd), products),
+               Gemm("context", seq_len, round(hd), seq_len, products))
     scores = float(products) * seq_len**2
-    return LayerShapes(gemms, full / 2, full, per_token * tokens, kernels, unfused,
+    extra = 0.0 if model.family == "gpt" else extra_bytes
+    return LayerShapes(gemms, full / 2, full, per_token * tokens + extra, kernels, unfused,
                        scores * (2 * ACT_BYTES + 2 * ACT_BYTES + 1))
 
 

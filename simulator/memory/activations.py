@@ -13,9 +13,10 @@ docs/research/memory-terms.md.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from simulator.layout.shapes import Routing
 from vocabulary.errors import UserError
 from vocabulary.names import LOSSES, RECOMPUTE, STACKS
 
@@ -69,7 +70,10 @@ def layer_tensors(arch, family: str, dropout: bool, attention: str, seq: int,
         out.append(Tensor("attention dropout mask", h, "sp", ALL))
     out += [Tensor("norm2 input", b * h, "sp", ALL),
             Tensor("fc1 input (norm2 output)", b * h, linear_in, NORM_OUT)]
-    if family == "llama":  # SwiGLU: gate and up projections, then their product into fc2
+    if family == "llama" and arch.mlp in ("gelu", "relu2"):  # ungated (Nemotron-4)
+        out += [Tensor("fc1 output (activation input)", b * f, "tp", OP),
+                Tensor("activation output (fc2 input)", b * f, "tp", ALL)]
+    elif family == "llama":  # SwiGLU: gate and up projections, then their product into fc2
         out += [Tensor("fc1 gate output", b * f, "tp", OP),  # mm 5 (torchtitan's w1)
                 Tensor("fc1 up output", b * f, "tp", ALL),  # mm 6 (w3): recomputed
                 Tensor("activation output (fc2 input)", b * f, "tp", ALL)]
@@ -110,20 +114,60 @@ class LayerMemory:
     working: float
 
 
+def routed_tensors(model, routing, act_bytes: int = 2) -> list[Tensor]:
+    """What a MoE layer keeps for its routed experts beyond a dense layer's attention half,
+    in bytes per token of the micro-batch split over tensor-parallel ranks as a GPU holds
+    them: the router's fp32 probabilities, and per (token, expert) pair on this GPU (the
+    busiest rank's: top-k x imbalance x ETP pairs per token, sequence-parallel) the
+    dispatched hidden state (the grouped fc1's input), fc1's outputs and the activation's at
+    1/ETP of the expert's width (Megatron-Core's TEGroupedMLP saves them as a dense MLP's),
+    and fc2's output until the combine."""
+    moe, h, b = model.moe, model.arch.d_model, act_bytes
+    pairs = moe.top_k * routing.imbalance  # per token, before the ETP gather
+    width = moe.d_ff_expert  # x pairs x ETP / ETP: a GPU's share of each pair's width
+    gated = (model.arch.mlp or "swiglu") == "swiglu"
+    fc1 = [Tensor("expert fc1 gate output", b * pairs * width, "tp", OP),
+           Tensor("expert fc1 up output", b * pairs * width, "tp", ALL)] if gated else [
+        Tensor("expert fc1 output", b * pairs * width, "tp", OP)]
+    return [Tensor("router probabilities (fp32)", 4 * moe.n_experts, "sp", ALL),
+            Tensor("dispatched tokens (expert fc1 input)", b * pairs * routing.etp * h, "tp",
+                   ALL),
+            *fc1,
+            Tensor("expert activation output (fc2 input)", b * pairs * width, "tp", ALL),
+            Tensor("expert fc2 output", b * pairs * routing.etp * h, "tp", OP_ONLY)]
+
+
+def _kept_and_again(tensors: list[Tensor], tp: int, sequence_parallel: bool, recompute: str
+                    ) -> tuple[float, float]:
+    kept = sum(_sharded(t, tp, sequence_parallel) for t in tensors if _kept(t, recompute))
+    # what the recomputed forward materializes again beside what was kept
+    again = sum(_sharded(t, tp, sequence_parallel) for t in tensors
+                if t.kept_by != OP_ONLY and not _kept(t, recompute))
+    return kept, again
+
+
 @lru_cache(maxsize=4096)
 def layer_memory(model, dropout: bool, attention: str, seq: int, tp: int,
-                 sequence_parallel: bool, recompute: str, stack: str = "megatron"
-                 ) -> LayerMemory:
+                 sequence_parallel: bool, recompute: str, stack: str = "megatron",
+                 routing=None) -> LayerMemory:
+    """A mean layer's bytes per token (a MoE model's dense and MoE layers weighted by their
+    counts; `routing`, simulator/layout/shapes.py Routing, how the MoE layers' tokens spread:
+    None is one expert-parallel rank, even load)."""
     if recompute not in RECOMPUTE:
         raise UserError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
     if stack not in STACKS:
         raise UserError(f"--stack must be one of {', '.join(STACKS)}, got {stack!r}")
     tensors = layer_tensors(model.arch, model.family, dropout, attention, seq, stack=stack)
-    kept = sum(_sharded(t, tp, sequence_parallel) for t in tensors if _kept(t, recompute))
-    # what the recomputed forward materializes again beside what was kept
-    again = sum(_sharded(t, tp, sequence_parallel) for t in tensors
-                if t.kept_by != OP_ONLY and not _kept(t, recompute))
-    return LayerMemory(kept, again)
+    kept, again = _kept_and_again(tensors, tp, sequence_parallel, recompute)
+    if model.moe is None:
+        return LayerMemory(kept, again)
+    # a MoE layer: the dense layer's tensors with the shared expert's width, and the routed
+    shared = replace(model.arch, d_ff=model.moe.shared_width)
+    moe = [t for t in layer_tensors(shared, model.family, dropout, attention, seq, stack=stack)
+           if t.bytes_per_token > 0] + routed_tensors(model, routing or Routing())
+    moe_kept, moe_again = _kept_and_again(moe, tp, sequence_parallel, recompute)
+    w = model.moe_layers / model.arch.n_layers
+    return LayerMemory((1 - w) * kept + w * moe_kept, (1 - w) * again + w * moe_again)
 
 
 # bytes per logit the loss holds at the end of the forward, on the last stage: bf16 logits

@@ -19,6 +19,7 @@ from functools import lru_cache
 from profiles import HardwareProfile, ModelProfile
 from profiles.hardware import Memory
 from scape.plan import INDEX_BYTES, SCAPE_SCHEMES, SHARDED_GRAD, ZERO_STAGE, Dtypes, SchemeConfig
+from simulator.layout.shapes import Routing
 from simulator.memory.activations import (
     in_flight,
     layer_memory,
@@ -119,13 +120,15 @@ def stage_params(model: ModelProfile, layers: int, first: bool, last: bool, pp: 
 
 
 def state_bytes(model: ModelProfile, scheme: SchemeConfig, n: float, dp: int, tp: int,
-                dtypes: Dtypes, optimizer_dtype: str = "fp32", pp: int = 1
-                ) -> tuple[float, float, float, float]:
+                dtypes: Dtypes, optimizer_dtype: str = "fp32", pp: int = 1,
+                unit: bool = True) -> tuple[float, float, float, float]:
     """(weights, grads, optimizer, scheme state) bytes of a GPU holding `n` parameters of its
     stage's tensor-parallel shard, over `dp` ranks of gradient reduction. FSDP under pipeline
     parallelism keeps the stage's parameters gathered and its gradients unreduced from the
     first micro-batch to the last (torchtitan: reshard_after_forward off and the
-    reduce-scatter deferred with pipelining; docs/research/memory-terms.md section 7)."""
+    reduce-scatter deferred with pipelining; docs/research/memory-terms.md section 7).
+    `unit`: whether FSDP's unit in flight (a layer gathered, its gradient being reduced)
+    is counted here (once a GPU: not again for its routed experts)."""
     optimizer = "adams" if scheme.scheme in SCAPE_SCHEMES else scheme.optimizer
     state = OPTIMIZER_STATE_BYTES[optimizer, optimizer_dtype] * n
     distopt = scheme.scheme == "scape" and scheme.extra.get("distributed_optimizer", False)
@@ -148,7 +151,8 @@ def state_bytes(model: ModelProfile, scheme: SchemeConfig, n: float, dp: int, tp
         extra = mask + compact + residual
     weights, grads = dtypes.param_bytes * n, dtypes.grad_bytes * n
     stage = ZERO_STAGE.get(scheme.scheme, 0)
-    unit = _layer_params(model) / tp if stage >= 2 else 0.0  # FSDP's unit: one layer
+    # FSDP's unit: one layer
+    unit = _layer_params(model) / tp if stage >= 2 and unit else 0.0
     if stage >= 2:  # the gradient as a shard, plus the unit being reduced
         grads = grads / dp + dtypes.grad_bytes * unit
     # the sharded parameters: a low-precision shard beside the fp32 master (DeepSpeed
@@ -170,42 +174,71 @@ def memory_use(
     seq_len: int, dtypes: Dtypes, recompute: str = "none", sequence_parallel: bool = True,
     pp: int = 1, chunks: int = 1, attention: str = "flash", micro_batches: int | None = None,
     loss: str = "fp32", optimizer_dtype: str = "fp32", stack: str = "megatron",
+    routing: Routing | None = None, edp: int | None = None,
 ) -> MemoryUse:
     """Bytes one GPU holds at its peak: every pipeline stage priced at the end of a forward
     (its stored micro-batches, the loss on the last stage) or during a recomputed layer's
     backward, whichever is higher, and the highest stage returned. `micro_batches`: a step's
-    (its gradient accumulation; None: as many as stages, the fewest 1F1B fills)."""
+    (its gradient accumulation; None: as many as stages, the fewest 1F1B fills). A model with
+    experts: a GPU holds 1/(EP x ETP) of its stage's routed experts (`routing`), their
+    optimizer state sharded over the `edp` expert data-parallel ranks where the scheme shards
+    it (None: `dp`)."""
     best = None
     for s, params, activations, loss_b in _stage_activations(
             model, tp, micro_batch, seq_len, recompute, sequence_parallel, pp, chunks,
-            attention, pp if micro_batches is None else micro_batches, loss, stack):
-        weights, grads, state, extra = state_bytes(model, scheme, params / tp, dp, tp, dtypes,
-                                                   optimizer_dtype, pp)
-        use = MemoryUse(weights, grads, state, extra, activations, loss_b, s)
+            attention, pp if micro_batches is None else micro_batches, loss, stack, routing):
+        parts = _stage_state(model, scheme, s, params, dp, tp, dtypes, optimizer_dtype, pp,
+                             chunks, routing, edp)
+        use = MemoryUse(*parts, activations, loss_b, s)
         if best is None or use.total > best.total:
             best = use
     return best
 
 
+def _stage_state(model: ModelProfile, scheme: SchemeConfig, stage: int, params: float, dp: int,
+                 tp: int, dtypes: Dtypes, optimizer_dtype: str, pp: int, chunks: int,
+                 routing: Routing | None, edp: int | None) -> tuple[float, float, float, float]:
+    """(weights, grads, optimizer, scheme state) of one stage's GPU: its dense parameters over
+    the tensor-parallel ranks and `dp`, its routed experts over EP x ETP and `edp`."""
+    experts = 0.0
+    if model.moe is not None:
+        from simulator.layout.pipeline import stage_layers
+
+        layers = sum(stage_layers(model.arch.n_layers, pp, chunks)[stage])
+        experts = layers * model.expert_layer_params
+    dense = state_bytes(model, scheme, (params - experts) / tp, dp, tp, dtypes,
+                        optimizer_dtype, pp)
+    if experts == 0:
+        return dense
+    r = routing or Routing()
+    routed = state_bytes(model, scheme, experts / (r.ep * r.etp), dp if edp is None else edp,
+                         tp, dtypes, optimizer_dtype, pp, unit=False)
+    return tuple(a + b for a, b in zip(dense, routed, strict=True))
+
+
 def first_fit(model: ModelProfile, scheme: SchemeConfig, dp: int, tp: int, micro_batch: int,
               seq_len: int, dtypes: Dtypes, recomputes: tuple[str, ...], usable: float,
               pp: int, chunks: int, micro_batches: int, states_cache: dict | None = None,
-              cache_key: tuple | None = None) -> tuple[str, float] | None:
+              cache_key: tuple | None = None, routing: Routing | None = None,
+              edp: int | None = None) -> tuple[str, float] | None:
     """The first of `recomputes` whose peak (memory_use's, with its defaults: sequence
     parallelism, fused attention, fp32 loss and optimizer) fits `usable` bytes, with that
     peak; None if none does. The scheme's state is priced once for every policy tried (what
     the planner asks of every layout and scheme; a test checks it against memory_use), and
     with `states_cache` once for every micro-batch: `cache_key` must then name the scheme,
-    dp, tp, pp and chunks (the stages' state depends on nothing else)."""
+    dp, tp, pp, chunks and the routing (the stages' state depends on nothing else).
+    `routing`, `edp`: a model's experts, as memory_use takes them."""
     states = None
     for recompute in recomputes:
         stages = _stage_activations(model, tp, micro_batch, seq_len, recompute, True, pp,
-                                    chunks, "flash", micro_batches, "fp32")
+                                    chunks, "flash", micro_batches, "fp32", "megatron",
+                                    routing)
         if states is None and states_cache is not None:
             states = states_cache.get(cache_key)
         if states is None:  # the same stages for every policy (peak_candidates)
-            states = [sum(state_bytes(model, scheme, params / tp, dp, tp, dtypes, "fp32", pp))
-                      for _, params, _, _ in stages]
+            states = [sum(_stage_state(model, scheme, s, params, dp, tp, dtypes, "fp32", pp,
+                                       chunks, routing, edp))
+                      for s, params, _, _ in stages]
             if states_cache is not None:
                 states_cache[cache_key] = states
         total = max(st + act + loss for st, (_, _, act, loss) in zip(states, stages,
@@ -218,7 +251,8 @@ def first_fit(model: ModelProfile, scheme: SchemeConfig, dp: int, tp: int, micro
 @lru_cache(maxsize=16384)
 def _stage_activations(model: ModelProfile, tp: int, micro_batch: int, seq_len: int,
                        recompute: str, sequence_parallel: bool, pp: int, chunks: int,
-                       attention: str, m: int, loss: str, stack: str = "megatron"
+                       attention: str, m: int, loss: str, stack: str = "megatron",
+                       routing: Routing | None = None
                        ) -> tuple[tuple[int, int, float, float], ...]:
     """(stage, parameters, activation bytes, loss bytes) of each stage that can peak
     (peak_candidates): what does not depend on the scheme, remembered (the planner prices
@@ -228,7 +262,7 @@ def _stage_activations(model: ModelProfile, tp: int, micro_batch: int, seq_len: 
     layers = stage_layers(model.arch.n_layers, pp, chunks)  # [stage][chunk]
     tokens = seq_len * micro_batch  # of this context-parallel rank
     per_layer = layer_memory(model, model.dropout, attention, seq_len, tp,
-                             sequence_parallel or tp == 1, recompute, stack)
+                             sequence_parallel or tp == 1, recompute, stack, routing)
     loss_b = loss_bytes_per_token(model, tp, loss, sequence_parallel, stack) * tokens
     out = []
     for s in peak_candidates(layers):
@@ -269,7 +303,7 @@ def step_memory(cfg) -> MemoryUse:
     return memory_use(cfg.model, cfg.scheme, cfg.grad_ranks, cfg.tp, cfg.micro_batch,
                       cfg.seq // cfg.cp, cfg.dtypes, cfg.recompute, cfg.sequence_parallel,
                       cfg.pp, cfg.chunks_pp, cfg.attention, cfg.accum, cfg.loss,
-                      cfg.optimizer_dtype, cfg.stack)
+                      cfg.optimizer_dtype, cfg.stack, cfg.routing, cfg.edp)
 
 
 def spare(use: MemoryUse, hw: HardwareProfile) -> float:

@@ -67,8 +67,9 @@ class Machine:
 def group_shape(hw: HardwareProfile, ranks: int, nodes: int | None = None
                 ) -> tuple[int, int, float]:
     """(nodes, GPUs of the group per node, the group's NICs on a node) of `ranks` GPUs of `hw`
-    on `nodes` nodes (default: as few as hold them)."""
-    nodes = math.ceil(ranks / hw.node.gpus_per_node) if nodes is None else nodes
+    on `nodes` nodes (default: as few as hold them); a node is an NVLink domain where the
+    profile's spans several nodes (its NICs those of its nodes)."""
+    nodes = math.ceil(ranks / hw.node.domain_gpus) if nodes is None else nodes
     g = max(1, ranks // nodes)
     return nodes, g, hw.nic.nics_per_node * g / hw.node.gpus_per_node
 

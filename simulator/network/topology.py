@@ -256,20 +256,37 @@ class Topology:
         return g.reshape(len(nodes), counts[0])
 
 
+def domain_used(hw: HardwareProfile, gpus: int) -> int:
+    """GPUs a job of `gpus` GPUs uses in each NVLink domain: the whole domain, or, where the
+    domain spans several nodes and the job's whole nodes do not fill whole domains, the most
+    whole nodes of a domain that split the job evenly (a GB200 NVL72 job of 512 GPUs uses 64 of
+    each rack's 72, 16 of its 18 trays)."""
+    per_node, domain = hw.node.gpus_per_node, hw.node.domain_gpus
+    if domain == per_node or gpus <= domain or gpus % domain == 0 or gpus % per_node:
+        return domain
+    return max(d for d in range(per_node, domain + 1, per_node) if gpus % d == 0)
+
+
 def build_topology(hw: HardwareProfile, gpus: int) -> Topology:
-    """The topology of `gpus` GPUs of hardware `hw`, filled node by node, leaf by leaf."""
-    g = min(hw.node.gpus_per_node, gpus) if gpus >= 1 else hw.node.gpus_per_node
+    """The topology of `gpus` GPUs of hardware `hw`, filled node by node, leaf by leaf. A
+    profile whose NVLink domain spans several nodes (a GB200 NVL72 rack of 18 trays) is laid
+    out by domain: the domain's GPUs share its NVLink fabric and its nodes' NICs, so a
+    topology "node" here is one NVLink domain, or the part of each that the job uses
+    (`domain_used`; DESIGN section 10)."""
+    per_node, domain = hw.node.gpus_per_node, domain_used(hw, gpus)
+    g = min(domain, gpus) if gpus >= 1 else domain
     nic = hw.nic
     uplink = hw.fabric.nodes_per_leaf * nic.nics_per_node * hw.inter_node_Bps
     # Several NICs per GPU (rails: AWS p5 has 4 x 100G per GPU) carry that GPU's channels side by
     # side, one NIC each: one link of their summed rate per GPU is the same network.
-    rails = max(1, nic.nics_per_node // hw.node.gpus_per_node)
+    rails = max(1, nic.nics_per_node // per_node)
     return Topology(
         gpus=gpus,
         gpus_per_node=g,
         # A partly used node keeps the NICs of the GPUs it uses.
-        nics_per_node=max(1, nic.nics_per_node // rails * g // hw.node.gpus_per_node),
-        nodes_per_leaf=hw.fabric.nodes_per_leaf,
+        nics_per_node=max(1, nic.nics_per_node // rails * g // per_node),
+        # a leaf's nodes, counted in NVLink domains
+        nodes_per_leaf=max(1, hw.fabric.nodes_per_leaf * per_node // domain),
         intra_Bps=hw.intra_node.effective_Bps,
         nic_Bps=hw.inter_node_Bps * rails,  # through the profile's transport
         uplink_Bps=uplink / hw.fabric.oversubscription,

@@ -45,6 +45,12 @@ class Parallelism:
     recompute: str = "none"  # none | selective | full
     sequence_parallel: bool | None = None  # None: on wherever there is a TP group
     cp: int = 1
+    # expert parallelism (a model with [moe]; simulator/step/moe.py): None is not given
+    ep: int = 1
+    etp: int | None = None  # None: --tp (Megatron-Core's default)
+    moe_imbalance: float | None = None  # None: 1, even load (an assumption, said so)
+    moe_dispatcher: str | None = None  # None: alltoall
+    moe_overlap: bool | None = None  # None: off (Megatron-Core's default)
 
 
 @dataclass(frozen=True)
@@ -156,13 +162,26 @@ class StepOptions:
                 "stack": None if pr.stack is None else str(pr.stack),
                 "metric_passes": pr.metric_passes}
 
+    def experts(self) -> dict:
+        """The expert-parallel options as given (None: not given)."""
+        p = self.parallelism
+        return {"ep": p.ep, "etp": p.etp, "moe_imbalance": p.moe_imbalance,
+                "moe_dispatcher": None if p.moe_dispatcher is None else str(p.moe_dispatcher),
+                "moe_overlap": p.moe_overlap}
+
     def ran(self, cfg: StepConfig) -> dict:
         """`parallel()` as the step ran it: each given value, and what `config` chose for
-        those not given (the attention kernel, sequence parallelism, the TP overlap)."""
+        those not given (the attention kernel, sequence parallelism, the TP overlap); for a
+        model with experts, its expert-parallel options as they ran (a dense model's rows
+        carry none)."""
         chosen = ("attention", "sequence_parallel", "tp_comm_overlap", "loss", "stack")
         ran = {k: getattr(cfg, k) if k in chosen else v for k, v in self.parallel().items()}
         if cfg.pp_schedule == "interleaved" and cfg.pp > 1:  # the chunks it ran (None: 2)
             ran["virtual_stages"] = cfg.chunks_pp
+        if cfg.model.moe is not None:
+            ran.update(ep=cfg.ep, etp=cfg.expert_tp, edp=cfg.edp,
+                       moe_imbalance=cfg.moe_imbalance, moe_dispatcher=cfg.moe_dispatcher,
+                       moe_overlap=cfg.moe_overlap)
         return ran
 
     def config(self, lineup: list[str] | None = None) -> StepConfig:
@@ -187,9 +206,22 @@ class StepOptions:
         if parallel["tp_comm_overlap"] is None:
             parallel["tp_comm_overlap"] = False  # not given: Megatron-LM's default
         b = self.batch
+        e = self.experts()
+        moe = {"ep": e["ep"], "etp": e["etp"],
+               "moe_imbalance": 1.0 if e["moe_imbalance"] is None else e["moe_imbalance"],
+               "moe_dispatcher": ("alltoall" if e["moe_dispatcher"] is None
+                                  else e["moe_dispatcher"]),
+               "moe_overlap": bool(e["moe_overlap"])}
+        model = load_model(self.model)
+        if model.moe is None:  # a value typed for a dense model is refused, not dropped
+            given = [f"--{k.replace('_', '-')}" for k, v in e.items()
+                     if v is not None and not (k == "ep" and v == 1)]
+            if given:
+                raise UserError(f"{', '.join(given)}: {model.name} has no experts (no [moe] "
+                                "table); leave them out, or take a MoE model")
         cfg = StepConfig(
-            model=load_model(self.model), hardware=load_hardware(self.hardware),
-            gpus=self.gpus,
+            model=model, hardware=load_hardware(self.hardware),
+            gpus=self.gpus, **moe,
             scheme=scheme_config(self.scheme.spec, self.scheme_fields(),
                            self.scheme.reducer_extra(), lineup),
             micro_batch=b.micro_batch, seq_len=b.seq_len,

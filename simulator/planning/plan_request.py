@@ -59,6 +59,35 @@ class PlanRequest:
     overlap: Overlap = field(default_factory=Overlap)
     # context-parallel ranks per sequence in every plan (simulator/step/cp_comm.py); not searched
     cp: int = 1
+    # expert parallelism of a model with experts (simulator/step/moe.py): None searches EP
+    # (planner.expert_degrees) at ETP 1; given, every plan takes it
+    ep: int | None = None
+    etp: int | None = None
+    moe_imbalance: float = 1.0
+    moe_dispatcher: str = "alltoall"
+    moe_overlap: bool = False
+
+    def _check_experts(self) -> None:
+        """Expert options: for a model with experts, an EP that divides them and a load of 1
+        or more; refused, not dropped, for a dense model."""
+        moe = self.model.moe
+        given = [f for f, on in (("--ep", self.ep is not None), ("--etp", self.etp is not None),
+                                 ("--moe-imbalance", self.moe_imbalance != 1.0),
+                                 ("--moe-overlap", self.moe_overlap)) if on]
+        if moe is None:
+            if given:
+                raise UserError(f"{', '.join(given)}: {self.model.name} has no experts (no "
+                                "[moe] table); leave them out, or take a MoE model")
+            return
+        if self.ep is not None and (self.ep < 1 or moe.n_experts % self.ep):
+            valid = [e for e in range(1, moe.n_experts + 1) if moe.n_experts % e == 0]
+            raise UserError(f"--ep {self.ep} must divide the {moe.n_experts} experts of "
+                            f"{self.model.name}: one of {', '.join(map(str, valid))}")
+        if self.etp is not None and self.etp < 1:
+            raise UserError(f"--etp must be at least 1, got {self.etp}")
+        if not (math.isfinite(self.moe_imbalance) and self.moe_imbalance >= 1.0):
+            raise UserError(f"--moe-imbalance is the busiest expert-parallel rank's tokens over "
+                            f"the mean: 1 or more, got {self.moe_imbalance!r}")
 
     @property
     def dtypes(self) -> Dtypes:
@@ -103,6 +132,7 @@ class PlanRequest:
         if self.cp > self.max_gpus:
             raise UserError(f"--cp {self.cp}: more context-parallel ranks than --max-gpus "
                             f"{self.max_gpus}")
+        self._check_experts()
         # a finite positive number each: inf tokens or an inf price would rank plans by inf
         for name, value in (("--tokens", self.tokens), ("--deadline-hours", self.deadline_hours),
                             ("--budget-usd", self.budget_usd),

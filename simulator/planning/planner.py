@@ -17,7 +17,9 @@ import pandas as pd
 
 from profiles import HardwareProfile, UserError
 from scape.plan import SCAPE_SCHEMES, SchemeConfig
+from simulator.layout.shapes import Routing
 from simulator.memory.peak import first_fit, usable_bytes
+from simulator.network.topology import domain_used
 from simulator.planning.compare import parse_scheme
 from simulator.planning.plan_request import PlanRequest
 from simulator.step.batch import parallel_map, phase_cache, simulate_cached
@@ -27,6 +29,7 @@ from simulator.step.step_config import StepConfig
 from vocabulary.units import never_zero
 
 MICRO_BATCHES = (1, 2, 4, 8)
+TENSOR_DEGREES = (1, 2, 4, 8)  # searched where they divide the NVLink domain
 MAX_PIPELINE = 64  # stages searched at most
 # pipeline schedules searched for pp > 1: 1F1B, and Megatron's interleaved schedule over 2
 # model chunks per stage and over the most of INTERLEAVED_MORE that leave each chunk a layer.
@@ -75,16 +78,21 @@ class Candidate:
     schedule: str = "1f1b"
     chunks: int = 1
     cp: int = 1
+    ep: int = 1
+    etp: int = 1
 
     def step_config(self, req: PlanRequest) -> StepConfig:
         """The step this plan runs."""
+        moe = {} if req.model.moe is None else {
+            "ep": self.ep, "etp": self.etp, "moe_imbalance": req.moe_imbalance,
+            "moe_dispatcher": req.moe_dispatcher, "moe_overlap": req.moe_overlap}
         return StepConfig(
             req.model, self.hardware, self.gpus, scheme_of(self.scheme),
             micro_batch=self.micro_batch, seq_len=req.seq, global_batch=req.batch, tp=self.tp,
             dtypes=req.dtypes, recompute=self.recompute, pp=self.pp, pp_schedule=self.schedule,
             virtual_stages=self.chunks if self.schedule == "interleaved" else None,
             tp_comm_overlap=req.tp_comm_overlap and self.tp > 1, cp=self.cp, fp8=req.fp8,
-        )
+            **moe)
 
 
 def pipeline_degrees(n_layers: int) -> list[int]:
@@ -102,34 +110,58 @@ def gpu_counts(hw: HardwareProfile, req: PlanRequest) -> list[int]:
     """Every GPU count up to the request's max_gpus, in whole nodes, that a layout of the
     request fills: tensor x pipeline x data x context parallel, the data-parallel degree
     dividing the global batch (so its micro-batches split evenly)."""
-    g = hw.node.gpus_per_node
-    tps = [t for t in (1, 2, 4, 8) if g % t == 0]
+    g, domain = hw.node.gpus_per_node, hw.node.domain_gpus
+    tps = [t for t in TENSOR_DEGREES if domain % t == 0 or g % t == 0]
     dps = [d for d in range(1, req.batch + 1) if req.batch % d == 0]
     counts = {t * p * d * req.cp for t in tps for p in pipeline_degrees(req.model.arch.n_layers)
               for d in dps}
     return sorted(n for n in counts if n <= req.max_gpus and n % g == 0)
 
 
+def expert_degrees(req: PlanRequest, domain: int, stage_gpus: int) -> list[int]:
+    """Expert-parallel degrees searched for a pipeline stage of `stage_gpus` GPUs (at ETP
+    `req.etp`, else 1): the one asked, else the powers of two that divide the experts and the
+    stage and sit in one NVLink domain or fill whole ones, from half the largest that stays in
+    one domain to 8 times it (more experts per rank cost memory, more ranks across the network
+    cost dispatch time: the search keeps both sides of the domain; `domain`: the job's GPUs
+    in one NVLink domain). [1] without experts."""
+    moe = req.model.moe
+    if moe is None:
+        return [1]
+    etp = req.etp or 1
+    valid = [e for e in (2**i for i in range(17)) if e <= moe.n_experts
+             and moe.n_experts % e == 0 and stage_gpus % (e * etp) == 0
+             and (domain % (e * etp) == 0 or (e * etp) % domain == 0)
+             and e >= req.moe_imbalance]  # a rank's load is at most all of them
+    if req.ep is not None:
+        return [req.ep] if req.ep in valid else []
+    inside = max((e for e in valid if e * etp <= domain), default=1)
+    return [e for e in valid if inside // 2 <= e <= inside * 8]
+
+
 def layouts(req: PlanRequest, hw: HardwareProfile, gpus: int):
-    """(tp, pp, schedule, chunks) a job of `gpus` GPUs can take: tensor parallelism inside a
-    node dividing the heads and the sequence (sequence parallelism, on with tensor
+    """(tp, pp, schedule, chunks, ep) a job of `gpus` GPUs can take: tensor parallelism inside
+    an NVLink domain dividing the heads and the sequence (sequence parallelism, on with tensor
     parallelism, splits it; context parallelism first, `req.cp`), pipeline stages that leave
-    whole tensor- and context-parallel groups and at least a layer per model chunk."""
+    whole tensor- and context-parallel groups and at least a layer per model chunk, and for a
+    model with experts the expert-parallel degrees `expert_degrees` searches."""
     n_layers, cp = req.model.arch.n_layers, req.cp
-    for tp in (t for t in (1, 2, 4, 8) if hw.node.gpus_per_node % t == 0
+    domain = domain_used(hw, gpus)
+    for tp in (t for t in TENSOR_DEGREES if domain % t == 0
                and req.model.arch.splits_over(t) and (req.seq // cp) % t == 0
                and t * cp <= gpus):
         for pp in pipeline_degrees(n_layers):
             if gpus % (tp * pp * cp):
                 continue
-            if pp == 1:
-                yield tp, pp, "1f1b", 1
-                continue
-            more = next((v for v in INTERLEAVED_MORE if pp * v <= n_layers), None)
-            for schedule, chunks in (*PIPELINE_SCHEDULES, *(() if more is None else
-                                                           (("interleaved", more),))):
-                if pp * chunks <= n_layers:
-                    yield tp, pp, schedule, chunks
+            for ep in expert_degrees(req, domain, gpus // pp):
+                if pp == 1:
+                    yield tp, pp, "1f1b", 1, ep
+                    continue
+                more = next((v for v in INTERLEAVED_MORE if pp * v <= n_layers), None)
+                for schedule, chunks in (*PIPELINE_SCHEDULES, *(() if more is None else
+                                                               (("interleaved", more),))):
+                    if pp * chunks <= n_layers:
+                        yield tp, pp, schedule, chunks, ep
 
 
 def measured_counts(hw: HardwareProfile) -> set[int] | None:
@@ -175,11 +207,17 @@ def candidates(req: PlanRequest, gpus_only: int | None = None
                 why[f"{gpus} GPUs do not split into --cp {req.cp} context-parallel ranks"] += 1
                 continue
             shapes = list(layouts(req, hw, gpus))
-            if not shapes:
+            if not shapes and req.ep is not None:
+                why[f"{hw.name}: {gpus} GPUs: --ep {req.ep} x --etp {req.etp or 1} divides no "
+                    "pipeline stage's GPUs in whole NVLink domains"] += 1
+            elif not shapes:
                 why[f"{hw.name}: {gpus} GPUs: no tensor-parallel degree divides the heads and "
                     f"the sequence{' over --cp ' + str(req.cp) if req.cp > 1 else ''}"] += 1
-            for tp, pp, schedule, chunks in shapes:
+            etp = req.etp or 1
+            for tp, pp, schedule, chunks, ep in shapes:
                 dp = gpus // (tp * pp * req.cp)
+                routing = (None if req.model.moe is None
+                           else Routing(ep, etp, req.moe_imbalance))
                 # schemes no policy fits at a smaller micro-batch: a larger one holds more
                 # activations and the same state, so it does not fit either (counted, not priced)
                 too_big: set[str] = set()
@@ -203,14 +241,15 @@ def candidates(req: PlanRequest, gpus_only: int | None = None
                         fit = first_fit(req.model, scheme, dp * req.cp, tp, mb,
                                         req.seq // req.cp, dtypes, RECOMPUTE_ORDER, usable,
                                         pp, chunks, req.batch // (mb * dp), states,
-                                        (spec, dp, tp, pp, chunks))
+                                        (spec, dp, tp, pp, chunks, routing), routing,
+                                        gpus // (pp * ep * etp))
                         if fit is None:
                             too_big.add(spec)
                             why[f"does not fit in {hw.name} memory "
                                 f"({usable / 1e9:.0f} GB usable per GPU)"] += 1
                             continue
                         kept.append(Candidate(hw, gpus, spec, tp, mb, fit[0], fit[1] / 1e9, pp,
-                                              schedule, chunks, req.cp))
+                                              schedule, chunks, req.cp, ep, etp))
     return kept, why
 
 
@@ -231,6 +270,7 @@ def _evaluate(args: tuple[Candidate, PlanRequest]) -> dict:
     return {
         "hardware": cand.hardware.name, "gpus": cand.gpus, "scheme": cand.scheme,
         "tp": cand.tp, "pp": cand.pp,
+        **({} if req.model.moe is None else {"ep": cand.ep, "etp": cand.etp}),
         "schedule": ("-" if cand.pp == 1 else cand.schedule if cand.chunks == 1
                      else f"{cand.schedule} x{cand.chunks}"),
         "chunks": cand.chunks,
@@ -261,7 +301,8 @@ def bottleneck(r) -> str:
     overheads = {"pipeline bubble": r.pipeline_bubble_s,
                  "exposed data-parallel comm": r.exposed_comm_s,
                  "tensor-parallel comm": r.tp_comm_s, "context-parallel comm": r.cp_comm_s,
-                 "compression kernels": r.compression_s}
+                 "compression kernels": r.compression_s,
+                 "expert-parallel comm": r.ep_comm_s or 0.0}
     name = max(overheads, key=overheads.get)
     total = sum(overheads.values()) / r.step_time_s
     if total < COMPUTE_BOUND:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from profiles import HardwareProfile, ModelProfile, UserError
+from simulator.layout.shapes import Routing
 from simulator.step.roofline import fp8_rate, head_times, layer_times, metric_pass_s
 from vocabulary.names import ATTENTION, KERNEL_BYTES, RECOMPUTE
 
@@ -52,9 +53,11 @@ class ComputeTimes:
 
 
 def forward_flops_per_token(model: ModelProfile, seq_len: int) -> float:
+    """A token's forward FLOPs: over the weights it touches (a MoE layer's top-k experts, not
+    all of them) and its score and value products."""
     a = model.arch
-    matmul = 2 * (a.n_layers * model.layer_params + a.vocab_size * a.d_model)
-    attention = 2 * 2 * a.n_layers * seq_len * a.d_model
+    matmul = 2 * (a.n_layers * model.active_layer_params + a.vocab_size * a.d_model)
+    attention = 2 * 2 * a.n_layers * seq_len * a.n_heads * model.attn_head_dim
     return matmul + attention
 
 
@@ -118,7 +121,7 @@ def fwd_bwd(
     model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_len: int, tp: int = 1,
     grad_accum: int = 1, *, mfu: float | None = None, recompute: str = "none",
     sequence_parallel: bool = False, attention: str = "flash", cp: int = 1, fp8: bool = False,
-    metric_passes: int = 0,
+    metric_passes: int = 0, routing: Routing | None = None,
 ) -> ComputeTimes:
     """Forward and backward time of one micro-batch on one GPU (tensor parallel degree `tp`).
 
@@ -130,7 +133,10 @@ def fwd_bwd(
     micro-batch (simulator/layout/shapes.py layer_shapes). `fp8`: the layers' linear GEMMs at the
     profile's FP8 rate (shapes only: simulator/step/roofline.py gemm_s). `metric_passes`: a
     trainer's extra cross-entropy passes over the logits (simulator/step/roofline.py head_times),
-    priced on the output layer's forward."""
+    priced on the output layer's forward. `routing`: how a MoE model's tokens reach its
+    experts (expert parallelism and load; simulator/layout/shapes.py moe_work), which sets the
+    grouped expert GEMMs' shapes; at an MFU a token's top-k experts count, whatever the
+    routing."""
     if recompute not in RECOMPUTE:
         raise UserError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
     if attention not in ATTENTION:
@@ -142,15 +148,16 @@ def fwd_bwd(
     mfu, how = pricing(model, hw, mfu)
     if mfu is not None:
         rate = hw.gpu.peak_bf16_tflops * 1e12 * mfu  # FLOP/s achieved
-        attn = 4.0 * seq_len * a.d_model * tokens / tp / rate  # s: one layer's s x s products
-        layer_f = 2.0 * model.layer_params * tokens / tp / rate + attn
+        # s: one layer's s x s products
+        attn = 4.0 * seq_len * a.n_heads * model.attn_head_dim * tokens / tp / rate
+        layer_f = 2.0 * model.active_layer_params * tokens / tp / rate + attn
         head_f = 2.0 * a.vocab_size * a.d_model * tokens / tp / rate
         layer, head = (layer_f, 2 * layer_f, attn, 2 * attn), (
             head_f + metric_pass_s(model, hw, tokens, tp) * metric_passes, 2 * head_f)
         parts: dict = {}
     else:
         lt = layer_times(model, hw, micro_batch, seq_len, tp, sequence_parallel, attention,
-                         cp, fp8)
+                         cp, fp8, routing)
         ht = head_times(model, hw, micro_batch, seq_len, tp, cp, metric_passes)
         layer = (lt.fwd_s, lt.bwd_s, lt.parts["attention_fwd"], lt.parts["attention_bwd"])
         head = (ht.fwd_s, ht.bwd_s)

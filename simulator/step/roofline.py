@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from profiles import HardwareProfile, ModelProfile, UserError
-from simulator.layout.shapes import Gemm, head_shapes, layer_shapes
+from simulator.layout.shapes import Gemm, Routing, head_shapes, layer_shapes
 
 ATTN_BWD_FLOPS = 2.5  # backward FLOPs per forward FLOP of FlashAttention (5 matmuls vs 2)
 
@@ -78,13 +78,36 @@ class PassTimes:
 
 def layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_len: int,
                 tp: int = 1, sequence_parallel: bool = False, attention: str = "flash",
-                cp: int = 1, fp8: bool = False) -> PassTimes:
+                cp: int = 1, fp8: bool = False, routing: Routing | None = None) -> PassTimes:
     """One transformer layer on one GPU: forward and backward (without recomputation).
     `attention`: flash (the profile's fused attention at its measured rates), flash2
     (FlashAttention-2's rates where the profile gives them apart) or unfused (the score
     and context products as batched GEMMs on the roofline, the softmax and dropout over the
-    s x s scores at HBM bandwidth: Megatron-LM before FlashAttention)."""
-    s = layer_shapes(model, micro_batch, seq_len, tp, sequence_parallel, cp)
+    s x s scores at HBM bandwidth: Megatron-LM before FlashAttention). A model with experts:
+    the mean of its dense and MoE layers, each weighted by its count (`routing` routes the
+    MoE layers' tokens)."""
+    args = (model, hw, micro_batch, seq_len, tp, sequence_parallel, attention, cp, fp8)
+    if model.moe is None:
+        return _layer_times(*args)
+    n, moe = model.arch.n_layers, model.moe_layers
+    dense = _layer_times(*args) if moe < n else None
+    routed = _layer_times(*args, moe_layer=True, routing=routing)
+    if dense is None:
+        return routed
+    w = moe / n
+
+    def mean(x: float, y: float) -> float:
+        return (1 - w) * x + w * y
+
+    return PassTimes(mean(dense.fwd_s, routed.fwd_s), mean(dense.bwd_s, routed.bwd_s),
+                     {k: mean(dense.parts[k], routed.parts[k]) for k in dense.parts})
+
+
+def _layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_len: int,
+                 tp: int, sequence_parallel: bool, attention: str, cp: int, fp8: bool,
+                 moe_layer: bool = False, routing: Routing | None = None) -> PassTimes:
+    s = layer_shapes(model, micro_batch, seq_len, tp, sequence_parallel, cp, moe_layer,
+                     routing)
     r = hw.roofline
     peak = hw.gpu.peak_bf16_tflops * 1e12 * r.sustained  # FLOP/s a training step sustains
     launch = r.gemm_launch_us * 1e-6

@@ -25,6 +25,10 @@ The step is the steady state: the ops a scheme launches at the end of a step for
 - Context parallelism of degree c splits each sequence: per-GPU compute of seq / c tokens, the
   ring exchange of keys and values beside attention (simulator/step/cp_comm.py), gradients reduced
   over the dp x c ranks.
+- Expert parallelism: each MoE layer's token dispatch and combine (simulator/step/moe.py), on the
+  compute stream per layer and micro-batch like the tensor-parallel collectives; the routed
+  experts' gradients reduced over their own expert data-parallel group beside the dense ones
+  (the scheme's plan for each, `merged_plan`), on the same comm stream.
 
 Breakdown: compute (forward, backward, optimizer), compression (the scheme's other kernels),
 tensor- and context-parallel communication, exposed data-parallel communication (compute
@@ -45,6 +49,7 @@ from simulator.network.engine import PhaseCache, Span
 from simulator.network.topology import Topology, build_topology
 from simulator.step.compute import fwd_bwd, host_slowdown, kernel_time, sharing_waits
 from simulator.step.cp_comm import cp_bytes_per_layer, layer_cp_s
+from simulator.step.moe import ep_bytes_per_layer, ep_layer_s
 from simulator.step.profile_memo import ProfileMemo
 from simulator.step.step_config import StepConfig, StepResult
 from simulator.step.streams import Prefetch, Stream, busy_overlap, pipeline_send_s, union_length
@@ -66,6 +71,9 @@ class _StepCosts:
         self.tp_fwd_s, self.tp_bwd_s = layer_tp_s(cfg)
         self.cp_fwd_s, self.cp_bwd_s = layer_cp_s(cfg, topo, self.times.attn_fwd_s,
                                                   self.times.attn_bwd_s)
+        # a mean layer's expert-parallel dispatch and combine, per micro-batch
+        self.ep_fwd_s, self.ep_bwd_s = ep_layer_s(cfg, self.times.layer_fwd_s,
+                                                  self.times.layer_bwd_s)
         self.slowdown = host_slowdown(cfg.hardware, cfg.gpus)
 
     def _send_s(self) -> float:
@@ -87,8 +95,8 @@ class _StepCosts:
         # share one host (a CPU testbed); else the timeline would wait on faster stages than
         # the first one runs, and hide the bubble
         slow = self.slowdown
-        per_f = t.layer_fwd_s * slow + self.tp_fwd_s + self.cp_fwd_s  # s per layer
-        per_b = t.layer_bwd_s * slow + self.tp_bwd_s + self.cp_bwd_s
+        per_f = t.layer_fwd_s * slow + self.tp_fwd_s + self.cp_fwd_s + self.ep_fwd_s  # s/layer
+        per_b = t.layer_bwd_s * slow + self.tp_bwd_s + self.cp_bwd_s + self.ep_bwd_s
         fwd = [tuple(n * per_f for n in row) for row in layers]
         bwd = [tuple(n * per_b for n in row) for row in layers]
         # the output layer runs on the last stage's last chunk
@@ -104,13 +112,15 @@ FWD_BWD = ProfileMemo()
 
 
 def _fwd_bwd(cfg: StepConfig):
+    routing = cfg.routing
     key = (cfg.model, cfg.micro_batch, cfg.seq, cfg.tp, cfg.accum, cfg.mfu, cfg.recompute,
            cfg.sequence_parallel and cfg.tp > 1, cfg.attention, cfg.cp, cfg.fp8,
-           cfg.metric_passes)
+           cfg.metric_passes, routing)
     return FWD_BWD.get(cfg.hardware, key, lambda: fwd_bwd(
         cfg.model, cfg.hardware, cfg.micro_batch, cfg.seq, cfg.tp, cfg.accum, mfu=cfg.mfu,
         recompute=cfg.recompute, sequence_parallel=cfg.sequence_parallel and cfg.tp > 1,
-        attention=cfg.attention, cp=cfg.cp, fp8=cfg.fp8, metric_passes=cfg.metric_passes))
+        attention=cfg.attention, cp=cfg.cp, fp8=cfg.fp8, metric_passes=cfg.metric_passes,
+        routing=routing))
 
 
 class _StepSim(_StepCosts):
@@ -124,12 +134,18 @@ class _StepSim(_StepCosts):
         # gradient groups of the first pipeline stage (ranks: tp fastest, then cp, then dp, pp
         # slowest, Megatron-Core's default order); the other stages run theirs on other GPUs
         stage = cfg.tp * cfg.cp * cfg.dp  # tp fastest, then cp, then dp
-        self.groups = [np.arange(r, stage, cfg.tp) for r in range(cfg.tp)]  # dp x cp each
-        self.group_key = tuple(hash(g.tobytes()) for g in self.groups)
-        self.group_nodes = len(np.unique(topo.node_of(self.groups[0])))  # nodes a group spans
+        groups = [np.arange(r, stage, cfg.tp) for r in range(cfg.tp)]  # dp x cp each
+        # the routed experts' groups: expert TP fastest, then EP, then expert data-parallel
+        # (Megatron-Core's expert rank order); one of each per (ETP, EP) rank
+        block = cfg.expert_tp * cfg.ep
+        experts = [np.arange(r, stage, block) for r in range(block)]
+        # {group kind: (groups, their key, nodes one spans, ranks)}
+        self.groups = {kind: (g, tuple(hash(x.tobytes()) for x in g),
+                              len(np.unique(topo.node_of(g[0]))), len(g[0]))
+                       for kind, g in (("dp", groups), ("expert", experts))}
         self.n_chunks = cfg.chunks or cfg.model.arch.n_layers
         self.compute_s = self.compression_s = self.tp_s = self.interference_s = 0.0
-        self.cp_s = 0.0
+        self.cp_s = self.ep_s = 0.0
         # ranks sharing one GPU: the measured wait per kernel call, already at that sharing,
         # so not scaled again by the host slowdown _work applies
         self.waits = {kind: wait / self.slowdown
@@ -139,19 +155,21 @@ class _StepSim(_StepCosts):
         self.calls: dict[tuple[str, float], Choice] = {}  # (collective, bytes): how it runs
 
     # ---- communication ----
-    def _comm(self, name: str, collective: str, size: float):
-        """Run one collective on the comm stream (FIFO) over every data-parallel group."""
+    def _comm(self, name: str, collective: str, size: float, group: str = "dp"):
+        """Run one collective on the comm stream (FIFO) over every data-parallel group (or,
+        `group` "expert", every expert data-parallel group)."""
+        groups, group_key, group_nodes, ranks = self.groups[group]
         with self.comm.lock.request() as req:
             yield req
             self.comm.toggled()
             t0 = self.env.now
             # how this backend runs it, where the profile was calibrated (once per shape: a
             # step issues the same bucket many times, and the answer depends on nothing else)
-            c = self.calls.get((collective, size))
+            c = self.calls.get((collective, size, group))
             if c is None:
-                c = self.calls[(collective, size)] = calibrated(
-                    self.cfg.hardware, collective, self.cfg.algo, self.cfg.grad_ranks, size,
-                    nodes=self.group_nodes)
+                c = self.calls[(collective, size, group)] = calibrated(
+                    self.cfg.hardware, collective, self.cfg.algo, ranks, size,
+                    nodes=group_nodes)
             if c.overhead_s > 0:
                 yield self.env.timeout(c.overhead_s)
             # no launch floor here: in a step the host enqueues ahead of the GPU. The stream
@@ -160,8 +178,8 @@ class _StepSim(_StepCosts):
             # takes its time alone, simulated once per shape (engine.PhaseCache.alone_s)
             moving = self.env.now
             yield self.env.timeout(self.cache.alone_s(
-                (collective, c, self.group_key),
-                lambda: c.applied(self.cache.phases(collective, c.algo, self.groups, c.moved))))
+                (collective, c, group_key),
+                lambda: c.applied(self.cache.phases(collective, c.algo, groups, c.moved))))
             if self.env.now - moving < c.min_s:  # the protocol's own rate limit (nccl.py)
                 yield self.env.timeout(c.min_s - (self.env.now - moving))
             self.comm.busy.append((t0, self.env.now))
@@ -172,25 +190,26 @@ class _StepSim(_StepCosts):
         sizes = bucket_sizes or [op.size_bytes / op.buckets] * op.buckets
         label = (lambda i: f"{op.name} [{i + 1}/{len(sizes)}]") if len(sizes) > 1 else (
             lambda i: op.name)
-        return [self.env.process(self._comm(label(i), op.collective, s))
+        return [self.env.process(self._comm(label(i), op.collective, s, op.group))
                 for i, s in enumerate(sizes)]
 
     # ---- compute ----
     def _work(self, name: str, seconds: float, kind: str, tp_s: float = 0.0,
-              cp_s: float = 0.0):
+              cp_s: float = 0.0, ep_s: float = 0.0):
         """Occupy the compute stream; slowed while the comm stream is busy. `tp_s` seconds of
-        tensor-parallel collectives and `cp_s` of context-parallel ring exchanges that the
-        work waits for on the stream run in the same event (one event instead of three; the
-        time is attributed to each)."""
-        if seconds <= 0 and tp_s <= 0 and cp_s <= 0:
+        tensor-parallel collectives, `cp_s` of context-parallel ring exchanges and `ep_s` of
+        expert-parallel dispatch and combine that the work waits for on the stream run in the
+        same event (one event instead of four; the time is attributed to each)."""
+        if seconds <= 0 and tp_s <= 0 and cp_s <= 0 and ep_s <= 0:
             return
         if kind != "tp":
             seconds *= self.slowdown
         if self.async_pending:  # measured on backends whose async ops cost compute time
             scale = 1 + self.cfg.hardware.async_interference.get(self.cfg.grad_ranks, 0.0)
             seconds, tp_s, cp_s = seconds * scale, tp_s * scale, cp_s * scale
+            ep_s *= scale
         t0 = self.env.now
-        total = seconds + tp_s + cp_s
+        total = seconds + tp_s + cp_s + ep_s
         yield from self._run_beside_comm(total)
         extra = self.env.now - t0 - total
         # float residue of the subtraction (2e-19 s printed where nothing interfered) is none
@@ -199,6 +218,7 @@ class _StepSim(_StepCosts):
         share = (self.env.now - t0) / total
         seconds, tp_s, cp_s = seconds * share, tp_s * share, cp_s * share
         self.cp_s += cp_s
+        self.ep_s += ep_s * share
         self.compute.busy.append((t0, self.env.now))
         self.spans.append(Span("compute", name, t0, self.env.now, 0.0))
         if kind == "compute":
@@ -257,12 +277,13 @@ class _StepSim(_StepCosts):
         summary, chunk_layers = self._pipeline_ops()
         t, cfg = self.times, self.cfg
 
-        def cost(kind, chunk):  # compute, tensor- and context-parallel seconds of one op
+        def cost(kind, chunk):  # compute, tensor-, context- and expert-parallel seconds
             layers = chunk_layers[chunk]
             if kind == "F":
                 return (layers * t.layer_fwd_s, layers * self.tp_fwd_s,
-                        layers * self.cp_fwd_s)
-            return layers * t.layer_bwd_s, layers * self.tp_bwd_s, layers * self.cp_bwd_s
+                        layers * self.cp_fwd_s, layers * self.ep_fwd_s)
+            return (layers * t.layer_bwd_s, layers * self.tp_bwd_s, layers * self.cp_bwd_s,
+                    layers * self.ep_bwd_s)
 
         first, last = summary.first, summary.last
         pieces = [(first[3], *cost(first[0], first[2]), "forward mb0", False)]
@@ -270,13 +291,13 @@ class _StepSim(_StepCosts):
             middle = [sum(cfg.accum * (cost("F", c)[i] + cost("B", c)[i])
                           for c in range(cfg.chunks_pp))
                       - cost(first[0], first[2])[i] - cost(last[0], last[2])[i]
-                      for i in range(3)]  # compute, tensor- and context-parallel seconds
+                      for i in range(4)]  # compute, tensor-, context-, expert-parallel s
             pieces.append((summary.second_start, *middle,
                            f"forward/backward x{summary.count - 2}", False))
         if summary.count > 1:
             pieces.append((last[3], *cost(last[0], last[2]), f"backward mb{last[1]}", True))
         start = self.env.now
-        for n, (op_start, work, tp, cp, name, is_last) in enumerate(pieces):
+        for n, (op_start, work, tp, cp, ep, name, is_last) in enumerate(pieces):
             wait = op_start - (self.env.now - start)
             if wait > 1e-15:
                 yield self.env.timeout(wait)  # the stage's input is not there yet: bubble
@@ -287,7 +308,7 @@ class _StepSim(_StepCosts):
             parts = chunk_layers[last[2]] if is_last else 1
             for c in range(parts):
                 yield from self._work(name, work / parts, "compute", tp_s=tp / parts,
-                                      cp_s=cp / parts)
+                                      cp_s=cp / parts, ep_s=ep / parts)
                 if is_last:
                     for bop in backward_ops:
                         ready = math.floor((c + 1) * bop.buckets / parts)
@@ -303,6 +324,7 @@ class _StepSim(_StepCosts):
         n_layers = cfg.model.arch.n_layers  # model-parallel seconds per pass, per micro-batch
         tp_fwd, tp_bwd = self.tp_fwd_s * n_layers, self.tp_bwd_s * n_layers
         cp_fwd, cp_bwd = self.cp_fwd_s * n_layers, self.cp_bwd_s * n_layers
+        ep_fwd, ep_bwd = self.ep_fwd_s * n_layers, self.ep_bwd_s * n_layers
         backward_ops = [op for op in ops if op.phase == "backward"]
         in_flight: list[simpy.Process] = []
         gate = carried["next_forward"]
@@ -326,7 +348,8 @@ class _StepSim(_StepCosts):
                 if gated:
                     yield simpy.AllOf(self.env, gate[:math.ceil((c + 1) * len(gate) / fwd_parts)])
                 yield from self._work(f"forward mb{mb}", self.times.fwd_s / fwd_parts, "compute",
-                                      tp_s=tp_fwd / fwd_parts, cp_s=cp_fwd / fwd_parts)
+                                      tp_s=tp_fwd / fwd_parts, cp_s=cp_fwd / fwd_parts,
+                                      ep_s=ep_fwd / fwd_parts)
             releases = [op for op in backward_ops if last or op.every_micro_batch]
             bwd_parts = self.n_chunks if releases else 1
             prefetch = Prefetch(self, [op for op in every if op.collective == "all_gather"],
@@ -334,7 +357,8 @@ class _StepSim(_StepCosts):
             for c in range(bwd_parts):
                 yield from prefetch.before(c, in_flight)  # this chunk's parameters, the next's
                 yield from self._work(f"backward mb{mb}", bwd_s / bwd_parts, "compute",
-                                      tp_s=tp_bwd / bwd_parts, cp_s=cp_bwd / bwd_parts)
+                                      tp_s=tp_bwd / bwd_parts, cp_s=cp_bwd / bwd_parts,
+                                      ep_s=ep_bwd / bwd_parts)
                 for op in releases:
                     if op in prefetch.ops:
                         continue
@@ -370,7 +394,7 @@ class _StepSim(_StepCosts):
 EXTEND_FROM = 12
 EXTEND_PLAIN_FROM = 256
 STEADY = 4
-_KEYS = ("step", "compute", "compression", "tp", "cp", "exposed", "overlap", "bubble",
+_KEYS = ("step", "compute", "compression", "tp", "cp", "ep", "exposed", "overlap", "bubble",
          "interference")
 
 
@@ -383,7 +407,7 @@ def _run_kind(cfg: StepConfig, topo: Topology, cache: PhaseCache, step: StepPlan
     comm = union_length(sim.comm.busy)
     overlap = busy_overlap(sim.compute.busy, sim.comm.busy)
     return {"step": t, "compute": sim.compute_s, "compression": sim.compression_s,
-            "tp": sim.tp_s, "cp": sim.cp_s, "exposed": t - busy - sim.bubble_s,
+            "tp": sim.tp_s, "cp": sim.cp_s, "ep": sim.ep_s, "exposed": t - busy - sim.bubble_s,
             "bubble": sim.bubble_s,
             "overlap": min(overlap, comm), "interference": sim.interference_s}, sim.spans
 
@@ -421,7 +445,8 @@ def lower_bound_s(cfg: StepConfig) -> float:
         return pipeline_bound(*sim._stage_times()[:6])
     n_layers = cfg.model.arch.n_layers
     per_mb = (sim.slowdown * (sim.times.fwd_s + sim.times.bwd_s)
-              + n_layers * (sim.tp_fwd_s + sim.tp_bwd_s + sim.cp_fwd_s + sim.cp_bwd_s))
+              + n_layers * (sim.tp_fwd_s + sim.tp_bwd_s + sim.cp_fwd_s + sim.cp_bwd_s
+                            + sim.ep_fwd_s + sim.ep_bwd_s))
     return cfg.accum * per_mb
 
 
@@ -439,8 +464,9 @@ def simulate_step(
     cfg.validate()
     topo = build_topology(cfg.hardware, cfg.gpus)
     cache = cache or PhaseCache(topo)
-    if the_plan is None:
-        the_plan = cfg._plan()
+    dense = cfg._plan() if the_plan is None else the_plan
+    experts = cfg._expert_plan()
+    the_plan = merged_plan(dense, experts)
     totals = dict.fromkeys(_KEYS, 0.0)
     spans: list[Span] = []
     kinds = []
@@ -453,15 +479,34 @@ def simulate_step(
         if not spans:
             spans = kind_spans  # the trace shows the most frequent step kind
     # the layers of a stage, each micro-batch
-    tp_bytes = ((tp_bytes_per_layer(cfg) + cp_bytes_per_layer(cfg))
+    tp_bytes = ((tp_bytes_per_layer(cfg) + cp_bytes_per_layer(cfg) + ep_bytes_per_layer(cfg))
                 * cfg.stage0_layers * cfg.accum)
+    dp_bytes = dense.wire_bytes(cfg.grad_ranks, cfg.accum) + (
+        0.0 if experts is None else experts.wire_bytes(cfg.edp, cfg.accum))
     return StepResult(
         step_time_s=totals["step"], compute_s=totals["compute"],
         compression_s=totals["compression"], tp_comm_s=totals["tp"],
         exposed_comm_s=totals["exposed"], overlapped_comm_s=totals["overlap"],
-        bytes_per_gpu=the_plan.wire_bytes(cfg.grad_ranks, cfg.accum) + tp_bytes, spans=spans,
+        bytes_per_gpu=dp_bytes + tp_bytes, spans=spans,
         kinds=kinds,
         pipeline_bubble_s=totals["bubble"],
         interference_s=max(0.0, totals["interference"]),  # no -1e-17 from rounding
         cp_comm_s=totals["cp"],
+        ep_comm_s=None if cfg.model.moe is None else totals["ep"],
     )
+
+
+def merged_plan(dense: Plan, experts: Plan | None) -> Plan:
+    """One plan of the dense and the expert groups' work, step kind by step kind (a scheme's
+    kinds depend on its options alone, so both plans have the same): the experts' collectives
+    marked to run over the expert data-parallel groups, their kernels beside the dense ones."""
+    if experts is None:
+        return dense
+    if [w for w, _ in dense.steps] != [w for w, _ in experts.steps]:
+        raise ValueError(f"{dense.scheme}: the dense and expert plans differ in step kinds")
+    steps = tuple(
+        (w, StepPlan((*d.ops, *(replace(op, name=f"expert {op.name}", group="expert")
+                                for op in e.ops)),
+                     (*d.kernels, *(replace(k, name=f"expert {k.name}") for k in e.kernels))))
+        for (w, d), (_, e) in zip(dense.steps, experts.steps, strict=True))
+    return Plan(dense.scheme, steps)

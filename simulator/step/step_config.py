@@ -12,7 +12,7 @@ from scape.plan import Dtypes, Plan, SchemeConfig, plan
 from simulator.network.collective import MAX_GPUS
 from simulator.network.collectives import ALGORITHMS, AUTO
 from simulator.network.engine import Span
-from simulator.network.topology import build_topology
+from simulator.network.topology import build_topology, domain_used
 from simulator.step.compute import check_fp8
 from vocabulary.names import LOSSES, OPTIMIZER_DTYPES, RECOMPUTE, SCHEDULES, STACKS
 
@@ -68,6 +68,41 @@ class StepConfig:
     # trainer's training metrics (Composer computes llm-foundry's LanguageCrossEntropy and
     # LanguagePerplexity on each micro-batch's logits: simulator/step/roofline.py METRIC_CE_BYTES)
     metric_passes: int = 0
+    # expert parallelism (simulator/step/moe.py): ranks a MoE layer's experts are spread over,
+    # and the tensor-parallel split of each expert (None: --tp, Megatron-Core's default for
+    # --expert-tensor-parallel-size)
+    ep: int = 1
+    etp: int | None = None
+    # the busiest expert-parallel rank's tokens over the mean (max/mean expert load; 1: even)
+    moe_imbalance: float = 1.0
+    moe_dispatcher: str = "alltoall"  # alltoall | allgather (Megatron-Core's dispatchers)
+    moe_overlap: bool = False  # dispatch and combine beside another micro-batch's compute
+
+    @property
+    def domain(self) -> int:
+        """GPUs of this job in one NVLink domain (simulator/network/topology.py domain_used)."""
+        return domain_used(self.hardware, self.gpus)
+
+    @property
+    def expert_tp(self) -> int:
+        """Tensor-parallel ranks of each expert: --etp, else --tp."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
+    def routing(self):
+        """How a MoE layer's tokens reach its experts (None for a dense model)."""
+        from simulator.layout.shapes import Routing
+
+        if self.model.moe is None:
+            return None
+        return Routing(self.ep, self.expert_tp, self.moe_imbalance)
+
+    @property
+    def edp(self) -> int:
+        """Ranks an expert's gradients are reduced over: what is left of a pipeline stage's
+        GPUs after expert parallelism and expert tensor parallelism (Megatron-Core's expert
+        data-parallel group)."""
+        return self.gpus // (self.pp * self.ep * self.expert_tp)
 
     @property
     def chunks_pp(self) -> int:
@@ -130,9 +165,23 @@ class StepConfig:
         return plan(self.scheme, sum(size for size, _ in tensors), self.grad_ranks, self.dtypes,
                     tensors=[size for size, _ in tensors], dense=[d for _, d in tensors])
 
+    def _expert_plan(self) -> Plan | None:
+        """The scheme's plan for the routed experts of the first stage's layers, over the
+        expert data-parallel group: an expert-parallel rank holds 1/EP of the experts, each cut
+        over the expert tensor-parallel ranks (Megatron-Core reduces expert gradients over
+        their own group, apart from the dense ones: distributed/distributed_data_parallel.py,
+        expert_data_parallel_group). None for a model without experts."""
+        experts = self.model.stage_expert_tensors(self.stage0_layers)
+        if not experts:
+            return None
+        local = experts[: len(experts) // self.ep]  # this rank's experts
+        tensors = [math.ceil(size / self.expert_tp) for size, _ in local]
+        return plan(self.scheme, sum(tensors), self.edp, self.dtypes, tensors=tensors,
+                    dense=[False] * len(tensors))
+
     def validate(self) -> StepConfig:
         self.scheme.validate()
-        g = self.hardware.node.gpus_per_node
+        g = self.domain
         if not 1 <= self.gpus <= MAX_GPUS:
             raise UserError(f"gpus must be between 1 and {MAX_GPUS:,}, got {self.gpus}")
         if self.algo != AUTO:
@@ -141,7 +190,11 @@ class StepConfig:
             if self.algo not in known:
                 raise UserError(f"unknown --algo {self.algo!r}; choose auto or one of: "
                                 f"{', '.join(known)}")
-            used = {op.collective for _, s in self._plan().steps for op in s.ops}
+            plans = [self._plan(), self._expert_plan()]
+            used = {op.collective for p in plans if p is not None for _, s in p.steps
+                    for op in s.ops}
+            if self.model.moe is not None and self.expert_tp > 1 and self.expert_tp != self.tp:
+                used |= {"all_gather", "reduce_scatter"}  # the ETP gather (step/moe.py)
             if self.tp > 1:  # the tensor-parallel group's, as tp_overlap.layer_tp_s runs them
                 used |= ({"all_gather", "reduce_scatter"} if self.sequence_parallel
                          else {"all_reduce"})
@@ -151,9 +204,10 @@ class StepConfig:
                     f"--algo {self.algo} does not run {', '.join(unsupported)}"
                     f" (this step's collectives); use auto or one of: "
                     f"{', '.join(sorted(set.intersection(*(set(ALGORITHMS[o]) for o in used))))}")
-        if self.tp < 1 or g % self.tp or self.tp > min(g, self.gpus):
+        if self.tp < 1 or not _placeable(self.tp, g) or self.tp > self.gpus:
             raise UserError(f"tensor-parallel degree must divide the {g} GPUs of a "
-                            f"{self.hardware.name} node, got --tp {self.tp}{self._valid_tp()}")
+                            f"{self.hardware.name} NVLink domain, or fill whole domains (over "
+                            f"the network), got --tp {self.tp}{self._valid_tp()}")
         if self.model.arch.n_heads % self.tp:
             raise UserError(f"tensor-parallel degree {self.tp} must divide the "
                             f"{self.model.arch.n_heads} attention heads of {self.model.name}"
@@ -177,6 +231,7 @@ class StepConfig:
         if self.gpus % self.tp:
             raise UserError(f"gpus ({self.gpus}) must be a multiple of --tp {self.tp}")
         self._validate_pipeline()
+        self._validate_experts()
         if self.pp > 1 and self.scheme.scheme == "dense-zero3":
             raise UserError("dense-zero3 (FSDP) with pipeline parallelism is not modelled: "
                             "use --pp 1, or dense-zero1/dense-zero2 with --pp")
@@ -228,12 +283,68 @@ class StepConfig:
         return self
 
 
+    def notes(self) -> list[str]:
+        """What the step does that a reader should know: groups spanning NVLink domains,
+        priced over the network."""
+        g, out = self.domain, []
+        if self.tp > g:
+            out.append(f"tensor parallelism {self.tp} spans {self.tp // g} NVLink domains of "
+                       f"{g} GPUs: its per-layer collectives are priced over the network")
+        block = self.ep * self.expert_tp
+        if self.model.moe is not None and block > g:
+            out.append(f"expert parallelism {self.ep} x {self.expert_tp} spans {block // g} "
+                       f"NVLink domains of {g} GPUs: dispatch and combine cross the network")
+        return out
+
     def _valid_tp(self) -> str:
         """The tensor-parallel degrees this step could take, for a refusal (only then)."""
-        g = self.hardware.node.gpus_per_node
-        valid = [t for t in range(1, min(g, self.gpus) + 1)
-                 if g % t == 0 and self.model.arch.splits_over(t)]
+        g = self.domain
+        valid = [t for t in range(1, self.gpus + 1)
+                 if _placeable(t, g) and self.model.arch.splits_over(t)
+                 and self.gpus % t == 0]
         return f": valid here {_nearest(valid, self.tp)}"
+
+    def _validate_experts(self) -> None:
+        """Expert parallelism as Megatron-Core takes it: EP divides the experts, EP x ETP
+        divides a pipeline stage's GPUs (what is left is the expert data-parallel group), and
+        the EP x ETP block sits in one NVLink domain or fills whole ones."""
+        from simulator.step.moe import DISPATCHERS
+
+        moe = self.model.moe
+        if moe is None:
+            given = [f for f, on in (("--ep", self.ep != 1), ("--etp", self.etp is not None),
+                                     ("--moe-imbalance", self.moe_imbalance != 1.0),
+                                     ("--moe-overlap", self.moe_overlap)) if on]
+            if given:
+                raise UserError(f"{', '.join(given)}: {self.model.name} has no experts (no "
+                                "[moe] table); leave them out, or take a MoE model")
+            return
+        if self.ep < 1 or moe.n_experts % self.ep:
+            valid = [e for e in range(1, moe.n_experts + 1) if moe.n_experts % e == 0]
+            raise UserError(f"--ep {self.ep} must divide the {moe.n_experts} experts of "
+                            f"{self.model.name}: valid {_nearest(valid, self.ep)}")
+        if self.expert_tp < 1:
+            raise UserError(f"--etp must be at least 1, got {self.expert_tp}")
+        stage = self.gpus // self.pp
+        block = self.ep * self.expert_tp
+        if block > stage or stage % block:
+            valid = [e for e in range(1, moe.n_experts + 1)
+                     if moe.n_experts % e == 0 and stage % (e * self.expert_tp) == 0]
+            raise UserError(f"--ep {self.ep} x --etp {self.expert_tp} = {block} must divide "
+                            f"the {stage} GPUs of a pipeline stage (gpus / --pp): --ep valid "
+                            f"here {_nearest(valid, self.ep)}")
+        g = self.domain
+        if not _placeable(block, g):
+            raise UserError(f"--ep {self.ep} x --etp {self.expert_tp} = {block} GPUs must "
+                            f"divide the {g} GPUs of a {self.hardware.name} NVLink domain or "
+                            f"fill whole domains")
+        if not (math.isfinite(self.moe_imbalance) and 1.0 <= self.moe_imbalance <= self.ep):
+            raise UserError(f"--moe-imbalance is the busiest expert-parallel rank's tokens over "
+                            f"the mean: between 1 (even) and --ep ({self.ep}: one rank takes "
+                            f"them all), got {self.moe_imbalance!r}")
+        if self.moe_dispatcher not in DISPATCHERS:
+            raise UserError(f"--moe-dispatcher must be one of {', '.join(DISPATCHERS)}, got "
+                            f"{self.moe_dispatcher!r}")
 
     def _validate_pipeline(self) -> None:
         if self.pp < 1:
@@ -278,9 +389,19 @@ class StepResult:
     interference_s: float = 0.0
     # context-parallel ring exchanges the compute stream waited for (simulator/step/cp_comm.py)
     cp_comm_s: float = 0.0
+    # expert-parallel dispatch and combine the compute stream waited for (simulator/step/moe.py);
+    # None: a model without experts (its rows carry no such column)
+    ep_comm_s: float | None = None
 
     def as_dict(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k not in ("spans", "kinds")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("spans", "kinds")
+                and not (k == "ep_comm_s" and v is None)}
+
+
+def _placeable(ranks: int, domain: int) -> bool:
+    """A group of `ranks` consecutive GPUs sits inside one NVLink domain of `domain` GPUs
+    (dividing it) or spans whole domains."""
+    return ranks >= 1 and (domain % ranks == 0 or ranks % domain == 0)
 
 
 def _nearest(valid: list[int], asked: int) -> str:

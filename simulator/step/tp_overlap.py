@@ -53,8 +53,8 @@ def tp_collective_s(cfg, op: str, algo: str, value_bytes: float | None = None) -
 
 
 def _tp_collective_s(hw, op: str, algo: str, tp: int, size: float) -> float:
-    node = build_topology(hw, tp)
-    c = calibrated(hw, op, algo, tp, size, nodes=1)
+    node = build_topology(hw, tp)  # past an NVLink domain: whole domains, over the network
+    c = calibrated(hw, op, algo, tp, size, nodes=node.nodes)
     phases = c.applied(PhaseCache(node).phases(op, c.algo, [np.arange(tp)], c.moved))
     # no launch floor inside a step: the host enqueues ahead of the GPU (the floor is what
     # nccl-tests' back-to-back calls measure)
@@ -133,8 +133,11 @@ def _passes(cfg) -> tuple[float, float]:
         return 2 * allreduce, 2 * allreduce
     ag = tp_collective_s(cfg, "all_gather", "ring", ag_width)
     rs = tp_collective_s(cfg, "reduce_scatter", "ring")
-    qkv, proj, fc1, fc2 = layer_shapes(cfg.model, cfg.micro_batch, cfg.seq, cfg.tp, True,
-                                       cfg.cp).gemms
+    gemms = layer_shapes(cfg.model, cfg.micro_batch, cfg.seq, cfg.tp, True, cfg.cp).gemms
+    # the column-parallel input GEMMs and row-parallel output GEMMs the overlap pairs with its
+    # collectives (latent attention's first projection stands for its QKV)
+    qkv, fc1, fc2 = gemms[0], gemms[-2], gemms[-1]
+    proj = next(g for g in gemms if g.name == "attn out")
     t = cfg.tp
 
     def dgrad(g: Gemm) -> float:

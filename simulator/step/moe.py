@@ -1,0 +1,130 @@
+"""Expert parallelism: what a mixture-of-experts layer's token dispatch and combine cost the
+compute stream, per layer and micro-batch (DESIGN section 10).
+
+Megatron-Core's token dispatchers (megatron/core/transformer/moe/token_dispatcher.py, read, not
+copied):
+- `alltoall` (MoEAlltoAllTokenDispatcher): each rank permutes its tokens by expert and sends
+  every (token, chosen expert) pair to the rank holding that expert, an all-to-all over the
+  expert-parallel group; with expert tensor parallelism (ETP > 1) the tokens a rank received
+  are then all-gathered over its ETP group (and reduce-scattered back on the way out). The
+  combine is the same in reverse. Backward runs both again on the gradients.
+- `allgather` (MoEAllGatherTokenDispatcher): every rank gathers the hidden states of the whole
+  EP x ETP group (no top-k copies) and keeps the pairs of its own experts; the combine is a
+  reduce-scatter of the same size.
+Sizes follow nccl-tests (scape/plan/types.py): the all-to-all's S is one rank's send buffer,
+tokens x top-k x h values; its busiest receiver gets `imbalance` times the mean (the max/mean
+expert load), and the call ends when it does, so S is scaled by it. The collectives run on the
+EP group's own GPUs (ETP fastest, then EP: Megatron-Core's expert rank order), NVLink inside the
+NVLink domain and the NICs across it, priced by the same NCCL-faithful machinery as every
+other collective (simulator/network/collective.py `calibrated`).
+
+By default the compute stream waits for them (Megatron-Core's default). `moe_overlap`
+(Megatron-Core's --overlap-moe-expert-parallel-comm, DeepSeek-V3's DualPipe idea: one
+micro-batch's dispatch and combine beside another's compute) hides them behind the layer's own
+forward and backward compute, leaving only what outlasts it.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+
+from simulator.network.collective import calibrated
+from simulator.network.engine import PhaseCache, time_alone
+from simulator.network.topology import build_topology
+from simulator.step.profile_memo import ProfileMemo
+from vocabulary.names import MOE_DISPATCHERS
+
+DISPATCHERS = MOE_DISPATCHERS
+
+
+def routed_tokens(cfg) -> float:
+    """Tokens one GPU brings to a MoE layer: its micro-batch's share of the sequence, split
+    again over tensor-parallel ranks by sequence parallelism (Megatron-Core runs MoE with
+    sequence parallelism wherever TP > 1)."""
+    split = cfg.tp if (cfg.sequence_parallel and cfg.tp > 1) else 1
+    return cfg.micro_batch * cfg.seq / cfg.cp / split
+
+
+def _collectives(cfg) -> list[tuple[str, int, int, float]]:
+    """(collective, ranks, stride, S bytes) of one MoE layer's dispatch (the combine mirrors
+    it), on the EP group (stride ETP) and the ETP group (stride 1)."""
+    moe, h = cfg.model.moe, cfg.model.arch.d_model
+    value = cfg.dtypes.param_bytes  # bf16 hidden states, as the layer's activations
+    tokens = routed_tokens(cfg)
+    ep, etp = cfg.ep, cfg.expert_tp
+    if cfg.moe_dispatcher == "allgather":
+        # the hidden states of the whole EP x ETP group, gathered once (no top-k copies)
+        group = ep * etp
+        return [("all_gather", group, 1, tokens * h * value * group)] if group > 1 else []
+    send = tokens * moe.top_k * h * value * cfg.moe_imbalance  # S: the busiest rank's
+    out = []
+    if ep > 1:
+        out.append(("all_to_all", ep, etp, send))
+    # what a rank received, gathered over its ETP group; where ETP is the layer's TP, the TP
+    # all-gather and reduce-scatter every layer pays (tp_overlap.layer_tp_s) stand for these
+    if etp > 1 and etp != cfg.tp:
+        out.append(("all_gather", etp, 1, send * etp))
+    return out
+
+
+def _collective_s(hw, op: str, algo: str, ranks: int, stride: int, size: float) -> float:
+    """One call on `ranks` GPUs `stride` apart in a block of ranks x stride consecutive GPUs,
+    alone on their links (no launch floor inside a step, as tp_overlap prices its own)."""
+    span = ranks * stride
+    topo = build_topology(hw, span)
+    group = np.arange(0, span, stride)
+    nodes = len(np.unique(topo.node_of(group)))
+    c = calibrated(hw, op, algo, ranks, size, nodes=nodes)
+    phases = c.applied(PhaseCache(topo).phases(op, c.algo, [group], c.moved))
+    return max(time_alone(topo, phases), c.min_s) + c.overhead_s
+
+
+EP_COLLECTIVES = ProfileMemo()  # _collective_s's answers per profile and shape
+
+
+def moe_layer_s(cfg) -> float:
+    """Seconds of one MoE layer's dispatch and combine, one micro-batch, one pass: both
+    collectives of the dispatch and their mirror images (a reduce-scatter for an all-gather)."""
+    if cfg.model.moe is None:
+        return 0.0
+    total = 0.0
+    for op, ranks, stride, size in _collectives(cfg):
+        mirror = "reduce_scatter" if op == "all_gather" else op
+        for each in (op, mirror):
+            # NCCL_ALGO does not reach point-to-point sends: an all-to-all is NCCL's own
+            algo = "auto" if each == "all_to_all" else cfg.algo
+            key = (each, algo, ranks, stride, size)
+            total += EP_COLLECTIVES.get(cfg.hardware, key, partial(
+                _collective_s, cfg.hardware, each, algo, ranks, stride, size))
+    return total
+
+
+def ep_layer_s(cfg, layer_fwd_s: float, layer_bwd_s: float) -> tuple[float, float]:
+    """(forward, backward) seconds a mean layer of the model waits for dispatch and combine,
+    per micro-batch: a MoE layer's share of the layers times its calls, forward once and
+    backward once (again in the backward where the whole layer is recomputed); with
+    `moe_overlap`, only what outlasts the layer's own compute of that pass."""
+    moe = cfg.model.moe
+    if moe is None:
+        return 0.0, 0.0
+    share = moe.moe_layers(cfg.model.arch.n_layers) / cfg.model.arch.n_layers
+    one = moe_layer_s(cfg)
+    fwd = one
+    bwd = one * (2 if cfg.recompute == "full" else 1)
+    if cfg.moe_overlap:
+        fwd, bwd = max(0.0, fwd - layer_fwd_s), max(0.0, bwd - layer_bwd_s)
+    return share * fwd, share * bwd
+
+
+def ep_bytes_per_layer(cfg) -> float:
+    """Bytes one GPU sends per mean layer and micro-batch for dispatch and combine, forward and
+    backward (nccl-tests' wire factors: (P-1)/P of S)."""
+    moe = cfg.model.moe
+    if moe is None:
+        return 0.0
+    share = moe.moe_layers(cfg.model.arch.n_layers) / cfg.model.arch.n_layers
+    passes = 2 * 2 + (2 if cfg.recompute == "full" else 0)  # dispatch+combine, fwd and bwd
+    wire = sum((ranks - 1) / ranks * size for _, ranks, _, size in _collectives(cfg))
+    return share * passes * wire

@@ -1,0 +1,214 @@
+"""Mixture-of-experts end to end (issue 57): model files with experts and latent attention,
+expert parallelism in the step (dispatch and combine, expert gradients over their own group),
+memory sharded by EP, the planner searching EP, and the refusals of bad layouts."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from profiles import UserError, load_hardware, load_model
+from simulator.memory.peak import step_memory
+from simulator.planning.options import Batch, Parallelism, SchemeOptions, StepOptions
+from simulator.step.moe import ep_bytes_per_layer, moe_layer_s, routed_tokens
+from simulator.step.simulate import simulate_step
+from simulator.step.step_config import StepConfig
+
+
+def _cfg(model="mixtral-8x7b", hardware="dgx-h100", gpus=64, seq=4096, scheme="dense-adams",
+         **parallel) -> StepConfig:
+    """One micro-batch per GPU at `seq` tokens, TP 1 unless given."""
+    return StepOptions(model, hardware, gpus, scheme=SchemeOptions(scheme),
+                       batch=Batch(1, seq, None, None),
+                       parallelism=Parallelism(**{"tp": 1, **parallel})).config()
+
+
+@pytest.mark.parametrize("name, published", [
+    # DeepSeek-V3 report (arXiv 2412.19437) abstract: '671B total parameters with 37B
+    # activated for each token'; Mixtral paper (arXiv 2401.04088) section 2: '47B parameters,
+    # but only uses 13B active parameters during inference'; Qwen3-30B-A3B: 3.3B activated
+    # (Qwen3 technical report Table 2)
+    ("deepseek-v3", 37e9), ("mixtral-8x7b", 13e9), ("qwen3-30b-a3b", 3.3e9)])
+def test_active_parameters_match_the_published_figures(name, published):
+    """A token's active parameters (its top-k experts, the shared ones, attention and the
+    embedding) within 5% of the published figure, which rounds to two digits."""
+    model = load_model(name)
+    assert model.active_params == pytest.approx(published, rel=0.05)
+    assert model.active_params < 0.3 * model.n_params  # sparse: a fraction of the total
+
+
+def test_dense_models_keep_their_tensors_and_counts():
+    """The per-layer inventory gives a dense model the tensors and count it had: Llama-7B's
+    six tensors per layer in Megatron-Core's order, summing to its published count."""
+    m = load_model("llama-7b")
+    layer = m.tensors()[1:7]
+    h, f = m.arch.d_model, m.arch.d_ff
+    assert layer == [(h, True), (3 * h * h, False), (h * h, False), (h, True),
+                     (2 * f * h, False), (f * h, False)]
+    assert sum(s for s, _ in m.tensors()) == m.n_params == 6_738_415_616
+    assert m.moe is None and m.expert_layer_params == 0.0
+    assert m.active_layer_params == m.layer_params
+
+
+def test_expert_tensors_cover_the_routed_experts():
+    """Dense tensors plus every routed expert's tensors are the whole model; a stage of the
+    first k layers holds the experts of its MoE layers only (DeepSeek-V3's first three layers
+    are dense)."""
+    m = load_model("deepseek-v3")
+    every = m.stage_expert_tensors(m.arch.n_layers)
+    assert sum(s for s, _ in m.tensors()) + sum(s for s, _ in every) == m.n_params
+    assert m.stage_expert_tensors(3) == []
+    one_layer = sum(s for s, _ in m.stage_expert_tensors(4))
+    assert one_layer == 256 * 3 * 7168 * 2048
+
+
+@pytest.mark.parametrize("text, expect", [
+    ("top_k = 9", "top_k: a token picks at most the 8 experts"),
+    ("first_dense_layers = 32", "no layer of the 32 has experts"),
+])
+def test_a_bad_moe_table_is_refused_with_its_rule(tmp_path, text, expect):
+    src = load_model("mixtral-8x7b").path
+    body = Path(src).read_text()
+    key = text.split(" = ")[0]
+    lines = [ln for ln in body.splitlines() if not ln.startswith(f"{key} =")]
+    at = lines.index("[moe]") + 1
+    lines.insert(at, text)
+    path = tmp_path / "bad-moe.toml"
+    path.write_text("\n".join(lines).replace('name = "mixtral-8x7b"', 'name = "bad-moe"'))
+    with pytest.raises(UserError, match=expect):
+        load_model(str(path))
+
+
+def test_expert_parallelism_shards_the_experts_memory():
+    """EP 8 holds an eighth of Mixtral's experts per GPU: weights fall by close to 7/8 of the
+    expert share, and the expert optimizer state shards over the expert data-parallel ranks."""
+    one, eight = _cfg(ep=1), _cfg(ep=8)
+    m = one.model
+    experts = m.arch.n_layers * m.expert_layer_params
+    w1, w8 = step_memory(one).weights, step_memory(eight).weights
+    assert w1 - w8 == pytest.approx(2 * experts * 7 / 8, rel=1e-9)  # bf16 weights
+    assert eight.edp == 64 // 8 and one.edp == 64
+
+
+def test_dispatch_and_combine_are_priced_per_layer_and_cross_nodes():
+    """EP 1 sends nothing; EP 8 inside a node and EP 16 across two: the per-layer all-to-alls
+    cost more once they leave the NVLink domain; their bytes are tokens x top-k x h x 2 bytes
+    x (EP-1)/EP, four times a layer (dispatch and combine, forward and backward)."""
+    assert moe_layer_s(_cfg(ep=1)) == 0.0
+    inside, across = _cfg(ep=8), _cfg(ep=16, model="qwen3-30b-a3b")
+    assert moe_layer_s(inside) > 0
+    cfg8q = _cfg(ep=8, model="qwen3-30b-a3b")
+    assert moe_layer_s(across) > moe_layer_s(cfg8q)
+    m = inside.model
+    size = routed_tokens(inside) * m.moe.top_k * m.arch.d_model * 2
+    assert ep_bytes_per_layer(inside) == pytest.approx(4 * size * 7 / 8, rel=1e-12)
+
+
+def test_load_imbalance_and_overlap_move_the_dispatch():
+    """A max/mean load of 2 makes the busiest rank's all-to-all about twice as long; the
+    overlap with another micro-batch's compute hides some of it."""
+    even = simulate_step(_cfg(ep=8, model="qwen3-30b-a3b"))
+    skewed = simulate_step(_cfg(ep=8, model="qwen3-30b-a3b", moe_imbalance=2.0))
+    hidden = simulate_step(_cfg(ep=8, model="qwen3-30b-a3b", moe_overlap=True))
+    assert even.ep_comm_s > 0
+    assert skewed.ep_comm_s == pytest.approx(2 * even.ep_comm_s, rel=0.15)
+    assert hidden.ep_comm_s < even.ep_comm_s
+
+
+@pytest.mark.parametrize("scheme", ["dense-ddp", "dense-adams", "quantized:8", "topk:0.99",
+                                    "scalecom:0.99", "scape:0.99", "scape-partitioned:0.99"])
+def test_every_scheme_reduces_the_expert_gradients_over_their_own_group(scheme):
+    """Every scheme's plan covers the experts: the step carries ops over the expert
+    data-parallel group, and its bytes include the expert gradients'."""
+    cfg = _cfg(ep=8, scheme=scheme)
+    experts = cfg._expert_plan()
+    assert experts is not None
+    assert any(op.collective for _, s in experts.steps for op in s.ops)
+    result = simulate_step(cfg)
+    dense_only = cfg._plan().wire_bytes(cfg.grad_ranks, cfg.accum)
+    assert result.bytes_per_gpu > dense_only
+
+
+def test_scape_sends_fewer_expert_bytes_than_dense():
+    dense, scape = _cfg(ep=8, scheme="dense-ddp"), _cfg(ep=8, scheme="scape:0.99")
+    assert (scape._expert_plan().wire_bytes(scape.edp)
+            < 0.1 * dense._expert_plan().wire_bytes(dense.edp))
+
+
+@pytest.mark.parametrize("parallel, expect", [
+    ({"ep": 3}, "--ep 3 must divide the 8 experts"),
+    ({"ep": 8, "etp": 16}, "must divide the 64 GPUs"),
+    ({"ep": 4, "moe_imbalance": 5.0}, "between 1 \\(even\\) and --ep"),
+    ({"ep": 8, "moe_imbalance": 0.5}, "between 1 \\(even\\) and --ep"),
+])
+def test_bad_expert_layouts_are_refused_with_the_rule(parallel, expect):
+    with pytest.raises(UserError, match=expect):
+        _cfg(**parallel)
+
+
+def test_expert_options_on_a_dense_model_are_refused():
+    with pytest.raises(UserError, match="has no experts"):
+        StepOptions("llama-7b", "dgx-h100", 8, parallelism=Parallelism(ep=2)).config()
+
+
+def test_tensor_parallelism_across_two_nodes_is_priced_not_refused():
+    """TP 16 over two H100 nodes: accepted, said in a note, and its per-layer collectives
+    cost more than TP 8's inside a node."""
+    opts = StepOptions("gpt3-175b", "dgx-h100", 32, batch=Batch(1, 2048, None, None))
+    tp16 = replace(opts, parallelism=Parallelism(tp=16)).config()
+    tp8 = replace(opts, parallelism=Parallelism(tp=8)).config()
+    assert any("spans 2 NVLink domains" in n for n in tp16.notes())
+    r16, r8 = simulate_step(tp16), simulate_step(tp8)
+    assert r16.tp_comm_s > r8.tp_comm_s
+
+
+def test_an_nvl72_rack_is_one_nvlink_domain():
+    """GB200 NVL72: 72 GPUs share NVLink; an all-reduce over them never leaves the rack (no NIC
+    link carries its flows), and TP 16 or EP 64 stay inside it."""
+    from simulator.network.topology import build_topology
+
+    hw = load_hardware("gb200-nvl72")
+    topo = build_topology(hw, 72)
+    assert topo.nodes == 1 and topo.gpus_per_node == 72
+    two = build_topology(hw, 144)
+    assert two.nodes == 2 and two.nics_per_node == 72  # 18 trays x 4 NICs
+    # 512 GPUs use 64 of each rack's 72 (16 of 18 trays): EP 64 stays on one rack's NVLink
+    assert build_topology(hw, 512).gpus_per_node == 64
+    cfg = _cfg(model="deepseek-v3", hardware="gb200-nvl72", gpus=512, pp=8, ep=64, tp=1)
+    assert cfg.notes() == []
+    across = _cfg(model="deepseek-v3", hardware="dgx-h100", gpus=512, pp=8, ep=64, tp=1)
+    assert moe_layer_s(cfg) < moe_layer_s(across)
+
+
+def test_an_nvlink_domain_smaller_than_the_node_is_refused(tmp_path):
+    text = Path(load_hardware("dgx-h100").path).read_text().replace(
+        "gpus_per_node = 8", "gpus_per_node = 8\nnvlink_domain_gpus = 4")
+    path = tmp_path / "small-domain.toml"
+    path.write_text(text.replace('name = "dgx-h100"', 'name = "small-domain"'))
+    with pytest.raises(UserError, match=r"an NVLink domain is whole nodes.*nearest valid: 8"):
+        load_hardware(str(path))
+
+
+def test_fp8_prices_on_blackwell():
+    """B200 now carries a sourced FP8 rate: --fp8 is priced, and faster than BF16."""
+    opts = StepOptions("llama3-8b", "dgx-b200", 8, batch=Batch(1, 8192, None, None))
+    bf16 = simulate_step(opts.config())
+    fp8 = simulate_step(replace(opts, precision=replace(opts.precision, fp8=True)).config())
+    assert fp8.compute_s < bf16.compute_s
+
+
+def test_the_planner_searches_expert_parallelism():
+    """A MoE model's plans carry EP, searched: every plan's EP divides the experts."""
+    from simulator.planning.plan_request import PlanRequest
+    from simulator.planning.planner import plan_training
+
+    req = PlanRequest(load_model("qwen3-30b-a3b"), 1e11, (load_hardware("dgx-h100"),),
+                      max_gpus=64, global_batch=256, schemes=("dense-adams", "scape:0.99"),
+                      workers=1).validate()
+    df = plan_training(req, keep=5)
+    assert "ep" in df.columns and len(df) > 0
+    assert all(128 % e == 0 for e in df["ep"]) and df["ep"].iloc[0] > 1
+    assert math.isfinite(df["hours"].iloc[0])
