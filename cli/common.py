@@ -188,6 +188,16 @@ PARALLEL_OPTS = {
                                        "(Megatron-Core --context-parallel-size; Transformer "
                                        "Engine's ring exchange of keys and values)"),
     **MOE_OPTS,
+    "shard_group": typer.Option(None, "--shard-group", "--data-parallel-shard-degree",
+                                help="hybrid sharding: a ZeRO scheme (dense-zero1/2/3) shards "
+                                     "its state over groups of this many data-parallel ranks "
+                                     "and all-reduces the gradient shards across them (FSDP2 "
+                                     "HSDP; torchtitan data_parallel_shard_degree) [default: "
+                                     "one group of every data-parallel rank]"),
+    "fp8_param_gather": typer.Option(False, "--fp8-param-gather/--no-fp8-param-gather",
+                                     help="with --fp8: the distributed optimizer or FSDP "
+                                          "gathers FP8 parameters, a byte each, and keeps the "
+                                          "weights so (Megatron-Core --fp8-param-gather)"),
 }
 
 
@@ -350,9 +360,10 @@ def step_options(flags: dict, spec: str) -> StepOptions:
                                 f["recompute"], f["sequence_parallel"], f["cp"],
                                 *(f.get(k) for k in ("ep", "etp", "moe_imbalance")),
                                 None if f.get("moe_dispatcher") is None
-                                else str(f["moe_dispatcher"]), f.get("moe_overlap")),
+                                else str(f["moe_dispatcher"]), f.get("moe_overlap"),
+                                f.get("shard_group")),
         precision=Precision(f["grad_dtype"], f["param_dtype"], f["fp8"],
-                            str(f["optimizer_dtype"])),
+                            str(f["optimizer_dtype"]), bool(f.get("fp8_param_gather"))),
         overlap=Overlap(f["overlap_grad"], f["overlap_param"], f["bucket_mb"],
                         f["tp_comm_overlap"]),
         pricing=Pricing(f["algo"], f["mfu"], f["attention"],

@@ -65,8 +65,9 @@ class CommOp:
     buckets: int = 1  # equal parts, launched one after another as they become ready
     # issued again for every micro-batch (ZeRO-3 gathers and reduce-scatters), not once a step
     every_micro_batch: bool = False
-    # the ranks it runs over: the data-parallel group ("dp"), or the expert data-parallel group
-    # of a mixture-of-experts model's routed experts ("expert"; the simulator's, DESIGN 10)
+    # the ranks it runs over: the data-parallel group ("dp"); the simulator's others (DESIGN
+    # 10): a MoE model's expert data-parallel group ("expert"), and hybrid sharding's shard
+    # and replica groups ("shard", "replica")
     group: str = "dp"
 
     def wire_bytes(self, world: int) -> float:
@@ -92,9 +93,12 @@ class StepPlan:
     ops: tuple[CommOp, ...]
     kernels: tuple[Kernel, ...]
 
-    def wire_bytes(self, world: int, micro_batches: int = 1) -> float:
-        return sum(op.wire_bytes(world) * (micro_batches if op.every_micro_batch else 1)
-                   for op in self.ops)
+    def wire_bytes(self, world: int, micro_batches: int = 1,
+                   worlds: dict[str, int] | None = None) -> float:
+        """Bytes one rank sends: each op over `world` ranks, or over `worlds[op.group]`."""
+        worlds = worlds or {}
+        return sum(op.wire_bytes(worlds.get(op.group, world))
+                   * (micro_batches if op.every_micro_batch else 1) for op in self.ops)
 
 
 @dataclass(frozen=True)
@@ -104,9 +108,10 @@ class Plan:
     scheme: str
     steps: tuple[tuple[float, StepPlan], ...]
 
-    def wire_bytes(self, world: int, micro_batches: int = 1) -> float:
+    def wire_bytes(self, world: int, micro_batches: int = 1,
+                   worlds: dict[str, int] | None = None) -> float:
         """Bytes one rank sends per step, averaged over step kinds."""
-        return sum(w * s.wire_bytes(world, micro_batches) for w, s in self.steps)
+        return sum(w * s.wire_bytes(world, micro_batches, worlds) for w, s in self.steps)
 
 
 @dataclass(frozen=True)

@@ -295,13 +295,14 @@ def peak_candidates(layers: list[list[int]]) -> list[int]:
 
 
 def step_memory(cfg) -> MemoryUse:
-    """What one GPU of a simulated step (simulator.step.simulate.StepConfig) holds at its peak: with
-    context parallelism, the activations of its seq / cp tokens, and state sharded over the
-    data-parallel ranks with the context-parallel ones (`grad_ranks`). The key/value blocks a
-    ring exchange keeps (one buffer per step, up to cp of seq / cp tokens each) are not
-    counted."""
-    return memory_use(cfg.model, cfg.scheme, cfg.grad_ranks, cfg.tp, cfg.micro_batch,
-                      cfg.seq // cfg.cp, cfg.dtypes, cfg.recompute, cfg.sequence_parallel,
+    """What one GPU of a simulated step (simulator.step.step_config.StepConfig) holds at its
+    peak: with context parallelism, the activations of its seq / cp tokens, and state sharded
+    over the data-parallel ranks with the context-parallel ones (`grad_ranks`), or over a
+    shard group (hybrid sharding); FP8 parameters at a byte each where they are gathered so.
+    The key/value blocks a ring exchange keeps (one buffer per step, up to cp of seq / cp
+    tokens each) are not counted."""
+    return memory_use(cfg.model, cfg.scheme, cfg.shard_ranks, cfg.tp, cfg.micro_batch,
+                      cfg.seq // cfg.cp, cfg.plan_dtypes, cfg.recompute, cfg.sequence_parallel,
                       cfg.pp, cfg.chunks_pp, cfg.attention, cfg.accum, cfg.loss,
                       cfg.optimizer_dtype, cfg.stack, cfg.routing, cfg.edp)
 

@@ -51,6 +51,8 @@ class Parallelism:
     moe_imbalance: float | None = None  # None: 1, even load (an assumption, said so)
     moe_dispatcher: str | None = None  # None: alltoall
     moe_overlap: bool | None = None  # None: off (Megatron-Core's default)
+    # hybrid sharding: a ZeRO scheme's shard group (None: every data-parallel rank)
+    shard_group: int | None = None
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class Precision:
     param_dtype: str = DEFAULT_PARAM_DTYPE
     fp8: bool = False
     optimizer_dtype: str = "fp32"
+    fp8_param_gather: bool = False  # the distributed optimizer gathers FP8 parameters
 
     def dtypes(self) -> Dtypes:
         return Dtypes(_dtype(self.grad_dtype, "--grad-dtype"),
@@ -178,6 +181,12 @@ class StepOptions:
         ran = {k: getattr(cfg, k) if k in chosen else v for k, v in self.parallel().items()}
         if cfg.pp_schedule == "interleaved" and cfg.pp > 1:  # the chunks it ran (None: 2)
             ran["virtual_stages"] = cfg.chunks_pp
+        # hybrid sharding and FP8 parameter gathers, where asked (a plain run carries neither)
+        if cfg.shard_group is not None:
+            ran.update(shard_group=cfg.shard_group,
+                       replica_groups=cfg.grad_ranks // cfg.shard_group)
+        if cfg.fp8_param_gather:
+            ran["fp8_param_gather"] = True
         if cfg.model.moe is not None:
             ran.update(ep=cfg.ep, etp=cfg.expert_tp, edp=cfg.edp,
                        moe_imbalance=cfg.moe_imbalance, moe_dispatcher=cfg.moe_dispatcher,
@@ -221,7 +230,8 @@ class StepOptions:
                                 "table); leave them out, or take a MoE model")
         cfg = StepConfig(
             model=model, hardware=load_hardware(self.hardware),
-            gpus=self.gpus, **moe,
+            gpus=self.gpus, **moe, shard_group=self.parallelism.shard_group,
+            fp8_param_gather=self.precision.fp8_param_gather,
             scheme=scheme_config(self.scheme.spec, self.scheme_fields(),
                            self.scheme.reducer_extra(), lineup),
             micro_batch=b.micro_batch, seq_len=b.seq_len,

@@ -139,10 +139,16 @@ class _StepSim(_StepCosts):
         # (Megatron-Core's expert rank order); one of each per (ETP, EP) rank
         block = cfg.expert_tp * cfg.ep
         experts = [np.arange(r, stage, block) for r in range(block)]
+        # hybrid sharding: each data-parallel group cut into shard groups of consecutive ranks
+        # (a node's, with TP 1 and a node-sized group), and the replica groups across them
+        s = cfg.shard_ranks
+        shards = [row for g in groups for row in g.reshape(-1, s)]
+        replicas = [col for g in groups for col in g.reshape(-1, s).T]
         # {group kind: (groups, their key, nodes one spans, ranks)}
         self.groups = {kind: (g, tuple(hash(x.tobytes()) for x in g),
                               len(np.unique(topo.node_of(g[0]))), len(g[0]))
-                       for kind, g in (("dp", groups), ("expert", experts))}
+                       for kind, g in (("dp", groups), ("expert", experts), ("shard", shards),
+                                       ("replica", replicas))}
         self.n_chunks = cfg.chunks or cfg.model.arch.n_layers
         self.compute_s = self.compression_s = self.tp_s = self.interference_s = 0.0
         self.cp_s = self.ep_s = 0.0
@@ -481,7 +487,8 @@ def simulate_step(
     # the layers of a stage, each micro-batch
     tp_bytes = ((tp_bytes_per_layer(cfg) + cp_bytes_per_layer(cfg) + ep_bytes_per_layer(cfg))
                 * cfg.stage0_layers * cfg.accum)
-    dp_bytes = dense.wire_bytes(cfg.grad_ranks, cfg.accum) + (
+    worlds = cfg.group_worlds
+    dp_bytes = dense.wire_bytes(cfg.grad_ranks, cfg.accum, worlds) + (
         0.0 if experts is None else experts.wire_bytes(cfg.edp, cfg.accum))
     return StepResult(
         step_time_s=totals["step"], compute_s=totals["compute"],

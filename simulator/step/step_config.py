@@ -5,10 +5,10 @@ simulation itself is simulator/step/simulate.py (DESIGN section 6)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from profiles import HardwareProfile, ModelProfile, UserError
-from scape.plan import Dtypes, Plan, SchemeConfig, plan
+from scape.plan import Dtypes, Plan, SchemeConfig, StepPlan, plan
 from simulator.network.collective import MAX_GPUS
 from simulator.network.collectives import ALGORITHMS, AUTO
 from simulator.network.engine import Span
@@ -77,6 +77,14 @@ class StepConfig:
     moe_imbalance: float = 1.0
     moe_dispatcher: str = "alltoall"  # alltoall | allgather (Megatron-Core's dispatchers)
     moe_overlap: bool = False  # dispatch and combine beside another micro-batch's compute
+    # hybrid sharding (FSDP2 HSDP, torchtitan's data_parallel_shard_degree; Megatron's
+    # --num-distributed-optimizer-instances): a ZeRO scheme shards over groups of this many
+    # data-parallel ranks and all-reduces the gradient shards across the groups; None: one
+    # group of every data-parallel rank
+    shard_group: int | None = None
+    # the distributed optimizer gathers FP8 parameters, 1 byte each (Megatron-Core
+    # --fp8-param-gather; torchtitan's float8 all-gather); needs fp8
+    fp8_param_gather: bool = False
 
     @property
     def domain(self) -> int:
@@ -154,15 +162,38 @@ class StepConfig:
         """Sequences per step over every data-parallel rank (the global batch, resolved)."""
         return self.micro_batch * self.accum * self.dp
 
+    @property
+    def plan_dtypes(self) -> Dtypes:
+        """The dtypes the scheme's collectives and the weights use: parameters at 1 byte where
+        the distributed optimizer gathers them in FP8 (and keeps them so)."""
+        return replace(self.dtypes, param_bytes=1) if self.fp8_param_gather else self.dtypes
+
+    @property
+    def shard_ranks(self) -> int:
+        """Ranks one copy of the sharded state is spread over: the shard group, else every
+        gradient-reducing rank."""
+        return self.grad_ranks if self.shard_group is None else self.shard_group
+
+    @property
+    def group_worlds(self) -> dict[str, int]:
+        """Ranks of each group kind a plan's ops run over (scape/plan/types.py CommOp.group)."""
+        return {"dp": self.grad_ranks, "expert": self.edp, "shard": self.shard_ranks,
+                "replica": self.grad_ranks // self.shard_ranks}
+
     def _plan(self) -> Plan:
         """The scheme's plan for this step's data-parallel group (of the first pipeline
-        stage, which ends the backward last)."""
+        stage, which ends the backward last); with a shard group, the scheme's plan over it
+        and the all-reduce of each gradient shard across the groups (`hybrid`)."""
         stage = self.model.stage_tensors(self.pp, self.stage0_layers)
         # a tensor-parallel rank holds 1/t of every weight matrix (and of the vocabulary) and
         # the whole of every norm and bias vector, replicated over the group (Megatron)
         tensors = [(size if vector else math.ceil(size / self.tp), vector)
                    for size, vector in stage]
-        return plan(self.scheme, sum(size for size, _ in tensors), self.grad_ranks, self.dtypes,
+        n = sum(size for size, _ in tensors)
+        if self.shard_group is not None and self.shard_group < self.grad_ranks:
+            return hybrid(plan(self.scheme, n, self.shard_group, self.plan_dtypes),
+                          n / self.shard_group * self.plan_dtypes.grad_bytes)
+        return plan(self.scheme, n, self.grad_ranks, self.plan_dtypes,
                     tensors=[size for size, _ in tensors], dense=[d for _, d in tensors])
 
     def _expert_plan(self) -> Plan | None:
@@ -176,7 +207,7 @@ class StepConfig:
             return None
         local = experts[: len(experts) // self.ep]  # this rank's experts
         tensors = [math.ceil(size / self.expert_tp) for size, _ in local]
-        return plan(self.scheme, sum(tensors), self.edp, self.dtypes, tensors=tensors,
+        return plan(self.scheme, sum(tensors), self.edp, self.plan_dtypes, tensors=tensors,
                     dense=[False] * len(tensors))
 
     def validate(self) -> StepConfig:
@@ -232,6 +263,7 @@ class StepConfig:
             raise UserError(f"gpus ({self.gpus}) must be a multiple of --tp {self.tp}")
         self._validate_pipeline()
         self._validate_experts()
+        self._validate_sharding()
         if self.pp > 1 and self.scheme.scheme == "dense-zero3":
             raise UserError("dense-zero3 (FSDP) with pipeline parallelism is not modelled: "
                             "use --pp 1, or dense-zero1/dense-zero2 with --pp")
@@ -290,6 +322,10 @@ class StepConfig:
         if self.tp > g:
             out.append(f"tensor parallelism {self.tp} spans {self.tp // g} NVLink domains of "
                        f"{g} GPUs: its per-layer collectives are priced over the network")
+        if self.shard_group is not None:
+            out.append(f"hybrid sharding: {self.scheme.scheme}'s state sharded over groups of "
+                       f"{self.shard_group} data-parallel ranks, gradient shards all-reduced "
+                       f"across {self.grad_ranks // self.shard_group} groups")
         block = self.ep * self.expert_tp
         if self.model.moe is not None and block > g:
             out.append(f"expert parallelism {self.ep} x {self.expert_tp} spans {block // g} "
@@ -303,6 +339,28 @@ class StepConfig:
                  if _placeable(t, g) and self.model.arch.splits_over(t)
                  and self.gpus % t == 0]
         return f": valid here {_nearest(valid, self.tp)}"
+
+    def _validate_sharding(self) -> None:
+        """A shard group divides the data-parallel ranks and belongs to a ZeRO scheme; FP8
+        parameter gathers need FP8 and a scheme that gathers parameters."""
+        s = self.shard_group
+        if s is not None:
+            if self.scheme.scheme not in ZERO_SCHEMES:
+                raise UserError(f"--shard-group {s}: hybrid sharding shards a ZeRO scheme's "
+                                f"state ({', '.join(sorted(ZERO_SCHEMES))}), not "
+                                f"{self.scheme.scheme}'s")
+            if s < 1 or self.grad_ranks % s:
+                valid = [d for d in range(1, self.grad_ranks + 1) if self.grad_ranks % d == 0]
+                raise UserError(f"--shard-group {s} must divide the {self.grad_ranks} "
+                                f"data-parallel ranks: valid {_nearest(valid, s)}")
+        if self.fp8_param_gather:
+            if not self.fp8:
+                raise UserError("--fp8-param-gather gathers the FP8 weights of an FP8 run: "
+                                "give --fp8 too")
+            if self.scheme.scheme not in ZERO_SCHEMES:
+                raise UserError(f"--fp8-param-gather: {self.scheme.scheme} gathers no "
+                                f"parameters (the distributed optimizer and FSDP do: "
+                                f"{', '.join(sorted(ZERO_SCHEMES))})")
 
     def _validate_experts(self) -> None:
         """Expert parallelism as Megatron-Core takes it: EP divides the experts, EP x ETP
@@ -396,6 +454,28 @@ class StepResult:
     def as_dict(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k not in ("spans", "kinds")
                 and not (k == "ep_comm_s" and v is None)}
+
+
+# the dense schemes whose state is sharded and whose parameters are gathered
+ZERO_SCHEMES = frozenset({"dense-zero1", "dense-zero2", "dense-zero3"})
+
+
+def hybrid(sharded: Plan, shard_bytes: float) -> Plan:
+    """A ZeRO plan over a shard group, run in every group at once, and the all-reduce of each
+    rank's gradient shard across the groups (FSDP2's HSDP: reduce-scatter inside, all-reduce
+    across, per unit as the backward produces it; torch/distributed/fsdp/_fully_shard
+    _fsdp_collectives.py foreach_reduce). The all-reduce follows the reduce-scatter's phase and
+    buckets."""
+    steps = []
+    for w, s in sharded.steps:
+        ops = [replace(op, group="shard") for op in s.ops]
+        rs = next((op for op in s.ops if op.collective == "reduce_scatter"), None)
+        if rs is not None:
+            ops.append(replace(rs, name="grad-shard all-reduce (across shard groups)",
+                               collective="all_reduce", size_bytes=shard_bytes,
+                               group="replica"))
+        steps.append((w, StepPlan(tuple(ops), s.kernels)))
+    return Plan(sharded.scheme, tuple(steps))
 
 
 def _placeable(ranks: int, domain: int) -> bool:
