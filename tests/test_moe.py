@@ -212,3 +212,20 @@ def test_the_planner_searches_expert_parallelism():
     assert "ep" in df.columns and len(df) > 0
     assert all(128 % e == 0 for e in df["ep"]) and df["ep"].iloc[0] > 1
     assert math.isfinite(df["hours"].iloc[0])
+
+
+def test_a_job_inside_one_rack_places_any_group_dividing_it():
+    """64 GPUs of one GB200 NVL72 rack: EP 64 is all NVLink (Megatron-Bridge's gpt-oss-120b
+    runs so), and the job's collectives may take NCCL's NVLS all-gather and reduce-scatter
+    inside the domain."""
+    from simulator.network.collective import collective_time
+
+    cfg = _cfg(model="gpt-oss-120b", hardware="gb200-nvl72", gpus=64, ep=64)
+    assert cfg.domain == 64 and cfg.notes() == []
+    hw = load_hardware("gb200-nvl72")
+    for op in ("all_gather", "reduce_scatter"):
+        nvls = collective_time(hw, 32, op, "nvls", 256 * 2**20)
+        ring = collective_time(hw, 32, op, "ring", 256 * 2**20)
+        # the switch multicasts or reduces, but a port still carries about S: NVLS's gain is
+        # latency and SMs, not bandwidth, at this size (within its efficiency of the ring)
+        assert ring.time_s < nvls.time_s < 1.5 * ring.time_s

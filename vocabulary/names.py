@@ -32,8 +32,8 @@ COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_t
 # the registry's order: `auto` without NCCL's tuner tries them in this order.
 ALGORITHM_NAMES: dict[str, tuple[str, ...]] = {
     "all_reduce": ("ring", "tree", "hierarchical", "nvls", "nvls_tree", "collnet_direct"),
-    "reduce_scatter": ("ring", "hierarchical", "via_all_reduce"),
-    "all_gather": ("ring", "hierarchical"),
+    "reduce_scatter": ("ring", "hierarchical", "via_all_reduce", "nvls"),
+    "all_gather": ("ring", "hierarchical", "nvls"),
     "broadcast": ("ring", "flat"),
     "all_to_all": ("pairwise",),
 }
@@ -47,7 +47,9 @@ BACKEND_ONLY: frozenset[tuple[str, str]] = frozenset(
 # profile says so.
 NEEDS_HARDWARE: frozenset[tuple[str, str]] = frozenset({("all_reduce", "nvls"),
                                                        ("all_reduce", "nvls_tree"),
-                                                       ("all_reduce", "collnet_direct")})
+                                                       ("all_reduce", "collnet_direct"),
+                                                       ("reduce_scatter", "nvls"),
+                                                       ("all_gather", "nvls")})
 
 
 def auto_candidates(op: str) -> list[str]:

@@ -260,9 +260,11 @@ def domain_used(hw: HardwareProfile, gpus: int) -> int:
     """GPUs a job of `gpus` GPUs uses in each NVLink domain: the whole domain, or, where the
     domain spans several nodes and the job's whole nodes do not fill whole domains, the most
     whole nodes of a domain that split the job evenly (a GB200 NVL72 job of 512 GPUs uses 64 of
-    each rack's 72, 16 of its 18 trays)."""
+    each rack's 72, 16 of its 18 trays); a job inside one such domain, all of its GPUs."""
     per_node, domain = hw.node.gpus_per_node, hw.node.domain_gpus
-    if domain == per_node or gpus <= domain or gpus % domain == 0 or gpus % per_node:
+    if domain > per_node and gpus <= domain:  # a job inside one domain: all of it is NVLink
+        return max(gpus, 1)
+    if domain == per_node or gpus % domain == 0 or gpus % per_node:
         return domain
     return max(d for d in range(per_node, domain + 1, per_node) if gpus % d == 0)
 

@@ -32,8 +32,9 @@ ALGORITHMS: dict[str, dict[str, Builder]] = {
         "collnet_direct": collnet.all_reduce,
     },
     "reduce_scatter": {"ring": ring.reduce_scatter, "hierarchical": hierarchical.reduce_scatter,
-                       "via_all_reduce": ring.all_reduce},
-    "all_gather": {"ring": ring.all_gather, "hierarchical": hierarchical.all_gather},
+                       "via_all_reduce": ring.all_reduce, "nvls": nvls.reduce_scatter},
+    "all_gather": {"ring": ring.all_gather, "hierarchical": hierarchical.all_gather,
+                   "nvls": nvls.all_gather},
     "broadcast": {"ring": broadcast.broadcast, "flat": broadcast.flat},
     "all_to_all": {"pairwise": alltoall.all_to_all},
 }

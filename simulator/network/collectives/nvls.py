@@ -1,4 +1,5 @@
-"""NVLink SHARP all-reduce (NCCL's NVLS algorithm, one node of NVSwitch-connected GPUs).
+"""NVLink SHARP all-reduce, all-gather and reduce-scatter (NCCL's NVLS algorithm, one node, or
+one NVLink domain, of NVSwitch-connected GPUs).
 
 The switch reduces what the GPUs load with multimem.ld_reduce and multicasts what they store
 with multimem.st: for an all-reduce of S bytes over P GPUs each GPU's port carries its whole
@@ -6,8 +7,7 @@ buffer into the switch (every shard is read once) and its 1/P reduced shard back
 shard in and the whole result out, S (1 + 1/P) in each direction, against 2 (P-1)/P S for a
 ring. One phase: NCCL pipelines the reduce-scatter and all-gather halves. Its latency is
 NCCL's NVLS hwLat (simulator/network/nccl.py's call latency replaces the phase's); the rate it
-reaches
-is NCCL's nvlsEfficiency of the link (the protocol's wire factor).
+reaches is NCCL's nvlsEfficiency of the link (the protocol's wire factor).
 """
 
 from __future__ import annotations
@@ -24,13 +24,40 @@ def all_reduce(topo: Topology, size: float, group: np.ndarray) -> list[Phase]:
     p = len(group)
     if p < 2:
         return []
+    _one_node(topo, group)
+    # NVLS reaches `nvls_efficiency` of the ports' rate: as many more bytes at the full rate
+    wire = (1 + 1 / p) / topo.nvls_efficiency
+    return [Phase("nvls all-reduce", 1, (topo.switch_flows("nvls", group, size * wire),))]
+
+
+def _one_node(topo: Topology, group: np.ndarray) -> None:
     nodes = len(np.unique(topo.node_of(group)))
     if nodes != 1:
         raise UserError(f"NVLink SHARP (nvls) runs inside one node; this group spans {nodes} "
                         "nodes (nvls_tree runs across them)")
-    # NVLS reaches `nvls_efficiency` of the ports' rate: as many more bytes at the full rate
-    wire = (1 + 1 / p) / topo.nvls_efficiency
-    return [Phase("nvls all-reduce", 1, (topo.switch_flows("nvls", group, size * wire),))]
+
+
+def all_gather(topo: Topology, size: float, group: np.ndarray) -> list[Phase]:
+    """NCCL's NVLS all-gather (2.19 on, one NVLink domain): each GPU stores its S/P shard once
+    into the switch with multimem.st, which multicasts it to every GPU: a GPU's port carries
+    S/P out and the whole S in; the phase prices S each way (the port's inbound half sets the
+    time), at nvlsEfficiency of the link."""
+    if len(group) < 2:
+        return []
+    _one_node(topo, group)
+    return [Phase("nvls all-gather", 1,
+                  (topo.switch_flows("nvls", group, size / topo.nvls_efficiency),))]
+
+
+def reduce_scatter(topo: Topology, size: float, group: np.ndarray) -> list[Phase]:
+    """NCCL's NVLS reduce-scatter: each GPU reads its S/P shard reduced over every GPU with
+    multimem.ld_reduce, so the switch pulls every GPU's contribution to every shard: a port
+    carries the whole S out and S/P in (priced S each way, the outbound half sets the time)."""
+    if len(group) < 2:
+        return []
+    _one_node(topo, group)
+    return [Phase("nvls reduce-scatter", 1,
+                  (topo.switch_flows("nvls", group, size / topo.nvls_efficiency),))]
 
 
 def tree_all_reduce(topo: Topology, size: float, group: np.ndarray) -> list[Phase]:

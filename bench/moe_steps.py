@@ -1,0 +1,191 @@
+"""Published mixture-of-experts and Blackwell steps against the model (issue 57 item 5).
+
+Every row of profiles/external/moe-blackwell-steps.csv (quotes and sources there and in
+docs/research/moe-blackwell-steps.md) is simulated with the shipped profiles as they are: no
+constant of the model was fitted on any of these rows (the one fitted compute constant, each
+profile's [roofline] sustained share, was fitted on dense H100 and A100 steps of other
+sources: bench/fidelity_parallel.py), so every row is held out, and leaving one source out
+changes nothing. The error is predicted / published - 1 of the step time, per row; rows are
+grouped by source, and by the kind of row (MoE or dense; H100/H800 or Blackwell).
+
+How a row becomes a step (each choice named, none fitted):
+- layout: the row's TP, PP, virtual stages (interleaved when > 1), CP, EP and ETP (blank: TP,
+  Megatron-Core's default, or 1 where EP x TP does not divide a stage's GPUs: the published
+  run could not have had more), global batch, micro-batch (blank: 1), sequence, FP8 where the
+  row says fp8 or mxfp8 (one FP8 rate: the profile's);
+- scheme: dense-adamw (Megatron's distributed optimizer) for Megatron-Core, NeMo and
+  Megatron-Bridge rows; dense-zero3 (FSDP) for torchtitan rows and rows whose `sharding` says
+  fsdp;
+- TP communication overlapped for NVIDIA's performance recipes with TP > 1 (their GPT-3 and
+  Nemotron recipes turn it on: profiles/external/step-calibration.csv); off elsewhere;
+- recomputation: none where blank or none; full where full; Megatron's partial module lists
+  ("selective: ...") as the norms recomputed with the attention core (selective-norm);
+- published step: stated, or global batch x sequence / (tokens per second per GPU x GPUs);
+  rows that give only TFLOP/s are converted with this tool's FLOPs per token (the source's own
+  count may differ: they are reported apart).
+Rows without a layout, or that the model refuses (it says why), are listed, not dropped; a
+refusal of a run that ran is a failure of the model ("runs that ran are accepted").
+
+Run: python bench/moe_steps.py [--csv PATH] [--source NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from cli.outputs import script_outputs  # noqa: E402
+from profiles import UserError  # noqa: E402
+from simulator.memory.peak import step_memory, usable_bytes  # noqa: E402
+from simulator.planning.options import (  # noqa: E402
+    Batch,
+    Overlap,
+    Parallelism,
+    Precision,
+    SchemeOptions,
+    StepOptions,
+)
+from simulator.step.compute import forward_flops_per_token  # noqa: E402
+from simulator.step.simulate import simulate_step  # noqa: E402
+
+DATA = REPO / "profiles" / "external" / "moe-blackwell-steps.csv"
+NVIDIA = ("NeMo", "Megatron")  # performance recipes: TP communication overlapped
+BLACKWELL = ("dgx-b200", "gb200-nvl72")
+
+
+def _int(value, default=None):
+    return default if value is None or (isinstance(value, float) and math.isnan(value)) \
+        else int(value)
+
+
+def recompute_of(text) -> str:
+    if not isinstance(text, str) or text.strip() in ("", "none"):
+        return "none"
+    return "full" if text.strip().startswith("full") else "selective-norm"
+
+
+def options(r) -> StepOptions:
+    """The step a row describes (module docstring)."""
+    tp, pp = _int(r.tp, 1), _int(r.pp, 1)
+    vp = _int(r.vp, 1)
+    interleaved = pp > 1 and vp > 1
+    torchtitan = "torchtitan" in r.framework
+    ep, etp = _int(r.ep, 1), _int(r.etp)
+    if etp is None and ep > 1 and (int(r.gpus) // pp) % (ep * tp):
+        etp = 1  # not published, and EP x TP does not divide the stage: the run had ETP 1
+    parallel = Parallelism(
+        tp=tp, pp=pp, pp_schedule="interleaved" if interleaved else "1f1b",
+        virtual_stages=vp if interleaved else None, recompute=recompute_of(r.recompute),
+        cp=_int(r.cp, 1), ep=ep, etp=etp)
+    nvidia = any(name in r.framework for name in NVIDIA)
+    return StepOptions(
+        r.model, r.hardware, int(r.gpus),
+        scheme=SchemeOptions("dense-zero3" if torchtitan or r.sharding == "fsdp"
+                             else "dense-adamw"),
+        batch=Batch(_int(r.micro_batch, 1), int(r.seq), None, int(r.global_batch)),
+        parallelism=parallel,
+        precision=Precision(fp8=r.precision == "fp8"),
+        overlap=Overlap(tp_comm=True if (nvidia and tp > 1) else None))
+
+
+def published_s(r, cfg) -> float:
+    if r.step_from == "stated":
+        return float(r.step_s)
+    tokens = cfg.sequences * cfg.seq
+    if r.step_from == "tokens":
+        return tokens / (float(r.tokens_per_s_per_gpu) * cfg.gpus)
+    flops = 3 * forward_flops_per_token(cfg.model, cfg.seq) * tokens
+    return flops / (float(r.tflops_per_gpu) * 1e12 * cfg.gpus)
+
+
+def evaluate(r) -> dict:
+    row = {"case": r.case, "source": r.source, "model": r.model, "hardware": r.hardware,
+           "gpus": r.gpus, "precision": r.precision, "step_from": r.step_from,
+           "moe": None, "published_s": math.nan, "predicted_s": math.nan,
+           "error_pct": math.nan, "memory_GB": math.nan, "fits": None, "note": ""}
+    if any(isinstance(v, float) and math.isnan(v) for v in (r.tp, r.pp, r.global_batch)):
+        row["note"] = "no layout or batch published"
+        return row
+    try:
+        cfg = options(r).config()
+    except UserError as e:
+        row["note"] = f"refused: {e}"
+        return row
+    row["moe"] = cfg.model.moe is not None
+    use = step_memory(cfg)
+    row["memory_GB"] = use.total / 1e9
+    row["fits"] = use.total <= usable_bytes(cfg.hardware)
+    res = simulate_step(cfg)
+    row["published_s"] = published_s(r, cfg)
+    row["predicted_s"] = res.step_time_s
+    row["error_pct"] = 100 * (res.step_time_s / row["published_s"] - 1)
+    row.update(compute_s=res.compute_s, ep_comm_s=res.ep_comm_s or 0.0,
+               exposed_comm_s=res.exposed_comm_s, bubble_s=res.pipeline_bubble_s,
+               tp_comm_s=res.tp_comm_s)
+    return row
+
+
+def summary(df: pd.DataFrame, by: str) -> pd.DataFrame:
+    priced = df.dropna(subset=["error_pct"])
+    g = priced.groupby(by)["error_pct"]
+    out = pd.DataFrame({"rows": g.size(), "median_abs_err_pct": g.apply(lambda e: e.abs().median()),
+                        "max_abs_err_pct": g.apply(lambda e: e.abs().max()),
+                        "median_err_pct": g.median()})
+    return out.round(1)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--csv", help="write the per-row table here")
+    ap.add_argument("--source", help="only this source's rows")
+    args = ap.parse_args()
+    script_outputs(ap, {"--csv": args.csv})
+    rows = pd.read_csv(DATA, comment="#")
+    if args.source:
+        rows = rows[rows["source"] == args.source]
+    t0 = time.perf_counter()
+    df = pd.DataFrame([evaluate(r) for r in rows.itertuples()])
+    df["kind"] = [("MoE" if m else "dense") + (", Blackwell" if h in BLACKWELL else ", Hopper")
+                  if m is not None else "-" for m, h in zip(df["moe"], df["hardware"],
+                                                            strict=True)]
+    pd.set_option("display.width", 200)
+    pd.set_option("display.max_rows", 500)
+    pd.set_option("display.max_colwidth", 60)
+    stated = df[df["step_from"] != "tflops"]
+    print(f"# {len(df)} published rows ({DATA.relative_to(REPO)}), none used by any fit: every "
+          f"priced row is held out; {time.perf_counter() - t0:.1f} s")
+    print("\n## step time, held out, rows stating a step or tokens per second, per source")
+    print(summary(stated, "source").to_string())
+    print("\n## the same rows by kind")
+    print(summary(stated, "kind").to_string())
+    print("\n## rows stating TFLOP/s only (converted with this tool's FLOPs per token; the "
+          "source's own count may differ)")
+    print(summary(df[df["step_from"] == "tflops"], "source").to_string())
+    refused = df[df["note"].str.startswith("refused")]
+    print(f"\n## runs that ran: {int((df['fits'] == True).sum())} accepted in memory, "  # noqa: E712
+          f"{int((df['fits'] == False).sum())} over the usable memory (priced anyway), "  # noqa: E712
+          f"{len(refused)} refused by the layout rules")
+    for r in refused.itertuples():
+        print(f"  {r.case}: {r.note}")
+    skipped = df[df["note"] == "no layout or batch published"]
+    print(f"\n## not priced: {len(skipped)} rows without a published layout or batch: "
+          + ", ".join(skipped["case"]))
+    print("\n## every row")
+    cols = ["case", "kind", "gpus", "precision", "published_s", "predicted_s", "error_pct",
+            "memory_GB", "fits", "compute_s", "ep_comm_s", "exposed_comm_s", "bubble_s"]
+    print(df.dropna(subset=["error_pct"])[cols].to_string(index=False,
+                                                          float_format=lambda x: f"{x:.3f}"))
+    if args.csv:
+        df.to_csv(args.csv, index=False)
+
+
+if __name__ == "__main__":
+    main()
