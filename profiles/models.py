@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +115,7 @@ class ModelProfile:
     def _layer(self, i: int) -> list[tuple[int, bool]]:
         return layer_tensors(self.family, self.arch, self.moe, self.mla, i)
 
-    @property
+    @cached_property
     def expert_params(self) -> int:
         """Parameters of one routed expert (0 without experts)."""
         return expert_params(self.family, self.arch, self.moe)
@@ -127,7 +128,7 @@ class ModelProfile:
             return self.arch.head_dim
         return (self.mla.qk_head_dim + self.mla.v_head_dim) / 2
 
-    @property
+    @cached_property
     def moe_layers(self) -> int:
         """Layers with routed experts."""
         return 0 if self.moe is None else self.moe.moe_layers(self.arch.n_layers)
@@ -139,24 +140,24 @@ class ModelProfile:
         given = self.arch.dropout
         return FAMILY_DROPOUT[self.family] if given is None else given
 
-    @property
+    @cached_property
     def n_params(self) -> int:
         return count_params(self.family, self.arch, self.moe, self.mla)
 
-    @property
+    @cached_property  # the layer inventory is walked once a model
     def layer_params(self) -> float:
         """Parameters of one transformer layer, routed experts included; a mean over the
         layers where they differ (a MoE model's dense and MoE layers)."""
         return _mean_layer(self.family, self.arch, self.moe, self.mla)
 
-    @property
+    @cached_property
     def expert_layer_params(self) -> float:
         """Routed-expert parameters of a mean layer (0 for a dense model): what expert
         parallelism shards instead of tensor parallelism."""
         return self.moe_layers * self.moe.n_experts * self.expert_params / self.arch.n_layers \
             if self.moe else 0.0
 
-    @property
+    @cached_property
     def active_layer_params(self) -> float:
         """Parameters a token's forward touches in a mean layer: all of a dense layer; of a MoE
         layer its attention, router, shared expert and top-k routed experts."""
@@ -165,7 +166,7 @@ class ModelProfile:
         return (self.layer_params - self.expert_layer_params
                 + self.moe_layers * self.moe.top_k * self.expert_params / self.arch.n_layers)
 
-    @property
+    @cached_property
     def active_params(self) -> float:
         """Parameters one token's forward touches (the embedding counted once)."""
         return self.n_params - self.arch.n_layers * (self.layer_params

@@ -195,17 +195,20 @@ def memory_use(
     return best
 
 
+@lru_cache(maxsize=4096)
+def _stage_experts(model: ModelProfile, pp: int, chunks: int, stage: int) -> float:
+    """Routed-expert parameters of a pipeline stage's layers (a mean layer's each)."""
+    from simulator.layout.pipeline import stage_layers
+
+    return sum(stage_layers(model.arch.n_layers, pp, chunks)[stage]) * model.expert_layer_params
+
+
 def _stage_state(model: ModelProfile, scheme: SchemeConfig, stage: int, params: float, dp: int,
                  tp: int, dtypes: Dtypes, optimizer_dtype: str, pp: int, chunks: int,
                  routing: Routing | None, edp: int | None) -> tuple[float, float, float, float]:
     """(weights, grads, optimizer, scheme state) of one stage's GPU: its dense parameters over
     the tensor-parallel ranks and `dp`, its routed experts over EP x ETP and `edp`."""
-    experts = 0.0
-    if model.moe is not None:
-        from simulator.layout.pipeline import stage_layers
-
-        layers = sum(stage_layers(model.arch.n_layers, pp, chunks)[stage])
-        experts = layers * model.expert_layer_params
+    experts = _stage_experts(model, pp, chunks, stage) if model.moe is not None else 0.0
     dense = state_bytes(model, scheme, (params - experts) / tp, dp, tp, dtypes,
                         optimizer_dtype, pp)
     if experts == 0:
@@ -350,10 +353,14 @@ def refuse_if_too_big(cfg, scheme: str | None = None) -> None:
         hint = ("more GPUs (--gpus) to shard the optimizer state further" if sharded else
                 "a scheme that shards the optimizer state (dense-adams, scape-partitioned, "
                 "scape --distributed-optimizer)")
+        moe = cfg.model.moe
+        experts = ("more expert parallelism (--ep, dividing the "
+                   f"{moe.n_experts} experts), " if moe is not None and cfg.ep < moe.n_experts
+                   else "")
         recompute = ("" if cfg.recompute == "full" else
                      "activation recomputation (--recompute selective-op or full), ")
         raise UserError(
             f"{cfg.model.name} with {scheme or cfg.scheme.scheme} needs "
             f"{use.total / 1e9:.1f} GB per GPU{where} ({parts} GB), {cfg.hardware.name} has "
             f"{describe_reserve(cfg.hardware)}: try {recompute}tensor or pipeline parallelism "
-            f"(--tp, --pp), a smaller --micro-batch, or {hint}")
+            f"(--tp, --pp), {experts}a smaller --micro-batch, or {hint}")
