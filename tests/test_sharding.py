@@ -79,3 +79,26 @@ def test_fp8_parameter_gathers_need_fp8_and_a_gathering_scheme():
         _cfg(scheme="dense-adams", gpus=64, fp8_param_gather=True)
     with pytest.raises(UserError, match="gathers no parameters"):
         _cfg(scheme="dense-ddp", gpus=64, fp8=True, fp8_param_gather=True)
+
+
+def test_the_planner_searches_hybrid_sharding_for_fsdp():
+    """dense-zero3 plans come with full sharding and with HSDP over a node's data-parallel
+    ranks; every HSDP candidate's shard group is a node's GPUs over its TP."""
+    from profiles import load_hardware, load_model
+    from simulator.planning.plan_request import PlanRequest
+    from simulator.planning.planner import candidates
+
+    req = PlanRequest(load_model("nemotron4-15b"), 1e11, (load_hardware("dgx-h100"),),
+                      max_gpus=64, schemes=("dense-zero3",), workers=1).validate()
+    kept, _ = candidates(req)
+    hybrid = [c for c in kept if c.shard_group is not None]
+    assert hybrid and any(c.shard_group is None for c in kept)
+    assert all(c.shard_group == 8 // c.tp and c.gpus // c.tp > c.shard_group for c in hybrid)
+
+
+def test_a_stage_in_part_of_a_node_and_part_of_another_is_refused():
+    """24 GPUs in 2 stages: 12 a stage straddles nodes of 8 (its collectives cannot be laid
+    out); refused with the pipeline degrees that work, no internal error."""
+    with pytest.raises(UserError, match=r"--pp valid here 1 or 3"):
+        StepOptions("llama-7b", "dgx-h100", 24, batch=Batch(1, 4096, None, 48),
+                    parallelism=Parallelism(pp=2)).config()

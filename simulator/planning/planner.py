@@ -80,6 +80,7 @@ class Candidate:
     cp: int = 1
     ep: int = 1
     etp: int = 1
+    shard_group: int | None = None  # hybrid sharding's group; None: every data-parallel rank
 
     def step_config(self, req: PlanRequest) -> StepConfig:
         """The step this plan runs."""
@@ -92,7 +93,7 @@ class Candidate:
             dtypes=req.dtypes, recompute=self.recompute, pp=self.pp, pp_schedule=self.schedule,
             virtual_stages=self.chunks if self.schedule == "interleaved" else None,
             tp_comm_overlap=req.tp_comm_overlap and self.tp > 1, cp=self.cp, fp8=req.fp8,
-            **moe)
+            shard_group=self.shard_group, **moe)
 
 
 def pipeline_degrees(n_layers: int) -> list[int]:
@@ -139,6 +140,17 @@ def expert_degrees(req: PlanRequest, domain: int, stage_gpus: int) -> list[int]:
     return [e for e in valid if inside // 2 <= e <= inside * 8]
 
 
+def shard_groups(scheme: str, ranks: int, tp: int, domain: int) -> list[int | None]:
+    """Shard groups searched for a scheme over `ranks` data-parallel ranks: every rank (None),
+    and for FSDP (dense-zero3) also hybrid sharding over one NVLink domain's data-parallel
+    ranks (FSDP2 HSDP's usual group: gathers on NVLink, all-reduces across), where that is a
+    proper divisor of the ranks."""
+    inside = domain // tp
+    if scheme != "dense-zero3" or inside < 2 or inside >= ranks or ranks % inside:
+        return [None]
+    return [None, inside]
+
+
 def layouts(req: PlanRequest, hw: HardwareProfile, gpus: int):
     """(tp, pp, schedule, chunks, ep) a job of `gpus` GPUs can take: tensor parallelism inside
     an NVLink domain dividing the heads and the sequence (sequence parallelism, on with tensor
@@ -151,8 +163,9 @@ def layouts(req: PlanRequest, hw: HardwareProfile, gpus: int):
                and req.model.arch.splits_over(t) and (req.seq // cp) % t == 0
                and t * cp <= gpus):
         for pp in pipeline_degrees(n_layers):
-            if gpus % (tp * pp * cp):
-                continue
+            stage = gpus // pp
+            if gpus % (tp * pp * cp) or (domain % stage and stage % domain):
+                continue  # a stage in part of a node, or in whole nodes
             for ep in expert_degrees(req, domain, gpus // pp):
                 if pp == 1:
                     yield tp, pp, "1f1b", 1, ep
@@ -213,7 +226,7 @@ def candidates(req: PlanRequest, gpus_only: int | None = None
             elif not shapes:
                 why[f"{hw.name}: {gpus} GPUs: no tensor-parallel degree divides the heads and "
                     f"the sequence{' over --cp ' + str(req.cp) if req.cp > 1 else ''}"] += 1
-            etp = req.etp or 1
+            etp, domain = req.etp or 1, domain_used(hw, gpus)
             for tp, pp, schedule, chunks, ep in shapes:
                 dp = gpus // (tp * pp * req.cp)
                 routing = (None if req.model.moe is None
@@ -236,20 +249,23 @@ def candidates(req: PlanRequest, gpus_only: int | None = None
                             why[f"does not fit in {hw.name} memory "
                                 f"({usable / 1e9:.0f} GB usable per GPU)"] += 1
                             continue
-                        # what step_memory gives the plan's StepConfig (a test checks),
-                        # without building one for every try
-                        fit = first_fit(req.model, scheme, dp * req.cp, tp, mb,
-                                        req.seq // req.cp, dtypes, RECOMPUTE_ORDER, usable,
-                                        pp, chunks, req.batch // (mb * dp), states,
-                                        (spec, dp, tp, pp, chunks, routing), routing,
-                                        gpus // (pp * ep * etp))
-                        if fit is None:
-                            too_big.add(spec)
-                            why[f"does not fit in {hw.name} memory "
-                                f"({usable / 1e9:.0f} GB usable per GPU)"] += 1
-                            continue
-                        kept.append(Candidate(hw, gpus, spec, tp, mb, fit[0], fit[1] / 1e9, pp,
-                                              schedule, chunks, req.cp, ep, etp))
+                        for shard in shard_groups(scheme.scheme, dp * req.cp, tp, domain):
+                            # what step_memory gives the plan's StepConfig (a test checks),
+                            # without building one for every try
+                            fit = first_fit(req.model, scheme, shard or dp * req.cp, tp, mb,
+                                            req.seq // req.cp, dtypes, RECOMPUTE_ORDER, usable,
+                                            pp, chunks, req.batch // (mb * dp), states,
+                                            (spec, shard or dp, tp, pp, chunks, routing),
+                                            routing, gpus // (pp * ep * etp))
+                            if fit is None:
+                                if shard is None:  # a smaller shard group holds more
+                                    too_big.add(spec)
+                                why[f"does not fit in {hw.name} memory "
+                                    f"({usable / 1e9:.0f} GB usable per GPU)"] += 1
+                                break
+                            kept.append(Candidate(hw, gpus, spec, tp, mb, fit[0], fit[1] / 1e9,
+                                                  pp, schedule, chunks, req.cp, ep, etp,
+                                                  shard))
     return kept, why
 
 
@@ -271,6 +287,8 @@ def _evaluate(args: tuple[Candidate, PlanRequest]) -> dict:
         "hardware": cand.hardware.name, "gpus": cand.gpus, "scheme": cand.scheme,
         "tp": cand.tp, "pp": cand.pp,
         **({} if req.model.moe is None else {"ep": cand.ep, "etp": cand.etp}),
+        **({"shard_group": cand.shard_group} if "dense-zero3" in
+           {scheme_of(s).scheme for s in req.schemes} else {}),
         "schedule": ("-" if cand.pp == 1 else cand.schedule if cand.chunks == 1
                      else f"{cand.schedule} x{cand.chunks}"),
         "chunks": cand.chunks,

@@ -262,6 +262,15 @@ class StepConfig:
         if self.gpus % self.tp:
             raise UserError(f"gpus ({self.gpus}) must be a multiple of --tp {self.tp}")
         self._validate_pipeline()
+        stage = self.gpus // self.pp
+        if self.pp > 1 and not _placeable(stage, self.domain):  # pp 1: the node-size rule
+            valid = [p for p in range(1, self.gpus + 1) if self.gpus % p == 0
+                     and _placeable(self.gpus // p, self.domain)
+                     and p * self.chunks_pp <= self.model.arch.n_layers]
+            raise UserError(f"--pp {self.pp} leaves {stage} GPUs a stage, which neither divide "
+                            f"the {self.domain} GPUs of a node nor fill whole nodes (a stage's "
+                            f"collectives need the same GPUs on every node they span): --pp "
+                            f"valid here {_nearest(valid, self.pp)}")
         self._validate_experts()
         self._validate_sharding()
         if self.pp > 1 and self.scheme.scheme == "dense-zero3":
