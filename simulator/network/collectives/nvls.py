@@ -42,22 +42,22 @@ def all_gather(topo: Topology, size: float, group: np.ndarray) -> list[Phase]:
     into the switch with multimem.st, which multicasts it to every GPU: a GPU's port carries
     S/P out and the whole S in; the phase prices S each way (the port's inbound half sets the
     time), at nvlsEfficiency of the link."""
-    if len(group) < 2:
-        return []
-    _one_node(topo, group)
-    return [Phase("nvls all-gather", 1,
-                  (topo.switch_flows("nvls", group, size / topo.nvls_efficiency),))]
+    return _through_switch(topo, size, group, "nvls all-gather")
 
 
 def reduce_scatter(topo: Topology, size: float, group: np.ndarray) -> list[Phase]:
     """NCCL's NVLS reduce-scatter: each GPU reads its S/P shard reduced over every GPU with
     multimem.ld_reduce, so the switch pulls every GPU's contribution to every shard: a port
     carries the whole S out and S/P in (priced S each way, the outbound half sets the time)."""
+    return _through_switch(topo, size, group, "nvls reduce-scatter")
+
+
+def _through_switch(topo: Topology, size: float, group: np.ndarray, name: str) -> list[Phase]:
+    """One phase of S through each GPU's port and the switch, at nvlsEfficiency."""
     if len(group) < 2:
         return []
     _one_node(topo, group)
-    return [Phase("nvls reduce-scatter", 1,
-                  (topo.switch_flows("nvls", group, size / topo.nvls_efficiency),))]
+    return [Phase(name, 1, (topo.switch_flows("nvls", group, size / topo.nvls_efficiency),))]
 
 
 def tree_all_reduce(topo: Topology, size: float, group: np.ndarray) -> list[Phase]:
