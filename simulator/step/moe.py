@@ -34,9 +34,6 @@ from simulator.network.collective import calibrated
 from simulator.network.engine import PhaseCache, time_alone
 from simulator.network.topology import build_topology
 from simulator.step.profile_memo import ProfileMemo
-from vocabulary.names import MOE_DISPATCHERS
-
-DISPATCHERS = MOE_DISPATCHERS
 
 
 def routed_tokens(cfg) -> float:

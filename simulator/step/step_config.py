@@ -9,12 +9,20 @@ from dataclasses import dataclass, field, replace
 
 from profiles import HardwareProfile, ModelProfile, UserError
 from scape.plan import Dtypes, Plan, SchemeConfig, StepPlan, plan
+from simulator.layout.shapes import Routing
 from simulator.network.collective import MAX_GPUS
 from simulator.network.collectives import ALGORITHMS, AUTO
 from simulator.network.engine import Span
 from simulator.network.topology import build_topology, domain_used
 from simulator.step.compute import check_fp8
-from vocabulary.names import LOSSES, OPTIMIZER_DTYPES, RECOMPUTE, SCHEDULES, STACKS
+from vocabulary.names import (
+    LOSSES,
+    MOE_DISPATCHERS,
+    OPTIMIZER_DTYPES,
+    RECOMPUTE,
+    SCHEDULES,
+    STACKS,
+)
 
 DEFAULT_ALGO = "auto"  # per collective and size, the fastest registered algorithm
 
@@ -99,8 +107,6 @@ class StepConfig:
     @property
     def routing(self):
         """How a MoE layer's tokens reach its experts (None for a dense model)."""
-        from simulator.layout.shapes import Routing
-
         if self.model.moe is None:
             return None
         return Routing(self.ep, self.expert_tp, self.moe_imbalance)
@@ -375,8 +381,6 @@ class StepConfig:
         """Expert parallelism as Megatron-Core takes it: EP divides the experts, EP x ETP
         divides a pipeline stage's GPUs (what is left is the expert data-parallel group), and
         the EP x ETP block sits in one NVLink domain or fills whole ones."""
-        from simulator.step.moe import DISPATCHERS
-
         moe = self.model.moe
         if moe is None:
             given = [f for f, on in (("--ep", self.ep != 1), ("--etp", self.etp is not None),
@@ -409,8 +413,8 @@ class StepConfig:
             raise UserError(f"--moe-imbalance is the busiest expert-parallel rank's tokens over "
                             f"the mean: between 1 (even) and --ep ({self.ep}: one rank takes "
                             f"them all), got {self.moe_imbalance!r}")
-        if self.moe_dispatcher not in DISPATCHERS:
-            raise UserError(f"--moe-dispatcher must be one of {', '.join(DISPATCHERS)}, got "
+        if self.moe_dispatcher not in MOE_DISPATCHERS:
+            raise UserError(f"--moe-dispatcher must be one of {', '.join(MOE_DISPATCHERS)}, got "
                             f"{self.moe_dispatcher!r}")
 
     def _validate_pipeline(self) -> None:
