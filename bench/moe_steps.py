@@ -1,11 +1,12 @@
 """Published mixture-of-experts and Blackwell steps against the model (issue 57 item 5).
 
 Every row of profiles/external/moe-blackwell-steps.csv (quotes and sources there and in
-docs/research/moe-blackwell-steps.md) is simulated with the shipped profiles as they are: no
-constant of the model was fitted on any of these rows (the one fitted compute constant, each
-profile's [roofline] sustained share, was fitted on dense H100 and A100 steps of other
-sources: bench/fidelity_parallel.py), so every row is held out, and leaving one source out
-changes nothing. The error is predicted / published - 1 of the step time, per row; rows are
+docs/research/moe-blackwell-steps.md) is simulated with the shipped profiles as they are. One
+constant was fitted on rows of this file: gb200-nvl72's [roofline] sustained share, on the
+dense BF16 GB200 rows of source dgxc (`fit_share`, `--loso` shows the fit); those rows are
+in-sample and printed apart (`IN_SAMPLE`), every other row is held out (the other profiles'
+shares were fitted on dense H100 and A100 steps of other sources, bench/fidelity_parallel.py,
+or are H100's, assumed). The error is predicted / published - 1 of the step time, per row; rows are
 grouped by source, and by the kind of row (MoE or dense; H100/H800 or Blackwell).
 
 How a row becomes a step (each choice named, none fitted):
@@ -26,6 +27,13 @@ How a row becomes a step (each choice named, none fitted):
 Rows without a layout, or that the model refuses (it says why), are listed, not dropped; a
 refusal of a run that ran is a failure of the model ("runs that ran are accepted").
 
+`--loso`: what calibrating the Blackwell profiles would give. Their [roofline] sustained share
+is H100's, assumed (no Blackwell step was fitted). For each source in turn, each Blackwell
+profile's share is fitted on the OTHER sources' dense BF16 rows of that profile (median log
+error zero, as bench/fidelity_parallel.py fits H100's), and the left-out source's rows (FP8
+and MoE included) are predicted with it; in-sample rows are never counted. Nothing shipped
+changes.
+
 Run: python bench/moe_steps.py [--csv PATH] [--source NAME]
 """
 
@@ -35,6 +43,7 @@ import argparse
 import math
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -59,6 +68,9 @@ from simulator.step.simulate import simulate_step  # noqa: E402
 DATA = REPO / "profiles" / "external" / "moe-blackwell-steps.csv"
 NVIDIA = ("NeMo", "Megatron")  # performance recipes: TP communication overlapped
 BLACKWELL = ("dgx-b200", "gb200-nvl72")
+# (source, hardware): the rows the shipped gb200-nvl72 sustained share was fitted on (their
+# dense BF16 rows): in-sample
+IN_SAMPLE = {("dgxc", "gb200-nvl72")}
 
 
 def _int(value, default=None):
@@ -106,7 +118,15 @@ def published_s(r, cfg) -> float:
     return flops / (float(r.tflops_per_gpu) * 1e12 * cfg.gpus)
 
 
-def evaluate(r) -> dict:
+def with_share(cfg, share: float | None):
+    """`cfg` on its hardware with another sustained share (None: as shipped)."""
+    if share is None:
+        return cfg
+    hw = cfg.hardware
+    return replace(cfg, hardware=replace(hw, roofline=replace(hw.roofline, sustained=share)))
+
+
+def evaluate(r, share: float | None = None) -> dict:
     row = {"case": r.case, "source": r.source, "model": r.model, "hardware": r.hardware,
            "gpus": r.gpus, "precision": r.precision, "step_from": r.step_from,
            "moe": None, "published_s": math.nan, "predicted_s": math.nan,
@@ -120,6 +140,7 @@ def evaluate(r) -> dict:
         row["note"] = f"refused: {e}"
         return row
     row["moe"] = cfg.model.moe is not None
+    cfg = with_share(cfg, share)
     use = step_memory(cfg)
     row["memory_GB"] = use.total / 1e9
     row["fits"] = use.total <= usable_bytes(cfg.hardware)
@@ -142,10 +163,51 @@ def summary(df: pd.DataFrame, by: str) -> pd.DataFrame:
     return out.round(1)
 
 
+def fit_share(rows: pd.DataFrame) -> float:
+    """The sustained share at which `rows`' median log error is zero (bisection, 0.005)."""
+    def median_log(share: float) -> float:
+        errs = [evaluate(r, share)["error_pct"] for r in rows.itertuples()]
+        return float(pd.Series([math.log1p(e / 100) for e in errs if e == e]).median())
+
+    lo, hi = 0.3, 1.2
+    for _ in range(12):
+        mid = (lo + hi) / 2
+        if median_log(mid) > 0:  # predicted too slow: the GPU sustains more
+            lo = mid
+        else:
+            hi = mid
+    return round((lo + hi) / 2 / 0.005) * 0.005
+
+
+def loso(rows: pd.DataFrame) -> pd.DataFrame:
+    """Blackwell rows, each source predicted with shares fitted on the other sources' dense
+    BF16 rows of the same profile (module docstring)."""
+    from profiles import load_model
+
+    is_dense = pd.Series([load_model(m).moe is None for m in rows["model"]], index=rows.index)
+    dense = rows[is_dense & (rows["precision"] == "bf16") & rows["hardware"].isin(BLACKWELL)
+                 & rows["tp"].notna()]
+    out = []
+    for source in sorted(set(rows["source"])):
+        for hw in BLACKWELL:
+            held = rows[(rows["source"] == source) & (rows["hardware"] == hw)]
+            fit_rows = dense[(dense["source"] != source) & (dense["hardware"] == hw)]
+            if held.empty or fit_rows.empty:
+                continue
+            share = fit_share(fit_rows)
+            for r in held.itertuples():
+                row = evaluate(r, share)
+                out.append({**row, "share": share,
+                            "fitted_on": ";".join(sorted(set(fit_rows["source"])))})
+    return pd.DataFrame(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", help="write the per-row table here")
     ap.add_argument("--source", help="only this source's rows")
+    ap.add_argument("--loso", action="store_true",
+                    help="also: Blackwell shares fitted leaving each source out")
     args = ap.parse_args()
     script_outputs(ap, {"--csv": args.csv})
     rows = pd.read_csv(DATA, comment="#")
@@ -153,22 +215,30 @@ def main() -> None:
         rows = rows[rows["source"] == args.source]
     t0 = time.perf_counter()
     df = pd.DataFrame([evaluate(r) for r in rows.itertuples()])
+    df["in_sample"] = [(s, h) in IN_SAMPLE and m is False and p == "bf16" for s, h, m, p in
+                       zip(df["source"], df["hardware"], df["moe"], df["precision"],
+                           strict=True)]
     df["kind"] = [("MoE" if m else "dense") + (", Blackwell" if h in BLACKWELL else ", Hopper")
                   if m is not None else "-" for m, h in zip(df["moe"], df["hardware"],
                                                             strict=True)]
     pd.set_option("display.width", 200)
     pd.set_option("display.max_rows", 500)
     pd.set_option("display.max_colwidth", 60)
-    stated = df[df["step_from"] != "tflops"]
-    print(f"# {len(df)} published rows ({DATA.relative_to(REPO)}), none used by any fit: every "
-          f"priced row is held out; {time.perf_counter() - t0:.1f} s")
-    print("\n## step time, held out, rows stating a step or tokens per second, per source")
+    held_df = df[~df["in_sample"]]
+    stated = held_df[held_df["step_from"] != "tflops"]
+    print(f"# {len(df)} published rows ({DATA.relative_to(REPO)}); {int(df['in_sample'].sum())} "
+          f"in-sample (gb200-nvl72's sustained share was fitted on them), the rest held out; "
+          f"{time.perf_counter() - t0:.1f} s")
+    print("\n## in-sample (the fit's own rows), apart")
+    print(summary(df[df["in_sample"]], "source").to_string())
+    print("\n## step time, held out, rows stating a step or tokens per second, per source "
+          "(dgxc's held-out GB200 rows, FP8 and MoE, share their source with the fit)")
     print(summary(stated, "source").to_string())
     print("\n## the same rows by kind")
     print(summary(stated, "kind").to_string())
     print("\n## rows stating TFLOP/s only (converted with this tool's FLOPs per token; the "
           "source's own count may differ)")
-    print(summary(df[df["step_from"] == "tflops"], "source").to_string())
+    print(summary(held_df[held_df["step_from"] == "tflops"], "source").to_string())
     refused = df[df["note"].str.startswith("refused")]
     print(f"\n## runs that ran: {int((df['fits'] == True).sum())} accepted in memory, "  # noqa: E712
           f"{int((df['fits'] == False).sum())} over the usable memory (priced anyway), "  # noqa: E712
@@ -179,10 +249,21 @@ def main() -> None:
     print(f"\n## not priced: {len(skipped)} rows without a published layout or batch: "
           + ", ".join(skipped["case"]))
     print("\n## every row")
-    cols = ["case", "kind", "gpus", "precision", "published_s", "predicted_s", "error_pct",
-            "memory_GB", "fits", "compute_s", "ep_comm_s", "exposed_comm_s", "bubble_s"]
+    cols = ["case", "kind", "in_sample", "gpus", "precision", "published_s", "predicted_s",
+            "error_pct", "memory_GB", "fits", "compute_s", "ep_comm_s", "exposed_comm_s",
+            "bubble_s"]
     print(df.dropna(subset=["error_pct"])[cols].to_string(index=False,
                                                           float_format=lambda x: f"{x:.3f}"))
+    if args.loso:
+        held = loso(rows)
+        held["kind"] = [("MoE" if m else "dense") + f", {p}" for m, p in
+                        zip(held["moe"], held["precision"], strict=True)]
+        print("\n## --loso: Blackwell rows with the sustained share fitted on the other "
+              "sources' dense BF16 rows of their profile (held out)")
+        stated_h = held[held["step_from"] != "tflops"]
+        print(summary(stated_h, "source").to_string())
+        print(summary(stated_h, "kind").to_string())
+        print(held.groupby(["source", "hardware"])[["share", "fitted_on"]].first().to_string())
     if args.csv:
         df.to_csv(args.csv, index=False)
 
