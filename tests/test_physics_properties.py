@@ -117,6 +117,11 @@ PLAN_SCHEMES = ("dense-adams", "dense-ddp", "dense-zero3", "topk:0.99", "scaleco
                 "scape:0.99", "scape-partitioned:0.99", "quantized:8")
 
 
+def _given(value):
+    """A plan row's optional integer column: None where the row has none (NaN)."""
+    return None if value is None or value != value else int(value)
+
+
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(model=st.sampled_from(("gpt-345m", "llama-500m", "llama-1.8b")),
        profile=st.sampled_from(("dgx-h100", "dgx-a100", "vista-gh200", "commodity-100gbe")),
@@ -147,7 +152,8 @@ def test_plan_rows_re_simulate_to_their_step_and_fit_in_memory(model, profile, m
                          tp=row.tp, dtypes=req.dtypes, recompute=row.recompute, pp=row.pp,
                          pp_schedule="1f1b" if row.chunks == 1 else "interleaved",
                          virtual_stages=row.chunks if row.chunks > 1 else None,
-                         cp=row.cp).validate()
+                         cp=row.cp, shard_group=_given(getattr(row, "shard_group", None))
+                         ).validate()
         assert simulate_step(cfg).step_time_s == pytest.approx(row.step_time_s, rel=1e-9)
         mem = memory_columns(cfg)
         assert mem["fits_memory"], (row.scheme, row.tp, row.pp, row.micro_batch)
