@@ -124,10 +124,12 @@ MOE_OPTS = {
                                        "assumption, printed]"),
     "moe_dispatcher": typer.Option(None, "--moe-dispatcher", "--moe-token-dispatcher-type",
                                    help="alltoall (tokens x top-k sent to their experts' "
-                                        "ranks) or allgather (every rank gathers the EP "
-                                        "group's tokens) [default: alltoall, as NeMo's and "
-                                        "Megatron's MoE recipes set; Megatron-Core's own "
-                                        "default is allgather]"),
+                                        "ranks), allgather (every rank gathers the EP "
+                                        "group's tokens) or flex (DeepEP/HybridEP: one copy "
+                                        "a token per remote NVLink domain, then NVLink) "
+                                        "[default: alltoall, as NeMo's and Megatron's MoE "
+                                        "recipes set; Megatron-Core's own default is "
+                                        "allgather]"),
     "moe_overlap": typer.Option(None, "--moe-overlap/--no-moe-overlap",
                                 help="dispatch and combine beside another micro-batch's "
                                      "compute (Megatron-Core --overlap-moe-expert-parallel-"

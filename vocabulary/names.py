@@ -121,7 +121,7 @@ LOSSES = ("fp32", "eager", "fused", "chunked")
 # pipelining keeps every micro-batch's receive buffers and outputs until the next step)
 STACKS = ("megatron", "torchtitan")
 # Megatron-Core's MoE token dispatchers (--moe-token-dispatcher-type; simulator/step/moe.py)
-MOE_DISPATCHERS = ("alltoall", "allgather")
+MOE_DISPATCHERS = ("alltoall", "allgather", "flex")
 # the optimizer state's dtype: fp32 moments and master weights, or bf16 moments with 16-bit
 # master remainders (NeMo's distributed_fused_adam dtype bf16, store_param_remainders)
 OPTIMIZER_DTYPES = ("fp32", "bf16")

@@ -11,6 +11,10 @@ copied):
 - `allgather` (MoEAllGatherTokenDispatcher): every rank gathers the hidden states of the whole
   EP x ETP group (no top-k copies) and keeps the pairs of its own experts; the combine is a
   reduce-scatter of the same size.
+- `flex` (MoEFlexTokenDispatcher over DeepEP or HybridEP, deepseek-ai/DeepEP README: "NVLink
+  and RDMA forwarding"): a token crosses the network once per remote NVLink domain holding at
+  least one of its experts, to the GPU of the same local rank there, then reaches each chosen
+  expert's GPU over NVLink; the combine mirrors it. Inside one domain it is the all-to-all.
 Sizes follow nccl-tests (scape/plan/types.py): the all-to-all's S is one rank's send buffer,
 tokens x top-k x h values; its busiest receiver gets `imbalance` times the mean (the max/mean
 expert load), and the call ends when it does, so S is scaled by it. The collectives run on the
@@ -26,6 +30,7 @@ forward and backward compute, leaving only what outlasts it.
 
 from __future__ import annotations
 
+import math
 from functools import partial
 
 import numpy as np
@@ -57,7 +62,17 @@ def _collectives(cfg) -> list[tuple[str, int, int, float]]:
         return [("all_gather", group, 1, tokens * h * value * group)] if group > 1 else []
     send = tokens * moe.top_k * h * value * cfg.moe_imbalance  # S: the busiest rank's
     out = []
-    if ep > 1:
+    domains = max(1, ep * etp // cfg.domain)  # NVLink domains the EP group spans
+    if cfg.moe_dispatcher == "flex" and domains > 1:
+        # one copy per remote domain holding one of the token's experts (the chance a domain
+        # holds none of its top-k: drawing k of the experts without the domain's share)
+        e, k, per = moe.n_experts, moe.top_k, moe.n_experts // domains
+        none = math.prod((e - per - i) / (e - i) for i in range(k)) if e - per >= k else 0.0
+        across = tokens * h * value * (1 - none) * domains * cfg.moe_imbalance
+        out.append(("all_to_all", domains, cfg.domain, across))  # S: a copy per domain
+        if ep // domains > 1:  # then NVLink to the experts' GPUs in the domain
+            out.append(("all_to_all", ep // domains, etp, send))
+    elif ep > 1:
         out.append(("all_to_all", ep, etp, send))
     # what a rank received, gathered over its ETP group; where ETP is the layer's TP, the TP
     # all-gather and reduce-scatter every layer pays (tp_overlap.layer_tp_s) stand for these
