@@ -50,6 +50,9 @@ import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from step_loso import share_where_zero  # noqa: E402
 
 from cli.outputs import script_outputs  # noqa: E402
 from profiles import UserError  # noqa: E402
@@ -169,14 +172,7 @@ def fit_share(rows: pd.DataFrame) -> float:
         errs = [evaluate(r, share)["error_pct"] for r in rows.itertuples()]
         return float(pd.Series([math.log1p(e / 100) for e in errs if e == e]).median())
 
-    lo, hi = 0.3, 1.2
-    for _ in range(12):
-        mid = (lo + hi) / 2
-        if median_log(mid) > 0:  # predicted too slow: the GPU sustains more
-            lo = mid
-        else:
-            hi = mid
-    return round((lo + hi) / 2 / 0.005) * 0.005
+    return share_where_zero(median_log, 0.3, 1.2, steps=12)
 
 
 def loso(rows: pd.DataFrame) -> pd.DataFrame:

@@ -103,15 +103,20 @@ def fit_share(times: pd.DataFrame) -> float:
         return float(pd.Series([math.log(at(r, f) / r["measured_s"])
                                 for _, r in times.iterrows()]).median())
 
-    lo, hi = GRID[0], GRID[-1]
-    for _ in range(30):
+    share = share_where_zero(median_log, GRID[0], GRID[-1])
+    return min(max(share, GRID[0]), GRID[-1])
+
+
+def share_where_zero(median_log, lo: float, hi: float, steps: int = 30) -> float:
+    """The sustained share in [lo, hi] where `median_log(share)` (the rows' median log error,
+    falling as the share grows) crosses zero, by bisection, rounded to 0.005."""
+    for _ in range(steps):
         mid = (lo + hi) / 2
         if median_log(mid) > 0:  # predicted too slow: the GPU sustains more
             lo = mid
         else:
             hi = mid
-    share = round((lo + hi) / 2 / 0.005) * 0.005
-    return min(max(share, GRID[0]), GRID[-1])
+    return round((lo + hi) / 2 / 0.005) * 0.005
 
 
 def leave_one_out(rows: pd.DataFrame, times: pd.DataFrame) -> pd.DataFrame:
