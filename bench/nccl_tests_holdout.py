@@ -14,8 +14,7 @@ Four models, each line says which:
 - candidate (not in the product): NCCL's own per-step latency for the protocol its tuner picks
   at each size (hwLat NVLink ring LL/LL128/Simple from profiles/external/nccl-tuning.toml; the
   protocol from simulator/network/nccl.py on the --gpu-from profile's [nccl], ring forced), plus a
-  fixed
-  cost per call and a bandwidth per op fitted on the rows (L1); the held-out op takes the
+  fixed cost per call and a bandwidth per op fitted on the rows (L1); the held-out op takes the
   fitted ops' median cost per call and bandwidth (one launch, one ring). Nothing in it is
   fitted to the held-out rows;
 - built-in: the shipped hardware profile, nothing fitted (`scape collective`).

@@ -238,8 +238,7 @@ def calibrate(name: str, nprocs: list[int], backend: str = "gloo", netbed=None,
               sizes=DEFAULT_SIZES, repeats: int = 7, progress: bool = False,
               share_gpu: bool = False):
     """Sweep at each rank count in `nprocs`, fit all rows at once (simulator/network/fit.py), and
-    write
-    profiles/measured/<name>.toml plus the sweep with its predictions as
+    write profiles/measured/<name>.toml plus the sweep with its predictions as
     <name>.collectives.csv. Returns (path, fit, that table as a DataFrame)."""
     import pandas as pd
 

@@ -530,8 +530,7 @@ GPU_TABLES = ("gpu", "compute", "roofline", "memory")
 def launch_s(fit, world: int) -> float:
     """The fixed cost per call the fitted collectives share at `world` ranks (the median of
     their own, `simulator/network/fit.py` overheads_s): what launching one call costs the process
-    that
-    drives the GPUs (nccl-tests -g 8: one process launching on 8 GPUs), whatever the op, so a
+    that drives the GPUs (nccl-tests -g 8: one process launching on 8 GPUs), whatever the op, so a
     held-out op of the same runs pays it too."""
     import statistics
 

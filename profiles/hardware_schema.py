@@ -171,10 +171,10 @@ ROOFLINE_FIELDS = {
 }
 
 
-# as the planner's --price-per-gpu-hour (simulator/planning/planner.py MAX_PRICE): far above any
-# rent
-# What one GPU's memory holds besides a step's tensors (simulator/memory/peak.py): the bytes the
-# driver reports (nvidia-smi memory.total, MiB; an "80 GB" H100 reports 81,559 MiB), the bytes
+# as the planner's --price-per-gpu-hour (simulator/planning/planner.py MAX_PRICE): far above
+# any rent
+# What one GPU's memory holds besides a step's tensors (simulator/memory/peak.py): the bytes
+# the driver reports (nvidia-smi memory.total, MiB; an "80 GB" H100 reports 81,559 MiB), the bytes
 # outside PyTorch's caching allocator (CUDA context, library workspaces, NCCL's buffers), and
 # the allocator's slack over what it has allocated at the peak (reserved / allocated - 1)
 MEMORY_FIELDS = {

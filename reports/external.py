@@ -4,8 +4,7 @@ Protocol (printed with every result): the network (cost per ring step, bandwidth
 transport) and the compute (MFU per model, optimizer step per element, fixed cost per step)
 are fitted ONLY on the dense AdamS rows: the computation/communication split of the dense steps,
 every model and GPU count (simulator/step/external_fit.py). Kernel costs of the SCAPE reducer are
-not
-fitted at all: they come from the hardware profile's kernel model. The socket transport's
+not fitted at all: they come from the hardware profile's kernel model. The socket transport's
 store-and-forward unit per ring step is not fitted either: it is NCCL's, sourced in the data
 file's [transport] table. Every other row (SCAPE at
 every density, with and without the distributed optimizer and CPU offload; the dense step times,

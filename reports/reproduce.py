@@ -13,8 +13,7 @@ far below the paper's 3.26x on the InfiniBand profile (a choice made after seein
 from the authors' scripts and table, not from the error). Every step is priced as the
 validation prices it (issue 40): each collective runs the algorithm NCCL's tuner picks
 (simulator/network/nccl.py tuner_view), so the headline step is `validate --external`'s prediction
-for
-the same run (tests/test_reproduce.py). The InfiniBand what-if (vista-gh200) is priced beside
+for the same run (tests/test_reproduce.py). The InfiniBand what-if (vista-gh200) is priced beside
 each row (what_if_* columns), not in a table of its own.
 """
 

@@ -5,8 +5,7 @@ Every point is one simulated steady-state step. Batch: the model's global batch,
 or one sequence per GPU once GPUs outnumber it (weak scaling); every scheme at a GPU count does
 the same work per step. Layout: the fastest `scape plan` finds at that GPU count (tensor and
 pipeline parallelism, micro-batch, the least recomputation that fits;
-simulator/planning/planner.py),
-so a 70B or 405B report has points wherever plan has plans.
+simulator/planning/planner.py), so a 70B or 405B report has points wherever plan has plans.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """The memory model (simulator/memory/activations.py, simulator/memory/peak.py): each term against
-the
-formula it cites, and the runs published teams trained on 80 GB GPUs."""
+the formula it cites, and the runs published teams trained on 80 GB GPUs."""
 
 from __future__ import annotations
 

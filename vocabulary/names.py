@@ -114,10 +114,9 @@ RECOMPUTE = ("none", "selective", "selective-norm", "selective-op", "full")
 # cross-entropy on the bf16 logits, or a chunked fused linear cross-entropy (Liger-Kernel)
 LOSSES = ("fp32", "eager", "fused", "chunked")
 # what the training stack keeps beside the layer inventory (simulator/memory/activations.py):
-# Megatron-
-# LM / NeMo (tensor parallelism saves sharded inputs and gathers them again in the backward,
-# pipeline outputs are freed once sent), or torchtitan (DTensor tensor parallelism saves the
-# gathered inputs of its linears and computes the loss-parallel cross-entropy; PyTorch's
+# Megatron-LM / NeMo (tensor parallelism saves sharded inputs and gathers them again in the
+# backward, pipeline outputs are freed once sent), or torchtitan (DTensor tensor parallelism saves
+# the gathered inputs of its linears and computes the loss-parallel cross-entropy; PyTorch's
 # pipelining keeps every micro-batch's receive buffers and outputs until the next step)
 STACKS = ("megatron", "torchtitan")
 # Megatron-Core's MoE token dispatchers (--moe-token-dispatcher-type; simulator/step/moe.py)

@@ -3,8 +3,7 @@ state, activations and the loss, against what the GPU's memory leaves for them.
 
 Every pipeline stage is priced (its layers, the embedding on the first, the output layer and
 loss on the last, the micro-batches its schedule holds at once: simulator/memory/activations.py),
-and
-the GPU's peak is the largest stage's. What a GPU holds beside the step's tensors is the
+and the GPU's peak is the largest stage's. What a GPU holds beside the step's tensors is the
 hardware profile's [memory] table: the device's bytes as the driver reports them, the CUDA
 context, library workspaces and NCCL buffers outside PyTorch's allocator, and the allocator's
 slack over what it allocated (profiles/hardware_schema.py MEMORY_FIELDS). Sources of each

@@ -81,8 +81,7 @@ def calibrated(hw: HardwareProfile, op: str, algo: str, ranks: int, size: float,
     it as NCCL does: the (algorithm, protocol) its tuner picks (or the ones forced, as
     NCCL_ALGO / NCCL_PROTO force them), with the protocol's bandwidth, latencies and the
     host's launch cost (simulator/network/nccl.py). Other profiles: `auto` or the algorithm given,
-    the
-    Simple protocol. A profile's [transport] adds its fixed cost per inter-node call. `nodes`:
+    the Simple protocol. A profile's [transport] adds its fixed cost per inter-node call. `nodes`:
     how many nodes the group spans (default: as few as hold `ranks`)."""
     call = hw.call_overhead_s(ranks)  # the transport's fixed cost per inter-node call
     measured = hw.collectives.get(op)

@@ -100,8 +100,7 @@ def pipeline_degrees(n_layers: int) -> list[int]:
     """Pipeline stages searched, up to MAX_PIPELINE and the layer count: the divisors of the
     layer count (even stages) and the products of twos and threes (uneven splits,
     simulator/layout/pipeline.py stage_layers), so that node counts like 3, 6, 12 or 24 times a
-    power
-    of two have layouts."""
+    power of two have layouts."""
     top = min(n_layers, MAX_PIPELINE)
     smooth = {2**a * 3**b for a in range(7) for b in range(4)}
     return sorted(d for d in range(1, top + 1) if n_layers % d == 0 or d in smooth)

@@ -77,8 +77,7 @@ def socket_view(hw: HardwareProfile) -> HardwareProfile:
 def algorithm(collective: str, size: float, gpus: int, hw: HardwareProfile | None) -> str:
     """The algorithm NCCL runs `collective` of `size` bytes with on `gpus` GPUs of `hw`, one
     per node (simulator/network/nccl.py tuner_view: its tuner's choice, as `auto` prices every
-    step);
-    a ring where no tuner applies (no `hw`, or a collective NCCL does not tune)."""
+    step); a ring where no tuner applies (no `hw`, or a collective NCCL does not tune)."""
     view = nccl.tuner_view(hw, gpus) if hw is not None else None
     if view is None or collective not in nccl.TUNED_OPS:
         return "ring"

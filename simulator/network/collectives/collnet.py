@@ -8,8 +8,7 @@ gather). Per GPU: S (G-1)/G over NVLink each way for the scatter and as much for
 and S/G through its NIC each way; the in-network reduction has no root GPU and no tree depth.
 NCCL pipelines the parts, so they are one phase; its latency is NCCL's CollNet hwLat
 (simulator/network/nccl.py). The network part runs as S/G from each GPU to the same local rank of
-the
-next node (the NIC load each way; the switches' reduction itself is taken as free).
+the next node (the NIC load each way; the switches' reduction itself is taken as free).
 """
 
 from __future__ import annotations
