@@ -16,6 +16,7 @@ from profiles.model_layers import (
     expert_params,
     expert_tensors,
     layer_tensors,
+    mlp_of,
 )
 from profiles.problems import Problems
 from profiles.schema import Field, require_tables, validate_table
@@ -132,6 +133,16 @@ class ModelProfile:
     def moe_layers(self) -> int:
         """Layers with routed experts."""
         return 0 if self.moe is None else self.moe.moe_layers(self.arch.n_layers)
+
+    @property
+    def moe_share(self) -> float:
+        """The share of the layers that have routed experts (0 for a dense model)."""
+        return self.moe_layers / self.arch.n_layers
+
+    @property
+    def gated_mlp(self) -> bool:
+        """Whether the MLPs (and the experts) are gated: SwiGLU's gate and up."""
+        return mlp_of(self.family, self.arch) == "swiglu"
 
     @property
     def dropout(self) -> bool:

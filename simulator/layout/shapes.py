@@ -105,7 +105,7 @@ def moe_work(model: ModelProfile, tokens: int, t: int, sequence_parallel: bool,
     rank's: the mean times `imbalance`."""
     a, moe = model.arch, model.moe
     h = a.d_model
-    gated = (a.mlp or "swiglu") == "swiglu"
+    gated = model.gated_mlp
     routed = tokens / (t if sequence_parallel else 1)  # this rank's tokens at the router
     pairs = routed * routing.etp * moe.top_k * routing.imbalance
     local = moe.n_experts // routing.ep
@@ -141,7 +141,7 @@ def layer_shapes(model: ModelProfile, micro_batch: int, seq_len: int, tp: int = 
         kernels = 7
     else:
         kv = a.n_kv_heads * a.head_dim
-        gated = (a.mlp or "swiglu") == "swiglu"
+        gated = model.gated_mlp
         act = 3 if gated else 2  # the activation reads gate and up (or its input), writes f
         attn = _attention_gemms(model, tokens, t)
         extra_bytes, kernels = 0.0, 6

@@ -125,7 +125,7 @@ def routed_tensors(model, routing, act_bytes: int = 2) -> list[Tensor]:
     moe, h, b = model.moe, model.arch.d_model, act_bytes
     pairs = moe.top_k * routing.imbalance  # per token, before the ETP gather
     width = moe.d_ff_expert  # x pairs x ETP / ETP: a GPU's share of each pair's width
-    gated = (model.arch.mlp or "swiglu") == "swiglu"
+    gated = model.gated_mlp
     fc1 = [Tensor("expert fc1 gate output", b * pairs * width, "tp", OP),
            Tensor("expert fc1 up output", b * pairs * width, "tp", ALL)] if gated else [
         Tensor("expert fc1 output", b * pairs * width, "tp", OP)]
@@ -166,7 +166,7 @@ def layer_memory(model, dropout: bool, attention: str, seq: int, tp: int,
     moe = [t for t in layer_tensors(shared, model.family, dropout, attention, seq, stack=stack)
            if t.bytes_per_token > 0] + routed_tensors(model, routing or Routing())
     moe_kept, moe_again = _kept_and_again(moe, tp, sequence_parallel, recompute)
-    w = model.moe_layers / model.arch.n_layers
+    w = model.moe_share
     return LayerMemory((1 - w) * kept + w * moe_kept, (1 - w) * again + w * moe_again)
 
 

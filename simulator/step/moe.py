@@ -118,10 +118,9 @@ def ep_layer_s(cfg, layer_fwd_s: float, layer_bwd_s: float) -> tuple[float, floa
     per micro-batch: a MoE layer's share of the layers times its calls, forward once and
     backward once (again in the backward where the whole layer is recomputed); with
     `moe_overlap`, only what outlasts the layer's own compute of that pass."""
-    moe = cfg.model.moe
-    if moe is None:
+    if cfg.model.moe is None:
         return 0.0, 0.0
-    share = moe.moe_layers(cfg.model.arch.n_layers) / cfg.model.arch.n_layers
+    share = cfg.model.moe_share
     one = moe_layer_s(cfg)
     fwd = one
     bwd = one * (2 if cfg.recompute == "full" else 1)
@@ -133,10 +132,9 @@ def ep_layer_s(cfg, layer_fwd_s: float, layer_bwd_s: float) -> tuple[float, floa
 def ep_bytes_per_layer(cfg) -> float:
     """Bytes one GPU sends per mean layer and micro-batch for dispatch and combine, forward and
     backward (nccl-tests' wire factors: (P-1)/P of S)."""
-    moe = cfg.model.moe
-    if moe is None:
+    if cfg.model.moe is None:
         return 0.0
-    share = moe.moe_layers(cfg.model.arch.n_layers) / cfg.model.arch.n_layers
+    share = cfg.model.moe_share
     passes = 2 * 2 + (2 if cfg.recompute == "full" else 0)  # dispatch+combine, fwd and bwd
     wire = sum((ranks - 1) / ranks * size for _, ranks, _, size in _collectives(cfg))
     return share * passes * wire

@@ -89,12 +89,11 @@ def layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_
     args = (model, hw, micro_batch, seq_len, tp, sequence_parallel, attention, cp, fp8)
     if model.moe is None:
         return _layer_times(*args)
-    n, moe = model.arch.n_layers, model.moe_layers
-    dense = _layer_times(*args) if moe < n else None
+    w = model.moe_share
+    dense = _layer_times(*args) if w < 1 else None
     routed = _layer_times(*args, moe_layer=True, routing=routing)
     if dense is None:
         return routed
-    w = moe / n
 
     def mean(x: float, y: float) -> float:
         return (1 - w) * x + w * y
