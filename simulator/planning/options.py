@@ -16,7 +16,7 @@ from profiles import load_hardware, load_model
 from scape.plan import Dtypes, foreign_options
 from simulator.planning.compare import parse_scheme, refuse_unread
 from simulator.step.compute import pricing
-from simulator.step.step_config import StepConfig
+from simulator.step.step_config import StepConfig, refuse_expert_options
 from vocabulary.errors import UserError
 from vocabulary.names import DEFAULT_GRAD_DTYPE, DEFAULT_PARAM_DTYPE, DTYPE_BYTES
 
@@ -222,12 +222,8 @@ class StepOptions:
                                   else e["moe_dispatcher"]),
                "moe_overlap": bool(e["moe_overlap"])}
         model = load_model(self.model)
-        if model.moe is None:  # a value typed for a dense model is refused, not dropped
-            given = [f"--{k.replace('_', '-')}" for k, v in e.items()
-                     if v is not None and not (k == "ep" and v == 1)]
-            if given:
-                raise UserError(f"{', '.join(given)}: {model.name} has no experts (no [moe] "
-                                "table); leave them out, or take a MoE model")
+        refuse_expert_options(model, [f"--{k.replace('_', '-')}" for k, v in e.items()
+                                      if v is not None and not (k == "ep" and v == 1)])
         cfg = StepConfig(
             model=model, hardware=load_hardware(self.hardware),
             gpus=self.gpus, **moe, shard_group=self.parallelism.shard_group,

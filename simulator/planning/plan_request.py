@@ -15,7 +15,7 @@ from simulator.planning.compare import parse_scheme, refuse_same
 from simulator.planning.options import Overlap, Precision
 from simulator.step.batch import check_workers
 from simulator.step.compute import check_fp8
-from simulator.step.step_config import check_cp
+from simulator.step.step_config import check_cp, refuse_expert_options
 
 # dense-zero3 (FSDP) is searched when asked for (--schemes): it gathers for every micro-batch,
 # thousands of collectives per step at large accumulation, and would dominate the search time
@@ -75,9 +75,7 @@ class PlanRequest:
                                  ("--moe-imbalance", self.moe_imbalance != 1.0),
                                  ("--moe-overlap", self.moe_overlap)) if on]
         if moe is None:
-            if given:
-                raise UserError(f"{', '.join(given)}: {self.model.name} has no experts (no "
-                                "[moe] table); leave them out, or take a MoE model")
+            refuse_expert_options(self.model, given)
             return
         if self.ep is not None and (self.ep < 1 or moe.n_experts % self.ep):
             valid = [e for e in range(1, moe.n_experts + 1) if moe.n_experts % e == 0]

@@ -383,12 +383,10 @@ class StepConfig:
         the EP x ETP block sits in one NVLink domain or fills whole ones."""
         moe = self.model.moe
         if moe is None:
-            given = [f for f, on in (("--ep", self.ep != 1), ("--etp", self.etp is not None),
-                                     ("--moe-imbalance", self.moe_imbalance != 1.0),
-                                     ("--moe-overlap", self.moe_overlap)) if on]
-            if given:
-                raise UserError(f"{', '.join(given)}: {self.model.name} has no experts (no "
-                                "[moe] table); leave them out, or take a MoE model")
+            refuse_expert_options(self.model, [
+                f for f, on in (("--ep", self.ep != 1), ("--etp", self.etp is not None),
+                                ("--moe-imbalance", self.moe_imbalance != 1.0),
+                                ("--moe-overlap", self.moe_overlap)) if on])
             return
         if self.ep < 1 or moe.n_experts % self.ep:
             valid = [e for e in range(1, moe.n_experts + 1) if moe.n_experts % e == 0]
@@ -489,6 +487,14 @@ def hybrid(sharded: Plan, shard_bytes: float) -> Plan:
                                group="replica"))
         steps.append((w, StepPlan(tuple(ops), s.kernels)))
     return Plan(sharded.scheme, tuple(steps))
+
+
+def refuse_expert_options(model: ModelProfile, given: list[str]) -> None:
+    """Expert options typed for a model without experts are refused, not dropped (StepConfig,
+    the step's options, the planner's request: each knows what was typed)."""
+    if model.moe is None and given:
+        raise UserError(f"{', '.join(given)}: {model.name} has no experts (no [moe] table); "
+                        "leave them out, or take a MoE model")
 
 
 def _placeable(ranks: int, domain: int) -> bool:
