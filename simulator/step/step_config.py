@@ -83,7 +83,7 @@ class StepConfig:
     etp: int | None = None
     # the busiest expert-parallel rank's tokens over the mean (max/mean expert load; 1: even)
     moe_imbalance: float = 1.0
-    moe_dispatcher: str = "alltoall"  # alltoall | allgather (Megatron-Core's dispatchers)
+    moe_dispatcher: str = "alltoall"  # alltoall | allgather | flex (Megatron-Core's dispatchers)
     moe_overlap: bool = False  # dispatch and combine beside another micro-batch's compute
     # hybrid sharding (FSDP2 HSDP, torchtitan's data_parallel_shard_degree; Megatron's
     # --num-distributed-optimizer-instances): a ZeRO scheme shards over groups of this many
