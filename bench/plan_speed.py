@@ -1,10 +1,13 @@
 """How fast the planner answers (issue 39's goals: `plan` for Llama-70B up to 4,096 GPUs in
-<= 2 s, one step on the planner's path in <= 2 ms, on this 2-core host).
+<= 2 s, one step on the planner's path in <= 2 ms; issue 57's: DeepSeek-V3 on an H100 or GB200
+profile up to 4,096 GPUs, expert parallelism searched, in <= 2 s; on this 2-core host).
 
 Prints, each a median of --runs:
-- the wall time of `scape plan --model llama-70b --tokens 1e12 --hardware dgx-h100
-  --max-gpus 4096` as a user runs it (a fresh process: imports included), bounded (default)
-  and, with --exhaustive-too, simulating every feasible plan;
+- the wall time of `scape plan --model M --tokens 1e12 --hardware H --max-gpus 4096` as a
+  user runs it (a fresh process: imports included), for Llama-70B on dgx-h100 and
+  DeepSeek-V3 on dgx-h100 and gb200-nvl72, bounded (default: the lazy search of
+  simulator/planning/search.py) and, with --exhaustive-too, Llama-70B simulating every
+  feasible plan;
 - in-process: candidates (memory of every try), lower bounds (one per layout), and the
   seconds per simulated step on the planner's path (simulate_cached, collectives reused).
 Run one timing job at a time, with nothing else busy.
@@ -29,8 +32,15 @@ from simulator.planning.plan_request import PlanRequest  # noqa: E402
 from simulator.planning.planner import bounds, candidates  # noqa: E402
 from simulator.step.batch import phase_cache, simulate_cached  # noqa: E402
 
-PLAN = [sys.executable, "-m", "cli", "plan", "--model", "llama-70b", "--tokens", "1e12",
-        "--hardware", "dgx-h100", "--max-gpus", "4096", "--format", "csv"]
+
+def plan_args(model: str, hardware: str) -> list[str]:
+    return [sys.executable, "-m", "cli", "plan", "--model", model, "--tokens", "1e12",
+            "--hardware", hardware, "--max-gpus", "4096", "--format", "csv"]
+
+
+PLAN = plan_args("llama-70b", "dgx-h100")
+# (model, hardware) of the wall times printed
+ASKED = (("llama-70b", "dgx-h100"), ("deepseek-v3", "dgx-h100"), ("deepseek-v3", "gb200-nvl72"))
 
 
 def wall(args: list[str], runs: int) -> list[float]:
@@ -47,9 +57,10 @@ def in_process(runs: int) -> dict:
                       max_gpus=4096, workers=1).validate()
     t_cand, t_bound = [], []
     for _ in range(runs):
-        from simulator.memory import activations, memory, pipeline
+        from simulator.layout import pipeline
+        from simulator.memory import activations, peak
 
-        for cached in (memory._stage_activations, activations.in_flight,
+        for cached in (peak._stage_activations, activations.in_flight,
                        activations.layer_memory, pipeline.pipeline_bound):
             cached.cache_clear()  # each run from cold, as a fresh process is
         from simulator.step import simulate as step_module
@@ -85,16 +96,18 @@ def main() -> int:
     args = parser.parse_args()
     if args.runs < 1:
         parser.exit(2, f"{parser.prog}: error: --runs must be at least 1\n")
-    bounded = wall(PLAN, args.runs)
-    print(f"scape plan llama-70b up to 4,096 GPUs (bounded, every core): median "
-          f"{statistics.median(bounded):.2f} s over {args.runs} runs "
-          f"({', '.join(f'{t:.2f}' for t in bounded)})")
+    for model, hardware in ASKED:
+        bounded = wall(plan_args(model, hardware), args.runs)
+        print(f"scape plan {model} on {hardware} up to 4,096 GPUs (bounded, every core): "
+              f"median {statistics.median(bounded):.2f} s over {args.runs} runs "
+              f"({', '.join(f'{t:.2f}' for t in bounded)})")
     if args.exhaustive_too:
         every = wall([*PLAN, "--exhaustive"], 1)
         print(f"  --exhaustive (every feasible plan simulated): {every[0]:.1f} s")
     got = in_process(args.runs)
     steps = sorted(got["step_ms"])
-    print(f"in-process: {got['feasible']:,} feasible plans; candidates (memory of every try) "
+    print(f"in-process, llama-70b, every plan: {got['feasible']:,} feasible plans; candidates "
+          f"(memory of every try) "
           f"{got['candidates_s']:.2f} s, lower bounds {got['bounds_s']:.2f} s (medians)")
     print(f"one simulated step on the planner's path, the 200 lowest bounds: median "
           f"{1000 * statistics.median(steps):.2f} ms, p90 {1000 * steps[int(0.9 * len(steps))]:.2f}"

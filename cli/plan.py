@@ -152,7 +152,9 @@ def plan_cmd(
              **({} if req.model.moe is None else {
                  "ep_asked": ep, "etp_asked": etp, "moe_imbalance": req.moe_imbalance,
                  "moe_dispatcher": req.moe_dispatcher, "moe_overlap": req.moe_overlap}),
+             # found where the search looked (--exhaustive: all of them)
              "feasible_plans": df.attrs.get("feasible"),
+             "gpu_counts_laid_out": df.attrs.get("counts_opened"),
              "gpu_counts_searched": " ".join(map(str, df.attrs.get("gpu_counts", []))),
              "simulated_plans": df.attrs.get("simulated")}
     if fmt != "table":  # every row carries the request it answers
@@ -173,6 +175,10 @@ def plan_cmd(
                    else "the others' lower bounds are above the plans shown")
     how_many = (f"{feasible} feasible plans" if simulated >= feasible else
                 f"{feasible} feasible plans, {simulated} simulated ({skipped_why})")
+    opened, counts_all = df.attrs.get("counts_opened"), len(df.attrs.get("gpu_counts", []))
+    if opened is not None and opened < counts_all:  # the lazy search left counts unopened
+        how_many = (f"{how_many}; {opened} of {counts_all} GPU counts laid out (the others' "
+                    "compute floors cannot beat the plans shown)")
     header = (f"{model}, {tokens:.3g} tokens, global batch {req.batch} x seq {req.seq}; "
               f"{how_many}, ranked by {ranked}; schedule: pipeline (1f1b, or "
               f"interleaved x chunks); recompute: the least that fits; memory_spare_pct: "

@@ -6,10 +6,8 @@ quality) and cost."""
 from __future__ import annotations
 
 import math
-import os
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -190,81 +188,121 @@ def measured_counts(hw: HardwareProfile) -> set[int] | None:
     return counts
 
 
+@dataclass(frozen=True)
+class Try:
+    """A layout and micro-batch a GPU count can take, before memory decides the schemes and
+    the recomputation that fit."""
+
+    tp: int
+    pp: int
+    schedule: str
+    chunks: int
+    ep: int
+    micro_batch: int
+
+    @property
+    def layout(self) -> tuple:  # what the schemes that fit no smaller micro-batch share
+        return self.tp, self.pp, self.schedule, self.chunks, self.ep
+
+
+def count_reasons(req: PlanRequest, hw: HardwareProfile, counts: list[int], gpus_only,
+                  why: Counter) -> None:
+    """Why a profile has no GPU count to lay out at all (whole nodes, none filled)."""
+    if req.max_gpus < hw.node.gpus_per_node:  # the planner rents whole nodes
+        why[f"{hw.name}: --max-gpus {req.max_gpus} is below one node "
+            f"({hw.node.gpus_per_node} GPUs), and plans rent whole nodes"] += 1
+    elif not counts and gpus_only is None:  # whole nodes, but no layout fills them
+        why[f"{hw.name}: no layout (tp x pp x dp x cp, dp dividing the global batch "
+            f"{req.batch}) fills whole nodes of {hw.node.gpus_per_node} GPUs up to "
+            f"--max-gpus {req.max_gpus}"] += 1
+
+
+def count_tries(req: PlanRequest, hw: HardwareProfile, gpus: int, why: Counter) -> list[Try]:
+    """Every layout and micro-batch of `gpus` GPUs that splits the global batch (memory not
+    yet asked); why the others fail, counted in `why`."""
+    priced = measured_counts(hw)
+    if priced is not None and gpus not in priced:  # skipped, with the reason, not fatal
+        why[f"{hw.name}: {gpus} GPU{'s' if gpus > 1 else ''}: {UNMEASURED} "
+            f"{', '.join(map(str, sorted(priced))) or 'no'} ranks (scape calibrate "
+            f"collectives --nprocs, compute --max-ranks)"] += 1
+        return []
+    if req.cp > 1 and gpus % req.cp:
+        why[f"{gpus} GPUs do not split into --cp {req.cp} context-parallel ranks"] += 1
+        return []
+    shapes = list(layouts(req, hw, gpus))
+    if not shapes and req.ep is not None:
+        why[f"{hw.name}: {gpus} GPUs: --ep {req.ep} x --etp {req.etp or 1} divides no "
+            "pipeline stage's GPUs in whole NVLink domains"] += 1
+    elif not shapes:
+        why[f"{hw.name}: {gpus} GPUs: no tensor-parallel degree divides the heads and "
+            f"the sequence{' over --cp ' + str(req.cp) if req.cp > 1 else ''}"] += 1
+    out = []
+    for tp, pp, schedule, chunks, ep in shapes:
+        dp = gpus // (tp * pp * req.cp)
+        for mb in MICRO_BATCHES:
+            if req.batch % (mb * dp):
+                why["global batch does not split over the data-parallel ranks"] += 1
+            elif chunks > 1 and (req.batch // (mb * dp)) % pp:
+                why["interleaved: micro-batches not a multiple of the stages"] += 1
+            else:
+                out.append(Try(tp, pp, schedule, chunks, ep, mb))
+    return out
+
+
+def try_fits(req: PlanRequest, hw: HardwareProfile, gpus: int, t: Try, why: Counter,
+             states: dict, too_big: dict) -> list[Candidate]:
+    """The plans of one layout and micro-batch that fit in memory: every scheme (and shard
+    group) with the least recomputation that fits; why the others do not, in `why`.
+    `states`: each scheme's state per stage, shared by the micro-batches of a profile;
+    `too_big`: per layout, the smallest micro-batch at which a scheme fitted with no policy
+    (a larger one holds more activations and the same state, so it does not fit either:
+    counted, not priced)."""
+    usable, etp, domain = usable_bytes(hw), req.etp or 1, domain_used(hw, gpus)
+    tp, pp, chunks, ep, mb = t.tp, t.pp, t.chunks, t.ep, t.micro_batch
+    dp = gpus // (tp * pp * req.cp)
+    routing = None if req.model.moe is None else Routing(ep, etp, req.moe_imbalance)
+    failed = too_big.setdefault((hw.name, gpus, t.layout), {})
+    kept = []
+    for spec in req.schemes:
+        scheme = scheme_of(spec)
+        if pp > 1 and scheme.scheme == "dense-zero3":
+            why["dense-zero3 (FSDP) with pipeline stages: not modelled"] += 1
+            continue
+        if failed.get(spec, math.inf) <= mb:
+            why[f"does not fit in {hw.name} memory ({usable / 1e9:.0f} GB usable per GPU)"] += 1
+            continue
+        for shard in shard_groups(scheme.scheme, dp * req.cp, tp, domain):
+            # what step_memory gives the plan's StepConfig (a test checks), without building
+            # one for every try
+            fit = first_fit(req.model, scheme, shard or dp * req.cp, tp, mb,
+                            req.seq // req.cp, req.dtypes, RECOMPUTE_ORDER, usable, pp, chunks,
+                            req.batch // (mb * dp), states,
+                            (spec, shard or dp, tp, pp, chunks, routing), routing,
+                            gpus // (pp * ep * etp))
+            if fit is None:
+                if shard is None:  # a smaller shard group holds more
+                    failed[spec] = min(failed.get(spec, math.inf), mb)
+                why[f"does not fit in {hw.name} memory "
+                    f"({usable / 1e9:.0f} GB usable per GPU)"] += 1
+                break
+            kept.append(Candidate(hw, gpus, spec, tp, mb, fit[0], fit[1] / 1e9, pp,
+                                  t.schedule, chunks, req.cp, ep, etp, shard))
+    return kept
+
+
 def candidates(req: PlanRequest, gpus_only: int | None = None
                ) -> tuple[list[Candidate], Counter]:
     """Every configuration that fits in memory and splits the global batch; why others fail.
     `gpus_only`: only that GPU count's (report scaling prices one count at a time)."""
     kept, why = [], Counter()
-    parsed = [(spec, parse_scheme(spec)) for spec in req.schemes]
-    dtypes = req.dtypes
     for hw in req.hardware:
-        usable = usable_bytes(hw)
         counts = [n for n in gpu_counts(hw, req) if gpus_only in (None, n)]
-        if req.max_gpus < hw.node.gpus_per_node:  # the planner rents whole nodes
-            why[f"{hw.name}: --max-gpus {req.max_gpus} is below one node "
-                f"({hw.node.gpus_per_node} GPUs), and plans rent whole nodes"] += 1
-        elif not counts and gpus_only is None:  # whole nodes, but no layout fills them
-            why[f"{hw.name}: no layout (tp x pp x dp x cp, dp dividing the global batch "
-                f"{req.batch}) fills whole nodes of {hw.node.gpus_per_node} GPUs up to "
-                f"--max-gpus {req.max_gpus}"] += 1
-        priced = measured_counts(hw)
-        states: dict = {}  # each scheme's state per stage, shared by the micro-batches
+        count_reasons(req, hw, counts, gpus_only, why)
+        states: dict = {}
+        too_big: dict = {}
         for gpus in counts:
-            if priced is not None and gpus not in priced:  # skipped, with the reason, not fatal
-                why[f"{hw.name}: {gpus} GPU{'s' if gpus > 1 else ''}: {UNMEASURED} "
-                    f"{', '.join(map(str, sorted(priced))) or 'no'} ranks (scape calibrate "
-                    f"collectives --nprocs, compute --max-ranks)"] += 1
-                continue
-            if req.cp > 1 and gpus % req.cp:
-                why[f"{gpus} GPUs do not split into --cp {req.cp} context-parallel ranks"] += 1
-                continue
-            shapes = list(layouts(req, hw, gpus))
-            if not shapes and req.ep is not None:
-                why[f"{hw.name}: {gpus} GPUs: --ep {req.ep} x --etp {req.etp or 1} divides no "
-                    "pipeline stage's GPUs in whole NVLink domains"] += 1
-            elif not shapes:
-                why[f"{hw.name}: {gpus} GPUs: no tensor-parallel degree divides the heads and "
-                    f"the sequence{' over --cp ' + str(req.cp) if req.cp > 1 else ''}"] += 1
-            etp, domain = req.etp or 1, domain_used(hw, gpus)
-            for tp, pp, schedule, chunks, ep in shapes:
-                dp = gpus // (tp * pp * req.cp)
-                routing = (None if req.model.moe is None
-                           else Routing(ep, etp, req.moe_imbalance))
-                # schemes no policy fits at a smaller micro-batch: a larger one holds more
-                # activations and the same state, so it does not fit either (counted, not priced)
-                too_big: set[str] = set()
-                for mb in MICRO_BATCHES:
-                    if req.batch % (mb * dp):
-                        why["global batch does not split over the data-parallel ranks"] += 1
-                        continue
-                    if chunks > 1 and (req.batch // (mb * dp)) % pp:
-                        why["interleaved: micro-batches not a multiple of the stages"] += 1
-                        continue
-                    for spec, scheme in parsed:
-                        if pp > 1 and scheme.scheme == "dense-zero3":
-                            why["dense-zero3 (FSDP) with pipeline stages: not modelled"] += 1
-                            continue
-                        if spec in too_big:
-                            why[f"does not fit in {hw.name} memory "
-                                f"({usable / 1e9:.0f} GB usable per GPU)"] += 1
-                            continue
-                        for shard in shard_groups(scheme.scheme, dp * req.cp, tp, domain):
-                            # what step_memory gives the plan's StepConfig (a test checks),
-                            # without building one for every try
-                            fit = first_fit(req.model, scheme, shard or dp * req.cp, tp, mb,
-                                            req.seq // req.cp, dtypes, RECOMPUTE_ORDER, usable,
-                                            pp, chunks, req.batch // (mb * dp), states,
-                                            (spec, shard or dp, tp, pp, chunks, routing),
-                                            routing, gpus // (pp * ep * etp))
-                            if fit is None:
-                                if shard is None:  # a smaller shard group holds more
-                                    too_big.add(spec)
-                                why[f"does not fit in {hw.name} memory "
-                                    f"({usable / 1e9:.0f} GB usable per GPU)"] += 1
-                                break
-                            kept.append(Candidate(hw, gpus, spec, tp, mb, fit[0], fit[1] / 1e9,
-                                                  pp, schedule, chunks, req.cp, ep, etp,
-                                                  shard))
+            for t in count_tries(req, hw, gpus, why):
+                kept += try_fits(req, hw, gpus, t, why, states, too_big)
     return kept, why
 
 
@@ -385,8 +423,11 @@ def steps_of(req: PlanRequest) -> int:
 
 
 def _layout_key(c: Candidate) -> tuple:
+    """What a plan's lower bound depends on: everything but its scheme and shard group (the
+    data-parallel communication the bound leaves out). The expert degrees are in it: a key
+    without them gave every EP of a layout the first one's bound (issue 57's planner)."""
     return (c.hardware.name, c.gpus, c.tp, c.pp, c.schedule, c.chunks, c.micro_batch,
-            c.recompute, c.cp)
+            c.recompute, c.cp, c.ep, c.etp)
 
 
 def _bounds_of(args: tuple[list[Candidate], PlanRequest]) -> list[float]:
@@ -448,90 +489,31 @@ def evaluate_bounded(req: PlanRequest, cands: list[Candidate], keep: int,
     plans are known: a plan not simulated is bounded worse than each of them, so the ranking's
     top `keep` is the one simulating every candidate gives (branch and bound; a test compares
     them). Candidates whose bound already misses the deadline or budget are not simulated.
+    `frontier`: also every plan of the time-cost frontier (`pareto`). The search is
+    simulator/planning/search.py's, from these candidates only."""
+    from simulator.planning.search import search
 
-    `frontier`: also every plan of the time-cost frontier (`pareto`): a candidate is skipped
-    only where a simulated plan is faster than its bound and no dearer than its bound's cost,
-    so it could not be on the frontier; the frontier of the plans simulated is then the one
-    simulating every candidate gives (a test compares them)."""
-    key = RANK_KEYS[req.rank][0]
-    workers = req.workers if req.workers is not None else (os.cpu_count() or 1)
-    pool = ProcessPoolExecutor(workers) if workers > 1 else None
-    try:
-        return _bounded(req, cands, keep, progress, key, pool, workers, frontier)
-    finally:
-        if pool is not None:
-            pool.shutdown()
-
-
-def _dominated(front: list[tuple[float, float]], low: dict, slack: float) -> bool:
-    """Whether a plan of `front` ((hours, cost) simulated) beats every plan `low` bounds:
-    faster than its hours (so it sorts first) and no dearer than its cost."""
-    return any(h < low["hours"] * slack and c <= low["cost_usd"] * slack for h, c in front)
-
-
-def _bounded(req: PlanRequest, cands: list[Candidate], keep: int, progress, key: str, pool,
-             workers: int, frontier: bool = False) -> pd.DataFrame:
-    lows = bounds(req, cands, pool, workers)
-    live = [i for i, b in enumerate(lows) if math.isfinite(b[key])
-            and (req.deadline_hours is None or b["hours"] <= req.deadline_hours)
-            and (req.budget_usd is None or b["cost_usd"] <= req.budget_usd)]
-    # topology together within equal bounds, so the collectives built are reused
-    live.sort(key=lambda i: (lows[i][key], cands[i].hardware.name, cands[i].gpus))
-    cats = [_category(cands[i].scheme) for i in live]
-    # the bound of the next candidate not simulated, per category: all, dense, non-SCAPE
-    kept: list[dict] = []
-    rows: list[dict] = []
-    pos, batch = 0, max(8, 8 * (req.workers or os.cpu_count() or 1))
-    slack = 1 - 1e-9  # the bound's float residue over the simulated step (tests/test_planner)
-
-    def settled(need: int, member, nxt_low: float) -> bool:
-        values = sorted(r[key] for r in kept if member(r))
-        return len(values) >= need and values[need - 1] < nxt_low * slack
-
-    def next_low(member_cat) -> float:
-        for j in range(pos, len(live)):
-            if member_cat(cats[j]):
-                return lows[live[j]][key]
-        return math.inf
-
-    front: list[tuple[float, float]] = []  # (hours, cost) of the frontier simulated so far
-    while pos < len(live):
-        if frontier:  # leave out what the frontier so far beats, unless a footnote needs it
-            need = (not settled(1, lambda r: r["quality"] == "dense", next_low(lambda c: c[0])),
-                    not settled(1, lambda r: not r["scheme"].startswith(SCAPE_FAMILY),
-                                next_low(lambda c: c[1])))
-            picked: list[int] = []
-            while pos < len(live) and len(picked) < batch:
-                j = pos
-                pos += 1
-                if (_dominated(front, lows[live[j]], slack)
-                        and not (need[0] and cats[j][0]) and not (need[1] and cats[j][1])):
-                    continue
-                picked.append(live[j])
-        else:
-            picked = live[pos:pos + batch]
-            pos += len(picked)
-        chosen = [(cands[i], req) for i in picked]
-        got = (list(pool.map(_evaluate, chosen, chunksize=max(1, len(chosen) // workers)))
-               if pool is not None and len(chosen) >= 8 else [_evaluate(c) for c in chosen])
-        rows += got
-        if progress:
-            progress(len(got))
-        kept += [r for r in got if _qualifies(req, r)]
-        if frontier:
-            done = pd.DataFrame(rows, columns=["hours", "cost_usd"])
-            on = done[pareto(done)]
-            front = list(zip(on["hours"], on["cost_usd"], strict=True))
-            continue  # every candidate is simulated or beaten
-        if (settled(keep, lambda r: True, next_low(lambda c: True))
-                and settled(1, lambda r: r["quality"] == "dense",
-                            next_low(lambda c: c[0]))
-                and settled(1, lambda r: not r["scheme"].startswith(SCAPE_FAMILY),
-                            next_low(lambda c: c[1]))):
-            break
-    df = pd.DataFrame(rows)
-    df.attrs["simulated"] = len(rows)
+    df, _ = search(req, keep, frontier, progress, plans=(cands, bounds(req, cands)))
     return df
+
+
+def _refuse_none(req: PlanRequest, why: Counter) -> None:
+    """No configuration of the request fits: say why, with what to change."""
+    reasons = "; ".join(f"{n} configuration{'s' if n > 1 else ''}: {r}"
+                        for r, n in why.most_common(3))
+    if all("below one node" in r for r in why):
+        raise UserError(f"no plan for {req.model.name} ({reasons}): give --max-gpus of at "
+                        "least one node")
+    if all(UNMEASURED in r for r in why):
+        raise UserError(f"no plan for {req.model.name} ({reasons}): measure the GPU counts "
+                        "to plan, or give --max-gpus within those measured")
+    if all("does not split" in r or UNMEASURED in r for r in why):
+        sizes = sorted({c for hw in req.hardware for c in gpu_counts(hw, req)})
+        raise UserError(f"no configuration of {req.model.name} fits ({reasons}): give a "
+                        f"--global-batch that the data-parallel ranks divide (the GPU "
+                        f"counts here: {', '.join(map(str, sizes))}), now {req.batch}")
+    raise UserError(f"no configuration of {req.model.name} fits ({reasons}); relax: more "
+                    "GPUs (--max-gpus), GPUs with more memory, or a smaller global batch")
 
 
 def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None = None,
@@ -540,51 +522,51 @@ def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None
     """Feasible plans ranked by time to train, then cost (or as `req.rank` says). Raises
     UserError when none is. `keep`: the plans the caller shows; only they (and the best dense
     and non-SCAPE plans) are simulated for sure, the rest as far as their bounds require
-    (evaluate_bounded); None: every feasible plan is simulated. `frontier` (with `keep`): the
-    whole time-cost frontier is simulated too (`pareto` marks it)."""
+    (simulator/planning/search.py: GPU counts and layouts are opened lazily, so `feasible`
+    counts the plans found where the search looked); None: every feasible plan is simulated.
+    `frontier` (with `keep`): the whole time-cost frontier is simulated too (`pareto` marks
+    it)."""
+    from simulator.planning.search import search
+
     req.validate()
-    cands, why = candidates(req)
-    if not cands:
-        reasons = "; ".join(f"{n} configuration{'s' if n > 1 else ''}: {r}"
-                            for r, n in why.most_common(3))
-        if all("below one node" in r for r in why):
-            raise UserError(f"no plan for {req.model.name} ({reasons}): give --max-gpus of at "
-                            "least one node")
-        if all(UNMEASURED in r for r in why):
-            raise UserError(f"no plan for {req.model.name} ({reasons}): measure the GPU counts "
-                            "to plan, or give --max-gpus within those measured")
-        if all("does not split" in r or UNMEASURED in r for r in why):
-            sizes = sorted({c for hw in req.hardware
-                            for c in gpu_counts(hw, req)})
-            raise UserError(f"no configuration of {req.model.name} fits ({reasons}): give a "
-                            f"--global-batch that the data-parallel ranks divide (the GPU "
-                            f"counts here: {', '.join(map(str, sizes))}), now {req.batch}")
-        raise UserError(f"no configuration of {req.model.name} fits ({reasons}); relax: more "
-                        "GPUs (--max-gpus), GPUs with more memory, or a smaller global batch")
-    if progress_total:
-        progress_total(len(cands))
-    df = (evaluate_all(req, cands, progress) if keep is None
-          else evaluate_bounded(req, cands, keep, progress, frontier=frontier))
-    df.attrs["feasible"] = len(cands)
+    no_reading = UserError(f"no scheme of --schemes has a tokens-to-quality reading in "
+                           f"{req.quality.path if req.quality else None} that reached dense "
+                           "AdamS's loss")
+    if keep is None:
+        cands, why = candidates(req)
+        if not cands:
+            _refuse_none(req, why)
+        if progress_total:
+            progress_total(len(cands))
+        df = evaluate_all(req, cands, progress)
+        df.attrs["feasible"] = len(cands)
+        df.attrs["counts_opened"] = sum(len(gpu_counts(hw, req)) for hw in req.hardware)
+    else:
+        df, why = search(req, keep, frontier, progress, progress_total)
+    if df.empty:  # nothing fits, or nothing meets the deadline, budget or quality ranking
+        first = ("cost" if req.budget_usd is not None and req.deadline_hours is None
+                 else "time")
+        relaxed, why_all = search(replace(req, deadline_hours=None, budget_usd=None,
+                                          rank=first), 1)
+        if relaxed.empty:
+            _refuse_none(req, why_all)
+        if req.rank == "quality" and req.deadline_hours is None and req.budget_usd is None:
+            raise no_reading
+        # every bound misses the deadline or budget: say by how much the best does
+        attrs = {k: df.attrs.get(k, relaxed.attrs.get(k))
+                 for k in ("feasible", "simulated", "counts_opened")}
+        df = relaxed
+        df.attrs.update(attrs)
     df.attrs["gpu_counts"] = sorted({n for hw in req.hardware
                                      for n in gpu_counts(hw, req)})
     df.attrs.setdefault("simulated", len(df))
-    if df.empty and req.rank == "quality" and req.deadline_hours is None and (
-            req.budget_usd is None):
-        raise UserError(f"no scheme of --schemes has a tokens-to-quality reading in "
-                        f"{req.quality.path} that reached dense AdamS's loss")
-    if df.empty:  # every bound misses the deadline or budget: say by how much the best does
-        first = "time" if req.deadline_hours is not None else "cost"
-        df = evaluate_bounded(replace(req, deadline_hours=None, budget_usd=None, rank=first),
-                              cands, 1)
     # GPU counts a measured profile cannot price: the table says they were left out
     df.attrs["skipped"] = sorted(r for r in why if UNMEASURED in r)
     attrs = dict(df.attrs)
     if req.rank == "quality":  # time to dense AdamS's quality; plans without a reading go
         reached = df["hours_to_quality"].notna()
         if not reached.any():
-            raise UserError(f"no scheme of --schemes has a tokens-to-quality reading in "
-                            f"{req.quality.path} that reached dense AdamS's loss")
+            raise no_reading
         df = df[reached].sort_values(["hours_to_quality", "cost_to_quality_usd"],
                                      kind="stable").reset_index(drop=True)
     elif req.rank == "cost":

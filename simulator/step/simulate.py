@@ -112,15 +112,19 @@ FWD_BWD = ProfileMemo()
 
 
 def _fwd_bwd(cfg: StepConfig):
+    """The step's compute times, remembered per shape: the micro-batches per step only scale
+    the FLOP count (fwd_bwd's grad_accum), so layouts of other data and pipeline degrees
+    share one pricing of the layers."""
     routing = cfg.routing
-    key = (cfg.model, cfg.micro_batch, cfg.seq, cfg.tp, cfg.accum, cfg.mfu, cfg.recompute,
+    key = (cfg.model, cfg.micro_batch, cfg.seq, cfg.tp, cfg.mfu, cfg.recompute,
            cfg.sequence_parallel and cfg.tp > 1, cfg.attention, cfg.cp, cfg.fp8,
            cfg.metric_passes, routing)
-    return FWD_BWD.get(cfg.hardware, key, lambda: fwd_bwd(
-        cfg.model, cfg.hardware, cfg.micro_batch, cfg.seq, cfg.tp, cfg.accum, mfu=cfg.mfu,
+    one = FWD_BWD.get(cfg.hardware, key, lambda: fwd_bwd(
+        cfg.model, cfg.hardware, cfg.micro_batch, cfg.seq, cfg.tp, 1, mfu=cfg.mfu,
         recompute=cfg.recompute, sequence_parallel=cfg.sequence_parallel and cfg.tp > 1,
         attention=cfg.attention, cp=cfg.cp, fp8=cfg.fp8, metric_passes=cfg.metric_passes,
         routing=routing))
+    return replace(one, flops_per_step_per_gpu=one.flops_per_step_per_gpu * cfg.accum)
 
 
 class _StepSim(_StepCosts):

@@ -1,0 +1,334 @@
+"""The planner's branch and bound, lazy: best first over a tree whose nodes are a GPU count, a
+layout and micro-batch of it, that layout with its pipeline's bound, and a plan (a scheme that
+fits in memory with its recomputation). Every node carries a lower bound of its plans' hours
+to train; a node is opened only when its bound is the lowest left, so GPU counts whose compute
+alone could not make the plans kept are never laid out, and layouts whose bound is above them
+are never asked about memory (issue 57: DeepSeek-V3 on up to 4,096 H100s had 58,016 feasible
+plans; laying out and memory-checking all of them took longer than the whole answer may).
+
+The bounds, each at most the next one down and at most the simulated step (tests check all):
+- a GPU count: the global batch's compute at the cheapest per-sequence GPU-seconds any tensor
+  degree, micro-batch and expert degree give (no recomputation, no communication, the whole
+  batch spread over every GPU): what pipeline_bound's busiest stage or a pipeline-free step
+  cannot beat (`count_floor_s`);
+- a layout and micro-batch: its micro-batches' compute over its stages (`try_floor_s`);
+- that layout, bounded: simulator/step/simulate.py lower_bound_s with no recomputation;
+- a plan: lower_bound_s with the recomputation that fits;
+- a plan simulated: its step.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import os
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from profiles import HardwareProfile
+from simulator.layout.pipeline import stage_layers
+from simulator.planning.plan_request import PlanRequest
+from simulator.planning.planner import (
+    MICRO_BATCHES,
+    RANK_KEYS,
+    SCAPE_FAMILY,
+    TENSOR_DEGREES,
+    Candidate,
+    Try,
+    _category,
+    _evaluate,
+    _layout_key,
+    _qualifies,
+    count_reasons,
+    count_tries,
+    gpu_counts,
+    measured_counts,
+    quality_ratio,
+    scheme_of,
+    steps_of,
+    try_fits,
+)
+from simulator.step.compute import host_slowdown
+from simulator.step.simulate import _fwd_bwd, lower_bound_s
+
+COUNT, TRY, BOUNDED, PLAN = range(4)  # node levels, in the order they open
+SLACK = 1 - 1e-9  # the bound's float residue over the simulated step (tests/test_planner)
+
+
+@dataclass(order=True)
+class _Node:
+    key: float  # the ranking's bound (hours, cost or hours to quality)
+    order: int  # creation order: ties open in a fixed order
+    level: int = field(compare=False)
+    hours: float = field(compare=False)  # bound of the hours to train
+    cost: float = field(compare=False)  # bound of the cost (USD)
+    hw: HardwareProfile = field(compare=False)
+    gpus: int = field(compare=False)
+    item: Try | Candidate | None = field(compare=False)
+    cats: tuple[bool, bool] = field(compare=False)  # may hold a dense / a non-SCAPE plan
+
+
+def compute_times(req: PlanRequest, hw: HardwareProfile, tp: int, mb: int, ep: int):
+    """One micro-batch's forward and backward (simulator/step/compute.py ComputeTimes) on one
+    GPU of a tensor-parallel group of `tp`, at expert degree `ep`, without recomputation: what
+    a step's compute stream, or its pipeline's stages together, run per micro-batch at the
+    least (the planner's own StepConfig prices it, remembered)."""
+    cand = Candidate(hw, tp * req.cp, req.schemes[0], tp, mb, "none", 0.0, cp=req.cp, ep=ep,
+                     etp=req.etp or 1)
+    return _fwd_bwd(cand.step_config(req))
+
+
+class _Floors:
+    """The compute floors of one request's GPU counts and layouts, from the per-micro-batch
+    compute of each tensor degree, micro-batch and expert degree (remembered)."""
+
+    def __init__(self, req: PlanRequest):
+        self.req, self.times = req, {}
+
+    def of(self, hw: HardwareProfile, tp: int, mb: int, ep: int):
+        key = (hw.name, id(hw), tp, mb, ep)
+        if key not in self.times:
+            self.times[key] = compute_times(self.req, hw, tp, mb, ep)
+        return self.times[key]
+
+    def count_floor_s(self, hw: HardwareProfile, gpus: int) -> float:
+        """Seconds no layout of `gpus` GPUs can step in: batch x cp x tp x compute / (mb x
+        gpus) (a layout's micro-batches per stage, accum / pp, times its compute per
+        micro-batch) at the least over every tensor degree, micro-batch and expert degree a
+        layout could take (a superset of those searched: a floor)."""
+        req = self.req
+        tps = [t for t in TENSOR_DEGREES if req.model.arch.splits_over(t)
+               and (req.seq // req.cp) % t == 0] or [1]
+        eps = [1]
+        if req.model.moe is not None:
+            n = req.model.moe.n_experts
+            eps = ([req.ep] if req.ep is not None else
+                   [e for e in (2**i for i in range(17)) if e <= n and n % e == 0
+                    and e >= req.moe_imbalance] or [1])
+
+        def seconds(t: int, mb: int, e: int) -> float:
+            times = self.of(hw, t, mb, e)
+            return times.fwd_s + times.bwd_s
+
+        best = min(t * seconds(t, mb, e) / mb for t in tps for mb in MICRO_BATCHES
+                   for e in eps)
+        return req.batch * req.cp * best * min(1.0, host_slowdown(hw, gpus)) / gpus
+
+    def try_floor_s(self, hw: HardwareProfile, gpus: int, t: Try) -> float:
+        """Seconds a layout cannot step in: its compute alone, as pipeline_bound's busiest
+        stage counts it (simulator/layout/pipeline.py): for each stage, micro-batch 0's
+        forward and backward through model chunk 0 of the stages before it, and then every
+        micro-batch through its own layers (the output layer on the last); no communication,
+        no sends. Without pipelining, every micro-batch through the whole model."""
+        dp = gpus // (t.tp * t.pp * self.req.cp)
+        accum = self.req.batch // (t.micro_batch * dp)
+        times = self.of(hw, t.tp, t.micro_batch, t.ep)
+        slow = min(1.0, host_slowdown(hw, gpus))
+        if t.pp == 1:
+            return accum * slow * (times.fwd_s + times.bwd_s)
+        layer = times.layer_fwd_s + times.layer_bwd_s  # s per layer and micro-batch
+        head = times.head_fwd_s + times.head_bwd_s
+        busiest, before = 0.0, 0.0
+        rows = stage_layers(self.req.model.arch.n_layers, t.pp, t.chunks)
+        for s, row in enumerate(rows):
+            work = sum(row) * layer + (head if s == t.pp - 1 else 0.0)
+            busiest = max(busiest, before + accum * work)
+            before += row[0] * layer + (head if s == t.pp - 1 and t.chunks == 1 else 0.0)
+        return slow * busiest
+
+
+class Search:
+    """Best-first branch and bound over one request (see the module's docstring). `keep`: the
+    plans the caller shows; `frontier`: also every plan of the time-cost frontier."""
+
+    def __init__(self, req: PlanRequest, keep: int, frontier: bool = False,
+                 progress: Callable[[int], None] | None = None,
+                 progress_total: Callable[[int], None] | None = None):
+        self.req, self.keep, self.frontier = req, keep, frontier
+        self.progress, self.progress_total = progress, progress_total
+        self.key = RANK_KEYS[req.rank][0]
+        self.steps = steps_of(req)
+        self.why: Counter = Counter()
+        self.heap: list[_Node] = []
+        self.made = 0
+        self.rows: list[dict] = []
+        self.kept: list[dict] = []
+        self.front: list[tuple[float, float]] = []
+        self.plans = 0  # plans found (fit in memory)
+        self.counts_opened = 0
+        self.floors = _Floors(req)
+        self.bounds: dict[tuple, float] = {}  # lower_bound_s per layout (schemes share it)
+        self.states: dict[str, dict] = {}
+        self.too_big: dict = {}
+        cats = [_category(s) for s in req.schemes]
+        self.all_cats = (any(c[0] for c in cats), any(c[1] for c in cats))
+        ratios = ([quality_ratio(req.quality, scheme_of(s)) for s in req.schemes]
+                  if req.quality is not None else [])
+        self.best_ratio = min((r for r in ratios if r is not None), default=math.inf)
+
+    # -- nodes ------------------------------------------------------------------------
+    def _push(self, level: int, seconds: float, hw: HardwareProfile, gpus: int, item,
+              scheme: str | None = None) -> None:
+        req = self.req
+        hours = self.steps * seconds / 3600
+        cost = hours * gpus * req.price(hw)
+        if ((req.deadline_hours is not None and hours > req.deadline_hours)
+                or (req.budget_usd is not None and cost > req.budget_usd)):
+            return  # no plan below it meets the deadline or budget
+        if scheme is None:
+            cats, ratio = self.all_cats, self.best_ratio
+        else:
+            cats = _category(scheme)
+            ratio = (quality_ratio(req.quality, scheme_of(scheme)) if req.quality is not None
+                     else None)
+            ratio = math.inf if ratio is None else ratio
+        key = {"hours": hours, "cost_usd": cost,
+               "hours_to_quality": hours * ratio}[self.key]
+        if not math.isfinite(key):
+            return
+        heapq.heappush(self.heap, _Node(key, self.made, level, hours, cost, hw, gpus, item,
+                                        cats))
+        self.made += 1
+
+    def seed_counts(self) -> None:
+        """A node per GPU count of every profile, at its compute floor."""
+        req = self.req
+        for hw in req.hardware:
+            counts = gpu_counts(hw, req)
+            count_reasons(req, hw, counts, None, self.why)
+            priced = measured_counts(hw)
+            for gpus in counts:
+                if priced is not None and gpus not in priced:
+                    count_tries(req, hw, gpus, self.why)  # says why it is left out
+                    continue
+                self._push(COUNT, self.floors.count_floor_s(hw, gpus), hw, gpus, None)
+
+    def seed_plans(self, cands: list[Candidate], lows: list[dict]) -> None:
+        """Plans already found (and bounded: planner.bounds): only they are searched."""
+        for c, low in zip(cands, lows, strict=True):
+            self._push(PLAN, low["hours"] * 3600 / self.steps, c.hardware, c.gpus, c,
+                       c.scheme)
+        self.plans += len(cands)
+
+    def _bound(self, c: Candidate) -> float:
+        key = _layout_key(c)
+        if key not in self.bounds:
+            self.bounds[key] = lower_bound_s(c.step_config(self.req))
+        return self.bounds[key]
+
+    def _open(self, node: _Node) -> None:
+        req, hw, gpus = self.req, node.hw, node.gpus
+        if node.level == COUNT:
+            self.counts_opened += 1
+            for t in count_tries(req, hw, gpus, self.why):
+                self._push(TRY, self.floors.try_floor_s(hw, gpus, t), hw, gpus, t)
+        elif node.level == TRY:
+            t = node.item
+            c = Candidate(hw, gpus, req.schemes[0], t.tp, t.micro_batch, "none", 0.0, t.pp,
+                          t.schedule, t.chunks, req.cp, t.ep, req.etp or 1)
+            self._push(BOUNDED, self._bound(c), hw, gpus, t)
+        else:  # BOUNDED: the schemes that fit, each at its own bound
+            found = try_fits(req, hw, gpus, node.item, self.why,
+                             self.states.setdefault(hw.name, {}), self.too_big)
+            self.plans += len(found)
+            for c in found:
+                self._push(PLAN, self._bound(c), hw, gpus, c, c.scheme)
+            if found and self.progress_total:
+                self.progress_total(self.plans)
+
+    # -- the search -------------------------------------------------------------------
+    def _next_low(self, cat: int | None) -> float:
+        """The lowest bound left of a node that may hold a plan of category `cat` (None:
+        any; 0: dense, 1: not SCAPE)."""
+        if cat is None:
+            return self.heap[0].key if self.heap else math.inf
+        return min((n.key for n in self.heap if n.cats[cat]), default=math.inf)
+
+    def _settled(self, need: int, member, cat: int | None) -> bool:
+        low = self._next_low(cat)
+        if low == math.inf:  # nothing left that could hold one
+            return True
+        values = sorted(r[self.key] for r in self.kept if member(r))
+        return len(values) >= need and values[need - 1] < low * SLACK
+
+    def _needs(self) -> tuple[bool, bool]:
+        """Whether the best dense, the best non-SCAPE plan is still open (the footnotes)."""
+        return (not self._settled(1, lambda r: r["quality"] == "dense", 0),
+                not self._settled(1, lambda r: not r["scheme"].startswith(SCAPE_FAMILY), 1))
+
+    def _dominated(self, node: _Node, need: tuple[bool, bool]) -> bool:
+        """On the frontier run: a simulated plan is faster than the node's bound and no
+        dearer than its cost bound, and the node holds no category still needed."""
+        beaten = any(h < node.hours * SLACK and c <= node.cost * SLACK for h, c in self.front)
+        return beaten and not (need[0] and node.cats[0]) and not (need[1] and node.cats[1])
+
+    def _done(self) -> bool:
+        return (self._settled(self.keep, lambda r: True, None)
+                and not any(self._needs()))
+
+    def run(self, pool=None, workers: int = 1) -> pd.DataFrame:
+        batch = max(8, 8 * workers)
+        while self.heap:
+            if not self.frontier and self._done():
+                break
+            need = self._needs() if self.frontier else (False, False)
+            if self.heap[0].level != PLAN:
+                node = heapq.heappop(self.heap)
+                if not (self.frontier and self._dominated(node, need)):
+                    self._open(node)
+                continue
+            picked: list[Candidate] = []
+            while self.heap and self.heap[0].level == PLAN and len(picked) < batch:
+                node = heapq.heappop(self.heap)
+                if not (self.frontier and self._dominated(node, need)):
+                    picked.append(node.item)
+            if picked:
+                self._simulate(picked, pool, workers)
+        df = pd.DataFrame(self.rows)
+        df.attrs.update(simulated=len(self.rows), feasible=self.plans,
+                        counts_opened=self.counts_opened)
+        return df
+
+    def _simulate(self, picked: list[Candidate], pool, workers: int) -> None:
+        chosen = [(c, self.req) for c in picked]
+        got = (list(pool.map(_evaluate, chosen, chunksize=max(1, len(chosen) // workers)))
+               if pool is not None and len(chosen) >= 8 else [_evaluate(c) for c in chosen])
+        self.rows += got
+        if self.progress:
+            self.progress(len(got))
+        self.kept += [r for r in got if _qualifies(self.req, r)]
+        if self.frontier:
+            from simulator.planning.planner import pareto
+
+            done = pd.DataFrame(self.rows, columns=["hours", "cost_usd"])
+            on = done[pareto(done)]
+            self.front = list(zip(on["hours"], on["cost_usd"], strict=True))
+
+
+def search(req: PlanRequest, keep: int, frontier: bool = False,
+           progress: Callable[[int], None] | None = None,
+           progress_total: Callable[[int], None] | None = None,
+           plans: tuple[list[Candidate], list[dict]] | None = None
+           ) -> tuple[pd.DataFrame, Counter]:
+    """The simulated plans a bounded answer needs (its top `keep` by the request's ranking,
+    deadline and budget applied, its best dense and best non-SCAPE plans, and with `frontier`
+    every plan of the time-cost frontier), and why the configurations opened failed. From
+    every GPU count of the request, opened lazily; or from `plans` (candidates with their
+    planner.bounds)."""
+    workers = req.workers if req.workers is not None else (os.cpu_count() or 1)
+    s = Search(req, keep, frontier, progress, progress_total)
+    if plans is None:
+        s.seed_counts()
+    else:
+        s.seed_plans(*plans)
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(workers) if workers > 1 else None
+    try:
+        return s.run(pool, workers), s.why
+    finally:
+        if pool is not None:
+            pool.shutdown()
