@@ -30,25 +30,28 @@ import pandas as pd
 
 from profiles import HardwareProfile
 from simulator.layout.pipeline import stage_layers
-from simulator.planning.plan_request import PlanRequest
-from simulator.planning.planner import (
-    MICRO_BATCHES,
+from simulator.planning.evaluate import (
     RANK_KEYS,
     SCAPE_FAMILY,
-    TENSOR_DEGREES,
-    Candidate,
-    Try,
     _category,
     _evaluate,
     _layout_key,
     _qualifies,
+    pareto,
+    quality_ratio,
+    steps_of,
+)
+from simulator.planning.plan_request import PlanRequest
+from simulator.planning.space import (
+    MICRO_BATCHES,
+    TENSOR_DEGREES,
+    Candidate,
+    Try,
     count_reasons,
     count_tries,
     gpu_counts,
     measured_counts,
-    quality_ratio,
     scheme_of,
-    steps_of,
     try_fits,
 )
 from simulator.step.compute import host_slowdown
@@ -301,8 +304,6 @@ class Search:
             self.progress(len(got))
         self.kept += [r for r in got if _qualifies(self.req, r)]
         if self.frontier:
-            from simulator.planning.planner import pareto
-
             done = pd.DataFrame(self.rows, columns=["hours", "cost_usd"])
             on = done[pareto(done)]
             self.front = list(zip(on["hours"], on["cost_usd"], strict=True))

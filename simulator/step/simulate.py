@@ -445,7 +445,7 @@ def lower_bound_s(cfg: StepConfig) -> float:
     with pipelining the first stage's timeline, which ends with the step's last backward. The
     simulation only adds to it (data-parallel communication left exposed, compression and
     optimizer kernels, the slowdown beside collectives), so a planner may skip a plan whose
-    bound is above the plans it keeps (simulator/planning/planner.py). Costs no simulation: the
+    bound is above the plans it keeps (simulator/planning/search.py). Costs no simulation: the
     pipeline's floor is counted, not scheduled (simulator/layout/pipeline.py pipeline_bound)."""
     topo = build_topology(cfg.hardware, cfg.gpus)
     sim = _StepCosts(cfg, topo)

@@ -1,0 +1,207 @@
+"""A plan priced: its simulated step, hours, cost, bottleneck and quality note
+(`_evaluate`), the lower bounds a search prunes by (`bounds`), and what ranks plans."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import replace
+from functools import lru_cache
+
+import pandas as pd
+
+from scape.plan import SCAPE_SCHEMES
+from simulator.memory.peak import usable_bytes
+from simulator.planning.plan_request import PlanRequest
+from simulator.planning.space import Candidate, scheme_of
+from simulator.step.batch import parallel_map, phase_cache, simulate_cached
+from simulator.step.schedule import run_mean
+from simulator.step.simulate import lower_bound_s
+
+# a plan whose overheads (bubble, exposed communication, compression) stay below this share of
+# its step is compute-bound: its bottleneck column says so
+COMPUTE_BOUND = 0.10
+# schemes that change the update (what dense AdamS would compute) where they compress: their
+# quality is evidence, not a given (quantized at the gradient's own width runs dense)
+LOSSY = frozenset({"quantized", "topk", "scalecom", "scape", "scape-partitioned"})
+# points on SCAPE's density warm-up per plan: against 257 points, 17 were within 0.31% on
+# gpt-345m / llama-1.8b / llama-7b (33: 0.08%), at a 17th of the simulations
+RUN_MEAN_NODES = 17
+SCAPE_FAMILY = "scape"
+
+
+def _evaluate(args: tuple[Candidate, PlanRequest]) -> dict:
+    cand, req = args
+    cfg = cand.step_config(req)
+    r = simulate_cached(cfg)
+    # a run is whole steps: the last one runs in full though it needs only part of its tokens
+    steps = steps_of(req)
+    mean_step = r.step_time_s
+    if req.density_warmup_frac > 0 and cfg.scheme.scheme in SCAPE_SCHEMES:
+        scheme = replace(cfg.scheme, density_warmup_steps=round(req.density_warmup_frac * steps))
+        mean_step = run_mean(replace(cfg, scheme=scheme), steps, phase_cache(cfg),
+                             nodes=RUN_MEAN_NODES).mean_step_s
+    hours = steps * mean_step / 3600
+    ratio = quality_ratio(req.quality, cfg.scheme) if req.quality is not None else None
+    use_spare = 100 * (1 - cand.memory_GB * 1e9 / usable_bytes(cand.hardware))
+    return {
+        "hardware": cand.hardware.name, "gpus": cand.gpus, "scheme": cand.scheme,
+        "tp": cand.tp, "pp": cand.pp,
+        **({} if req.model.moe is None else {"ep": cand.ep, "etp": cand.etp}),
+        **({"shard_group": cand.shard_group} if "dense-zero3" in
+           {scheme_of(s).scheme for s in req.schemes} else {}),
+        "schedule": ("-" if cand.pp == 1 else cand.schedule if cand.chunks == 1
+                     else f"{cand.schedule} x{cand.chunks}"),
+        "chunks": cand.chunks,
+        "dp": cfg.dp, "cp": cfg.cp, "tp_comm_overlap": cfg.tp_comm_overlap, "fp8": cfg.fp8,
+        "micro_batch": cand.micro_batch,
+        "grad_accum": cfg.accum, "recompute": cand.recompute, "memory_GB": cand.memory_GB,
+        "memory_spare_pct": use_spare,
+        "step_time_s": r.step_time_s, "run_mean_step_s": mean_step,
+        "tokens_per_s": req.batch * req.seq / mean_step,
+        "hours": hours, "gpu_hours": hours * cand.gpus,
+        "cost_usd": hours * cand.gpus * req.price(cand.hardware),
+        "usd_per_gpu_hour": req.price(cand.hardware),
+        "bottleneck": bottleneck(r),
+        "quality": quality_note(cfg.scheme, ratio, req.quality is not None),
+        "exposed_comm_share": r.exposed_comm_s / r.step_time_s,
+        # tokens this scheme needs to reach dense AdamS's final loss, over dense AdamS's (NaN:
+        # the study has no reading of it, or it never got there)
+        "quality_tokens_ratio": math.nan if ratio is None else ratio,
+        "hours_to_quality": math.nan if ratio is None else hours * ratio,
+        "cost_to_quality_usd": (math.nan if ratio is None
+                                else hours * ratio * cand.gpus * req.price(cand.hardware)),
+    }
+
+
+def bottleneck(r) -> str:
+    """The largest share of the step that is not the layers' compute, with its share; a step
+    whose overheads are all below COMPUTE_BOUND of it is compute-bound, said with their sum."""
+    overheads = {"pipeline bubble": r.pipeline_bubble_s,
+                 "exposed data-parallel comm": r.exposed_comm_s,
+                 "tensor-parallel comm": r.tp_comm_s, "context-parallel comm": r.cp_comm_s,
+                 "compression kernels": r.compression_s,
+                 "expert-parallel comm": r.ep_comm_s or 0.0}
+    name = max(overheads, key=overheads.get)
+    total = sum(overheads.values()) / r.step_time_s
+    if total < COMPUTE_BOUND:
+        return f"compute (overheads {total:.0%})"
+    return f"{name} {overheads[name] / r.step_time_s:.0%}"
+
+
+def lossy(scheme) -> bool:
+    """Whether the scheme's update differs from dense AdamS's (or AdamW's)."""
+    if scheme.scheme == "quantized":
+        return scheme.bits < 16
+    return scheme.scheme in LOSSY and scheme.sparsity > 0
+
+
+def quality_note(scheme, ratio: float | None, studied: bool) -> str:
+    """What is known of a plan's quality: dense; a study's tokens-to-quality ratio; or that
+    nothing measured it at this scale."""
+    if not lossy(scheme):
+        return "dense"
+    if ratio is not None:
+        return f"{ratio:.2f}x tokens to dense quality (small-model study)"
+    return ("never reached dense quality in the study" if studied
+            else "not measured at this scale")
+
+
+def pareto(df: pd.DataFrame) -> pd.Series:
+    """Plans no other plan beats on both hours and cost (the time-cost frontier)."""
+    order = df.sort_values(["hours", "cost_usd"], kind="stable")
+    best_cost, keep = math.inf, []
+    for idx, cost in zip(order.index, order["cost_usd"], strict=True):
+        keep.append((idx, cost < best_cost))
+        best_cost = min(best_cost, cost)
+    return pd.Series(dict(keep)).reindex(df.index)
+
+
+def quality_ratio(study, scheme) -> float | None:
+    """The study's tokens-to-quality ratio for a scheme config (dense AdamS itself: 1.0 by
+    definition); None when the study has no entry or the scheme never reached the quality."""
+    name = scheme.scheme
+    if name in ("dense-zero1", "dense-zero2", "dense-zero3"):  # the same updates
+        name = f"dense-{scheme.optimizer}"
+    if name == "quantized" and scheme.bits != 8:  # the study ran int8 only
+        return None
+    entry = study.lookup(name, 0.0 if name == "quantized" else scheme.sparsity)
+    if entry is None:
+        return 1.0 if name == "dense-adams" else None
+    return entry.tokens_ratio
+
+
+
+def steps_of(req: PlanRequest) -> int:
+    """Whole steps to train the request's tokens (the last one runs in full)."""
+    return math.ceil(req.tokens / (req.batch * req.seq))
+
+
+def _layout_key(c: Candidate) -> tuple:
+    """What a plan's lower bound depends on: everything but its scheme and shard group (the
+    data-parallel communication the bound leaves out). The expert degrees are in it: a key
+    without them gave every EP of a layout the first one's bound (issue 57's planner)."""
+    return (c.hardware.name, c.gpus, c.tp, c.pp, c.schedule, c.chunks, c.micro_batch,
+            c.recompute, c.cp, c.ep, c.etp)
+
+
+def _bounds_of(args: tuple[list[Candidate], PlanRequest]) -> list[float]:
+    """lower_bound_s of each candidate (one list per worker: the request and hardware are
+    pickled once per list, not once per candidate)."""
+    chosen, req = args
+    return [lower_bound_s(c.step_config(req)) for c in chosen]
+
+
+def bounds(req: PlanRequest, cands: list[Candidate], pool=None, workers: int = 1
+           ) -> list[dict]:
+    """Per candidate, what no simulation of it can beat (simulator/step/simulate.py lower_bound_s):
+    its hours, cost and hours to quality at that bound (inf where a quality ranking has no
+    reading for its scheme). One bound per layout: schemes share it; with a `pool`, the
+    layouts' bounds are split over its `workers`."""
+    first: dict[tuple, Candidate] = {}
+    for c in cands:
+        first.setdefault(_layout_key(c), c)
+    keys, layouts_ = list(first), list(first.values())
+    if pool is not None and workers > 1 and len(layouts_) >= 64:
+        size = math.ceil(len(layouts_) / workers)
+        parts = [(layouts_[i:i + size], req) for i in range(0, len(layouts_), size)]
+        values = [v for part in pool.map(_bounds_of, parts) for v in part]
+    else:
+        values = _bounds_of((layouts_, req))
+    seen = dict(zip(keys, values, strict=True))
+    steps, out = steps_of(req), []
+    for c in cands:
+        hours = steps * seen[_layout_key(c)] / 3600
+        ratio = (quality_ratio(req.quality, scheme_of(c.scheme))
+                 if req.quality is not None else None)
+        out.append({"hours": hours, "cost_usd": hours * c.gpus * req.price(c.hardware),
+                    "hours_to_quality": math.inf if ratio is None else hours * ratio})
+    return out
+
+
+# the value each ranking orders plans by, then the tie-break
+RANK_KEYS = {"time": ("hours", "cost_usd"), "cost": ("cost_usd", "hours"),
+             "quality": ("hours_to_quality", "cost_to_quality_usd")}
+
+
+def _qualifies(req: PlanRequest, row: dict) -> bool:
+    return ((req.deadline_hours is None or row["hours"] <= req.deadline_hours)
+            and (req.budget_usd is None or row["cost_usd"] <= req.budget_usd)
+            and (req.rank != "quality" or not math.isnan(row["hours_to_quality"])))
+
+
+@lru_cache(maxsize=1024)
+def _category(scheme: str) -> tuple[bool, bool]:
+    """(dense, not SCAPE): the plans the table's footnotes name the best of."""
+    return not lossy(scheme_of(scheme)), not scheme.startswith(SCAPE_FAMILY)
+
+
+def evaluate_all(req: PlanRequest, cands: list[Candidate],
+                 progress: Callable[[int], None] | None = None) -> pd.DataFrame:
+    """Simulate every candidate, over every core; `progress(n)` after each one."""
+    # topology together, and the schemes of one layout side by side: they share its pipeline
+    cands = sorted(cands, key=lambda c: (c.hardware.name, c.gpus, c.tp, c.pp, c.schedule,
+                                         c.micro_batch, c.recompute))
+    return pd.DataFrame(parallel_map(_evaluate, [(c, req) for c in cands], req.workers,
+                                     progress))
+
