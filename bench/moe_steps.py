@@ -21,6 +21,13 @@ How a row becomes a step (each choice named, none fitted):
   Nemotron recipes turn it on: profiles/external/step-calibration.csv); off elsewhere;
 - recomputation: none where blank or none; full where full; Megatron's partial module lists
   ("selective: ...") as the norms recomputed with the attention core (selective-norm);
+- the MoE token dispatcher, expert-parallel overlap and FP8 parameter gather each run's own
+  recipe states (profiles/external/moe-recipes.csv, docs/research/moe-recipes.md): flex
+  (DeepEP or HybridEP) where it says so, alltoall where it says so or says nothing; the
+  dispatch and combine overlapped where the recipe turns overlap_moe_expert_parallel_comm on
+  (or DeepSeek's DualPipe); FP8 gathers where fp8_param_gather is on. Read after the first
+  table was seen (late-constants.md rows 31-32): `--defaults` prices every row with the tool's
+  defaults instead (alltoall, no overlap, 16-bit gathers), the sensitivity;
 - published step: stated, or global batch x sequence / (tokens per second per GPU x GPUs);
   rows that give only TFLOP/s are converted with this tool's FLOPs per token (the source's own
   count may differ: they are reported apart).
@@ -69,6 +76,7 @@ from simulator.step.compute import forward_flops_per_token  # noqa: E402
 from simulator.step.simulate import simulate_step  # noqa: E402
 
 DATA = REPO / "profiles" / "external" / "moe-blackwell-steps.csv"
+RECIPES = REPO / "profiles" / "external" / "moe-recipes.csv"
 NVIDIA = ("NeMo", "Megatron")  # performance recipes: TP communication overlapped
 BLACKWELL = ("dgx-b200", "gb200-nvl72")
 # (source, hardware): the rows the shipped gb200-nvl72 sustained share was fitted on (their
@@ -87,8 +95,19 @@ def recompute_of(text) -> str:
     return "full" if text.strip().startswith("full") else "selective-norm"
 
 
-def options(r) -> StepOptions:
-    """The step a row describes (module docstring)."""
+def recipes() -> dict[str, dict]:
+    """Per case, what its recipe states (profiles/external/moe-recipes.csv; '' not stated)."""
+    table = pd.read_csv(RECIPES, comment="#", dtype=str, keep_default_na=False)
+    return {r["case"]: r for r in table.to_dict("records")}
+
+
+RECIPE = recipes()
+
+
+def options(r, defaults: bool = False) -> StepOptions:
+    """The step a row describes (module docstring); `defaults`: the tool's MoE defaults
+    instead of the recipe's dispatcher, overlap and FP8 gathers."""
+    said = {} if defaults else RECIPE.get(r.case, {})
     tp, pp = _int(r.tp, 1), _int(r.pp, 1)
     vp = _int(r.vp, 1)
     interleaved = pp > 1 and vp > 1
@@ -99,7 +118,9 @@ def options(r) -> StepOptions:
     parallel = Parallelism(
         tp=tp, pp=pp, pp_schedule="interleaved" if interleaved else "1f1b",
         virtual_stages=vp if interleaved else None, recompute=recompute_of(r.recompute),
-        cp=_int(r.cp, 1), ep=ep, etp=etp)
+        cp=_int(r.cp, 1), ep=ep, etp=etp,
+        moe_dispatcher=said.get("dispatcher") or None,
+        moe_overlap=True if said.get("ep_overlap") == "true" else None)
     nvidia = any(name in r.framework for name in NVIDIA)
     return StepOptions(
         r.model, r.hardware, int(r.gpus),
@@ -107,7 +128,9 @@ def options(r) -> StepOptions:
                              else "dense-adamw"),
         batch=Batch(_int(r.micro_batch, 1), int(r.seq), None, int(r.global_batch)),
         parallelism=parallel,
-        precision=Precision(fp8=r.precision == "fp8"),
+        precision=Precision(fp8=r.precision == "fp8",
+                            fp8_param_gather=(r.precision == "fp8"
+                                              and said.get("fp8_param_gather") == "true")),
         overlap=Overlap(tp_comm=True if (nvidia and tp > 1) else None))
 
 
@@ -129,7 +152,7 @@ def with_share(cfg, share: float | None):
     return replace(cfg, hardware=replace(hw, roofline=replace(hw.roofline, sustained=share)))
 
 
-def evaluate(r, share: float | None = None) -> dict:
+def evaluate(r, share: float | None = None, defaults: bool = False) -> dict:
     row = {"case": r.case, "source": r.source, "model": r.model, "hardware": r.hardware,
            "gpus": r.gpus, "precision": r.precision, "step_from": r.step_from,
            "moe": None, "published_s": math.nan, "predicted_s": math.nan,
@@ -138,7 +161,7 @@ def evaluate(r, share: float | None = None) -> dict:
         row["note"] = "no layout or batch published"
         return row
     try:
-        cfg = options(r).config()
+        cfg = options(r, defaults).config()
     except UserError as e:
         row["note"] = f"refused: {e}"
         return row
@@ -166,16 +189,16 @@ def summary(df: pd.DataFrame, by: str) -> pd.DataFrame:
     return out.round(1)
 
 
-def fit_share(rows: pd.DataFrame) -> float:
+def fit_share(rows: pd.DataFrame, defaults: bool = False) -> float:
     """The sustained share at which `rows`' median log error is zero (bisection, 0.005)."""
     def median_log(share: float) -> float:
-        errs = [evaluate(r, share)["error_pct"] for r in rows.itertuples()]
+        errs = [evaluate(r, share, defaults)["error_pct"] for r in rows.itertuples()]
         return float(pd.Series([math.log1p(e / 100) for e in errs if e == e]).median())
 
     return share_where_zero(median_log, 0.3, 1.2, steps=12)
 
 
-def loso(rows: pd.DataFrame) -> pd.DataFrame:
+def loso(rows: pd.DataFrame, defaults: bool = False) -> pd.DataFrame:
     """Blackwell rows, each source predicted with shares fitted on the other sources' dense
     BF16 rows of the same profile (module docstring)."""
     from profiles import load_model
@@ -190,9 +213,9 @@ def loso(rows: pd.DataFrame) -> pd.DataFrame:
             fit_rows = dense[(dense["source"] != source) & (dense["hardware"] == hw)]
             if held.empty or fit_rows.empty:
                 continue
-            share = fit_share(fit_rows)
+            share = fit_share(fit_rows, defaults)
             for r in held.itertuples():
-                row = evaluate(r, share)
+                row = evaluate(r, share, defaults)
                 out.append({**row, "share": share,
                             "fitted_on": ";".join(sorted(set(fit_rows["source"])))})
     return pd.DataFrame(out)
@@ -202,6 +225,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", help="write the per-row table here")
     ap.add_argument("--source", help="only this source's rows")
+    ap.add_argument("--defaults", action="store_true",
+                    help="the tool's MoE defaults for every row (alltoall, no overlap, 16-bit "
+                         "gathers), not the recipes' (the sensitivity of late-constants rows "
+                         "31-32)")
     ap.add_argument("--loso", action="store_true",
                     help="also: Blackwell shares fitted leaving each source out")
     args = ap.parse_args()
@@ -210,7 +237,7 @@ def main() -> None:
     if args.source:
         rows = rows[rows["source"] == args.source]
     t0 = time.perf_counter()
-    df = pd.DataFrame([evaluate(r) for r in rows.itertuples()])
+    df = pd.DataFrame([evaluate(r, None, args.defaults) for r in rows.itertuples()])
     df["in_sample"] = [(s, h) in IN_SAMPLE and m is False and p == "bf16" for s, h, m, p in
                        zip(df["source"], df["hardware"], df["moe"], df["precision"],
                            strict=True)]
@@ -251,7 +278,7 @@ def main() -> None:
     print(df.dropna(subset=["error_pct"])[cols].to_string(index=False,
                                                           float_format=lambda x: f"{x:.3f}"))
     if args.loso:
-        held = loso(rows)
+        held = loso(rows, args.defaults)
         held["kind"] = [("MoE" if m else "dense") + f", {p}" for m, p in
                         zip(held["moe"], held["precision"], strict=True)]
         print("\n## --loso: Blackwell rows with the sustained share fitted on the other "
