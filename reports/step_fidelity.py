@@ -21,8 +21,22 @@ from reports.fidelity import heldout, shipped, stored, summarize
 
 STEP_BANDS = (Path(__file__).resolve().parents[1] / "profiles" / "external"
               / "step-fidelity-bands.csv")
+# the mixture-of-experts and Blackwell rows' bands (bench/moe_steps.py --bands): keys of their
+# own (no band of one file is in the other: a test checks)
+MOE_BANDS = STEP_BANDS.with_name("moe-step-fidelity-bands.csv")
 KEYS = ["hardware", "layout", "schemes"]
 SOURCE = "profiles/external/step-fidelity-bands.csv from bench/step_loso.py"
+BAND_FILES = ((STEP_BANDS, SOURCE),
+              (MOE_BANDS, "profiles/external/moe-step-fidelity-bands.csv from bench/moe_steps.py"))
+
+
+def all_bands() -> dict[tuple[str, ...], dict]:
+    """Every shipped step band by (hardware, layout, schemes), each with the file it is from."""
+    out: dict[tuple[str, ...], dict] = {}
+    for path, source in BAND_FILES:
+        for key, band in stored(path, tuple(KEYS)).items():
+            out.setdefault(key, {**band, "from": source})
+    return out
 
 
 def layout_class(tp: int, pp: int, tp_overlap: bool = False, cp: int = 1,
@@ -79,7 +93,7 @@ def _band(hw, layout: str, scheme: str, mfu: float | None) -> tuple[dict | None,
     if not shipped(hw):
         return None, (f"no published step ran on {hw.path}; the bands are of the shipped "
                       "hardware profiles")
-    bands = stored(STEP_BANDS, tuple(KEYS))
+    bands = all_bands()
     band = bands.get((hw.name, layout, scheme_class(scheme)))
     if band is None and scheme_class(scheme) != "dense":
         return None, f"no published {scheme} step was held out"
@@ -90,7 +104,8 @@ def _band(hw, layout: str, scheme: str, mfu: float | None) -> tuple[dict | None,
         return None, (f"no published step on this profile and layout ({hw.name}, {layout}) "
                       "was held out" + (f"; held-out layouts on {hw.name}: "
                                         + "; ".join(others) if others else ""))
-    return band, (f"{band['rows']} published dense steps on this profile and layout "
+    n = int(band["rows"])  # steps of dense schemes (the only ones published runs used)
+    return band, (f"{n} published dense step{'s' if n != 1 else ''} on this profile and layout "
                   f"({hw.name}, {layout}, runs of {band['gpus']} GPUs, each with its own model, "
                   f"batch and attention kernel; sources: {band['sources']}), each predicted "
                   "with the sustained share fitted without its source,")
@@ -121,4 +136,4 @@ def how_sure(hw, layout: str, schemes: list[str], mfu: float | None) -> str:
 def _figures(band: dict) -> str:
     return (f"median |error| {float(band['median_abs_err_pct']):g}%, max "
             f"{float(band['max_abs_err_pct']):g}%, median {float(band['median_err_pct']):+g}% "
-            f"(-: the model is fast; {SOURCE})")
+            f"(-: the model is fast; {band.get('from', SOURCE)})")

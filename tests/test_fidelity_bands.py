@@ -122,3 +122,30 @@ def test_a_step_finds_the_band_of_published_steps_like_it(capsys, tmp_path):
     for r in json.loads(out):
         plain = r["tp"] == 1 and r["pp"] == 1 and r["scheme"].startswith("dense")
         assert r["heldout_step_rows"] == (rows if plain else 0), r
+
+
+def test_shipped_moe_step_bands_are_the_bench_of_this_model():
+    """Regenerate: SCAPE_PROFILE_DIR=profiles python bench/moe_steps.py --bands
+    profiles/external/moe-step-fidelity-bands.csv. The mixture-of-experts and Blackwell rows'
+    bands: no row of the source the shipped shares were fitted on (dgxc), no row converted
+    from TFLOP/s, and no key that bench/step_loso.py's bands also have (a step finds one band,
+    from one file)."""
+    bench = _bench("moe_steps")
+    rows = pd.read_csv(bench.DATA, comment="#")
+    df = pd.DataFrame([bench.evaluate(r) for r in rows.itertuples()])
+    now = bench.bands(df)
+    shipped = pd.read_csv(step_fidelity.MOE_BANDS)
+    pd.testing.assert_frame_equal(now, shipped, check_dtype=False, rtol=1e-6)
+    cases = ";".join(shipped["cases"]).split(";")
+    assert cases and not [c for c in cases if c.startswith(bench.FIT_SOURCE + "-")]
+    keys = step_fidelity.KEYS
+    dense = {tuple(k) for k in pd.read_csv(step_fidelity.STEP_BANDS)[keys].values.tolist()}
+    assert not dense & {tuple(k) for k in shipped[keys].values.tolist()}
+    # a MoE step on a profile and layout of that file finds its band, named by its file
+    from profiles import load_hardware
+    from reports.step_fidelity import how_sure
+
+    first = shipped.iloc[0]
+    text = how_sure(load_hardware(first["hardware"]), first["layout"], ["dense-adamw"], None)
+    assert f"{first['rows']} published dense step" in text
+    assert "moe-step-fidelity-bands.csv from bench/moe_steps.py" in text
