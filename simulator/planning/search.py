@@ -296,6 +296,10 @@ class Search:
         return df
 
     def _simulate(self, picked: list[Candidate], pool, workers: int) -> None:
+        # topology together, so each worker's chunk reuses the collectives it builds
+        # (simulator/step/batch.py phase_cache); the rows' order does not matter
+        picked = sorted(picked, key=lambda c: (c.hardware.name, c.gpus, c.tp, c.pp, c.ep,
+                                               c.schedule, c.chunks, c.micro_batch))
         chosen = [(c, self.req) for c in picked]
         got = (list(pool.map(_evaluate, chosen, chunksize=max(1, len(chosen) // workers)))
                if pool is not None and len(chosen) >= 8 else [_evaluate(c) for c in chosen])

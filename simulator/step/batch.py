@@ -19,19 +19,26 @@ from simulator.step.simulate import simulate_step
 from simulator.step.step_config import StepConfig, StepResult
 
 _CACHE: dict[Topology, PhaseCache] = {}
+# topologies whose collectives a process keeps, the least recently used dropped first: the
+# planner's search goes back and forth between a few GPU counts in the order of its bounds
+# (simulator/planning/search.py), and each rebuild of a count's phases cost it a simulation's
+# worth of time; a few keep memory flat
+KEPT_TOPOLOGIES = 4
 
 
 def phase_cache(cfg: StepConfig) -> PhaseCache:
-    """The collectives built for cfg's topology: kept for the last topology in this process."""
+    """The collectives built for cfg's topology: kept for the last KEPT_TOPOLOGIES
+    topologies used in this process."""
     topo = build_topology(cfg.hardware, cfg.gpus)  # a frozen dataclass of numbers: a key
-    if topo not in _CACHE:
-        _CACHE.clear()
-        _CACHE[topo] = PhaseCache(topo)
-    return _CACHE[topo]
+    cache = _CACHE.pop(topo, None) or PhaseCache(topo)
+    _CACHE[topo] = cache  # the most recent last
+    while len(_CACHE) > KEPT_TOPOLOGIES:
+        del _CACHE[next(iter(_CACHE))]
+    return cache
 
 
 def simulate_cached(cfg: StepConfig) -> StepResult:
-    """`simulate_step`, reusing the collectives built for the last topology in this process."""
+    """`simulate_step`, reusing the collectives built for this process's recent topologies."""
     return simulate_step(cfg, cache=phase_cache(cfg))
 
 

@@ -165,43 +165,58 @@ class _StepSim(_StepCosts):
         self.calls: dict[tuple[str, float], Choice] = {}  # (collective, bytes): how it runs
 
     # ---- communication ----
-    def _comm(self, name: str, collective: str, size: float, group: str = "dp"):
-        """Run one collective on the comm stream (FIFO) over every data-parallel group (or,
-        `group` "expert", every expert data-parallel group)."""
+    def _comm(self, names: list[str], collective: str, sizes: list[float], group: str = "dp"):
+        """Run collectives back to back on the comm stream (FIFO) over every data-parallel
+        group (or, `group` "expert", every expert data-parallel group): one call per size,
+        each named. Calls launched together (a layer's gradient buckets, the parameter
+        gathers after the update) hold the stream for all of them in one process: what
+        queueing them one process each gives (the stream is FIFO and they ask at the same
+        instant), at a fraction of the simulation's events."""
         groups, group_key, group_nodes, ranks = self.groups[group]
         with self.comm.lock.request() as req:
             yield req
             self.comm.toggled()
-            t0 = self.env.now
-            # how this backend runs it, where the profile was calibrated (once per shape: a
-            # step issues the same bucket many times, and the answer depends on nothing else)
-            c = self.calls.get((collective, size, group))
-            if c is None:
-                c = self.calls[(collective, size, group)] = calibrated(
-                    self.cfg.hardware, collective, self.cfg.algo, ranks, size,
-                    nodes=group_nodes)
-            if c.overhead_s > 0:
-                yield self.env.timeout(c.overhead_s)
-            # no launch floor here: in a step the host enqueues ahead of the GPU. The stream
-            # runs one call at a time and nothing else moves bytes on this network (tensor-
-            # and context-parallel traffic is priced on the compute stream), so the call
-            # takes its time alone, simulated once per shape (engine.PhaseCache.alone_s)
-            moving = self.env.now
-            yield self.env.timeout(self.cache.alone_s(
-                (collective, c, group_key),
-                lambda: c.applied(self.cache.phases(collective, c.algo, groups, c.moved))))
-            if self.env.now - moving < c.min_s:  # the protocol's own rate limit (nccl.py)
-                yield self.env.timeout(c.min_s - (self.env.now - moving))
-            self.comm.busy.append((t0, self.env.now))
-            self.spans.append(Span("comm", name, t0, self.env.now, size))
+            for name, size in zip(names, sizes, strict=True):
+                t0 = self.env.now
+                # how this backend runs it, where the profile was calibrated (once per shape:
+                # a step issues the same bucket many times, and the answer depends on nothing
+                # else)
+                c = self.calls.get((collective, size, group))
+                if c is None:
+                    c = self.calls[(collective, size, group)] = calibrated(
+                        self.cfg.hardware, collective, self.cfg.algo, ranks, size,
+                        nodes=group_nodes)
+                if c.overhead_s > 0:
+                    yield self.env.timeout(c.overhead_s)
+                # no launch floor here: in a step the host enqueues ahead of the GPU. The
+                # stream runs one call at a time and nothing else moves bytes on this network
+                # (tensor- and context-parallel traffic is priced on the compute stream), so
+                # the call takes its time alone, simulated once per shape
+                # (engine.PhaseCache.alone_s)
+                moving = self.env.now
+                yield self.env.timeout(self.cache.alone_s(
+                    (collective, c, group_key),
+                    lambda c=c: c.applied(self.cache.phases(collective, c.algo, groups,
+                                                            c.moved))))
+                if self.env.now - moving < c.min_s:  # the protocol's own rate limit (nccl.py)
+                    yield self.env.timeout(c.min_s - (self.env.now - moving))
+                self.comm.busy.append((t0, self.env.now))
+                self.spans.append(Span("comm", name, t0, self.env.now, size))
         self.comm.toggled()
 
-    def _launch(self, op, bucket_sizes=None) -> list[simpy.Process]:
+    def _launch(self, op, bucket_sizes=None, together: bool = False,
+                numbered: bool | None = None) -> list[simpy.Process]:
+        """A process per call of `op` (its buckets, or `bucket_sizes`), or with `together`
+        one for all of them, run back to back (`_comm`); calls are named "op [i/n]" where
+        there are several (`numbered`: say so, None: where there are several)."""
         sizes = bucket_sizes or [op.size_bytes / op.buckets] * op.buckets
-        label = (lambda i: f"{op.name} [{i + 1}/{len(sizes)}]") if len(sizes) > 1 else (
-            lambda i: op.name)
-        return [self.env.process(self._comm(label(i), op.collective, s, op.group))
-                for i, s in enumerate(sizes)]
+        numbered = len(sizes) > 1 if numbered is None else numbered
+        names = [f"{op.name} [{i + 1}/{len(sizes)}]" if numbered else op.name
+                 for i in range(len(sizes))]
+        if together:
+            return [self.env.process(self._comm(names, op.collective, sizes, op.group))]
+        return [self.env.process(self._comm([n], op.collective, [s], op.group))
+                for n, s in zip(names, sizes, strict=True)]
 
     # ---- compute ----
     def _work(self, name: str, seconds: float, kind: str, tp_s: float = 0.0,
@@ -323,8 +338,10 @@ class _StepSim(_StepCosts):
                     for bop in backward_ops:
                         ready = math.floor((c + 1) * bop.buckets / parts)
                         done = math.floor(c * bop.buckets / parts)
-                        for _ in range(done, ready):
-                            in_flight += self._launch(bop, [bop.size_bytes / bop.buckets])
+                        if ready > done:  # this slice's buckets, back to back
+                            in_flight += self._launch(
+                                bop, [bop.size_bytes / bop.buckets] * (ready - done),
+                                together=True, numbered=False)
 
     def _compute(self):
         cfg, ops = self.cfg, self.step.ops
@@ -374,14 +391,16 @@ class _StepSim(_StepCosts):
                         continue
                     ready = math.floor((c + 1) * op.buckets / bwd_parts)
                     done = math.floor(c * op.buckets / bwd_parts)
-                    for _ in range(done, ready):
-                        in_flight += self._launch(op, [op.size_bytes / op.buckets])
+                    if ready > done:  # this chunk's buckets, back to back
+                        in_flight += self._launch(op, [op.size_bytes / op.buckets]
+                                                  * (ready - done), together=True,
+                                                  numbered=False)
         yield simpy.AllOf(self.env, carried["next_step"])  # the mask, before packing
         self.async_pending = False
         yield from self._kernels("pre")
         for op in ops:
             if op.phase == "after_backward":
-                in_flight += self._launch(op)
+                in_flight += self._launch(op, together=True)
         yield simpy.AllOf(self.env, in_flight)
         yield from self._kernels("update")
         yield from self._kernels("post")
@@ -389,7 +408,7 @@ class _StepSim(_StepCosts):
         yield from self._work("fixed per-step work",
                               (cfg.hardware.compute.step_fixed_ms or 0.0) * 1e-3, "compute")
         yield simpy.AllOf(self.env, [p for op in ops if op.phase == "after_update"
-                                     for p in self._launch(op)])
+                                     for p in self._launch(op, together=True)])
         yield simpy.AllOf(self.env, carried["next_forward"])
 
 
