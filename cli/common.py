@@ -185,6 +185,16 @@ PARALLEL_OPTS = {
                                        "metrics (Composer with llm-foundry's MPT: 2, its "
                                        "LanguageCrossEntropy and LanguagePerplexity) "
                                        "[default: 0, as Megatron-LM, NeMo, torchtitan]"),
+    "cuda_graphs": typer.Option(False, "--cuda-graphs/--no-cuda-graphs",
+                                help="the layers replayed as CUDA graphs (Megatron-Core "
+                                     "--cuda-graph-impl, TE make_graphed_callables): no pass "
+                                     "waits for the host's kernel launches"),
+    "host_launch_us": typer.Option(None, "--host-launch-us",
+                                   help="the host's CPU time to launch one kernel, us (a "
+                                        "Kineto trace's; PyTorch eager: 5-20); a layer's pass "
+                                        "waits where its kernels launch slower than they run "
+                                        "[default: the profile's [nccl] launch_us, CUDA's own "
+                                        "cost, a floor]"),
     "cp": typer.Option(1, "--cp", "--context-parallel-size",
                        help="context-parallel ranks splitting each sequence "
                                        "(Megatron-Core --context-parallel-size; Transformer "
@@ -371,4 +381,5 @@ def step_options(flags: dict, spec: str) -> StepOptions:
         pricing=Pricing(f["algo"], f["mfu"], f["attention"],
                         None if f["loss"] is None else str(f["loss"]),
                         None if f["stack"] is None else str(f["stack"]),
-                        0 if f["metric_passes"] is None else f["metric_passes"]))
+                        0 if f["metric_passes"] is None else f["metric_passes"],
+                        bool(f.get("cuda_graphs")), f.get("host_launch_us")))

@@ -9,6 +9,7 @@ from cli.common import (
     DTYPE_OPTS,
     FP8_HELP,
     MOE_OPTS,
+    PARALLEL_OPTS,
     STEP_OPTS,
     TP_OVERLAP_HELP,
     DispatcherChoice,
@@ -76,6 +77,8 @@ def plan_cmd(
     moe_imbalance: float = MOE_OPTS["moe_imbalance"],
     moe_dispatcher: DispatcherChoice = MOE_OPTS["moe_dispatcher"],
     moe_overlap: bool | None = MOE_OPTS["moe_overlap"],
+    cuda_graphs: bool = PARALLEL_OPTS["cuda_graphs"],
+    host_launch_us: float = PARALLEL_OPTS["host_launch_us"],
     workers: int = typer.Option(None, "--workers", help="processes; default: every core"),
     quality: str = typer.Option(None, "--quality",
                                 help="a convergence study (profiles/quality/STUDY.toml): adds "
@@ -113,7 +116,7 @@ def plan_cmd(
         overlap=Overlap(tp_comm=tp_comm_overlap), cp=cp, ep=ep, etp=etp,
         moe_imbalance=1.0 if moe_imbalance is None else moe_imbalance,
         moe_dispatcher="alltoall" if moe_dispatcher is None else str(moe_dispatcher),
-        moe_overlap=bool(moe_overlap),
+        moe_overlap=bool(moe_overlap), cuda_graphs=cuda_graphs, host_launch_us=host_launch_us,
     ).validate()
     with _progress("simulating plans") as bar:
         task = bar.add_task("plans", total=None)
@@ -148,6 +151,8 @@ def plan_cmd(
              # each row says whether its plan ran it (tp above 1 only): "tp_comm_overlap"
              "tp_comm_overlap_asked": tp_comm_overlap, "cp": cp, "fp8_asked": fp8,
              "quality_study": quality, "rank": rank, "exhaustive": exhaustive,
+             **({"cuda_graphs": cuda_graphs, "host_launch_us": host_launch_us}
+                if cuda_graphs or host_launch_us is not None else {}),
              "pareto_only": pareto_only,
              **({} if req.model.moe is None else {
                  "ep_asked": ep, "etp_asked": etp, "moe_imbalance": req.moe_imbalance,

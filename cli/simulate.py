@@ -105,6 +105,8 @@ def simulate(
     optimizer_dtype: OptimizerDtypeChoice = PARALLEL_OPTS["optimizer_dtype"],
     stack: StackChoice = PARALLEL_OPTS["stack"],
     metric_passes: int = PARALLEL_OPTS["metric_passes"],
+    cuda_graphs: bool = PARALLEL_OPTS["cuda_graphs"],
+    host_launch_us: float = PARALLEL_OPTS["host_launch_us"],
     trace: str = typer.Option(None, "--trace", help="write a Chrome trace JSON (Perfetto)"),
     fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
 ):
@@ -136,6 +138,11 @@ def simulate(
           f"tp_comm_overlap {row.get('tp_comm_overlap')}, fp8 {row.get('fp8')}, "
           f"mfu {row.get('mfu')}, stack {row.get('stack')}, loss {row.get('loss')}, "
           f"metric_passes {cfg.metric_passes}, global_batch {cfg.sequences}")
+    if "host_wait_per_micro_batch_s" in row:  # asked: the host's launches, CUDA graphs
+        out.append(f"# host: {row['host_launch_us']:g} us a kernel launch; "
+                   + ("CUDA graphs: no pass waits for it" if cfg.cuda_graphs else
+                      f"the layers wait {row['host_wait_per_micro_batch_s'] * 1e3:.3f} ms a "
+                      "micro-batch for it (--cuda-graphs removes the wait)"))
     out.append(f"# {how_sure(cfg.hardware, layout_of(cfg), [scheme], cfg.mfu)}")
     for key in ("step_time_s", "compute_s", "compression_s", "tp_comm_s", "exposed_comm_s",
                 "overlapped_comm_s", *(("pipeline_bubble_s",) if pp > 1 else ()),
@@ -224,6 +231,8 @@ def compare_cmd(
     optimizer_dtype: OptimizerDtypeChoice = PARALLEL_OPTS["optimizer_dtype"],
     stack: StackChoice = PARALLEL_OPTS["stack"],
     metric_passes: int = PARALLEL_OPTS["metric_passes"],
+    cuda_graphs: bool = PARALLEL_OPTS["cuda_graphs"],
+    host_launch_us: float = PARALLEL_OPTS["host_launch_us"],
     fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
 ):
     """Every scheme side by side with its speedup over the baseline."""

@@ -124,6 +124,8 @@ class Pricing:
     loss: str | None = None  # None: the stack's (fp32 under Megatron, eager under torchtitan)
     stack: str | None = None  # None: megatron (what the training stack keeps, STACKS)
     metric_passes: int = 0  # a trainer's training-metric cross-entropies per micro-batch
+    cuda_graphs: bool = False  # the layers replayed as CUDA graphs: no per-kernel host launch
+    host_launch_us: float | None = None  # the host's time per kernel launch (None: profile's)
 
 
 @dataclass(frozen=True)
@@ -163,7 +165,8 @@ class StepOptions:
                 "fp8": self.precision.fp8, "loss": pr.loss,
                 "optimizer_dtype": str(self.precision.optimizer_dtype),
                 "stack": None if pr.stack is None else str(pr.stack),
-                "metric_passes": pr.metric_passes}
+                "metric_passes": pr.metric_passes, "cuda_graphs": pr.cuda_graphs,
+                "host_launch_us": pr.host_launch_us}
 
     def experts(self) -> dict:
         """The expert-parallel options as given (None: not given)."""
@@ -187,6 +190,17 @@ class StepOptions:
                        replica_groups=cfg.grad_ranks // cfg.shard_group)
         if cfg.fp8_param_gather:
             ran["fp8_param_gather"] = True
+        # CUDA graphs and the host's launch time, where asked: what the host held back
+        ran.pop("cuda_graphs", None)
+        ran.pop("host_launch_us", None)
+        if cfg.cuda_graphs or cfg.host_launch_us is not None:
+            from simulator.step.roofline import host_launch_s
+            from simulator.step.simulate import _fwd_bwd
+
+            ran.update(cuda_graphs=cfg.cuda_graphs,
+                       host_launch_us=host_launch_s(cfg.hardware, False,
+                                                    cfg.host_launch_us) * 1e6,
+                       host_wait_per_micro_batch_s=_fwd_bwd(cfg).parts.get("host_wait", 0.0))
         if cfg.model.moe is not None:
             ran.update(ep=cfg.ep, etp=cfg.expert_tp, edp=cfg.edp,
                        moe_imbalance=cfg.moe_imbalance, moe_dispatcher=cfg.moe_dispatcher,

@@ -15,7 +15,7 @@ from simulator.planning.compare import parse_scheme, refuse_same
 from simulator.planning.options import Overlap, Precision
 from simulator.step.batch import check_workers
 from simulator.step.compute import check_fp8
-from simulator.step.step_config import check_cp, refuse_expert_options
+from simulator.step.step_config import check_cp, check_host_launch, refuse_expert_options
 
 # dense-zero3 (FSDP) is searched when asked for (--schemes): it gathers for every micro-batch,
 # thousands of collectives per step at large accumulation, and would dominate the search time
@@ -66,6 +66,10 @@ class PlanRequest:
     moe_imbalance: float = 1.0
     moe_dispatcher: str = "alltoall"
     moe_overlap: bool = False
+    # every plan's layers as CUDA graphs, and the host's time per kernel launch (None: the
+    # profile's); simulator/step/roofline.py host_launch_s
+    cuda_graphs: bool = False
+    host_launch_us: float | None = None
 
     def _check_experts(self) -> None:
         """Expert options: for a model with experts, an EP that divides them and a load of 1
@@ -110,6 +114,7 @@ class PlanRequest:
         return self.model.arch.seq_len if self.seq_len is None else self.seq_len
 
     def validate(self) -> PlanRequest:
+        check_host_launch(self.cuda_graphs, self.host_launch_us)
         if self.rank not in RANKS:
             raise UserError(f"--rank must be one of {', '.join(RANKS)}, got {self.rank!r}")
         if self.rank == "quality" and self.quality is None:

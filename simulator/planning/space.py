@@ -75,7 +75,8 @@ class Candidate:
             dtypes=req.dtypes, recompute=self.recompute, pp=self.pp, pp_schedule=self.schedule,
             virtual_stages=self.chunks if self.schedule == "interleaved" else None,
             tp_comm_overlap=req.tp_comm_overlap and self.tp > 1, cp=self.cp, fp8=req.fp8,
-            shard_group=self.shard_group, **moe)
+            shard_group=self.shard_group, cuda_graphs=req.cuda_graphs,
+            host_launch_us=req.host_launch_us, **moe)
 
 
 def pipeline_degrees(n_layers: int) -> list[int]:

@@ -20,7 +20,13 @@ import numpy as np
 
 from profiles import HardwareProfile, ModelProfile, UserError
 from simulator.layout.shapes import Routing
-from simulator.step.roofline import fp8_rate, head_times, layer_times, metric_pass_s
+from simulator.step.roofline import (
+    fp8_rate,
+    head_times,
+    host_launch_s,
+    layer_times,
+    metric_pass_s,
+)
 from vocabulary.names import ATTENTION, KERNEL_BYTES, RECOMPUTE
 
 # Kernel kinds and their HBM bytes per element are vocabulary/names.py's KERNEL_BYTES; a host
@@ -121,7 +127,8 @@ def fwd_bwd(
     model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_len: int, tp: int = 1,
     grad_accum: int = 1, *, mfu: float | None = None, recompute: str = "none",
     sequence_parallel: bool = False, attention: str = "flash", cp: int = 1, fp8: bool = False,
-    metric_passes: int = 0, routing: Routing | None = None,
+    metric_passes: int = 0, routing: Routing | None = None, cuda_graphs: bool = False,
+    host_launch_us: float | None = None,
 ) -> ComputeTimes:
     """Forward and backward time of one micro-batch on one GPU (tensor parallel degree `tp`).
 
@@ -136,7 +143,10 @@ def fwd_bwd(
     priced on the output layer's forward. `routing`: how a MoE model's tokens reach its
     experts (expert parallelism and load; simulator/layout/shapes.py moe_work), which sets the
     grouped expert GEMMs' shapes; at an MFU a token's top-k experts count, whatever the
-    routing."""
+    routing. From shapes, a layer's pass waits for the host where it launches the pass's
+    kernels slower than the GPU runs them (simulator/step/roofline.py host_launch_s);
+    `cuda_graphs` (the layers captured as CUDA graphs) removes that wait; `host_launch_us`:
+    the host's time per launch (None: the profile's)."""
     if recompute not in RECOMPUTE:
         raise UserError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
     if attention not in ATTENTION:
@@ -157,12 +167,13 @@ def fwd_bwd(
         parts: dict = {}
     else:
         lt = layer_times(model, hw, micro_batch, seq_len, tp, sequence_parallel, attention,
-                         cp, fp8, routing)
+                         cp, fp8, routing, host_launch_s(hw, cuda_graphs, host_launch_us))
         ht = head_times(model, hw, micro_batch, seq_len, tp, cp, metric_passes)
         layer = (lt.fwd_s, lt.bwd_s, lt.parts["attention_fwd"], lt.parts["attention_bwd"])
         head = (ht.fwd_s, ht.bwd_s)
         parts = {k: a.n_layers * lt.parts[k] + ht.parts[k] for k in ("gemm", "attention",
                                                                       "memory")}
+        parts["host_wait"] = a.n_layers * lt.parts["host_wait"]  # the layers' (none: 0)
     layer_f, layer_b, attn_f, attn_b = layer
     layer_b += recompute_s(model, recompute, layer_f, attn_f, parts and lt.parts)
     return ComputeTimes(

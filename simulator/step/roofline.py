@@ -76,22 +76,44 @@ class PassTimes:
     parts: dict[str, float]  # gemm, attention, memory: forward + backward seconds
 
 
+def host_launch_s(hw: HardwareProfile, cuda_graphs: bool, typed_us: float | None = None
+                  ) -> float:
+    """Seconds the host spends launching one kernel, where that can hold the GPU back: the
+    profile's host-side CUDA launch ([nccl] launch_us, fitted on nccl-tests' back-to-back
+    calls: a C loop, so PyTorch's own per-op work, 5-20 us of CPU time per launch by
+    facebookresearch/HolisticTraceAnalysis's docs (cuda_kernel_launch_stats), comes on top and
+    this is a floor); 0 with CUDA graphs (a captured layer is one launch: Megatron-Core's
+    --cuda-graph-impl, TE's make_graphed_callables) or where the profile has no launch.
+    `typed_us`: the user's own figure (a Kineto trace's launch times) instead of the
+    profile's."""
+    if cuda_graphs:
+        return 0.0
+    if typed_us is not None:
+        return typed_us * 1e-6
+    if hw.nccl is None or hw.nccl.launch_us is None:
+        return 0.0
+    return hw.nccl.launch_us * 1e-6
+
+
 def layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_len: int,
                 tp: int = 1, sequence_parallel: bool = False, attention: str = "flash",
-                cp: int = 1, fp8: bool = False, routing: Routing | None = None) -> PassTimes:
+                cp: int = 1, fp8: bool = False, routing: Routing | None = None,
+                host_s: float = 0.0) -> PassTimes:
     """One transformer layer on one GPU: forward and backward (without recomputation).
     `attention`: flash (the profile's fused attention at its measured rates), flash2
     (FlashAttention-2's rates where the profile gives them apart) or unfused (the score
     and context products as batched GEMMs on the roofline, the softmax and dropout over the
     s x s scores at HBM bandwidth: Megatron-LM before FlashAttention). A model with experts:
     the mean of its dense and MoE layers, each weighted by its count (`routing` routes the
-    MoE layers' tokens)."""
+    MoE layers' tokens). `host_s` (`host_launch_s`): the host's time per kernel launch; a
+    pass whose kernels the host launches slower than the GPU runs them waits for the host
+    (the difference is the pass's `host_wait`)."""
     args = (model, hw, micro_batch, seq_len, tp, sequence_parallel, attention, cp, fp8)
     if model.moe is None:
-        return _layer_times(*args)
+        return _layer_times(*args, host_s=host_s)
     w = model.moe_share
-    dense = _layer_times(*args) if w < 1 else None
-    routed = _layer_times(*args, moe_layer=True, routing=routing)
+    dense = _layer_times(*args, host_s=host_s) if w < 1 else None
+    routed = _layer_times(*args, moe_layer=True, routing=routing, host_s=host_s)
     if dense is None:
         return routed
 
@@ -104,7 +126,8 @@ def layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_
 
 def _layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_len: int,
                  tp: int, sequence_parallel: bool, attention: str, cp: int, fp8: bool,
-                 moe_layer: bool = False, routing: Routing | None = None) -> PassTimes:
+                 moe_layer: bool = False, routing: Routing | None = None,
+                 host_s: float = 0.0) -> PassTimes:
     s = layer_shapes(model, micro_batch, seq_len, tp, sequence_parallel, cp, moe_layer,
                      routing)
     r = hw.roofline
@@ -118,20 +141,29 @@ def _layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq
         fwd, bwd = attention_fractions(hw, attention)
         attn_f = launch + s.attention_flops / (fwd * peak)
         attn_b = launch + ATTN_BWD_FLOPS * s.attention_flops / (bwd * peak)
+        attn_kernels = (1, 1)  # forward, backward
     else:
         softmax = 2 * launch + s.unfused_memory_bytes / _hbm_Bps(hw)  # softmax, dropout
         attn_f = sum(gemm_s(g, hw) for g in s.unfused_gemms) + softmax
         attn_b = sum(gemm_s(b, hw) for g in s.unfused_gemms for b in g.backward()) + 2 * softmax
+        attn_kernels = (len(s.unfused_gemms) + 2, 2 * len(s.unfused_gemms) + 4)
     mem_f = s.memory_kernels * launch + s.memory_bytes / _hbm_Bps(hw)
     mem_b = 2 * mem_f  # each elementwise kernel's backward reads its input and output grads
     # the two norms alone (read h, write h per token each): what recomputing them costs
     tokens = micro_batch * seq_len // cp / (tp if sequence_parallel else 1)
     norm_f = 2 * launch + 2 * 2 * 2 * model.arch.d_model * tokens / _hbm_Bps(hw)
-    return PassTimes(gemm_f + attn_f + mem_f, gemm_b + attn_b + mem_b,
+    # the kernels the host launches for the pass (the same ones the launch terms above count:
+    # a GEMM each, two in the backward; the attention's; the elementwise ones, twice back),
+    # and how long the GPU waits where the host launches them slower than it runs them
+    gpu_f, gpu_b = gemm_f + attn_f + mem_f, gemm_b + attn_b + mem_b
+    kernels_f = len(s.gemms) + attn_kernels[0] + s.memory_kernels
+    kernels_b = 2 * len(s.gemms) + attn_kernels[1] + 2 * s.memory_kernels
+    wait_f, wait_b = max(0.0, kernels_f * host_s - gpu_f), max(0.0, kernels_b * host_s - gpu_b)
+    return PassTimes(gpu_f + wait_f, gpu_b + wait_b,
                      {"gemm": gemm_f + gemm_b, "attention": attn_f + attn_b,
                       "memory": mem_f + mem_b, "attention_fwd": attn_f,
                       "attention_bwd": attn_b, "gemm_fwd": gemm_f, "memory_fwd": mem_f,
-                      "norm_fwd": norm_f})
+                      "norm_fwd": norm_f, "host_wait": wait_f + wait_b})
 
 
 # Bytes one cross-entropy pass of PyTorch moves per logit when a trainer computes a training

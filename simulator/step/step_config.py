@@ -93,6 +93,13 @@ class StepConfig:
     # the distributed optimizer gathers FP8 parameters, 1 byte each (Megatron-Core
     # --fp8-param-gather; torchtitan's float8 all-gather); needs fp8
     fp8_param_gather: bool = False
+    # the layers captured as CUDA graphs (Megatron-Core --cuda-graph-impl, TE
+    # make_graphed_callables): no host launch per kernel, so no pass waits for the host
+    # (simulator/step/roofline.py host_launch_s)
+    cuda_graphs: bool = False
+    # the host's time to launch one kernel, microseconds (None: the profile's [nccl]
+    # launch_us, CUDA's own launch cost: a floor under any framework's per-op overhead)
+    host_launch_us: float | None = None
 
     @property
     def domain(self) -> int:
@@ -287,6 +294,7 @@ class StepConfig:
                             f"got {self.optimizer_dtype!r}")
         if self.stack not in STACKS:
             raise UserError(f"--stack must be one of {', '.join(STACKS)}, got {self.stack!r}")
+        check_host_launch(self.cuda_graphs, self.host_launch_us)
         if (not isinstance(self.metric_passes, int) or isinstance(self.metric_passes, bool)
                 or self.metric_passes < 0):
             raise UserError(f"--metric-passes must be a whole number of passes, 0 or more, got "
@@ -525,3 +533,16 @@ def check_cp(cp: int, seq: int, attention: str = "flash") -> None:
     if attention == "unfused":
         raise UserError(f"--cp {cp} runs attention as Transformer Engine's fused kernels ring "
                         "it; --attention unfused has no context-parallel form")
+
+
+def check_host_launch(cuda_graphs, host_launch_us) -> None:
+    """Refuse a CUDA-graphs flag that is not a bool, or a host launch time that is not a
+    positive, finite number of microseconds up to 10 ms."""
+    if not isinstance(cuda_graphs, bool):
+        raise UserError(f"cuda_graphs must be true or false, got {cuda_graphs!r}")
+    if host_launch_us is not None and not (
+            isinstance(host_launch_us, (int, float)) and not isinstance(host_launch_us, bool)
+            and math.isfinite(host_launch_us) and 0 < host_launch_us <= 1e4):
+        raise UserError(f"--host-launch-us must be a time in microseconds in (0, 10000] "
+                        f"(PyTorch's per-op CPU time is 5-20 us; a Kineto trace shows yours), "
+                        f"got {host_launch_us!r}")
