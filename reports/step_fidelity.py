@@ -100,7 +100,9 @@ def _band(hw, layout: str, scheme: str, mfu: float | None) -> tuple[dict | None,
     if band is None:
         # the layouts of this profile that do have one: a step a flag away from checked runs
         # (the TP overlap, FP8) says which
-        others = sorted(k[1] for k in bands if k[0] == hw.name and k[2] == "dense")
+        moe = "mixture-of-experts" in layout  # a model's own kind: dense or with experts
+        others = sorted(k[1] for k in bands if k[0] == hw.name and k[2] == "dense"
+                        and ("mixture-of-experts" in k[1]) == moe)
         return None, (f"no published step on this profile and layout ({hw.name}, {layout}) "
                       "was held out" + (f"; held-out layouts on {hw.name}: "
                                         + "; ".join(others) if others else ""))
