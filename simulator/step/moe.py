@@ -117,7 +117,13 @@ def ep_layer_s(cfg, layer_fwd_s: float, layer_bwd_s: float) -> tuple[float, floa
     """(forward, backward) seconds a mean layer of the model waits for dispatch and combine,
     per micro-batch: a MoE layer's share of the layers times its calls, forward once and
     backward once (again in the backward where the whole layer is recomputed); with
-    `moe_overlap`, only what outlasts the layer's own compute of that pass."""
+    `moe_overlap`, what the overlap leaves: the calls run beside the layer's compute, whose
+    kernels lose the SMs the communication kernels hold (the profile's [compute]
+    interference i, NCCL's CTAs over the other SMs, as on the data-parallel stream: compute
+    runs at 1 / (1 + i) while a call is in flight), so a pass of compute C beside calls of M
+    seconds takes C + max(M - C, M i / (1 + i)): the calls' excess where they outlast it, else
+    the compute they slowed. DeepSeek-V3's own kernels held 20 of 132 SMs (its report,
+    section 3.2.2), about the 16 of NCCL's channels on H100."""
     if cfg.model.moe is None:
         return 0.0, 0.0
     share = cfg.model.moe_share
@@ -125,7 +131,10 @@ def ep_layer_s(cfg, layer_fwd_s: float, layer_bwd_s: float) -> tuple[float, floa
     fwd = one
     bwd = one * (2 if cfg.recompute == "full" else 1)
     if cfg.moe_overlap:
-        fwd, bwd = max(0.0, fwd - layer_fwd_s), max(0.0, bwd - layer_bwd_s)
+        i = cfg.hardware.compute.interference or 0.0
+        slowed = i / (1 + i)  # share of the compute the calls' SMs take while they run
+        fwd = max(fwd - layer_fwd_s, fwd * slowed)
+        bwd = max(bwd - layer_bwd_s, bwd * slowed)
     return share * fwd, share * bwd
 
 
