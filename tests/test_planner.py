@@ -4,6 +4,7 @@ relax; bad inputs are one-line errors."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -319,3 +320,30 @@ def test_search_floors_are_below_every_plans_bound(kw):
         per_try = floors.try_floor_s(c.hardware, c.gpus, t)
         assert floors.count_floor_s(c.hardware, c.gpus) <= per_try * (1 + 1e-9)
         assert 0 < per_try <= low * (1 + 1e-9), c
+
+
+def test_the_search_hands_long_runs_to_a_pool_with_the_same_answer(monkeypatch):
+    """Past POOL_AFTER simulations the lazy search (simulator/planning/search.py) runs its
+    rounds on a pool of workers: the plans it keeps are the ones one process keeps."""
+    from simulator.planning import search as search_module
+
+    req = request(model=load_model("llama-7b"), max_gpus=64, tokens=1e11,
+                  schemes=("dense-adams", "topk:0.99", "scape:0.99"))
+    one = plan_training(req, keep=20)  # 28 simulations (2026-12-03)
+    import concurrent.futures
+
+    made = []
+
+    class Counted(concurrent.futures.ProcessPoolExecutor):
+        def __init__(self, *a, **k):
+            made.append(a)
+            super().__init__(*a, **k)
+
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", Counted)
+    monkeypatch.setattr(search_module, "POOL_AFTER", 8)
+    pooled = plan_training(replace(req, workers=2), keep=20)
+    assert made == [(2,)] and pooled.attrs["simulated"] > 16  # later rounds on the pool
+    assert (pooled.head(20)[_PLAN_KEY].values.tolist()
+            == one.head(20)[_PLAN_KEY].values.tolist())
+    assert list(pooled.head(20)["hours"]) == pytest.approx(list(one.head(20)["hours"]),
+                                                           rel=1e-12)

@@ -59,6 +59,11 @@ from simulator.step.simulate import _fwd_bwd, lower_bound_s
 
 COUNT, TRY, BOUNDED, PLAN = range(4)  # node levels, in the order they open
 SLACK = 1 - 1e-9  # the bound's float residue over the simulated step (tests/test_planner)
+# simulations a search runs in its own process before it hands rounds to a pool of workers:
+# a pool's workers fork cold (each builds the collectives of every topology it is handed
+# again), so a search of DeepSeek-V3 on gb200-nvl72 (100 simulations) took 1.5 s on two
+# workers and 1.0 s in one process (2026-12-02, 2 cores)
+POOL_AFTER = 256
 
 
 @dataclass(order=True)
@@ -166,6 +171,8 @@ class Search:
         self.bounds: dict[tuple, float] = {}  # lower_bound_s per layout (schemes share it)
         self.states: dict[str, dict] = {}
         self.too_big: dict = {}
+        self.pool = None  # made once POOL_AFTER plans were simulated here
+        self.workers = 1
         cats = [_category(s) for s in req.schemes]
         self.all_cats = (any(c[0] for c in cats), any(c[1] for c in cats))
         ratios = ([quality_ratio(req.quality, scheme_of(s)) for s in req.schemes]
@@ -272,9 +279,12 @@ class Search:
         return (self._settled(self.keep, lambda r: True, None)
                 and not any(self._needs()))
 
-    def run(self, pool=None, workers: int = 1) -> pd.DataFrame:
-        batch = max(8, 8 * workers)
+    def run(self, workers: int = 1) -> pd.DataFrame:
+        """Open and simulate until the answer is settled (`_done`), in this process; past
+        POOL_AFTER simulations, over `workers` processes."""
+        self.workers = workers
         while self.heap:
+            batch = 8 if self.pool is None else 16 * workers
             if not self.frontier and self._done():
                 break
             need = self._needs() if self.frontier else (False, False)
@@ -289,20 +299,27 @@ class Search:
                 if not (self.frontier and self._dominated(node, need)):
                     picked.append(node.item)
             if picked:
-                self._simulate(picked, pool, workers)
+                self._simulate(picked)
         df = pd.DataFrame(self.rows)
         df.attrs.update(simulated=len(self.rows), feasible=self.plans,
                         counts_opened=self.counts_opened)
         return df
 
-    def _simulate(self, picked: list[Candidate], pool, workers: int) -> None:
+    def _simulate(self, picked: list[Candidate]) -> None:
         # topology together, so each worker's chunk reuses the collectives it builds
         # (simulator/step/batch.py phase_cache); the rows' order does not matter
         picked = sorted(picked, key=lambda c: (c.hardware.name, c.gpus, c.tp, c.pp, c.ep,
                                                c.schedule, c.chunks, c.micro_batch))
         chosen = [(c, self.req) for c in picked]
-        got = (list(pool.map(_evaluate, chosen, chunksize=max(1, len(chosen) // workers)))
-               if pool is not None and len(chosen) >= 8 else [_evaluate(c) for c in chosen])
+        workers = self.workers
+        if self.pool is None and workers > 1 and len(self.rows) >= POOL_AFTER:
+            from concurrent.futures import ProcessPoolExecutor
+
+            self.pool = ProcessPoolExecutor(workers)
+        got = (list(self.pool.map(_evaluate, chosen,
+                                  chunksize=max(1, len(chosen) // workers)))
+               if self.pool is not None and len(chosen) >= 8
+               else [_evaluate(c) for c in chosen])
         self.rows += got
         if self.progress:
             self.progress(len(got))
@@ -329,11 +346,8 @@ def search(req: PlanRequest, keep: int, frontier: bool = False,
         s.seed_counts()
     else:
         s.seed_plans(*plans)
-    from concurrent.futures import ProcessPoolExecutor
-
-    pool = ProcessPoolExecutor(workers) if workers > 1 else None
     try:
-        return s.run(pool, workers), s.why
+        return s.run(workers), s.why
     finally:
-        if pool is not None:
-            pool.shutdown()
+        if s.pool is not None:
+            s.pool.shutdown()
