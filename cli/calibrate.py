@@ -22,7 +22,7 @@ from cli.outputs import CREATED, missing_folders
 from profiles import UserError, load_model
 from reports.tables import check_format, render
 from vocabulary.suggest import did_you_mean
-from vocabulary.units import format_bytes, parse_size, parse_sizes
+from vocabulary.units import format_bytes, parse_length, parse_size, parse_sizes
 
 calibrate_app = StrictTyper(help="Measure this machine and write measured/NAME.toml in the user's "
                                  "profile folder ($SCAPE_PROFILE_DIR, else "
@@ -352,7 +352,8 @@ def calibrate_trace(
     model: str = typer.Option(..., "--model", "-m", help="the model profile traced"),
     micro_batch: int = typer.Option(..., "--micro-batch", "--micro-batch-size",
                                     help="sequences per micro-batch in the traced steps"),
-    seq_len: int = typer.Option(None, "--seq-len", "--seq-length",
+    seq_len: int = typer.Option(None, "--seq-len", "--seq-length", parser=parse_length,
+                                metavar="LENGTH",
                                 help="tokens per sequence [default: the model profile's]"),
     grad_accum: int = typer.Option(1, "--grad-accum",
                                    help="micro-batches in each traced step"),

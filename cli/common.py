@@ -40,6 +40,7 @@ from vocabulary.names import (
     SHAPES,
     STACKS,
 )
+from vocabulary.units import parse_length
 
 NETBED_HELP = ("shaped-network testbed, e.g. rate=200mbit (,delay=1ms needs netem): one "
                "network namespace per rank (root, ip, tc)")
@@ -235,7 +236,8 @@ BATCH_OPTS = {
     "micro_batch": typer.Option(1, "--micro-batch", "--micro-batch-size",
                                 help="sequences per micro-batch on each GPU (Megatron "
                                      "--micro-batch-size)"),
-    "seq_len": typer.Option(None, "--seq-len", "--seq-length",
+    "seq_len": typer.Option(None, "--seq-len", "--seq-length", parser=parse_length,
+                            metavar="LENGTH",
                             help="tokens per sequence [default: the model profile's] "
                                  "(Megatron --seq-length)"),
     "grad_accum": typer.Option(None, "--grad-accum",

@@ -26,13 +26,14 @@ from reports.tables import check_format, render
 from simulator.planning.options import Overlap, Precision
 from simulator.planning.plan_request import PLAN_SCHEMES, PlanRequest
 from simulator.planning.planner import best_dense, best_without, figure_text, plan_training
-from vocabulary.units import parse_names
+from vocabulary.units import parse_names, parse_tokens
 
 
 @app.command("plan")
 def plan_cmd(
     model: str = STEP_OPTS["model"],
-    tokens: float = typer.Option(..., "--tokens", "-t", help="tokens to train on, e.g. 1e12"),
+    tokens: float = typer.Option(..., "--tokens", "-t", parser=parse_tokens, metavar="TOKENS",
+                                 help="tokens to train on, e.g. 1e12, 1T, 500B"),
     hardware: str = typer.Option(..., "--hardware", "-H", help="one or more, comma-separated"),
     max_gpus: int = typer.Option(4096, "--max-gpus",
                                  help="the most GPUs a plan may use (every count up to it "

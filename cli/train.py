@@ -38,6 +38,7 @@ from reports.schema import also_line, table_name, table_value
 from reports.tables import check_format, render
 from simulator.planning.compare import resolved_scheme
 from simulator.planning.options import Overlap, SchemeOptions, scheme_config, scheme_fields
+from vocabulary.units import parse_length
 
 
 @app.command("train")
@@ -83,7 +84,8 @@ def train_cmd(
     share_gpu: bool = typer.Option(False, "--share-gpu", help=SHARE_GPU_HELP),
     micro_batch: int = typer.Option(16, "--micro-batch", "--micro-batch-size",
                                     help="sequences per micro-batch on each rank"),
-    seq_len: int = typer.Option(None, "--seq-len", "--seq-length",
+    seq_len: int = typer.Option(None, "--seq-len", "--seq-length", parser=parse_length,
+                                metavar="LENGTH",
                                 help="tokens per sequence [default: the model profile's]"),
     lr: float = typer.Option(1e-3, "--lr", help="peak learning rate"),
     seed: int = typer.Option(0, "--seed", help="seed of the weights and the data order"),

@@ -31,11 +31,13 @@ def parse_size(text: str) -> int:
         factor = _DECIMAL[u]
     elif u.endswith("IB") and u[:-2] in _PREFIX and u[:-2]:
         factor = _PREFIX[u[:-2]]
+    elif u.endswith("I") and u[:-1] in _PREFIX and u[:-1]:  # 2Mi, as Kubernetes writes
+        factor = _PREFIX[u[:-1]]
     elif u in _PREFIX or u == "B":
         factor = _PREFIX.get(u, 1)
     else:
         raise UserError(f"cannot read size {text!r}: unknown unit {unit!r} "
-                        "(use B, KiB, MiB, GiB, TiB, K, M, G, KB, MB, GB)")
+                        "(use B, KiB, MiB, GiB, TiB, Ki, Mi, Gi, K, M, G, KB, MB, GB)")
     size = number * factor
     if size <= 0:
         raise UserError(f"size {text!r} must be positive")
@@ -48,6 +50,45 @@ def parse_size(text: str) -> int:
 
 
 MAX_BYTES = 1 << 50  # 1 PiB: a sane bound for one collective
+
+# token counts are spoken in powers of 1000 (Llama 3's "15T tokens", Chinchilla's "1.4T");
+# B is a billion, as papers write it, and tokens are never bytes
+_TOKENS = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12, "P": 10**15}
+# context lengths in powers of 1024 ("8k context" is 8,192 tokens, "128k" 131,072)
+_LENGTH = {"": 1, "K": 1 << 10, "M": 1 << 20}
+_COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+
+def _count(text: str, flag: str, units: dict[str, int], example: str) -> float:
+    match = _COUNT.match(str(text).replace(",", "").replace("_", ""))
+    unit = match.group(2) if match else ""
+    key = unit.upper()[:-1] if unit.upper().endswith("I") and units is _LENGTH else unit.upper()
+    if not match or key not in units:
+        known = ", ".join(k for k in units if k)
+        raise UserError(f"{flag} {text!r}: cannot read it; write a number with an optional "
+                        f"suffix ({known}), e.g. {example}")
+    return float(match.group(1)) * units[key]
+
+
+def parse_tokens(text: str | float, flag: str = "--tokens") -> float:
+    """Tokens as people write them: `1T`, `500B`, `2.5e12`, `15,000,000,000,000`."""
+    if isinstance(text, int | float):
+        return float(text)
+    value = _count(text, flag, _TOKENS, "1T, 500B, 1e12")
+    if not value > 0:
+        raise UserError(f"{flag} {text!r}: give a positive number of tokens, e.g. 1T")
+    return value
+
+
+def parse_length(text: str | int, flag: str = "--seq-len") -> int:
+    """A sequence length: `8k` (8,192), `128K` (131,072), `4096`."""
+    if isinstance(text, int):
+        return text
+    value = _count(text, flag, _LENGTH, "4096, 8k (8,192), 128k")
+    if value != int(value) or value <= 0:
+        raise UserError(f"{flag} {text!r} reads as {value:g} tokens: give a positive whole "
+                        "number, e.g. 4096 or 8k")
+    return int(value)
 
 
 def parse_sizes(text: str) -> list[int]:

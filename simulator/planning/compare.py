@@ -103,6 +103,10 @@ def parse_scheme(spec: str, base: SchemeConfig | None = None,
                             "sparsity, scape:0.99; quantized its bits, quantized:4)")
         if key == "bits" and number != int(number):
             raise UserError(f"cannot read {spec!r}: bits must be a whole number")
+        if key == "sparsity" and 1 <= number < 100:  # 99 for 99%: refused with the reading
+            raise UserError(f"cannot read {spec!r}: sparsity is a fraction in [0, 1); did you "
+                            f"mean {name}:{number / 100:g} ({number:g}% of the gradient "
+                            "left unsent)?")
         opts[key] = int(number) if key == "bits" else number
         if base is not None and key in given and getattr(base, key) != opts[key]:
             raise UserError(f"{spec!r} and --{key} {getattr(base, key):g} disagree: give one")
