@@ -241,11 +241,14 @@ BATCH_OPTS = {
                             help="tokens per sequence [default: the model profile's] "
                                  "(Megatron --seq-length)"),
     "grad_accum": typer.Option(None, "--grad-accum",
-                               help="micro-batches per step [default: 1, or what "
-                                    "--global-batch gives]"),
+                               help="micro-batches per step [default: what --global-batch "
+                                    "gives]"),
     "global_batch": typer.Option(None, "--global-batch", "--global-batch-size",
                                  help="sequences per step; sets --grad-accum (Megatron "
-                                      "--global-batch-size)"),
+                                      "--global-batch-size) [default: the model profile's "
+                                      "where it splits into whole micro-batches over the "
+                                      "data-parallel ranks, else the nearest that does; 1 "
+                                      "micro-batch a rank for a model without one]"),
     "tp": typer.Option(1, "--tp", "--tensor-model-parallel-size",
                        help="tensor-parallel degree inside a node (Megatron "
                             "--tensor-model-parallel-size)"),

@@ -51,6 +51,17 @@ from simulator.step.trace import write_trace
 from vocabulary.names import scheme_names
 
 
+def _batch_text(cfg, grad_accum: int | None, global_batch: int | None) -> str:
+    """The step's batch, and where its global batch came from when none was given."""
+    text = (f"micro-batch {cfg.micro_batch} x seq {cfg.seq}, grad-accum {cfg.accum} "
+            f"(global batch {cfg.sequences:,}")
+    if grad_accum is None and global_batch is None and cfg.model.global_batch:
+        text += (": the model profile's" if cfg.sequences == cfg.model.global_batch else
+                 f": the model profile's {cfg.model.global_batch:,} rounded to whole "
+                 f"micro-batches over {cfg.dp} data-parallel ranks")
+    return text + ")"
+
+
 @app.command()
 def simulate(
     model: str = STEP_OPTS["model"], hardware: str = STEP_OPTS["hardware"],
@@ -124,7 +135,7 @@ def simulate(
     out: list[str] = []  # the table's lines: the header, then one value a line
     out.append(f"# {scheme} on {describe(build_topology(cfg.hardware, gpus))}")
     out.append(f"# profile {hardware} ({cfg.hardware.path})")
-    out.append(f"# {model}: micro-batch {micro_batch} x seq {cfg.seq}, grad-accum {cfg.accum}, "
+    out.append(f"# {model}: {_batch_text(cfg, grad_accum, global_batch)}, "
           f"tp {tp}, pp {pp}{_schedule_name(cfg)}, "
           + (f"cp {cfg.cp}, " if cfg.cp > 1 else "") + f"data-parallel {cfg.dp}, recompute "
           f"{recompute}, algo {algo}; forward/backward: {row['compute_model']}")
@@ -253,7 +264,7 @@ def compare_cmd(
     shown["memory_GB"] = df["memory_GB"]
     shown["fits_memory"] = df["fits_memory"].map({True: "yes", False: "NO"})
     header = (f"{model} on {describe(build_topology(cfg.hardware, gpus))}\n"
-              f"micro-batch {micro_batch} x seq {cfg.seq}, grad-accum {cfg.accum}, tp {tp}, "
+              f"{_batch_text(cfg, grad_accum, global_batch)}, tp {tp}, "
               f"pp {pp}{_schedule_name(cfg)}, " + (f"cp {cfg.cp}, " if cfg.cp > 1 else "")
               + f"dp {cfg.dp}, recompute {recompute}; "
               f"forward/backward: {compute_model(cfg)}; "

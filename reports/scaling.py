@@ -25,6 +25,7 @@ from reports.scaling_figures import (
     fig_heatmap,
     fig_line,
     fig_speedup_vs_gpus,
+    step_parts,
 )
 from reports.tables import markdown, refuse_special_files
 from simulator.planning.compare import parse_scheme
@@ -99,8 +100,9 @@ def layout(model: ModelProfile, hw: HardwareProfile, scheme: str, gpus: int, seq
         return None
     best = evaluate_bounded(req, cands, 1).sort_values(["hours", "cost_usd"], kind="stable")
     row = best.iloc[0]
-    chosen = next(c for c in cands if (c.tp, c.pp, c.chunks, c.micro_batch, c.recompute) == (
-        row["tp"], row["pp"], row["chunks"], row["micro_batch"], row["recompute"]))
+    keys = ("tp", "pp", "ep", "etp", "cp", "chunks", "micro_batch", "recompute")
+    chosen = next(c for c in cands
+                  if all(getattr(c, k) == row[k] for k in keys if k in row and hasattr(c, k)))
     return chosen.step_config(req)
 
 
@@ -176,9 +178,7 @@ def _answer(df: pd.DataFrame, hw: HardwareProfile) -> str:
     if "scape:0.99" not in at.index or BASELINE not in at.index:
         return f"No SCAPE 99% plan fits at {top} GPUs of {hw.name}."
     s, d = at.loc["scape:0.99"], at.loc[BASELINE]
-    shares = {"compute": s["compute_s"], "compression kernels": s["compression_s"],
-              "tensor-parallel communication": s["tp_comm_s"],
-              "exposed data-parallel communication": s["exposed_comm_s"]}
+    shares = step_parts(at.loc[["scape:0.99"]]).iloc[0].to_dict()
     text = (f"At {top:,} GPUs of {hw.name}, SCAPE 99% takes {s['step_time_s']:.3f} s a step "
             f"against dense AdamS's {d['step_time_s']:.3f} s ({s['speedup_vs_dense_adams']:.2f}x); "
             f"its step is bound by {max(shares, key=shares.get)}.")

@@ -80,22 +80,41 @@ def _bar_groups(totals: pd.Series) -> list[list[str]]:
     return [g for g in groups if g]
 
 
+# a step's parts as the simulator reports them (simulator/step/step_config.py StepResult):
+# the compute stream's work, its waits for the other stages and for data-parallel traffic
+STEP_PARTS = {"compute_s": "compute", "compression_s": "compression",
+              "tp_comm_s": "tensor-parallel comm", "cp_comm_s": "context-parallel comm",
+              "ep_comm_s": "expert-parallel comm", "pipeline_bubble_s": "pipeline bubble",
+              "exposed_comm_s": "exposed data-parallel comm"}
+
+
+def step_parts(rows: pd.DataFrame) -> pd.DataFrame:
+    """Seconds of each part of each row's step (named for readers), the parts no row has left
+    out, and what the parts leave of `step_time_s` as "other" where it is over 0.1% of a step
+    (host waits the parts do not name): the parts add up to the step."""
+    cols = [c for c in STEP_PARTS if c in rows and (c == "compute_s" or rows[c].fillna(0).any())]
+    parts = rows[cols].fillna(0.0).rename(columns=STEP_PARTS)
+    rest = rows["step_time_s"] - parts.sum(axis=1)
+    if (rest.abs() > 1e-3 * rows["step_time_s"]).any():
+        parts["other"] = rest
+    return parts
+
+
 def fig_breakdown(df: pd.DataFrame, path: Path, title: str) -> Path:
     """Stacked step parts per scheme at the largest GPU count; bars far taller than the rest
     go on a panel with their own y axis (its title says so)."""
     part = df[(df["sweep"] == "gpus") & df["fits"]]
     largest = part["gpus"].max()
-    part = part[part["gpus"] == largest].set_index("scheme")
-    parts = ["compute_s", "compression_s", "tp_comm_s", "exposed_comm_s"]
-    groups = _bar_groups(part[parts].sum(axis=1))
+    part = step_parts(part[part["gpus"] == largest].set_index("scheme"))
+    parts = list(part.columns)
+    groups = _bar_groups(part.sum(axis=1))
     fig, axes = fs.figure(len(groups), figsize=(9, 4.5),
                           gridspec_kw={"width_ratios": [len(g) + 1 for g in groups]})
     for n, (ax, schemes) in enumerate(zip(axes[0], groups, strict=True)):
         sub = part.loc[schemes]
         bottom = pd.Series(0.0, index=sub.index)
         for i, col in enumerate(parts):
-            ax.bar(sub.index, sub[col], bottom=bottom, label=col.removesuffix("_s"),
-                   color=f"C{i}")
+            ax.bar(sub.index, sub[col], bottom=bottom, label=col, color=f"C{i}")
             bottom += sub[col]
         ax.set_ylabel("seconds per step" + (" (own axis)" if n else ""))
         ax.tick_params(axis="x", rotation=30)

@@ -6,6 +6,7 @@ import re
 from html import unescape
 
 import pandas as pd
+import pytest
 from markupsafe import escape
 
 from reports.scaling import write_report
@@ -54,3 +55,30 @@ def test_report_cli_without_out_writes_its_default_folder(capsys, tmp_path, monk
     assert code == 0, err
     assert "figures and CSVs in out/scaling/" in out
     assert (tmp_path / "out" / "scaling" / "scaling.html").exists()
+
+
+def test_breakdown_bars_add_up_to_the_step_and_the_headline_is_plans_answer():
+    """Issue 58: the breakdown bars left the pipeline bubble out (7B on commodity-100gbe at
+    4,096 GPUs: bars of 2.2 s and 2.7 s under a headline of 3.72 s and 3.59 s). The parts
+    (reports/scaling_figures.py step_parts) add up to each step, and each point's step is the
+    fastest plan `scape plan` finds at that GPU count and scheme on the same inputs."""
+    from profiles import load_hardware, load_model
+    from reports.scaling import Point, evaluate, global_batch
+    from reports.scaling_figures import step_parts
+    from simulator.planning.plan_request import PlanRequest
+    from simulator.planning.planner import plan_training
+
+    model, hw = load_model("llama-7b"), load_hardware("commodity-100gbe")
+    gpus = 4096
+    rows = pd.DataFrame([evaluate(Point("gpus", model, hw, gpus, s, hw.nic.bw_Gbps))
+                         for s in ("dense-adams", "scape:0.99")]).set_index("scheme")
+    parts = step_parts(rows)
+    assert "pipeline bubble" in parts and (parts["pipeline bubble"] > 0).all()
+    assert list(parts.sum(axis=1)) == pytest.approx(list(rows["step_time_s"]), rel=1e-9)
+    for scheme, row in rows.iterrows():
+        req = PlanRequest(model, 1e12, (hw,), max_gpus=gpus,
+                          global_batch=global_batch(model, gpus), schemes=(scheme,),
+                          workers=1, price_per_gpu_hour=1.0).validate()
+        top = plan_training(req, keep=1).iloc[0]
+        assert top["gpus"] == gpus and (top["tp"], top["pp"]) == (row["tp"], row["pp"])
+        assert top["step_time_s"] == pytest.approx(row["step_time_s"], rel=1e-9)

@@ -7,6 +7,7 @@ them) are powers of 1024; decimal ones (KB, MB, GB, TB) are powers of 1000. A lo
 
 from __future__ import annotations
 
+import math
 import re
 
 from vocabulary.errors import UserError
@@ -60,7 +61,9 @@ _COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*
 
 
 def _count(text: str, flag: str, units: dict[str, int], example: str) -> float:
-    match = _COUNT.match(str(text).replace(",", "").replace("_", ""))
+    # thousands separators only in groups of three (15,000,000): "1,2" is no number
+    grouped = re.fullmatch(r"\s*\d{1,3}(,\d{3})+(\.\d+)?\s*[A-Za-z]*\s*", str(text))
+    match = _COUNT.match(str(text).replace(",", "") if grouped else str(text))
     unit = match.group(2) if match else ""
     key = unit.upper()[:-1] if unit.upper().endswith("I") and units is _LENGTH else unit.upper()
     if not match or key not in units:
@@ -70,24 +73,33 @@ def _count(text: str, flag: str, units: dict[str, int], example: str) -> float:
     return float(match.group(1)) * units[key]
 
 
+def _plain(text: str) -> float | None:
+    """A number without a suffix (inf and nan included), left to the option's own checks."""
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
 def parse_tokens(text: str | float, flag: str = "--tokens") -> float:
-    """Tokens as people write them: `1T`, `500B`, `2.5e12`, `15,000,000,000,000`."""
+    """Tokens as people write them: `1T`, `500B`, `2.5e12`, `15,000,000,000,000`. A plain
+    number is returned as read (the request checks it is finite and positive)."""
     if isinstance(text, int | float):
         return float(text)
-    value = _count(text, flag, _TOKENS, "1T, 500B, 1e12")
-    if not value > 0:
-        raise UserError(f"{flag} {text!r}: give a positive number of tokens, e.g. 1T")
-    return value
+    plain = _plain(text)
+    return plain if plain is not None else _count(text, flag, _TOKENS, "1T, 500B, 1e12")
 
 
 def parse_length(text: str | int, flag: str = "--seq-len") -> int:
-    """A sequence length: `8k` (8,192), `128K` (131,072), `4096`."""
+    """A sequence length: `8k` (8,192), `128K` (131,072), `4096`; a whole plain number is
+    returned as read (the step checks it is at least 1)."""
     if isinstance(text, int):
         return text
-    value = _count(text, flag, _LENGTH, "4096, 8k (8,192), 128k")
-    if value != int(value) or value <= 0:
-        raise UserError(f"{flag} {text!r} reads as {value:g} tokens: give a positive whole "
-                        "number, e.g. 4096 or 8k")
+    plain = _plain(text)
+    value = plain if plain is not None else _count(text, flag, _LENGTH, "4096, 8k (8,192), 128k")
+    if not math.isfinite(value) or value != int(value):
+        raise UserError(f"{flag} {text!r} reads as {value:g} tokens: give a whole number, "
+                        "e.g. 4096 or 8k")
     return int(value)
 
 

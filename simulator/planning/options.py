@@ -249,6 +249,10 @@ class StepOptions:
             global_batch=b.global_batch, dtypes=self.precision.dtypes(),
             algo=self.pricing.algo, **parallel,
         ).validate()
+        if b.grad_accum is None and b.global_batch is None and model.global_batch:
+            # neither given: the model's global batch, as plan and report scaling use
+            cfg = replace(cfg, global_batch=model_batch(model.global_batch,
+                                                        b.micro_batch * cfg.dp)).validate()
         if (b.grad_accum is not None and b.global_batch is not None
                 and b.grad_accum != cfg.accum):
             raise UserError(f"--grad-accum {b.grad_accum} contradicts --global-batch "
@@ -260,6 +264,14 @@ class StepOptions:
                             "which has no attention kernel; leave --attention out (or --mfu, "
                             "where it was given, to price from shapes)")
         return cfg
+
+
+def model_batch(batch: int, per_step: int) -> int:
+    """The model profile's global batch where it splits into whole micro-batches over the
+    data-parallel ranks (`per_step` sequences, one micro-batch each), else the nearest that
+    does (at least one micro-batch a rank): the default of simulate and compare, which the
+    header and the rows state (`global_batch_default`)."""
+    return per_step * max(1, round(batch / per_step))
 
 
 def compute_model(cfg: StepConfig) -> str:
