@@ -125,9 +125,10 @@ def profiles_check(path: str = typer.Argument(..., help="path to a profile TOML 
     name = prof.study if kind == "quality study" else prof.name
     print(f"ok: {path}{where} is a valid {what} ({name}{extra})")
     if kind == "hardware":
+        from profiles.datasheet import datasheet_warnings
         from simulator.step.fallbacks import absent_tables
 
-        for line in absent_tables(prof):
+        for line in datasheet_warnings(prof) + absent_tables(prof):
             print(visible(f"scape: warning: {line}"), file=sys.stderr)
 
 

@@ -291,7 +291,7 @@ def parse_model(path: Path | str, doc: dict[str, Any]) -> ModelProfile:
         arch = Arch(**values, head_width=head)
     if arch is not None:
         with problems.gather("arch"):
-            _check_heads(path, arch)
+            _check_heads(path, arch, top_values.get("family"))
     moe = Moe(**given["moe"]) if "moe" in given else None
     mla = Mla(**given["mla"]) if "mla" in given else None
     if family_known:
@@ -337,9 +337,10 @@ def _check_moe(path, family: str, arch: Arch | None, moe: Moe | None, mla: Mla |
                            f"{arch.n_layers} has experts")
 
 
-def _check_heads(path, arch: Arch) -> None:
+def _check_heads(path, arch: Arch, family: str | None = None) -> None:
     """Megatron's attention needs whole heads per d_model (unless the head width is given) and
-    whole query groups per KV head."""
+    whole query groups per KV head; a llama's rotary embeddings rotate channel pairs, so its
+    head width is even (an odd width fails inside `scape train`'s RoPE)."""
     if arch.head_width is None and arch.d_model % arch.n_heads:
         raise ProfileError(
             f"{path}: [arch] n_heads: must divide d_model ({arch.d_model}), got {arch.n_heads}"
@@ -349,6 +350,17 @@ def _check_heads(path, arch: Arch) -> None:
             f"{path}: [arch] n_kv_heads: must divide n_heads ({arch.n_heads}), "
             f"got {arch.n_kv_heads}"
         )
+    if family == "llama" and arch.head_dim % 2:
+        near = sorted((h for h in range(1, arch.d_model + 1)
+                       if arch.d_model % h == 0 and (arch.d_model // h) % 2 == 0),
+                      key=lambda h: (abs(h - arch.n_heads), h))[:2]
+        field = "head_dim" if arch.head_width is not None else "n_heads"
+        hint = ("an even head_dim" if arch.head_width is not None else
+                "n_heads " + " or ".join(map(str, sorted(near))) if near else "an even width")
+        raise ProfileError(
+            f"{path}: [arch] {field}: a llama's head width must be even (rotary position "
+            f"embeddings rotate pairs of channels), got {arch.head_dim} "
+            f"(d_model {arch.d_model} / n_heads {arch.n_heads}); give {hint}")
 
 
 def _check_count(path, n_params: int, ref: dict[str, Any]) -> None:
