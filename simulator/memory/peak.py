@@ -358,8 +358,14 @@ def refuse_if_too_big(cfg, scheme: str | None = None) -> None:
                    else "")
         recompute = ("" if cfg.recompute == "full" else
                      "activation recomputation (--recompute selective-op or full), ")
+        from simulator.memory.suggest import fitting_changes
+
+        fits = fitting_changes(cfg)
+        advice = (f"each of these fits, the cheapest in step time first: "
+                  f"{'; '.join(fits)}" if fits else
+                  f"try {recompute}tensor or pipeline parallelism (--tp, --pp), {experts}a "
+                  f"smaller --micro-batch, or {hint}")
         raise UserError(
             f"{cfg.model.name} with {scheme or cfg.scheme.scheme} needs "
             f"{use.total / 1e9:.1f} GB per GPU{where} ({parts} GB), {cfg.hardware.name} has "
-            f"{describe_reserve(cfg.hardware)}: try {recompute}tensor or pipeline parallelism "
-            f"(--tp, --pp), {experts}a smaller --micro-batch, or {hint}")
+            f"{describe_reserve(cfg.hardware)}: {advice}")
