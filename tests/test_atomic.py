@@ -48,3 +48,24 @@ def test_report_tables_and_figures_land_whole(tmp_path, monkeypatch):
     png = figure_style.save(fig, tmp_path / "figure.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["figure.png", "predictions.csv"]
+
+
+def test_written_files_get_the_users_umask_not_mkstemps_0600(tmp_path):
+    """Issue 58: report files came out 0600 (mkstemp's mode), unreadable to the user's group
+    where every other tool's output is readable; a replaced file keeps its own mode."""
+    import os
+
+    from vocabulary.atomic import write_text_atomic
+
+    old = os.umask(0o022)
+    try:
+        write_text_atomic(tmp_path / "new.md", "x")
+        assert (tmp_path / "new.md").stat().st_mode & 0o777 == 0o644
+        os.umask(0o077)
+        write_text_atomic(tmp_path / "private.md", "x")
+        assert (tmp_path / "private.md").stat().st_mode & 0o777 == 0o600
+        (tmp_path / "new.md").chmod(0o640)
+        write_text_atomic(tmp_path / "new.md", "y")
+        assert (tmp_path / "new.md").stat().st_mode & 0o777 == 0o640
+    finally:
+        os.umask(old)

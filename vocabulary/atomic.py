@@ -22,11 +22,25 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         yield Path(tmp)
         with open(tmp, "rb+") as fh:  # on disk before the rename makes it the file
             os.fsync(fh.fileno())
+            # mkstemp makes the file 0600; the file the user gets has the mode a plain open()
+            # would give it (0666 less the umask), or the mode of the file it replaces
+            try:
+                mode = target.stat().st_mode & 0o7777
+            except FileNotFoundError:
+                mode = 0o666 & ~_umask()
+            os.fchmod(fh.fileno(), mode)
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it and setting it back: there is no getter)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:
