@@ -109,12 +109,44 @@ def render(df: pd.DataFrame, fmt: str, *, floatfmt: dict[str, str] | None = None
         for col in df.columns
     }
     widths = {c: max(len(c), *(len(x) for x in cells[c])) if len(df) else len(c) for c in cells}
+    cut = _fit_text(df, cells, widths)
     lines = [f"# {line}" for line in header.splitlines()]
-    lines.append("  ".join(c.rjust(widths[c]) for c in df.columns))
+    lines.append("  ".join(c.ljust(widths[c]) if c in cut else c.rjust(widths[c])
+                           for c in df.columns))
     for i in range(len(df)):
-        lines.append("  ".join(cells[c][i].rjust(widths[c]) for c in df.columns))
+        lines.append("  ".join(cells[c][i].ljust(widths[c]) if c in cut
+                               else cells[c][i].rjust(widths[c]) for c in df.columns))
     also = also_line(schema, df.columns, header) if schema is not None else ""
+    if cut:
+        lines.append(f"# {', '.join(cut)}: cut to fit {WIDTH} columns; whole in --format csv "
+                     "and json")
     return "\n".join(lines + ([also] if also else []))
+
+
+WIDTH = 100  # a table's text columns are cut to keep its lines within this many characters
+LEAST_TEXT = 24  # ... but none below this
+
+
+def _fit_text(df: pd.DataFrame, cells: dict[str, list[str]], widths: dict[str, int]
+              ) -> list[str]:
+    """Cut the widest free-text columns (descriptions, notes: cells with spaces in them) until
+    the table's lines fit WIDTH, none below LEAST_TEXT; a cut cell ends in "...". Numbers are
+    never cut, and a table too wide for its numbers is left whole. Returns the columns cut."""
+    text = [c for c in df.columns if any(" " in x for x in cells[c]) and widths[c] > LEAST_TEXT]
+    least = sum(max(LEAST_TEXT, len(c)) if c in text else widths[c] for c in widths)
+    if least + 2 * (len(widths) - 1) > WIDTH:
+        return []  # wide for its numbers: cutting its words would lose them and not fit
+    cut = []
+    for col in sorted(text, key=lambda c: -widths[c]):
+        over = sum(widths.values()) + 2 * (len(widths) - 1) - WIDTH
+        if over <= 0:
+            break
+        width = max(LEAST_TEXT, widths[col] - over, len(col))
+        cells[col] = [x if len(x) <= width else x[:width - 3].rstrip() + "..."
+                      for x in cells[col]]
+        widths[col] = max(len(col), *(len(x) for x in cells[col]))
+        cut.append(col)
+    return cut
 
 
 def markdown(df: pd.DataFrame, floatfmt: str = "{:.3f}") -> str:
