@@ -8,8 +8,9 @@ import typer
 from cli.app import StrictTyper, app
 from cli.common import STEP_OPTS, Format3, _progress
 from cli.outputs import out_folder
-from profiles import load_hardware, load_model
+from profiles import UserError, load_hardware, load_model
 from reports.tables import check_format, render
+from vocabulary.units import parse_names
 
 report_app = StrictTyper(help="Report builders.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(report_app, name="report")
@@ -21,6 +22,17 @@ def report_scaling(
     out: str = typer.Option(None, "--out", help="folder for the report [default: out/scaling]"),
     quick: bool = typer.Option(False, "--quick", help="a small sweep (for demos)"),
     workers: int = typer.Option(None, "--workers", help="processes; default: every core"),
+    gpus: str = typer.Option(None, "--gpus", help="GPU counts to sweep, comma-separated "
+                             "(e.g. 64,512,4096) [default: 8 to 16,384 in whole nodes]"),
+    schemes: str = typer.Option(None, "--schemes", "-s",
+                                help="schemes to compare, comma-separated (dense-adams, the "
+                                     "baseline, is always in) [default: dense-adams, "
+                                     "dense-ddp, quantized:8, topk:0.99, scalecom:0.99, "
+                                     "scape:0.9, scape:0.99, scape:0.999, "
+                                     "scape-partitioned:0.99]"),
+    global_batch: int = typer.Option(None, "--global-batch", "--global-batch-size",
+                                     help="sequences per step at every point [default: the "
+                                          "model profile's, or one per GPU past it]"),
 ):
     """What-if sweeps (GPUs, NIC bandwidth, sparsity, model size) as Markdown + HTML + CSV."""
     from reports.scaling import write_report as scaling_report
@@ -34,7 +46,11 @@ def report_scaling(
         task = bar.add_task("steps", total=None)
         files = scaling_report(model, hardware, folder, quick, workers,
                                progress_total=lambda n: bar.update(task, total=n),
-                               progress=lambda n: bar.advance(task, n))
+                               progress=lambda n: bar.advance(task, n),
+                               gpus=None if gpus is None else tuple(_counts(gpus)),
+                               schemes=None if schemes is None else tuple(
+                                   parse_names(schemes, "--schemes")),
+                               batch=global_batch)
     print(f"report: {files['html']} (self-contained) and {files['markdown']}; "
           f"figures and CSVs in {folder}/")
 
@@ -107,3 +123,14 @@ def reproduce(
                      f"{compute_profile}'s, and the authors' GH200 computation"))
     print(f"# report: {files['report']} (assumptions, what-if on {files['what_if'].stem}, "
           "sensitivity figure, CSVs)")
+
+
+def _counts(text: str) -> list[int]:
+    """`64,512,4096`: whole positive GPU counts, or a one-line refusal."""
+    counts = []
+    for part in parse_names(text, "--gpus"):
+        if not part.isdigit() or int(part) < 1:
+            raise UserError(f"--gpus {text!r}: {part!r} is not a whole number of GPUs; write "
+                            "e.g. 64,512,4096")
+        counts.append(int(part))
+    return counts

@@ -36,7 +36,7 @@ from simulator.step.step_config import StepConfig
 from vocabulary.atomic import to_csv_atomic, write_text_atomic
 
 SCHEMES = ("dense-adams", "dense-ddp", "quantized:8", "topk:0.99", "scalecom:0.99",
-           "scape:0.9", "scape:0.99", "scape:0.999")
+           "scape:0.9", "scape:0.99", "scape:0.999", "scape-partitioned:0.99")
 NIC_GBPS = (100, 200, 400, 800)
 SPARSITY = (0.0, 0.5, 0.9, 0.95, 0.99, 0.999)
 MODELS = ("gpt-345m", "llama-500m", "llama-1.8b", "llama-7b", "llama-70b")
@@ -80,6 +80,7 @@ class Point:
     gpus: int
     scheme: str
     nic_Gbps: float
+    global_batch: int | None = None  # None: the model's (global_batch below)
 
 
 def layout(model: ModelProfile, hw: HardwareProfile, scheme: str, gpus: int, seq: int,
@@ -112,6 +113,10 @@ def global_batch(model: ModelProfile, gpus: int) -> int:
     return max(model.global_batch or gpus, gpus)
 
 
+def _batch(p: Point) -> int:
+    return global_batch(p.model, p.gpus) if p.global_batch is None else p.global_batch
+
+
 def _step_config(p: Point) -> StepConfig | None:
     hw = p.hardware
     if p.nic_Gbps != hw.nic.bw_Gbps:
@@ -120,7 +125,7 @@ def _step_config(p: Point) -> StepConfig | None:
             nic = replace(nic, burst_bytes=hw.nic.burst_bytes * p.nic_Gbps / hw.nic.bw_Gbps)
         hw = replace(hw, nic=nic)
     seq = p.model.arch.seq_len
-    return layout(p.model, hw, p.scheme, p.gpus, seq, global_batch(p.model, p.gpus))
+    return layout(p.model, hw, p.scheme, p.gpus, seq, _batch(p))
 
 
 def evaluate(p: Point) -> dict:
@@ -128,7 +133,7 @@ def evaluate(p: Point) -> dict:
     row = {"sweep": p.sweep, "model": p.model.name, "n_params": p.model.n_params,
            "hardware": p.hardware.name, "gpus": p.gpus, "scheme": p.scheme,
            "nic_Gbps": p.nic_Gbps, "sparsity": parse_scheme(p.scheme).sparsity,
-           "global_batch": global_batch(p.model, p.gpus)}
+           "global_batch": _batch(p)}
     if cfg is None:
         return {**row, "fits": False}
     r = simulate_cached(cfg)
@@ -137,14 +142,18 @@ def evaluate(p: Point) -> dict:
             "recompute": cfg.recompute, **r.as_dict()}
 
 
-def points(model: ModelProfile, hw: HardwareProfile, sweep: Sweep) -> list[Point]:
+def points(model: ModelProfile, hw: HardwareProfile, sweep: Sweep,
+           schemes: tuple[str, ...] = SCHEMES, batch: int | None = None) -> list[Point]:
+    """The sweep's points: every scheme over GPU counts, dense AdamS and SCAPE 99% over NIC
+    rates and model sizes, SCAPE over sparsity; `batch`: one global batch for every point
+    (None: the model's, or a sequence per GPU past it)."""
     nic = hw.nic.bw_Gbps
-    pts = [Point("gpus", model, hw, g, s, nic) for g in sweep.gpus for s in SCHEMES]
-    pts += [Point("bandwidth", model, hw, g, s, float(b)) for b in NIC_GBPS
+    pts = [Point("gpus", model, hw, g, s, nic, batch) for g in sweep.gpus for s in schemes]
+    pts += [Point("bandwidth", model, hw, g, s, float(b), batch) for b in NIC_GBPS
             for g in sweep.gpus for s in (BASELINE, "scape:0.99") if b != nic]
-    pts += [Point("sparsity", model, hw, g, f"scape:{x}" if x else BASELINE, nic)
+    pts += [Point("sparsity", model, hw, g, f"scape:{x}" if x else BASELINE, nic, batch)
             for g in sweep.sparsity_gpus for x in SPARSITY]
-    pts += [Point("model", load_model(m), hw, g, s, nic) for m in MODELS
+    pts += [Point("model", load_model(m), hw, g, s, nic, batch) for m in MODELS
             for g in sweep.model_gpus for s in (BASELINE, "scape:0.99")]
     return pts
 
@@ -200,13 +209,30 @@ def _answer(df: pd.DataFrame, hw: HardwareProfile) -> str:
 def write_report(model: str, hardware: str, out: Path, quick: bool = False,
                  workers: int | None = None,
                  progress_total: Callable[[int], None] | None = None,
-                 progress: Callable[[int], None] | None = None) -> dict[str, Path]:
+                 progress: Callable[[int], None] | None = None,
+                 gpus: tuple[int, ...] | None = None, schemes: tuple[str, ...] | None = None,
+                 batch: int | None = None) -> dict[str, Path]:
+    """The report; `gpus`, `schemes`, `batch` (None: the sweep's own counts, SCHEMES, the
+    model's global batch) are the user's --gpus, --schemes and --global-batch."""
     refuse_special_files(out)
     m, hw = load_model(model), load_hardware(hardware)
     sweep = (Sweep.quick if quick else Sweep.full)(hw.node.gpus_per_node)
+    if gpus is not None:
+        node = hw.node.gpus_per_node
+        whole = [g for g in gpus if g % node and not (g < node and node % g == 0)]
+        if whole:
+            raise UserError(f"--gpus {', '.join(map(str, whole))}: a count must fill whole "
+                            f"{hw.name} nodes of {node} GPUs (or divides one)")
+        counts = tuple(sorted(set(gpus)))
+        sweep = Sweep(counts, counts, counts)
     if not sweep.gpus:
         raise UserError(f"no GPU count of the sweep fills whole {hw.name} nodes")
-    pts = points(m, hw, sweep)
+    if batch is not None and batch < 1:
+        raise UserError(f"--global-batch must be at least 1, got {batch}")
+    lineup = SCHEMES if schemes is None else tuple(dict.fromkeys((BASELINE, *schemes)))
+    for spec in lineup:
+        parse_scheme(spec)  # an unknown or misspelt scheme: refused before any simulation
+    pts = points(m, hw, sweep, lineup, batch)
     if progress_total:
         progress_total(len(pts))
     df = run_sweep(pts, workers, progress)
@@ -241,10 +267,16 @@ def write_report(model: str, hardware: str, out: Path, quick: bool = False,
     files: dict[str, Path] = {}
     answer = _answer(df, hw)
     md = [f"# Scaling report: {title}", "", answer, "",
-          f"{len(df)} points ({int(df['fits'].sum())} fit in memory). Batch: the model's "
-          "global batch or one sequence per GPU once GPUs outnumber it, the same for every "
-          "scheme at a GPU count. Layout: the fastest `scape plan` finds for each scheme at "
-          "each GPU count (tensor and pipeline parallelism, micro-batch, the least "
+          f"{len(df)} points ({int(df['fits'].sum())} fit in memory). Batch: "
+          + ("the model's global batch or one sequence per GPU once GPUs outnumber it"
+             if batch is None else f"{batch:,} sequences (--global-batch)")
+          + ", the same for every scheme at a GPU count. Schemes: "
+          + ", ".join(lineup) + (" (--schemes, with the dense AdamS baseline)"
+                                 if schemes is not None else "")
+          + ". GPU counts: " + ", ".join(f"{g:,}" for g in sweep.gpus)
+          + (" (--gpus)" if gpus is not None else "")
+          + ". Layout: the fastest `scape plan` finds for each scheme at each GPU count "
+          "(tensor and pipeline parallelism, micro-batch, the least "
           "recomputation that fits; the CSVs carry tp, pp, micro_batch, recompute). Speedup = "
           f"dense AdamS step time / scheme step time. Sweep: {'quick' if quick else 'full'}; "
           f"profiles {m.path} and {hw.path}.",

@@ -82,3 +82,23 @@ def test_breakdown_bars_add_up_to_the_step_and_the_headline_is_plans_answer():
         top = plan_training(req, keep=1).iloc[0]
         assert top["gpus"] == gpus and (top["tp"], top["pp"]) == (row["tp"], row["pp"])
         assert top["step_time_s"] == pytest.approx(row["step_time_s"], rel=1e-9)
+
+
+def test_report_takes_gpus_schemes_and_global_batch(capsys, tmp_path):
+    """Issue 58: `report scaling` lacked --gpus, --schemes and --global-batch; the typed values
+    are the sweep's, said in the report; the baseline stays in for the speedups."""
+    out = tmp_path / "r"
+    code, _, err = scape(capsys, "report", "scaling", "-m", "gpt-345m", "-H", "vista-gh200",
+                         "--gpus", "8,64", "-s", "scape-partitioned:0.99", "--global-batch",
+                         "256", "--workers", "1", "--out", str(out))
+    assert code == 0, err
+    points = pd.read_csv(out / "all_points.csv")
+    swept = points[points["sweep"] == "gpus"]
+    assert sorted(set(swept["gpus"])) == [8, 64]
+    assert set(swept["scheme"]) == {"dense-adams", "scape-partitioned:0.99"}
+    assert set(points["global_batch"]) == {256}
+    md = (out / "scaling.md").read_text()
+    assert "256 sequences (--global-batch)" in md and "8, 64 (--gpus)" in md
+    code, _, err = scape(capsys, "report", "scaling", "-m", "gpt-345m", "-H", "dgx-h100",
+                         "--gpus", "12", "--out", str(tmp_path / "x"))
+    assert code == 2 and "--gpus 12" in err and err.count("\n") == 1
