@@ -1,6 +1,6 @@
 """`python -m cli ...` runs the same as `scape ...`."""
 
-from cli import app
+from cli import main
 
 if __name__ == "__main__":
-    app()
+    main()

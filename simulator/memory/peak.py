@@ -360,7 +360,7 @@ def refuse_if_too_big(cfg, scheme: str | None = None) -> None:
                      "activation recomputation (--recompute selective-op or full), ")
         from simulator.memory.suggest import fitting_changes
 
-        fits = fitting_changes(cfg)
+        fits = fitting_changes(cfg, lambda c: step_memory(c).total, usable)
         advice = (f"each of these fits, the cheapest in step time first: "
                   f"{'; '.join(fits)}" if fits else
                   f"try {recompute}tensor or pipeline parallelism (--tp, --pp), {experts}a "

@@ -9,7 +9,7 @@ alone, pairs of them in the same order."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from vocabulary.errors import UserError
@@ -44,14 +44,13 @@ def _changes(cfg) -> Iterator[tuple[str, dict]]:
         yield f"--recompute {recompute}", {"recompute": recompute}
 
 
-def fitting_changes(cfg, most: int = 5) -> list[str]:
+def fitting_changes(cfg, memory: Callable[[object], float], usable: float,
+                    most: int = 5) -> list[str]:
     """Up to `most` changes to `cfg` under which one GPU holds the step, each with the GB it
     needs ("-s dense-zero2 (71.2 GB)"): single changes, or where none fits alone, pairs of
     changes to different options; a change the step's own rules refuse (heads that do not
-    divide, stages past the layers) is left out."""
-    from simulator.memory.peak import step_memory, usable_bytes
-
-    usable = usable_bytes(cfg.hardware)
+    divide, stages past the layers) is left out. `memory`: a step's peak bytes on one GPU
+    (simulator/memory/peak.py step_memory's total); `usable`: the bytes one GPU has."""
     single = list(_changes(cfg))
     pairs = [(f"{a} {b}", {**ka, **kb}) for i, (a, ka) in enumerate(single)
              for b, kb in single[i + 1:] if not set(ka) & set(kb)]
@@ -59,7 +58,7 @@ def fitting_changes(cfg, most: int = 5) -> list[str]:
         out = []
         for flags, fields in tries:
             try:
-                need = step_memory(replace(cfg, **fields).validate()).total
+                need = memory(replace(cfg, **fields).validate())
             except (UserError, ValueError, ZeroDivisionError):
                 continue
             if need <= usable:

@@ -1,0 +1,48 @@
+"""The `scape` entry point loads only what the command asked for needs (issue 58 item 5:
+`scape --version` took 0.40 s, importing every command's modules): cli.main."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PROBE = """
+import sys
+sys.argv = ["scape", *{args!r}]
+import cli
+try:
+    cli.main()
+except SystemExit:
+    pass
+loaded = sorted(m for m in ("pandas", "simpy", "simulator.planning.planner", "cli.simulate",
+                            "cli.plan", "cli.train", "torch") if m in sys.modules)
+print("LOADED", ",".join(loaded))
+"""
+
+
+def _loaded(*args: str) -> tuple[set[str], str]:
+    out = subprocess.run([sys.executable, "-c", PROBE.format(args=list(args))], cwd=REPO,
+                         capture_output=True, text=True, check=True).stdout
+    line = next(x for x in out.splitlines() if x.startswith("LOADED"))
+    return set(filter(None, line.split(" ", 1)[1].split(","))), out
+
+
+def test_version_loads_no_command():
+    loaded, out = _loaded("--version")
+    assert out.startswith("scape ") and loaded == set()
+
+
+@pytest.mark.parametrize("command, own, other", [("plan", "cli.plan", "cli.simulate"),
+                                                 ("simulate", "cli.simulate", "cli.plan")])
+def test_a_command_loads_its_own_module_only(command, own, other):
+    loaded, out = _loaded(command, "--help")
+    assert "Usage" in out and own in loaded and other not in loaded and "torch" not in loaded
+
+
+def test_help_and_a_misspelt_command_see_every_command():
+    loaded, out = _loaded("--help")
+    assert {"cli.simulate", "cli.plan", "cli.train"} <= loaded and "compare" in out
