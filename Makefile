@@ -9,7 +9,7 @@ STAMP      := $(VENV)/.installed-stamp
 # Pytest markers that never run by default: GPU tests, and long runs.
 BASE_MARKERS := not slow and not gpu
 
-.PHONY: venv demo test lint bench corpus convergence clean
+.PHONY: venv demo test test-long lint bench corpus convergence clean
 
 $(PLAN_STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -47,6 +47,11 @@ test: lint
 	  markers="$(BASE_MARKERS) and not netbed"; \
 	fi; \
 	$(BIN)/python -m pytest -m "$$markers"
+
+# The long tests `make test` leaves out (pytest marker slow): fault injection that waits out
+# timeouts, and sweeps of minutes.
+test-long: $(STAMP)
+	$(BIN)/python -m pytest -m "slow and not gpu"
 
 bench: $(STAMP)
 	$(BIN)/python bench/collectives_scale.py

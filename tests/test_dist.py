@@ -353,6 +353,9 @@ def _processes_naming(text: str) -> list[str]:
     return found
 
 
+# long (24 s on 2 cores): resume is also checked by test_resume_continues_exactly, a
+# signal's end by test_a_signal_ends_torchrun_and_every_rank; `make test-long` runs it
+@pytest.mark.slow
 def test_resume_after_an_interrupt_continues_from_the_last_checkpoint(tmp_path):
     """Checkpoints every 3 steps; SIGTERM mid-run; --resume says from which step, redoes the
     steps logged after it, and leaves one log row per step. Nothing to resume is an error."""
@@ -382,6 +385,9 @@ def test_resume_after_an_interrupt_continues_from_the_last_checkpoint(tmp_path):
     assert empty.returncode == 2 and "nothing to resume" in empty.stderr
 
 
+# long (20 s: it waits out a 10 s timeout); a missing peer's timeout is also checked by
+# test_missing_peer_times_out_with_a_clear_error; `make test-long` runs it
+@pytest.mark.slow
 def test_a_stopped_peer_ends_the_run_within_one_and_a_half_timeouts(tmp_path):
     """SIGSTOP one rank mid-run: the others time out after --timeout, and the launcher ends
     the rest (the stopped rank too) at once instead of waiting for torchrun's own teardown."""
