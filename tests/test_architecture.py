@@ -16,7 +16,8 @@ from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("vocabulary", "profiles", "scape", "simulator", "calibration", "reports", "cli")
+PACKAGES = ("vocabulary", "profiles", "scape", "simulator", "calibration", "reports", "cli",
+            "costmodel")
 
 # room -> the rooms it may import (besides itself)
 ALLOWED: dict[str, set[str]] = {
@@ -28,6 +29,9 @@ ALLOWED: dict[str, set[str]] = {
     "calibration": {"vocabulary", "profiles", "plan", "simulator", "runtime"},
     "reports": {"vocabulary", "profiles", "plan", "simulator", "runtime", "calibration"},
     "cli": {"vocabulary", "profiles", "plan", "simulator", "runtime", "calibration", "reports"},
+    # the Python API: the commands' own defaults and option objects, as functions
+    "costmodel": {"vocabulary", "profiles", "plan", "simulator", "runtime", "calibration",
+                  "reports", "cli"},
 }
 # rooms a planning install (no torch) runs on
 TORCH_FREE = ("vocabulary", "profiles", "plan", "simulator")
