@@ -28,11 +28,6 @@ from simulator.planning.plan_request import PLAN_SCHEMES, PlanRequest
 from simulator.planning.planner import best_dense, best_without, figure_text, plan_training
 from vocabulary.units import parse_names, parse_tokens
 
-# --top at or past this many plans simulates every feasible plan, as --exhaustive: the lazy
-# search's bookkeeping, run again each round, costs more than it saves once nearly every plan
-# is kept (llama-7b on dgx-h100, --top 99999999999: 119 s lazily, 21 s so; 2026-12-03)
-EVERY_PLAN_FROM = 1000
-
 
 @app.command("plan")
 def plan_cmd(
@@ -128,8 +123,7 @@ def plan_cmd(
         task = bar.add_task("plans", total=None)
         df = plan_training(req, progress_total=lambda n: bar.update(task, total=n),
                            progress=lambda n: bar.advance(task, n),
-                           keep=None if exhaustive or top >= EVERY_PLAN_FROM else top,
-                           frontier=pareto_only)
+                           keep=None if exhaustive else top, frontier=pareto_only)
     everything = df  # the footnotes' best dense and non-SCAPE plans, frontier or not
     if pareto_only:  # the frontier, fastest first: every plan that could be on it simulated
         df = df[df["pareto"]].sort_values(["hours", "cost_usd"], kind="stable").reset_index(

@@ -21,7 +21,7 @@ import pandas as pd
 
 from vocabulary.errors import UserError
 from vocabulary.suggest import did_you_mean
-from vocabulary.units import parse_length, parse_tokens
+from vocabulary.units import parse_length, parse_names, parse_tokens
 
 __all__ = ["compare", "plan", "simulate"]
 
@@ -40,9 +40,14 @@ def _flags(command, given: dict) -> dict:
     missing = [k for k, v in flags.items() if v is ...]
     if missing:
         raise UserError(f"{command.__name__.removesuffix('_cmd')}: give {', '.join(missing)}")
-    if isinstance(flags.get("seq_len"), str):  # "8k", as the command line reads it
-        flags["seq_len"] = parse_length(flags["seq_len"])
-    return flags
+    return _spelled(flags)
+
+
+def _spelled(options: dict) -> dict:
+    """`options` with a sequence length written as the command line reads it ("8k") read."""
+    if isinstance(options.get("seq_len"), str):
+        return {**options, "seq_len": parse_length(options["seq_len"])}
+    return options
 
 
 def simulate(model: str, hardware: str, gpus: int, **options) -> dict:
@@ -83,10 +88,9 @@ def plan(model: str, hardware: str, tokens: float | str, top: int | None = 10,
     unknown = [k for k in request if k not in known]
     if unknown:
         raise UserError(f"plan: unknown option {unknown[0]!r}{did_you_mean(unknown[0], known)}")
-    if isinstance(request.get("schemes"), str):
-        request["schemes"] = tuple(s.strip() for s in request["schemes"].split(","))
-    if isinstance(request.get("seq_len"), str):
-        request["seq_len"] = parse_length(request["seq_len"])
+    request = _spelled(request)
+    if isinstance(request.get("schemes"), str):  # as --schemes reads it
+        request["schemes"] = tuple(parse_names(request["schemes"], "schemes"))
     req = PlanRequest(load_model(model), parse_tokens(tokens),
                       tuple(load_hardware(h.strip()) for h in hardware.split(",")), **request)
     df = plan_training(req.validate(), keep=top)

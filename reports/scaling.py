@@ -59,12 +59,17 @@ class Sweep:
         return cls(ladder, ladder[-2:], ladder[-2:])
 
 
+def fills_nodes(gpus: int, node: int) -> bool:
+    """Whether `gpus` is whole nodes of `node` GPUs, or divides one node."""
+    return gpus % node == 0 or (gpus < node and node % gpus == 0)
+
+
 def _ladder(counts: tuple[int, ...], node: int, step: int) -> tuple[int, ...]:
     """The GPU counts of a sweep on nodes of `node` GPUs: those of `counts` whole nodes make
     up (or that divide one node); on nodes of a size that is no power of two, also whole
     nodes times powers of `step` up to the first at or past the largest count, so that a node
     of 72 GPUs sweeps 72, 144, ... rather than the one count it divides."""
-    fits = {g for g in counts if g % node == 0 or (g < node and node % g == 0)}
+    fits = {g for g in counts if fills_nodes(g, node)}
     if node & (node - 1) == 0:
         return tuple(sorted(fits))
     # whole nodes up to the first count at or past the largest one: as far as 8-GPU nodes go
@@ -219,10 +224,10 @@ def write_report(model: str, hardware: str, out: Path, quick: bool = False,
     sweep = (Sweep.quick if quick else Sweep.full)(hw.node.gpus_per_node)
     if gpus is not None:
         node = hw.node.gpus_per_node
-        whole = [g for g in gpus if g % node and not (g < node and node % g == 0)]
-        if whole:
-            raise UserError(f"--gpus {', '.join(map(str, whole))}: a count must fill whole "
-                            f"{hw.name} nodes of {node} GPUs (or divides one)")
+        partial = [g for g in gpus if not fills_nodes(g, node)]
+        if partial:
+            raise UserError(f"--gpus {', '.join(map(str, partial))}: a count must fill whole "
+                            f"{hw.name} nodes of {node} GPUs (or divide one)")
         counts = tuple(sorted(set(gpus)))
         sweep = Sweep(counts, counts, counts)
     if not sweep.gpus:
