@@ -8,6 +8,10 @@ PLAN_STAMP := $(VENV)/.installed-plan-stamp
 STAMP      := $(VENV)/.installed-stamp
 # Pytest markers that never run by default: GPU tests, and long runs.
 BASE_MARKERS := not slow and not gpu
+# Test processes (pytest-xdist): one per core, at most 8; netbed tests share one process
+# (tests/conftest.py groups them). make test JOBS=0 runs in one process.
+JOBS ?= auto
+PARALLEL := $(if $(filter 0,$(JOBS)),,-n $(JOBS) --maxprocesses 8 --dist loadgroup)
 
 .PHONY: venv demo test test-long lint bench corpus convergence clean
 
@@ -46,7 +50,7 @@ test: lint
 	  echo "make test: SKIPPING netbed tests (they need root and the ip/tc commands)"; \
 	  markers="$(BASE_MARKERS) and not netbed"; \
 	fi; \
-	$(BIN)/python -m pytest -m "$$markers"
+	$(BIN)/python -m pytest -m "$$markers" $(PARALLEL)
 
 # The long tests `make test` leaves out (pytest marker slow): fault injection that waits out
 # timeouts, and sweeps of minutes.

@@ -50,3 +50,12 @@ def time_of(t: Topology, op: str, algo: str, size: float, group=None) -> float:
 def approx():
     """Exact up to float rounding."""
     return lambda value: pytest.approx(value, rel=1e-12, abs=1e-15)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`make test` runs one test process per core), the netbed tests build
+    and remove network namespaces and qdiscs by name: they run one after another in one
+    process (xdist_group, honoured by --dist loadgroup)."""
+    for item in items:
+        if item.get_closest_marker("netbed"):
+            item.add_marker(pytest.mark.xdist_group("netbed"))
