@@ -9,7 +9,6 @@ from enum import StrEnum
 
 import typer
 
-from profiles import UserError
 from reports.tables import FORMATS
 from scape.train import CORPORA
 from simulator.planning.options import (
@@ -40,7 +39,7 @@ from vocabulary.names import (
     SHAPES,
     STACKS,
 )
-from vocabulary.units import parse_length
+from vocabulary.units import parse_counts, parse_length
 
 NETBED_HELP = ("shaped-network testbed, e.g. rate=200mbit (,delay=1ms needs netem): one "
                "network namespace per rank (root, ip, tc)")
@@ -344,19 +343,7 @@ def _progress(description: str):
 
 def _rank_counts(text: str) -> list[int]:
     """--nprocs 3 or 2,3: rank counts of at least 2."""
-    if any(not x.strip() for x in text.split(",")):
-        raise UserError(f"--nprocs {text!r} has an empty item: give rank counts like 2,3")
-    try:
-        worlds = [int(x) for x in text.split(",")]
-    except ValueError:
-        raise UserError(f"--nprocs wants integers like 2,3, got {text!r}") from None
-    if not worlds or min(worlds) < 2:
-        raise UserError(f"--nprocs must list rank counts of at least 2, got {text!r}")
-    twice = sorted({w for w in worlds if worlds.count(w) > 1})
-    if twice:
-        raise UserError(f"--nprocs lists {', '.join(map(str, twice))} twice ({text!r}): give "
-                        "each rank count once")
-    return worlds
+    return parse_counts(text, "--nprocs", least=2, what="ranks", example="2,3")
 
 
 def step_options(flags: dict, spec: str) -> StepOptions:

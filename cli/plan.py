@@ -229,7 +229,8 @@ def plan_cmd(
         "tokens_per_s": "{:,.0f}",
         "hours": "{:,.1f}", "gpu_hours": "{:,.0f}", "cost_usd": "{:,.0f}",
         "quality_tokens_ratio": "{:.3f}", "hours_to_quality": "{:,.1f}",
-        "cost_to_quality_usd": "{:,.0f}"}, schema=list(shown.assign(**asked).columns)))
+        "cost_to_quality_usd": "{:,.0f}"}, schema=list(shown.assign(**asked).columns),
+        keys=("hardware", "gpus", "scheme")))
     dense = best_dense(everything)
     if best["quality"] != "dense" and dense is not None:
         print(f"# the top plan's scheme changes the update ({best['quality']}); the best dense "

@@ -8,9 +8,9 @@ import typer
 from cli.app import StrictTyper, app
 from cli.common import STEP_OPTS, Format3, _progress
 from cli.outputs import out_folder
-from profiles import UserError, load_hardware, load_model
+from profiles import load_hardware, load_model
 from reports.tables import check_format, render
-from vocabulary.units import parse_names
+from vocabulary.units import parse_counts, parse_names
 
 report_app = StrictTyper(help="Report builders.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(report_app, name="report")
@@ -127,10 +127,4 @@ def reproduce(
 
 def _counts(text: str) -> list[int]:
     """`64,512,4096`: whole positive GPU counts, or a one-line refusal."""
-    counts = []
-    for part in parse_names(text, "--gpus"):
-        if not part.isdigit() or int(part) < 1:
-            raise UserError(f"--gpus {text!r}: {part!r} is not a whole number of GPUs; write "
-                            "e.g. 64,512,4096")
-        counts.append(int(part))
-    return counts
+    return parse_counts(text, "--gpus", least=1, what="GPUs", example="64,512,4096")

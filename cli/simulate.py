@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pandas as pd
 import typer
 
 from cli.app import app
@@ -42,7 +41,7 @@ from cli.outputs import output_file
 from reports.schema import also_line, table_name, table_value
 from reports.step_fidelity import how_sure, layout_of
 from reports.step_rows import compare_rows, simulate_row
-from reports.tables import check_format, render
+from reports.tables import check_format, comment_lines, render
 from simulator.network.collective import describe
 from simulator.network.topology import build_topology
 from simulator.planning.compare import DEFAULT_SCHEMES, resolved_scheme
@@ -130,6 +129,8 @@ def simulate(
     if trace:  # the trace carries the options and results of its row
         write_trace(trace, result.spans, f"{model} on {gpus} x {hardware}: {scheme}", row)
     if fmt != "table":  # one row, the same shape as every command's rows
+        import pandas as pd  # only CSV and JSON: the table prints without it (0.25 s)
+
         print(render(pd.DataFrame([row]), fmt))
         return
     out: list[str] = []  # the table's lines: the header, then one value a line
@@ -168,11 +169,11 @@ def simulate(
     parts = ", ".join(f"{k} {row[f'memory_{k}_GB']:.1f}" for k in (
         "weights", "grads", "optimizer", "scheme_state", "activations"))
     out.append(f"{'memory_GB':>20}  {row['memory_GB']:12.2f} GB of "
-          f"{row['usable_memory_GB']:.1f} usable, {row['memory_spare_pct']:.0f}% to spare "
-          f"({parts}, loss {row['memory_loss_GB']:.1f}; peak on pipeline stage "
-          f"{row['memory_peak_stage']})")
+          f"{row['usable_memory_GB']:.1f} usable, {row['memory_spare_pct']:.0f}% to spare")
+    out.append(f"#   GB: {parts}, loss {row['memory_loss_GB']:.1f}; peak on pipeline stage "
+               f"{row['memory_peak_stage']}")
     out.append(f"{'model_tflops_per_gpu':>20}  {row['model_tflops_per_gpu']:12.1f} TFLOP/s "
-          "(the model's forward and backward FLOPs, no recomputation, per GPU and second)")
+          "(model FLOPs: forward + backward, no recompute)")
     if steps:
         out.append(f"# averaged over a run of {steps} steps ({_schedule_text(cfg.scheme)}):")
         for key, unit, form in (("run_mean_step_s", "ms", "12.3f"),
@@ -181,7 +182,8 @@ def simulate(
     shown = [line.split()[0] for line in out if not line.startswith("#")]
     header = "\n".join(line for line in out if line.startswith("#"))
     also = also_line(list(row), shown, header)  # what only CSV and JSON print
-    print("\n".join(out + ([also] if also else [])))
+    print("\n".join(wrapped for line in out + ([also] if also else []) for wrapped in (
+        comment_lines(line.removeprefix("# ")) if line.startswith("# ") else [line])))
     if trace:
         print(f"# trace: {trace} (open in https://ui.perfetto.dev)")
 

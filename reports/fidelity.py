@@ -12,10 +12,12 @@ from __future__ import annotations
 import csv
 from functools import lru_cache
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from profiles import UserError, load_hardware
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 BANDS = Path(__file__).resolve().parents[1] / "profiles" / "external" / "fidelity-bands.csv"
 MIB = 2**20
@@ -57,6 +59,8 @@ def summarize(held: pd.DataFrame, keys: list[str], err: str) -> pd.DataFrame:
                      "max_abs_err_pct": round(e.abs().max(), 1),
                      "median_err_pct": round(e.median(), 1),
                      "cases": ";".join(sorted(part["case"].unique()))})
+    import pandas as pd  # here, not at the top: `scape simulate` runs without it
+
     return pd.DataFrame(rows, columns=[*keys, *STATS])
 
 

@@ -14,10 +14,12 @@ compressed scheme) has no band, and says so: never a band borrowed from another 
 from __future__ import annotations
 
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from reports.fidelity import heldout, shipped, stored, summarize
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 STEP_BANDS = (Path(__file__).resolve().parents[1] / "profiles" / "external"
               / "step-fidelity-bands.csv")

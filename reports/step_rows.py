@@ -5,7 +5,7 @@ a trace) is made from these rows."""
 
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from reports.step_fidelity import layout_of
 from reports.step_fidelity import lookup as step_lookup
@@ -17,6 +17,9 @@ from simulator.step.schedule import run_mean
 from simulator.step.simulate import simulate_step
 from simulator.step.step_config import StepConfig, StepResult
 from vocabulary.units import parse_names
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def _asked(opts: StepOptions, cfg: StepConfig) -> dict:
@@ -71,6 +74,8 @@ def compare_rows(opts: StepOptions, schemes: str
     baseline = opts.scheme.spec
     df = compare(cfg, lineup, baseline, steps)
     sure = [step_lookup(cfg.hardware, layout_of(cfg), name, cfg.mfu) for name in df["scheme"]]
+    import pandas as pd  # here, not at the top: `scape simulate` runs without it
+
     df = pd.concat([df, pd.DataFrame(sure, index=df.index)], axis=1)
     asked = {"model": opts.model, "hardware": opts.hardware,
              "hardware_profile": cfg.hardware.path, "gpus": opts.gpus, "baseline": baseline,

@@ -5,15 +5,19 @@ from __future__ import annotations
 import json
 import math
 import subprocess
+import textwrap
 import unicodedata
+from collections.abc import Sequence
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from profiles import UserError
 from reports.schema import also_line
 from vocabulary.suggest import did_you_mean
 from vocabulary.units import never_zero, reads_zero
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FORMATS = ("table", "csv", "json")
 
@@ -91,11 +95,13 @@ def visible(text: str) -> str:
 
 
 def render(df: pd.DataFrame, fmt: str, *, floatfmt: dict[str, str] | None = None,
-           header: str = "", schema=None) -> str:
+           header: str = "", schema=None, keys: Sequence[str] | None = None) -> str:
     """The frame as `table` (aligned text, with `header` lines prefixed by '#'; a missing
     value reads "-"), `csv`, `json`. `schema`: the columns CSV and JSON print where the table
     shows fewer; the table then ends with a line naming the ones it leaves out
-    (reports/schema.py)."""
+    (reports/schema.py). A table wider than WIDTH once its text is cut goes on in blocks, each
+    led by the `keys` columns (default: the first), as pandas prints a wide frame; header
+    lines wrap at spaces."""
     check_format(fmt)
     if fmt == "json":
         rows = [{k: _clean(v) for k, v in row.items()} for row in df.to_dict(orient="records")]
@@ -110,17 +116,63 @@ def render(df: pd.DataFrame, fmt: str, *, floatfmt: dict[str, str] | None = None
     }
     widths = {c: max(len(c), *(len(x) for x in cells[c])) if len(df) else len(c) for c in cells}
     cut = _fit_text(df, cells, widths)
-    lines = [f"# {line}" for line in header.splitlines()]
-    lines.append("  ".join(c.ljust(widths[c]) if c in cut else c.rjust(widths[c])
-                           for c in df.columns))
-    for i in range(len(df)):
-        lines.append("  ".join(cells[c][i].ljust(widths[c]) if c in cut
-                               else cells[c][i].rjust(widths[c]) for c in df.columns))
+    lines = [wrapped for line in header.splitlines() for wrapped in comment_lines(line)]
+    lead = [k for k in (keys or df.columns[:1]) if k in df.columns]  # each block's first
+    blocks = _blocks(list(df.columns), widths, lead)
+    for n, cols in enumerate(blocks):
+        if n:
+            lines.append("")  # a blank line between blocks
+        lines.append("  ".join(c.ljust(widths[c]) if c in cut else c.rjust(widths[c])
+                               for c in cols))
+        for i in range(len(df)):
+            lines.append("  ".join(cells[c][i].ljust(widths[c]) if c in cut
+                                   else cells[c][i].rjust(widths[c]) for c in cols))
     also = also_line(schema, df.columns, header) if schema is not None else ""
+    notes = []
     if cut:
-        lines.append(f"# {', '.join(cut)}: cut to fit {WIDTH} columns; whole in --format csv "
+        notes.append(f"# {', '.join(cut)}: cut to fit {WIDTH} columns; whole in --format csv "
                      "and json")
-    return "\n".join(lines + ([also] if also else []))
+    if len(blocks) > 1:
+        notes.append(f"# {len(blocks)} blocks of columns to fit {WIDTH}, each led by "
+                     f"{', '.join(lead)}; one row a line in --format csv")
+    return "\n".join(lines + [w for x in notes + ([also] if also else [])
+                              for w in comment_lines(x.removeprefix("# "))])
+
+
+def comment_lines(text: str) -> list[str]:
+    """A '#' line of a table's header, wrapped at spaces to WIDTH (a word longer than a line,
+    a path, stays whole on its own line); continuation lines are indented."""
+    return ["# " + line for line in textwrap.wrap(
+        text, WIDTH - 2, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
+        ] or ["#"]
+
+
+def unwrapped(text: str) -> str:
+    """`text` with each wrapped '#' line joined back into one (comment_lines' inverse): what a
+    script that greps a header reads."""
+    out: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("#   ") and out and out[-1].startswith("#"):
+            out[-1] += " " + line[4:]
+        else:
+            out.append(line)
+    return "\n".join(out) + ("\n" if text.endswith("\n") else "")
+
+
+def _blocks(columns: list[str], widths: dict[str, int], keys: list[str]) -> list[list[str]]:
+    """The columns in blocks whose lines fit WIDTH, each block led by `keys`; one block where
+    the table fits, and a column wider than a block alone gets a block of its own."""
+    def width(cols: list[str]) -> int:
+        return sum(widths[c] for c in cols) + 2 * (len(cols) - 1)
+
+    if width(columns) <= WIDTH:
+        return [columns]
+    blocks: list[list[str]] = [list(keys)]
+    for col in (c for c in columns if c not in keys):
+        if width([*blocks[-1], col]) > WIDTH and len(blocks[-1]) > len(keys):
+            blocks.append(list(keys))
+        blocks[-1].append(col)
+    return blocks
 
 
 WIDTH = 100  # a table's text columns are cut to keep its lines within this many characters

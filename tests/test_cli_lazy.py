@@ -46,3 +46,13 @@ def test_a_command_loads_its_own_module_only(command, own, other):
 def test_help_and_a_misspelt_command_see_every_command():
     loaded, out = _loaded("--help")
     assert {"cli.simulate", "cli.plan", "cli.train"} <= loaded and "compare" in out
+
+
+def test_simulate_prints_its_table_without_pandas():
+    """pandas is 0.25 s of a `scape simulate` call: the table is printed without it; CSV
+    (a frame) loads it."""
+    step = ("simulate", "-m", "llama-1.8b", "-H", "dgx-h100", "--gpus", "16")
+    loaded, out = _loaded(*step)
+    assert "step_time" in out and "simpy" in loaded and "pandas" not in loaded
+    loaded, out = _loaded(*step, "--format", "csv")
+    assert "step_time_s" in out and "pandas" in loaded

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from profiles import UserError, load_hardware, load_model
+from reports.tables import unwrapped
 from scape.plan import make_config
 from simulator.layout.shapes import layer_shapes
 from simulator.memory.peak import step_memory
@@ -89,6 +90,7 @@ def test_commands_carry_cp_and_no_borrowed_band(capsys):
     assert row["heldout_step_rows"] == 0 and "cp_comm_s" in row
     code, out, err = scape(capsys, "simulate", *base, "--cp", "2")
     assert code == 0, err
+    out = unwrapped(out)  # the header's lines as one line each
     assert "cp 2, data-parallel 8" in out and "context parallel) was held out" in out
     code, out, err = scape(capsys, "compare", *base, "--cp", "2", "--schemes",
                            "dense-adams,scape:0.99", "--format", "json")

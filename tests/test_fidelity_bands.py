@@ -13,6 +13,7 @@ import pytest
 
 from profiles import load_hardware
 from reports import fidelity, step_fidelity
+from reports.tables import unwrapped
 from tests.test_cli import scape
 
 REPO = Path(__file__).resolve().parents[1]
@@ -107,6 +108,7 @@ def test_a_step_finds_the_band_of_published_steps_like_it(capsys, tmp_path):
     code, out, err = scape(capsys, "compare", "-m", "llama-1.8b", "-H", "dgx-h100", "--gpus", "32",
                            "--micro-batch", "8", "--schemes", "dense-adamw,scape:0.99")
     assert code == 0, err
+    out = unwrapped(out)  # the header's lines as one line each
     assert f"how sure: {rows} published dense steps on this profile and layout" in out
     assert "scape:0.99: no published step was held out" in out
     code, out, err = scape(capsys, "compare", "-m", "llama-1.8b", "-H", "dgx-h100", "--gpus", "32",

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from reports.tables import unwrapped
 from tests.hostile_util import SIM, _edited, _refused
 from tests.test_cli import scape
 
@@ -70,7 +71,7 @@ def test_compare_table_names_the_typed_scheme_options(capsys):
                            "--sync", "momentum", "--distributed-optimizer", "--schemes",
                            "dense-adams,scape-partitioned:0.99,scape:0.99")
     assert code == 0, err
-    header = next(line for line in out.splitlines() if line.startswith("# options:"))
+    header = next(line for line in unwrapped(out).splitlines() if line.startswith("# options:"))
     assert "sync momentum" in header and "'distributed_optimizer': True" in header
 
 

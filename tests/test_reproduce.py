@@ -49,6 +49,18 @@ def test_html_has_the_answer_and_every_table(report):
     assert html.count('src="data:image/png;base64,') == 1
 
 
+def test_html_headers_break_between_words_only(report):
+    """A header may break only after an underscore (a <wbr> there), never inside a word: the
+    page asks no browser to break anywhere, and each header reads back whole without <wbr>."""
+    html = report["html"].read_text()
+    assert "anywhere" not in html and "break-all" not in html
+    heads = re.findall(r"<th>(.*?)</th>", html)
+    assert heads and any("<wbr>" in h for h in heads)
+    for head in heads:
+        parts = head.split("<wbr>")
+        assert all(p.endswith("_") for p in parts[:-1]) and "_" not in parts[-1], head
+
+
 def test_reproduce_json(capsys, tmp_path):
     code, out, _ = scape(capsys, "reproduce", "--out", str(tmp_path), "--format", "json")
     assert code == 0

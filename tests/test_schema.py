@@ -78,7 +78,13 @@ def _table(out: str, name: str) -> tuple[list[str], str]:
     body = [line for line in lines if line.strip() and not line.startswith("#")]
     if name in ("simulate", "train"):
         return [line.split()[0] for line in body], comments
-    return body[0].split(), comments
+    # a table wider than 100 columns goes on in blocks a blank line apart, each with its own
+    # header led by the same column and as many rows; another table (validate's memory) is not
+    blocks = [b.splitlines() for b in "\n".join(
+        line for line in lines if not line.startswith("#")).strip().split("\n\n")]
+    same = [b for b in blocks if len(b) == len(blocks[0]) and b[0].split()[0] ==
+            blocks[0][0].split()[0]]
+    return list(dict.fromkeys(c for b in same for c in b[0].split())), comments
 
 
 def _replay_launch(monkeypatch) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from profiles import UserError, load_hardware, load_model
 from reports import step_fidelity
+from reports.tables import unwrapped
 from scape.plan import make_config
 from simulator.step.compute import fwd_bwd
 from simulator.step.simulate import simulate_step
@@ -113,7 +114,7 @@ def test_commands_carry_the_overlap_and_its_own_band(capsys):
     code, out, err = scape(capsys, "simulate", *step[:-2], "--scheme", "dense-adams")
     assert code == 0, err
     assert ("held-out layouts on dgx-h100: data parallel; tensor/pipeline parallel, TP comm "
-            "overlapped") in out
+            "overlapped") in unwrapped(out)
     code, out, err = scape(capsys, "compare", *step, "--schemes", "dense-adams,scape:0.99",
                            "--tp-comm-overlap")
     assert code == 0, err

@@ -181,3 +181,22 @@ def parse_names(text: str, flag: str) -> list[str]:
     if twice:
         raise UserError(f"{flag}: {', '.join(twice)} listed twice")
     return names
+
+
+def parse_counts(text: str, flag: str, *, least: int, what: str, example: str) -> list[int]:
+    """`2,3` (--nprocs) or `64,512,4096` (report --gpus): whole numbers of at least `least`,
+    each once; an empty item, a word, a fraction or a smaller count is refused in one line
+    naming `flag` and an example."""
+    parts = [p.strip() for p in text.split(",")]
+    if any(not p for p in parts):
+        raise UserError(f"{flag} {text!r} has an empty item: give {what} like {example}")
+    bad = next((p for p in parts if not p.isdigit() or int(p) < least), None)
+    if bad is not None:
+        raise UserError(f"{flag} {text!r}: {bad!r} is not a whole number of {what} of at least "
+                        f"{least}; write e.g. {example}")
+    counts = [int(p) for p in parts]
+    twice = sorted({c for c in counts if counts.count(c) > 1})
+    if twice:
+        raise UserError(f"{flag} lists {', '.join(map(str, twice))} twice ({text!r}): give "
+                        "each count once")
+    return counts

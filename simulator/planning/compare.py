@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from profiles import UserError
 from scape.plan import (
@@ -26,6 +25,9 @@ from simulator.step.schedule import run_mean
 from simulator.step.simulate import simulate_step
 from simulator.step.step_config import StepConfig
 from vocabulary.names import ALIASES
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # The default line-up: the paper's baselines, the other families at their usual settings.
 DEFAULT_SCHEMES = (
@@ -179,6 +181,8 @@ def compare(base: StepConfig, specs: list[str], baseline: str,
             mean = run_mean(cfg, run_steps, cache)
             rows[-1].update(run_mean_step_s=mean.mean_step_s,
                             run_mean_bytes_per_gpu=mean.mean_bytes_per_gpu)
+    import pandas as pd  # here, not at the top: `scape simulate` runs without it
+
     df = pd.DataFrame(rows)
     ref = df.loc[df["scheme"] == baseline, "step_time_s"].iloc[0]
     df["speedup"] = ref / df["step_time_s"]
