@@ -142,17 +142,18 @@ class _StepSim(_StepCosts):
         # the routed experts' groups: expert TP fastest, then EP, then expert data-parallel
         # (Megatron-Core's expert rank order); one of each per (ETP, EP) rank
         block = cfg.expert_tp * cfg.ep
-        experts = [np.arange(r, stage, block) for r in range(block)]
         # hybrid sharding: each data-parallel group cut into shard groups of consecutive ranks
         # (a node's, with TP 1 and a node-sized group), and the replica groups across them
         s = cfg.shard_ranks
-        shards = [row for g in groups for row in g.reshape(-1, s)]
-        replicas = [col for g in groups for col in g.reshape(-1, s).T]
-        # {group kind: (groups, their key, nodes one spans, ranks)}
-        self.groups = {kind: (g, tuple(hash(x.tobytes()) for x in g),
-                              len(np.unique(topo.node_of(g[0]))), len(g[0]))
-                       for kind, g in (("dp", groups), ("expert", experts), ("shard", shards),
-                                       ("replica", replicas))}
+        # each kind's groups made on the first call over them: without hybrid sharding a shard
+        # group is one rank, and 4,096 of them per step cost the planner 10% of its time
+        self._group_makers = {
+            "dp": lambda: groups,
+            "expert": lambda: [np.arange(r, stage, block) for r in range(block)],
+            "shard": lambda: [row for g in groups for row in g.reshape(-1, s)],
+            "replica": lambda: [col for g in groups for col in g.reshape(-1, s).T]}
+        # {group kind: (groups, their key, nodes one spans, ranks)}, filled by _groups
+        self.groups: dict[str, tuple] = {}
         self.n_chunks = cfg.chunks or cfg.model.arch.n_layers
         self.compute_s = self.compression_s = self.tp_s = self.interference_s = 0.0
         self.cp_s = self.ep_s = 0.0
@@ -165,6 +166,15 @@ class _StepSim(_StepCosts):
         self.calls: dict[tuple[str, float], Choice] = {}  # (collective, bytes): how it runs
 
     # ---- communication ----
+    def _groups(self, kind: str) -> tuple:
+        """(groups, their key, nodes one spans, ranks) of a kind of group: "dp", "expert",
+        "shard" or "replica"."""
+        if kind not in self.groups:
+            g = self._group_makers[kind]()
+            self.groups[kind] = (g, tuple(hash(x.tobytes()) for x in g),
+                                 len(np.unique(self.topo.node_of(g[0]))), len(g[0]))
+        return self.groups[kind]
+
     def _comm(self, names: list[str], collective: str, sizes: list[float], group: str = "dp"):
         """Run collectives back to back on the comm stream (FIFO) over every data-parallel
         group (or, `group` "expert", every expert data-parallel group): one call per size,
@@ -172,7 +182,7 @@ class _StepSim(_StepCosts):
         gathers after the update) hold the stream for all of them in one process: what
         queueing them one process each gives (the stream is FIFO and they ask at the same
         instant), at a fraction of the simulation's events."""
-        groups, group_key, group_nodes, ranks = self.groups[group]
+        groups, group_key, group_nodes, ranks = self._groups(group)
         with self.comm.lock.request() as req:
             yield req
             self.comm.toggled()
