@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import typer
 
 from cli.app import app
@@ -20,7 +21,7 @@ from cli.common import (
 )
 from profiles import UserError, load_hardware, load_model
 from reports.fidelity import heldout
-from reports.step_fidelity import how_sure, layout_class
+from reports.step_fidelity import how_sure, layout_class, range_columns
 from reports.step_fidelity import lookup as step_lookup
 from reports.tables import check_format, render
 from simulator.planning.options import Overlap, Precision
@@ -41,6 +42,10 @@ def plan_cmd(
     deadline_hours: float = typer.Option(None, "--deadline-hours",
                                         help="keep plans that train the tokens within "
                                              "this many hours (not with --budget-usd)"),
+    min_mfu: float = typer.Option(None, "--min-mfu",
+                                  help="keep plans whose model FLOPs utilisation (mfu column: "
+                                       "model FLOP/s per GPU over its dense BF16 peak) is at "
+                                       "least this, e.g. 0.3"),
     budget_usd: float = typer.Option(None, "--budget-usd",
                                     help="keep plans that cost at most this many USD at "
                                          "the GPU-hour price (not with --deadline-hours)"),
@@ -110,7 +115,7 @@ def plan_cmd(
         load_model(model), tokens,
         tuple(load_hardware(h) for h in parse_names(hardware, "--hardware")),
         max_gpus=max_gpus, deadline_hours=deadline_hours, budget_usd=budget_usd,
-        price_per_gpu_hour=price, global_batch=global_batch,
+        min_mfu=min_mfu, price_per_gpu_hour=price, global_batch=global_batch,
         schemes=tuple(parse_names(schemes, "--schemes")),
         precision=Precision(grad_dtype, param_dtype, fp8), density_warmup_frac=density_warmup_frac,
         workers=workers, quality=None if quality is None else load_quality(quality), rank=rank,
@@ -143,11 +148,15 @@ def plan_cmd(
         step_lookup(hardware_of[r.hardware], layout(r), r.scheme, None)[col]
         if r.hardware in hardware_of else empty for r in shown.itertuples()]
         for col, empty in heldout(None, "heldout_step").items()})
+    # each figure's range from its band (reports/step_fidelity.py band_range; empty: none)
+    shown = shown.join(pd.DataFrame([range_columns(r, ("step_time_s", "hours", "cost_usd"))
+                                      for r in shown.to_dict(orient="records")],
+                                     index=shown.index))
     asked = {"model": model, "hardware_asked": hardware, "schemes_asked": schemes,
              "price_per_gpu_hour": price, "tokens": tokens, "global_batch": req.batch,
              "seq_len": req.seq,
              "grad_dtype": grad_dtype, "param_dtype": param_dtype, "max_gpus": max_gpus,
-             "deadline_hours": deadline_hours, "budget_usd": budget_usd,
+             "deadline_hours": deadline_hours, "budget_usd": budget_usd, "min_mfu": min_mfu,
              "density_warmup_frac": density_warmup_frac,
              # each row says whether its plan ran it (tp above 1 only): "tp_comm_overlap"
              "tp_comm_overlap_asked": tp_comm_overlap, "cp": cp, "fp8_asked": fp8,
@@ -167,9 +176,10 @@ def plan_cmd(
         print(render(shown.assign(**asked), fmt))
         return
     cols = ["hardware", "gpus", "scheme", "tp", "pp", "dp", "schedule", "micro_batch",
-            "grad_accum", "recompute", "memory_GB", "memory_spare_pct", "step_time_s",
-            "tokens_per_s", "hours", "gpu_hours", "usd_per_gpu_hour", "cost_usd", "pareto",
-            "bottleneck", "quality"]
+            "grad_accum", "recompute", "memory_GB", "memory_spare_GB", "memory_spare_pct",
+            "step_time_s", "mfu", "tokens_per_s", "hours", "hours_low", "hours_high",
+            "gpu_hours", "usd_per_gpu_hour", "cost_usd", "cost_usd_low", "cost_usd_high",
+            "pareto", "bottleneck", "quality"]
     ranked = {"quality": "time to dense AdamS's quality then cost",
               "cost": "cost then time to train"}.get(rank, "time to train then cost")
     if pareto_only:
@@ -187,8 +197,10 @@ def plan_cmd(
                     "compute floors cannot beat the plans shown)")
     header = (f"{model}, {tokens:.3g} tokens, global batch {req.batch} x seq {req.seq}; "
               f"{how_many}, ranked by {ranked}; schedule: pipeline (1f1b, or "
-              f"interleaved x chunks); recompute: the least that fits; memory_spare_pct: "
-              f"the share of the usable memory left at the peak; pareto: no plan is both "
+              f"interleaved x chunks); recompute: the least that fits; memory_spare_GB and "
+              f"_pct: the usable memory left at the peak; mfu: model FLOP/s per GPU over its "
+              f"dense BF16 peak; *_low, *_high: the range if the model errs no more than on "
+              f"the held-out steps like the plan (-: unvalidated); pareto: no plan is both "
               f"faster and cheaper\noptions: "
               + ", ".join(f"{k} {v}" for k, v in asked.items()))
     counts = df.attrs.get("gpu_counts", [])
@@ -224,7 +236,9 @@ def plan_cmd(
                    "warm density up from 1 over the first 10% of the run "
                    "(--density-warmup-frac 0.1)")
     print(render(shown[cols], "table", header=header, floatfmt={
-        "memory_GB": "{:.1f}", "memory_spare_pct": "{:.0f}", "usd_per_gpu_hour": "{:.2f}",
+        "memory_GB": "{:.1f}", "memory_spare_GB": "{:.1f}", "memory_spare_pct": "{:.0f}",
+        "mfu": "{:.3f}", "hours_low": "{:,.1f}", "hours_high": "{:,.1f}",
+        "cost_usd_low": "{:,.0f}", "cost_usd_high": "{:,.0f}", "usd_per_gpu_hour": "{:.2f}",
         "step_time_s": "{:.3f}", "run_mean_step_s": "{:.3f}",
         "tokens_per_s": "{:,.0f}",
         "hours": "{:,.1f}", "gpu_hours": "{:,.0f}", "cost_usd": "{:,.0f}",

@@ -50,6 +50,17 @@ from simulator.step.trace import write_trace
 from vocabulary.names import scheme_names
 
 
+def _range_line(row: dict) -> str:
+    """The step time's range as a '#' line: where measured steps like it fell
+    (step_time_low_s, step_time_high_s), or why there is none."""
+    low, high = row["step_time_low_s"], row["step_time_high_s"]
+    if low is None:  # no band
+        return "#   step_time_low_s, step_time_high_s: none, the step is unvalidated (how sure)"
+    return (f"#   step_time_low_s, step_time_high_s: {table_value('step_time_s', low):,.0f}-"
+            f"{table_value('step_time_s', high):,.0f} ms, the measured step if the model errs "
+            "no more than on the held-out steps like it")
+
+
 def _batch_text(cfg, grad_accum: int | None, global_batch: int | None) -> str:
     """The step's batch, and where its global batch came from when none was given."""
     text = (f"micro-batch {cfg.micro_batch} x seq {cfg.seq}, grad-accum {cfg.accum} "
@@ -164,6 +175,8 @@ def simulate(
         # the table prints milliseconds: the name says so (issue 42: no value under a name
         # of another unit); CSV and JSON keep the seconds under the _s name
         out.append(f"{table_name(key):>20}  {table_value(key, row[key]):12.3f} ms")
+        if key == "step_time_s":  # its range: the band's largest held-out error either way
+            out.append(_range_line(row))
     out.append(f"{table_name('bytes_per_gpu'):>20}  "
           f"{table_value('bytes_per_gpu', row['bytes_per_gpu']):12.4f} GB")
     parts = ", ".join(f"{k} {row[f'memory_{k}_GB']:.1f}" for k in (
@@ -256,10 +269,13 @@ def compare_cmd(
     if fmt != "table":  # every row carries the configuration it was simulated in
         print(render(df.assign(**asked), fmt))
         return
-    shown = df[["scheme", "step_time_s", "compute_s", "compression_s", "exposed_comm_s",
-                "overlapped_comm_s", "bytes_per_gpu", "speedup"]].copy()
-    for col in ("step_time_s", "compute_s", "compression_s", "exposed_comm_s",
-                "overlapped_comm_s", "bytes_per_gpu"):  # in the unit the name says
+    # the step time's range beside it (reports/step_fidelity.py band_range; "-": unvalidated)
+    shown = df[["scheme", "step_time_s", "step_time_low_s", "step_time_high_s", "compute_s",
+                "compression_s", "exposed_comm_s", "overlapped_comm_s", "bytes_per_gpu",
+                "speedup"]].copy()
+    for col in ("step_time_s", "step_time_low_s", "step_time_high_s", "compute_s",
+                "compression_s", "exposed_comm_s", "overlapped_comm_s",
+                "bytes_per_gpu"):  # in the unit the name says
         shown[table_name(col)] = table_value(col, shown.pop(col))
     shown["speedup"] = shown.pop("speedup")
     # memory per GPU, and a flag on the rows no GPU can hold (their step time is hypothetical)

@@ -47,7 +47,7 @@ def left_out(columns, shown, header: str = "") -> list[str]:
     """The columns of `columns` (CSV's, in order) a table neither shows (under its name or its
     table name) nor names in its header."""
     shown = set(shown)
-    words = set(header.replace(",", " ").replace(";", " ").replace("(", " ").split())
+    words = set(header.translate(str.maketrans(",;():", "     ")).split())
     return [c for c in columns if c not in shown and table_name(c) not in shown
             and c not in words and c.rsplit(".", 1)[-1] not in words]
 

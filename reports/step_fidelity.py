@@ -13,6 +13,7 @@ compressed scheme) has no band, and says so: never a band borrowed from another 
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -118,6 +119,31 @@ def _band(hw, layout: str, scheme: str, mfu: float | None) -> tuple[dict | None,
 def lookup(hw, layout: str, scheme: str, mfu: float | None) -> dict:
     """The band of a step like this one as output columns (`heldout`, prefixed heldout_step)."""
     return heldout(_band(hw, layout, scheme, mfu)[0], "heldout_step")
+
+
+def band_range(value: float, max_abs_err_pct: float | None
+               ) -> tuple[float, float] | tuple[None, None]:
+    """Where the measured value of a predicted `value` (a step time, or hours and dollars,
+    which scale with it) lies if the model errs on it no more than on the held-out steps of
+    its band (largest |error| m): error = predicted / measured - 1 lies in [-m, m], so the
+    measured value in [value / (1 + m), value / (1 - m)]. (None, None) without a band: the
+    answer is unvalidated, never given a range borrowed from another setting."""
+    if max_abs_err_pct is None or max_abs_err_pct != max_abs_err_pct:  # None or NaN
+        return None, None
+    m = float(max_abs_err_pct) / 100
+    return value / (1 + m), (value / (1 - m) if m < 1 else math.inf)
+
+
+def range_columns(row: dict, names: tuple[str, ...], band_col: str = "heldout_step_max_abs_err_pct"
+                  ) -> dict:
+    """`name_low` and `name_high` (a `_s` name: `name_low_s`, `name_high_s`) of each of
+    `names` in `row`, from the row's band (band_range)."""
+    out = {}
+    for name in names:
+        low, high = band_range(row[name], row.get(band_col))
+        stem, unit = (name.removesuffix("_s"), "_s") if name.endswith("_s") else (name, "")
+        out[f"{stem}_low{unit}"], out[f"{stem}_high{unit}"] = low, high
+    return out
 
 
 def how_sure(hw, layout: str, schemes: list[str], mfu: float | None) -> str:

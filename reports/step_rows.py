@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from reports.step_fidelity import layout_of
+from reports.step_fidelity import layout_of, range_columns
 from reports.step_fidelity import lookup as step_lookup
 from simulator.memory.peak import memory_columns, refuse_if_too_big
 from simulator.planning.compare import compare, resolved_scheme
 from simulator.planning.options import StepOptions, compute_model
-from simulator.step.compute import forward_flops_per_token
+from simulator.step.compute import model_flops_per_step
 from simulator.step.schedule import run_mean
 from simulator.step.simulate import simulate_step
 from simulator.step.step_config import StepConfig, StepResult
@@ -33,10 +33,10 @@ def _asked(opts: StepOptions, cfg: StepConfig) -> dict:
 
 def model_tflops(cfg: StepConfig, step_s: float) -> float:
     """The model's FLOP/s per GPU at this step time, as published runs quote TFLOP/s per GPU:
-    forward and backward of every token of the step (3 x simulator/step/compute.py
-    forward_flops_per_token: the matmuls and the full s x s attention products), without
+    forward and backward of every token of the step (simulator/step/compute.py
+    model_flops_per_step: the matmuls and the full s x s attention products), without
     recomputation, over the GPUs and the step."""
-    flops = 3 * forward_flops_per_token(cfg.model, cfg.seq) * cfg.sequences * cfg.seq
+    flops = model_flops_per_step(cfg.model, cfg.sequences, cfg.seq)
     return flops / (cfg.gpus * step_s) / 1e12
 
 
@@ -56,6 +56,7 @@ def simulate_row(opts: StepOptions, trace: bool = False
            "hardware_profile": cfg.hardware.path, "gpus": opts.gpus, "scheme": spec,
            **resolved_scheme(cfg.scheme), **asked, **result.as_dict(), **memory_columns(cfg),
            "model_tflops_per_gpu": model_tflops(cfg, result.step_time_s), **sure}
+    row.update(range_columns(row, ("step_time_s",)))
     if steps:
         mean = run_mean(cfg, steps)
         row.update(run_steps=steps, run_mean_step_s=mean.mean_step_s,
@@ -77,6 +78,8 @@ def compare_rows(opts: StepOptions, schemes: str
     import pandas as pd  # here, not at the top: `scape simulate` runs without it
 
     df = pd.concat([df, pd.DataFrame(sure, index=df.index)], axis=1)
+    ranges = [range_columns(r, ("step_time_s",)) for r in df.to_dict(orient="records")]
+    df = pd.concat([df, pd.DataFrame(ranges, index=df.index)], axis=1)
     asked = {"model": opts.model, "hardware": opts.hardware,
              "hardware_profile": cfg.hardware.path, "gpus": opts.gpus, "baseline": baseline,
              **_asked(opts, cfg), "run_steps": steps}

@@ -15,6 +15,7 @@ from simulator.memory.peak import usable_bytes
 from simulator.planning.plan_request import PlanRequest
 from simulator.planning.space import Candidate, scheme_of
 from simulator.step.batch import parallel_map, phase_cache, simulate_cached
+from simulator.step.compute import model_flops_utilisation
 from simulator.step.schedule import run_mean
 from simulator.step.simulate import lower_bound_s
 
@@ -57,8 +58,12 @@ def _evaluate(args: tuple[Candidate, PlanRequest]) -> dict:
         "micro_batch": cand.micro_batch,
         "grad_accum": cfg.accum, "recompute": cand.recompute, "memory_GB": cand.memory_GB,
         "memory_spare_pct": use_spare,
+        # headroom in GB: a plan a few GB from the limit is one allocator spike from failing
+        "memory_spare_GB": usable_bytes(cand.hardware) / 1e9 - cand.memory_GB,
         "step_time_s": r.step_time_s, "run_mean_step_s": mean_step,
         "tokens_per_s": req.batch * req.seq / mean_step,
+        "mfu": model_flops_utilisation(req.model, cand.hardware, req.batch, req.seq, cand.gpus,
+                                       mean_step),
         "hours": hours, "gpu_hours": hours * cand.gpus,
         "cost_usd": hours * cand.gpus * req.price(cand.hardware),
         "usd_per_gpu_hour": req.price(cand.hardware),
@@ -186,6 +191,7 @@ RANK_KEYS = {"time": ("hours", "cost_usd"), "cost": ("cost_usd", "hours"),
 
 def _qualifies(req: PlanRequest, row: dict) -> bool:
     return ((req.deadline_hours is None or row["hours"] <= req.deadline_hours)
+            and (req.min_mfu is None or row["mfu"] >= req.min_mfu)
             and (req.budget_usd is None or row["cost_usd"] <= req.budget_usd)
             and (req.rank != "quality" or not math.isnan(row["hours_to_quality"])))
 

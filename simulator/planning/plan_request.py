@@ -39,6 +39,9 @@ class PlanRequest:
     max_gpus: int = 4096
     deadline_hours: float | None = None
     budget_usd: float | None = None
+    # plans below this model FLOPs utilisation are left out (simulator/step/compute.py mfu):
+    # a plan with an 80% pipeline bubble is fast only by its GPU count
+    min_mfu: float | None = None
     price_per_gpu_hour: float | None = None  # overrides every profile's price
     global_batch: int | None = None  # default: the model profile's
     seq_len: int | None = None
@@ -151,6 +154,10 @@ class PlanRequest:
         if not 1 <= self.max_gpus <= MAX_GPUS:
             raise UserError(f"--max-gpus must be between 1 and {MAX_GPUS:,}, got "
                             f"{self.max_gpus}")
+        if self.min_mfu is not None and not (math.isfinite(self.min_mfu)
+                                             and 0 < self.min_mfu <= 1):
+            raise UserError(f"--min-mfu is a share of the GPU's dense BF16 peak, above 0 and at "
+                            f"most 1 (e.g. 0.35 for 35%), got {self.min_mfu!r}")
         if self.deadline_hours is not None and self.budget_usd is not None:
             raise UserError("give either a deadline or a budget, not both")
         if not self.hardware:

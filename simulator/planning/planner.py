@@ -95,7 +95,7 @@ def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None
     if df.empty:  # nothing fits, or nothing meets the deadline, budget or quality ranking
         first = ("cost" if req.budget_usd is not None and req.deadline_hours is None
                  else "time")
-        relaxed, why_all = search(replace(req, deadline_hours=None, budget_usd=None,
+        relaxed, why_all = search(replace(req, deadline_hours=None, budget_usd=None, min_mfu=None,
                                           rank=first), 1)
         if relaxed.empty:
             _refuse_none(req, why_all)
@@ -133,6 +133,16 @@ def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None
                 f"fastest takes {figure_text(best['hours'], 1)} h ({best['gpus']} x "
                 f"{best['hardware']}, "
                 f"{best['scheme']}); relax --deadline-hours or raise --max-gpus")
+        df = ok
+    if req.min_mfu is not None:
+        ok = df[df["mfu"] >= req.min_mfu]
+        if ok.empty:
+            best = df.sort_values("mfu", ascending=False).iloc[0]
+            raise UserError(
+                f"no plan reaches --min-mfu {req.min_mfu:g}: of the {len(df)} plan(s) "
+                f"simulated, the highest reaches {best['mfu']:.3f} ({best['gpus']} x "
+                f"{best['hardware']}, {best['scheme']}, tp {best['tp']}, pp {best['pp']}); "
+                "lower --min-mfu")
         df = ok
     if req.budget_usd is not None:
         ok = df[df["cost_usd"] <= req.budget_usd]

@@ -54,7 +54,7 @@ from simulator.planning.space import (
     scheme_of,
     try_fits,
 )
-from simulator.step.compute import host_slowdown
+from simulator.step.compute import host_slowdown, model_flops_utilisation
 from simulator.step.simulate import _fwd_bwd, lower_bound_s
 
 COUNT, TRY, BOUNDED, PLAN = range(4)  # node levels, in the order they open
@@ -186,8 +186,11 @@ class Search:
         hours = self.steps * seconds / 3600
         cost = hours * gpus * req.price(hw)
         if ((req.deadline_hours is not None and hours > req.deadline_hours)
-                or (req.budget_usd is not None and cost > req.budget_usd)):
-            return  # no plan below it meets the deadline or budget
+                or (req.budget_usd is not None and cost > req.budget_usd)
+                or (req.min_mfu is not None and model_flops_utilisation(
+                    req.model, hw, req.batch, req.seq, gpus, seconds) < req.min_mfu)):
+            return  # no plan below it meets the deadline, budget or MFU (a bound's is the
+            # most any plan below it reaches)
         if scheme is None:
             cats, ratio = self.all_cats, self.best_ratio
         else:

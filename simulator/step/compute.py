@@ -67,6 +67,22 @@ def forward_flops_per_token(model: ModelProfile, seq_len: int) -> float:
     return matmul + attention
 
 
+def model_flops_per_step(model: ModelProfile, sequences: int, seq_len: int) -> float:
+    """The model's FLOPs of one step, as published runs count them for TFLOP/s per GPU and
+    MFU: forward and backward (3 x forward_flops_per_token) of every token, without
+    recomputation."""
+    return 3 * forward_flops_per_token(model, seq_len) * sequences * seq_len
+
+
+def model_flops_utilisation(model: ModelProfile, hw: HardwareProfile, sequences: int,
+                            seq_len: int, gpus: int, step_s: float) -> float:
+    """Model FLOPs utilisation: the model's FLOP/s per GPU (model_flops_per_step) over the
+    profile's dense BF16 peak ([gpu] peak_bf16_tflops), as MFU is quoted (Chowdhery et al.
+    2022, PaLM appendix B; NeMo's and torchtitan's MFU), FP8 runs included."""
+    return model_flops_per_step(model, sequences, seq_len) / (
+        gpus * step_s * hw.gpu.peak_bf16_tflops * 1e12)
+
+
 def pricing(model: ModelProfile, hw: HardwareProfile, mfu: float | None = None
             ) -> tuple[float | None, str]:
     """(the MFU forward and backward run at, or None for shapes; how that was decided): the
