@@ -23,7 +23,7 @@ from profiles import UserError, load_hardware, load_model
 from reports.fidelity import heldout
 from reports.step_fidelity import how_sure, layout_class, range_columns
 from reports.step_fidelity import lookup as step_lookup
-from reports.tables import check_format, render
+from reports.tables import check_format, comment_lines, render
 from simulator.planning.options import Overlap, Precision
 from simulator.planning.plan_request import PLAN_SCHEMES, PlanRequest
 from simulator.planning.planner import best_dense, best_without, figure_text, plan_training
@@ -245,21 +245,55 @@ def plan_cmd(
         "quality_tokens_ratio": "{:.3f}", "hours_to_quality": "{:,.1f}",
         "cost_to_quality_usd": "{:,.0f}"}, schema=list(shown.assign(**asked).columns),
         keys=("hardware", "gpus", "scheme")))
+    notes = []  # the footnotes, '#' lines wrapped to the table's width
     dense = best_dense(everything)
     if best["quality"] != "dense" and dense is not None:
-        print(f"# the top plan's scheme changes the update ({best['quality']}); the best dense "
-              f"plan: {dense['gpus']} x {dense['hardware']}, {dense['scheme']}, tp {dense['tp']}, "
-              f"pp {dense['pp']}: {figure_text(dense['hours'], 1)} h, "
-              f"${figure_text(dense['cost_usd'], 0)} "
-              f"({dense['hours'] / best['hours']:.2f}x the time, "
-              f"{dense['cost_usd'] / best['cost_usd']:.2f}x the cost of the top plan)")
+        notes.append(
+            f"the top plan's scheme changes the update ({best['quality']}); the best dense "
+            f"plan: {dense['gpus']} x {dense['hardware']}, {dense['scheme']}, tp {dense['tp']}, "
+            f"pp {dense['pp']}: {figure_text(dense['hours'], 1)} h, "
+            f"${figure_text(dense['cost_usd'], 0)} "
+            f"({dense['hours'] / best['hours']:.2f}x the time, "
+            f"{dense['cost_usd'] / best['cost_usd']:.2f}x the cost of the top plan)")
+        if req.quality is None:  # with --quality its column quotes the study already
+            notes.append(quality_evidence(best["scheme"]))
     rest = best_without(everything)
     if rest is not None and best["scheme"].startswith("scape"):
-        print(f"# best plan without SCAPE: {rest['gpus']} x {rest['hardware']}, {rest['scheme']}"
-              f", tp {rest['tp']}, pp {rest['pp']}: {rest['hours']:,.1f} h, "
-              f"${rest['cost_usd']:,.0f} "
-              f"({rest['hours'] / best['hours']:.2f}x the time, "
-              f"{rest['cost_usd'] / best['cost_usd']:.2f}x the cost of the top plan)")
+        notes.append(
+            f"best plan without SCAPE: {rest['gpus']} x {rest['hardware']}, {rest['scheme']}"
+            f", tp {rest['tp']}, pp {rest['pp']}: {rest['hours']:,.1f} h, "
+            f"${rest['cost_usd']:,.0f} "
+            f"({rest['hours'] / best['hours']:.2f}x the time, "
+            f"{rest['cost_usd'] / best['cost_usd']:.2f}x the cost of the top plan)")
+    for note in notes:
+        print("\n".join(comment_lines(note)))
+
+
+# the project's own convergence study a lossy top plan quotes (profiles/quality/)
+EVIDENCE_STUDY = "convergence-protocol"
+
+
+def quality_evidence(spec: str) -> str:
+    """What this project measured of a lossy scheme's quality: its entry in the shipped
+    convergence study (loss gap, tokens to dense AdamS's loss, seeds, the study's model and
+    steps), or that the study has none."""
+    from profiles.quality import load_quality
+    from simulator.planning.space import scheme_of
+
+    study = load_quality(EVIDENCE_STUDY)
+    s = scheme_of(spec)
+    entry = study.lookup(s.scheme, s.sparsity)
+    where = (f"{study.study} study ({study.model} on {study.corpus}, {study.steps:,} steps of "
+             f"{study.tokens_per_step:,} tokens, {study.date}: a small model, not this run's "
+             f"scale; {study.command})")
+    if entry is None:
+        return f"this project's quality evidence for {spec}: none in the {where}"
+    got = (f"never reached dense AdamS's final loss, ending {entry.gap_pct:+.1f}% above it"
+           if entry.tokens_ratio is None else
+           f"{entry.tokens_ratio:.2f}x dense AdamS's tokens to its final loss, ending "
+           f"{entry.gap_pct:+.1f}% from it")
+    return (f"this project's quality evidence for {spec} ({entry.variant}, {entry.seeds} "
+            f"seed(s)): {got}, in the {where}")
 
 
 def price_text(req: PlanRequest, hardware_of: dict, shown: set[str]) -> str:

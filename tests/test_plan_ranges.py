@@ -93,3 +93,23 @@ def test_min_mfu_keeps_exactly_the_plans_that_reach_it(capsys):
 def test_min_mfu_refused_in_one_line(capsys, value, match):
     code, _, err = scape(capsys, *PLAN, "--min-mfu", value)
     assert code == 2 and len(err.strip().splitlines()) == 1 and match in err, err
+
+
+def test_a_lossy_top_plan_quotes_the_projects_own_quality_evidence(capsys):
+    """Not only "not measured at this scale": the footnote quotes the shipped convergence
+    study's entry for the scheme (its loss gap, whether it reached dense AdamS's loss)."""
+    from profiles.quality import load_quality
+    from reports.tables import WIDTH, unwrapped
+    from simulator.planning.space import scheme_of
+
+    code, out, err = scape(capsys, "plan", "-m", "llama-7b", "--tokens", "1T", "-H",
+                           "commodity-100gbe", "--max-gpus", "512", "--top", "3")
+    assert code == 0, err
+    # every line fits, but a '#' line of one word too long to break (the schemes asked)
+    assert all(len(line) <= WIDTH or len(line.split()) <= 2 for line in out.splitlines())
+    line = next(x for x in unwrapped(out).splitlines() if "quality evidence for" in x)
+    spec = line.split("quality evidence for ")[1].split(" ")[0]
+    s = scheme_of(spec)
+    entry = load_quality("convergence-protocol").lookup(s.scheme, s.sparsity)
+    assert s.sparsity > 0 and entry is not None
+    assert f"{entry.gap_pct:+.1f}%" in line and entry.variant in line
