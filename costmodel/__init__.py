@@ -92,6 +92,7 @@ def plan(model: str, hardware: str, tokens: float | str, top: int | None = 10,
     if isinstance(request.get("schemes"), str):  # as --schemes reads it
         request["schemes"] = tuple(parse_names(request["schemes"], "schemes"))
     req = PlanRequest(load_model(model), parse_tokens(tokens),
-                      tuple(load_hardware(h.strip()) for h in hardware.split(",")), **request)
+                      tuple(load_hardware(h) for h in parse_names(hardware, "hardware")),
+                      **request)
     df = plan_training(req.validate(), keep=top)
     return df.head(top) if top is not None else df

@@ -74,12 +74,15 @@ def compare_rows(opts: StepOptions, schemes: str
     cfg = opts.config(lineup)
     baseline = opts.scheme.spec
     df = compare(cfg, lineup, baseline, steps)
-    sure = [step_lookup(cfg.hardware, layout_of(cfg), name, cfg.mfu) for name in df["scheme"]]
+    # each row's band and the step time's range from it
+    sure = []
+    for name, step_s in zip(df["scheme"], df["step_time_s"], strict=True):
+        band = step_lookup(cfg.hardware, layout_of(cfg), name, cfg.mfu)
+        sure.append({**band, **range_columns({**band, "step_time_s": step_s},
+                                             ("step_time_s",))})
     import pandas as pd  # here, not at the top: `scape simulate` runs without it
 
     df = pd.concat([df, pd.DataFrame(sure, index=df.index)], axis=1)
-    ranges = [range_columns(r, ("step_time_s",)) for r in df.to_dict(orient="records")]
-    df = pd.concat([df, pd.DataFrame(ranges, index=df.index)], axis=1)
     asked = {"model": opts.model, "hardware": opts.hardware,
              "hardware_profile": cfg.hardware.path, "gpus": opts.gpus, "baseline": baseline,
              **_asked(opts, cfg), "run_steps": steps}

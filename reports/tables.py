@@ -128,15 +128,16 @@ def render(df: pd.DataFrame, fmt: str, *, floatfmt: dict[str, str] | None = None
             lines.append("  ".join(cells[c][i].ljust(widths[c]) if c in cut
                                    else cells[c][i].rjust(widths[c]) for c in cols))
     also = also_line(schema, df.columns, header) if schema is not None else ""
-    notes = []
+    notes = []  # the '#' lines after the table, without their '# '
     if cut:
-        notes.append(f"# {', '.join(cut)}: cut to fit {WIDTH} columns; whole in --format csv "
+        notes.append(f"{', '.join(cut)}: cut to fit {WIDTH} columns; whole in --format csv "
                      "and json")
     if len(blocks) > 1:
-        notes.append(f"# {len(blocks)} blocks of columns to fit {WIDTH}, each led by "
+        notes.append(f"{len(blocks)} blocks of columns to fit {WIDTH}, each led by "
                      f"{', '.join(lead)}; one row a line in --format csv")
-    return "\n".join(lines + [w for x in notes + ([also] if also else [])
-                              for w in comment_lines(x.removeprefix("# "))])
+    if also:
+        notes.append(also.removeprefix("# "))
+    return "\n".join(lines + [w for note in notes for w in comment_lines(note)])
 
 
 def comment_lines(text: str) -> list[str]:

@@ -15,6 +15,7 @@ from reports.step_fidelity import band_range
 from simulator.memory.peak import usable_bytes
 from simulator.step.compute import forward_flops_per_token
 from tests.test_cli import scape
+from tests.test_table_width import fits_width
 
 PLAN = ("plan", "-m", "llama-7b", "--tokens", "1T", "-H", "dgx-h100", "--max-gpus", "256",
         "--format", "json")
@@ -99,14 +100,13 @@ def test_a_lossy_top_plan_quotes_the_projects_own_quality_evidence(capsys):
     """Not only "not measured at this scale": the footnote quotes the shipped convergence
     study's entry for the scheme (its loss gap, whether it reached dense AdamS's loss)."""
     from profiles.quality import load_quality
-    from reports.tables import WIDTH, unwrapped
+    from reports.tables import unwrapped
     from simulator.planning.space import scheme_of
 
     code, out, err = scape(capsys, "plan", "-m", "llama-7b", "--tokens", "1T", "-H",
                            "commodity-100gbe", "--max-gpus", "512", "--top", "3")
     assert code == 0, err
-    # every line fits, but a '#' line of one word too long to break (the schemes asked)
-    assert all(len(line) <= WIDTH or len(line.split()) <= 2 for line in out.splitlines())
+    assert fits_width(out)  # but a '#' line of one word too long to break (the schemes asked)
     line = next(x for x in unwrapped(out).splitlines() if "quality evidence for" in x)
     spec = line.split("quality evidence for ")[1].split(" ")[0]
     s = scheme_of(spec)

@@ -27,7 +27,7 @@ def test_numeric_tables_are_never_cut():
     assert "..." not in text and "a b " * 30 in text + " "
 
 
-def _fits(out: str) -> bool:
+def fits_width(out: str) -> bool:
     """Every line within WIDTH, but a '#' line of one word too long to break (a path)."""
     return all(len(line) <= WIDTH or (line.startswith("#") and len(line.split()) <= 2)
                for line in out.splitlines())
@@ -40,7 +40,7 @@ def test_wide_tables_go_on_in_blocks_that_fit():
                                                    for k in range(14)}} for i in range(3)])
     header = "options: " + ", ".join(f"option_{k} {k}" for k in range(40))
     text = render(df, "table", header=header)
-    assert _fits(text) and unwrapped(text).splitlines()[0] == "# " + header
+    assert fits_width(text) and unwrapped(text).splitlines()[0] == "# " + header
     blocks = [b.splitlines() for b in text.split("\n\n")]
     assert len(blocks) > 1 and "blocks of columns to fit 100, each led by scheme" in text
     names = [c for b in blocks for c in next(x for x in b if x.split()[0] == "scheme").split()]
@@ -58,6 +58,6 @@ def test_compare_and_plan_fit_100_columns(capsys):
                   "256", "--top", "3")):
         code, out, err = scape(capsys, *args)
         assert code == 0, err
-        assert _fits(out) and "blocks of columns to fit 100" in out, args[0]
+        assert fits_width(out) and "blocks of columns to fit 100" in out, args[0]
         code, csv, err = scape(capsys, *args, "--format", "csv")
         assert code == 0 and max(len(line) for line in csv.splitlines()) > WIDTH

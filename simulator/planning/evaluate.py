@@ -44,7 +44,8 @@ def _evaluate(args: tuple[Candidate, PlanRequest]) -> dict:
                              nodes=RUN_MEAN_NODES).mean_step_s
     hours = steps * mean_step / 3600
     ratio = quality_ratio(req.quality, cfg.scheme) if req.quality is not None else None
-    use_spare = 100 * (1 - cand.memory_GB * 1e9 / usable_bytes(cand.hardware))
+    usable_GB = usable_bytes(cand.hardware) / 1e9
+    use_spare = 100 * (1 - cand.memory_GB / usable_GB)
     return {
         "hardware": cand.hardware.name, "gpus": cand.gpus, "scheme": cand.scheme,
         "tp": cand.tp, "pp": cand.pp,
@@ -59,7 +60,7 @@ def _evaluate(args: tuple[Candidate, PlanRequest]) -> dict:
         "grad_accum": cfg.accum, "recompute": cand.recompute, "memory_GB": cand.memory_GB,
         "memory_spare_pct": use_spare,
         # headroom in GB: a plan a few GB from the limit is one allocator spike from failing
-        "memory_spare_GB": usable_bytes(cand.hardware) / 1e9 - cand.memory_GB,
+        "memory_spare_GB": usable_GB - cand.memory_GB,
         "step_time_s": r.step_time_s, "run_mean_step_s": mean_step,
         "tokens_per_s": req.batch * req.seq / mean_step,
         "mfu": model_flops_utilisation(req.model, cand.hardware, req.batch, req.seq, cand.gpus,
