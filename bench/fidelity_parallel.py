@@ -38,6 +38,7 @@ Usage: python bench/fidelity_parallel.py [--csv out.csv] [--cases narayanan]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
 import time
@@ -259,12 +260,53 @@ def run(hardware: dict, rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def predicted_at_share(job: tuple[float, dict, pd.DataFrame]) -> pd.Series:
-    """(share, profiles, rows) -> each row's predicted step with every profile's sustained
-    share set to `share` (bench/step_loso.py runs one per process)."""
-    f, shipped, rows = job
+def predicted_at_share(job: tuple) -> pd.Series:
+    """(share, profiles, rows[, late knobs taken back]) -> each row's predicted step with
+    every profile's sustained share set to `share` (bench/step_loso.py runs one per
+    process)."""
+    f, shipped, rows, *rest = job
+    without = tuple(rest[0]) if rest else ()
+    shipped, rows = without_late(without, shipped, rows)
     profiles = {n: sustained(h, f) for n, h in shipped.items()}
-    return run(profiles, rows).set_index("case")["predicted_s"].rename(f)
+    with _tp_paid_once(enabled="recompute-tp" in without):
+        return run(profiles, rows).set_index("case")["predicted_s"].rename(f)
+
+
+def without_late(knobs: tuple[str, ...], profiles: dict, rows: pd.DataFrame
+                 ) -> tuple[dict, pd.DataFrame]:
+    """The profiles and rows with late choices taken back (profiles/external/late-constants.md
+    entries 34-36): `flash2`, the MosaicML H100 rows on the profile's `flash` rates instead of
+    FlashAttention-2's (e2463b2); `interference`, no SM share taken by a running collective
+    (a440287); `recompute-tp` is taken back by _tp_paid_once while the rows run."""
+    if "flash2" in knobs:
+        mosaic = rows["case"].str.startswith("mosaic-h100") & (rows["attention"] == "flash2")
+        rows = rows.assign(attention=rows["attention"].where(~mosaic, "flash"))
+    if "interference" in knobs:
+        profiles = {n: replace(h, compute=replace(h.compute, interference=0.0))
+                    for n, h in profiles.items()}
+    return profiles, rows
+
+
+@contextlib.contextmanager
+def _tp_paid_once(enabled: bool):
+    """While it lasts, a fully recomputed layer's tensor-parallel collectives are paid once,
+    as before e7848eb (simulator/step/tp_overlap.py layer_tp_s pays the forward's again in
+    the backward)."""
+    if not enabled:
+        yield
+        return
+    from simulator.step import simulate as sim
+    from simulator.step import tp_overlap
+
+    def once(cfg):
+        return (0.0, 0.0) if cfg.tp == 1 else tp_overlap._passes(cfg)
+
+    shipped = sim.layer_tp_s
+    sim.layer_tp_s = once
+    try:
+        yield
+    finally:
+        sim.layer_tp_s = shipped
 
 
 def summary(df: pd.DataFrame, label: str) -> str:

@@ -11,6 +11,14 @@ Two questions, on rows nobody fitted anything to:
 The verdicts are printed again with the allocator slack at 0 and 10% (the shipped 5% is an
 assumption: no published figure was found, docs/research/memory-terms.md section 9).
 
+Each row is priced as its source states it: its attention kernel (`unfused` keeps the s x s
+scores; `sdpa` runs a fused kernel, priced as `flash`; blank: flash, assumed) and its sequence
+parallelism (the `sequence_parallel` column; blank with TP > 1: on, assumed, and counted). Both
+directions are reported, per distinct configuration (rows the memory model cannot tell apart:
+the same GPU, outcome and predicted peak, e.g. one NeMo recipe at eight GPU counts, or the
+same run in two step tables, count once): runs that ran and were accepted, runs that ran and
+were refused, runs published as not fitting that were refused, and those that were accepted.
+
 Run: python bench/memory_published.py [--csv OUT]
 """
 
@@ -47,6 +55,9 @@ GPU_PROFILE = {"GH200": "vista-gh200", "H100": "dgx-h100", "H200": "dgx-h100",
 SHARDING = {"none": "dense-ddp", "zero1": "dense-zero1", "distopt": "dense-zero1",
             "zero2": "dense-zero2", "zero3": "dense-zero3", "fsdp": "dense-zero3",
             "hsdp": "dense-zero3"}
+# a row's attention -> the memory model's: PyTorch's scaled_dot_product_attention runs a fused
+# kernel (flash or memory-efficient) for bf16 training, keeping no s x s scores
+ATTENTION = {"flash": "flash", "sdpa": "flash", "unfused": "unfused"}
 RECOMPUTE = {"none": "none", "full": "full", "selective": "selective",
              "selective-op": "selective-op", "selective-norm": "selective-norm"}
 # a row's loss -> the model's (fp32 logits through PyTorch's cross_entropy: "eager"); a row
@@ -99,6 +110,8 @@ def published_rows() -> tuple[list[dict], list[dict]]:
             why = f"recompute {row.recompute!r} is not modelled"
         elif str(_get(row, "offload", "none")) != "none":
             why = f"{row.offload} offload to host memory is not modelled"
+        elif str(_get(row, "attention", "flash")) not in ATTENTION:
+            why = f"attention {row.attention!r} is not modelled"
         elif str(_get(row, "sharding", "")) not in SHARDING:
             why = f"sharding {row.sharding!r} is not modelled"
         elif any(_blank(_get(row, c)) for c in ("layers", "hidden", "heads", "vocab", "seq",
@@ -127,18 +140,24 @@ def published_rows() -> tuple[list[dict], list[dict]]:
         grad = {"bf16": 2, "fp32": 4}[str(_get(row, "grad_dtype", "bf16"))]
         chunks = int(_get(row, "virtual_stages", 1))
         memory_GB = float(_get(row, "gpu_memory_GB", math.nan))
+        stated_sp = _get(row, "sequence_parallel")
+        sp = tp > 1 if stated_sp is None else bool(stated_sp)
         rows.append({
             "case": row.case, "source": str(_get(row, "source", "")), "gpu": gpu,
             "hardware": profile, "memory_GB": memory_GB,
             "ran": str(_get(row, "ran", "true")).lower() == "true",
             "peak_GiB": float(_get(row, "peak_GiB", math.nan)),
             "peak_kind": str(_get(row, "peak_kind", "unknown")),
+            "assumed": ", ".join(a for a, blank in (
+                ("attention flash", _blank(_get(row, "attention"))),
+                ("sequence parallelism", tp > 1 and stated_sp is None)) if blank),
             "args": dict(model=model, scheme=scheme, dp=dp * cp, tp=tp,
                          micro_batch=int(row.micro_batch), seq_len=int(row.seq) // cp,
                          dtypes=Dtypes(grad_bytes=grad),
                          recompute=RECOMPUTE[str(_get(row, "recompute", "none"))],
-                         sequence_parallel=tp > 1, pp=pp, chunks=chunks,
-                         attention="flash", micro_batches=None,
+                         sequence_parallel=sp, pp=pp, chunks=chunks,
+                         attention=ATTENTION[str(_get(row, "attention", "flash"))],
+                         micro_batches=None,
                          loss=LOSS.get(str(_get(row, "loss", "unknown")),
                                        FRAMEWORK_LOSS.get(str(_get(row, "framework", "")),
                                                           "fp32")),
@@ -183,8 +202,27 @@ def price(rows: list[dict], slack: float | None = None) -> pd.DataFrame:
             "predicted_GiB": predicted / GIB,
             "error_pct": 100 * (predicted / (r["peak_GiB"] * GIB) - 1)
             if not math.isnan(r["peak_GiB"]) else math.nan,
-            "source": r["source"]})
+            "source": r["source"], "assumed": r.get("assumed", "")})
     return pd.DataFrame(out)
+
+
+def agreement(df: pd.DataFrame) -> pd.DataFrame:
+    """Published outcome against the model's decision, per distinct configuration: rows with
+    the same GPU, outcome and predicted allocated peak (to the byte) are one configuration (the
+    memory model gives every input it reads a say in that peak, so rows it prices alike differ
+    only in what it does not read, a GPU count under unsharded state, a software release)."""
+    priced = df[df["allocated_GiB"].notna()].copy()
+    priced["config"] = list(zip(priced["gpu"], priced["ran"], priced["allocated_GiB"],
+                                strict=True))
+    one = priced.drop_duplicates("config")
+    table = pd.crosstab(one["ran"].map({True: "ran", False: "did not fit"}),
+                        one["fits"].map({True: "accepted", False: "refused"}))
+    table = table.reindex(index=["ran", "did not fit"], columns=["accepted", "refused"],
+                          fill_value=0)
+    rows_table = pd.crosstab(priced["ran"].map({True: "ran", False: "did not fit"}),
+                             priced["fits"].map({True: "accepted", False: "refused"})).reindex(
+        index=["ran", "did not fit"], columns=["accepted", "refused"], fill_value=0)
+    return pd.concat([table, rows_table.add_suffix("_rows")], axis=1)
 
 
 def smaller_micro_batches(rows: list[dict], case: str) -> list[tuple[int, float]]:
@@ -225,15 +263,34 @@ def main() -> int:
               f"({INFERRED_MICRO_BATCH[r.case]}): {r.spare_pct:+.1f}% spare at it; "
               + "; ".join(f"micro-batch {mb}: {spare:+.1f}%"
                           for mb, spare in smaller_micro_batches(rows, r.case)))
+    nofit = df[~df["ran"].astype(bool) & df["allocated_GiB"].notna()]
+    print("\nruns published as not fitting: the model's verdict")
+    print(nofit[["case", "gpu", "allocated_GiB", "usable_GiB", "spare_pct", "fits", "source"]]
+          .to_string(**fmt))
+    counted = df[~df["case"].isin(INFERRED_MICRO_BATCH)]
+    print("\nboth directions: published outcome (rows) against the model's decision (columns), "
+          "per distinct configuration (rows of the table counted in the _rows columns)")
+    print(agreement(counted).to_string())
+    assumed = counted[counted["assumed"].fillna("") != ""]
+    if len(assumed):
+        print(f"{len(assumed)} priced rows assume what their source does not state: "
+              + "; ".join(f"{a} ({n})" for a, n in assumed["assumed"].value_counts().items()))
     peaks = df[df["reported_GiB"].notna()]
     if len(peaks):
-        print("\n2. rows with a reported peak (nothing fitted on them)")
+        print("\n2. rows with a reported peak (nothing fitted on them; error_pct signed: "
+              "negative, the model under-predicts)")
         print(peaks[["case", "gpu", "peak_kind", "reported_GiB", "predicted_GiB", "error_pct",
                      "source"]].to_string(**fmt))
         err = peaks["error_pct"].abs()
         print(f"\n{len(peaks)} rows: median |error| {err.median():.1f}%, max {err.max():.1f}% "
               f"({peaks.loc[err.idxmax(), 'case']}), median error "
-              f"{peaks['error_pct'].median():+.1f}%")
+              f"{peaks['error_pct'].median():+.1f}%; under-predicted "
+              f"{int((peaks['error_pct'] < 0).sum())} of {len(peaks)}")
+        by_source = peaks["source"].str.split().str[0]  # "tt-bench-202412 Table 1" -> its id
+        for (kind, source), part in peaks.groupby(["peak_kind", by_source]):
+            e = part["error_pct"]
+            print(f"  {kind} peaks, {source}: {len(part)} rows, median {e.median():+.1f}%, "
+                  f"range {e.min():+.1f}% to {e.max():+.1f}%")
     authors = authors_rows()
     print("\n3. the SCAPE authors' Megatron-LM memory table (scape validate --external "
           "scape-sc26, reports/external_memory.py: an interval over the unstated GPU count and "

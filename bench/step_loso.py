@@ -1,23 +1,37 @@
-"""Leave-one-source-out step times: each published step predicted by a model calibrated
-without any row of its own source (issue 39, "honest confidence").
+"""Leave-one-stack-out step times: each published step predicted by a model calibrated
+without any row of its own stack (issue 39, "honest confidence"; issue 61 item 6: by stack,
+not by source, since two sources share Megatron-LM).
 
 The step model has one fitted constant per GPU: the [roofline] `sustained` share of the
 kernels' benchmark peaks a whole training step reaches (bench/fidelity_parallel.py fits it on
 Korthikanti et al.'s A100 steps and NVIDIA's H100 GPT-3 175B steps, and holds the rest out).
-Rows of one source share a stack (framework, kernels, launch habits), so a row held out of the
-fit but from the fit's own source is not an independent check. Here every source in turn is
+Rows of one stack (framework, kernels, launch habits) share their errors, so a row held out of
+the fit but from the fit's own stack is not an independent check: Narayanan's and
+Korthikanti's rows are two sources but one stack (Megatron-LM). Here every stack in turn is
 left out: the share is fitted (median log error zero, bench/fidelity_parallel.py
-calibrate_steps' rule) on every other source's rows of that GPU, and the left-out source's rows
-are predicted. The errors, grouped by (hardware profile, layout, schemes) with the sources
-they come from, are the bands `scape simulate`, `compare` and `plan` print as "how sure"
-(profiles/external/step-fidelity-bands.csv, `--bands`). In-sample rows (the shipped fit's own
-residuals) are printed apart and are in no band.
+calibrate_steps' rule) on every other stack's rows of that GPU, and the left-out stack's rows
+are predicted (`--by source` gives the older, looser leave-one-source-out for comparison).
+
+Rows alike in everything but their GPU count (weak scaling at a fixed batch per GPU) or their
+software release are one configuration run again: NeMo's 62 rows are 8. Every figure is
+counted both ways: rows, and distinct configurations, whose median takes each configuration's
+median error once (the max stays the worst row). The errors, grouped by (hardware profile,
+layout, schemes) with the stacks they come from, are the bands `scape simulate`, `compare` and
+`plan` print as "how sure" (profiles/external/step-fidelity-bands.csv, `--bands`). In-sample
+rows (the shipped fit's own residuals) are printed apart and are in no band.
+
+`--without KNOB,...` prices every row with a choice made after held-out errors were seen taken
+back (profiles/external/late-constants.md, entries 34-36): `flash2` (the MosaicML H100 rows'
+FlashAttention-2 rates: they run on the profile's `flash` instead), `interference` (the SM
+share a running collective takes from compute: none), `recompute-tp` (a fully recomputed
+layer's tensor-parallel collectives paid once, not again in the backward).
 
 Each row is simulated once per share of GRID and priced between them by interpolation in
 1 / share; the interpolation's largest departure from a direct simulation at the shipped
 shares is printed.
 
-Run: python bench/step_loso.py [--bands PATH] [--csv PATH]
+Run: python bench/step_loso.py [--bands PATH] [--csv PATH] [--by stack|source]
+     [--without flash2,interference,recompute-tp]
 """
 
 from __future__ import annotations
@@ -37,13 +51,26 @@ sys.path.insert(0, str(REPO / "bench"))
 import fidelity_parallel as fp  # noqa: E402
 
 from cli.outputs import script_outputs  # noqa: E402
-from reports.step_fidelity import layout_class, scheme_class, summarize_sources  # noqa: E402
+from reports.step_fidelity import (  # noqa: E402
+    config_medians,
+    layout_class,
+    scheme_class,
+    summarize_sources,
+)
 
 GRID = (0.45, 0.55, 0.65, 0.75, 0.85, 0.95, 1.05, 1.15)  # sustained shares simulated
 # the stack each source's runs used (the CSVs' header comments give the evidence)
 FRAMEWORK = {"narayanan": "Megatron-LM", "korthikanti": "Megatron-LM", "dgxc": "NeMo",
              "mosaic": "llm-foundry (FSDP)", "llmc": "llm.c", "fa2": "flash-attn trainer",
              "torchtitan": "torchtitan"}
+
+
+# columns that only say how large a run was, what it measured or where it came from: rows
+# alike in every other column are one configuration (the ratio of global batch to GPUs, the
+# accumulation a GPU runs, stays part of it)
+SCALE_ONLY = {"case", "gpus", "global_batch", "step_s", "step_from", "tflops_per_gpu",
+              "tokens_per_s", "params", "source", "family", "stack"}
+LATE_KNOBS = ("flash2", "interference", "recompute-tp")
 
 
 def family(hardware: str) -> str:
@@ -62,17 +89,33 @@ def all_rows() -> pd.DataFrame:
         raise SystemExit(f"no framework named for source(s) {', '.join(unknown)}: add to "
                          "FRAMEWORK")
     rows["family"] = rows["hardware"].map(family)
+    rows["stack"] = rows["source"].map(FRAMEWORK)
+    rows["config"] = config_ids(rows)
     return rows
 
 
-def grid_times(rows: pd.DataFrame, workers: int | None = None) -> pd.DataFrame:
-    """Each row's predicted step at every share of GRID, and its measured step; the shares
-    split over `workers` processes (default: every core)."""
+def config_ids(rows: pd.DataFrame) -> pd.Series:
+    """Each row's configuration: `source:n`, the same n for rows alike in every column but
+    SCALE_ONLY's (and the same batch per GPU)."""
+    cols = [c for c in rows.columns if c not in SCALE_ONLY and c != "config"]
+    key = ["|".join(map(str, (*values, batch / gpus))) for values, batch, gpus in zip(
+        rows[cols].itertuples(index=False), rows["global_batch"], rows["gpus"], strict=True)]
+    ids: dict[str, str] = {}
+    for source, k in zip(rows["source"], key, strict=True):
+        ids.setdefault(k, f"{source}:{sum(i.startswith(source + ':') for i in ids.values())}")
+    return pd.Series([ids[k] for k in key], index=rows.index)
+
+
+def grid_times(rows: pd.DataFrame, workers: int | None = None,
+               without: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Each row's predicted step at every share of GRID (with the late knobs `without` taken
+    back), and its measured step; the shares split over `workers` processes (default: every
+    core)."""
     import os
     from concurrent.futures import ProcessPoolExecutor
 
     shipped = fp.shipped_profiles(rows)
-    jobs = [(f, shipped, rows) for f in GRID]
+    jobs = [(f, shipped, rows, without) for f in GRID]
     workers = workers if workers is not None else (os.cpu_count() or 1)
     if workers > 1:  # the worker lives in fidelity_parallel, an importable module
         with ProcessPoolExecutor(min(workers, len(jobs))) as pool:
@@ -119,26 +162,30 @@ def share_where_zero(median_log, lo: float, hi: float, steps: int = 30) -> float
     return round((lo + hi) / 2 / 0.005) * 0.005
 
 
-def leave_one_out(rows: pd.DataFrame, times: pd.DataFrame) -> pd.DataFrame:
-    """Each row predicted with the share fitted on its GPU's other sources."""
+def leave_one_out(rows: pd.DataFrame, times: pd.DataFrame, by: str = "stack") -> pd.DataFrame:
+    """Each row predicted with the share fitted on its GPU's rows of other stacks (`by`
+    "source": of other sources)."""
     out = []
     for fam, part in rows.groupby("family"):
-        for source in sorted(set(part["source"])):
-            fit_rows = part[part["source"] != source]
-            if fit_rows.empty:  # the GPU's only source: nothing to calibrate on without it
+        for left in sorted(set(part[by])):
+            fit_rows = part[part[by] != left]
+            if fit_rows.empty:  # the GPU's only stack: nothing to calibrate on without it
                 continue
             share = fit_share(times.loc[fit_rows["case"]])
-            for r in part[part["source"] == source].itertuples():
+            for r in part[part[by] == left].itertuples():
+                source = r.source
                 predicted = at(times.loc[r.case], share)
                 measured = times.loc[r.case, "measured_s"]
                 out.append({
                     "case": r.case, "source": source, "framework": FRAMEWORK[source],
+                    "config": r.config,
                     "hardware": r.hardware, "family": fam, "gpus": r.gpus,
                     "layout": layout_class(int(r.tp), int(r.pp),
                                            fp.given(r, "tp_overlap", False), 1,
                                            fp.given(r, "fp8", False)),
                     "schemes": scheme_class(r.scheme), "share": share,
                     "fitted_on": ";".join(sorted(set(fit_rows["source"]))),
+                    "fitted_stacks": ";".join(sorted(set(fit_rows["stack"]))),
                     "measured_s": measured, "predicted_s": predicted,
                     "error_pct": 100 * (predicted / measured - 1)})
     return pd.DataFrame(out)
@@ -153,15 +200,18 @@ def in_sample(rows: pd.DataFrame, times: pd.DataFrame) -> pd.DataFrame:
     for r in rows[rows["case"].isin(fitted)].itertuples():
         share = shipped[r.hardware].roofline.sustained
         t = times.loc[r.case]
-        out.append({"case": r.case, "hardware": r.hardware, "share": share,
+        out.append({"case": r.case, "hardware": r.hardware, "share": share, "config": r.config,
                     "error_pct": 100 * (at(t, share) / t["measured_s"] - 1)})
     return pd.DataFrame(out)
 
 
-def interpolation_error(rows: pd.DataFrame, times: pd.DataFrame) -> float:
+def interpolation_error(rows: pd.DataFrame, times: pd.DataFrame,
+                        without: tuple[str, ...] = ()) -> float:
     """The largest |interpolated / simulated - 1| at the shipped shares, in %."""
-    direct = fp.run(fp.shipped_profiles(rows), rows).set_index("case")["predicted_s"]
     shipped = fp.shipped_profiles(rows)
+    direct = pd.concat([fp.predicted_at_share((shipped[h].roofline.sustained, shipped, part,
+                                               without))
+                        for h, part in rows.groupby("hardware")])
     worst = 0.0
     for r in rows.itertuples():
         share = shipped[r.hardware].roofline.sustained
@@ -170,42 +220,60 @@ def interpolation_error(rows: pd.DataFrame, times: pd.DataFrame) -> float:
 
 
 def line(df: pd.DataFrame, label: str) -> str:
+    """Rows and distinct configurations, each configuration's median |error| counted once in
+    the median; the max is the worst row."""
     err = df["error_pct"].abs()
-    return (f"{label}: {len(df)} rows, median |error| {err.median():.1f}%, max {err.max():.1f}% "
-            f"({df.loc[err.idxmax(), 'case']}), median {df['error_pct'].median():+.1f}%")
+    per = config_medians(df)
+    return (f"{label}: {len(df)} rows, {len(per)} configurations; median |error| "
+            f"{per.abs().median():.1f}% by configuration ({err.median():.1f}% by row), max "
+            f"{err.max():.1f}% ({df.loc[err.idxmax(), 'case']}), median {per.median():+.1f}%")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bands", default=None,
-                        help="write the leave-one-source-out bands here (shipped: "
+                        help="write the leave-one-stack-out bands here (shipped: "
                              "profiles/external/step-fidelity-bands.csv)")
     parser.add_argument("--csv", default=None, help="also write every row's prediction here")
+    parser.add_argument("--by", choices=("stack", "source"), default="stack",
+                        help="leave out each stack (shipped bands) or each source")
+    parser.add_argument("--without", default="",
+                        help=f"late choices to take back, comma-separated: "
+                             f"{', '.join(LATE_KNOBS)} (or 'all')")
     args = parser.parse_args()
+    without = tuple(LATE_KNOBS) if args.without == "all" else tuple(
+        k for k in args.without.split(",") if k)
+    unknown = sorted(set(without) - set(LATE_KNOBS))
+    if unknown:
+        parser.error(f"--without {','.join(unknown)}: not a late knob; choose from "
+                     f"{', '.join(LATE_KNOBS)} or all")
+    if args.bands and (without or args.by != "stack"):
+        parser.error("--bands writes the shipped bands: only with --by stack and no --without")
     script_outputs(parser, {"--bands": args.bands, "--csv": args.csv})
     t0 = time.perf_counter()
     rows = all_rows()
-    times = grid_times(rows)
-    held = leave_one_out(rows, times)
+    times = grid_times(rows, without=without)
+    held = leave_one_out(rows, times, by=args.by)
     fitted = in_sample(rows, times)
     fmt = {"index": False, "float_format": lambda x: f"{x:.3f}"}
-    print(held[["case", "framework", "hardware", "layout", "share", "fitted_on", "measured_s",
-                "predicted_s", "error_pct"]].to_string(**fmt))
+    print(held[["case", "config", "framework", "hardware", "layout", "share", "fitted_on",
+                "measured_s", "predicted_s", "error_pct"]].to_string(**fmt))
     print()
+    print(f"late choices taken back: {', '.join(without) or 'none (as shipped)'}")
     print(line(fitted, "in-sample (the shipped fits' own rows at the shipped shares)"))
-    print(line(held, "held out, leave-one-source-out (each source predicted by a share "
-                     "fitted without it)"))
-    for source, part in held.groupby("source"):
+    print(line(held, f"held out, leave-one-{args.by}-out (each {args.by} predicted by a share "
+                     f"fitted without it)"))
+    for stack, part in held.groupby("framework"):
         print("  " + line(part.reset_index(drop=True),
-                          f"{source} ({FRAMEWORK[source]}), share "
+                          f"{stack} ({', '.join(sorted(set(part['source'])))}), share "
                           f"{', '.join(f'{s:g}' for s in sorted(set(part['share'])))}"))
     skipped = sorted(set(rows["case"]) - set(held["case"]))
     if skipped:
-        print(f"  not predicted (the only source on its GPU): {', '.join(skipped)}")
+        print(f"  not predicted (the only {args.by} on its GPU): {', '.join(skipped)}")
     print(f"interpolation in 1/share against direct simulation at the shipped shares: max "
-          f"{interpolation_error(rows, times):.2f}%")
+          f"{interpolation_error(rows, times, without):.2f}%")
     print(f"wall time {time.perf_counter() - t0:.1f} s")
-    if args.csv:  # every row twice: predicted without its source, and in the shipped fit
+    if args.csv:  # every row twice: predicted without its stack, and in the shipped fit
         pd.concat([held.assign(role="held-out"), fitted.assign(role="fitted")],
                   ignore_index=True).to_csv(args.csv, index=False)
     if args.bands:

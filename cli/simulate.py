@@ -166,7 +166,7 @@ def simulate(
                    + ("CUDA graphs: no pass waits for it" if cfg.cuda_graphs else
                       f"the layers wait {row['host_wait_per_micro_batch_s'] * 1e3:.3f} ms a "
                       "micro-batch for it (--cuda-graphs removes the wait)"))
-    out.append(f"# {how_sure(cfg.hardware, layout_of(cfg), [scheme], cfg.mfu)}")
+    out.append(f"# {how_sure(cfg.hardware, layout_of(cfg), [scheme], cfg.mfu, cfg.gpus)}")
     for key in ("step_time_s", "compute_s", "compression_s", "tp_comm_s", "exposed_comm_s",
                 "overlapped_comm_s", *(("pipeline_bubble_s",) if pp > 1 else ()),
                 *(("cp_comm_s",) if cfg.cp > 1 else ()),
@@ -298,7 +298,8 @@ def compare_cmd(
     if cfg.model.moe is not None:
         header += f"\nexperts: {moe_text(cfg)}"
     header += "".join(f"\nnote: {n}" for n in cfg.notes())
-    header += "\n" + how_sure(cfg.hardware, layout_of(cfg), list(df["scheme"]), cfg.mfu)
+    header += "\n" + how_sure(cfg.hardware, layout_of(cfg), list(df["scheme"]), cfg.mfu,
+                              cfg.gpus)
     if not df["fits_memory"].all():
         header += ("\nfits_memory NO: one GPU cannot hold that configuration; its times are "
                    "what it would take if it could")

@@ -17,6 +17,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from reports.calibration_reach import beyond_measured
 from reports.fidelity import heldout, shipped, stored, summarize
 
 if TYPE_CHECKING:
@@ -71,18 +72,33 @@ def scheme_class(scheme: str) -> str:
     return "dense" if scheme.startswith("dense") else scheme
 
 
+def config_medians(held: pd.DataFrame, err: str = "error_pct") -> pd.Series:
+    """Each distinct configuration's median error (`held`'s `config` column: rows alike but
+    for their GPU count or software release, bench/step_loso.py config_ids), so a
+    configuration published at eight scales counts once."""
+    return held.groupby("config")[err].median()
+
+
 def summarize_sources(held: pd.DataFrame) -> pd.DataFrame:
-    """The bands of bench/step_loso.py's leave-one-source-out rows (`held`: case, hardware,
-    layout, schemes, gpus, source, framework, error_pct): per (profile, layout, schemes), the
-    job sizes, the error figures, and the sources with their frameworks and row counts."""
+    """The bands of bench/step_loso.py's leave-one-stack-out rows (`held`: case, hardware,
+    layout, schemes, gpus, source, framework, error_pct, and config where rows repeat a
+    configuration): per (profile, layout, schemes), the job sizes, the rows (and distinct
+    configurations, each counted once in the medians; the max is the worst row), and the
+    sources with their frameworks and row counts."""
     bands = summarize(held, KEYS, "error_pct")
-    sizes = held.groupby(KEYS)["gpus"].agg(lambda g: f"{g.min()}-{g.max()}")
-    named = held.groupby(KEYS).apply(
+    groups = held.groupby(KEYS)
+    sizes = groups["gpus"].agg(lambda g: f"{g.min()}-{g.max()}")
+    named = groups.apply(
         lambda part: "; ".join(f"{s} ({f}) {n}" for (s, f), n in
                                part.groupby(["source", "framework"]).size().items()),
         include_groups=False)
     keys = [tuple(k) for k in bands[KEYS].itertuples(index=False)]
     bands.insert(len(KEYS), "gpus", [sizes[k] for k in keys])
+    if "config" in held:  # bench/moe_steps.py's rows are each a configuration of their own
+        per = {k: config_medians(part) for k, part in groups}
+        bands.insert(bands.columns.get_loc("rows") + 1, "configs", [len(per[k]) for k in keys])
+        bands["median_abs_err_pct"] = [round(per[k].abs().median(), 1) for k in keys]
+        bands["median_err_pct"] = [round(per[k].median(), 1) for k in keys]
     bands["sources"] = [named[k] for k in keys]
     return bands
 
@@ -110,10 +126,14 @@ def _band(hw, layout: str, scheme: str, mfu: float | None) -> tuple[dict | None,
                       "was held out" + (f"; held-out layouts on {hw.name}: "
                                         + "; ".join(others) if others else ""))
     n = int(band["rows"])  # steps of dense schemes (the only ones published runs used)
-    return band, (f"{n} published dense step{'s' if n != 1 else ''} on this profile and layout "
-                  f"({hw.name}, {layout}, runs of {band['gpus']} GPUs, each with its own model, "
-                  f"batch and attention kernel; sources: {band['sources']}), each predicted "
-                  "with the sustained share fitted without its source,")
+    configs = band.get("configs")  # csv text; the MoE bands (leave-one-source-out) have none
+    alike = (f" ({configs} distinct configuration{'s' if configs != '1' else ''}: the median "
+             "counts each once)" if configs and int(configs) < n else "")
+    fitted = "stack" if configs else "source"
+    return band, (f"{n} published dense step{'s' if n != 1 else ''}{alike} on this profile and "
+                  f"layout ({hw.name}, {layout}, runs of {band['gpus']} GPUs, each with its own "
+                  f"model, batch and attention kernel; sources: {band['sources']}), each "
+                  f"predicted with the sustained share fitted without its {fitted},")
 
 
 def lookup(hw, layout: str, scheme: str, mfu: float | None) -> dict:
@@ -146,10 +166,12 @@ def range_columns(row: dict, names: tuple[str, ...], band_col: str = "heldout_st
     return out
 
 
-def how_sure(hw, layout: str, schemes: list[str], mfu: float | None) -> str:
+def how_sure(hw, layout: str, schemes: list[str], mfu: float | None,
+             gpus: int | None = None) -> str:
     """One line on how far published steps like these were from the model: the dense band,
-    and which schemes no published run checks (what they add to a dense step: their
-    compression kernels and their own collectives)."""
+    which schemes no published run checks (what they add to a dense step: their compression
+    kernels and their own collectives), and, on `gpus` GPUs of a calibrated profile, whether
+    the answer goes beyond the scale its calibration measured (reports/calibration_reach.py)."""
     dense, why = _band(hw, layout, "dense", mfu)
     text = (f"how sure: {why} held out: {_figures(dense)}" if dense is not None
             else f"how sure: unvalidated: {why}")
@@ -160,7 +182,8 @@ def how_sure(hw, layout: str, schemes: list[str], mfu: float | None) -> str:
                  "unvalidated")
     if any(s.startswith("scape") for s in others):
         text += "; SCAPE's own step times: scape validate --external scape-sc26"
-    return text
+    beyond = None if gpus is None else beyond_measured(hw, gpus)
+    return text + (f"; {beyond}" if beyond else "")
 
 
 def _figures(band: dict) -> str:

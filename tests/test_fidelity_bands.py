@@ -66,13 +66,16 @@ def test_a_call_finds_the_band_of_runs_like_it(capsys, tmp_path):
 def test_shipped_step_bands_are_the_bench_of_this_model():
     """Regenerate: SCAPE_PROFILE_DIR=profiles python bench/step_loso.py --bands
     profiles/external/step-fidelity-bands.csv (a change to the step model or the rows moves
-    them). Every row is predicted by a share fitted without any row of its source: a band's
-    rows never share a source with the fit that priced them, and each band names its
-    sources."""
+    them). Every row is predicted by a share fitted without any row of its stack: a band's
+    rows never share a stack (Megatron-LM's two papers are one) or a source with the fit that
+    priced them, each band names its sources and counts its distinct configurations."""
     bench = _bench("step_loso")
     rows = bench.all_rows()
     held = bench.leave_one_out(rows, bench.grid_times(rows))
     assert all(r.source not in r.fitted_on.split(";") for r in held.itertuples())
+    assert all(r.framework not in r.fitted_stacks.split(";") for r in held.itertuples())
+    assert not any({"narayanan", "korthikanti"} & set(r.fitted_on.split(";"))
+                   for r in held.itertuples() if r.framework == "Megatron-LM")
     now = step_fidelity.summarize_sources(held).reset_index(drop=True)
     shipped = pd.read_csv(step_fidelity.STEP_BANDS)
     pd.testing.assert_frame_equal(now, shipped, check_dtype=False)
@@ -110,6 +113,16 @@ def test_a_step_finds_the_band_of_published_steps_like_it(capsys, tmp_path):
     assert code == 0, err
     out = unwrapped(out)  # the header's lines as one line each
     assert f"how sure: {rows} published dense steps on this profile and layout" in out
+    assert "fitted without its stack" in out
+    # a band whose rows repeat configurations says how many distinct ones it holds
+    repeated = band[band["configs"] < band["rows"]].iloc[0]
+    code, again, err = scape(capsys, "simulate", "-m", "llama-70b", "-H", repeated.name[0],
+                           "--gpus", "64", "--tp", "8", "--pp", "2", *(
+                               ("--tp-comm-overlap",) if "overlapped" in repeated.name[1]
+                               else ()), *(("--fp8",) if "FP8" in repeated.name[1] else ()))
+    assert code == 0, err
+    assert (f"how sure: {repeated['rows']} published dense steps ({repeated['configs']} distinct "
+            "configurations: the median counts each once)") in unwrapped(again)
     assert "scape:0.99: no published step was held out" in out
     code, out, err = scape(capsys, "compare", "-m", "llama-1.8b", "-H", "dgx-h100", "--gpus", "32",
                            "--micro-batch", "8", "--schemes", "dense-adamw,scape:0.99",
@@ -151,3 +164,21 @@ def test_shipped_moe_step_bands_are_the_bench_of_this_model():
     text = how_sure(load_hardware(first["hardware"]), first["layout"], ["dense-adamw"], None)
     assert f"{first['rows']} published dense step" in text
     assert "moe-step-fidelity-bands.csv from bench/moe_steps.py" in text
+
+
+def test_rows_alike_but_for_scale_or_release_are_one_configuration():
+    """bench/step_loso.py counts a recipe published at eight GPU counts and two releases once:
+    NeMo's 62 rows of parallel-steps.csv are 8 configurations (issue 61 item 6), and a
+    configuration's median error enters a band's median once."""
+    bench = _bench("step_loso")
+    rows = bench.all_rows()
+    nemo = rows[rows["source"] == "dgxc"]
+    assert nemo["config"].nunique() == 8
+    assert rows["config"].nunique() < len(rows)
+    # rows that differ in anything the step reads besides scale are apart
+    changed = rows.copy()
+    changed.loc[changed.index[0], "micro_batch"] = changed["micro_batch"].iloc[0] * 2
+    assert bench.config_ids(changed).nunique() == rows["config"].nunique() + (
+        (rows["config"] == rows["config"].iloc[0]).sum() > 1)
+    held = pd.DataFrame({"config": ["a", "a", "a", "b"], "error_pct": [1.0, 2.0, 30.0, -4.0]})
+    assert step_fidelity.config_medians(held).to_dict() == {"a": 2.0, "b": -4.0}

@@ -17,6 +17,13 @@ from simulator.step.batch import check_workers
 from simulator.step.compute import check_fp8
 from simulator.step.step_config import check_cp, check_host_launch, refuse_expert_options
 
+
+def usable_GB(hw: HardwareProfile) -> float:
+    """GB one GPU of `hw` may hold at a step's peak (simulator/memory/peak.py)."""
+    from simulator.memory.peak import usable_bytes
+
+    return usable_bytes(hw) / 1e9
+
 # dense-zero3 (FSDP) is searched when asked for (--schemes): it gathers for every micro-batch,
 # thousands of collectives per step at large accumulation, and would dominate the search time
 PLAN_SCHEMES = (
@@ -42,6 +49,11 @@ class PlanRequest:
     # plans below this model FLOPs utilisation are left out (simulator/step/compute.py mfu):
     # a plan with an 80% pipeline bubble is fast only by its GPU count
     min_mfu: float | None = None
+    # GB of each GPU's usable memory a plan must leave free at its peak (--min-spare-gb): the
+    # caching allocator holds more than the live tensors (22 of 26 published reserved peaks
+    # above the model's, bench/memory_published.py), so a plan at 1 GB to spare may not run;
+    # None: no margin
+    min_spare_GB: float | None = None
     price_per_gpu_hour: float | None = None  # overrides every profile's price
     global_batch: int | None = None  # default: the model profile's
     seq_len: int | None = None
@@ -158,6 +170,15 @@ class PlanRequest:
                                              and 0 < self.min_mfu <= 1):
             raise UserError(f"--min-mfu is a share of the GPU's dense BF16 peak, above 0 and at "
                             f"most 1 (e.g. 0.35 for 35%), got {self.min_mfu!r}")
+        if self.min_spare_GB is not None:
+            smallest = min(self.hardware, key=usable_GB, default=None)
+            if not (math.isfinite(self.min_spare_GB) and self.min_spare_GB >= 0):
+                raise UserError(f"--min-spare-gb is GB of a GPU's memory to leave free, 0 or "
+                                f"more (e.g. 4), got {self.min_spare_GB!r}")
+            if smallest is not None and self.min_spare_GB >= usable_GB(smallest):
+                raise UserError(f"--min-spare-gb {self.min_spare_GB:g} leaves nothing to train "
+                                f"with: {smallest.name} has {usable_GB(smallest):.1f} GB usable "
+                                "per GPU; give less than that")
         if self.deadline_hours is not None and self.budget_usd is not None:
             raise UserError("give either a deadline or a budget, not both")
         if not self.hardware:

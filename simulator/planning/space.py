@@ -242,7 +242,12 @@ def try_fits(req: PlanRequest, hw: HardwareProfile, gpus: int, t: Try, why: Coun
     `too_big`: per layout, the smallest micro-batch at which a scheme fitted with no policy
     (a larger one holds more activations and the same state, so it does not fit either:
     counted, not priced)."""
-    usable, etp, domain = usable_bytes(hw), req.etp or 1, domain_used(hw, gpus)
+    # a plan must leave --min-spare-gb free: it fits in what remains
+    usable = usable_bytes(hw) - 1e9 * (req.min_spare_GB or 0.0)
+    etp, domain = req.etp or 1, domain_used(hw, gpus)
+    room = (f"{usable / 1e9:.0f} GB usable per GPU" if req.min_spare_GB is None else
+            f"{usable / 1e9:.0f} GB usable per GPU once --min-spare-gb {req.min_spare_GB:g} "
+            "is left free")
     tp, pp, chunks, ep, mb = t.tp, t.pp, t.chunks, t.ep, t.micro_batch
     dp = gpus // (tp * pp * req.cp)
     routing = None if req.model.moe is None else Routing(ep, etp, req.moe_imbalance)
@@ -254,7 +259,7 @@ def try_fits(req: PlanRequest, hw: HardwareProfile, gpus: int, t: Try, why: Coun
             why["dense-zero3 (FSDP) with pipeline stages: not modelled"] += 1
             continue
         if failed.get(spec, math.inf) <= mb:
-            why[f"does not fit in {hw.name} memory ({usable / 1e9:.0f} GB usable per GPU)"] += 1
+            why[f"does not fit in {hw.name} memory ({room})"] += 1
             continue
         for shard in shard_groups(scheme.scheme, dp * req.cp, tp, domain):
             # what step_memory gives the plan's StepConfig (a test checks), without building
@@ -267,8 +272,7 @@ def try_fits(req: PlanRequest, hw: HardwareProfile, gpus: int, t: Try, why: Coun
             if fit is None:
                 if shard is None:  # a smaller shard group holds more
                     failed[spec] = min(failed.get(spec, math.inf), mb)
-                why[f"does not fit in {hw.name} memory "
-                    f"({usable / 1e9:.0f} GB usable per GPU)"] += 1
+                why[f"does not fit in {hw.name} memory ({room})"] += 1
                 break
             kept.append(Candidate(hw, gpus, spec, tp, mb, fit[0], fit[1] / 1e9, pp,
                                   t.schedule, chunks, req.cp, ep, etp, shard))

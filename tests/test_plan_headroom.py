@@ -1,0 +1,94 @@
+"""A plan's memory headroom (--min-spare-gb, the thin-headroom footnote) and answers beyond
+the scale a calibrated profile was measured at (issue 61 item 4)."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from reports.calibration_reach import beyond_measured, measured_reach
+from reports.tables import unwrapped
+from tests.test_cli import scape
+from tests.test_nccl_tests import A100_AG, A100_AR
+
+PLAN = ("plan", "-m", "llama-7b", "--tokens", "1e10", "-H", "dgx-h100", "--max-gpus", "16",
+        "--schemes", "dense-adamw", "--top", "5")
+
+
+def test_min_spare_gb_keeps_a_margin_free_on_every_plan(capsys):
+    code, out, err = scape(capsys, *PLAN, "--format", "json")
+    assert code == 0, err
+    free = min(r["memory_spare_GB"] for r in json.loads(out))
+    margin = round(free + 5, 1)  # more than the thinnest plan leaves without it
+    code, out, err = scape(capsys, *PLAN, "--min-spare-gb", str(margin), "--format", "json")
+    assert code == 0, err
+    rows = json.loads(out)
+    assert rows and all(r["memory_spare_GB"] >= margin - 1e-9 for r in rows)
+    assert all(r["min_spare_gb"] == pytest.approx(margin) for r in rows)  # what was typed
+
+
+@pytest.mark.parametrize("value, rule", [
+    ("-1", "0 or more"), ("nan", "0 or more"), ("500", "leaves nothing to train with"),
+    ("many", "not a valid float")])
+def test_a_bad_min_spare_gb_is_refused_with_the_rule(capsys, value, rule):
+    code, _, err = scape(capsys, *PLAN, "--min-spare-gb", value)
+    assert code == 2 and rule in err, err
+
+
+def test_a_plan_near_the_memory_limit_is_flagged(capsys):
+    # llama-7b data parallel on 64 H100 without recomputation: some of the fastest plans sit
+    # within a few GB of the limit, and the footnote counts them
+    plan = (*PLAN[:8], "64", *PLAN[9:])
+    code, out, err = scape(capsys, *plan, "--format", "json")
+    assert code == 0, err
+    rows = json.loads(out)
+    thin = [r for r in rows if r["memory_spare_pct"] < 5]
+    assert thin
+    code, table, err = scape(capsys, *plan)
+    assert code == 0, err
+    text = unwrapped(table)
+    assert f"thin headroom: {len(thin)} of the {len(rows)} plans shown" in text
+    assert f"(the least: {min(r['memory_spare_GB'] for r in thin):.1f} GB)" in text
+    code, table, err = scape(capsys, *plan, "--min-spare-gb", "8")
+    assert code == 0, err
+    assert "thin headroom" not in table  # 8 GB of 79 is above 5%: none is thin
+
+
+def test_beyond_measured_names_what_the_calibration_reached():
+    shipped = SimpleNamespace(measured={}, node=SimpleNamespace(gpus_per_node=8), name="x")
+    assert measured_reach(shipped) is None and beyond_measured(shipped, 4096) is None
+    logs = SimpleNamespace(measured={"logs_gpus": "8,16", "logs_nodes": "1,2"},
+                           node=SimpleNamespace(gpus_per_node=8), name="mine")
+    assert measured_reach(logs)[:2] == (16, 2)
+    assert beyond_measured(logs, 16) is None
+    text = beyond_measured(logs, 64)
+    assert "64 GPUs (measured: at most 16) and 8 nodes (measured: at most 2)" in text
+    ranks = SimpleNamespace(measured={"network_nprocs": "2,4"},
+                            node=SimpleNamespace(gpus_per_node=1), name="bed")
+    assert "8 GPUs (measured: at most 4)" in beyond_measured(ranks, 8)
+
+
+def test_a_step_beyond_the_calibrated_scale_says_so(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path))
+    code, out, err = scape(capsys, "calibrate", "nccl-tests", str(A100_AR), str(A100_AG),
+                           "--out", "a100", "--gpu-from", "dgx-a100", "--format", "csv")
+    assert code == 0, err
+    step = ("simulate", "-m", "llama-500m", "-H", "measured/a100")
+    code, out, err = scape(capsys, *step, "--gpus", "64")
+    assert code == 0, err
+    assert ("extrapolated: 64 GPUs (measured: at most 8) and 8 nodes (measured: at most 1)"
+            in unwrapped(out))
+    code, out, err = scape(capsys, *step, "--gpus", "8")
+    assert code == 0, err
+    assert "extrapolated" not in out
+    plan = ("plan", "-m", "llama-500m", "--tokens", "1e9", "-H", "measured/a100",
+            "--max-gpus", "32", "--top", "2")
+    code, out, err = scape(capsys, *plan, "--format", "json")
+    assert code == 0, err
+    top = json.loads(out)[0]["gpus"]
+    code, out, err = scape(capsys, *plan)
+    assert code == 0, err
+    assert top > 8  # the fastest plan uses more GPUs than the logs had: its line says so
+    assert f"extrapolated: {top} GPUs (measured: at most 8)" in unwrapped(out)
