@@ -117,7 +117,7 @@ def timeline(stages: int, micro_batches: int, fwd_s, bwd_s, send_s: float = 0.0,
     validate(p, micro_batches, v)
     fwd = tuple(tuple(fwd_s(s, c) for c in range(v)) for s in range(p))
     bwd = tuple(tuple(bwd_s(s, c) for c in range(v)) for s in range(p))
-    per_stage = _schedule(p, micro_batches, v, fwd, bwd, send_s)
+    per_stage, _ = _schedule(p, micro_batches, v, fwd, bwd, send_s)
     return [Op(s, *op) for s in range(p) for op in per_stage[s]]
 
 
@@ -160,7 +160,7 @@ def first_stage(stages: int, micro_batches: int, chunks: int, fwd: tuple, bwd: t
     pace = p * max(sum(f) + sum(b) for f, b in zip(fwd, bwd, strict=True))  # s per group
     k = STEADY_AFTER
     while p > 1 and (3 * k - 3) * p < m:  # the three short schedules cost less than one long
-        a, b, c = (_summary(_schedule(p, n * p, v, fwd, bwd, send_s), n * p)
+        a, b, c = (_summary(_schedule(p, n * p, v, fwd, bwd, send_s, True), n * p)
                    for n in (k, k - 1, k - 2))
         steady = all(math.isclose(x - y, y - z, rel_tol=1e-12, abs_tol=1e-12 * abs(x))
                      and x - y >= pace * (1 - 1e-9)
@@ -174,7 +174,7 @@ def first_stage(stages: int, micro_batches: int, chunks: int, fwd: tuple, bwd: t
                                start + groups * (start - b.last[3])),
                               2 * m * v, a.makespan + groups * (a.makespan - b.makespan))
         k *= 2
-    return _summary(_schedule(p, m, v, fwd, bwd, send_s), m)
+    return _summary(_schedule(p, m, v, fwd, bwd, send_s, True), m)
 
 
 def forwards_after_first_backward(p: int, m: int, v: int) -> list[int]:
@@ -218,11 +218,12 @@ def pipeline_bound(stages: int, micro_batches: int, chunks: int, fwd: tuple, bwd
     return max(down + back + m * sum(bwd[0]) + rest_f, busiest, path)
 
 
-def _summary(per_stage: list[list], m: int) -> FirstStage:
+def _summary(scheduled: tuple[list[list], list[float]], m: int) -> FirstStage:
+    """The first stage's summary of a `_schedule(..., first_only=True)`."""
+    per_stage, last_ends = scheduled
     ops = per_stage[0]
     second = ops[1][3] if len(ops) > 1 else ops[0][4]
-    return FirstStage(ops[0][:4], second, ops[-1][:4], len(ops),
-                      max(stage[-1][4] for stage in per_stage))
+    return FirstStage(ops[0][:4], second, ops[-1][:4], len(ops), max(last_ends))
 
 
 @functools.lru_cache(maxsize=256)
@@ -265,11 +266,14 @@ def _dependencies(p: int, m: int, v: int) -> tuple[tuple, ...]:
     return tuple(stages)
 
 
-def _schedule(p: int, m: int, v: int, fwd: tuple, bwd: tuple, send: float) -> list[list]:
+def _schedule(p: int, m: int, v: int, fwd: tuple, bwd: tuple, send: float,
+              first_only: bool = False) -> tuple[list[list], list[float]]:
     """List scheduling of every stage's fixed order: an op starts when its stage is free and
     its input is there. The order and what each op waits for come from `_dependencies`, flat
     and remembered, so the inner loop only reads ends and adds times (the planner runs this
-    for every layout it tries)."""
+    for every layout it tries). Returns each stage's ops as (kind, micro-batch, chunk, start,
+    end), and each stage's last end; `first_only` keeps the first stage's ops alone (what
+    the planner's summary reads: a p-th of the tuples to build)."""
     plan = _dependencies(p, m, v)
     ends = [-1.0] * (2 * p * v * m)
     hop = send if p > 1 else 0.0
@@ -283,7 +287,8 @@ def _schedule(p: int, m: int, v: int, fwd: tuple, bwd: tuple, send: float) -> li
         progressed = False
         for s in range(p):
             ops, own, dep, sent, dur = plan[s]
-            i, t_free, done = nxt[s], free[s], out[s]
+            i, t_free = nxt[s], free[s]
+            done = out[s] if s == 0 or not first_only else None
             while i < len(ops):
                 wait = dep[i]
                 if wait >= 0:
@@ -297,7 +302,8 @@ def _schedule(p: int, m: int, v: int, fwd: tuple, bwd: tuple, send: float) -> li
                 start = t_free if t_free > ready else ready
                 t_free = start + table[dur[i]]
                 ends[own[i]] = t_free
-                done.append((*ops[i], start, t_free))
+                if done is not None:
+                    done.append((*ops[i], start, t_free))
                 i += 1
             if i != nxt[s]:
                 remaining -= i - nxt[s]
@@ -305,7 +311,7 @@ def _schedule(p: int, m: int, v: int, fwd: tuple, bwd: tuple, send: float) -> li
             nxt[s], free[s] = i, t_free
         if not progressed:  # a wrong order would wait forever; say so rather than spin
             raise RuntimeError(f"pipeline schedule deadlocked (p={p}, m={m}, v={v})")
-    return out
+    return out, free
 
 
 def validate(stages: int, micro_batches: int, chunks: int) -> None:

@@ -113,6 +113,18 @@ def quality_note(scheme, ratio: float | None, studied: bool) -> str:
             else "not measured at this scale")
 
 
+def frontier_points(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The (hours, cost) pairs no other pair beats on both, as `pareto` keeps them: the
+    frontier of points already on a frontier and new ones is the frontier of all of them, so
+    the search keeps it up to date without a frame (issue 61 item 5)."""
+    best_cost, out = math.inf, []
+    for hours, cost in sorted(points):
+        if cost < best_cost:
+            out.append((hours, cost))
+            best_cost = cost
+    return out
+
+
 def pareto(df: pd.DataFrame) -> pd.Series:
     """Plans no other plan beats on both hours and cost (the time-cost frontier)."""
     order = df.sort_values(["hours", "cost_usd"], kind="stable")

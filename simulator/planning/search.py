@@ -37,7 +37,7 @@ from simulator.planning.evaluate import (
     _evaluate,
     _layout_key,
     _qualifies,
-    pareto,
+    frontier_points,
     quality_ratio,
     steps_of,
 )
@@ -77,6 +77,7 @@ class _Node:
     gpus: int = field(compare=False)
     item: Try | Candidate | None = field(compare=False)
     cats: tuple[bool, bool] = field(compare=False)  # may hold a dense / a non-SCAPE plan
+    seconds: float = field(compare=False, default=0.0)  # the step-time bound it was pushed at
 
 
 def compute_times(req: PlanRequest, hw: HardwareProfile, tp: int, mb: int, ep: int):
@@ -168,6 +169,7 @@ class Search:
         self.plans = 0  # plans found (fit in memory)
         self.counts_opened = 0
         self.floors = _Floors(req)
+        self.settled = [False, False]  # best dense, best non-SCAPE plan found for good
         self.bounds: dict[tuple, float] = {}  # lower_bound_s per layout (schemes share it)
         self.states: dict[str, dict] = {}
         self.too_big: dict = {}
@@ -181,8 +183,11 @@ class Search:
 
     # -- nodes ------------------------------------------------------------------------
     def _push(self, level: int, seconds: float, hw: HardwareProfile, gpus: int, item,
-              scheme: str | None = None) -> None:
+              scheme: str | None = None, parent: _Node | None = None) -> None:
         req = self.req
+        if parent is not None:  # a child's plans are its parent's: both bounds hold, and
+            # keys that never fall along a path keep a settled category settled (_needs)
+            seconds = max(seconds, parent.seconds)
         hours = self.steps * seconds / 3600
         cost = hours * gpus * req.price(hw)
         if ((req.deadline_hours is not None and hours > req.deadline_hours)
@@ -203,7 +208,7 @@ class Search:
         if not math.isfinite(key):
             return
         heapq.heappush(self.heap, _Node(key, self.made, level, hours, cost, hw, gpus, item,
-                                        cats))
+                                        cats, seconds))
         self.made += 1
 
     def seed_counts(self) -> None:
@@ -237,18 +242,19 @@ class Search:
         if node.level == COUNT:
             self.counts_opened += 1
             for t in count_tries(req, hw, gpus, self.why):
-                self._push(TRY, self.floors.try_floor_s(hw, gpus, t), hw, gpus, t)
+                self._push(TRY, self.floors.try_floor_s(hw, gpus, t), hw, gpus, t,
+                           parent=node)
         elif node.level == TRY:
             t = node.item
             c = Candidate(hw, gpus, req.schemes[0], t.tp, t.micro_batch, "none", 0.0, t.pp,
                           t.schedule, t.chunks, req.cp, t.ep, req.etp or 1)
-            self._push(BOUNDED, self._bound(c), hw, gpus, t)
+            self._push(BOUNDED, self._bound(c), hw, gpus, t, parent=node)
         else:  # BOUNDED: the schemes that fit, each at its own bound
             found = try_fits(req, hw, gpus, node.item, self.why,
                              self.states.setdefault(hw.name, {}), self.too_big)
             self.plans += len(found)
             for c in found:
-                self._push(PLAN, self._bound(c), hw, gpus, c, c.scheme)
+                self._push(PLAN, self._bound(c), hw, gpus, c, c.scheme, parent=node)
             if found and self.progress_total:
                 self.progress_total(self.plans)
 
@@ -268,15 +274,28 @@ class Search:
         return len(values) >= need and values[need - 1] < low * SLACK
 
     def _needs(self) -> tuple[bool, bool]:
-        """Whether the best dense, the best non-SCAPE plan is still open (the footnotes)."""
-        return (not self._settled(1, lambda r: r["quality"] == "dense", 0),
-                not self._settled(1, lambda r: not r["scheme"].startswith(SCAPE_FAMILY), 1))
+        """Whether the best dense, the best non-SCAPE plan is still open (the footnotes).
+        Once settled a category stays settled (keys never fall along a path, so the lowest
+        bound left only rises, and the best plan kept only improves): it is not asked
+        again."""
+        members = (lambda r: r["quality"] == "dense",
+                   lambda r: not r["scheme"].startswith(SCAPE_FAMILY))
+        for cat in (0, 1):
+            if not self.settled[cat]:
+                self.settled[cat] = self._settled(1, members[cat], cat)
+        return not self.settled[0], not self.settled[1]
 
-    def _dominated(self, node: _Node, need: tuple[bool, bool]) -> bool:
+    def _dominated(self, node: _Node) -> bool:
         """On the frontier run: a simulated plan is faster than the node's bound and no
-        dearer than its cost bound, and the node holds no category still needed."""
-        beaten = any(h < node.hours * SLACK and c <= node.cost * SLACK for h, c in self.front)
-        return beaten and not (need[0] and node.cats[0]) and not (need[1] and node.cats[1])
+        dearer than its cost bound, and the node holds no category still needed (asked only
+        of a beaten node that holds one: the heap scan it costs is the frontier run's
+        largest, issue 61 item 5)."""
+        if not any(h < node.hours * SLACK and c <= node.cost * SLACK for h, c in self.front):
+            return False
+        if not (node.cats[0] or node.cats[1]):
+            return True
+        need = self._needs()
+        return not (need[0] and node.cats[0]) and not (need[1] and node.cats[1])
 
     def _done(self) -> bool:
         return (self._settled(self.keep, lambda r: True, None)
@@ -290,16 +309,18 @@ class Search:
             batch = 8 if self.pool is None else 16 * workers
             if not self.frontier and self._done():
                 break
-            need = self._needs() if self.frontier else (False, False)
+            # a node is judged while still on the heap: what it may hold counts in _needs
             if self.heap[0].level != PLAN:
+                pruned = self.frontier and self._dominated(self.heap[0])
                 node = heapq.heappop(self.heap)
-                if not (self.frontier and self._dominated(node, need)):
+                if not pruned:
                     self._open(node)
                 continue
             picked: list[Candidate] = []
             while self.heap and self.heap[0].level == PLAN and len(picked) < batch:
+                pruned = self.frontier and self._dominated(self.heap[0])
                 node = heapq.heappop(self.heap)
-                if not (self.frontier and self._dominated(node, need)):
+                if not pruned:
                     picked.append(node.item)
             if picked:
                 self._simulate(picked)
@@ -328,9 +349,8 @@ class Search:
             self.progress(len(got))
         self.kept += [r for r in got if _qualifies(self.req, r)]
         if self.frontier:
-            done = pd.DataFrame(self.rows, columns=["hours", "cost_usd"])
-            on = done[pareto(done)]
-            self.front = list(zip(on["hours"], on["cost_usd"], strict=True))
+            self.front = frontier_points(self.front + [(r["hours"], r["cost_usd"])
+                                                       for r in got])
 
 
 def search(req: PlanRequest, keep: int, frontier: bool = False,
