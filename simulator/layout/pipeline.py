@@ -233,36 +233,29 @@ def _dependencies(p: int, m: int, v: int) -> tuple[tuple, ...]:
     (s v + c) m + mb, backwards p v m further), the end it waits for (-1: none), whether a
     send lies between them (0 or 1), and its duration's index in `_schedule`'s table (forward
     of chunk c at s 2v + c, backward at s 2v + v + c). Shared by every call of one shape:
-    only the times differ between the layouts a planner tries."""
+    only the times differ between the layouts a planner tries. Built with array arithmetic
+    over `_order`'s arrays (a loop per op was the frontier search's third cost)."""
     n = p * v * m
     stages = []
     for s in range(p):
-        ops, own, dep, sent, dur = [], [], [], [], []
-        for kind, mb, c in stage_order(s, p, m, v):
-            if kind == "F":
-                here = (s * v + c) * m + mb
-                if s > 0:  # the previous stage's forward
-                    wait, hop = ((s - 1) * v + c) * m + mb, 1
-                elif c > 0:  # the last stage's previous chunk, sent around
-                    wait, hop = ((p - 1) * v + c - 1) * m + mb, 1
-                else:
-                    wait, hop = -1, 0
-                d = s * 2 * v + c
-            else:
-                here = n + (s * v + c) * m + mb
-                if s < p - 1:  # the next stage's backward
-                    wait, hop = n + ((s + 1) * v + c) * m + mb, 1
-                elif c < v - 1:  # stage 0's next chunk, sent around
-                    wait, hop = n + (c + 1) * m + mb, 1
-                else:  # the loss: its own forward
-                    wait, hop = (s * v + c) * m + mb, 0
-                d = s * 2 * v + v + c
-            ops.append((kind, mb, c))
-            own.append(here)
-            dep.append(wait)
-            sent.append(hop)
-            dur.append(d)
-        stages.append((tuple(ops), tuple(own), tuple(dep), tuple(sent), tuple(dur)))
+        fwd, mb, c = _order(s, p, m, v)
+        f_here = (s * v + c) * m + mb
+        if s > 0:  # a forward waits for the previous stage's
+            f_wait, f_hop = ((s - 1) * v + c) * m + mb, np.ones_like(c)
+        else:  # for the last stage's previous chunk, sent around; chunk 0 for nothing
+            f_wait = np.where(c > 0, ((p - 1) * v + c - 1) * m + mb, -1)
+            f_hop = (c > 0).astype(c.dtype)
+        if s < p - 1:  # a backward waits for the next stage's
+            b_wait, b_hop = n + ((s + 1) * v + c) * m + mb, np.ones_like(c)
+        else:  # for stage 0's next chunk, sent around; the last chunk for its own forward
+            b_wait = np.where(c < v - 1, n + (c + 1) * m + mb, f_here)
+            b_hop = (c < v - 1).astype(c.dtype)
+        ops = tuple(zip(np.where(fwd, "F", "B").tolist(), mb.tolist(), c.tolist(),
+                        strict=True))
+        stages.append((ops, tuple(np.where(fwd, f_here, n + f_here).tolist()),
+                       tuple(np.where(fwd, f_wait, b_wait).tolist()),
+                       tuple(np.where(fwd, f_hop, b_hop).tolist()),
+                       tuple(np.where(fwd, s * 2 * v + c, s * 2 * v + v + c).tolist())))
     return tuple(stages)
 
 
