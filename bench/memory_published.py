@@ -202,7 +202,9 @@ def price(rows: list[dict], slack: float | None = None) -> pd.DataFrame:
             "predicted_GiB": predicted / GIB,
             "error_pct": 100 * (predicted / (r["peak_GiB"] * GIB) - 1)
             if not math.isnan(r["peak_GiB"]) else math.nan,
-            "source": r["source"], "assumed": r.get("assumed", "")})
+            "source": r["source"], "assumed": r.get("assumed", ""),
+            "hardware": r["hardware"],
+            "stack": r["cfg"].stack if "cfg" in r else r["args"]["stack"]})
     return pd.DataFrame(out)
 
 
@@ -239,8 +241,11 @@ def smaller_micro_batches(rows: list[dict], case: str) -> list[tuple[int, float]
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", default=None, help="also write the table here")
+    parser.add_argument("--bands", default=None,
+                        help="write the reported peaks' errors per (profile, stack) here "
+                             "(shipped: profiles/external/memory-fidelity-bands.csv)")
     args = parser.parse_args()
-    script_outputs(parser, {"--csv": args.csv})
+    script_outputs(parser, {"--csv": args.csv, "--bands": args.bands})
     published, skipped = published_rows()
     rows = step_rows() + published
     df = price(rows)
@@ -316,7 +321,19 @@ def main() -> int:
         print(line)
     if args.csv:
         df.to_csv(args.csv, index=False)
+    if args.bands:
+        memory_bands(peaks).to_csv(args.bands, index=False)
+        print(f"bands written to {args.bands}")
     return 0
+
+
+def memory_bands(peaks: pd.DataFrame) -> pd.DataFrame:
+    """The reported peaks' signed errors per (shipped profile, stack, kind of peak): what
+    `scape simulate`, `compare` and `plan` quote beside a memory figure
+    (reports/memory_fidelity.py)."""
+    from reports.fidelity import summarize
+
+    return summarize(peaks, ["hardware", "stack", "peak_kind"], "error_pct")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from cli.common import (
 )
 from profiles import UserError, load_hardware, load_model
 from reports.fidelity import heldout
+from reports.memory_fidelity import memory_how_sure
 from reports.step_fidelity import how_sure, layout_class, range_columns
 from reports.step_fidelity import lookup as step_lookup
 from reports.tables import check_format, comment_lines, render
@@ -223,6 +224,7 @@ def plan_cmd(
     if best["hardware"] in hardware_of:
         header += "\ntop plan: " + how_sure(hardware_of[best["hardware"]], layout(best),
                                             [best["scheme"]], None, int(best["gpus"]))
+        header += "\ntop plan's " + memory_how_sure(hardware_of[best["hardware"]], "megatron")
     if req.quality is not None:
         q = req.quality
         cols += ["quality_tokens_ratio", "hours_to_quality", "cost_to_quality_usd"]

@@ -38,6 +38,7 @@ from cli.common import (
     step_options,
 )
 from cli.outputs import output_file
+from reports.memory_fidelity import memory_how_sure
 from reports.schema import also_line, table_name, table_value
 from reports.step_fidelity import how_sure, layout_of
 from reports.step_rows import compare_rows, simulate_row
@@ -185,6 +186,7 @@ def simulate(
           f"{row['usable_memory_GB']:.1f} usable, {row['memory_spare_pct']:.0f}% to spare")
     out.append(f"#   GB: {parts}, loss {row['memory_loss_GB']:.1f}; peak on pipeline stage "
                f"{row['memory_peak_stage']}")
+    out.append(f"# {memory_how_sure(cfg.hardware, cfg.stack)}")
     out.append(f"{'model_tflops_per_gpu':>20}  {row['model_tflops_per_gpu']:12.1f} TFLOP/s "
           "(model FLOPs: forward + backward, no recompute)")
     if steps:
@@ -300,6 +302,7 @@ def compare_cmd(
     header += "".join(f"\nnote: {n}" for n in cfg.notes())
     header += "\n" + how_sure(cfg.hardware, layout_of(cfg), list(df["scheme"]), cfg.mfu,
                               cfg.gpus)
+    header += "\n" + memory_how_sure(cfg.hardware, cfg.stack)
     if not df["fits_memory"].all():
         header += ("\nfits_memory NO: one GPU cannot hold that configuration; its times are "
                    "what it would take if it could")

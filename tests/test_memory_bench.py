@@ -4,6 +4,8 @@ item 6)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
 from tests.test_fidelity_bands import _bench
@@ -34,3 +36,42 @@ def test_agreement_counts_each_configuration_once_in_both_directions():
     assert table.loc["ran", "accepted"] == 1 and table.loc["ran", "accepted_rows"] == 2
     assert table.loc["ran", "refused"] == 1
     assert table.loc["did not fit", "refused"] == 1 and table.loc["did not fit", "accepted"] == 1
+
+
+def test_shipped_memory_bands_are_the_bench_of_this_model():
+    """Regenerate: SCAPE_PROFILE_DIR=profiles python bench/memory_published.py --bands
+    profiles/external/memory-fidelity-bands.csv (a change to the memory model or the rows
+    moves them)."""
+    from reports.memory_fidelity import MEMORY_BANDS
+
+    bench = _bench("memory_published")
+    published, _ = bench.published_rows()
+    priced = bench.price(published)
+    now = bench.memory_bands(priced[priced["reported_GiB"].notna()]).reset_index(drop=True)
+    pd.testing.assert_frame_equal(now, pd.read_csv(MEMORY_BANDS), check_dtype=False)
+
+
+def test_a_memory_figure_says_which_published_peaks_checked_it(capsys, tmp_path):
+    from reports.memory_fidelity import MEMORY_BANDS
+    from reports.tables import unwrapped
+    from tests.test_cli import scape
+
+    band = pd.read_csv(MEMORY_BANDS).set_index(["hardware", "stack", "peak_kind"])
+    rows = int(band.loc[("dgx-h100", "torchtitan", "reserved"), "rows"])
+    step = ("simulate", "-m", "llama3-8b", "-H", "dgx-h100", "--gpus", "8",
+            "--global-batch", "16", "-s", "dense-zero3")
+    code, out, err = scape(capsys, *step, "--stack", "torchtitan")
+    assert code == 0, err
+    assert (f"memory how sure: {rows} published reserved peaks on dgx-h100 with the "
+            "torchtitan stack") in unwrapped(out)
+    code, out, err = scape(capsys, *step)  # Megatron's stack: no published peak of it
+    assert code == 0, err
+    assert ("memory how sure: no published peak of a megatron-stack run on dgx-h100 was "
+            "checked") in unwrapped(out)
+    copy = tmp_path / "dgx-h100.toml"
+    copy.write_text((Path(__file__).resolve().parents[1] / "profiles" / "hardware"
+                     / "dgx-h100.toml").read_text())
+    code, out, err = scape(capsys, "compare", "-m", "llama-7b", "-H", str(copy), "--gpus", "8",
+                           "--schemes", "dense-adamw,dense-zero3")
+    assert code == 0, err
+    assert "memory how sure: unvalidated: no published peak ran on" in unwrapped(out)
