@@ -189,7 +189,13 @@ class PhaseCache:
             algo = self.fastest(op, groups, size)
         key = (op, algo, tuple(hash(g.tobytes()) for g in groups))
         if key not in self._unit:
-            per_group = [ALGORITHMS[op][algo](self.topo, 1.0, g) for g in groups]
+            build = ALGORITHMS[op][algo]
+            batched = getattr(build, "batched", None)  # ring: every group in one pass
+            unit = batched(self.topo, 1.0, groups) if batched and len(groups) > 1 else None
+            if unit is not None:
+                self._unit[key] = unit
+                return self.phases(op, algo, groups, size)
+            per_group = [build(self.topo, 1.0, g) for g in groups]
             self._unit[key] = [
                 replace(ph, demands=tuple(
                     _merge(d.name, [pg[i].demands[j] for pg in per_group])

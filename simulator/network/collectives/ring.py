@@ -36,6 +36,29 @@ def _phases(topo: Topology, size: float, group: np.ndarray, names: tuple[str, ..
             for name in names]
 
 
+def _batched(topo: Topology, size: float, groups: list[np.ndarray], names: tuple[str, ...]
+             ) -> list[Phase] | None:
+    """`_phases` of equal groups running at once, as simulator/network/engine.py PhaseCache
+    merges them (loads add up on shared links; the first group's latency path), built in one
+    pass over every group's rings instead of one per group (a planner's step runs a ring on
+    dozens of data-parallel groups); None where the groups' rings differ in shape, channels or
+    network crossings (then each is built alone)."""
+    p = len(groups[0])
+    if p < 2:
+        return []
+    rings = [ring_channels(topo, g) for g in groups]  # each [channels, p]
+    if any(r.shape != rings[0].shape for r in rings):
+        return None
+    net = ring_pass_crossings(topo, rings[0])
+    if any(ring_pass_crossings(topo, r) != net for r in rings[1:]):
+        return None
+    every = np.concatenate(rings)  # [groups x channels, p]
+    per_step = size / (rings[0].shape[0] * p)
+    demand = ring_demand(topo, "ring", every, per_step * (p - 1))
+    return [Phase(name, p - 1, (demand,), net_steps=net, intra_latency_s=topo.intra_latency_s)
+            for name in names]
+
+
 def reduce_scatter(topo: Topology, size: float, group: np.ndarray) -> list[Phase]:
     return _phases(topo, size, group, ("reduce-scatter",))
 
@@ -46,3 +69,11 @@ def all_gather(topo: Topology, size: float, group: np.ndarray) -> list[Phase]:
 
 def all_reduce(topo: Topology, size: float, group: np.ndarray) -> list[Phase]:
     return _phases(topo, size, group, ("reduce-scatter", "all-gather"))
+
+
+# the builders PhaseCache may run over all groups at once (same phases as merging each's)
+reduce_scatter.batched = lambda topo, size, groups: _batched(topo, size, groups,
+                                                             ("reduce-scatter",))
+all_gather.batched = lambda topo, size, groups: _batched(topo, size, groups, ("all-gather",))
+all_reduce.batched = lambda topo, size, groups: _batched(topo, size, groups,
+                                                         ("reduce-scatter", "all-gather"))
