@@ -42,7 +42,12 @@ from cli.outputs import script_outputs  # noqa: E402
 from profiles import UserError, load_hardware  # noqa: E402
 from profiles.models import Arch  # noqa: E402
 from scape.plan import Dtypes, make_config  # noqa: E402
-from simulator.memory.peak import memory_use, reserve, step_memory  # noqa: E402
+from simulator.memory.peak import (  # noqa: E402
+    THIN_SPARE_PCT,
+    memory_use,
+    reserve,
+    step_memory,
+)
 
 PUBLISHED = REPO / "profiles" / "external" / "published-memory.csv"
 GIB = 2.0**30
@@ -216,15 +221,13 @@ def agreement(df: pd.DataFrame) -> pd.DataFrame:
     priced = df[df["allocated_GiB"].notna()].copy()
     priced["config"] = list(zip(priced["gpu"], priced["ran"], priced["allocated_GiB"],
                                 strict=True))
-    one = priced.drop_duplicates("config")
-    table = pd.crosstab(one["ran"].map({True: "ran", False: "did not fit"}),
-                        one["fits"].map({True: "accepted", False: "refused"}))
-    table = table.reindex(index=["ran", "did not fit"], columns=["accepted", "refused"],
-                          fill_value=0)
-    rows_table = pd.crosstab(priced["ran"].map({True: "ran", False: "did not fit"}),
-                             priced["fits"].map({True: "accepted", False: "refused"})).reindex(
-        index=["ran", "did not fit"], columns=["accepted", "refused"], fill_value=0)
-    return pd.concat([table, rows_table.add_suffix("_rows")], axis=1)
+    def outcomes(frame: pd.DataFrame) -> pd.DataFrame:
+        return pd.crosstab(frame["ran"].map({True: "ran", False: "did not fit"}),
+                           frame["fits"].map({True: "accepted", False: "refused"})).reindex(
+            index=["ran", "did not fit"], columns=["accepted", "refused"], fill_value=0)
+
+    return pd.concat([outcomes(priced.drop_duplicates("config")),
+                      outcomes(priced).add_suffix("_rows")], axis=1)
 
 
 def smaller_micro_batches(rows: list[dict], case: str) -> list[tuple[int, float]]:
@@ -262,7 +265,8 @@ def main() -> int:
     refused = ran[~ran["fits"]]
     print(f"\n{len(ran)} runs that ran; refused: {len(refused)}"
           + (f" ({', '.join(refused['case'])})" if len(refused) else "")
-          + f"; thin (< 5% spare): {int(((ran['spare_pct'] < 5) & ran['fits']).sum())}")
+          + f"; thin (< {THIN_SPARE_PCT:g}% spare): "
+          f"{int(((ran['spare_pct'] < THIN_SPARE_PCT) & ran['fits']).sum())}")
     for r in inferred.itertuples():
         print(f"reported apart: {r.case}, micro-batch inferred, not stated "
               f"({INFERRED_MICRO_BATCH[r.case]}): {r.spare_pct:+.1f}% spare at it; "
@@ -332,8 +336,9 @@ def memory_bands(peaks: pd.DataFrame) -> pd.DataFrame:
     `scape simulate`, `compare` and `plan` quote beside a memory figure
     (reports/memory_fidelity.py)."""
     from reports.fidelity import summarize
+    from reports.memory_fidelity import KEYS
 
-    return summarize(peaks, ["hardware", "stack", "peak_kind"], "error_pct")
+    return summarize(peaks, list(KEYS), "error_pct")
 
 
 if __name__ == "__main__":

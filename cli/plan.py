@@ -25,9 +25,11 @@ from reports.memory_fidelity import memory_how_sure
 from reports.step_fidelity import how_sure, layout_class, range_columns
 from reports.step_fidelity import lookup as step_lookup
 from reports.tables import check_format, comment_lines, render
+from simulator.memory.peak import THIN_SPARE_PCT
 from simulator.planning.options import Overlap, Precision
 from simulator.planning.plan_request import PLAN_SCHEMES, PlanRequest
 from simulator.planning.planner import best_dense, best_without, figure_text, plan_training
+from simulator.step.step_config import StepConfig
 from vocabulary.units import parse_names, parse_tokens
 
 
@@ -224,7 +226,9 @@ def plan_cmd(
     if best["hardware"] in hardware_of:
         header += "\ntop plan: " + how_sure(hardware_of[best["hardware"]], layout(best),
                                             [best["scheme"]], None, int(best["gpus"]))
-        header += "\ntop plan's " + memory_how_sure(hardware_of[best["hardware"]], "megatron")
+        # plans run StepConfig's default stack (no --stack here)
+        header += "\ntop plan's " + memory_how_sure(hardware_of[best["hardware"]],
+                                                     StepConfig.stack)
     if req.quality is not None:
         q = req.quality
         cols += ["quality_tokens_ratio", "hours_to_quality", "cost_to_quality_usd"]
@@ -286,10 +290,6 @@ def plan_cmd(
     for note in notes:
         print("\n".join(comment_lines(note)))
 
-
-# a plan leaving less of its usable memory free is flagged: bench/memory_published.py counts
-# runs under it "thin", and the allocator slack the model adds is 5% (an assumption)
-THIN_SPARE_PCT = 5.0
 
 # the project's own convergence study a lossy top plan quotes (profiles/quality/)
 EVIDENCE_STUDY = "convergence-protocol"

@@ -1,5 +1,5 @@
 """A ring collective over many equal groups is built in one pass (simulator/network/
-collectives/ring.py _batched) and must give the phases PhaseCache gets by building each group
+collectives/ring.py batched_phases) and must give the phases PhaseCache gets by building each group
 alone and merging them (simulator/network/engine.py _merge): same links, loads, flows,
 latencies and steps."""
 
@@ -55,4 +55,4 @@ def test_groups_of_other_shapes_are_built_one_by_one():
     groups = [np.arange(0, 8), np.array([*range(8, 64, 8), 1])]
     from simulator.network.collectives import ring
 
-    assert ring._batched(topo, 1.0, groups, ("all-gather",)) is None
+    assert ring.batched_phases(topo, 1.0, groups, ("all-gather",)) is None

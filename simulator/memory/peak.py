@@ -52,6 +52,16 @@ def usable_bytes(hw: HardwareProfile) -> float:
     return reserve(hw)[0].usable_bytes()
 
 
+def usable_GB(hw: HardwareProfile) -> float:
+    """`usable_bytes` in GB (1e9 bytes), as plans print and take it (--min-spare-gb)."""
+    return usable_bytes(hw) / 1e9
+
+
+# a step leaving less of its usable memory free is "thin" (plan's footnote, the memory
+# bench's count): the allocator slack the model adds is 5% (an assumption, DEFAULT_RESERVE)
+THIN_SPARE_PCT = 5.0
+
+
 def authors_state(n: float, scheme: SchemeConfig, largest: float = 0.0) -> float:
     """The authors' reducer's own buffers (profiles/external/scape-sc26.reducer.md section 0):
     the current and next packed masks (1 bit per element each, R:461), the fp32 payload of K,

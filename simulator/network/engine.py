@@ -14,7 +14,14 @@ import numpy as np
 import simpy
 
 from profiles import UserError
-from simulator.network.collectives import ALGORITHMS, AUTO, BUS_FACTOR, Phase, auto_candidates
+from simulator.network.collectives import (
+    ALGORITHMS,
+    AUTO,
+    BUS_FACTOR,
+    Phase,
+    auto_candidates,
+    ring,
+)
 from simulator.network.flows import FlowNetwork
 from simulator.network.topology import Demand, Topology
 from vocabulary.suggest import did_you_mean
@@ -190,8 +197,9 @@ class PhaseCache:
         key = (op, algo, tuple(hash(g.tobytes()) for g in groups))
         if key not in self._unit:
             build = ALGORITHMS[op][algo]
-            batched = getattr(build, "batched", None)  # ring: every group in one pass
-            unit = batched(self.topo, 1.0, groups) if batched and len(groups) > 1 else None
+            names = ring.BATCHED.get(build)  # a ring: every group in one pass
+            unit = (ring.batched_phases(self.topo, 1.0, groups, names)
+                    if names is not None and len(groups) > 1 else None)
             if unit is not None:
                 self._unit[key] = unit
                 return self.phases(op, algo, groups, size)

@@ -11,7 +11,7 @@ from functools import lru_cache
 import pandas as pd
 
 from scape.plan import SCAPE_SCHEMES
-from simulator.memory.peak import usable_bytes
+from simulator.memory.peak import usable_GB
 from simulator.planning.plan_request import PlanRequest
 from simulator.planning.space import Candidate, scheme_of
 from simulator.step.batch import parallel_map, phase_cache, simulate_cached
@@ -44,8 +44,8 @@ def _evaluate(args: tuple[Candidate, PlanRequest]) -> dict:
                              nodes=RUN_MEAN_NODES).mean_step_s
     hours = steps * mean_step / 3600
     ratio = quality_ratio(req.quality, cfg.scheme) if req.quality is not None else None
-    usable_GB = usable_bytes(cand.hardware) / 1e9
-    use_spare = 100 * (1 - cand.memory_GB / usable_GB)
+    usable = usable_GB(cand.hardware)
+    use_spare = 100 * (1 - cand.memory_GB / usable)
     return {
         "hardware": cand.hardware.name, "gpus": cand.gpus, "scheme": cand.scheme,
         "tp": cand.tp, "pp": cand.pp,
@@ -60,7 +60,7 @@ def _evaluate(args: tuple[Candidate, PlanRequest]) -> dict:
         "grad_accum": cfg.accum, "recompute": cand.recompute, "memory_GB": cand.memory_GB,
         "memory_spare_pct": use_spare,
         # headroom in GB: a plan a few GB from the limit is one allocator spike from failing
-        "memory_spare_GB": usable_GB - cand.memory_GB,
+        "memory_spare_GB": usable - cand.memory_GB,
         "step_time_s": r.step_time_s, "run_mean_step_s": mean_step,
         "tokens_per_s": req.batch * req.seq / mean_step,
         "mfu": model_flops_utilisation(req.model, cand.hardware, req.batch, req.seq, cand.gpus,
@@ -113,26 +113,27 @@ def quality_note(scheme, ratio: float | None, studied: bool) -> str:
             else "not measured at this scale")
 
 
+def _on_frontier(costs) -> list[bool]:
+    """Of plans in (hours, cost) order, whether each is cheaper than every faster one."""
+    best_cost, out = math.inf, []
+    for cost in costs:
+        out.append(cost < best_cost)
+        best_cost = min(best_cost, cost)
+    return out
+
+
 def frontier_points(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
     """The (hours, cost) pairs no other pair beats on both, as `pareto` keeps them: the
     frontier of points already on a frontier and new ones is the frontier of all of them, so
     the search keeps it up to date without a frame (issue 61 item 5)."""
-    best_cost, out = math.inf, []
-    for hours, cost in sorted(points):
-        if cost < best_cost:
-            out.append((hours, cost))
-            best_cost = cost
-    return out
+    ordered = sorted(points)
+    return [p for p, on in zip(ordered, _on_frontier(c for _, c in ordered), strict=True) if on]
 
 
 def pareto(df: pd.DataFrame) -> pd.Series:
     """Plans no other plan beats on both hours and cost (the time-cost frontier)."""
     order = df.sort_values(["hours", "cost_usd"], kind="stable")
-    best_cost, keep = math.inf, []
-    for idx, cost in zip(order.index, order["cost_usd"], strict=True):
-        keep.append((idx, cost < best_cost))
-        best_cost = min(best_cost, cost)
-    return pd.Series(dict(keep)).reindex(df.index)
+    return pd.Series(_on_frontier(order["cost_usd"]), index=order.index).reindex(df.index)
 
 
 def quality_ratio(study, scheme) -> float | None:

@@ -17,13 +17,6 @@ from simulator.step.batch import check_workers
 from simulator.step.compute import check_fp8
 from simulator.step.step_config import check_cp, check_host_launch, refuse_expert_options
 
-
-def usable_GB(hw: HardwareProfile) -> float:
-    """GB one GPU of `hw` may hold at a step's peak (simulator/memory/peak.py)."""
-    from simulator.memory.peak import usable_bytes
-
-    return usable_bytes(hw) / 1e9
-
 # dense-zero3 (FSDP) is searched when asked for (--schemes): it gathers for every micro-batch,
 # thousands of collectives per step at large accumulation, and would dominate the search time
 PLAN_SCHEMES = (
@@ -171,14 +164,17 @@ class PlanRequest:
             raise UserError(f"--min-mfu is a share of the GPU's dense BF16 peak, above 0 and at "
                             f"most 1 (e.g. 0.35 for 35%), got {self.min_mfu!r}")
         if self.min_spare_GB is not None:
-            smallest = min(self.hardware, key=usable_GB, default=None)
+            from simulator.memory.peak import usable_GB
+
             if not (math.isfinite(self.min_spare_GB) and self.min_spare_GB >= 0):
                 raise UserError(f"--min-spare-gb is GB of a GPU's memory to leave free, 0 or "
                                 f"more (e.g. 4), got {self.min_spare_GB!r}")
-            if smallest is not None and self.min_spare_GB >= usable_GB(smallest):
+            room, name = min(((usable_GB(hw), hw.name) for hw in self.hardware),
+                             default=(math.inf, None))
+            if self.min_spare_GB >= room:
                 raise UserError(f"--min-spare-gb {self.min_spare_GB:g} leaves nothing to train "
-                                f"with: {smallest.name} has {usable_GB(smallest):.1f} GB usable "
-                                "per GPU; give less than that")
+                                f"with: {name} has {room:.1f} GB usable per GPU; give less "
+                                "than that")
         if self.deadline_hours is not None and self.budget_usd is not None:
             raise UserError("give either a deadline or a budget, not both")
         if not self.hardware:

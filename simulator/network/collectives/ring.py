@@ -36,7 +36,7 @@ def _phases(topo: Topology, size: float, group: np.ndarray, names: tuple[str, ..
             for name in names]
 
 
-def _batched(topo: Topology, size: float, groups: list[np.ndarray], names: tuple[str, ...]
+def batched_phases(topo: Topology, size: float, groups: list[np.ndarray], names: tuple[str, ...]
              ) -> list[Phase] | None:
     """`_phases` of equal groups running at once, as simulator/network/engine.py PhaseCache
     merges them (loads add up on shared links; the first group's latency path), built in one
@@ -71,9 +71,7 @@ def all_reduce(topo: Topology, size: float, group: np.ndarray) -> list[Phase]:
     return _phases(topo, size, group, ("reduce-scatter", "all-gather"))
 
 
-# the builders PhaseCache may run over all groups at once (same phases as merging each's)
-reduce_scatter.batched = lambda topo, size, groups: _batched(topo, size, groups,
-                                                             ("reduce-scatter",))
-all_gather.batched = lambda topo, size, groups: _batched(topo, size, groups, ("all-gather",))
-all_reduce.batched = lambda topo, size, groups: _batched(topo, size, groups,
-                                                         ("reduce-scatter", "all-gather"))
+# builder -> the pass names it runs, for the builders PhaseCache may run over all equal groups
+# at once (`batched_phases`: the same phases as building each group's and merging them)
+BATCHED = {reduce_scatter: ("reduce-scatter",), all_gather: ("all-gather",),
+           all_reduce: ("reduce-scatter", "all-gather")}
