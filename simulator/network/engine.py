@@ -23,7 +23,7 @@ from simulator.network.collectives import (
     ring,
 )
 from simulator.network.flows import FlowNetwork
-from simulator.network.topology import Demand, Topology
+from simulator.network.topology import Demand, Topology, distinct
 from vocabulary.suggest import did_you_mean
 
 
@@ -116,7 +116,7 @@ def _check_group(topo: Topology, group) -> np.ndarray:
         raise UserError("a collective's group must be a non-empty list of GPU ids")
     if group.min() < 0 or group.max() >= topo.gpus:
         raise UserError(f"a collective's group has GPU ids outside 0..{topo.gpus - 1}")
-    if len(np.unique(group)) != len(group):
+    if distinct(group) != len(group):
         raise UserError("a collective's group lists a GPU twice")
     return group
 

@@ -25,7 +25,6 @@ small sizes and drags the fitted bandwidth up: the H200's 1 Gbit/s sweep under M
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 
 import numpy as np
@@ -80,7 +79,7 @@ class TierFit:
 
     @property
     def residual_median_pct(self) -> float:
-        return statistics.median(c.residual_median_pct for c in self.collectives.values())
+        return float(np.median([c.residual_median_pct for c in self.collectives.values()]))
 
 
 def _solve(rows_a: np.ndarray, rows_c: np.ndarray, t: np.ndarray, op_idx: np.ndarray,

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor
 
 from profiles import UserError
 from simulator.network.engine import PhaseCache
@@ -65,6 +64,10 @@ def parallel_map(fn: Callable, items: Iterable, workers: int | None = None,
             if progress:
                 progress(1)
         return results
+    # imported here: a process pool (and the logging it pulls in) costs every CLI call that
+    # never runs one a few ms at start-up (issue 58's 0.3 s)
+    from concurrent.futures import ProcessPoolExecutor
+
     chunk = max(1, math.ceil(len(items) / (workers * 4)))
     with ProcessPoolExecutor(workers) as pool:
         for r in pool.map(fn, items, chunksize=chunk):

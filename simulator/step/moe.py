@@ -37,7 +37,7 @@ import numpy as np
 
 from simulator.network.collective import calibrated
 from simulator.network.engine import PhaseCache, time_alone
-from simulator.network.topology import build_topology
+from simulator.network.topology import build_topology, distinct
 from simulator.step.profile_memo import ProfileMemo
 
 
@@ -87,7 +87,7 @@ def _collective_s(hw, op: str, algo: str, ranks: int, stride: int, size: float) 
     span = ranks * stride
     topo = build_topology(hw, span)
     group = np.arange(0, span, stride)
-    nodes = len(np.unique(topo.node_of(group)))
+    nodes = distinct(topo.node_of(group))
     c = calibrated(hw, op, algo, ranks, size, nodes=nodes)
     phases = c.applied(PhaseCache(topo).phases(op, c.algo, [group], c.moved))
     return max(time_alone(topo, phases), c.min_s) + c.overhead_s

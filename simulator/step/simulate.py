@@ -46,7 +46,7 @@ import simpy
 from scape.plan import Plan, StepPlan
 from simulator.network.collective import Choice, calibrated
 from simulator.network.engine import PhaseCache, Span
-from simulator.network.topology import Topology, build_topology
+from simulator.network.topology import Topology, build_topology, distinct
 from simulator.step.compute import fwd_bwd, host_slowdown, kernel_time, sharing_waits
 from simulator.step.cp_comm import cp_bytes_per_layer, layer_cp_s
 from simulator.step.moe import ep_bytes_per_layer, ep_layer_s
@@ -172,7 +172,7 @@ class _StepSim(_StepCosts):
         if kind not in self.groups:
             g = self._group_makers[kind]()
             self.groups[kind] = (g, tuple(hash(x.tobytes()) for x in g),
-                                 len(np.unique(self.topo.node_of(g[0]))), len(g[0]))
+                                 distinct(self.topo.node_of(g[0])), len(g[0]))
         return self.groups[kind]
 
     def _comm(self, names: list[str], collective: str, sizes: list[float], group: str = "dp"):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from scape.plan import WIRE_FACTOR
-from simulator.network.topology import Demand, Topology
+from simulator.network.topology import Demand, Topology, distinct
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ def ring_channels(topo: Topology, group: np.ndarray) -> np.ndarray:
     m = topo.node_groups(group)  # [nodes, members]
     if m.shape[0] == 1:
         return m
-    n_nic = len(np.unique(topo.nic_of(m[0])))
+    n_nic = distinct(topo.nic_of(m[0]))
     block = m.shape[1] // n_nic  # members per NIC
     return np.stack([np.roll(m, -c * block, axis=1).reshape(-1) for c in range(n_nic)])
 

@@ -17,7 +17,7 @@ import numpy as np
 from profiles import UserError
 from simulator.network.collectives.base import Phase
 from simulator.network.collectives.tree import dtree_parents
-from simulator.network.topology import Topology
+from simulator.network.topology import Topology, distinct
 
 
 def all_reduce(topo: Topology, size: float, group: np.ndarray) -> list[Phase]:
@@ -31,7 +31,7 @@ def all_reduce(topo: Topology, size: float, group: np.ndarray) -> list[Phase]:
 
 
 def _one_node(topo: Topology, group: np.ndarray) -> None:
-    nodes = len(np.unique(topo.node_of(group)))
+    nodes = distinct(topo.node_of(group))
     if nodes != 1:
         raise UserError(f"NVLink SHARP (nvls) runs inside one node; this group spans {nodes} "
                         "nodes (nvls_tree runs across them)")

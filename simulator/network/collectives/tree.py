@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.network.collectives.base import Phase
-from simulator.network.topology import Topology
+from simulator.network.topology import Topology, distinct
 
 
 def btree_parents(n: int) -> np.ndarray:
@@ -54,7 +54,7 @@ def all_reduce(topo: Topology, size: float, group: np.ndarray) -> list[Phase]:
         return []
     m = topo.node_groups(group)  # [nodes, members]
     n_nodes, members = m.shape
-    n_nic = len(np.unique(topo.nic_of(m[0])))
+    n_nic = distinct(topo.nic_of(m[0]))
     block = members // n_nic  # members per NIC; channel c enters and leaves on NIC c
     demands = []
     if members > 1:
