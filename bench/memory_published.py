@@ -45,7 +45,9 @@ from scape.plan import Dtypes, make_config  # noqa: E402
 from simulator.memory.peak import (  # noqa: E402
     THIN_SPARE_PCT,
     memory_use,
+    nccl_communicators,
     reserve,
+    step_communicators,
     step_memory,
 )
 
@@ -153,6 +155,7 @@ def published_rows() -> tuple[list[dict], list[dict]]:
             "ran": str(_get(row, "ran", "true")).lower() == "true",
             "peak_GiB": float(_get(row, "peak_GiB", math.nan)),
             "peak_kind": str(_get(row, "peak_kind", "unknown")),
+            "communicators": nccl_communicators(dp * cp, tp, pp, cp),
             "assumed": ", ".join(a for a, blank in (
                 ("attention flash", _blank(_get(row, "attention"))),
                 ("sequence parallelism", tp > 1 and stated_sp is None)) if blank),
@@ -196,7 +199,8 @@ def price(rows: list[dict], slack: float | None = None) -> pd.DataFrame:
         except UserError as e:
             out.append({"case": r["case"], "why": str(e)})
             continue
-        usable = held.usable_bytes()
+        comms = step_communicators(r["cfg"]) if "cfg" in r else r["communicators"]
+        usable = held.usable_bytes(comms)
         reserved = use.total * (1 + held.fragmentation)
         predicted = reserved if r["peak_kind"] == "reserved" else use.total
         out.append({

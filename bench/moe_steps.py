@@ -70,7 +70,7 @@ from step_loso import share_where_zero  # noqa: E402
 from cli.outputs import script_outputs  # noqa: E402
 from profiles import UserError  # noqa: E402
 from reports.step_fidelity import layout_of, summarize_sources  # noqa: E402
-from simulator.memory.peak import step_memory, usable_bytes  # noqa: E402
+from simulator.memory.peak import step_communicators, step_memory, usable_bytes  # noqa: E402
 from simulator.planning.options import (  # noqa: E402
     Batch,
     Overlap,
@@ -178,7 +178,7 @@ def evaluate(r, share: float | None = None, defaults: bool = False) -> dict:
     cfg = with_share(cfg, share)
     use = step_memory(cfg)
     row["memory_GB"] = use.total / 1e9
-    row["fits"] = use.total <= usable_bytes(cfg.hardware)
+    row["fits"] = use.total <= usable_bytes(cfg.hardware, step_communicators(cfg))
     res = simulate_step(cfg)
     row["published_s"] = published_s(r, cfg)
     row["predicted_s"] = res.step_time_s

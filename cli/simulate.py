@@ -43,6 +43,7 @@ from reports.schema import also_line, table_name, table_value
 from reports.step_fidelity import how_sure, layout_of
 from reports.step_rows import compare_rows, simulate_row
 from reports.tables import check_format, comment_lines, render
+from simulator.memory.peak import describe_outside
 from simulator.network.collective import describe
 from simulator.network.topology import build_topology
 from simulator.planning.compare import DEFAULT_SCHEMES, resolved_scheme
@@ -186,6 +187,12 @@ def simulate(
           f"{row['usable_memory_GB']:.1f} usable, {row['memory_spare_pct']:.0f}% to spare")
     out.append(f"#   GB: {parts}, loss {row['memory_loss_GB']:.1f}; peak on pipeline stage "
                f"{row['memory_peak_stage']}")
+    # allocated and reserved are two numbers (torch.cuda.max_memory_allocated / _reserved):
+    # fitting is judged on the reserved bytes and what lives outside the allocator
+    out.append(f"#   reserved by the allocator {row['memory_reserved_GB']:.1f} GB, outside it "
+               f"{row['memory_outside_GB']:.1f} GB "
+               f"({describe_outside(cfg.hardware, row['nccl_communicators'])}), of "
+               f"{row['device_memory_GB']:.1f} GB on the device")
     out.append(f"# {memory_how_sure(cfg.hardware, cfg.stack)}")
     out.append(f"{'model_tflops_per_gpu':>20}  {row['model_tflops_per_gpu']:12.1f} TFLOP/s "
           "(model FLOPs: forward + backward, no recompute)")

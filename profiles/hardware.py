@@ -180,15 +180,30 @@ class Memory:
     """profiles/hardware_schema.py MEMORY_FIELDS: what a GPU's memory holds beside a step."""
 
     device_MiB: float
-    context_GiB: float
-    fragmentation: float
+    fragmentation: float  # the allocator's reserved bytes over those it handed out, less 1
     source: str
+    cuda_context_GiB: float | None = None
+    workspace_GiB: float | None = None  # cuBLAS and Transformer Engine workspaces
+    nccl_communicator_GiB: float | None = None  # each NCCL communicator's buffers
+    context_GiB: float | None = None  # all of the above in one lump, whatever the layout
     sources: dict[str, str] = field(default_factory=dict)
 
-    def usable_bytes(self) -> float:
-        """Bytes PyTorch's allocator may hand out at the peak: the device's, less what lives
-        outside the allocator, less the allocator's own slack."""
-        return (self.device_MiB * 2**20 - self.context_GiB * 2**30) / (1 + self.fragmentation)
+    def outside_GiB(self, communicators: int) -> float:
+        """GiB a GPU holds outside PyTorch's allocator with `communicators` NCCL
+        communicators in use (simulator/memory/peak.py nccl_communicators)."""
+        if self.context_GiB is not None:
+            return self.context_GiB
+        return (self.cuda_context_GiB + self.workspace_GiB
+                + communicators * self.nccl_communicator_GiB)
+
+    def reserved_bytes(self, communicators: int) -> float:
+        """Bytes PyTorch's allocator may reserve: the device's, less what lives outside it."""
+        return self.device_MiB * 2**20 - self.outside_GiB(communicators) * 2**30
+
+    def usable_bytes(self, communicators: int) -> float:
+        """Bytes PyTorch's allocator may hand out at the peak: what it may reserve, less its
+        own slack over what it hands out."""
+        return self.reserved_bytes(communicators) / (1 + self.fragmentation)
 
 
 @dataclass(frozen=True)

@@ -142,7 +142,30 @@ def _logs_whole(path, t, measured) -> None:
 
 
 # (the tables a rule reads, the rule), in the order the checks ran before they were gathered
+_OUTSIDE_PARTS = ("cuda_context_GiB", "workspace_GiB", "nccl_communicator_GiB")
+
+
+def _memory_outside(path, t, measured) -> None:
+    """What lives outside the allocator: its three parts, or the one lump; not both, and not
+    some parts (the missing ones would silently count as nothing)."""
+    m = t.memory
+    if m is None:
+        return
+    given = [k for k in _OUTSIDE_PARTS if getattr(m, k) is not None]
+    if m.context_GiB is not None and given:
+        raise ProfileError(f"{path}: [memory] context_GiB is the lump of {', '.join(given)}: "
+                           "give the parts (the NCCL buffers then follow the layout's "
+                           "communicators) or context_GiB, not both")
+    if m.context_GiB is None and len(given) < len(_OUTSIDE_PARTS):
+        missing = ", ".join(k for k in _OUTSIDE_PARTS if k not in given)
+        raise ProfileError(f"{path}: [memory] {missing}: required with "
+                           f"{', '.join(given) or 'no lump'} (what lives outside PyTorch's "
+                           "allocator: cuda_context_GiB, workspace_GiB and "
+                           "nccl_communicator_GiB, or one context_GiB for all of it)")
+
+
 RULES = (
+    (("memory",), _memory_outside),
     (("compute", "roofline"), _mfu_or_roofline),
     (("nic", *MEASURED_ONLY), _burst_read),
     (("roofline", "gpu"), _roofline_pairs),

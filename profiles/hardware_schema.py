@@ -179,7 +179,13 @@ ROOFLINE_FIELDS = {
 # the allocator's slack over what it has allocated at the peak (reserved / allocated - 1)
 MEMORY_FIELDS = {
     "device_MiB": Field(float, gt=0, le=1e9, least=1e-6),
-    "context_GiB": Field(float, ge=0, le=1e6),
+    # outside PyTorch's allocator: its parts (the NCCL buffers counted per communicator the
+    # step's layout uses: simulator/memory/peak.py nccl_communicators), or one lump that does
+    # not follow the layout (context_GiB: how profiles said it before the parts)
+    "cuda_context_GiB": Field(float, required=False, ge=0, le=1e6),
+    "workspace_GiB": Field(float, required=False, ge=0, le=1e6),
+    "nccl_communicator_GiB": Field(float, required=False, ge=0, le=1e6),
+    "context_GiB": Field(float, required=False, ge=0, le=1e6),
     "fragmentation": Field(float, ge=0, le=1),
     "source": SOURCE,
 }

@@ -288,3 +288,41 @@ def test_a_number_where_a_measured_table_belongs_is_refused(tmp_path):
     bad.write_text(head[:first] + "[collectives]\nbroadcast = 5\n\n" + head[first:] + "[" + rest)
     with pytest.raises(ProfileError, match=r"\[collectives\] broadcast: expected a table"):
         check_profile(bad)
+
+
+@pytest.mark.parametrize(("old", "new", "match"), [
+    # a lump beside its parts: which one counts is not the tool's guess
+    ("cuda_context_GiB = 0.3\n", "cuda_context_GiB = 0.3\ncontext_GiB = 2.5\n",
+     "[memory] context_GiB is the lump of cuda_context_GiB, workspace_GiB, "
+     "nccl_communicator_GiB: give the parts"),
+    # a part left out would count as nothing: named, with what it is needed with
+    ("nccl_communicator_GiB = 1.0\n", "", "[memory] nccl_communicator_GiB: required with "
+     "cuda_context_GiB, workspace_GiB"),
+    ("nccl_communicator_GiB = 1.0\n", "nccl_communicator_GiB = -1\n",
+     "[memory] nccl_communicator_GiB: must be >= 0"),
+    ("workspace_GiB = 0.2\n", 'workspace_GiB = "lots"\n',
+     "[memory] workspace_GiB: expected a number"),
+])
+def test_memory_outside_the_allocator_is_its_parts_or_one_lump(capsys, tmp_path, old, new, match):
+    """Issue 61 item 1: what lives outside PyTorch's allocator is the CUDA context, library
+    workspaces and NCCL buffers per communicator (the layout's), or one context_GiB as profiles
+    gave it before; a mix, a missing part or a bad value is refused with the rule."""
+    path = _edited(tmp_path, "hardware/dgx-h100.toml", old, new)
+    code, _out, err = scape(capsys, "profiles", "check", str(path))
+    _refused(code, err, match)
+
+
+def test_a_profile_with_one_context_lump_still_loads(capsys, tmp_path):
+    """A profile written before the parts (context_GiB = 2.5) is read as it was: the same
+    usable memory for every layout."""
+    text = _edited(tmp_path, "hardware/dgx-h100.toml", "cuda_context_GiB = 0.3\n"
+                   "workspace_GiB = 0.2\nnccl_communicator_GiB = 1.0\n",
+                   "context_GiB = 2.5\n")
+    code, _out, err = scape(capsys, "profiles", "check", str(text))
+    assert code == 0, err
+    from profiles import load_hardware
+    from simulator.memory.peak import usable_bytes
+
+    hw = load_hardware(text)
+    assert hw.memory.context_GiB == 2.5 and hw.memory.nccl_communicator_GiB is None
+    assert usable_bytes(hw, 0) == usable_bytes(hw, 6)

@@ -3,6 +3,7 @@ the formula it cites, and the runs published teams trained on 80 GB GPUs."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 import pytest
@@ -81,12 +82,58 @@ def test_reserve_is_the_profiles_and_a_missing_table_says_default():
     hw = load_hardware("dgx-h100")
     held, which = reserve(hw)
     assert which == "profile" and held.device_MiB == 81559
-    assert usable_bytes(hw) == pytest.approx(
-        (81559 * 2**20 - held.context_GiB * 2**30) / (1 + held.fragmentation))
+    for comms in (0, 1, 3):
+        outside = held.cuda_context_GiB + held.workspace_GiB + comms * held.nccl_communicator_GiB
+        assert usable_bytes(hw, comms) == pytest.approx(
+            (81559 * 2**20 - outside * 2**30) / (1 + held.fragmentation), rel=1e-12)
+    # a lump, as profiles gave it before the parts: the same whatever the layout
+    lump = replace(hw, memory=replace(held, cuda_context_GiB=None, workspace_GiB=None,
+                                      nccl_communicator_GiB=None, context_GiB=2.5))
+    assert usable_bytes(lump, 0) == usable_bytes(lump, 5) == pytest.approx(
+        (81559 * 2**20 - 2.5 * 2**30) / (1 + held.fragmentation), rel=1e-12)
     bare = replace(hw, memory=None)
     held, which = reserve(bare)
     assert which == "default" and held.device_MiB * 2**20 == pytest.approx(80e9)
-    assert held.context_GiB == DEFAULT_RESERVE["context_GiB"]
+    assert held.nccl_communicator_GiB == DEFAULT_RESERVE["nccl_communicator_GiB"]
+
+
+@pytest.mark.parametrize("layout, comms", [
+    (dict(grad_ranks=1), 0),  # one GPU: no NCCL
+    (dict(grad_ranks=64), 1),  # data parallel only
+    (dict(grad_ranks=8, tp=8), 2),
+    (dict(grad_ranks=128, tp=8, pp=16), 3),  # Llama 3 405B as Meta ran it
+    (dict(grad_ranks=16, tp=8, pp=4, cp=2), 4),  # CP's ring is a group of its own
+    (dict(grad_ranks=256, shard=8), 2),  # HSDP: shard group and replicas
+    (dict(grad_ranks=256, shard=256), 1),  # a shard group of every rank is plain FSDP
+    (dict(grad_ranks=64, tp=2, pp=8, ep=8, etp=1, edp=16), 5),  # EP all-to-all, expert DP, ETP 1
+    (dict(grad_ranks=64, tp=2, pp=8, ep=8, etp=2, edp=8), 5),  # ETP = TP: the TP group
+    (dict(grad_ranks=64, tp=2, pp=8, ep=8, etp=4, edp=4), 6),
+])
+def test_nccl_communicators_count_the_groups_a_step_uses(layout, comms):
+    from simulator.memory.peak import nccl_communicators
+
+    assert nccl_communicators(**layout) == comms
+
+
+def test_a_step_with_more_groups_has_less_usable_memory():
+    """The same model on the same GPUs: each process group a layout adds keeps its NCCL
+    buffers outside the allocator, so memory_columns' usable memory falls by the profile's
+    nccl_communicator_GiB over the allocator slack, and reserved + outside is the device's
+    bytes where the step just fits."""
+    hw = load_hardware("dgx-h100")
+    held = reserve(hw)[0]
+    model = load_model("llama-7b")
+    cols = [memory_columns(StepConfig(model, hw, 64, make_config("dense-zero1"), micro_batch=1,
+                                      global_batch=64, tp=tp, pp=pp).validate())
+            for tp, pp in ((1, 1), (8, 1), (8, 2))]
+    assert [c["nccl_communicators"] for c in cols] == [1, 2, 3]
+    step = held.nccl_communicator_GiB * 2**30 / (1 + held.fragmentation) / 1e9
+    for a, b in itertools.pairwise(cols):
+        assert a["usable_memory_GB"] - b["usable_memory_GB"] == pytest.approx(step, rel=1e-9)
+    for c in cols:
+        assert c["memory_reserved_GB"] == pytest.approx(
+            c["memory_GB"] * (1 + held.fragmentation), rel=1e-12)
+        assert c["memory_reserved_GB"] + c["memory_outside_GB"] <= c["device_memory_GB"]
 
 
 def test_llama3_405b_as_meta_ran_it_fits_without_recomputation():
@@ -150,7 +197,7 @@ def test_first_fit_is_the_first_policy_memory_use_fits():
     order = ("none", "selective-norm", "selective-op", "full")
     model = load_model("llama-70b")
     hw = load_hardware("dgx-h100")
-    usable = usable_bytes(hw)
+    usable = usable_bytes(hw, 2)
     for scheme in (make_config("dense-zero1"), make_config("scape", sparsity=0.99)):
         for tp, pp, m in ((8, 1, 8), (8, 4, 16), (4, 8, 32), (8, 2, 4)):
             args = (model, scheme, 16, tp, 1, 4096, Dtypes())

@@ -12,7 +12,7 @@ import pytest
 
 from profiles import load_hardware, load_model
 from reports.step_fidelity import band_range
-from simulator.memory.peak import usable_bytes
+from simulator.memory.peak import nccl_communicators, usable_bytes
 from simulator.step.compute import forward_flops_per_token
 from tests.test_cli import scape
 from tests.test_table_width import fits_width
@@ -59,8 +59,10 @@ def test_plan_rows_carry_mfu_headroom_and_ranges(capsys):
         # the model's FLOPs of the tokens trained per second, over the GPUs' dense BF16 peak
         flops = 3 * forward_flops_per_token(model, r["seq_len"]) * r["tokens_per_s"]
         assert r["mfu"] == pytest.approx(flops / (r["gpus"] * peak), rel=1e-9)
-        assert r["memory_spare_GB"] == pytest.approx(usable_bytes(hw) / 1e9 - r["memory_GB"],
-                                                     rel=1e-9)
+        # the usable memory of the plan's layout: its process groups keep NCCL buffers
+        comms = nccl_communicators(r["gpus"] // (r["tp"] * r["pp"]), r["tp"], r["pp"], r["cp"])
+        assert r["memory_spare_GB"] == pytest.approx(
+            usable_bytes(hw, comms) / 1e9 - r["memory_GB"], rel=1e-9)
         if r["heldout_step_rows"]:
             for name in ("hours", "cost_usd"):
                 low, high = band_range(r[name], r["heldout_step_max_abs_err_pct"])

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from profiles import UserError, load_hardware, load_model
-from simulator.memory.peak import memory_use, usable_bytes
+from simulator.memory.peak import memory_use, nccl_communicators, usable_bytes
 from simulator.planning.compare import parse_scheme
 from simulator.planning.plan_request import PlanRequest
 from simulator.planning.planner import best_dense, best_without, plan_training
@@ -42,7 +42,7 @@ def test_plans_respect_every_constraint():
         use = memory_use(req.model, parse_scheme(row.scheme), row.dp, row.tp, row.micro_batch,
                          req.seq, req.dtypes, row.recompute, pp=row.pp, chunks=row.chunks,
                          micro_batches=row.grad_accum)
-        assert use.total <= usable_bytes(hw)
+        assert use.total <= usable_bytes(hw, nccl_communicators(row.dp, row.tp, row.pp))
         assert row.memory_GB == pytest.approx(use.total / 1e9)
         assert row.hours <= 10.0
         assert row.cost_usd == pytest.approx(row.hours * row.gpus * hw.price.usd_per_gpu_hour)

@@ -35,8 +35,9 @@ SHARDED = SHARDED_GRAD  # ZeRO-1: gradient and optimizer state sharded over data
 RESIDUAL_SCHEMES = frozenset({"quantized", "topk", "scalecom"})  # fp32 error feedback buffers
 # A profile without a [memory] table: the datasheet's GB as the device's bytes (below what
 # any 80 GB part reports: H100 SXM 81,559 MiB = 85.5e9 B), and the reserve terms of the
-# shipped H100 profiles
-DEFAULT_RESERVE = {"context_GiB": 2.5, "fragmentation": 0.05}
+# shipped H100 profiles (their [memory] source says where each comes from)
+DEFAULT_RESERVE = {"cuda_context_GiB": 0.3, "workspace_GiB": 0.2, "nccl_communicator_GiB": 1.0,
+                   "fragmentation": 0.05}
 
 
 def reserve(hw: HardwareProfile) -> tuple[Memory, str]:
@@ -47,14 +48,42 @@ def reserve(hw: HardwareProfile) -> tuple[Memory, str]:
                   "DEFAULT_RESERVE", **DEFAULT_RESERVE), "default"
 
 
-def usable_bytes(hw: HardwareProfile) -> float:
-    """Bytes PyTorch's allocator may hand out on one GPU at the step's peak."""
-    return reserve(hw)[0].usable_bytes()
+def usable_bytes(hw: HardwareProfile, communicators: int) -> float:
+    """Bytes PyTorch's allocator may hand out on one GPU at the step's peak, with
+    `communicators` NCCL communicators in use (`nccl_communicators`)."""
+    return reserve(hw)[0].usable_bytes(communicators)
 
 
-def usable_GB(hw: HardwareProfile) -> float:
+def usable_GB(hw: HardwareProfile, communicators: int) -> float:
     """`usable_bytes` in GB (1e9 bytes), as plans print and take it (--min-spare-gb)."""
-    return usable_bytes(hw) / 1e9
+    return usable_bytes(hw, communicators) / 1e9
+
+
+def nccl_communicators(grad_ranks: int, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
+                       etp: int = 1, edp: int = 1, shard: int | None = None) -> int:
+    """NCCL communicators one GPU of a step uses, each holding its own buffers ([memory]
+    nccl_communicator_GiB; NVIDIA/nccl #986 quoting #864: "More communicators = more memory
+    used"): one per process group of more than one rank that the step communicates over,
+    as Megatron-Core's parallel_state.py builds them (PyTorch creates a group's communicator
+    at its first collective, so a group the step never uses costs nothing). The gradient
+    group of `grad_ranks` (data parallel with context parallel), or with hybrid sharding its
+    `shard` group and the replicas' group across them; tensor, pipeline (its sends and
+    receives) and context parallel; with expert parallelism, the all-to-all group, the
+    expert data-parallel group of `edp` and expert tensor parallelism where it is not TP."""
+    groups = [tp, pp, cp]
+    if shard is not None and shard < grad_ranks:
+        groups += [shard, grad_ranks // shard]
+    else:
+        groups.append(grad_ranks)
+    if ep > 1:
+        groups += [ep, edp, etp if etp != tp else 1]
+    return sum(1 for g in groups if g > 1)
+
+
+def step_communicators(cfg) -> int:
+    """`nccl_communicators` of a simulated step (simulator.step.step_config.StepConfig)."""
+    return nccl_communicators(cfg.grad_ranks, cfg.tp, cfg.pp, cfg.cp, cfg.ep, cfg.expert_tp,
+                              cfg.edp, cfg.shard_group)
 
 
 # a step leaving less of its usable memory free is "thin" (plan's footnote, the memory
@@ -319,32 +348,51 @@ def step_memory(cfg) -> MemoryUse:
                       cfg.optimizer_dtype, cfg.stack, cfg.routing, cfg.edp)
 
 
-def spare(use: MemoryUse, hw: HardwareProfile) -> float:
-    """The share of the usable bytes left at the peak (negative: does not fit)."""
-    return 1 - use.total / usable_bytes(hw)
-
-
 def memory_columns(cfg) -> dict:
-    """memory_GB, its parts, the stage that peaks, and how much is left, for a result row."""
+    """memory_GB (what PyTorch's allocator hands out at the peak), its parts, the stage that
+    peaks, what the allocator reserves for it and what lives outside the allocator (the NCCL
+    communicators counted), and how much is left, for a result row. It fits where the
+    reserved and the outside bytes fit the device (the same as the allocated fitting the
+    usable)."""
     use = step_memory(cfg)
     held, which = reserve(cfg.hardware)
+    comms = step_communicators(cfg)
+    usable = held.usable_bytes(comms)
     return {"memory_GB": use.total / 1e9,
             **{f"memory_{k}_GB": v / 1e9 for k, v in use.as_dict().items() if k != "total"},
             "memory_peak_stage": use.stage,
-            "usable_memory_GB": held.usable_bytes() / 1e9,
-            "memory_spare_pct": 100 * spare(use, cfg.hardware),
+            "memory_reserved_GB": use.total * (1 + held.fragmentation) / 1e9,
+            "memory_outside_GB": held.outside_GiB(comms) * 2**30 / 1e9,
+            "nccl_communicators": comms,
+            "device_memory_GB": held.device_MiB * 2**20 / 1e9,
+            "usable_memory_GB": usable / 1e9,
+            "memory_spare_pct": 100 * (1 - use.total / usable),
             "memory_reserve": which,
-            "fits_memory": use.total <= held.usable_bytes()}
+            "fits_memory": use.total <= usable}
 
 
-def describe_reserve(hw: HardwareProfile) -> str:
-    """How the usable bytes follow from the profile, in words."""
+def describe_outside(hw: HardwareProfile, communicators: int) -> str:
+    """The parts of what the profile holds outside PyTorch's allocator with `communicators`
+    in use, in words (GiB, as the profile gives them)."""
+    held, _ = reserve(hw)
+    if held.context_GiB is not None:
+        return ("CUDA context, workspaces and NCCL buffers: the profile's one context_GiB, "
+                "whatever the layout")
+    return (f"GiB: CUDA context {held.cuda_context_GiB:g}, workspaces {held.workspace_GiB:g}, "
+            f"{communicators} NCCL communicator{'s' if communicators != 1 else ''} x "
+            f"{held.nccl_communicator_GiB:g}")
+
+
+def describe_reserve(hw: HardwareProfile, communicators: int) -> str:
+    """How the usable bytes follow from the profile and the layout's communicators, in
+    words."""
     held, which = reserve(hw)
-    return (f"{held.usable_bytes() / 1e9:.1f} GB usable: {held.device_MiB:,.0f} MiB on the "
-            f"device, less {held.context_GiB:g} GiB outside the allocator (CUDA context, "
-            f"workspaces, NCCL buffers), over 1 + {held.fragmentation:g} allocator slack"
-            + ("" if which == "profile" else "; the profile has no [memory] table, so these "
-               "are simulator/memory/peak.py's defaults"))
+    return (f"{held.usable_bytes(communicators) / 1e9:.1f} GB usable: "
+            f"{held.device_MiB:,.0f} MiB on the device, less "
+            f"{held.outside_GiB(communicators):g} GiB outside the allocator "
+            f"({describe_outside(hw, communicators)}), over 1 + {held.fragmentation:g} "
+            "allocator slack" + ("" if which == "profile" else "; the profile has no [memory] "
+                                 "table, so these are simulator/memory/peak.py's defaults"))
 
 
 def refuse_if_too_big(cfg, scheme: str | None = None) -> None:
@@ -353,7 +401,8 @@ def refuse_if_too_big(cfg, scheme: str | None = None) -> None:
     from profiles import UserError
 
     use = step_memory(cfg)
-    usable = usable_bytes(cfg.hardware)
+    comms = step_communicators(cfg)
+    usable = usable_bytes(cfg.hardware, comms)
     if use.total > usable:
         parts = ", ".join(f"{k} {v / 1e9:.1f}" for k, v in use.as_dict().items()
                           if k != "total" and v > 0)
@@ -370,7 +419,8 @@ def refuse_if_too_big(cfg, scheme: str | None = None) -> None:
                      "activation recomputation (--recompute selective-op or full), ")
         from simulator.memory.suggest import fitting_changes
 
-        fits = fitting_changes(cfg, lambda c: step_memory(c).total, usable)
+        fits = fitting_changes(cfg, lambda c: step_memory(c).total,
+                               lambda c: usable_bytes(c.hardware, step_communicators(c)))
         advice = (f"each of these fits, the cheapest in step time first: "
                   f"{'; '.join(fits)}" if fits else
                   f"try {recompute}tensor or pipeline parallelism (--tp, --pp), {experts}a "
@@ -378,4 +428,4 @@ def refuse_if_too_big(cfg, scheme: str | None = None) -> None:
         raise UserError(
             f"{cfg.model.name} with {scheme or cfg.scheme.scheme} needs "
             f"{use.total / 1e9:.1f} GB per GPU{where} ({parts} GB), {cfg.hardware.name} has "
-            f"{describe_reserve(cfg.hardware)}: {advice}")
+            f"{describe_reserve(cfg.hardware, comms)}: {advice}")

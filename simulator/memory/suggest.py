@@ -44,13 +44,14 @@ def _changes(cfg) -> Iterator[tuple[str, dict]]:
         yield f"--recompute {recompute}", {"recompute": recompute}
 
 
-def fitting_changes(cfg, memory: Callable[[object], float], usable: float,
+def fitting_changes(cfg, memory: Callable[[object], float], usable: Callable[[object], float],
                     most: int = 5) -> list[str]:
     """Up to `most` changes to `cfg` under which one GPU holds the step, each with the GB it
     needs ("-s dense-zero2 (71.2 GB)"): single changes, or where none fits alone, pairs of
     changes to different options; a change the step's own rules refuse (heads that do not
     divide, stages past the layers) is left out. `memory`: a step's peak bytes on one GPU
-    (simulator/memory/peak.py step_memory's total); `usable`: the bytes one GPU has."""
+    (simulator/memory/peak.py step_memory's total); `usable`: the bytes one GPU has for a step
+    (a layout with more process groups keeps more NCCL buffers: peak.py usable_bytes)."""
     single = list(_changes(cfg))
     pairs = [(f"{a} {b}", {**ka, **kb}) for i, (a, ka) in enumerate(single)
              for b, kb in single[i + 1:] if not set(ka) & set(kb)]
@@ -58,10 +59,11 @@ def fitting_changes(cfg, memory: Callable[[object], float], usable: float,
         out = []
         for flags, fields in tries:
             try:
-                need = memory(replace(cfg, **fields).validate())
+                changed = replace(cfg, **fields).validate()
+                need = memory(changed)
             except (UserError, ValueError, ZeroDivisionError):
                 continue
-            if need <= usable:
+            if need <= usable(changed):
                 out.append(f"{flags} ({need / 1e9:.1f} GB)")
             if len(out) == most:
                 break

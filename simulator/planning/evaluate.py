@@ -44,7 +44,7 @@ def _evaluate(args: tuple[Candidate, PlanRequest]) -> dict:
                              nodes=RUN_MEAN_NODES).mean_step_s
     hours = steps * mean_step / 3600
     ratio = quality_ratio(req.quality, cfg.scheme) if req.quality is not None else None
-    usable = usable_GB(cand.hardware)
+    usable = usable_GB(cand.hardware, cand.communicators)
     use_spare = 100 * (1 - cand.memory_GB / usable)
     return {
         "hardware": cand.hardware.name, "gpus": cand.gpus, "scheme": cand.scheme,

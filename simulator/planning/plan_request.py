@@ -169,7 +169,9 @@ class PlanRequest:
             if not (math.isfinite(self.min_spare_GB) and self.min_spare_GB >= 0):
                 raise UserError(f"--min-spare-gb is GB of a GPU's memory to leave free, 0 or "
                                 f"more (e.g. 4), got {self.min_spare_GB!r}")
-            room, name = min(((usable_GB(hw), hw.name) for hw in self.hardware),
+            # the most a plan can have: one GPU, no NCCL communicator (a layout with
+            # process groups has less: the search leaves those out)
+            room, name = min(((usable_GB(hw, 0), hw.name) for hw in self.hardware),
                              default=(math.inf, None))
             if self.min_spare_GB >= room:
                 raise UserError(f"--min-spare-gb {self.min_spare_GB:g} leaves nothing to train "

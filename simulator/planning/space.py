@@ -13,7 +13,7 @@ from functools import lru_cache
 from profiles import HardwareProfile
 from scape.plan import SchemeConfig
 from simulator.layout.shapes import Routing
-from simulator.memory.peak import first_fit, usable_bytes
+from simulator.memory.peak import first_fit, nccl_communicators, usable_bytes
 from simulator.network.topology import domain_used
 from simulator.planning.compare import parse_scheme
 from simulator.planning.plan_request import PlanRequest
@@ -77,6 +77,19 @@ class Candidate:
             tp_comm_overlap=req.tp_comm_overlap and self.tp > 1, cp=self.cp, fp8=req.fp8,
             shard_group=self.shard_group, cuda_graphs=req.cuda_graphs,
             host_launch_us=req.host_launch_us, **moe)
+
+    @property
+    def communicators(self) -> int:
+        """NCCL communicators its step uses (StepConfig's, peak.py step_communicators)."""
+        return layout_communicators(self.gpus, self.tp, self.pp, self.cp, self.ep, self.etp,
+                                    self.shard_group)
+
+
+def layout_communicators(gpus: int, tp: int, pp: int, cp: int, ep: int, etp: int,
+                         shard: int | None) -> int:
+    """peak.py nccl_communicators of a planned layout."""
+    return nccl_communicators(gpus // (tp * pp), tp, pp, cp, ep, etp, gpus // (pp * ep * etp),
+                              shard)
 
 
 def pipeline_degrees(n_layers: int) -> list[int]:
@@ -242,13 +255,19 @@ def try_fits(req: PlanRequest, hw: HardwareProfile, gpus: int, t: Try, why: Coun
     `too_big`: per layout, the smallest micro-batch at which a scheme fitted with no policy
     (a larger one holds more activations and the same state, so it does not fit either:
     counted, not priced)."""
-    # a plan must leave --min-spare-gb free: it fits in what remains
-    usable = usable_bytes(hw) - 1e9 * (req.min_spare_GB or 0.0)
     etp, domain = req.etp or 1, domain_used(hw, gpus)
-    room = (f"{usable / 1e9:.0f} GB usable per GPU" if req.min_spare_GB is None else
-            f"{usable / 1e9:.0f} GB usable per GPU once --min-spare-gb {req.min_spare_GB:g} "
-            "is left free")
     tp, pp, chunks, ep, mb = t.tp, t.pp, t.chunks, t.ep, t.micro_batch
+
+    def usable_room(shard: int | None) -> tuple[float, str]:
+        # a plan must leave --min-spare-gb free: it fits in what remains of what the
+        # allocator may hand out once the layout's NCCL communicators are held
+        comms = layout_communicators(gpus, tp, pp, req.cp, ep, etp, shard)
+        usable = usable_bytes(hw, comms) - 1e9 * (req.min_spare_GB or 0.0)
+        room = f"{usable / 1e9:.0f} GB usable per GPU with {comms} NCCL communicators"
+        if req.min_spare_GB is not None:
+            room += f" once --min-spare-gb {req.min_spare_GB:g} is left free"
+        return usable, room
+
     dp = gpus // (tp * pp * req.cp)
     routing = None if req.model.moe is None else Routing(ep, etp, req.moe_imbalance)
     failed = too_big.setdefault((hw.name, gpus, t.layout), {})
@@ -259,9 +278,10 @@ def try_fits(req: PlanRequest, hw: HardwareProfile, gpus: int, t: Try, why: Coun
             why["dense-zero3 (FSDP) with pipeline stages: not modelled"] += 1
             continue
         if failed.get(spec, math.inf) <= mb:
-            why[f"does not fit in {hw.name} memory ({room})"] += 1
+            why[f"does not fit in {hw.name} memory ({usable_room(None)[1]})"] += 1
             continue
         for shard in shard_groups(scheme.scheme, dp * req.cp, tp, domain):
+            usable, room = usable_room(shard)
             # what step_memory gives the plan's StepConfig (a test checks), without building
             # one for every try
             fit = first_fit(req.model, scheme, shard or dp * req.cp, tp, mb,

@@ -26,8 +26,10 @@ def absent_tables(hw: HardwareProfile) -> list[str]:
     if hw.memory is None:
         device = hw.gpu.memory_GB * 1e9 / 2**20
         out.append(f"no [memory]: a GPU holds [gpu] memory_GB {hw.gpu.memory_GB:g} GB "
-                   f"({device:,.0f} MiB), less {DEFAULT_RESERVE['context_GiB']:g} GiB of CUDA "
-                   f"context and library buffers, less {DEFAULT_RESERVE['fragmentation']:.0%} "
+                   f"({device:,.0f} MiB), less {DEFAULT_RESERVE['cuda_context_GiB']:g} GiB of "
+                   f"CUDA context, {DEFAULT_RESERVE['workspace_GiB']:g} GiB of library "
+                   f"workspaces and {DEFAULT_RESERVE['nccl_communicator_GiB']:g} GiB per NCCL "
+                   f"communicator the layout uses, less {DEFAULT_RESERVE['fragmentation']:.0%} "
                    "allocator fragmentation (simulator/memory/peak.py DEFAULT_RESERVE: the shipped "
                    "H100 profiles' terms)")
     if hw.transport is None:
