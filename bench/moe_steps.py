@@ -81,6 +81,7 @@ from simulator.planning.options import (  # noqa: E402
 )
 from simulator.step.compute import forward_flops_per_token  # noqa: E402
 from simulator.step.simulate import simulate_step  # noqa: E402
+from vocabulary.recompute import with_modules  # noqa: E402
 
 DATA = REPO / "profiles" / "external" / "moe-blackwell-steps.csv"
 RECIPES = REPO / "profiles" / "external" / "moe-recipes.csv"
@@ -96,10 +97,23 @@ def _int(value, default=None):
         else int(value)
 
 
+# module names the rows' sources write for Megatron-Core's: the GB200 optimization guide's
+# "--recompute-modules mlp up_proj" (mla_up_proj, the only up-projection module), and
+# DeepSeek-V3's report, section 3.2.3 ("Recomputation of RMSNorm and MLA Up-Projection")
+MODULE_ALIASES = {"up_proj": "mla_up_proj", "RMSNorm and MLA up-projection":
+                  "layernorm mla_up_proj"}
+
+
 def recompute_of(text) -> str:
+    """The row's recomputation as this tool names it: none, full, or Megatron-Core's
+    selective recomputation of the modules it lists (vocabulary/recompute.py)."""
     if not isinstance(text, str) or text.strip() in ("", "none"):
         return "none"
-    return "full" if text.strip().startswith("full") else "selective-norm"
+    if text.strip().startswith("full"):
+        return "full"
+    named = text.split(":", 1)[1].strip() if ":" in text else "core_attn"
+    named = MODULE_ALIASES.get(named, named)
+    return with_modules(" ".join(MODULE_ALIASES.get(m, m) for m in named.split()))
 
 
 def recipes() -> dict[str, dict]:

@@ -39,6 +39,7 @@ from vocabulary.names import (
     SHAPES,
     STACKS,
 )
+from vocabulary.recompute import combine as combine_recompute
 from vocabulary.units import parse_counts, parse_length
 
 NETBED_HELP = ("shaped-network testbed, e.g. rate=200mbit (,delay=1ms needs netem): one "
@@ -149,6 +150,12 @@ PARALLEL_OPTS = {
                               help="activation recomputation: none|selective (Megatron: the "
                                    "attention core)|selective-op (torchtitan: every second "
                                    "matmul)|full"),
+    "recompute_modules": typer.Option(None, "--recompute-modules",
+                                      help="Megatron-Core's selective recomputation of these "
+                                           "modules: core_attn, layernorm, mla_up_proj, mlp, "
+                                           "moe, moe_act, shared_experts (e.g. "
+                                           "'mla_up_proj,mlp,moe'); implies --recompute "
+                                           "selective"),
     "sequence_parallel": typer.Option(None, "--sequence-parallel/--no-sequence-parallel",
                                       help="Megatron's sequence parallelism with --tp "
                                            "[default: on where --tp is above 1]"),
@@ -361,7 +368,9 @@ def step_options(flags: dict, spec: str) -> StepOptions:
                              f["density_dense_steps"], f["density_shape"], f["run_steps"]),
         batch=Batch(f["micro_batch"], f["seq_len"], f["grad_accum"], f["global_batch"]),
         parallelism=Parallelism(f["tp"], f["pp"], f["pp_schedule"], f["virtual_stages"],
-                                f["recompute"], f["sequence_parallel"], f["cp"],
+                                combine_recompute(str(f["recompute"]),
+                                                  f.get("recompute_modules")),
+                                f["sequence_parallel"], f["cp"],
                                 *(f.get(k) for k in ("ep", "etp", "moe_imbalance")),
                                 None if f.get("moe_dispatcher") is None
                                 else str(f["moe_dispatcher"]), f.get("moe_overlap"),

@@ -112,6 +112,7 @@ def simulate(
     pp: int = PARALLEL_OPTS["pp"], pp_schedule: ScheduleChoice = PARALLEL_OPTS["pp_schedule"],
     virtual_stages: int = PARALLEL_OPTS["virtual_stages"],
     recompute: RecomputeChoice = PARALLEL_OPTS["recompute"],
+    recompute_modules: str = PARALLEL_OPTS["recompute_modules"],
     sequence_parallel: bool | None = PARALLEL_OPTS["sequence_parallel"],
     mfu: float = PARALLEL_OPTS["mfu"],
     attention: AttentionChoice = PARALLEL_OPTS["attention"],
@@ -152,7 +153,7 @@ def simulate(
     out.append(f"# {model}: {_batch_text(cfg, grad_accum, global_batch)}, "
           f"tp {tp}, pp {pp}{_schedule_name(cfg)}, "
           + (f"cp {cfg.cp}, " if cfg.cp > 1 else "") + f"data-parallel {cfg.dp}, recompute "
-          f"{recompute}, algo {algo}; forward/backward: {row['compute_model']}")
+          f"{cfg.recompute}, algo {algo}; forward/backward: {row['compute_model']}")
     if cfg.model.moe is not None:
         out.append(f"# experts: {moe_text(cfg)}")
     out += [f"# note: {n}" for n in cfg.notes()]
@@ -250,6 +251,7 @@ def compare_cmd(
     pp: int = PARALLEL_OPTS["pp"], pp_schedule: ScheduleChoice = PARALLEL_OPTS["pp_schedule"],
     virtual_stages: int = PARALLEL_OPTS["virtual_stages"],
     recompute: RecomputeChoice = PARALLEL_OPTS["recompute"],
+    recompute_modules: str = PARALLEL_OPTS["recompute_modules"],
     sequence_parallel: bool | None = PARALLEL_OPTS["sequence_parallel"],
     mfu: float = PARALLEL_OPTS["mfu"],
     attention: AttentionChoice = PARALLEL_OPTS["attention"],
@@ -293,7 +295,7 @@ def compare_cmd(
     header = (f"{model} on {describe(build_topology(cfg.hardware, gpus))}\n"
               f"{_batch_text(cfg, grad_accum, global_batch)}, tp {tp}, "
               f"pp {pp}{_schedule_name(cfg)}, " + (f"cp {cfg.cp}, " if cfg.cp > 1 else "")
-              + f"dp {cfg.dp}, recompute {recompute}; "
+              + f"dp {cfg.dp}, recompute {cfg.recompute}; "
               f"forward/backward: {compute_model(cfg)}; "
               f"speedup = {baseline} step time / scheme step time; memory_GB per GPU of "
               f"{df['usable_memory_GB'].iloc[0]:.1f} usable\n"

@@ -56,6 +56,10 @@ class LayerShapes:
     # b x heads x s x s scores (read and write fp16, a mask byte): forward bytes
     unfused_gemms: tuple[Gemm, ...] = ()
     unfused_memory_bytes: float = 0.0
+    # of memory_bytes, a MoE layer's routed experts' activation and its tokens' permutes in
+    # and out (forward: read, write)
+    moe_act_bytes: float = 0.0
+    moe_permute_bytes: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -144,14 +148,16 @@ def layer_shapes(model: ModelProfile, micro_batch: int, seq_len: int, tp: int = 
         gated = model.gated_mlp
         act = 3 if gated else 2  # the activation reads gate and up (or its input), writes f
         attn = _attention_gemms(model, tokens, t)
-        extra_bytes, kernels = 0.0, 6
+        extra_bytes, kernels, moe_act, permute = 0.0, 6, 0.0, 0.0
         if moe_layer:
             mlp, pairs, _ = moe_work(model, tokens, t, sequence_parallel, routing or Routing())
             f = model.moe.shared_width
             r = routing or Routing()
             # each pair: permuted in and out (read and write h each way), its activation at
             # 1/ETP of the expert's width
-            extra_bytes = ACT_BYTES * pairs * (4 * h + act * model.moe.d_ff_expert / r.etp)
+            moe_act = ACT_BYTES * pairs * act * model.moe.d_ff_expert / r.etp
+            permute = ACT_BYTES * pairs * 4 * h
+            extra_bytes = permute + moe_act
             kernels += 4  # router top-k, permute, the experts' activation, unpermute
         else:
             mlp = _mlp_gemms("mlp", tokens, h, f, gated, t)
@@ -171,7 +177,8 @@ def layer_shapes(model: ModelProfile, micro_batch: int, seq_len: int, tp: int = 
     scores = float(products) * seq_len**2
     extra = 0.0 if model.family == "gpt" else extra_bytes
     return LayerShapes(gemms, full / 2, full, per_token * tokens + extra, kernels, unfused,
-                       scores * (2 * ACT_BYTES + 2 * ACT_BYTES + 1))
+                       scores * (2 * ACT_BYTES + 2 * ACT_BYTES + 1),
+                       *((0.0, 0.0) if model.family == "gpt" else (moe_act, permute)))
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,9 @@ from functools import lru_cache
 
 from simulator.layout.shapes import Routing
 from vocabulary.errors import UserError
-from vocabulary.names import LOSSES, RECOMPUTE, STACKS
+from vocabulary.names import LOSSES, STACKS
+from vocabulary.recompute import check as check_recompute
+from vocabulary.recompute import modules_of
 
 # the policy each tensor survives: "all" only where nothing is recomputed (and Megatron's
 # selective, which recomputes only the attention core's s x s tensors); "op" also under
@@ -36,11 +38,19 @@ class Tensor:
     name: str
     bytes_per_token: float  # B per token of the micro-batch (of this context-parallel rank)
     split: str  # "tp": split over tensor-parallel ranks; "sp": only with sequence parallelism
-    kept_by: str  # ALL | OP | INPUT
+    kept_by: str  # ALL | OP | INPUT | NORM_OUT | SCORES | OP_ONLY
+    # the Megatron-Core --recompute-modules whose recomputation frees it
+    # (vocabulary/recompute.py MODULES)
+    freed_by: frozenset[str] = frozenset()
+
+
+def _by(*modules: str) -> frozenset[str]:
+    return frozenset(modules)
 
 
 def layer_tensors(arch, family: str, dropout: bool, attention: str, seq: int,
-                  act_bytes: int = 2, stack: str = "megatron") -> list[Tensor]:
+                  act_bytes: int = 2, stack: str = "megatron", mla=None,
+                  shared: bool = False) -> list[Tensor]:
     """The tensors one layer keeps for its backward without recomputation (bytes per token;
     `seq` the sequence each attention score row spans). Megatron-Core's order: norm, QKV,
     attention, projection, norm, fc1, activation, fc2. With sequence parallelism Megatron
@@ -48,38 +58,61 @@ def layer_tensors(arch, family: str, dropout: bool, attention: str, seq: int,
     (tensor_parallel/layers.py, sequence_parallel: all-gather in backward); torchtitan's
     DTensor plan gathers them before the linears (PrepareModuleInput Shard(1) -> Replicate) and
     the linears save the gathered copy ("gathered": never divided over tensor-parallel
-    ranks; docs/research/memory-terms.md section 12)."""
+    ranks; docs/research/memory-terms.md section 12). Queries and the attention output are
+    heads x head width wide (wider than h in Qwen3 and gpt-oss). `mla`: multi-head latent
+    attention (profiles/model_layers.py Mla): the down-projections' latents, their norms'
+    outputs (the up-projections' inputs), and per head the up-projected queries, keys (with the
+    rotary part) and values, which --recompute-modules mla_up_proj frees (Megatron-Core
+    MLASelfAttention). `shared`: the MLP is a MoE layer's shared expert
+    (--recompute-modules shared_experts or moe frees it, not mlp)."""
     h, f, heads = arch.d_model, arch.d_ff, arch.n_heads
     kv = arch.n_kv_heads * arch.head_dim  # width of K and of V (grouped-query attention)
+    q_width = arch.q_width
     b = act_bytes
     linear_in = "gathered" if stack == "torchtitan" else "sp"  # the QKV and fc1 inputs
-    out = [
-        Tensor("norm1 input (the layer's input)", b * h, "sp", INPUT),
-        Tensor("QKV input (norm1 output)", b * h, linear_in, NORM_OUT),
-        Tensor("Q", b * h, "tp", OP),  # mm 1: kept by op-level checkpointing
-        Tensor("K", b * kv, "tp", ALL),
-        Tensor("V", b * kv, "tp", OP),  # mm 3
-        Tensor("attention output (projection input)", b * h, "tp", OP),  # the kernel's output
-    ]
+    out = [Tensor("norm1 input (the layer's input)", b * h, "sp", INPUT),
+           Tensor("QKV input (norm1 output)", b * h, linear_in, NORM_OUT, _by("layernorm"))]
+    if mla is None:
+        out += [Tensor("Q", b * q_width, "tp", OP),  # mm 1: kept by op-level checkpointing
+                Tensor("K", b * kv, "tp", ALL),
+                Tensor("V", b * kv, "tp", OP)]  # mm 3
+    else:
+        up = _by("mla_up_proj")
+        qk, latent = heads * mla.qk_head_dim, mla.kv_lora_rank + mla.qk_rope_head_dim
+        if mla.q_lora_rank:
+            out += [Tensor("query latent (q down output)", b * mla.q_lora_rank, "sp", ALL),
+                    Tensor("query latent normed (q up input)", b * mla.q_lora_rank,
+                           "gathered", ALL)]
+        out += [Tensor("key-value latent (kv down output)", b * latent, "sp", ALL),
+                Tensor("key-value latent normed (kv up input)", b * mla.kv_lora_rank,
+                       "gathered", ALL),
+                Tensor("Q (up-projected, with rotary)", b * qk, "tp", OP, up),
+                Tensor("K (up-projected, with rotary)", b * qk, "tp", ALL, up),
+                Tensor("V (up-projected)", b * heads * mla.v_head_dim, "tp", OP, up)]
+        q_width = heads * mla.v_head_dim  # the attention output: a value's width per head
+    out.append(Tensor("attention output (projection input)", b * q_width, "tp", OP))
     if attention == "unfused":  # softmax output (and its dropout mask and output), a s x s
         per_row = (2 + (1 + 2 if dropout else 0)) * heads * seq  # Korthikanti: 5 a s^2 b
-        out.append(Tensor("attention scores (unfused)", per_row, "tp", SCORES))
+        out.append(Tensor("attention scores (unfused)", per_row, "tp", SCORES,
+                          _by("core_attn")))
     else:  # fp32 log-sum-exp per head and token (FlashAttention-2 Algorithm 2, L)
         out.append(Tensor("softmax log-sum-exp", 4 * heads, "tp", OP))
     if dropout:  # 1-byte masks of the two residual dropouts (Korthikanti Table 2)
         out.append(Tensor("attention dropout mask", h, "sp", ALL))
     out += [Tensor("norm2 input", b * h, "sp", ALL),
-            Tensor("fc1 input (norm2 output)", b * h, linear_in, NORM_OUT)]
+            Tensor("fc1 input (norm2 output)", b * h, linear_in, NORM_OUT, _by("layernorm"))]
+    # a MoE layer's shared expert sits inside the MoE layer that `moe` recomputes whole
+    mlp = _by("shared_experts", "moe") if shared else _by("mlp")
     if family == "llama" and arch.mlp in ("gelu", "relu2"):  # ungated (Nemotron-4)
-        out += [Tensor("fc1 output (activation input)", b * f, "tp", OP),
-                Tensor("activation output (fc2 input)", b * f, "tp", ALL)]
+        out += [Tensor("fc1 output (activation input)", b * f, "tp", OP, mlp),
+                Tensor("activation output (fc2 input)", b * f, "tp", ALL, mlp)]
     elif family == "llama":  # SwiGLU: gate and up projections, then their product into fc2
-        out += [Tensor("fc1 gate output", b * f, "tp", OP),  # mm 5 (torchtitan's w1)
-                Tensor("fc1 up output", b * f, "tp", ALL),  # mm 6 (w3): recomputed
-                Tensor("activation output (fc2 input)", b * f, "tp", ALL)]
+        out += [Tensor("fc1 gate output", b * f, "tp", OP, mlp),  # mm 5 (torchtitan's w1)
+                Tensor("fc1 up output", b * f, "tp", ALL, mlp),  # mm 6 (w3): recomputed
+                Tensor("activation output (fc2 input)", b * f, "tp", ALL, mlp)]
     else:  # GeLU: fc1 output and the activation's output
-        out += [Tensor("fc1 output (activation input)", b * f, "tp", OP),
-                Tensor("activation output (fc2 input)", b * f, "tp", ALL)]
+        out += [Tensor("fc1 output (activation input)", b * f, "tp", OP, mlp),
+                Tensor("activation output (fc2 input)", b * f, "tp", ALL, mlp)]
     out.append(Tensor("fc2 output", b * h, "sp", OP_ONLY))  # mm 7
     if dropout:
         out.append(Tensor("MLP dropout mask", h, "sp", ALL))
@@ -91,9 +124,12 @@ def _kept(tensor: Tensor, recompute: str) -> bool:
         return True
     if recompute == "selective-op":
         return tensor.kept_by in (OP, OP_ONLY)
-    freed = {"none": {OP_ONLY}, "selective": {OP_ONLY, SCORES},
-             "selective-norm": {OP_ONLY, SCORES, NORM_OUT}}.get(recompute)
-    return freed is not None and tensor.kept_by not in freed  # full: the input only
+    if recompute == "none":
+        return tensor.kept_by != OP_ONLY
+    modules = modules_of(recompute)  # Megatron's selective: what its modules free
+    if modules is None:  # full: the input only
+        return False
+    return tensor.kept_by != OP_ONLY and not tensor.freed_by & modules
 
 
 def _sharded(tensor: Tensor, tp: int, sequence_parallel: bool) -> float:
@@ -126,24 +162,38 @@ def routed_tensors(model, routing, act_bytes: int = 2) -> list[Tensor]:
     pairs = moe.top_k * routing.imbalance  # per token, before the ETP gather
     width = moe.d_ff_expert  # x pairs x ETP / ETP: a GPU's share of each pair's width
     gated = model.gated_mlp
-    fc1 = [Tensor("expert fc1 gate output", b * pairs * width, "tp", OP),
-           Tensor("expert fc1 up output", b * pairs * width, "tp", ALL)] if gated else [
-        Tensor("expert fc1 output", b * pairs * width, "tp", OP)]
-    return [Tensor("router probabilities (fp32)", 4 * moe.n_experts, "sp", ALL),
+    fc1 = [Tensor("expert fc1 gate output", b * pairs * width, "tp", OP, _by("moe")),
+           Tensor("expert fc1 up output", b * pairs * width, "tp", ALL, _by("moe"))] if gated \
+        else [Tensor("expert fc1 output", b * pairs * width, "tp", OP, _by("moe"))]
+    # --recompute-modules moe recomputes the whole MoE layer from its input (Megatron-Core
+    # moe_layer.py, the checkpointed router, dispatch, experts and combine); moe_act only the
+    # experts' activation (its output)
+    layer, act = _by("moe"), _by("moe", "moe_act")
+    return [Tensor("router probabilities (fp32)", 4 * moe.n_experts, "sp", ALL, layer),
             Tensor("dispatched tokens (expert fc1 input)", b * pairs * routing.etp * h, "tp",
-                   ALL),
+                   ALL, layer),
             *fc1,
-            Tensor("expert activation output (fc2 input)", b * pairs * width, "tp", ALL),
+            Tensor("expert activation output (fc2 input)", b * pairs * width, "tp", ALL, act),
             Tensor("expert fc2 output", b * pairs * routing.etp * h, "tp", OP_ONLY)]
 
 
 def _kept_and_again(tensors: list[Tensor], tp: int, sequence_parallel: bool, recompute: str
                     ) -> tuple[float, float]:
     kept = sum(_sharded(t, tp, sequence_parallel) for t in tensors if _kept(t, recompute))
-    # what the recomputed forward materializes again beside what was kept
-    again = sum(_sharded(t, tp, sequence_parallel) for t in tensors
-                if t.kept_by != OP_ONLY and not _kept(t, recompute))
-    return kept, again
+    # what the recomputed forward materializes again beside what was kept: the whole layer's
+    # under full recomputation; under Megatron's selective modules, each module is recomputed
+    # just before its own backward and its outputs freed after it, so the largest module's
+    # (the MoE layer's, where it is recomputed, holds its activation and shared expert)
+    freed = [t for t in tensors if t.kept_by != OP_ONLY and not _kept(t, recompute)]
+    modules = modules_of(recompute)
+    if modules is None:
+        return kept, sum(_sharded(t, tp, sequence_parallel) for t in freed)
+    groups: dict[str, float] = {}
+    for t in freed:
+        by = t.freed_by & modules
+        key = "moe" if "moe" in by else min(by)
+        groups[key] = groups.get(key, 0.0) + _sharded(t, tp, sequence_parallel)
+    return kept, max(groups.values(), default=0.0)
 
 
 @lru_cache(maxsize=4096)
@@ -153,17 +203,18 @@ def layer_memory(model, dropout: bool, attention: str, seq: int, tp: int,
     """A mean layer's bytes per token (a MoE model's dense and MoE layers weighted by their
     counts; `routing`, simulator/layout/shapes.py Routing, how the MoE layers' tokens spread:
     None is one expert-parallel rank, even load)."""
-    if recompute not in RECOMPUTE:
-        raise UserError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
+    check_recompute(recompute)
     if stack not in STACKS:
         raise UserError(f"--stack must be one of {', '.join(STACKS)}, got {stack!r}")
-    tensors = layer_tensors(model.arch, model.family, dropout, attention, seq, stack=stack)
+    tensors = layer_tensors(model.arch, model.family, dropout, attention, seq, stack=stack,
+                            mla=model.mla)
     kept, again = _kept_and_again(tensors, tp, sequence_parallel, recompute)
     if model.moe is None:
         return LayerMemory(kept, again)
     # a MoE layer: the dense layer's tensors with the shared expert's width, and the routed
     shared = replace(model.arch, d_ff=model.moe.shared_width)
-    moe = [t for t in layer_tensors(shared, model.family, dropout, attention, seq, stack=stack)
+    moe = [t for t in layer_tensors(shared, model.family, dropout, attention, seq, stack=stack,
+                                    mla=model.mla, shared=True)
            if t.bytes_per_token > 0] + routed_tensors(model, routing or Routing())
     moe_kept, moe_again = _kept_and_again(moe, tp, sequence_parallel, recompute)
     w = model.moe_share

@@ -42,7 +42,9 @@ class Parallelism:
     pp: int = 1
     pp_schedule: str = "1f1b"  # 1f1b | interleaved
     virtual_stages: int | None = None  # interleaved: model chunks per stage; None: 2
-    recompute: str = "none"  # none | selective | full
+    # none | selective | selective-norm | selective-op | full | selective:<modules>
+    # (vocabulary/recompute.py)
+    recompute: str = "none"
     sequence_parallel: bool | None = None  # None: on wherever there is a TP group
     cp: int = 1
     # expert parallelism (a model with [moe]; simulator/step/moe.py): None is not given

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from profiles import HardwareProfile, ModelProfile, UserError
-from simulator.layout.shapes import Routing
+from simulator.layout.shapes import Routing, layer_shapes
 from simulator.step.roofline import (
     fp8_rate,
     head_times,
@@ -27,7 +27,9 @@ from simulator.step.roofline import (
     layer_times,
     metric_pass_s,
 )
-from vocabulary.names import ATTENTION, KERNEL_BYTES, RECOMPUTE
+from vocabulary.names import ATTENTION, KERNEL_BYTES
+from vocabulary.recompute import check as check_recompute
+from vocabulary.recompute import modules_of
 
 # Kernel kinds and their HBM bytes per element are vocabulary/names.py's KERNEL_BYTES; a host
 # op's launch (CPU-side dispatch, elements = launches) is priced at:
@@ -119,20 +121,50 @@ def unsaved_gemm_share(model: ModelProfile) -> float:
     return (h * kv + h * h + h * f) / (h * (h + 2 * kv) + h * h + 3 * h * f)
 
 
+# the GEMMs of each module Megatron-Core's --recompute-modules runs again, by name
+# (simulator/layout/shapes.py)
+MODULE_GEMMS = {"mla_up_proj": ("q up", "kv up"), "mlp": ("mlp ",), "moe_act": (),
+                "shared_experts": ("shared ",), "moe": ("router", "experts ", "shared ")}
+
+
+def module_share(model: ModelProfile, module: str) -> float:
+    """The share of a mean layer's linear FLOPs in a module's GEMMs (priced at an MFU, where
+    no per-kernel time exists): the dense and MoE layers weighted by their counts, even
+    routing."""
+    def share(moe_layer: bool) -> float:
+        gemms = layer_shapes(model, 1, model.arch.seq_len, moe_layer=moe_layer).gemms
+        own = sum(g.flops for g in gemms if g.name.startswith(MODULE_GEMMS[module]))
+        return own / sum(g.flops for g in gemms) if own else 0.0
+
+    if model.moe is None:
+        return share(False)
+    w = model.moe_share
+    return (1 - w) * share(False) + w * share(True)
+
+
 def recompute_s(model: ModelProfile, recompute: str, layer_f: float, attn_f: float,
                 parts: dict | None) -> float:
     """Seconds a layer's backward adds to recompute what the policy did not keep
     (simulator/memory/activations.py): the attention core (Megatron's selective, Korthikanti et
     al. 2022 section 5), with the norms too (Megatron-Core's --recompute-modules layernorm),
-    the unsaved matmuls and every elementwise kernel (torchtitan's op-level policy), or the
-    whole forward. `parts`: the shapes model's per-layer parts (None: priced at an MFU,
-    where the matmuls stand for the whole layer but attention)."""
+    the forward of each module Megatron-Core's --recompute-modules names (latent attention's
+    up-projections, the dense MLP, the shared expert, the MoE layer, the experts' activation:
+    their GEMMs and elementwise kernels, simulator/step/roofline.py), the unsaved matmuls
+    and every elementwise kernel (torchtitan's op-level policy), or the whole forward.
+    `parts`: the shapes model's per-layer parts (None: priced at an MFU, where the matmuls
+    stand for the whole layer but attention)."""
     if recompute in ("none", "full"):
         return 0.0 if recompute == "none" else layer_f
-    if recompute == "selective":
-        return attn_f
-    if recompute == "selective-norm":
-        return attn_f + (parts["norm_fwd"] if parts else 0.0)
+    modules = modules_of(recompute)
+    if modules is not None:  # Megatron's selective: each module's forward again
+        t = attn_f if "core_attn" in modules else 0.0
+        if "layernorm" in modules:
+            t += parts["norm_fwd"] if parts else 0.0
+        # the MoE layer recomputed whole runs its shared expert and activation in it
+        inside = {"shared_experts", "moe_act"} if "moe" in modules else set()
+        for m in sorted(modules - {"core_attn", "layernorm"} - inside):
+            t += parts[f"{m}_fwd"] if parts else module_share(model, m) * (layer_f - attn_f)
+        return t
     share = unsaved_gemm_share(model)
     if parts:
         return share * parts["gemm_fwd"] + parts["memory_fwd"]
@@ -163,8 +195,7 @@ def fwd_bwd(
     kernels slower than the GPU runs them (simulator/step/roofline.py host_launch_s);
     `cuda_graphs` (the layers captured as CUDA graphs) removes that wait; `host_launch_us`:
     the host's time per launch (None: the profile's)."""
-    if recompute not in RECOMPUTE:
-        raise UserError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
+    check_recompute(recompute)
     if attention not in ATTENTION:
         raise UserError(f"attention must be one of {', '.join(ATTENTION)}, got {attention!r}")
     a, tokens = model.arch, micro_batch * seq_len / cp  # this context-parallel rank's

@@ -27,6 +27,7 @@ from simulator.network.collectives.base import Phase
 from simulator.network.engine import time_alone
 from simulator.network.topology import Topology
 from simulator.step.tp_overlap import _ring
+from vocabulary.recompute import recomputes
 
 
 def kv_block_bytes(cfg) -> float:
@@ -65,11 +66,11 @@ def layer_cp_s(cfg, topo: Topology, attn_fwd_s: float, attn_bwd_s: float
     steps = cfg.cp - 1
     fwd = _ring(steps * ring_step_s(cfg, topo, block), attn_fwd_s, cfg.cp)
     bwd = _ring(steps * ring_step_s(cfg, topo, 2 * block), attn_bwd_s, cfg.cp)  # K, V, grads
-    return fwd, bwd + (fwd if cfg.recompute in ("full", "selective", "selective-norm") else 0.0)
+    return fwd, bwd + (fwd if recomputes(cfg.recompute, "core_attn") else 0.0)
 
 
 def cp_bytes_per_layer(cfg) -> float:
     """Bytes one GPU sends in one layer's ring exchanges per micro-batch: forward, backward
     (twice the forward's) and the forward again where the attention core is recomputed."""
-    passes = 4 if cfg.recompute in ("full", "selective", "selective-norm") else 3
+    passes = 4 if recomputes(cfg.recompute, "core_attn") else 3
     return passes * (cfg.cp - 1) * kv_block_bytes(cfg) if cfg.cp > 1 else 0.0

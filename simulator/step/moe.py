@@ -39,6 +39,7 @@ from simulator.network.collective import calibrated
 from simulator.network.engine import PhaseCache, time_alone
 from simulator.network.topology import build_topology, distinct
 from simulator.step.profile_memo import ProfileMemo
+from vocabulary.recompute import recomputes
 
 
 def routed_tokens(cfg) -> float:
@@ -116,7 +117,8 @@ def moe_layer_s(cfg) -> float:
 def ep_layer_s(cfg, layer_fwd_s: float, layer_bwd_s: float) -> tuple[float, float]:
     """(forward, backward) seconds a mean layer of the model waits for dispatch and combine,
     per micro-batch: a MoE layer's share of the layers times its calls, forward once and
-    backward once (again in the backward where the whole layer is recomputed); with
+    backward once (again in the backward where the whole layer is recomputed: full
+    recomputation, or Megatron-Core's --recompute-modules moe); with
     `moe_overlap`, what the overlap leaves: the calls run beside the layer's compute, whose
     kernels lose the SMs the communication kernels hold (the profile's [compute]
     interference i, NCCL's CTAs over the other SMs, as on the data-parallel stream: compute
@@ -129,7 +131,7 @@ def ep_layer_s(cfg, layer_fwd_s: float, layer_bwd_s: float) -> tuple[float, floa
     share = cfg.model.moe_share
     one = moe_layer_s(cfg)
     fwd = one
-    bwd = one * (2 if cfg.recompute == "full" else 1)
+    bwd = one * (2 if recomputes(cfg.recompute, "moe") else 1)
     if cfg.moe_overlap:
         i = cfg.hardware.compute.interference or 0.0
         slowed = i / (1 + i)  # share of the compute the calls' SMs take while they run
@@ -144,6 +146,7 @@ def ep_bytes_per_layer(cfg) -> float:
     if cfg.model.moe is None:
         return 0.0
     share = cfg.model.moe_share
-    passes = 2 * 2 + (2 if cfg.recompute == "full" else 0)  # dispatch+combine, fwd and bwd
+    # dispatch+combine, forward and backward, and forward again where the layer is recomputed
+    passes = 2 * 2 + (2 if recomputes(cfg.recompute, "moe") else 0)
     wire = sum((ranks - 1) / ranks * size for _, ranks, _, size in _collectives(cfg))
     return share * passes * wire

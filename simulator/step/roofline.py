@@ -155,6 +155,16 @@ def _layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq
     # the kernels the host launches for the pass (the same ones the launch terms above count:
     # a GEMM each, two in the backward; the attention's; the elementwise ones, twice back),
     # and how long the GPU waits where the host launches them slower than it runs them
+    # the forward of each module Megatron-Core's --recompute-modules can run again
+    # (simulator/step/compute.py recompute_s): its GEMMs, and the routed experts' activation
+    def fwd_of(*prefixes: str) -> float:
+        return sum(gemm_s(g, hw, fp8) for g in s.gemms if g.name.startswith(prefixes))
+
+    act_f = (launch + s.moe_act_bytes / _hbm_Bps(hw)) if moe_layer else 0.0
+    permute_f = (3 * launch + s.moe_permute_bytes / _hbm_Bps(hw)) if moe_layer else 0.0
+    modules = {"mla_up_proj_fwd": fwd_of("q up", "kv up"), "mlp_fwd": fwd_of("mlp "),
+               "shared_experts_fwd": fwd_of("shared "), "moe_act_fwd": act_f,
+               "moe_fwd": fwd_of("router", "experts ", "shared ") + act_f + permute_f}
     gpu_f, gpu_b = gemm_f + attn_f + mem_f, gemm_b + attn_b + mem_b
     kernels_f = len(s.gemms) + attn_kernels[0] + s.memory_kernels
     kernels_b = 2 * len(s.gemms) + attn_kernels[1] + 2 * s.memory_kernels
@@ -163,7 +173,7 @@ def _layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq
                      {"gemm": gemm_f + gemm_b, "attention": attn_f + attn_b,
                       "memory": mem_f + mem_b, "attention_fwd": attn_f,
                       "attention_bwd": attn_b, "gemm_fwd": gemm_f, "memory_fwd": mem_f,
-                      "norm_fwd": norm_f, "host_wait": wait_f + wait_b})
+                      "norm_fwd": norm_f, "host_wait": wait_f + wait_b, **modules})
 
 
 # Bytes one cross-entropy pass of PyTorch moves per logit when a trainer computes a training

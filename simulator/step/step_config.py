@@ -19,10 +19,10 @@ from vocabulary.names import (
     LOSSES,
     MOE_DISPATCHERS,
     OPTIMIZER_DTYPES,
-    RECOMPUTE,
     SCHEDULES,
     STACKS,
 )
+from vocabulary.recompute import check as check_recompute
 
 DEFAULT_ALGO = "auto"  # per collective and size, the fastest registered algorithm
 
@@ -301,9 +301,7 @@ class StepConfig:
                             f"{self.metric_passes!r}")
         if self.loss not in LOSSES:
             raise UserError(f"--loss must be one of {', '.join(LOSSES)}, got {self.loss!r}")
-        if self.recompute not in RECOMPUTE:
-            raise UserError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got "
-                            f"{self.recompute!r}")
+        check_recompute(self.recompute)
         if self.mfu is not None and not 0 < self.mfu <= 1:
             raise UserError(f"--mfu must be in (0, 1], got {self.mfu!r}")
         if self.mfu is not None and self.mfu < MIN_MFU:
