@@ -157,3 +157,15 @@ def test_a_model_with_wider_queries_keeps_them_whole():
     narrow = replace(m.arch, head_width=m.arch.d_model // m.arch.n_heads)
     assert layer_memory(replace(m, arch=narrow), False, "flash", 4096, 1, False, "none").kept \
         < layer_memory(m, False, "flash", 4096, 1, False, "none").kept
+
+
+def test_a_refused_moe_step_suggests_the_modules_its_recipes_recompute(capsys):
+    """DeepSeek-V3 on 1,024 H100 without recomputation does not fit; Megatron's recipes
+    recompute mla_up_proj, mlp and moe, which fits before full recomputation does."""
+    code, _, err = scape(capsys, "simulate", "-m", "deepseek-v3", "-H", "dgx-h100", "--gpus",
+                         "1024", "--pp", "8", "--ep", "64", "--etp", "1", "--global-batch",
+                         "8192")
+    assert code == 2 and "needs" in err
+    hint = err.split("each of these fits", 1)[1]
+    assert "--recompute-modules mla_up_proj,mlp,moe" in hint
+    assert hint.index("--recompute-modules") < hint.index("--recompute full")

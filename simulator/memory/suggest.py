@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from vocabulary.errors import UserError
+from vocabulary.recompute import with_modules
 
 # the dense sharding ladder: a scheme -> the stages past it (dense-adams runs dense-zero1)
 SHARDING = {"dense-ddp": ("dense-zero1", "dense-zero2", "dense-zero3"),
@@ -41,6 +42,15 @@ def _changes(cfg) -> Iterator[tuple[str, dict]]:
     start = (RECOMPUTE_LADDER.index(cfg.recompute) + 1 if cfg.recompute in RECOMPUTE_LADDER
              else 0)
     for recompute in RECOMPUTE_LADDER[start:]:
+        if recompute == "full" and (cfg.model.moe is not None or cfg.model.mla is not None):
+            # what MoE recipes recompute before the whole layer (DeepSeek-V3's Megatron
+            # recipes: mla_up_proj, mlp, moe): the modules whose tensors are largest
+            modules = with_modules(" ".join(
+                (["mla_up_proj"] if cfg.model.mla is not None else [])
+                + ["mlp"] + (["moe"] if cfg.model.moe is not None else [])))
+            if modules != cfg.recompute:
+                yield (f"--recompute-modules {modules.split(':', 1)[1]}",
+                       {"recompute": modules})
         yield f"--recompute {recompute}", {"recompute": recompute}
 
 
