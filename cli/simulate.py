@@ -43,7 +43,7 @@ from reports.schema import also_line, table_name, table_value
 from reports.step_fidelity import how_sure, layout_of
 from reports.step_rows import compare_rows, simulate_row
 from reports.tables import check_format, comment_lines, render
-from simulator.memory.peak import describe_outside
+from simulator.memory.peak import describe_outside, thin_note
 from simulator.network.collective import describe
 from simulator.network.topology import build_topology
 from simulator.planning.compare import DEFAULT_SCHEMES, resolved_scheme
@@ -194,6 +194,9 @@ def simulate(
                f"{row['memory_outside_GB']:.1f} GB "
                f"({describe_outside(cfg.hardware, row['nccl_communicators'])}), of "
                f"{row['device_memory_GB']:.1f} GB on the device")
+    thin = thin_note(row["memory_spare_pct"])
+    if thin:
+        out.extend(comment_lines(thin))
     out.append(f"# {memory_how_sure(cfg.hardware, cfg.stack)}")
     out.append(f"{'model_tflops_per_gpu':>20}  {row['model_tflops_per_gpu']:12.1f} TFLOP/s "
           "(model FLOPs: forward + backward, no recompute)")
@@ -315,6 +318,10 @@ def compare_cmd(
     if not df["fits_memory"].all():
         header += ("\nfits_memory NO: one GPU cannot hold that configuration; its times are "
                    "what it would take if it could")
+    thin = thin_note(df.loc[df["fits_memory"], "memory_spare_pct"].min()
+                     if df["fits_memory"].any() else -1.0)
+    if thin:
+        header += "\n" + thin.replace("thin headroom: ", "thin headroom (the tightest row): ")
     if steps:
         for col in ("run_mean_step_s", "run_mean_bytes_per_gpu"):
             shown[table_name(col)] = table_value(col, df[col])

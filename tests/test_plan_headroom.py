@@ -92,3 +92,22 @@ def test_a_step_beyond_the_calibrated_scale_says_so(capsys, tmp_path, monkeypatc
     assert code == 0, err
     assert top > 8  # the fastest plan uses more GPUs than the logs had: its line says so
     assert f"extrapolated: {top} GPUs (measured: at most 8)" in unwrapped(out)
+
+
+def test_simulate_and_compare_say_when_a_step_fits_with_thin_headroom(capsys):
+    """Issue 61 item 3: a step that fits with under THIN_SPARE_PCT of its usable memory left is
+    told that the allocator's retries near the limit are not priced; one with room is not."""
+    from simulator.memory.peak import THIN_SPARE_PCT, thin_note
+    from tests.test_cli import scape
+
+    assert thin_note(THIN_SPARE_PCT) is None and thin_note(-1.0) is None
+    assert "num_alloc_retries" in thin_note(THIN_SPARE_PCT / 2)
+    step = ("-m", "llama-70b", "-H", "dgx-h100", "--gpus", "64", "--tp", "8", "--micro-batch",
+            "1", "--global-batch", "64")
+    for seq, thin in (("5632", True), ("4096", False)):
+        code, out, err = scape(capsys, "simulate", *step, "--seq-len", seq)
+        assert code == 0, err
+        assert ("# thin headroom:" in out) == thin, out
+    code, out, err = scape(capsys, "compare", *step, "--seq-len", "5632", "--schemes",
+                           "dense-adams,scape:0.99")
+    assert code == 0 and "thin headroom (the tightest row):" in out, err

@@ -91,6 +91,18 @@ def step_communicators(cfg) -> int:
 THIN_SPARE_PCT = 5.0
 
 
+def thin_note(spare_pct: float) -> str | None:
+    """What a step that fits with under THIN_SPARE_PCT of its usable memory to spare should be
+    told (issue 61: an 80B run near the limit ran far slower than priced), or None."""
+    if not 0 <= spare_pct < THIN_SPARE_PCT:
+        return None
+    return (f"thin headroom: {spare_pct:.1f}% of the usable memory is left at the peak (under "
+            f"{THIN_SPARE_PCT:g}%). Near the limit PyTorch's caching allocator frees its cache "
+            "and retries allocations (torch.cuda.memory_stats: num_alloc_retries), which slows "
+            "steps by an amount this model does not price, and a fragmented allocator may not "
+            "fit at all: plan with a margin (plan --min-spare-gb)")
+
+
 def authors_state(n: float, scheme: SchemeConfig, largest: float = 0.0) -> float:
     """The authors' reducer's own buffers (profiles/external/scape-sc26.reducer.md section 0):
     the current and next packed masks (1 bit per element each, R:461), the fp32 payload of K,
