@@ -169,3 +169,20 @@ def test_a_refused_moe_step_suggests_the_modules_its_recipes_recompute(capsys):
     hint = err.split("each of these fits", 1)[1]
     assert "--recompute-modules mla_up_proj,mlp,moe" in hint
     assert hint.index("--recompute-modules") < hint.index("--recompute full")
+
+
+def test_the_planner_tries_module_recomputation_for_moe_and_latent_attention():
+    """plan's ladder (simulator/planning/space.py recompute_order): for DeepSeek-V3, after the
+    norms, the cheap modules then the recipes' MLP and MoE recomputation, before full; a dense
+    model's ladder is unchanged. Each rung keeps no more than the one before it."""
+    from simulator.planning.space import RECOMPUTE_ORDER, recompute_order
+
+    assert recompute_order(load_model("llama-70b")) == RECOMPUTE_ORDER
+    dsv3 = load_model("deepseek-v3")
+    order = recompute_order(dsv3)
+    assert order[:2] == ("none", "selective-norm") and order[-1] == "full"
+    assert "selective:core_attn,layernorm,mla_up_proj,mlp,moe" in order
+    megatron = [p for p in order if p != "selective-op"]
+    kept = [layer_memory(dsv3, False, "flash", 4096, 1, True, p,
+                         routing=Routing(64, 1, 1.0)).kept for p in megatron]
+    assert kept == sorted(kept, reverse=True)

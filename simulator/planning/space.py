@@ -18,6 +18,7 @@ from simulator.network.topology import domain_used
 from simulator.planning.compare import parse_scheme
 from simulator.planning.plan_request import PlanRequest
 from simulator.step.step_config import StepConfig
+from vocabulary.recompute import with_modules
 
 MICRO_BATCHES = (1, 2, 4, 8)
 TENSOR_DEGREES = (1, 2, 4, 8)  # searched where they divide the NVLink domain
@@ -34,6 +35,21 @@ INTERLEAVED_MORE = (8, 4)
 # --recompute-modules layernorm; with fused attention Megatron's core-attention recompute
 # saves nothing more); torchtitan's op-level policy; the whole layer
 RECOMPUTE_ORDER = ("none", "selective-norm", "selective-op", "full")
+
+
+def recompute_order(model) -> tuple[str, ...]:
+    """RECOMPUTE_ORDER, and for a model with experts or latent attention Megatron-Core's
+    module recomputation after the norms: the cheap modules (latent attention's up-projections,
+    the experts' activation), then the MLPs and MoE layers as DeepSeek-V3's Megatron recipes
+    recompute them (vocabulary/recompute.py)."""
+    if model.moe is None and model.mla is None:
+        return RECOMPUTE_ORDER
+    mla = ["mla_up_proj"] if model.mla is not None else []
+    act = ["moe_act"] if model.moe is not None else []
+    layers = ["mlp"] + (["moe"] if model.moe is not None else [])
+    base = ["core_attn", "layernorm"]
+    modules = tuple(with_modules(" ".join(base + m)) for m in (mla + act, mla + layers))
+    return ("none", "selective-norm", *dict.fromkeys(modules), "selective-op", "full")
 # the words every reason for a GPU count a measured profile did not measure carries: the
 # planner tells those reasons apart from the others by them
 UNMEASURED = "its measurements cover"
@@ -285,7 +301,8 @@ def try_fits(req: PlanRequest, hw: HardwareProfile, gpus: int, t: Try, why: Coun
             # what step_memory gives the plan's StepConfig (a test checks), without building
             # one for every try
             fit = first_fit(req.model, scheme, shard or dp * req.cp, tp, mb,
-                            req.seq // req.cp, req.dtypes, RECOMPUTE_ORDER, usable, pp, chunks,
+                            req.seq // req.cp, req.dtypes, recompute_order(req.model), usable,
+                            pp, chunks,
                             req.batch // (mb * dp), states,
                             (spec, shard or dp, tp, pp, chunks, routing), routing,
                             gpus // (pp * ep * etp))
