@@ -262,3 +262,29 @@ def test_torchtitan_keeps_gathered_inputs_the_loss_parallel_peak_and_pipeline_bu
             > memory_use(*args, stack="megatron", **kw).total)
     with pytest.raises(UserError, match="--stack"):
         memory_use(*args, stack="deepspeed", **kw)
+
+
+def test_transformer_engine_fp8_keeps_linear_inputs_in_one_byte():
+    """Megatron-Core's --fp8 (Transformer Engine): the linears save the FP8 copies of their
+    inputs (QKV, fc1 and fc2 inputs, the experts' and latent attention's up-projections'), one
+    byte an element, and the projection's FP8 input beside the attention kernel's 16-bit
+    output; torchtitan's float8 (torchao) is priced as 16-bit, as its published peaks are
+    (simulator/memory/activations.py fp8_saved)."""
+    from simulator.memory.activations import fp8_saved, layer_tensors
+
+    m = load_model("llama-70b")
+    a, h, f = m.arch, m.arch.d_model, m.arch.d_ff
+    plain = {t.name: t.bytes_per_token for t in layer_tensors(a, m.family, False, "flash", 4096)}
+    fp8 = {t.name: t.bytes_per_token
+           for t in fp8_saved(layer_tensors(a, m.family, False, "flash", 4096))}
+    assert fp8["QKV input (norm1 output)"] == h and plain["QKV input (norm1 output)"] == 2 * h
+    assert fp8["activation output (fc2 input)"] == f
+    assert fp8["fc1 gate output"] == plain["fc1 gate output"] == 2 * f  # SwiGLU reads it
+    assert fp8["projection input (FP8 copy)"] == a.q_width
+    assert fp8["attention output (projection input)"] == 2 * a.q_width
+    # per token: h + h + f saved, the projection's copy q_width added
+    assert sum(plain.values()) - sum(fp8.values()) == h + h + f - a.q_width
+    for stack, less in (("megatron", True), ("torchtitan", False)):
+        on = layer_memory(m, False, "flash", 4096, 8, True, "none", stack, None, True).kept
+        off = layer_memory(m, False, "flash", 4096, 8, True, "none", stack, None, False).kept
+        assert (on < off) == less and (on == off) != less

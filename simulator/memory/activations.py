@@ -42,6 +42,29 @@ class Tensor:
     # the Megatron-Core --recompute-modules whose recomputation frees it
     # (vocabulary/recompute.py MODULES)
     freed_by: frozenset[str] = frozenset()
+    # saved by a linear layer for its weight gradient alone: Transformer Engine keeps it in
+    # FP8 under --fp8 (`fp8_saved`)
+    linear_input: bool = False
+
+
+def fp8_saved(tensors: list[Tensor], act_bytes: int = 2) -> list[Tensor]:
+    """The tensors a layer keeps under Transformer Engine's FP8 (Megatron-Core's --fp8):
+    a linear layer saves its input as the FP8 copy its GEMM read, 1 byte an element
+    (transformer_engine/pytorch/module/linear.py _Linear.forward: `saved_inputmat = inputmat`
+    or its FP8 transpose; LayerNormLinear's norm writes its output in FP8 directly), so the
+    inputs of QKV, fc1, fc2, the experts' grouped GEMMs and latent attention's up-projections
+    take 1 byte; the attention output is also kept in 16 bits by the attention kernel, whose
+    backward reads it, so the projection's FP8 copy comes on top."""
+    out = []
+    for t in tensors:
+        if t.linear_input:
+            out.append(replace(t, bytes_per_token=t.bytes_per_token / act_bytes))
+        else:
+            out.append(t)
+        if t.name == "attention output (projection input)":
+            out.append(replace(t, name="projection input (FP8 copy)",
+                               bytes_per_token=t.bytes_per_token / act_bytes))
+    return out
 
 
 def _by(*modules: str) -> frozenset[str]:
@@ -71,7 +94,8 @@ def layer_tensors(arch, family: str, dropout: bool, attention: str, seq: int,
     b = act_bytes
     linear_in = "gathered" if stack == "torchtitan" else "sp"  # the QKV and fc1 inputs
     out = [Tensor("norm1 input (the layer's input)", b * h, "sp", INPUT),
-           Tensor("QKV input (norm1 output)", b * h, linear_in, NORM_OUT, _by("layernorm"))]
+           Tensor("QKV input (norm1 output)", b * h, linear_in, NORM_OUT, _by("layernorm"),
+                  True)]
     if mla is None:
         out += [Tensor("Q", b * q_width, "tp", OP),  # mm 1: kept by op-level checkpointing
                 Tensor("K", b * kv, "tp", ALL),
@@ -82,10 +106,10 @@ def layer_tensors(arch, family: str, dropout: bool, attention: str, seq: int,
         if mla.q_lora_rank:
             out += [Tensor("query latent (q down output)", b * mla.q_lora_rank, "sp", ALL),
                     Tensor("query latent normed (q up input)", b * mla.q_lora_rank,
-                           "gathered", ALL)]
+                           "gathered", ALL, linear_input=True)]
         out += [Tensor("key-value latent (kv down output)", b * latent, "sp", ALL),
                 Tensor("key-value latent normed (kv up input)", b * mla.kv_lora_rank,
-                       "gathered", ALL),
+                       "gathered", ALL, linear_input=True),
                 Tensor("Q (up-projected, with rotary)", b * qk, "tp", OP, up),
                 Tensor("K (up-projected, with rotary)", b * qk, "tp", ALL, up),
                 Tensor("V (up-projected)", b * heads * mla.v_head_dim, "tp", OP, up)]
@@ -100,19 +124,20 @@ def layer_tensors(arch, family: str, dropout: bool, attention: str, seq: int,
     if dropout:  # 1-byte masks of the two residual dropouts (Korthikanti Table 2)
         out.append(Tensor("attention dropout mask", h, "sp", ALL))
     out += [Tensor("norm2 input", b * h, "sp", ALL),
-            Tensor("fc1 input (norm2 output)", b * h, linear_in, NORM_OUT, _by("layernorm"))]
+            Tensor("fc1 input (norm2 output)", b * h, linear_in, NORM_OUT, _by("layernorm"),
+                   True)]
     # a MoE layer's shared expert sits inside the MoE layer that `moe` recomputes whole
     mlp = _by("shared_experts", "moe") if shared else _by("mlp")
     if family == "llama" and arch.mlp in ("gelu", "relu2"):  # ungated (Nemotron-4)
         out += [Tensor("fc1 output (activation input)", b * f, "tp", OP, mlp),
-                Tensor("activation output (fc2 input)", b * f, "tp", ALL, mlp)]
+                Tensor("activation output (fc2 input)", b * f, "tp", ALL, mlp, True)]
     elif family == "llama":  # SwiGLU: gate and up projections, then their product into fc2
         out += [Tensor("fc1 gate output", b * f, "tp", OP, mlp),  # mm 5 (torchtitan's w1)
                 Tensor("fc1 up output", b * f, "tp", ALL, mlp),  # mm 6 (w3): recomputed
-                Tensor("activation output (fc2 input)", b * f, "tp", ALL, mlp)]
+                Tensor("activation output (fc2 input)", b * f, "tp", ALL, mlp, True)]
     else:  # GeLU: fc1 output and the activation's output
         out += [Tensor("fc1 output (activation input)", b * f, "tp", OP, mlp),
-                Tensor("activation output (fc2 input)", b * f, "tp", ALL, mlp)]
+                Tensor("activation output (fc2 input)", b * f, "tp", ALL, mlp, True)]
     out.append(Tensor("fc2 output", b * h, "sp", OP_ONLY))  # mm 7
     if dropout:
         out.append(Tensor("MLP dropout mask", h, "sp", ALL))
@@ -171,9 +196,10 @@ def routed_tensors(model, routing, act_bytes: int = 2) -> list[Tensor]:
     layer, act = _by("moe"), _by("moe", "moe_act")
     return [Tensor("router probabilities (fp32)", 4 * moe.n_experts, "sp", ALL, layer),
             Tensor("dispatched tokens (expert fc1 input)", b * pairs * routing.etp * h, "tp",
-                   ALL, layer),
+                   ALL, layer, True),
             *fc1,
-            Tensor("expert activation output (fc2 input)", b * pairs * width, "tp", ALL, act),
+            Tensor("expert activation output (fc2 input)", b * pairs * width, "tp", ALL, act,
+                   True),
             Tensor("expert fc2 output", b * pairs * routing.etp * h, "tp", OP_ONLY)]
 
 
@@ -199,23 +225,27 @@ def _kept_and_again(tensors: list[Tensor], tp: int, sequence_parallel: bool, rec
 @lru_cache(maxsize=4096)
 def layer_memory(model, dropout: bool, attention: str, seq: int, tp: int,
                  sequence_parallel: bool, recompute: str, stack: str = "megatron",
-                 routing=None) -> LayerMemory:
+                 routing=None, fp8: bool = False) -> LayerMemory:
     """A mean layer's bytes per token (a MoE model's dense and MoE layers weighted by their
     counts; `routing`, simulator/layout/shapes.py Routing, how the MoE layers' tokens spread:
-    None is one expert-parallel rank, even load)."""
+    None is one expert-parallel rank, even load). `fp8`: Megatron-Core's --fp8 with
+    Transformer Engine, whose linears save FP8 inputs (`fp8_saved`); torchtitan's float8
+    (torchao) is priced as 16-bit: torchao's published peaks are the same with and without
+    it (profiles/external/published-memory.csv, torchao-*-fp8 rows)."""
+    saved = fp8_saved if fp8 and stack == "megatron" else (lambda ts: ts)
     check_recompute(recompute)
     if stack not in STACKS:
         raise UserError(f"--stack must be one of {', '.join(STACKS)}, got {stack!r}")
-    tensors = layer_tensors(model.arch, model.family, dropout, attention, seq, stack=stack,
-                            mla=model.mla)
+    tensors = saved(layer_tensors(model.arch, model.family, dropout, attention, seq,
+                                  stack=stack, mla=model.mla))
     kept, again = _kept_and_again(tensors, tp, sequence_parallel, recompute)
     if model.moe is None:
         return LayerMemory(kept, again)
     # a MoE layer: the dense layer's tensors with the shared expert's width, and the routed
     shared = replace(model.arch, d_ff=model.moe.shared_width)
-    moe = [t for t in layer_tensors(shared, model.family, dropout, attention, seq, stack=stack,
-                                    mla=model.mla, shared=True)
-           if t.bytes_per_token > 0] + routed_tensors(model, routing or Routing())
+    moe = saved([t for t in layer_tensors(shared, model.family, dropout, attention, seq,
+                                          stack=stack, mla=model.mla, shared=True)
+                 if t.bytes_per_token > 0] + routed_tensors(model, routing or Routing()))
     moe_kept, moe_again = _kept_and_again(moe, tp, sequence_parallel, recompute)
     w = model.moe_share
     return LayerMemory((1 - w) * kept + w * moe_kept, (1 - w) * again + w * moe_again)

@@ -224,7 +224,7 @@ def memory_use(
     seq_len: int, dtypes: Dtypes, recompute: str = "none", sequence_parallel: bool = True,
     pp: int = 1, chunks: int = 1, attention: str = "flash", micro_batches: int | None = None,
     loss: str = "fp32", optimizer_dtype: str = "fp32", stack: str = "megatron",
-    routing: Routing | None = None, edp: int | None = None,
+    routing: Routing | None = None, edp: int | None = None, fp8: bool = False,
 ) -> MemoryUse:
     """Bytes one GPU holds at its peak: every pipeline stage priced at the end of a forward
     (its stored micro-batches, the loss on the last stage) or during a recomputed layer's
@@ -232,11 +232,12 @@ def memory_use(
     (its gradient accumulation; None: as many as stages, the fewest 1F1B fills). A model with
     experts: a GPU holds 1/(EP x ETP) of its stage's routed experts (`routing`), their
     optimizer state sharded over the `edp` expert data-parallel ranks where the scheme shards
-    it (None: `dp`)."""
+    it (None: `dp`). `fp8`: the linears' saved inputs in FP8 (activations.py fp8_saved)."""
     best = None
     for s, params, activations, loss_b in _stage_activations(
             model, tp, micro_batch, seq_len, recompute, sequence_parallel, pp, chunks,
-            attention, pp if micro_batches is None else micro_batches, loss, stack, routing):
+            attention, pp if micro_batches is None else micro_batches, loss, stack, routing,
+            fp8):
         parts = _stage_state(model, scheme, s, params, dp, tp, dtypes, optimizer_dtype, pp,
                              chunks, routing, edp)
         use = MemoryUse(*parts, activations, loss_b, s)
@@ -273,19 +274,19 @@ def first_fit(model: ModelProfile, scheme: SchemeConfig, dp: int, tp: int, micro
               seq_len: int, dtypes: Dtypes, recomputes: tuple[str, ...], usable: float,
               pp: int, chunks: int, micro_batches: int, states_cache: dict | None = None,
               cache_key: tuple | None = None, routing: Routing | None = None,
-              edp: int | None = None) -> tuple[str, float] | None:
+              edp: int | None = None, fp8: bool = False) -> tuple[str, float] | None:
     """The first of `recomputes` whose peak (memory_use's, with its defaults: sequence
     parallelism, fused attention, fp32 loss and optimizer) fits `usable` bytes, with that
     peak; None if none does. The scheme's state is priced once for every policy tried (what
     the planner asks of every layout and scheme; a test checks it against memory_use), and
     with `states_cache` once for every micro-batch: `cache_key` must then name the scheme,
     dp, tp, pp, chunks and the routing (the stages' state depends on nothing else).
-    `routing`, `edp`: a model's experts, as memory_use takes them."""
+    `routing`, `edp`, `fp8`: a model's experts and FP8 linears, as memory_use takes them."""
     states = None
     for recompute in recomputes:
         stages = _stage_activations(model, tp, micro_batch, seq_len, recompute, True, pp,
                                     chunks, "flash", micro_batches, "fp32", "megatron",
-                                    routing)
+                                    routing, fp8)
         if states is None and states_cache is not None:
             states = states_cache.get(cache_key)
         if states is None:  # the same stages for every policy (peak_candidates)
@@ -305,7 +306,7 @@ def first_fit(model: ModelProfile, scheme: SchemeConfig, dp: int, tp: int, micro
 def _stage_activations(model: ModelProfile, tp: int, micro_batch: int, seq_len: int,
                        recompute: str, sequence_parallel: bool, pp: int, chunks: int,
                        attention: str, m: int, loss: str, stack: str = "megatron",
-                       routing: Routing | None = None
+                       routing: Routing | None = None, fp8: bool = False
                        ) -> tuple[tuple[int, int, float, float], ...]:
     """(stage, parameters, activation bytes, loss bytes) of each stage that can peak
     (peak_candidates): what does not depend on the scheme, remembered (the planner prices
@@ -315,7 +316,7 @@ def _stage_activations(model: ModelProfile, tp: int, micro_batch: int, seq_len: 
     layers = stage_layers(model.arch.n_layers, pp, chunks)  # [stage][chunk]
     tokens = seq_len * micro_batch  # of this context-parallel rank
     per_layer = layer_memory(model, model.dropout, attention, seq_len, tp,
-                             sequence_parallel or tp == 1, recompute, stack, routing)
+                             sequence_parallel or tp == 1, recompute, stack, routing, fp8)
     loss_b = loss_bytes_per_token(model, tp, loss, sequence_parallel, stack) * tokens
     out = []
     for s in peak_candidates(layers):
@@ -351,13 +352,14 @@ def step_memory(cfg) -> MemoryUse:
     """What one GPU of a simulated step (simulator.step.step_config.StepConfig) holds at its
     peak: with context parallelism, the activations of its seq / cp tokens, and state sharded
     over the data-parallel ranks with the context-parallel ones (`grad_ranks`), or over a
-    shard group (hybrid sharding); FP8 parameters at a byte each where they are gathered so.
+    shard group (hybrid sharding); FP8 parameters at a byte each where they are gathered so,
+    and with --fp8 the linears' saved inputs in FP8 (activations.py fp8_saved).
     The key/value blocks a ring exchange keeps (one buffer per step, up to cp of seq / cp
     tokens each) are not counted."""
     return memory_use(cfg.model, cfg.scheme, cfg.shard_ranks, cfg.tp, cfg.micro_batch,
                       cfg.seq // cfg.cp, cfg.plan_dtypes, cfg.recompute, cfg.sequence_parallel,
                       cfg.pp, cfg.chunks_pp, cfg.attention, cfg.accum, cfg.loss,
-                      cfg.optimizer_dtype, cfg.stack, cfg.routing, cfg.edp)
+                      cfg.optimizer_dtype, cfg.stack, cfg.routing, cfg.edp, cfg.fp8)
 
 
 def memory_columns(cfg) -> dict:

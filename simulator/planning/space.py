@@ -305,7 +305,7 @@ def try_fits(req: PlanRequest, hw: HardwareProfile, gpus: int, t: Try, why: Coun
                             pp, chunks,
                             req.batch // (mb * dp), states,
                             (spec, shard or dp, tp, pp, chunks, routing), routing,
-                            gpus // (pp * ep * etp))
+                            gpus // (pp * ep * etp), req.fp8)
             if fit is None:
                 if shard is None:  # a smaller shard group holds more
                     failed[spec] = min(failed.get(spec, math.inf), mb)
