@@ -1,0 +1,123 @@
+"""A run's wall time with interruptions, restarts and checkpoints (issue 60 item 1).
+
+A job of n GPUs fails at n times one GPU's rate of unexpected interruptions (a Poisson process:
+independent failures, the job's mean time to failure M = 1 / (n lambda)). It writes a
+checkpoint of C bytes every tau seconds of work, each write stalling training for
+delta = C / B (B: the storage's write bandwidth to this job; a synchronous save), and after an
+interruption it relaunches and reloads for R seconds and redoes the work since the last
+checkpoint. Daly's model of this (J. T. Daly, "A higher order estimate of the optimum
+checkpoint interval for restart dumps", Future Generation Computer Systems 22, 2006) gives the
+expected wall time of T_s seconds of work,
+
+    T_w = M e^(R / M) (e^((tau + delta) / M) - 1) T_s / tau,
+
+and the interval that minimises it, to higher order,
+
+    tau = sqrt(2 delta M) [1 + sqrt(delta / (2 M)) / 3 + (delta / (2 M)) / 9] - delta
+
+for delta < 2 M (tau = M beyond; Young's 1974 first-order optimum is sqrt(2 delta M)).
+Goodput is T_s / T_w, the expected interruptions T_w / M. What is not modelled: planned
+interruptions (maintenance), failures correlated across GPUs, checkpoints written in the
+background (asynchronous saves stall training for less than C / B), and the slower first steps
+after a restart.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from vocabulary.errors import UserError
+
+DAY_S = 86_400.0
+
+
+@dataclass(frozen=True)
+class Reliability:
+    """What a cluster's runs lose to failures: unexpected interruptions per GPU and day, the
+    minutes a restart takes (relaunch, reload), and the checkpoint write bandwidth the job
+    gets (GB/s, 1e9 bytes, the whole job's); `source` says where each came from."""
+
+    failures_per_gpu_day: float
+    restart_min: float
+    checkpoint_GBps: float
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for name, value, what in (
+                ("failures_per_gpu_day", self.failures_per_gpu_day,
+                 "unexpected interruptions per GPU and day, above 0 (e.g. 5e-4)"),
+                ("restart_min", self.restart_min, "minutes a restart takes, 0 or more"),
+                ("checkpoint_GBps", self.checkpoint_GBps,
+                 "GB/s the job writes its checkpoint at, above 0")):
+            if isinstance(value, bool) or not isinstance(value, int | float) \
+                    or not math.isfinite(value):
+                raise UserError(f"{name} must be a number ({what}), got {value!r}")
+        if self.failures_per_gpu_day <= 0:
+            raise UserError(f"failures_per_gpu_day must be above 0 (a run that never fails "
+                            f"needs no checkpoint model), got {self.failures_per_gpu_day!r}")
+        if self.restart_min < 0:
+            raise UserError(f"restart_min must be 0 or more, got {self.restart_min!r}")
+        if self.checkpoint_GBps <= 0:
+            raise UserError(f"checkpoint_GBps must be above 0, got {self.checkpoint_GBps!r}")
+
+
+@dataclass(frozen=True)
+class Goodput:
+    """A run's totals with failures: seconds of work (the steps' own), the job's mean time to
+    failure, the checkpoint's size and write time, the interval between checkpoints, the
+    expected wall time and interruptions, and goodput (work over wall time)."""
+
+    work_s: float
+    gpus: int
+    mttf_s: float
+    checkpoint_bytes: float
+    checkpoint_write_s: float
+    interval_s: float
+    wall_s: float
+    interruptions: float
+
+    @property
+    def goodput(self) -> float:
+        return self.work_s / self.wall_s
+
+
+def daly_interval(write_s: float, mttf_s: float) -> float:
+    """Daly's (2006) higher-order optimum of the work between checkpoints (module docstring)."""
+    if write_s <= 0:
+        raise UserError(f"a checkpoint write takes some time, got {write_s!r} s")
+    if write_s >= 2 * mttf_s:
+        return mttf_s
+    x = write_s / (2 * mttf_s)
+    return math.sqrt(2 * write_s * mttf_s) * (1 + math.sqrt(x) / 3 + x / 9) - write_s
+
+
+def wall_time_s(work_s: float, interval_s: float, write_s: float, restart_s: float,
+                mttf_s: float) -> float:
+    """Daly's (2006) expected wall time of `work_s` seconds of work (module docstring)."""
+    return (mttf_s * math.exp(restart_s / mttf_s)
+            * math.expm1((interval_s + write_s) / mttf_s) * work_s / interval_s)
+
+
+def run_with_failures(work_s: float, gpus: int, checkpoint_bytes: float, rel: Reliability,
+                      interval_s: float | None = None) -> Goodput:
+    """The run of `work_s` seconds of steps on `gpus` GPUs with `rel`'s failures, saving
+    `checkpoint_bytes` every `interval_s` seconds of work (None: Daly's optimum); an interval
+    longer than the run is refused."""
+    if work_s <= 0 or gpus < 1:
+        raise UserError(f"a run needs work and GPUs, got {work_s!r} s on {gpus!r} GPUs")
+    mttf = DAY_S / (rel.failures_per_gpu_day * gpus)
+    write = checkpoint_bytes / (rel.checkpoint_GBps * 1e9)
+    tau = daly_interval(write, mttf) if interval_s is None else interval_s
+    if interval_s is not None and not 0 < interval_s <= work_s:
+        raise UserError(f"the checkpoint interval must be above 0 and at most the run's "
+                        f"{work_s / 3600:,.1f} hours of work, got {interval_s / 3600:g} hours")
+    wall = wall_time_s(work_s, tau, write, rel.restart_min * 60, mttf)
+    return Goodput(work_s, gpus, mttf, checkpoint_bytes, write, tau, wall, wall / mttf)
+
+
+def checkpoint_bytes(params: float, param_bytes: float = 2, state_bytes: float = 12) -> float:
+    """Bytes of a full training checkpoint: the weights (bf16, 2 B) and the optimizer state
+    (fp32 master weights and Adam's two moments, 12 B) of every parameter, as Megatron-Core's
+    distributed checkpoint and PyTorch DCP save them (gradients are not saved)."""
+    return params * (param_bytes + state_bytes)

@@ -1,0 +1,75 @@
+"""A run's wall time with failures and checkpoints (simulator/run/goodput.py, Daly 2006)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from profiles import UserError
+from simulator.run.goodput import (
+    Reliability,
+    checkpoint_bytes,
+    daly_interval,
+    run_with_failures,
+    wall_time_s,
+)
+
+
+@pytest.mark.parametrize("write_s, mttf_s", [(5.0, 3600.0), (60.0, 3 * 3600.0),
+                                             (600.0, 8 * 3600.0), (20.0, 24 * 3600.0)])
+def test_dalys_interval_is_the_least_wall_time(write_s, mttf_s):
+    """Daly's higher-order optimum is within 0.1% of the wall time a fine search over the
+    interval finds (the expression it approximates is flat near its minimum)."""
+    work, restart = 30 * 86400.0, 600.0
+    taus = np.geomspace(write_s / 10, 10 * mttf_s, 20_000)
+    best = min(wall_time_s(work, t, write_s, restart, mttf_s) for t in taus)
+    daly = wall_time_s(work, daly_interval(write_s, mttf_s), write_s, restart, mttf_s)
+    assert daly <= best * 1.001  # (the grid's best may be a hair above Daly's)
+    # Young's first-order sqrt(2 delta M) is near it where writes are short
+    young = math.sqrt(2 * write_s * mttf_s)
+    assert daly_interval(write_s, mttf_s) == pytest.approx(young, rel=0.2)
+
+
+def test_the_run_loses_more_with_more_gpus_and_slower_writes():
+    rel = Reliability(5e-4, 10, 500)
+    ckpt = checkpoint_bytes(70e9)
+    small = run_with_failures(30 * 86400, 1024, ckpt, rel)
+    big = run_with_failures(30 * 86400, 16384, ckpt, rel)
+    assert 0 < big.goodput < small.goodput < 1
+    assert big.mttf_s == pytest.approx(small.mttf_s / 16, rel=1e-12)
+    # interruptions: the wall time over the job's mean time to failure
+    assert big.interruptions == pytest.approx(big.wall_s / big.mttf_s, rel=1e-12)
+    slow = run_with_failures(30 * 86400, 16384, ckpt, Reliability(5e-4, 10, 50))
+    assert slow.checkpoint_write_s == pytest.approx(10 * big.checkpoint_write_s, rel=1e-12)
+    assert slow.goodput < big.goodput and slow.interval_s > big.interval_s
+    # a rarer failure costs less, and in the limit nothing
+    rare = run_with_failures(30 * 86400, 16384, ckpt, Reliability(1e-9, 10, 500))
+    assert rare.goodput > 0.99
+
+
+def test_a_checkpoint_is_its_weights_and_optimizer_state():
+    assert checkpoint_bytes(1e9) == pytest.approx(14e9)
+    assert checkpoint_bytes(1e9, param_bytes=2, state_bytes=8) == pytest.approx(10e9)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(failures_per_gpu_day=0, restart_min=10, checkpoint_GBps=1), "above 0"),
+    (dict(failures_per_gpu_day=-1e-4, restart_min=10, checkpoint_GBps=1), "above 0"),
+    (dict(failures_per_gpu_day=1e-4, restart_min=-1, checkpoint_GBps=1), "0 or more"),
+    (dict(failures_per_gpu_day=1e-4, restart_min=10, checkpoint_GBps=0), "above 0"),
+    (dict(failures_per_gpu_day=float("nan"), restart_min=10, checkpoint_GBps=1), "a number"),
+    (dict(failures_per_gpu_day="often", restart_min=10, checkpoint_GBps=1), "a number"),
+])
+def test_bad_reliability_figures_are_refused_with_the_rule(kwargs, match):
+    with pytest.raises(UserError, match=match):
+        Reliability(**kwargs)
+
+
+def test_an_interval_longer_than_the_run_is_refused():
+    rel = Reliability(5e-4, 10, 500)
+    with pytest.raises(UserError, match="at most the run's"):
+        run_with_failures(3600, 1024, 1e12, rel, interval_s=7200)
+    ok = run_with_failures(3600, 1024, 1e12, rel, interval_s=1800)
+    assert ok.interval_s == 1800
