@@ -81,6 +81,7 @@ from simulator.planning.options import (  # noqa: E402
 )
 from simulator.step.compute import forward_flops_per_token  # noqa: E402
 from simulator.step.simulate import simulate_step  # noqa: E402
+from vocabulary.names import DEFAULT_GRAD_DTYPE  # noqa: E402
 from vocabulary.recompute import with_modules  # noqa: E402
 
 DATA = REPO / "profiles" / "external" / "moe-blackwell-steps.csv"
@@ -134,6 +135,27 @@ def recompute_set() -> dict[str, dict]:
 
 
 RECOMPUTE_RECIPE = recompute_set()
+# what each row's recipe sets for its gradients' and optimizer state's precision
+# (profiles/external/step-optimizer.csv; '' not found: the tool's fp32 defaults)
+OPTIMIZER_SET = REPO / "profiles" / "external" / "step-optimizer.csv"
+OPTIMIZER_RECIPE = {r["case"]: r for r in pd.read_csv(
+    OPTIMIZER_SET, comment="#", dtype=str, keep_default_na=False).to_dict("records")}
+
+
+def precision_of(r, said: dict, defaults: bool) -> Precision:
+    """The row's FP8 and, as its recipe sets them, gradients reduced in bf16
+    (grad_reduce_in_fp32 false: Megatron's bf16 main-gradient buffer), bf16 optimizer moments
+    beside fp32 master weights (the precision-aware optimizer) and FP8 parameter gathers
+    (moe-recipes.csv, else step-optimizer.csv); `defaults`: the tool's own (fp32)."""
+    opt = {} if defaults else OPTIMIZER_RECIPE.get(r.case, {})
+    fp8 = r.precision == "fp8"
+    gather = said.get("fp8_param_gather") or opt.get("fp8_param_gather", "")
+    moments = opt.get("exp_avg_dtype") == "bf16" and opt.get("exp_avg_sq_dtype") == "bf16" \
+        and opt.get("main_params_dtype") in ("", "fp32")
+    return Precision(grad_dtype="bf16" if opt.get("grad_reduce_in_fp32") == "false"
+                     else DEFAULT_GRAD_DTYPE, fp8=fp8,
+                     optimizer_dtype="bf16-moments" if moments else "fp32",
+                     fp8_param_gather=fp8 and gather == "true")
 
 
 def stated_recompute(r) -> tuple[str | None, str]:
@@ -170,9 +192,7 @@ def options(r, defaults: bool = False) -> StepOptions:
                              else "dense-adamw"),
         batch=Batch(_int(r.micro_batch, 1), int(r.seq), None, int(r.global_batch)),
         parallelism=parallel,
-        precision=Precision(fp8=r.precision == "fp8",
-                            fp8_param_gather=(r.precision == "fp8"
-                                              and said.get("fp8_param_gather") == "true")),
+        precision=precision_of(r, said, defaults),
         overlap=Overlap(tp_comm=True if (nvidia and tp > 1) else None))
 
 

@@ -171,8 +171,10 @@ PARALLEL_OPTS = {
     "fp8": typer.Option(False, "--fp8/--no-fp8", help=FP8_HELP),
     "optimizer_dtype": typer.Option("fp32", "--optimizer-dtype",
                                     help="the optimizer's moments and master weights: fp32, "
-                                         "or bf16 (NeMo's distributed_fused_adam dtype bf16, "
-                                         "16-bit master remainders)"),
+                                         "bf16 (NeMo's distributed_fused_adam dtype bf16, "
+                                         "16-bit master remainders), or bf16-moments "
+                                         "(Megatron-Core's precision-aware optimizer: bf16 "
+                                         "moments, fp32 master weights)"),
     "stack": typer.Option(None, "--stack",
                           help="what the training stack keeps beside the layers, as memory "
                                "sees it: megatron (Megatron-LM, NeMo) or torchtitan (DTensor "

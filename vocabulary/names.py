@@ -121,9 +121,11 @@ LOSSES = ("fp32", "eager", "fused", "chunked")
 STACKS = ("megatron", "torchtitan")
 # Megatron-Core's MoE token dispatchers (--moe-token-dispatcher-type; simulator/step/moe.py)
 MOE_DISPATCHERS = ("alltoall", "allgather", "flex")
-# the optimizer state's dtype: fp32 moments and master weights, or bf16 moments with 16-bit
-# master remainders (NeMo's distributed_fused_adam dtype bf16, store_param_remainders)
-OPTIMIZER_DTYPES = ("fp32", "bf16")
+# the optimizer state's dtype: fp32 moments and master weights; bf16 moments with 16-bit
+# master remainders (NeMo's distributed_fused_adam dtype bf16, store_param_remainders); or bf16
+# moments beside fp32 master weights (Megatron-Core's precision-aware optimizer,
+# --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, as Megatron-Bridge's DeepSeek-V3 recipes run)
+OPTIMIZER_DTYPES = ("fp32", "bf16", "bf16-moments")
 # shapes model: the profile's fused attention (cuDNN on H100, FlashAttention-2 on A100),
 # FlashAttention-2 itself (stacks before cuDNN's kernel reached PyTorch), or Megatron-LM's
 # attention before FlashAttention

@@ -30,7 +30,9 @@ from simulator.memory.activations import (
 # with the master's 16 low bits (Apex DistributedFusedAdam store_param_remainders: the bf16
 # parameter holds the high bits)
 OPTIMIZER_STATE_BYTES = {("adamw", "fp32"): 12, ("adams", "fp32"): 8,  # AdamS: no v
-                         ("adamw", "bf16"): 6, ("adams", "bf16"): 4}
+                         ("adamw", "bf16"): 6, ("adams", "bf16"): 4,
+                         # fp32 master weights, bf16 moments (precision-aware optimizer)
+                         ("adamw", "bf16-moments"): 8, ("adams", "bf16-moments"): 6}
 SHARDED = SHARDED_GRAD  # ZeRO-1: gradient and optimizer state sharded over data parallelism
 RESIDUAL_SCHEMES = frozenset({"quantized", "topk", "scalecom"})  # fp32 error feedback buffers
 # A profile without a [memory] table: the datasheet's GB as the device's bytes (below what
