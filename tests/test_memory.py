@@ -288,3 +288,17 @@ def test_transformer_engine_fp8_keeps_linear_inputs_in_one_byte():
         on = layer_memory(m, False, "flash", 4096, 8, True, "none", stack, None, True).kept
         off = layer_memory(m, False, "flash", 4096, 8, True, "none", stack, None, False).kept
         assert (on < off) == less and (on == off) != less
+
+
+def test_precision_aware_optimizer_keeps_fp32_master_and_bf16_moments():
+    """--optimizer-dtype bf16-moments (Megatron-Core's --use-precision-aware-optimizer with
+    --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16): 4 + 2 + 2 B a parameter for AdamW, between
+    fp32's 12 and NeMo's bf16 with 16-bit remainders (6)."""
+    from simulator.memory.peak import OPTIMIZER_STATE_BYTES
+
+    m, dt = load_model("llama-7b"), Dtypes()
+    opt = {d: memory_use(m, make_config("dense-ddp", optimizer="adamw"), 1, 1, 1, 2048, dt,
+                         optimizer_dtype=d).optimizer for d in ("fp32", "bf16", "bf16-moments")}
+    assert opt["bf16-moments"] == pytest.approx(opt["fp32"] * 8 / 12, rel=1e-12)
+    assert opt["bf16"] < opt["bf16-moments"] < opt["fp32"]
+    assert OPTIMIZER_STATE_BYTES["adams", "bf16-moments"] == 6  # AdamS: no second moment
