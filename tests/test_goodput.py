@@ -33,7 +33,7 @@ def test_dalys_interval_is_the_least_wall_time(write_s, mttf_s):
 
 
 def test_the_run_loses_more_with_more_gpus_and_slower_writes():
-    rel = Reliability(5e-4, 10, 500)
+    rel = Reliability(5e-4, 10, 500 / 16384)
     ckpt = checkpoint_bytes(70e9)
     small = run_with_failures(30 * 86400, 1024, ckpt, rel)
     big = run_with_failures(30 * 86400, 16384, ckpt, rel)
@@ -41,7 +41,7 @@ def test_the_run_loses_more_with_more_gpus_and_slower_writes():
     assert big.mttf_s == pytest.approx(small.mttf_s / 16, rel=1e-12)
     # interruptions: the wall time over the job's mean time to failure
     assert big.interruptions == pytest.approx(big.wall_s / big.mttf_s, rel=1e-12)
-    slow = run_with_failures(30 * 86400, 16384, ckpt, Reliability(5e-4, 10, 50))
+    slow = run_with_failures(30 * 86400, 16384, ckpt, Reliability(5e-4, 10, 50 / 16384))
     assert slow.checkpoint_write_s == pytest.approx(10 * big.checkpoint_write_s, rel=1e-12)
     assert slow.goodput < big.goodput and slow.interval_s > big.interval_s
     # a rarer failure costs less, and in the limit nothing
@@ -73,3 +73,31 @@ def test_an_interval_longer_than_the_run_is_refused():
         run_with_failures(3600, 1024, 1e12, rel, interval_s=7200)
     ok = run_with_failures(3600, 1024, 1e12, rel, interval_s=1800)
     assert ok.interval_s == 1800
+
+
+@pytest.mark.parametrize("mttf_h, minutes", [(24, 117), (6, 57), (0.25, 9.1)])
+def test_dalys_own_examples(mttf_h, minutes):
+    """Daly 2006's worked optima for a 5-minute dump (profiles/external/reliability.csv,
+    daly-2006 rows): 117, 57 and 9.1 minutes at M = 24 h, 6 h and 15 min."""
+    assert daly_interval(300, mttf_h * 3600) / 60 == pytest.approx(minutes, abs=0.5)
+
+
+def test_the_storage_caps_what_the_gpus_write():
+    rel = Reliability(5e-4, 10, 0.15, storage_GBps=2000)
+    assert rel.write_GBps(1024) == pytest.approx(153.6)
+    assert rel.write_GBps(16384) == 2000
+    with pytest.raises(UserError, match="storage_GBps must be above 0"):
+        Reliability(5e-4, 10, 0.15, storage_GBps=0)
+
+
+def test_the_defaults_come_from_the_studies_and_leave_llama_3_out():
+    """simulator/run/defaults.py: the median of the studies' failure rates other than Llama
+    3's (whose run bench/goodput_published.py predicts), within their range."""
+    from simulator.run.defaults import default_reliability, failure_range, failure_rates
+
+    rel, (low, high) = default_reliability(), failure_range()
+    assert low < rel.failures_per_gpu_day < high
+    assert not [k for k in failure_rates() if "llama3" in k]
+    assert rel.restart_min == pytest.approx(10.0)  # sqrt(5 x 20)
+    assert rel.write_GBps(384) == pytest.approx(0.15 * 384)  # BLOOM's save
+    assert rel.write_GBps(16384) == pytest.approx(2000)  # Llama 3's storage

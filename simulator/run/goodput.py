@@ -35,13 +35,20 @@ DAY_S = 86_400.0
 @dataclass(frozen=True)
 class Reliability:
     """What a cluster's runs lose to failures: unexpected interruptions per GPU and day, the
-    minutes a restart takes (relaunch, reload), and the checkpoint write bandwidth the job
-    gets (GB/s, 1e9 bytes, the whole job's); `source` says where each came from."""
+    minutes a restart takes (relaunch, reload), and the checkpoint write bandwidth each GPU
+    gets (GB/s, 1e9 bytes), up to the storage's whole (`storage_GBps`, None: no cap);
+    `source` says where each came from."""
 
     failures_per_gpu_day: float
     restart_min: float
-    checkpoint_GBps: float
+    checkpoint_GBps: float  # per GPU
+    storage_GBps: float | None = None
     source: str = ""
+
+    def write_GBps(self, gpus: int) -> float:
+        """The job's checkpoint write bandwidth: every GPU's, up to the storage's."""
+        total = self.checkpoint_GBps * gpus
+        return total if self.storage_GBps is None else min(total, self.storage_GBps)
 
     def __post_init__(self) -> None:
         for name, value, what in (
@@ -49,7 +56,9 @@ class Reliability:
                  "unexpected interruptions per GPU and day, above 0 (e.g. 5e-4)"),
                 ("restart_min", self.restart_min, "minutes a restart takes, 0 or more"),
                 ("checkpoint_GBps", self.checkpoint_GBps,
-                 "GB/s the job writes its checkpoint at, above 0")):
+                 "GB/s each GPU writes its checkpoint at, above 0"),
+                ("storage_GBps", 1.0 if self.storage_GBps is None else self.storage_GBps,
+                 "GB/s the storage takes from the whole job, above 0")):
             if isinstance(value, bool) or not isinstance(value, int | float) \
                     or not math.isfinite(value):
                 raise UserError(f"{name} must be a number ({what}), got {value!r}")
@@ -60,6 +69,8 @@ class Reliability:
             raise UserError(f"restart_min must be 0 or more, got {self.restart_min!r}")
         if self.checkpoint_GBps <= 0:
             raise UserError(f"checkpoint_GBps must be above 0, got {self.checkpoint_GBps!r}")
+        if self.storage_GBps is not None and self.storage_GBps <= 0:
+            raise UserError(f"storage_GBps must be above 0, got {self.storage_GBps!r}")
 
 
 @dataclass(frozen=True)
@@ -107,7 +118,7 @@ def run_with_failures(work_s: float, gpus: int, checkpoint_bytes: float, rel: Re
     if work_s <= 0 or gpus < 1:
         raise UserError(f"a run needs work and GPUs, got {work_s!r} s on {gpus!r} GPUs")
     mttf = DAY_S / (rel.failures_per_gpu_day * gpus)
-    write = checkpoint_bytes / (rel.checkpoint_GBps * 1e9)
+    write = checkpoint_bytes / (rel.write_GBps(gpus) * 1e9)
     tau = daly_interval(write, mttf) if interval_s is None else interval_s
     if interval_s is not None and not 0 < interval_s <= work_s:
         raise UserError(f"the checkpoint interval must be above 0 and at most the run's "

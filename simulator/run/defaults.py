@@ -1,0 +1,75 @@
+"""The failure, restart and checkpoint figures a plan uses where the user gives none, each
+computed from profiles/external/reliability.csv (sources and quotes there and in
+docs/research/reliability.md), by rules fixed before any published run was checked:
+
+- interruptions per GPU-day: the median of the per-1,000-node-day failure rates the studies
+  other than Llama 3 give (Meta's RSC-1 and RSC-2 clusters, Kokolis et al. 2024; BLOOM's and
+  OPT-175B's logbooks), over 8 GPUs a node; their least and largest are the range. Llama 3's
+  own rate is kept out: bench/goodput_published.py predicts it.
+- restart: the geometric middle of Kokolis et al.'s 5-20 minute restart overhead.
+- checkpoint writes: BLOOM's measured save (2.3 TB in about 40 s from 384 GPUs: 0.15 GB/s a
+  GPU), up to the 2 TB/s Llama 3's storage sustained (the largest stated).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from functools import lru_cache
+from pathlib import Path
+
+from simulator.run.goodput import Reliability
+
+DATA = Path(__file__).resolve().parents[2] / "profiles" / "external" / "reliability.csv"
+GPUS_PER_NODE = 8  # the studies' nodes (RSC: 8 A100; BLOOM, OPT: 8 A100 hosts)
+RATES = (("kokolis-2024", "failure_rate_per_1000_node_days_rsc1"),
+         ("kokolis-2024", "failure_rate_per_1000_node_days_rsc2"),
+         ("bloom-derived", "gpu_failures_per_1000_node_days"),
+         ("opt-derived", "hw_restarts_per_1000_node_days"))
+
+
+@lru_cache(maxsize=1)
+def _values() -> dict[tuple[str, str], float]:
+    import csv
+
+    with DATA.open() as f:
+        rows = csv.DictReader(line for line in f if not line.startswith("#"))
+        return {(r["source"], r["quantity"]): float(r["value"]) for r in rows
+                if _number(r["value"])}
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def value(source: str, quantity: str) -> float:
+    return _values()[source, quantity]
+
+
+def failure_rates() -> dict[str, float]:
+    """Interruptions per GPU-day of each study the default is the median of."""
+    return {f"{s} {q}": value(s, q) / 1000 / GPUS_PER_NODE for s, q in RATES}
+
+
+@lru_cache(maxsize=1)
+def default_reliability() -> Reliability:
+    rates = failure_rates()
+    restart = math.sqrt(value("kokolis-2024", "restart_minutes_min")
+                        * value("kokolis-2024", "restart_minutes_max"))
+    return Reliability(
+        failures_per_gpu_day=statistics.median(rates.values()), restart_min=restart,
+        checkpoint_GBps=value("bloom-derived", "checkpoint_write_GBps_per_gpu"),
+        storage_GBps=1000 * value("llama3-paper", "storage_sustained_TBps"),
+        source="profiles/external/reliability.csv (simulator/run/defaults.py): failures the "
+               "median of Meta RSC-1/RSC-2, BLOOM and OPT-175B; restart Kokolis et al.'s "
+               "5-20 min; writes BLOOM's 0.15 GB/s a GPU up to Llama 3's 2 TB/s")
+
+
+def failure_range() -> tuple[float, float]:
+    """The least and largest interruptions per GPU-day of the studies."""
+    rates = failure_rates().values()
+    return min(rates), max(rates)
