@@ -54,6 +54,19 @@ def plan_cmd(
                                             "free at its peak (more recomputation, or no "
                                             "plan, where it would not): the caching "
                                             "allocator holds more than the live tensors"),
+    failures_per_gpu_day: float = typer.Option(
+        None, "--failures-per-gpu-day",
+        help="unexpected interruptions per GPU and day [default: the median of published "
+             "studies, simulator/run/defaults.py]"),
+    restart_min: float = typer.Option(None, "--restart-min",
+                                      help="minutes a restart takes (relaunch, reload) "
+                                           "[default: 10, published studies]"),
+    checkpoint_gbps: float = typer.Option(None, "--checkpoint-gbps",
+                                          help="GB/s each GPU writes its checkpoint at "
+                                               "[default: 0.15, BLOOM's measured save]"),
+    storage_gbps: float = typer.Option(None, "--storage-gbps",
+                                       help="GB/s the storage takes from the whole job "
+                                            "[default: 2000, Llama 3's]"),
     budget_usd: float = typer.Option(None, "--budget-usd",
                                     help="keep plans that cost at most this many USD at "
                                          "the GPU-hour price (not with --deadline-hours)"),
@@ -132,6 +145,8 @@ def plan_cmd(
         moe_imbalance=1.0 if moe_imbalance is None else moe_imbalance,
         moe_dispatcher="alltoall" if moe_dispatcher is None else str(moe_dispatcher),
         moe_overlap=bool(moe_overlap), cuda_graphs=cuda_graphs, host_launch_us=host_launch_us,
+        reliability=_reliability(failures_per_gpu_day, restart_min, checkpoint_gbps,
+                                 storage_gbps),
     ).validate()
     with _progress("simulating plans") as bar:
         task = bar.add_task("plans", total=None)
@@ -167,6 +182,10 @@ def plan_cmd(
              "grad_dtype": grad_dtype, "param_dtype": param_dtype, "max_gpus": max_gpus,
              "deadline_hours": deadline_hours, "budget_usd": budget_usd, "min_mfu": min_mfu,
              "min_spare_gb": min_spare_gb,
+             "failures_per_gpu_day": req.run_reliability.failures_per_gpu_day,
+             "restart_min": req.run_reliability.restart_min,
+             "checkpoint_gbps": req.run_reliability.checkpoint_GBps,
+             "storage_gbps": req.run_reliability.storage_GBps,
              "density_warmup_frac": density_warmup_frac,
              # each row says whether its plan ran it (tp above 1 only): "tp_comm_overlap"
              "tp_comm_overlap_asked": tp_comm_overlap, "cp": cp, "fp8_asked": fp8,
@@ -189,6 +208,7 @@ def plan_cmd(
             "grad_accum", "recompute", "memory_GB", "memory_spare_GB", "memory_spare_pct",
             "step_time_s", "mfu", "tokens_per_s", "hours", "hours_low", "hours_high",
             "gpu_hours", "usd_per_gpu_hour", "cost_usd", "cost_usd_low", "cost_usd_high",
+            "interruptions", "checkpoint_every_min", "goodput", "wall_hours", "wall_cost_usd",
             "pareto", "bottleneck", "quality"]
     ranked = {"quality": "time to dense AdamS's quality then cost",
               "cost": "cost then time to train"}.get(rank, "time to train then cost")
@@ -256,9 +276,20 @@ def plan_cmd(
         "tokens_per_s": "{:,.0f}",
         "hours": "{:,.1f}", "gpu_hours": "{:,.0f}", "cost_usd": "{:,.0f}",
         "quality_tokens_ratio": "{:.3f}", "hours_to_quality": "{:,.1f}",
-        "cost_to_quality_usd": "{:,.0f}"}, schema=list(shown.assign(**asked).columns),
+        "cost_to_quality_usd": "{:,.0f}", "interruptions": "{:,.0f}",
+        "checkpoint_every_min": "{:.1f}", "goodput": "{:.3f}", "wall_hours": "{:,.1f}",
+        "wall_cost_usd": "{:,.0f}"}, schema=list(shown.assign(**asked).columns),
         keys=("hardware", "gpus", "scheme")))
     notes = []  # the footnotes, '#' lines wrapped to the table's width
+    rel = req.run_reliability
+    notes.append(
+        f"wall_hours, wall_cost_usd, interruptions, goodput: the run with "
+        f"{rel.failures_per_gpu_day:.2g} unexpected interruptions per GPU-day, "
+        f"{rel.restart_min:g}-minute restarts and synchronous checkpoints of the weights and "
+        f"optimizer state at {rel.checkpoint_GBps:g} GB/s a GPU (up to "
+        f"{rel.storage_GBps:g} GB/s) every checkpoint_every_min of work (Daly 2006; "
+        f"simulator/run/goodput.py; planned maintenance not counted): {rel.source}; plans are "
+        "ranked by their hours without failures")
     dense = best_dense(everything)
     if best["quality"] != "dense" and dense is not None:
         notes.append(
@@ -331,3 +362,22 @@ def price_text(req: PlanRequest, hardware_of: dict, shown: set[str]) -> str:
         parts.append(f"{name} {price.usd_per_gpu_hour:g} ({where}; "
                      f"scape profiles show {name})")
     return "usd_per_gpu_hour: " + "; ".join(parts)
+
+
+def _reliability(failures: float | None, restart: float | None, gbps: float | None,
+                 storage: float | None):
+    """The failure figures the user typed, each used (or refused by Reliability's rules),
+    the published defaults for the rest; None where none was typed."""
+    if failures is None and restart is None and gbps is None and storage is None:
+        return None
+    from dataclasses import replace
+
+    from simulator.run.defaults import default_reliability
+
+    d = default_reliability()
+    return replace(d, failures_per_gpu_day=d.failures_per_gpu_day if failures is None
+                   else failures, restart_min=d.restart_min if restart is None else restart,
+                   checkpoint_GBps=d.checkpoint_GBps if gbps is None else gbps,
+                   storage_GBps=d.storage_GBps if storage is None else storage,
+                   source="as typed" + ("" if None not in (failures, restart, gbps, storage)
+                                        else f"; the rest from {d.source}"))

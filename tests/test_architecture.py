@@ -152,7 +152,7 @@ def test_no_upward_arrow():
 
 # simulator/'s parts, each on a floor (../shared/simulator-layout.md): a part imports only parts
 # on floors below its own (a module's own part aside)
-SIMULATOR_FLOORS = {"network": 1, "layout": 1, "memory": 2, "step": 3, "planning": 4}
+SIMULATOR_FLOORS = {"network": 1, "layout": 1, "run": 1, "memory": 2, "step": 3, "planning": 4}
 
 
 def simulator_upward_arrows() -> list[str]:

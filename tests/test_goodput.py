@@ -101,3 +101,37 @@ def test_the_defaults_come_from_the_studies_and_leave_llama_3_out():
     assert rel.restart_min == pytest.approx(10.0)  # sqrt(5 x 20)
     assert rel.write_GBps(384) == pytest.approx(0.15 * 384)  # BLOOM's save
     assert rel.write_GBps(16384) == pytest.approx(2000)  # Llama 3's storage
+
+
+def test_plan_rows_carry_the_run_with_failures_and_the_figures_it_used(capsys):
+    import json
+
+    from tests.test_cli import scape
+
+    plan = ("plan", "-m", "llama-7b", "-H", "dgx-h100", "--tokens", "1e11", "--max-gpus", "64",
+            "--top", "3", "--format", "json")
+    code, out, err = scape(capsys, *plan)
+    assert code == 0, err
+    rows = json.loads(out)
+    from simulator.run.defaults import default_reliability
+
+    rel = default_reliability()
+    for r in rows:
+        assert r["failures_per_gpu_day"] == rel.failures_per_gpu_day
+        assert 0 < r["goodput"] < 1 and r["wall_hours"] > r["hours"]
+        assert r["wall_hours"] * r["goodput"] == pytest.approx(r["hours"], rel=1e-9)
+        assert r["wall_cost_usd"] == pytest.approx(
+            r["wall_hours"] * r["gpus"] * r["usd_per_gpu_hour"], rel=1e-9)
+    # a typed figure is used: ten times the failures, more interruptions and less goodput
+    code, out, err = scape(capsys, *plan, "--failures-per-gpu-day",
+                           str(10 * rel.failures_per_gpu_day))
+    worse = {(r["gpus"], r["scheme"], r["tp"], r["pp"]): r for r in json.loads(out)}
+    for r in rows:
+        w = worse[r["gpus"], r["scheme"], r["tp"], r["pp"]]
+        assert w["goodput"] < r["goodput"] and w["interruptions"] > r["interruptions"]
+        assert w["restart_min"] == rel.restart_min  # the rest stay the defaults
+    for flag, value, match in (("--failures-per-gpu-day", "0", "must be above 0"),
+                               ("--restart-min", "-5", "0 or more"),
+                               ("--checkpoint-gbps", "0", "must be above 0")):
+        code, _, err = scape(capsys, *plan, flag, value)
+        assert code == 2 and match in err and "Traceback" not in err, err

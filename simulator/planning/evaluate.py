@@ -11,9 +11,10 @@ from functools import lru_cache
 import pandas as pd
 
 from scape.plan import SCAPE_SCHEMES
-from simulator.memory.peak import usable_GB
+from simulator.memory.peak import OPTIMIZER_STATE_BYTES, usable_GB
 from simulator.planning.plan_request import PlanRequest
 from simulator.planning.space import Candidate, scheme_of
+from simulator.run.goodput import checkpoint_bytes, run_with_failures
 from simulator.step.batch import parallel_map, phase_cache, simulate_cached
 from simulator.step.compute import model_flops_utilisation
 from simulator.step.schedule import run_mean
@@ -46,6 +47,11 @@ def _evaluate(args: tuple[Candidate, PlanRequest]) -> dict:
     ratio = quality_ratio(req.quality, cfg.scheme) if req.quality is not None else None
     usable = usable_GB(cand.hardware, cand.communicators)
     use_spare = 100 * (1 - cand.memory_GB / usable)
+    # the run with failures, restarts and checkpoints of the weights and optimizer state
+    rel = req.run_reliability
+    state = OPTIMIZER_STATE_BYTES[cfg.scheme.optimizer, cfg.optimizer_dtype]
+    run = run_with_failures(hours * 3600, cand.gpus,
+                            checkpoint_bytes(req.model.n_params, state_bytes=state), rel)
     return {
         "hardware": cand.hardware.name, "gpus": cand.gpus, "scheme": cand.scheme,
         "tp": cand.tp, "pp": cand.pp,
@@ -67,6 +73,13 @@ def _evaluate(args: tuple[Candidate, PlanRequest]) -> dict:
                                        mean_step),
         "hours": hours, "gpu_hours": hours * cand.gpus,
         "cost_usd": hours * cand.gpus * req.price(cand.hardware),
+        # with failures (simulator/run/goodput.py): the wall time and its cost, the expected
+        # interruptions, the checkpoint interval (Daly's) and the share of the wall time that
+        # trains
+        "interruptions": run.interruptions, "checkpoint_every_min": run.interval_s / 60,
+        "checkpoint_write_s": run.checkpoint_write_s, "goodput": run.goodput,
+        "wall_hours": run.wall_s / 3600,
+        "wall_cost_usd": run.wall_s / 3600 * cand.gpus * req.price(cand.hardware),
         "usd_per_gpu_hour": req.price(cand.hardware),
         "bottleneck": bottleneck(r),
         "quality": quality_note(cfg.scheme, ratio, req.quality is not None),

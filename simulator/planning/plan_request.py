@@ -78,6 +78,18 @@ class PlanRequest:
     # profile's); simulator/step/roofline.py host_launch_s
     cuda_graphs: bool = False
     host_launch_us: float | None = None
+    # failures, restarts and checkpoints (simulator/run/goodput.py): None, the published
+    # studies' figures (simulator/run/defaults.py)
+    reliability: object | None = None  # simulator.run.goodput.Reliability
+
+    @property
+    def run_reliability(self):
+        """The figures every plan's goodput uses: the user's, else the defaults."""
+        if self.reliability is not None:
+            return self.reliability
+        from simulator.run.defaults import default_reliability
+
+        return default_reliability()
 
     def _check_experts(self) -> None:
         """Expert options: for a model with experts, an EP that divides them and a load of 1
