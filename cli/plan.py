@@ -112,9 +112,10 @@ def plan_cmd(
                                      "each plan's time and cost to dense AdamS's quality"),
     rank: RankChoice = typer.Option("time", "--rank",
                              help="time (hours to train the tokens), cost (USD; with "
-                                  "--deadline-hours: the cheapest plan that meets it) or "
+                                  "--deadline-hours: the cheapest plan that meets it), "
                                   "quality (hours to reach dense AdamS's final loss; needs "
-                                  "--quality)"),
+                                  "--quality), or wall-time / wall-cost: with failures, "
+                                  "restarts and checkpoints (goodput)"),
     pareto_only: bool = typer.Option(False, "--pareto",
                                      help="show the time-cost frontier: the plans no other "
                                           "plan beats on both hours and cost, fastest first "
@@ -211,7 +212,10 @@ def plan_cmd(
             "interruptions", "checkpoint_every_min", "goodput", "wall_hours", "wall_cost_usd",
             "pareto", "bottleneck", "quality"]
     ranked = {"quality": "time to dense AdamS's quality then cost",
-              "cost": "cost then time to train"}.get(rank, "time to train then cost")
+              "cost": "cost then time to train",
+              "wall-time": "wall time with failures then its cost",
+              "wall-cost": "cost with failures then the wall time"}.get(
+        rank, "time to train then cost")
     if pareto_only:
         ranked = (f"the time-cost frontier ({len(df)} plans no other plan beats on both), "
                   "fastest first")
@@ -288,8 +292,9 @@ def plan_cmd(
         f"{rel.restart_min:g}-minute restarts and synchronous checkpoints of the weights and "
         f"optimizer state at {rel.checkpoint_GBps:g} GB/s a GPU (up to "
         f"{rel.storage_GBps:g} GB/s) every checkpoint_every_min of work (Daly 2006; "
-        f"simulator/run/goodput.py; planned maintenance not counted): {rel.source}; plans are "
-        "ranked by their hours without failures")
+        f"simulator/run/goodput.py; planned maintenance not counted): {rel.source}"
+        + ("" if rank in ("wall-time", "wall-cost") else "; plans are ranked by their hours "
+           "without failures (--rank wall-time or wall-cost ranks with them)"))
     dense = best_dense(everything)
     if best["quality"] != "dense" and dense is not None:
         notes.append(

@@ -13,6 +13,7 @@ from simulator.memory.peak import memory_use, nccl_communicators, usable_bytes
 from simulator.planning.compare import parse_scheme
 from simulator.planning.plan_request import PlanRequest
 from simulator.planning.planner import best_dense, best_without, plan_training
+from simulator.run.goodput import Reliability
 from tests.test_cli import scape
 
 H100, A100 = load_hardware("dgx-h100"), load_hardware("dgx-a100")
@@ -170,7 +171,11 @@ _PLAN_KEY = ["hardware", "gpus", "scheme", "tp", "pp", "schedule", "micro_batch"
      "schemes": ("dense-adams", "topk:0.99", "scape:0.99", "quantized:4")},
     {"model": load_model("qwen3-30b-a3b"), "max_gpus": 32, "tokens": 1e11, "global_batch": 128,
      "hardware": (H100,), "schemes": ("dense-adams", "topk:0.99", "scape:0.99")},
-], ids=["time", "cost", "deadline-cost", "budget", "7b-lossy", "moe"])
+    {"rank": "wall-time"},
+    # failures often enough that goodput ranks the GPU counts apart
+    {"rank": "wall-cost", "reliability": Reliability(5.0, 10, 0.15, 2000)},
+], ids=["time", "cost", "deadline-cost", "budget", "7b-lossy", "moe", "wall-time",
+        "wall-cost"])
 def test_bounded_search_keeps_the_plans_every_simulation_gives(kw, tmp_path):
     """plan_training(keep=K) simulates only the plans whose lower bound could still make the
     top K (simulator/planning/planner.py evaluate_bounded): its top K, its best dense and its best

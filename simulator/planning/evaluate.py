@@ -213,7 +213,22 @@ def bounds(req: PlanRequest, cands: list[Candidate], pool=None, workers: int = 1
 
 # the value each ranking orders plans by, then the tie-break
 RANK_KEYS = {"time": ("hours", "cost_usd"), "cost": ("cost_usd", "hours"),
-             "quality": ("hours_to_quality", "cost_to_quality_usd")}
+             "quality": ("hours_to_quality", "cost_to_quality_usd"),
+             "wall-time": ("wall_hours", "wall_cost_usd"),
+             "wall-cost": ("wall_cost_usd", "wall_hours")}
+
+
+def best_goodput(req: PlanRequest, gpus: int) -> float:
+    """The most goodput any plan on `gpus` GPUs can have: its checkpoint is at least the
+    weights (2 B a parameter; a plan's adds its optimizer state, which only lowers it), and
+    goodput does not depend on the run's length (Daly's wall time is linear in the work). A
+    bound on a plan's hours over it bounds its wall hours (the search's lower bounds)."""
+    return _best_goodput(req.model.n_params, req.run_reliability, gpus)
+
+
+@lru_cache(maxsize=4096)
+def _best_goodput(params: int, rel, gpus: int) -> float:
+    return run_with_failures(3600.0, gpus, checkpoint_bytes(params, 2, 0), rel).goodput
 
 
 def _qualifies(req: PlanRequest, row: dict) -> bool:

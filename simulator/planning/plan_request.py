@@ -29,7 +29,9 @@ MAX_TOKENS = 1e18  # a thousand times the largest runs' 15T; more overflows hour
 
 # what plans are ranked by: hours to train (then cost), cost (then hours), or hours to reach
 # dense AdamS's quality (needs a convergence study)
-RANKS = ("time", "cost", "quality")
+# dense AdamS's quality (needs a convergence study), or by the wall time (then cost) or the
+# cost (then wall time) with failures, restarts and checkpoints (simulator/run/goodput.py)
+RANKS = ("time", "cost", "quality", "wall-time", "wall-cost")
 
 @dataclass(frozen=True)
 class PlanRequest:

@@ -13,7 +13,7 @@ from dataclasses import replace
 import pandas as pd
 
 from profiles import UserError
-from simulator.planning.evaluate import SCAPE_FAMILY, bounds, evaluate_all, pareto
+from simulator.planning.evaluate import RANK_KEYS, SCAPE_FAMILY, bounds, evaluate_all, pareto
 from simulator.planning.plan_request import PlanRequest
 from simulator.planning.search import search
 from simulator.planning.space import UNMEASURED, Candidate, Try, candidates, gpu_counts, layouts
@@ -118,10 +118,8 @@ def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None
             raise no_reading
         df = df[reached].sort_values(["hours_to_quality", "cost_to_quality_usd"],
                                      kind="stable").reset_index(drop=True)
-    elif req.rank == "cost":
-        df = df.sort_values(["cost_usd", "hours"], kind="stable").reset_index(drop=True)
-    else:
-        df = df.sort_values(["hours", "cost_usd"], kind="stable").reset_index(drop=True)
+    else:  # time, cost, or either with failures (evaluate.py RANK_KEYS)
+        df = df.sort_values(list(RANK_KEYS[req.rank]), kind="stable").reset_index(drop=True)
     df["pareto"] = pareto(df)
     df.attrs.update(attrs)
     if req.deadline_hours is not None:

@@ -37,6 +37,7 @@ from simulator.planning.evaluate import (
     _evaluate,
     _layout_key,
     _qualifies,
+    best_goodput,
     frontier_points,
     quality_ratio,
     steps_of,
@@ -204,7 +205,9 @@ class Search:
                      else None)
             ratio = math.inf if ratio is None else ratio
         key = {"hours": hours, "cost_usd": cost,
-               "hours_to_quality": hours * ratio}[self.key]
+               "hours_to_quality": hours * ratio,
+               "wall_hours": hours / best_goodput(req, gpus),
+               "wall_cost_usd": cost / best_goodput(req, gpus)}[self.key]
         if not math.isfinite(key):
             return
         heapq.heappush(self.heap, _Node(key, self.made, level, hours, cost, hw, gpus, item,
