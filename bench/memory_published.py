@@ -342,7 +342,10 @@ def memory_bands(peaks: pd.DataFrame) -> pd.DataFrame:
     from reports.fidelity import summarize
     from reports.memory_fidelity import KEYS
 
-    return summarize(peaks, list(KEYS), "error_pct")
+    out = summarize(peaks, list(KEYS), "error_pct")
+    # how many of each band's peaks the model is below (plan's thin-headroom footnote)
+    under = peaks.assign(under=peaks["error_pct"] < 0).groupby(list(KEYS))["under"].sum()
+    return out.assign(under=[int(under[tuple(r)]) for r in out[list(KEYS)].values.tolist()])
 
 
 if __name__ == "__main__":

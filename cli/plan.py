@@ -21,7 +21,7 @@ from cli.common import (
 )
 from profiles import UserError, load_hardware, load_model
 from reports.fidelity import heldout
-from reports.memory_fidelity import memory_how_sure
+from reports.memory_fidelity import memory_how_sure, reserved_under
 from reports.step_fidelity import how_sure, layout_class, range_columns
 from reports.step_fidelity import lookup as step_lookup
 from reports.tables import check_format, comment_lines, render
@@ -316,13 +316,15 @@ def plan_cmd(
             f"{rest['cost_usd'] / best['cost_usd']:.2f}x the cost of the top plan)")
     thin = shown[shown["memory_spare_pct"] < THIN_SPARE_PCT]
     if len(thin):
+        under, peaks = reserved_under()
         notes.append(
             f"thin headroom: {len(thin)} of the {len(shown)} plans shown "
             f"{'leaves' if len(thin) == 1 else 'leave'} under {THIN_SPARE_PCT:g}% of usable "
             f"memory free at the peak (the least: {thin['memory_spare_GB'].min():.1f} GB); the "
             "model counts live tensors and a fixed allocator slack, and published runs' "
-            "caching allocators reserved more (22 of 26 reported reserved peaks are above the "
-            "model's: bench/memory_published.py): --min-spare-gb GB plans with a margin")
+            f"caching allocators reserved more ({under} of {peaks} reported reserved peaks are "
+            "above the model's: profiles/external/memory-fidelity-bands.csv from "
+            "bench/memory_published.py): --min-spare-gb GB plans with a margin")
     for note in notes:
         print("\n".join(comment_lines(note)))
 

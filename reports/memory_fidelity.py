@@ -20,6 +20,13 @@ SOURCE = "profiles/external/memory-fidelity-bands.csv from bench/memory_publishe
 AUTHORS_GH200 = ("vista-gh200", "vista-gh200-socket")
 
 
+def reserved_under() -> tuple[int, int]:
+    """(reported reserved peaks the model is below, reported reserved peaks), over every band:
+    what plan's thin-headroom footnote quotes."""
+    bands = [b for k, b in stored(MEMORY_BANDS, KEYS).items() if k[2] == "reserved"]
+    return (sum(int(b.get("under") or 0) for b in bands), sum(int(b["rows"]) for b in bands))
+
+
 def memory_how_sure(hw, stack: str) -> str:
     """One line on the published peaks of this profile and stack the memory model was checked
     against (signed errors: - = the model is below the peak), or why there are none."""

@@ -111,3 +111,16 @@ def test_simulate_and_compare_say_when_a_step_fits_with_thin_headroom(capsys):
     code, out, err = scape(capsys, "compare", *step, "--seq-len", "5632", "--schemes",
                            "dense-adams,scape:0.99")
     assert code == 0 and "thin headroom (the tightest row):" in out, err
+
+
+def test_the_thin_headroom_footnote_counts_the_shipped_peaks(tmp_path):
+    """The footnote's 'N of M reported reserved peaks' is read from the shipped bands
+    (reports/memory_fidelity.py reserved_under), not a literal: it follows the bench."""
+    from reports.memory_fidelity import MEMORY_BANDS, reserved_under
+
+    under, peaks = reserved_under()
+    import csv
+
+    rows = [r for r in csv.DictReader(MEMORY_BANDS.open()) if r["peak_kind"] == "reserved"]
+    assert peaks == sum(int(r["rows"]) for r in rows) and 0 <= under <= peaks
+    assert under == sum(int(r["under"]) for r in rows)

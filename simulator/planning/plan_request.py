@@ -45,7 +45,7 @@ class PlanRequest:
     # a plan with an 80% pipeline bubble is fast only by its GPU count
     min_mfu: float | None = None
     # GB of each GPU's usable memory a plan must leave free at its peak (--min-spare-gb): the
-    # caching allocator holds more than the live tensors (22 of 26 published reserved peaks
+    # caching allocator holds more than the live tensors (most published reserved peaks are
     # above the model's, bench/memory_published.py), so a plan at 1 GB to spare may not run;
     # None: no margin
     min_spare_GB: float | None = None
