@@ -76,6 +76,7 @@ from simulator.planning.options import (  # noqa: E402
     Overlap,
     Parallelism,
     Precision,
+    Pricing,
     SchemeOptions,
     StepOptions,
 )
@@ -193,7 +194,9 @@ def options(r, defaults: bool = False) -> StepOptions:
         batch=Batch(_int(r.micro_batch, 1), int(r.seq), None, int(r.global_batch)),
         parallelism=parallel,
         precision=precision_of(r, said, defaults),
-        overlap=Overlap(tp_comm=True if (nvidia and tp > 1) else None))
+        overlap=Overlap(tp_comm=True if (nvidia and tp > 1) else None),
+        # a torchtitan run keeps what torchtitan keeps (its loss, TP and pipeline buffers)
+        pricing=Pricing(stack="torchtitan" if torchtitan else None))
 
 
 def published_s(r, cfg) -> float:
