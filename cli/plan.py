@@ -382,9 +382,18 @@ def _reliability(failures: float | None, restart: float | None, gbps: float | No
     from simulator.run.defaults import default_reliability
 
     d = default_reliability()
-    return replace(d, failures_per_gpu_day=d.failures_per_gpu_day if failures is None
-                   else failures, restart_min=d.restart_min if restart is None else restart,
-                   checkpoint_GBps=d.checkpoint_GBps if gbps is None else gbps,
-                   storage_GBps=d.storage_GBps if storage is None else storage,
-                   source="as typed" + ("" if None not in (failures, restart, gbps, storage)
-                                        else f"; the rest from {d.source}"))
+    try:
+        return replace(d, failures_per_gpu_day=d.failures_per_gpu_day if failures is None
+                       else failures, restart_min=d.restart_min if restart is None else restart,
+                       checkpoint_GBps=d.checkpoint_GBps if gbps is None else gbps,
+                       storage_GBps=d.storage_GBps if storage is None else storage,
+                       source="as typed" + ("" if None not in (failures, restart, gbps, storage)
+                                            else f"; the rest from {d.source}"))
+    except UserError as e:  # the rule, named by the flag the user typed
+        text = str(e)
+        for field, flag in (("failures_per_gpu_day", "--failures-per-gpu-day"),
+                            ("restart_min", "--restart-min"),
+                            ("checkpoint_GBps", "--checkpoint-gbps"),
+                            ("storage_GBps", "--storage-gbps")):
+            text = text.replace(field, flag)
+        raise UserError(text) from None

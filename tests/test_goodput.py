@@ -130,8 +130,10 @@ def test_plan_rows_carry_the_run_with_failures_and_the_figures_it_used(capsys):
         w = worse[r["gpus"], r["scheme"], r["tp"], r["pp"]]
         assert w["goodput"] < r["goodput"] and w["interruptions"] > r["interruptions"]
         assert w["restart_min"] == rel.restart_min  # the rest stay the defaults
-    for flag, value, match in (("--failures-per-gpu-day", "0", "must be above 0"),
-                               ("--restart-min", "-5", "0 or more"),
-                               ("--checkpoint-gbps", "0", "must be above 0")):
+    for flag, value, rule in (("--failures-per-gpu-day", "0", "must be above 0"),
+                              ("--restart-min", "-5", "must be 0 or more"),
+                              ("--checkpoint-gbps", "0", "must be above 0"),
+                              ("--storage-gbps", "-1", "must be above 0")):
+        match = f"{flag} {rule}"  # the rule, named by the flag typed
         code, _, err = scape(capsys, *plan, flag, value)
         assert code == 2 and match in err and "Traceback" not in err, err
