@@ -118,29 +118,22 @@ def recompute_of(text) -> str:
     return with_modules(" ".join(MODULE_ALIASES.get(m, m) for m in named.split()))
 
 
-def recipes() -> dict[str, dict]:
-    """Per case, what its recipe states (profiles/external/moe-recipes.csv; '' not stated)."""
-    table = pd.read_csv(RECIPES, comment="#", dtype=str, keep_default_na=False)
+def by_case(path: Path) -> dict[str, dict]:
+    """Per case, what a recipe table states ('' not stated)."""
+    table = pd.read_csv(path, comment="#", dtype=str, keep_default_na=False)
     return {r["case"]: r for r in table.to_dict("records")}
 
 
-RECIPE = recipes()
+# the dispatcher, overlap and FP8 gathers of each MoE row's recipe (moe-recipes.csv)
+RECIPE = by_case(RECIPES)
 # what each row's recipe sets for recomputation and offloading where the published table does
-# not say (profiles/external/step-recompute.csv; '' not found)
+# not say (profiles/external/step-recompute.csv)
 RECOMPUTE_SET = REPO / "profiles" / "external" / "step-recompute.csv"
-
-
-def recompute_set() -> dict[str, dict]:
-    table = pd.read_csv(RECOMPUTE_SET, comment="#", dtype=str, keep_default_na=False)
-    return {r["case"]: r for r in table.to_dict("records")}
-
-
-RECOMPUTE_RECIPE = recompute_set()
+RECOMPUTE_RECIPE = by_case(RECOMPUTE_SET)
 # what each row's recipe sets for its gradients' and optimizer state's precision
-# (profiles/external/step-optimizer.csv; '' not found: the tool's fp32 defaults)
+# (profiles/external/step-optimizer.csv; not found: the tool's fp32 defaults)
 OPTIMIZER_SET = REPO / "profiles" / "external" / "step-optimizer.csv"
-OPTIMIZER_RECIPE = {r["case"]: r for r in pd.read_csv(
-    OPTIMIZER_SET, comment="#", dtype=str, keep_default_na=False).to_dict("records")}
+OPTIMIZER_RECIPE = by_case(OPTIMIZER_SET)
 
 
 def precision_of(r, said: dict, defaults: bool) -> Precision:

@@ -18,6 +18,11 @@ from vocabulary.suggest import did_you_mean
 
 MODULES = ("core_attn", "layernorm", "mla_up_proj", "mlp", "moe", "moe_act", "shared_experts")
 PREFIX = "selective:"
+# what DeepSeek-V3's Megatron recipes recompute before the whole layer (the modules whose
+# tensors are largest: latent attention's up-projections, the MLPs, the MoE layers)
+RECIPE_MODULES = ("mla_up_proj", "mlp", "moe")
+# modules only a model with latent attention, or with experts, has
+NEEDS = {"mla_up_proj": "mla", "moe": "moe", "moe_act": "moe", "shared_experts": "moe"}
 # the named Megatron policies as module sets
 NAMED = {"selective": frozenset({"core_attn"}),
          "selective-norm": frozenset({"core_attn", "layernorm"})}
@@ -47,13 +52,20 @@ def with_modules(modules: str) -> str:
     return PREFIX + ",".join(m for m in MODULES if m in names)
 
 
-def check(policy: str, flag: str = "--recompute") -> str:
+def for_model(model, names) -> str:
+    """`selective:...` of those of `names` the model has (a ModelProfile: latent attention's
+    up-projections need its `mla`, the MoE modules its `moe`)."""
+    return with_modules(" ".join(n for n in names
+                                 if n not in NEEDS or getattr(model, NEEDS[n]) is not None))
+
+
+def check(policy: str) -> str:
     """The policy, or a UserError naming the valid ones."""
     if policy in RECOMPUTE:
         return policy
     if isinstance(policy, str) and policy.startswith(PREFIX):
         return with_modules(policy[len(PREFIX):])
-    raise UserError(f"{flag} must be one of {', '.join(RECOMPUTE)}, or {PREFIX}<modules> "
+    raise UserError(f"--recompute must be one of {', '.join(RECOMPUTE)}, or {PREFIX}<modules> "
                     f"(Megatron-Core's {', '.join(MODULES)}), got {policy!r}"
                     f"{did_you_mean(str(policy), RECOMPUTE)}")
 

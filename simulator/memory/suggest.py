@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from vocabulary.errors import UserError
-from vocabulary.recompute import with_modules
+from vocabulary.recompute import RECIPE_MODULES, for_model
 
 # the dense sharding ladder: a scheme -> the stages past it (dense-adams runs dense-zero1)
 SHARDING = {"dense-ddp": ("dense-zero1", "dense-zero2", "dense-zero3"),
@@ -43,11 +43,8 @@ def _changes(cfg) -> Iterator[tuple[str, dict]]:
              else 0)
     for recompute in RECOMPUTE_LADDER[start:]:
         if recompute == "full" and (cfg.model.moe is not None or cfg.model.mla is not None):
-            # what MoE recipes recompute before the whole layer (DeepSeek-V3's Megatron
-            # recipes: mla_up_proj, mlp, moe): the modules whose tensors are largest
-            modules = with_modules(" ".join(
-                (["mla_up_proj"] if cfg.model.mla is not None else [])
-                + ["mlp"] + (["moe"] if cfg.model.moe is not None else [])))
+            # what MoE recipes recompute before the whole layer (RECIPE_MODULES)
+            modules = for_model(cfg.model, RECIPE_MODULES)
             if modules != cfg.recompute:
                 yield (f"--recompute-modules {modules.split(':', 1)[1]}",
                        {"recompute": modules})

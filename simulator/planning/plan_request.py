@@ -27,10 +27,9 @@ MAX_PRICE = 1e6  # USD per GPU-hour
 MAX_TOKENS = 1e18  # a thousand times the largest runs' 15T; more overflows hours and cost
 
 
-# what plans are ranked by: hours to train (then cost), cost (then hours), or hours to reach
-# dense AdamS's quality (needs a convergence study)
-# dense AdamS's quality (needs a convergence study), or by the wall time (then cost) or the
-# cost (then wall time) with failures, restarts and checkpoints (simulator/run/goodput.py)
+# what plans are ranked by: hours to train (then cost), cost (then hours), hours to reach
+# dense AdamS's quality (needs a convergence study), or the wall time (then cost) or the cost
+# (then wall time) with failures, restarts and checkpoints (simulator/run/goodput.py)
 RANKS = ("time", "cost", "quality", "wall-time", "wall-cost")
 
 @dataclass(frozen=True)

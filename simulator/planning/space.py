@@ -18,7 +18,7 @@ from simulator.network.topology import domain_used
 from simulator.planning.compare import parse_scheme
 from simulator.planning.plan_request import PlanRequest
 from simulator.step.step_config import StepConfig
-from vocabulary.recompute import with_modules
+from vocabulary.recompute import RECIPE_MODULES, for_model
 
 MICRO_BATCHES = (1, 2, 4, 8)
 TENSOR_DEGREES = (1, 2, 4, 8)  # searched where they divide the NVLink domain
@@ -37,18 +37,17 @@ INTERLEAVED_MORE = (8, 4)
 RECOMPUTE_ORDER = ("none", "selective-norm", "selective-op", "full")
 
 
+@lru_cache(maxsize=256)
 def recompute_order(model) -> tuple[str, ...]:
     """RECOMPUTE_ORDER, and for a model with experts or latent attention Megatron-Core's
     module recomputation after the norms: the cheap modules (latent attention's up-projections,
-    the experts' activation), then the MLPs and MoE layers as DeepSeek-V3's Megatron recipes
-    recompute them (vocabulary/recompute.py)."""
+    the experts' activation), then the recipes' (vocabulary/recompute.py RECIPE_MODULES).
+    Remembered per model: the planner asks it of every layout and scheme."""
     if model.moe is None and model.mla is None:
         return RECOMPUTE_ORDER
-    mla = ["mla_up_proj"] if model.mla is not None else []
-    act = ["moe_act"] if model.moe is not None else []
-    layers = ["mlp"] + (["moe"] if model.moe is not None else [])
-    base = ["core_attn", "layernorm"]
-    modules = tuple(with_modules(" ".join(base + m)) for m in (mla + act, mla + layers))
+    base = ("core_attn", "layernorm")
+    modules = (for_model(model, (*base, "mla_up_proj", "moe_act")),
+               for_model(model, (*base, *RECIPE_MODULES)))
     return ("none", "selective-norm", *dict.fromkeys(modules), "selective-op", "full")
 # the words every reason for a GPU count a measured profile did not measure carries: the
 # planner tells those reasons apart from the others by them

@@ -58,15 +58,16 @@ def failure_rates() -> dict[str, float]:
 @lru_cache(maxsize=1)
 def default_reliability() -> Reliability:
     rates = failure_rates()
-    restart = math.sqrt(value("kokolis-2024", "restart_minutes_min")
-                        * value("kokolis-2024", "restart_minutes_max"))
+    low, high = (value("kokolis-2024", f"restart_minutes_{end}") for end in ("min", "max"))
+    per_gpu = value("bloom-derived", "checkpoint_write_GBps_per_gpu")
+    storage = 1000 * value("llama3-paper", "storage_sustained_TBps")
     return Reliability(
-        failures_per_gpu_day=statistics.median(rates.values()), restart_min=restart,
-        checkpoint_GBps=value("bloom-derived", "checkpoint_write_GBps_per_gpu"),
-        storage_GBps=1000 * value("llama3-paper", "storage_sustained_TBps"),
-        source="profiles/external/reliability.csv (simulator/run/defaults.py): failures the "
-               "median of Meta RSC-1/RSC-2, BLOOM and OPT-175B; restart Kokolis et al.'s "
-               "5-20 min; writes BLOOM's 0.15 GB/s a GPU up to Llama 3's 2 TB/s")
+        failures_per_gpu_day=statistics.median(rates.values()),
+        restart_min=math.sqrt(low * high), checkpoint_GBps=per_gpu, storage_GBps=storage,
+        source=f"profiles/external/reliability.csv (simulator/run/defaults.py): failures the "
+               f"median of Meta RSC-1/RSC-2, BLOOM and OPT-175B; restart Kokolis et al.'s "
+               f"{low:g}-{high:g} min; writes BLOOM's {per_gpu:g} GB/s a GPU up to Llama 3's "
+               f"{storage / 1000:g} TB/s")
 
 
 def failure_range() -> tuple[float, float]:

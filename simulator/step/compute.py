@@ -21,6 +21,7 @@ import numpy as np
 from profiles import HardwareProfile, ModelProfile, UserError
 from simulator.layout.shapes import Routing, layer_shapes
 from simulator.step.roofline import (
+    MODULE_GEMMS,
     fp8_rate,
     head_times,
     host_launch_s,
@@ -119,12 +120,6 @@ def unsaved_gemm_share(model: ModelProfile) -> float:
     if model.family == "gpt":  # fused QKV (saved), projection, fc1 (saved), fc2
         return (h * h + f * h) / (3 * h * h + h * h + 2 * f * h)
     return (h * kv + h * h + h * f) / (h * (h + 2 * kv) + h * h + 3 * h * f)
-
-
-# the GEMMs of each module Megatron-Core's --recompute-modules runs again, by name
-# (simulator/layout/shapes.py)
-MODULE_GEMMS = {"mla_up_proj": ("q up", "kv up"), "mlp": ("mlp ",), "moe_act": (),
-                "shared_experts": ("shared ",), "moe": ("router", "experts ", "shared ")}
 
 
 def module_share(model: ModelProfile, module: str) -> float:

@@ -28,6 +28,10 @@ from profiles import HardwareProfile, ModelProfile, UserError
 from simulator.layout.shapes import Gemm, Routing, head_shapes, layer_shapes
 
 ATTN_BWD_FLOPS = 2.5  # backward FLOPs per forward FLOP of FlashAttention (5 matmuls vs 2)
+# the GEMMs of each module Megatron-Core's --recompute-modules runs again, by name prefix
+# (simulator/layout/shapes.py names them; moe_act runs none, only the experts' activation)
+MODULE_GEMMS = {"mla_up_proj": ("q up", "kv up"), "mlp": ("mlp ",), "moe_act": (),
+                "shared_experts": ("shared ",), "moe": ("router", "experts ", "shared ")}
 
 
 def fp8_rate(hw: HardwareProfile) -> float:
@@ -135,7 +139,8 @@ def _layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq
     launch = r.gemm_launch_us * 1e-6
     # --fp8: the layer's linear GEMMs in FP8, forward and both gradients (Transformer Engine's
     # recipe); attention and the output layer stay 16-bit
-    gemm_f = sum(gemm_s(g, hw, fp8) for g in s.gemms)
+    fwd_each = [gemm_s(g, hw, fp8) for g in s.gemms]  # s, in s.gemms' order
+    gemm_f = sum(fwd_each)
     gemm_b = sum(gemm_s(b, hw, fp8) for g in s.gemms for b in g.backward())
     if attention in ("flash", "flash2"):
         fwd, bwd = attention_fractions(hw, attention)
@@ -156,15 +161,15 @@ def _layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq
     # a GEMM each, two in the backward; the attention's; the elementwise ones, twice back),
     # and how long the GPU waits where the host launches them slower than it runs them
     # the forward of each module Megatron-Core's --recompute-modules can run again
-    # (simulator/step/compute.py recompute_s): its GEMMs, and the routed experts' activation
-    def fwd_of(*prefixes: str) -> float:
-        return sum(gemm_s(g, hw, fp8) for g in s.gemms if g.name.startswith(prefixes))
-
+    # (simulator/step/compute.py recompute_s): its GEMMs (MODULE_GEMMS), and the routed
+    # experts' activation and, for the whole MoE layer, its tokens' permutes
     act_f = (launch + s.moe_act_bytes / _hbm_Bps(hw)) if moe_layer else 0.0
     permute_f = (3 * launch + s.moe_permute_bytes / _hbm_Bps(hw)) if moe_layer else 0.0
-    modules = {"mla_up_proj_fwd": fwd_of("q up", "kv up"), "mlp_fwd": fwd_of("mlp "),
-               "shared_experts_fwd": fwd_of("shared "), "moe_act_fwd": act_f,
-               "moe_fwd": fwd_of("router", "experts ", "shared ") + act_f + permute_f}
+    modules = {f"{m}_fwd": sum(t for g, t in zip(s.gemms, fwd_each, strict=True)
+                               if g.name.startswith(prefixes))
+               for m, prefixes in MODULE_GEMMS.items()}
+    modules["moe_act_fwd"] += act_f
+    modules["moe_fwd"] += act_f + permute_f
     gpu_f, gpu_b = gemm_f + attn_f + mem_f, gemm_b + attn_b + mem_b
     kernels_f = len(s.gemms) + attn_kernels[0] + s.memory_kernels
     kernels_b = 2 * len(s.gemms) + attn_kernels[1] + 2 * s.memory_kernels
