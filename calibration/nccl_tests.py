@@ -53,8 +53,21 @@ RANK_LINE = re.compile(r"^#?\s*Rank\s+(\d+)\s.*?\bPid\s+(\d+)\s+on\s+(\S+)\s+dev
                        r"\[[^\]]*\]\s+(.+?)\s*$")
 THREADS = re.compile(r"^#?\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
 # the header's first line, after whatever a launcher puts before every line it relays (srun
-# --label "0: ", mpirun --tag-output "[1,0]<stdout>:", Ray "(head, rank=0, pid=N)")
+# --label "0: ", Ray "(head, rank=0, pid=N)")
 PREFIXED = re.compile(r"^(.*?)#\s*nThread\s+\d+\s+nGpus")
+# mpirun's tag (--tag-output: "[1,0]<stdout>:", OpenMPI's job and rank), with the time
+# --timestamp-output puts before it ("Tue Mar  5 12:00:01 2024"): anywhere in a line, since a
+# rank's output relayed in pieces puts one in the middle of a row; taken off wherever found
+MPI_TAG = re.compile(r"(?:[A-Z][a-z]{2} [A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2} \d{4})?"
+                     r"(\[\d+,\d+\]<std(?:out|err)>:)")
+# a launcher's rank label left inside a row where a line was relayed in two pieces (srun
+# --label "3:"); no nccl-tests cell ends with a colon
+LABEL_CELL = re.compile(r"^\d+:$")
+# the NICs NCCL's network plugin says a node has: InfiniBand/RoCE verbs list them ("NET/IB :
+# Using [0]mlx5_0:1/IB [1]mlx5_3:1/IB ; OOB ..."), aws-ofi-nccl counts them ("Selected
+# Provider is efa (found 32 nics)", cxi on Slingshot)
+IB_NICS = re.compile(r"^NET/IB ?: Using ((?:\[\d+\]\S+\s*)+)")
+OFI_NICS = re.compile(r"\(found (\d+) nics\)")
 # the largest |error| the `error` column of nccl-tests before about v2.11 allows per type
 # (src/common.cu DeltaMaxValue: half 5e-2, float 1e-5, double 1e-12, integers exact); that
 # column prints the largest deviation found, not a count of wrong values (`#wrong`, later)
@@ -102,10 +115,15 @@ class NcclInfo:
     # (op, bytes as printed, algorithm, protocol): one per distinct call shape
     choices: list[tuple[str, int, str, str]] = field(default_factory=list)
     lines: int = 0
+    nics: int | None = None  # the NICs a node has, as the network plugin listed them
 
     def read(self, text: str) -> None:
         self.lines += 1
-        if (m := NCCL_VERSION.search(text)) is not None:
+        if (m := IB_NICS.match(text)) is not None:
+            self.nics = self.nics or len(re.findall(r"\[\d+\]", m[1]))
+        elif (m := OFI_NICS.search(text)) is not None:
+            self.nics = self.nics or int(m[1])
+        elif (m := NCCL_VERSION.search(text)) is not None:
             self.version = self.version or m[1]
         elif (m := COLL_CHANNELS.match(text)) is not None:
             self.channels = int(m[1])
@@ -151,6 +169,13 @@ class NcclTestsLog:
     notes: list[str] = field(default_factory=list)
     nccl: NcclInfo = field(default_factory=NcclInfo)
     section: int | None = None  # a file of several collectives: the line this one starts at
+    host_ranks: tuple[int, ...] = ()  # the ranks each host of `hosts` ran, in its order
+
+    def ranks_per_node(self) -> int | None:
+        """The GPUs each host ran where every host ran as many (the node shape the rank
+        lines tell), else None."""
+        counts = set(self.host_ranks)
+        return counts.pop() if len(counts) == 1 else None
 
     def choices(self) -> list[tuple[int, str, str]]:
         """NCCL's printed choices for this log's op: (size in nccl-tests terms, the whole
@@ -243,6 +268,18 @@ def _row_shaped(cells: list[str]) -> bool:
     opposed to a launcher's line that happens to start with a digit ("1st MCA variable")."""
     return (len(cells) >= 11 and cells[0].isdigit() and cells[1].isdigit()
             and cells[2].lower() in TYPES)
+
+
+def _untagged(line: str) -> str:
+    """A line with mpirun's tags as one prefix: the first tag kept (the line's relay prefix,
+    read off like any launcher's), its timestamp dropped (it changes from line to line), and
+    every later tag taken out (a piece of the same rank's line relayed apart)."""
+    found = list(MPI_TAG.finditer(line))
+    if not found:
+        return line
+    first = found[0]
+    rest = MPI_TAG.sub(" ", line[first.end():])
+    return line[:first.start()] + first[1] + rest
 
 
 def _world_from_bw(op: str, rows: list[Row]) -> int | None:
@@ -344,9 +381,11 @@ def _parse(p: Path, text: str, op: str | None, offset: int) -> NcclTestsLog:
     complete, repeated, columns, cut = False, 0, None, None
     info, launcher, elided = NcclInfo(), 0, None
     first, others = None, set()
-    lines = text.splitlines()
+    lines = [_untagged(ln) for ln in text.splitlines()]
     last = max((i for i, ln in enumerate(lines, offset + 1) if ln.strip()), default=0)
     prefix = next((m[1] for ln in lines if (m := PREFIXED.match(ln.strip()))), "")
+    held, joined = None, 0  # a row relayed in two lines: its first part, where it was
+    last_size = 0.0  # the size of the row before: a table's sizes go up
     for i, raw in enumerate(lines, offset + 1):
         line = raw.strip()
         if not line:
@@ -387,13 +426,26 @@ def _parse(p: Path, text: str, op: str | None, offset: int) -> NcclTestsLog:
             elif re.match(r"#\s+size\s+count", line):
                 columns = line.lstrip("#").split()
             continue
-        cells = line.split()
+        cells = [c for c in line.split() if not LABEL_CELL.match(c)]
         if columns is None:
             if not _row_shaped(cells):  # the launcher's output (ssh, mpirun), not a row
                 launcher += 1
                 continue
             raise UserError(f"{path}: line {i}: a row before the table's header (size, count, "
                             "...): not an nccl-tests log")
+        if held is not None:  # the rest of a row relayed in two lines
+            first_line, first_cells = held
+            held = None
+            if len(first_cells) + len(cells) == len(columns):
+                cells, joined = first_cells + cells, joined + 1
+            else:
+                raise UserError(f"{path}: line {first_line}: {len(first_cells)} cells where the "
+                                f"header has {len(columns)} ({' '.join(columns)}), and line {i} "
+                                "does not complete them")
+        elif (len(cells) < len(columns) and len(cells) >= 3 and cells[0].isdigit()
+              and cells[2].lower() in TYPES and i != last):
+            held = (i, cells)  # a row's first part; the next line may hold the rest
+            continue
         # size count type [redop] [root] time algbw busbw check time algbw busbw check
         n_keys = len(cells) - 8
         if n_keys not in (3, 4, 5) or len(cells) != len(columns):
@@ -421,11 +473,21 @@ def _parse(p: Path, text: str, op: str | None, offset: int) -> NcclTestsLog:
             continue
         if size in seen:
             repeated += 1
+            last_size = size
             continue
+        if size < last_size:  # a new size below the last: not one table of nccl-tests
+            raise UserError(f"{path}: line {i}: size {int(size):,} B after {int(last_size):,} B: "
+                            "nccl-tests times its sizes going up (-b to -e); a table whose "
+                            "sizes go down to one not seen before is not one run's")
         seen.add(size)
-        rows.append(Row(int(size), _number(t, p, i, "time"), _number(algbw, p, i, "algbw"),
-                        _number(busbw, p, i, "busbw"),
-                        None if t_in == "N/A" else _number(t_in, p, i, "time"), i))
+        last_size = size
+        times = (_number(t, p, i, "time"),
+                 None if t_in == "N/A" else _number(t_in, p, i, "time"))
+        if any(x is not None and not x > 0 for x in times):  # NaN, 0 or negative
+            raise UserError(f"{path}: line {i}: a time of {t if not times[0] > 0 else t_in} us: "
+                            "a collective's time is a positive number of microseconds")
+        rows.append(Row(int(size), times[0], _number(algbw, p, i, "algbw"),
+                        _number(busbw, p, i, "busbw"), times[1], i))
     if not rows:
         raise UserError(f"{path}: no size row with a positive size (is it an nccl-tests log?)")
     if len(set(devices)) > 1:
@@ -451,6 +513,12 @@ def _parse(p: Path, text: str, op: str | None, offset: int) -> NcclTestsLog:
         notes.append(f"{p.name}: no '# Avg bus bandwidth' footer: the log was cut short; its "
                      f"{len(rows)} complete rows are read"
                      + (f" (line {cut} ends inside a row and is left out)" if cut else ""))
+    if held is not None:
+        raise UserError(f"{path}: line {held[0]}: {len(held[1])} cells where the header has "
+                        f"{len(columns)} ({' '.join(columns)})")
+    if joined:
+        notes.append(f"{p.name}: {joined} row(s) the launcher relayed in two lines are read "
+                     "joined")
     if repeated:
         notes.append(f"{p.name}: {repeated} rows repeat a size already read (several runs or "
                      "processes wrote the file): the first of each size is kept")
@@ -472,9 +540,13 @@ def _parse(p: Path, text: str, op: str | None, offset: int) -> NcclTestsLog:
     # one run over several hosts: no process group holds all of its ranks (two runs of one
     # node each, written to one file, each hold 0..7)
     spans = len(set(hosts)) > 1 and max(len(r) for r in ranks.values()) < world
+    on_host: dict[str, set[int]] = {}
+    for (host, _), numbers in ranks.items():
+        on_host.setdefault(host, set()).update(numbers)
     return NcclTestsLog(str(p), name, rows, world, tuple(dict.fromkeys(hosts)),
                         tuple(dict.fromkeys(devices)), threads, version, complete,
-                        repeated=repeated, spans_hosts=spans, notes=notes, nccl=info)
+                        repeated=repeated, spans_hosts=spans, notes=notes, nccl=info,
+                        host_ranks=tuple(len(on_host[h]) for h in dict.fromkeys(hosts)))
 
 
 def with_repeat(held):
@@ -616,7 +688,8 @@ def nccl_notes(logs: list[NcclTestsLog], hw, algo: str) -> list[str]:
 def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
                         holdout: str | None = None, min_bytes: int = 0,
                         gpu_from: str | None = None, model: str | None = None,
-                        algo: str | None = None):
+                        algo: str | None = None, nics: int | None = None,
+                        force: bool = False):
     """Fit the logs' rows (all ops, or all but `holdout`) and write measured/<name>.toml;
     with `holdout`, also predict that op's rows from the fit made without them. `model`:
     nccl (the --gpu-from profile's NCCL path with its NVLink efficiency and launch cost
@@ -624,24 +697,27 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
     calibration/nccl_tests_fit.py; logs whose ranks fill whole nodes of a profile with [nccl])
     or link (one latency per hop and a bandwidth per op, as `scape calibrate collectives`
     writes, with the sweep beside it); default: nccl where it applies. `algo`: the NCCL_ALGO
-    the logs ran with (nccl model; None: the logs' own NCCL_ALGO line, else auto). Returns
-    (path, fit, sweep table, held-out table or None, notes)."""
+    the logs ran with (nccl model; None: the logs' own NCCL_ALGO line, else auto).
+    `gpu_from` None: the profile of the device lines' GPU (calibration/nccl_tests_shape.py),
+    its node shape replaced by the logs' (GPUs per host; NICs from NCCL's lines or `nics`).
+    An existing profile of that name is replaced only with `force`. Returns (path, fit, sweep
+    table, held-out table or None, notes)."""
     from datetime import UTC, datetime
 
     import pandas as pd
 
     from calibration.collectives import _save_rows, link_tables
+    from calibration.nccl_tests_shape import gpu_profile, scratch_dir, shaped_profile
     from profiles import load_hardware
-    from profiles.files import read_toml
     from profiles.measured import merge, path_of
     from simulator.network.fit import coefficients, fit_tier
 
-    path_of(name)  # a bad name fails before any reading
-    if gpu_from is None:
-        raise UserError("--gpu-from NAME: the hardware profile whose GPU the logs ran on "
-                        "(dgx-a100, dgx-h100, ...): nccl-tests measures the network only, and "
-                        "the profile needs its GPU's tables to load")
-    base = load_hardware(gpu_from)
+    target = path_of(name)  # a bad name fails before any reading
+    if target.exists() and not force:
+        raise UserError(f"--out {name}: {target} exists; give --force to replace it, or "
+                        "another --out")
+    if nics is not None and nics < 1:
+        raise UserError(f"--nics-per-node must be 1 or more, got {nics}")
     from scape.plan import WIRE_FACTOR
 
     logs, skipped = [], []
@@ -659,7 +735,12 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
     if len(devices) > 1:
         raise UserError(f"the logs come from different systems ({', '.join(sorted(devices))}): "
                         "calibrate one system at a time")
-    gpu_said = gpu_notes(devices, base)
+    gpu_from, picked = gpu_profile(devices, gpu_from)
+    base = load_hardware(gpu_from)
+    gpu_said = picked + gpu_notes(devices, base)
+    with scratch_dir() as scratch:
+        base, doc, shape_said = shaped_profile(base, logs, nics, Path(scratch))
+    gpu_said += shape_said
     rows = fit_rows(logs, min_bytes)
     if not rows:
         raise UserError(f"no row of the logs is at or above --min-size ({min_bytes:,} B): the "
@@ -700,8 +781,9 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
     # 92.2/157.1%, broadcast 23.9/33.6% against 92.8/138.6%; all_reduce 32.5/40.0% against
     # 8.6/41.3%)
     if (model or ("nccl" if shaped else "link")) == "nccl":
-        path, fit, sweep, held, notes = _from_logs_nccl(name, paths, logs, base, rows, fitted,
-                                                        holdout, algo, notes, max(spans))
+        path, fit, sweep, held, notes = _from_logs_nccl(name, paths, logs, base, doc, rows,
+                                                        fitted, holdout, algo, notes,
+                                                        max(spans))
         return path, fit, sweep, with_repeat(held), notes
     if typed and algo != "auto":
         raise UserError(f"--algo {algo}: the link fit prices every op as NCCL's ring; --algo "
@@ -738,7 +820,7 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
         "fabric": {"topology": "fat-tree", "nodes_per_leaf": 250, "oversubscription": 1.0,
                    "switch_latency_us": 0.0, "source": "one switch (the fit's testbed)"},
     }
-    raw = read_toml(Path(base.path))
+    raw = doc
     for table in GPU_TABLES:
         if table in raw:
             tables[table] = {**raw[table], "source": f"copied from hardware profile "
@@ -765,7 +847,7 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
     return path, fit, sweep, held, list(dict.fromkeys(notes))  # one note per logs alike
 
 
-def _from_logs_nccl(name: str, paths: list[str], logs, base, rows: list[dict],
+def _from_logs_nccl(name: str, paths: list[str], logs, base, doc: dict, rows: list[dict],
                     fitted: list[dict], holdout: str | None, algo: str, notes: list[str],
                     nodes: int = 1):
     """calibrate_from_logs with the nccl model: the base profile's NCCL path, its NVLink
@@ -777,7 +859,6 @@ def _from_logs_nccl(name: str, paths: list[str], logs, base, rows: list[dict],
     import pandas as pd
 
     from calibration.nccl_tests_fit import fit_nccl, predict
-    from profiles.files import read_toml
     from profiles.loader import write_checked
     from profiles.measured import dumps, path_of
     from vocabulary.atomic import to_csv_atomic
@@ -803,7 +884,6 @@ def _from_logs_nccl(name: str, paths: list[str], logs, base, rows: list[dict],
     src = (f"fitted by scape calibrate nccl-tests {logs_text} (--algo {algo}), {when}: solved "
            f"{together} on the logs' rows through this profile's NCCL path "
            "(calibration/nccl_tests_fit.py)")
-    doc = read_toml(Path(base.path))
     if fit.tier == "transport" and "transport" not in doc:  # the NICs as ib-verbs sees them
         tr = fit.hardware.transport
         doc["transport"] = {"kind": tr.kind, "efficiency": tr.efficiency,

@@ -120,7 +120,15 @@ def calibrate_nccl_tests(
                                       "--model nccl the profile written is it, its NVLink "
                                       "efficiency and NCCL launch cost fitted; with --model "
                                       "link its [gpu], [compute], [roofline] and [memory] are "
-                                      "copied (the logs measure the network only)"),
+                                      "copied (the logs measure the network only) [default: "
+                                      "the shipped profile of the GPU the logs' device lines "
+                                      "name]"),
+    nics_per_node: int = typer.Option(None, "--nics-per-node",
+                                      help="NICs a node has, where the logs' nodes hold another "
+                                           "GPU count than the --gpu-from profile's and NCCL's "
+                                           "own lines (NCCL_DEBUG=INFO) do not list them"),
+    force: bool = typer.Option(False, "--force", help="replace an existing measured/NAME "
+                                                      "profile"),
     model: str = typer.Option(None, "--model",
                               help="nccl (the --gpu-from profile's NCCL path: tuner, protocols, "
                                    "launch; logs filling whole nodes of the profile) or link (a "
@@ -146,7 +154,8 @@ def calibrate_nccl_tests(
     print(f"calibrate nccl-tests: reading {len(logs)} log(s) and fitting their rows ...",
           file=sys.stderr)
     path, fit, df, held, notes = calibrate_from_logs(out.removeprefix("measured/"), logs, op,
-                                                     holdout, minimum, gpu_from, model, algo)
+                                                     holdout, minimum, gpu_from, model, algo,
+                                                     nics_per_node, force)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     if fmt != "table":  # one table: the fitted rows and the held-out ones, a role each

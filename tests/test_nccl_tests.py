@@ -21,6 +21,8 @@ H100 = FIX / "h100-80gb-hbm3-all_reduce_ring.out"
 H100_RUN = {op: FIX / f"h100-8x-ring-{op}.out" for op in ("all_reduce", "all_gather",
                                                           "reduce_scatter")}
 FIVE = FIX / "h100-1x8-five-ops-xxrjun.log"  # five binaries into one file, 32 MiB up
+# the command, replacing a profile a test wrote before under the same name
+NT = ("calibrate", "nccl-tests", "--force")
 
 
 def test_real_logs_are_read_exactly():
@@ -186,7 +188,7 @@ def test_a_file_of_several_collectives_is_read_one_by_one(capsys, tmp_path, monk
     monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path / "profiles"))
     runs, said = [], []
     for logs_given in ([str(both)], [str(H100_RUN["all_reduce"]), str(H100_RUN["all_gather"])]):
-        code, out, err = scape(capsys, "calibrate", "nccl-tests", *logs_given, "--out", "f",
+        code, out, err = scape(capsys, *NT, *logs_given, "--out", "f",
                                "--gpu-from", "dgx-h100", "--holdout", "all_gather",
                                "--format", "json")
         assert code == 0, err
@@ -222,7 +224,7 @@ def test_a_real_file_of_five_collectives_fits_on_one_and_prices_all_to_all(capsy
     a2a_only = tmp_path / "alltoall.log"
     a2a_only.write_text("\n".join(lines[a2a.section - 1:logs[4].section - 1]))
     monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path / "profiles"))
-    code, out, err = scape(capsys, "calibrate", "nccl-tests", str(ar_only), str(a2a_only),
+    code, out, err = scape(capsys, *NT, str(ar_only), str(a2a_only),
                            "--out", "five", "--gpu-from", "dgx-h100", "--holdout", "all_to_all",
                            "--format", "json")
     assert code == 0, err
@@ -292,13 +294,13 @@ def test_nccl_s_own_lines_are_read_and_the_rows_are_unchanged(tmp_path, capsys, 
     assert parse_log(H100_RUN["all_gather"]).nccl.version == "2.26.2"
     # calibrate takes the logs' NCCL_ALGO as --algo, refuses another, and compares choices
     monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path))
-    code, _, err = scape(capsys, "calibrate", "nccl-tests", str(noisy), "--out", "h",
+    code, _, err = scape(capsys, *NT, str(noisy), "--out", "h",
                            "--gpu-from", "dgx-h100", "--min-size", "64KiB")
     assert code == 0, err
     assert "--algo ring: the logs' NCCL_ALGO=Ring (set by environment)" in err
     assert "NCCL 2.26.2, 24 channels, network IB, NCCL_ALGO=Ring" in err
     assert "NCCL printed its choice for 2 call shape(s)" in err
-    code, _, err = scape(capsys, "calibrate", "nccl-tests", str(noisy), "--out", "h",
+    code, _, err = scape(capsys, *NT, str(noisy), "--out", "h",
                            "--gpu-from", "dgx-h100", "--algo", "tree")
     assert code == 2 and "NCCL ran with NCCL_ALGO=Ring" in err
 
@@ -327,7 +329,7 @@ def test_printed_choices_are_compared_with_the_profile_s_tuner(tmp_path):
 def test_calibrate_writes_a_profile_collective_uses_and_a_holdout_predicts_another_op(
         capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path))
-    code, out, err = scape(capsys, "calibrate", "nccl-tests", str(A100_AR), str(A100_AG),
+    code, out, err = scape(capsys, *NT, str(A100_AR), str(A100_AG),
                            "--out", "a100", "--gpu-from", "dgx-a100", "--min-size", "64KiB",
                            "--holdout", "all_gather", "--format", "csv")
     assert code == 0, err
@@ -383,21 +385,23 @@ def test_calibrate_writes_a_profile_collective_uses_and_a_holdout_predicts_anoth
 def test_calibrate_refuses_mixed_systems_and_failed_runs_writing_nothing(capsys, tmp_path,
                                                                         monkeypatch):
     monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path))
-    code, _, err = scape(capsys, "calibrate", "nccl-tests", str(A100_AR), str(H100), "--out",
+    code, _, err = scape(capsys, *NT, str(A100_AR), str(H100), "--out",
                          "mixed", "--gpu-from", "dgx-a100")
     assert code == 2 and "different systems" in err
     # logs of another GPU than the profile's: its memory and kernels would price the plans
-    code, _, err = scape(capsys, "calibrate", "nccl-tests", str(H100), "--out", "other",
+    code, _, err = scape(capsys, *NT, str(H100), "--out", "other",
                          "--gpu-from", "dgx-a100")
     assert code == 2 and "ran on NVIDIA H100 80GB HBM3, and --gpu-from dgx-a100 holds A100" in err
     bad = tmp_path / "all_reduce_perf.out"
     bad.write_text(A100_AR.read_text().replace("584.5  114.81  200.91    N/A",
                                                "584.5  114.81  200.91      3"))
-    code, _, err = scape(capsys, "calibrate", "nccl-tests", str(bad), "--out", "failed",
+    code, _, err = scape(capsys, *NT, str(bad), "--out", "failed",
                          "--gpu-from", "dgx-a100")
     assert code == 2 and "the result check reads 3" in err
-    code, _, err = scape(capsys, "calibrate", "nccl-tests", str(A100_AR), "--out", "nogpu")
-    assert code == 2 and "--gpu-from" in err
+    unnamed = tmp_path / "all_reduce_perf.log"  # a device line that names no GPU family
+    unnamed.write_text(A100_AR.read_text().replace("A100-SXM4-40GB", "NVIDIA Graphics Device"))
+    code, _, err = scape(capsys, "calibrate", "nccl-tests", str(unnamed), "--out", "nogpu")
+    assert code == 2 and "--gpu-from NAME: the logs name no GPU this reads" in err
     assert not list((tmp_path / "measured").glob("*.toml")) if (tmp_path / "measured").exists() \
         else True
 
@@ -411,7 +415,7 @@ def test_a_fit_on_two_ops_predicts_the_third_as_a_ring(capsys, tmp_path, monkeyp
     import io
 
     monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path))
-    code, out, err = scape(capsys, "calibrate", "nccl-tests", *map(str, H100_RUN.values()),
+    code, out, err = scape(capsys, *NT, *map(str, H100_RUN.values()),
                            "--out", "h100", "--gpu-from", "dgx-h100", "--min-size", "64KiB",
                            "--holdout", "all_gather", "--model", "link", "--format", "csv")
     assert code == 0, err
@@ -431,7 +435,7 @@ def test_the_nccl_path_fitted_on_two_ops_prices_the_third_and_any_call(capsys, t
     import io
 
     monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path))
-    code, out, err = scape(capsys, "calibrate", "nccl-tests", *map(str, H100_RUN.values()),
+    code, out, err = scape(capsys, *NT, *map(str, H100_RUN.values()),
                            "--out", "h100", "--gpu-from", "dgx-h100", "--algo", "ring",
                            "--min-size", "64KiB", "--holdout", "all_gather", "--format", "csv")
     assert code == 0, err
@@ -460,7 +464,7 @@ def test_a_held_out_row_carries_the_log_s_own_repeat(capsys, tmp_path, monkeypat
     import io
 
     monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path))
-    code, out, err = scape(capsys, "calibrate", "nccl-tests", *map(str, H100_RUN.values()),
+    code, out, err = scape(capsys, *NT, *map(str, H100_RUN.values()),
                            "--out", "h100", "--gpu-from", "dgx-h100", "--algo", "ring",
                            "--min-size", "64KiB", "--holdout", "all_reduce", "--format", "csv")
     assert code == 0, err
@@ -486,16 +490,16 @@ def test_the_nccl_path_is_for_one_node_and_a_profile_with_nccl(capsys, tmp_path,
     plain = tmp_path / "a100-no-nccl.toml"
     plain.write_text(re.sub(r"(?ms)^\[nccl\]\n.*?(?=^\[|\Z)", "", text).replace(
         'name = "dgx-a100"', 'name = "a100-no-nccl"'))
-    code, _, err = scape(capsys, "calibrate", "nccl-tests", str(A100_AR), str(A100_AG),
+    code, _, err = scape(capsys, *NT, str(A100_AR), str(A100_AG),
                          "--out", "x", "--gpu-from", str(plain), "--model", "nccl")
     assert code == 2 and "has no [nccl] table" in err
-    code, _, err = scape(capsys, "calibrate", "nccl-tests", str(A100_AR), "--out", "x",
+    code, _, err = scape(capsys, *NT, str(A100_AR), "--out", "x",
                          "--gpu-from", "dgx-a100", "--model", "ncl")
     assert code == 2 and "did you mean 'nccl'" in err
-    code, _, err = scape(capsys, "calibrate", "nccl-tests", str(A100_AR), "--out", "x",
+    code, _, err = scape(capsys, *NT, str(A100_AR), "--out", "x",
                          "--gpu-from", "dgx-a100", "--model", "link", "--algo", "ring")
     assert code == 2 and "--algo is for --model nccl" in err
-    code, _, err = scape(capsys, "calibrate", "nccl-tests", str(A100_AR), "--out", "x",
+    code, _, err = scape(capsys, *NT, str(A100_AR), "--out", "x",
                          "--gpu-from", "dgx-a100", "--min-size", "100GiB")
     assert code == 2 and "no row of the logs is at or above --min-size" in err
 
@@ -538,7 +542,7 @@ def _fit_model_logs(capsys, tmp_path, monkeypatch, truth, fitted_op: str, hosts:
     for op in (fitted_op, "broadcast"):
         _model_log(tmp_path / f"{op}.out", truth, op, hosts, SIZES, gpus=gpus)
     monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path / "profiles"))
-    code, out, err = scape(capsys, "calibrate", "nccl-tests", str(tmp_path / f"{fitted_op}.out"),
+    code, out, err = scape(capsys, *NT, str(tmp_path / f"{fitted_op}.out"),
                            str(tmp_path / "broadcast.out"), "--out", "fit", "--gpu-from",
                            truth.name, "--holdout", "broadcast", "--format", "json")
     assert code == 0, err
@@ -637,7 +641,7 @@ def test_real_g8_logs_fit_on_all_reduce_price_the_broadcast_of_the_same_run(caps
     from profiles import load_hardware
 
     monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path))
-    code, out, err = scape(capsys, "calibrate", "nccl-tests", str(A100_AR), str(A100_BC),
+    code, out, err = scape(capsys, *NT, str(A100_AR), str(A100_BC),
                            "--out", "sb", "--gpu-from", "dgx-a100", "--holdout", "broadcast",
                            "--min-size", "64KiB", "--format", "json")
     assert code == 0, err
@@ -645,3 +649,100 @@ def test_real_g8_logs_fit_on_all_reduce_price_the_broadcast_of_the_same_run(caps
     mid = [abs(r["error_pct"]) for r in json.loads(out)
            if r["role"] == "held-out" and 2**20 <= r["size_bytes"] < 2**26]
     assert len(mid) == 6 and statistics.median(mid) < 10.0
+
+
+def test_a_node_shaped_unlike_the_profile_is_read_from_the_logs(capsys, tmp_path, monkeypatch):
+    """Issue 59: nodes of 4 A100 and 2 NICs (not a DGX's 8 and 8). Logs of 2 such nodes priced
+    by that system, the GPU named only by their device lines and the NICs by NCCL's own
+    `NET/IB : Using` line: calibrated without --gpu-from on all-reduce, the profile written has
+    the logs' 4 GPUs and 2 NICs a node and prices the held-out all-gather as the system does.
+    Without the NIC line the shape is asked for (--nics-per-node), not defaulted; an uneven
+    host is refused; an existing profile is replaced only with --force."""
+    import json
+    from dataclasses import replace
+
+    from profiles.loader import _load_cached
+
+    base = load_hardware("dgx-a100")
+    truth = replace(base, node=replace(base.node, gpus_per_node=4),
+                    nic=replace(base.nic, nics_per_node=2, efficiency=0.8))
+    nic_line = ("node0:100:120 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; "
+                "OOB ib0:10.0.0.1<0>")
+    for op in ("all_reduce", "all_gather"):
+        _model_log(tmp_path / f"{op}.out", truth, op, 2, SIZES)
+        text = (tmp_path / f"{op}.out").read_text()
+        (tmp_path / f"{op}.out").write_text(nic_line + "\n" + text)
+        (tmp_path / f"quiet-{op}.out").write_text(text)
+    monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path / "profiles"))
+    logs = [str(tmp_path / f"{op}.out") for op in ("all_reduce", "all_gather")]
+    code, out, err = scape(capsys, "calibrate", "nccl-tests", *logs, "--out", "four",
+                           "--holdout", "all_gather", "--format", "json")
+    assert code == 0, err
+    assert "device lines name NVIDIA A100 SXM4 80GB: fitted into dgx-a100" in err
+    assert "4 GPU(s) per node" in err and "NICs per node from NCCL's network lines" in err
+    fitted = load_hardware("measured/four")
+    assert (fitted.node.gpus_per_node, fitted.nic.nics_per_node) == (4, 2)
+    held = [r for r in json.loads(out) if r["role"] == "held-out"]
+    assert len(held) == len(SIZES) and max(abs(r["error_pct"]) for r in held) < 2.0
+    # the same command again: refused, the profile kept; --force replaces it
+    before = (tmp_path / "profiles" / "measured" / "four.toml").read_text()
+    code, _, err = scape(capsys, "calibrate", "nccl-tests", *logs, "--out", "four")
+    assert code == 2 and "four.toml exists; give --force" in err
+    assert (tmp_path / "profiles" / "measured" / "four.toml").read_text() == before
+    quiet = [str(tmp_path / f"quiet-{op}.out") for op in ("all_reduce", "all_gather")]
+    code, _, err = scape(capsys, *NT, *quiet, "--out", "four")
+    assert code == 2 and "--nics-per-node N: the logs' runs put 4 GPU(s) on each host" in err
+    code, _, err = scape(capsys, *NT, *quiet, "--out", "four", "--nics-per-node", "4")
+    assert code == 0, err
+    _load_cached.cache_clear()  # the profile of that name was loaded above, before replaced
+    assert load_hardware("measured/four").nic.nics_per_node == 4
+    code, _, err = scape(capsys, *NT, *logs, "--out", "four", "--nics-per-node", "4")
+    assert code == 2 and "NCCL's own lines in the logs list 2 NICs" in err
+    uneven = tmp_path / "uneven-all_reduce.out"
+    uneven.write_text("\n".join(line for line in (tmp_path / "all_reduce.out").read_text()
+                                .splitlines() if "Rank  7 " not in line))
+    code, _, err = scape(capsys, *NT, str(uneven), "--out", "four", "--op", "all_reduce")
+    assert code == 2 and "its hosts ran different numbers of ranks (4, 3)" in err
+
+
+def test_logs_as_launchers_relay_them_are_read_as_their_rows(tmp_path):
+    """Issue 59's launcher shapes: mpirun's tag in the middle of a row (a rank's line relayed
+    in pieces), --timestamp-output before every tag, a row split over two lines with a Slurm
+    label inside, read as the same rows; sizes that go down and NaN or negative times are
+    refused with their line."""
+    text = H100_RUN["all_reduce"].read_text()
+    want = [(r.size_bytes, r.time_us, r.busbw_GBps) for r in parse_log(H100_RUN["all_reduce"]).rows]
+
+    def read(body: str):
+        path = tmp_path / "all_reduce_perf.log"
+        path.write_text(body)
+        return parse_log(path)
+
+    lines = text.splitlines()
+    rows = [i for i, line in enumerate(lines) if line.split()[:1] and line.split()[0].isdigit()]
+    tag = "[1,0]<stdout>:"
+    mid = [tag + (" ".join(line.split()[:5]) + " " + tag + " " + " ".join(line.split()[5:])
+                  if i in rows[::3] else line) for i, line in enumerate(lines)]
+    log = read("\n".join(mid))
+    assert [(r.size_bytes, r.time_us, r.busbw_GBps) for r in log.rows] == want
+    stamped = read("\n".join(f"Tue Mar  5 12:00:{i % 60:02d} 2024{tag}{line}"
+                             for i, line in enumerate(lines)))
+    assert [(r.size_bytes, r.time_us, r.busbw_GBps) for r in stamped.rows] == want
+    split = []
+    for i, line in enumerate(lines):
+        cells = line.split()
+        split += ([" 0: " + " ".join(cells[:7]), " 0: 0: " + " ".join(cells[7:])]
+                  if i == rows[4] else [" 0: " + line])
+    log = read("\n".join(split))
+    assert [(r.size_bytes, r.time_us, r.busbw_GBps) for r in log.rows] == want
+    assert any("1 row(s) the launcher relayed in two lines" in n for n in log.notes)
+    down = list(lines)
+    down[rows[5]], down[rows[6]] = down[rows[6]], down[rows[5]]
+    with pytest.raises(UserError, match=rf"line {rows[6] + 1}: size .* after .*sizes going up"):
+        read("\n".join(down))
+    for bad in ("nan", "-3.5"):
+        cells = lines[rows[2]].split()
+        cells[5] = bad
+        broken = [*lines[:rows[2]], " ".join(cells), *lines[rows[2] + 1:]]
+        with pytest.raises(UserError, match=rf"line {rows[2] + 1}: a time of {bad} us"):
+            read("\n".join(broken))

@@ -11,7 +11,7 @@ import pytest
 from reports.calibration_reach import beyond_measured, measured_reach
 from reports.tables import unwrapped
 from tests.test_cli import scape
-from tests.test_nccl_tests import A100_AG, A100_AR
+from tests.test_nccl_tests import A100_AG, A100_AR, NT
 
 PLAN = ("plan", "-m", "llama-7b", "--tokens", "1e10", "-H", "dgx-h100", "--max-gpus", "16",
         "--schemes", "dense-adamw", "--top", "5")
@@ -72,7 +72,7 @@ def test_beyond_measured_names_what_the_calibration_reached():
 
 def test_a_step_beyond_the_calibrated_scale_says_so(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path))
-    code, out, err = scape(capsys, "calibrate", "nccl-tests", str(A100_AR), str(A100_AG),
+    code, out, err = scape(capsys, *NT, str(A100_AR), str(A100_AG),
                            "--out", "a100", "--gpu-from", "dgx-a100", "--format", "csv")
     assert code == 0, err
     step = ("simulate", "-m", "llama-500m", "-H", "measured/a100")
