@@ -689,7 +689,7 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
                         holdout: str | None = None, min_bytes: int = 0,
                         gpu_from: str | None = None, model: str | None = None,
                         algo: str | None = None, nics: int | None = None,
-                        force: bool = False):
+                        force: bool = False, with_intervals: bool = True):
     """Fit the logs' rows (all ops, or all but `holdout`) and write measured/<name>.toml;
     with `holdout`, also predict that op's rows from the fit made without them. `model`:
     nccl (the --gpu-from profile's NCCL path with its NVLink efficiency and launch cost
@@ -700,8 +700,9 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
     the logs ran with (nccl model; None: the logs' own NCCL_ALGO line, else auto).
     `gpu_from` None: the profile of the device lines' GPU (calibration/nccl_tests_shape.py),
     its node shape replaced by the logs' (GPUs per host; NICs from NCCL's lines or `nics`).
-    An existing profile of that name is replaced only with `force`. Returns (path, fit, sweep
-    table, held-out table or None, notes)."""
+    An existing profile of that name is replaced only with `force`. `with_intervals`: the
+    NCCL path's constants with their bootstrap intervals (calibration/fit_intervals.py).
+    Returns (path, fit, sweep table, held-out table or None, notes)."""
     from datetime import UTC, datetime
 
     import pandas as pd
@@ -783,7 +784,7 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
     if (model or ("nccl" if shaped else "link")) == "nccl":
         path, fit, sweep, held, notes = _from_logs_nccl(name, paths, logs, base, doc, rows,
                                                         fitted, holdout, algo, notes,
-                                                        max(spans))
+                                                        max(spans), with_intervals)
         return path, fit, sweep, with_repeat(held), notes
     if typed and algo != "auto":
         raise UserError(f"--algo {algo}: the link fit prices every op as NCCL's ring; --algo "
@@ -849,7 +850,7 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
 
 def _from_logs_nccl(name: str, paths: list[str], logs, base, doc: dict, rows: list[dict],
                     fitted: list[dict], holdout: str | None, algo: str, notes: list[str],
-                    nodes: int = 1):
+                    nodes: int = 1, with_intervals: bool = True):
     """calibrate_from_logs with the nccl model: the base profile's NCCL path, its NVLink
     efficiency (several nodes: its NICs' efficiency and GPUDirect RDMA) and launch cost
     fitted (calibration/nccl_tests_fit.py), written whole as measured/<name>.toml with the
@@ -858,12 +859,14 @@ def _from_logs_nccl(name: str, paths: list[str], logs, base, doc: dict, rows: li
 
     import pandas as pd
 
-    from calibration.nccl_tests_fit import fit_nccl, predict
+    from calibration.nccl_tests_fit import fit_nccl, intervals, predict
     from profiles.loader import write_checked
     from profiles.measured import dumps, path_of
     from vocabulary.atomic import to_csv_atomic
 
     fit = fit_nccl(base, fitted, algo, nodes)
+    if with_intervals:
+        fit = replace(fit, intervals=tuple(intervals(base, fit, fitted, nodes)))
     if fit.at_bound:
         notes.append(f"the fit left {' and '.join(fit.at_bound)} at an end of its range "
                      "(calibration/nccl_tests_fit.py BOUNDS): the rows are far from anything "
@@ -916,7 +919,9 @@ def _from_logs_nccl(name: str, paths: list[str], logs, base, doc: dict, rows: li
     doc["measured"] = {"network": f"nccl-tests logs ({logs_text}) of {len(logs)} run(s) on "
                                   f"{', '.join(devices) or 'an unnamed device'}",
                        "network_date": when, "network_backend": "nccl",
-                       **coverage(fitted, logs)}
+                       **coverage(fitted, logs),
+                       **({"fit_intervals": "; ".join(i.text() for i in fit.intervals)}
+                          if fit.intervals else {})}
     fitted_text = ("NVLink efficiency and NCCL launch cost" if fit.tier == "intra_node" else
                    "transport's efficiency and cost per network message")
     doc["description"] = (f"{base.name} with its {fitted_text} fitted "

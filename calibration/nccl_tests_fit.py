@@ -56,6 +56,7 @@ class NcclFit:
     untold: bool = False  # the rows do not tell the second constant: the base's kept
     gdr: bool | None = None  # several nodes: GPUDirect RDMA as the logs' LL128 use tells it
     launch_adds: bool | None = None  # -g N logs of one node: whether the launches add
+    intervals: tuple = ()  # the constants' bootstrap intervals (calibration/fit_intervals.py)
 
     def text(self) -> str:
         gdr = ("" if self.tier == "intra_node" else
@@ -72,8 +73,10 @@ class NcclFit:
                                            "on its other GPUs: fits the rows better)"
                                            if self.launch_adds else
                                            "false (the GPU time overlaps the launches)"))
+        sure = "".join(f"\n  {i.text()}" for i in self.intervals)
         return (f"fit: NCCL's path on the base profile ({self.algo}): [{self.tier}] efficiency "
-                f"{self.efficiency:.3f} (base {self.base_efficiency:g}), {launch}{gdr}{adds}")
+                f"{self.efficiency:.3f} (base {self.base_efficiency:g}), {launch}{gdr}{adds}"
+                f"{sure}")
 
 
 def with_transport(hw: HardwareProfile) -> HardwareProfile:
@@ -205,3 +208,25 @@ def fit_nccl(base: HardwareProfile, rows: list[dict], algo: str = "auto",
                    base_message_us=None if nodes == 1 else base.transport.message_us,
                    at_bound=ends, untold=untold, gdr=gdr,
                    launch_adds=bool(add) if several else None)
+
+
+def intervals(base: HardwareProfile, fit: NcclFit, rows: list[dict], nodes: int = 1):
+    """The fitted constants' bootstrap intervals over `rows` (calibration/fit_intervals.py),
+    the fit's discrete choices (GPUDirect RDMA, launches adding) held as fitted; a constant
+    the rows do not tell (`untold`) gets none."""
+    from calibration.fit_intervals import bootstrap_constants
+
+    if nodes > 1:
+        base = with_transport(base)
+    second = "launch_us" if nodes == 1 else "message_us"
+    other = fit.launch_us if nodes == 1 else fit.message_us or 0.0
+    add = fit.launch_adds if fit.launch_adds is not None else None
+
+    def price(e: float, o: float) -> list[float]:
+        o = other if fit.untold else o
+        return predict(_candidate(base, nodes, e, o, fit.gdr, add), rows, fit.algo)
+
+    return bootstrap_constants(
+        price, rows, (f"[{fit.tier}] efficiency", fit.efficiency, *BOUNDS["efficiency"]),
+        None if fit.untold else (f"[{'nccl' if nodes == 1 else 'transport'}] {second}",
+                                 other, *BOUNDS[second]), PROBE_US)

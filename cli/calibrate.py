@@ -129,6 +129,9 @@ def calibrate_nccl_tests(
                                            "own lines (NCCL_DEBUG=INFO) do not list them"),
     force: bool = typer.Option(False, "--force", help="replace an existing measured/NAME "
                                                       "profile"),
+    with_intervals: bool = typer.Option(True, "--intervals/--no-intervals",
+                                        help="the fitted constants' 95% bootstrap intervals "
+                                             "over the rows (a few seconds more)"),
     model: str = typer.Option(None, "--model",
                               help="nccl (the --gpu-from profile's NCCL path: tuner, protocols, "
                                    "launch; logs filling whole nodes of the profile) or link (a "
@@ -155,7 +158,7 @@ def calibrate_nccl_tests(
           file=sys.stderr)
     path, fit, df, held, notes = calibrate_from_logs(out.removeprefix("measured/"), logs, op,
                                                      holdout, minimum, gpu_from, model, algo,
-                                                     nics_per_node, force)
+                                                     nics_per_node, force, with_intervals)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     if fmt != "table":  # one table: the fitted rows and the held-out ones, a role each
@@ -165,6 +168,8 @@ def calibrate_nccl_tests(
                           *([] if held is None else [held.assign(role="held-out")])],
                          ignore_index=True)
         print(render(both, fmt))
+        if hasattr(fit, "text"):  # the NCCL path's constants and intervals, beside the rows
+            print(fit.text(), file=sys.stderr)
         print(f"wrote {path}", file=sys.stderr)
         return
     if hasattr(fit, "text"):  # the NCCL path: its two constants, then the rows against it

@@ -247,7 +247,9 @@ MEASURED_FIELDS = {
         "network_nprocs", "network_refit", "network_gpu_sharing", "device", "compute_torch",
         "compute_date", "compute_cuda", "compute_nccl", "compute_driver", "compute_gpu_sharing",
         "kernel_authors_step", "kernels_note", "driver", "cuda", "torch", "nccl", "python",
-        "date", "host", "command")},
+        "date", "host", "command",
+        # the fitted constants' bootstrap intervals, for people (calibration/fit_intervals.py)
+        "fit_intervals")},
 }
 
 

@@ -22,7 +22,7 @@ H100_RUN = {op: FIX / f"h100-8x-ring-{op}.out" for op in ("all_reduce", "all_gat
                                                           "reduce_scatter")}
 FIVE = FIX / "h100-1x8-five-ops-xxrjun.log"  # five binaries into one file, 32 MiB up
 # the command, replacing a profile a test wrote before under the same name
-NT = ("calibrate", "nccl-tests", "--force")
+NT = ("calibrate", "nccl-tests", "--force", "--no-intervals")
 
 
 def test_real_logs_are_read_exactly():
@@ -682,6 +682,16 @@ def test_a_node_shaped_unlike_the_profile_is_read_from_the_logs(capsys, tmp_path
     assert "4 GPU(s) per node" in err and "NICs per node from NCCL's network lines" in err
     fitted = load_hardware("measured/four")
     assert (fitted.node.gpus_per_node, fitted.nic.nics_per_node) == (4, 2)
+    # the fitted constants with their bootstrap intervals, printed and kept in the profile;
+    # the NICs' true share (0.8) inside its interval
+    import re
+
+    got = re.search(r"\[transport\] efficiency ([\d.]+): 95% interval (?:at most )?([\d.]+) "
+                    r"to ([\d.]+)", err)
+    assert got is not None, err
+    value, low, high = map(float, got.groups())
+    assert low <= value <= high and low - 0.005 <= 0.8 <= high + 0.005
+    assert "[transport] efficiency" in fitted.measured["fit_intervals"]
     held = [r for r in json.loads(out) if r["role"] == "held-out"]
     assert len(held) == len(SIZES) and max(abs(r["error_pct"]) for r in held) < 2.0
     # the same command again: refused, the profile kept; --force replaces it
