@@ -54,7 +54,8 @@ RANK_LINE = re.compile(r"^#?\s*Rank\s+(\d+)\s.*?\bPid\s+(\d+)\s+on\s+(\S+)\s+dev
 THREADS = re.compile(r"^#?\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
 # the header's first line, after whatever a launcher puts before every line it relays (srun
 # --label "0: ", Ray "(head, rank=0, pid=N)")
-PREFIXED = re.compile(r"^(.*?)#\s*nThread\s+\d+\s+nGpus")
+PREFIXED = re.compile(r"^(.*?)#\s*(?:nThread\s+\d+\s+nGpus|Rank\s+\d+\s|Using devices|"
+                      r"size\s+count|nccl-tests version)")
 # mpirun's tag (--tag-output: "[1,0]<stdout>:", OpenMPI's job and rank), with the time
 # --timestamp-output puts before it ("Tue Mar  5 12:00:01 2024"): anywhere in a line, since a
 # rank's output relayed in pieces puts one in the middle of a row; taken off wherever found
@@ -238,8 +239,11 @@ def _binary(text: str) -> str | None:
 
 
 def _op_of(path: Path, text: str, op: str | None) -> str:
-    named = next((o for b, o in BINARIES.items() if b in path.name), None)
-    named = named or next((o for o in BINARIES.values() if o in path.name), None)
+    # the file's name, as people spell the op in it (all_reduce, allreduce, all-reduce): the
+    # longest op name first, so "allreduce" is not read as reduce
+    squashed = re.sub(r"[_\-.]", "", path.name.lower())
+    named = next((o for o in sorted(BINARIES.values(), key=len, reverse=True)
+                  if o.replace("_", "") in squashed), None)
     binary = _binary(text)
     if binary is not None and binary not in BINARIES:
         raise UserError(f"{path}: the log measures {binary} ('Collective test starting' "
@@ -405,6 +409,10 @@ def _parse(p: Path, text: str, op: str | None, offset: int) -> NcclTestsLog:
             line = line[len(prefix):].strip()
             if not line:
                 continue
+            if columns is not None and prefix.strip() in line:
+                # each write of a rank relayed with its own prefix (Intel MPI's -prepend-rank
+                # "[0]" after "-1" and "0" inside a row): every one inside a row taken out
+                line = line.replace(prefix.strip(), " ")
         if columns is None and line in ("...", "\u2026") and ranks:
             elided = elided or i  # a rank list cut short where the log was copied
             continue
@@ -795,7 +803,7 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
                         "rings, or --model nccl on one node")
     fit = fit_tier([{k: r[k] for k in ("op", "size_bytes", "world", "seconds")}
                     for r in fitted], algorithms=NCCL_RINGS)
-    if multi:
+    if any((log.ranks_per_node() or 0) > 1 for log in multi):
         notes.append("a run spans several hosts with several GPUs each: it is fitted as one "
                      "tier (its NVLink and NICs together); other layouts are extrapolations")
     held = None

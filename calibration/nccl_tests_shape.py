@@ -98,6 +98,12 @@ def shaped_profile(base, logs, nics_typed: int | None, scratch: Path
                             f"and {base.name}'s node has {base.node.gpus_per_node}; the logs "
                             "do not say how many NICs a node has (NCCL_DEBUG=INFO prints them)"
                             ": give --nics-per-node")
+        if gpus > 1 and base.intra_node.kind == "none":
+            raise UserError(f"the logs' runs put {gpus} GPUs on each host, and {base.name}'s "
+                            "node has one GPU and no GPU-to-GPU link to take for theirs: give "
+                            "--gpu-from a hardware profile of that node (its [intra_node] "
+                            "link: NVLink or PCIe, with its source), e.g. a copy of "
+                            f"{base.name}.toml with its [node] and [intra_node] set")
         doc["node"] = {**doc["node"], "gpus_per_node": gpus,
                        "source": "the logs' rank lines: each host ran "
                                  f"{gpus} rank(s) (was {base.name}'s {base.node.gpus_per_node})"}
@@ -107,6 +113,8 @@ def shaped_profile(base, logs, nics_typed: int | None, scratch: Path
             doc["intra_node"] = {"kind": "none", "bw_GBps": 0.0, "efficiency": 1.0,
                                  "latency_us": 0.0, "source": "one GPU per node (the logs' "
                                  "rank lines): no GPU-to-GPU tier inside the node"}
+            if doc.get("nccl", {}).get("nvls"):  # NVLink SHARP needs the node's NVSwitch
+                doc["nccl"] = {**doc["nccl"], "nvls": False}
         notes.append(f"node shape from the logs' rank lines: {gpus} GPU(s) per node (the "
                      f"{base.name} node has {base.node.gpus_per_node})")
         changed = True

@@ -756,3 +756,75 @@ def test_logs_as_launchers_relay_them_are_read_as_their_rows(tmp_path):
         broken = [*lines[:rows[2]], " ".join(cells), *lines[rows[2] + 1:]]
         with pytest.raises(UserError, match=rf"line {rows[2] + 1}: a time of {bad} us"):
             read("\n".join(broken))
+
+
+def test_prefixes_read_off_any_launcher_line_and_ops_read_off_file_names(tmp_path):
+    """Intel MPI's -prepend-rank "[0]" before every write, so inside rows too (NVIDIA/nccl
+    issue 1453's shape: "sum -1[0]  1626.5 ... 0[0]  2302.3"); a Slurm label on a log without
+    its '# nThread' line, the prefix read off the rank lines; the op read off file names that
+    spell it without underscores (allreduce is all_reduce, not reduce; allgather)."""
+    text = H100_RUN["all_reduce"].read_text()
+    want = [(r.size_bytes, r.time_us, r.busbw_GBps) for r in parse_log(H100_RUN["all_reduce"]).rows]
+    lines = text.splitlines()
+    pieces = []
+    for line in lines:
+        cells = line.split()
+        if cells[:1] and cells[0].isdigit():  # "[0]" before the row and each of its halves
+            line = "[0]" + " ".join(cells[:5]) + "[0]" + " ".join(cells[5:9]) + "[0]" + " ".join(
+                cells[9:])
+        else:
+            line = "[0]" + line
+        pieces.append(line)
+    path = tmp_path / "all_reduce_perf.log"
+    path.write_text("\n".join(pieces))
+    assert [(r.size_bytes, r.time_us, r.busbw_GBps) for r in parse_log(path).rows] == want
+    labelled = tmp_path / "nccl-allreduce-2x8.log"  # no '# nThread', no 'test starting' line
+    labelled.write_text("\n".join(" 0: " + line for line in lines
+                                  if "nThread" not in line and "test starting" not in line))
+    log = parse_log(labelled)
+    assert log.op == "all_reduce"
+    assert [(r.size_bytes, r.time_us, r.busbw_GBps) for r in log.rows] == want
+    gathered = tmp_path / "results-allgather.txt"
+    gathered.write_text(H100_RUN["all_gather"].read_text().replace(
+        "# Collective test starting: all_gather_perf", ""))
+    assert parse_log(gathered).op == "all_gather"
+
+
+def test_one_gpu_a_node_is_fitted_on_its_nics(capsys, tmp_path, monkeypatch):
+    """Nodes of one H100 and one NIC (CCI-MOC/roce-testing's RoCE pair): the dgx-h100 base
+    shaped to them (no NVLink tier, no NVLink SHARP) prices the logs' rows on the NICs alone
+    and fits their share back."""
+    from dataclasses import replace
+
+    base = load_hardware("dgx-h100")
+    truth = replace(base, node=replace(base.node, gpus_per_node=1),
+                    intra_node=replace(base.intra_node, kind="none", bw_GBps=0.0),
+                    nic=replace(base.nic, nics_per_node=1, efficiency=0.6),
+                    nccl=replace(base.nccl, nvls=False))
+    _model_log(tmp_path / "all_reduce.out", truth, "all_reduce", 2, SIZES)
+    text = (tmp_path / "all_reduce.out").read_text()
+    (tmp_path / "all_reduce.out").write_text(
+        "h0:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_2:1/RoCE [RO]; OOB eno7np0:10.0.0.1<0>\n"
+        + text)
+    monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path / "profiles"))
+    code, _, err = scape(capsys, *NT, str(tmp_path / "all_reduce.out"), "--out", "one")
+    assert code == 0, err
+    fitted = load_hardware("measured/one")
+    assert (fitted.node.gpus_per_node, fitted.nic.nics_per_node) == (1, 1)
+    assert fitted.intra_node.kind == "none" and fitted.nccl.nvls is False
+    assert fitted.transport.efficiency == pytest.approx(0.6, abs=0.01)
+    assert "several GPUs each" not in err
+
+
+def test_several_gpus_a_node_on_a_one_gpu_profile_ask_for_the_node_s_link(capsys, tmp_path,
+                                                                          monkeypatch):
+    """Quad GH200 nodes (CSCS Alps, Sigma2 Olivia: 4 GPUs a host) against the shipped GH200
+    profile, whose nodes hold one GPU and no GPU-to-GPU link: refused, asking for a profile of
+    that node, not fitted on a link it does not have."""
+    _model_log(tmp_path / "all_reduce.out", load_hardware("dgx-h100"), "all_reduce", 2, SIZES)
+    log = tmp_path / "all_reduce.out"
+    log.write_text(log.read_text().replace("H100 SXM5 80GB", "GH200 120GB"))
+    monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path / "profiles"))
+    code, _, err = scape(capsys, *NT, str(log), "--out", "quad", "--nics-per-node", "4")
+    assert code == 2 and "fitted into" not in err
+    assert "put 8 GPUs on each host, and vista-gh200's node has one GPU and no GPU-to-GPU" in err

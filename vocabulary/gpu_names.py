@@ -13,7 +13,7 @@ from vocabulary.errors import UserError
 # T4, L4); the form factor (SXM4, HBM3: three capitals) and the vendor (NVIDIA, Tesla) do not
 # match. Workstation and consumer boards name theirs after RTX ("GeForce RTX 4090", "RTX
 # A6000", "RTX PRO 6000"): the family is RTX and the model, so an RTX 4090 is not an H100
-_RTX = re.compile(r"\bRTX\s+(?:PRO\s+)?([A-Z]?\d{3,4}(?:\s?Ti)?)\b", re.IGNORECASE)
+_RTX = re.compile(r"\bRTX\s+(?:PRO\s+)?([A-Z]?\d{3,4}(?:\s?Ti|D)?)\b", re.IGNORECASE)
 _FAMILY = re.compile(r"\b([A-Z]{1,2}\d{1,4}[A-Z]?)\b")
 _GB = re.compile(r"(\d+)\s*GB\b", re.IGNORECASE)
 

@@ -235,6 +235,8 @@ def _graph_bw(algo: str, m: Machine) -> float:
     if m.nodes == 1:
         return m.intra_GBps
     nics = m.inter_GBps * m.ppn  # the node's NICs: nChannels x bwInter
+    if m.ppn == 1:  # one GPU a node: no link inside it to bound a channel, only the NICs
+        return nics
     if algo == "tree" and m.nodes == 2:
         return min(m.intra_GBps, 2 * nics)
     return min(m.intra_GBps, nics)
