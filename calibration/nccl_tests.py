@@ -716,7 +716,12 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
     import pandas as pd
 
     from calibration.collectives import _save_rows, link_tables
-    from calibration.nccl_tests_shape import gpu_profile, scratch_dir, shaped_profile
+    from calibration.nccl_tests_shape import (
+        gpu_profile,
+        node_shape,
+        scratch_dir,
+        shaped_profile,
+    )
     from profiles import load_hardware
     from profiles.measured import merge, path_of
     from simulator.network.fit import coefficients, fit_tier
@@ -744,7 +749,8 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
     if len(devices) > 1:
         raise UserError(f"the logs come from different systems ({', '.join(sorted(devices))}): "
                         "calibrate one system at a time")
-    gpu_from, picked = gpu_profile(devices, gpu_from)
+    per_host = node_shape(logs) or max(max(log.host_ranks, default=0) for log in logs)
+    gpu_from, picked = gpu_profile(devices, gpu_from, per_host)
     base = load_hardware(gpu_from)
     gpu_said = picked + gpu_notes(devices, base)
     with scratch_dir() as scratch:

@@ -23,11 +23,13 @@ from profiles import UserError
 PREFERRED_PREFIX = "dgx-"
 
 
-def gpu_profile(devices: set[str], typed: str | None) -> tuple[str, list[str]]:
+def gpu_profile(devices: set[str], typed: str | None, per_node: int | None = None
+                ) -> tuple[str, list[str]]:
     """The hardware profile whose GPU the logs ran on: `typed` (--gpu-from) where given, else
-    the shipped profile of the device lines' GPU family (a DGX one where several hold it, the
-    shortest name otherwise); asked for where the logs name no device or no family a shipped
-    profile holds. Returns (profile name, notes)."""
+    the shipped profile of the device lines' GPU family, one whose nodes hold the logs'
+    `per_node` GPUs first (a DGX one where several do, the shortest name otherwise); asked for
+    where the logs name no device or no family a shipped profile holds. Returns (profile
+    name, notes)."""
     if typed is not None:
         return typed, []
     from profiles import load_hardware
@@ -47,14 +49,16 @@ def gpu_profile(devices: set[str], typed: str | None) -> tuple[str, list[str]]:
         raise UserError(f"--gpu-from NAME: the logs ran on {', '.join(sorted(devices))} "
                         f"({fam}), and no shipped hardware profile holds a {fam}: give one "
                         "that does (a profile file of your own: --gpu-from path/to/it.toml)")
-    dgx = [n for n in held if n.startswith(PREFERRED_PREFIX)]
-    name = (dgx or sorted(held, key=len))[0]
+    shaped = [n for n in held if load_hardware(n).node.gpus_per_node == per_node]
+    pool = shaped or held
+    dgx = [n for n in pool if n.startswith(PREFERRED_PREFIX)]
+    name = (dgx or sorted(pool, key=len))[0]
     return name, [f"the logs' device lines name {', '.join(sorted(devices))}: fitted into "
                   f"{name}'s GPU tables and NCCL path (of {', '.join(held)}); --gpu-from "
                   "chooses another"]
 
 
-def node_shape(logs, per_node: int) -> int | None:
+def node_shape(logs) -> int | None:
     """GPUs per node the logs' rank lines tell: the ranks each host ran, in runs over several
     hosts (a run on one host tells only that a node has at least that many); None where no
     run spans hosts. Refused where runs or hosts disagree."""
@@ -81,7 +85,7 @@ def shaped_profile(base, logs, nics_typed: int | None, scratch: Path
     from profiles.measured import dumps
 
     doc = read_toml(Path(base.path))
-    gpus = node_shape(logs, base.node.gpus_per_node)
+    gpus = node_shape(logs)
     listed = {log.nccl.nics for log in logs if log.nccl.nics is not None}
     if len(listed) > 1:
         raise UserError(f"NCCL listed {' and '.join(map(str, sorted(listed)))} NICs on the logs' "
