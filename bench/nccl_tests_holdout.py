@@ -165,7 +165,7 @@ def fit_on_one(logs: list[Path], parsed: list, gpu: str, algo: str) -> None:
         for held in sorted(set(by_op) - {fit_op}):
             _, fit, _, table, _ = calibrate_from_logs(
                 "holdout", by_op[fit_op] + by_op[held], holdout=held, min_bytes=MIN_BYTES,
-                gpu_from=gpu, model="nccl", algo=algo)
+                gpu_from=gpu, model="nccl", algo=algo, force=True, with_intervals=False)
             err = 100 * (table["seconds"] / table["predicted_s"] - 1)
             print(f"    {fit_op} -> {held}: " + _band_text(list(table["size_bytes"]), list(err))
                   + _fitted(fit))
@@ -227,7 +227,8 @@ def main() -> int:
                 for model in ("nccl", "link"):
                     _, fit, _, table, _ = calibrate_from_logs(
                         "holdout", [str(p) for p in logs], holdout=held, min_bytes=MIN_BYTES,
-                        gpu_from=gpu, model=model, algo=algo if model == "nccl" else "auto")
+                        gpu_from=gpu, model=model, algo=algo if model == "nccl" else "auto",
+                        force=True, with_intervals=False)
                     err = 100 * (table["seconds"] / table["predicted_s"] - 1)  # busbw error
                     print(f"    {model + ':':<11}" + _band_text(list(table["size_bytes"]),
                                                               list(err)) + _fitted(fit))

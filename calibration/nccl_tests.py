@@ -171,6 +171,17 @@ class NcclTestsLog:
     nccl: NcclInfo = field(default_factory=NcclInfo)
     section: int | None = None  # a file of several collectives: the line this one starts at
     host_ranks: tuple[int, ...] = ()  # the ranks each host of `hosts` ran, in its order
+    old_layout: bool = False  # nccl-tests before about 2.11: an `error` column, no `#wrong`
+
+    def rank_share(self) -> bool | None:
+        """Whether the run's NCCL sized all-gather and reduce-scatter by one rank's share
+        (before 2.22.3; [nccl] rank_share_sizes): from the NCCL version it printed, else true
+        for nccl-tests' old layout (2021 and before, long before NCCL 2.22); None where the log
+        does not tell."""
+        if self.nccl.version is not None:
+            got = tuple(int(x) for x in re.findall(r"\d+", self.nccl.version)[:3])
+            return got < (2, 22, 3)
+        return True if self.old_layout else None
 
     def ranks_per_node(self) -> int | None:
         """The GPUs each host ran where every host ran as many (the node shape the rank
@@ -180,9 +191,10 @@ class NcclTestsLog:
 
     def choices(self) -> list[tuple[int, str, str]]:
         """NCCL's printed choices for this log's op: (size in nccl-tests terms, the whole
-        buffer; algorithm; protocol). NCCL prints count x type size, a rank's share for
-        all-gather and reduce-scatter (src/collectives.cc: sendcount, recvcount)."""
-        per_rank = self.op in ("all_gather", "reduce_scatter")
+        buffer; algorithm; protocol). NCCL before 2.22.3 prints count x type size, a rank's
+        share for all-gather and reduce-scatter (src/collectives.cc: sendcount, recvcount);
+        from 2.22.3 the whole (ncclFuncMaxSendRecvCount)."""
+        per_rank = self.op in ("all_gather", "reduce_scatter") and self.rank_share() is not False
         return [(b * self.ranks if per_rank else b, a, p)
                 for op, b, a, p in self.nccl.choices if op in ("", self.op)]
 
@@ -554,7 +566,8 @@ def _parse(p: Path, text: str, op: str | None, offset: int) -> NcclTestsLog:
     return NcclTestsLog(str(p), name, rows, world, tuple(dict.fromkeys(hosts)),
                         tuple(dict.fromkeys(devices)), threads, version, complete,
                         repeated=repeated, spans_hosts=spans, notes=notes, nccl=info,
-                        host_ranks=tuple(len(on_host[h]) for h in dict.fromkeys(hosts)))
+                        host_ranks=tuple(len(on_host[h]) for h in dict.fromkeys(hosts)),
+                        old_layout="error" in (columns or ()))
 
 
 def with_repeat(held):

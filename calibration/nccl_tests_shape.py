@@ -131,6 +131,23 @@ def shaped_profile(base, logs, nics_typed: int | None, scratch: Path
         notes.append(f"NICs per node from {how}: {nics} (the {base.name} node has "
                      f"{base.nic.nics_per_node})")
         changed = True
+    # the run's NCCL version: before 2.22.3 its tuner sized AG/RS by one rank's share
+    told = {log.rank_share() for log in logs} - {None}
+    if len(told) == 1 and doc.get("nccl") is not None:
+        share = told.pop()
+        if share != bool(doc["nccl"].get("rank_share_sizes", False)):
+            how = ("the NCCL version the logs print" if any(log.nccl.version for log in logs)
+                   else "nccl-tests' old table layout (an `error` column: 2021 or before)")
+            doc["nccl"] = {**doc["nccl"], "rank_share_sizes": share,
+                           "rank_share_sizes_source": f"{how}: NCCL "
+                           + ("before" if share else "2.22.3 or later, not before")
+                           + " 2.22.3, whose tuner sizes all-gather and reduce-scatter by one "
+                           "rank's share (src/misc/argcheck.cc; 2.22.3's "
+                           "ncclFuncMaxSendRecvCount takes the whole)"}
+            notes.append(f"NCCL {'before' if share else 'from'} 2.22.3 ({how}): its tuner "
+                         "sizes all-gather and reduce-scatter by "
+                         + ("one rank's share" if share else "the whole call"))
+            changed = True
     if not changed:
         return base, doc, notes
     doc["name"] = f"{base.name}-as-logged"

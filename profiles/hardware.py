@@ -123,6 +123,8 @@ class Nccl:
     # a process driving several GPUs: the call's GPU time follows the launches on its other
     # GPUs (True) or overlaps them (None/False); fitted on nccl-tests -g N logs
     launch_adds: bool | None = None
+    # NCCL before 2.22.3: its tuner sizes all-gather and reduce-scatter by one rank's share
+    rank_share_sizes: bool | None = None
     sources: dict[str, str] = field(default_factory=dict)
 
     @property

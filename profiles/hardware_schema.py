@@ -114,6 +114,12 @@ NCCL_FIELDS = {
     # back-to-back calls take the slower of the two. Read off a system's -g N logs
     # (scape calibrate nccl-tests fits it); nothing in a training step (one process per GPU)
     "launch_adds": Field(bool, required=False),
+    # NCCL before 2.22.3 sized an all-gather or reduce-scatter call by one rank's share in its
+    # tuner (src/misc/argcheck.cc: nBytes = count x type size, count being sendcount or
+    # recvcount; 2.22.3's ncclFuncMaxSendRecvCount multiplies it by nRanks), so it priced their
+    # bandwidth nRanks times too cheap and kept low-latency protocols to larger calls; true
+    # where the cluster's NCCL is older than that
+    "rank_share_sizes": Field(bool, required=False),
     "source": SOURCE,
 }
 

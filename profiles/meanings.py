@@ -95,6 +95,8 @@ KEYS = {
     ("nccl", "proto"): "NCCL_PROTO as the platform sets it, e.g. \"Simple,LL128\"",
     ("nccl", "gdr"): "GPUDirect RDMA to the NICs (false: LL128 off across nodes)",
     ("nccl", "launch_adds"): "a process driving several GPUs: their launches add to the call",
+    ("nccl", "rank_share_sizes"): "NCCL before 2.22.3: its tuner sizes all-gather and "
+                                  "reduce-scatter by one rank's share",
     ("price", "usd_per_gpu_hour"): "on-demand price per GPU-hour, US dollars",
     ("reference", "ring_allreduce_busbw_GBps"): "a published ring all-reduce bus bandwidth",
     ("reference", "ring_allreduce_gpus"): "the GPUs of that measurement",

@@ -276,8 +276,9 @@ def _with_nccl_lines(text: str, tuning: list[str]) -> str:
 
 def test_nccl_s_own_lines_are_read_and_the_rows_are_unchanged(tmp_path, capsys, monkeypatch):
     """A log with NCCL_DEBUG=INFO output and launcher lines reads the same rows as the clean
-    log; NCCL's version, channels, network, environment and printed choices are kept (all-
-    gather's bytes are a rank's share, so its size in nccl-tests terms is 8 times them)."""
+    log; NCCL's version, channels, network, environment and printed choices are kept (NCCL
+    2.26 prints an all-gather's whole size, as nccl-tests does; before 2.22.3 a rank's share,
+    so its size in nccl-tests terms was 8 times it)."""
     clean = parse_log(H100_RUN["all_gather"])
     noisy = tmp_path / "all_gather_perf.out"
     noisy.write_text(_with_nccl_lines(H100_RUN["all_gather"].read_text(), [
@@ -288,7 +289,12 @@ def test_nccl_s_own_lines_are_read_and_the_rows_are_unchanged(tmp_path, capsys, 
         (r.size_bytes, r.time_us, r.busbw_GBps) for r in clean.rows]
     assert (log.nccl.version, log.nccl.channels, log.nccl.network) == ("2.26.2", 24, "IB")
     assert log.nccl.env == {"NCCL_ALGO": "Ring"}
-    assert log.choices() == [(8 * 131072, "ring", "ll128"), (8 * 262144, "ring", "simple")]
+    assert log.choices() == [(131072, "ring", "ll128"), (262144, "ring", "simple")]
+    older = tmp_path / "all_gather_perf-2.21.out"
+    older.write_text(noisy.read_text().replace("NCCL version 2.26.2", "NCCL version 2.21.5")
+                     .replace("nccl-library=22602", "nccl-library=22105"))
+    assert parse_log(older).choices() == [(8 * 131072, "ring", "ll128"),
+                                          (8 * 262144, "ring", "simple")]
     assert any("1 line(s) before the table's header" in n for n in log.notes)
     # the nccl-tests header's library code where no NCCL line says the version
     assert parse_log(H100_RUN["all_gather"]).nccl.version == "2.26.2"
@@ -828,3 +834,30 @@ def test_several_gpus_a_node_on_a_one_gpu_profile_ask_for_the_node_s_link(capsys
     code, _, err = scape(capsys, *NT, str(log), "--out", "quad", "--nics-per-node", "4")
     assert code == 2 and "fitted into" not in err
     assert "put 8 GPUs on each host, and vista-gh200's node has one GPU and no GPU-to-GPU" in err
+
+
+def test_nccl_before_2_22_sizes_all_gather_by_a_rank_s_share(capsys, tmp_path, monkeypatch):
+    """NCCL before 2.22.3 priced an all-gather or reduce-scatter in its tuner by one rank's
+    share (src/misc/argcheck.cc), so it kept LL to 8x larger calls than 2.22.3 on. The A100
+    logs (nccl-tests' old layout, 2021 or before) write it into the profile, said so; the
+    H100 ones (NCCL 2.26.2) do not; the tuner of such a profile picks LL for a 4 MiB
+    all-gather where the shipped dgx-a100's picks LL128, and all-reduce is unchanged."""
+    from dataclasses import replace
+
+    from simulator.network import nccl
+
+    monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path))
+    code, _, err = scape(capsys, *NT, str(A100_AR), "--out", "old")
+    assert code == 0, err
+    assert "NCCL before 2.22.3 (nccl-tests' old table layout" in err
+    assert load_hardware("measured/old").nccl.rank_share_sizes is True
+    code, _, err = scape(capsys, *NT, str(H100_RUN["all_reduce"]), "--out", "new")
+    assert code == 0 and "2.22.3" not in err
+    assert not load_hardware("measured/new").nccl.rank_share_sizes
+    base = load_hardware("dgx-a100")
+    old = replace(base, nccl=replace(base.nccl, rank_share_sizes=True))
+    mb4 = float(4 * 2**20)
+    assert nccl.choose("all_gather", mb4, nccl.machine(base, 8)) == ("ring", "ll128")
+    assert nccl.choose("all_gather", mb4, nccl.machine(old, 8)) == ("ring", "ll")
+    assert (nccl.choose("all_reduce", mb4, nccl.machine(old, 8))
+            == nccl.choose("all_reduce", mb4, nccl.machine(base, 8)))

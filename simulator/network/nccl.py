@@ -58,6 +58,7 @@ class Machine:
     collnet: bool = False  # SHARP in the network switches, turned on (NCCL_COLLNET_ENABLE=1)
     protocols: tuple[str, ...] = PROTOCOLS  # NCCL_PROTO as the platform sets it
     switch_nvls: bool = False  # the profile's NVSwitches multicast, whatever this group's size
+    rank_share: bool = False  # NCCL before 2.22.3: the tuner sizes AG/RS by one rank's share
 
     @property
     def ppn(self) -> float:
@@ -97,7 +98,8 @@ def machine(hw: HardwareProfile, ranks: int, nodes: int | None = None) -> Machin
                    message_us=hw.inter_node_message_us,
                    nvls_heads=max(1, min(g, round(nics))),
                    collnet=bool(hw.nccl.collnet) and nvlink, protocols=hw.nccl.protocols,
-                   switch_nvls=hw.nccl.nvls and nvlink)
+                   switch_nvls=hw.nccl.nvls and nvlink,
+                   rank_share=bool(hw.nccl.rank_share_sizes))
 
 
 # a GPU's architecture as NCCL's tuner indexes its tables (by compute capability), read off
@@ -393,10 +395,14 @@ def choose(op: str, size: float, m: Machine, algos: tuple[str, ...] | None = Non
     platform's own, as it does in the environment)."""
     if protos:
         m = replace(m, protocols=tuple(protos))
+    # NCCL before 2.22.3 priced an all-gather or reduce-scatter by one rank's share of it
+    # (src/misc/argcheck.cc, nBytes = count x type size): its bandwidth term nRanks times too
+    # small, so low-latency protocols held to larger calls; the call itself moves the whole
+    tuned = size / m.ranks if m.rank_share and op in ("all_gather", "reduce_scatter") else size
     best, best_t = None, math.inf
     for algo in algos or TUNED_ALGOS:
         for proto in protos or PROTOCOLS:
-            t = estimate_us(op, algo, proto, size, m)
+            t = estimate_us(op, algo, proto, tuned, m)
             if t is not None and t < best_t:
                 best, best_t = (algo, proto), t
     if best is None and algos and "collnet_direct" in algos and not m.collnet:
