@@ -6,6 +6,8 @@ tensorboard_trace_handler): {"traceEvents": [...], "distributedInfo": {...}, ...
 - the steps: "user_annotation" events named ProfilerStep#N (the profiler's schedule marks
   each step so); without them, each step ends where an "Optimizer.step" annotation ends; a
   trace with neither is one step spanning its events;
+- whether it trains: a backward pass (autograd's nodes, backward kernels) or an optimizer step
+  in it (`BACKWARD`); a forward-only trace (inference) is read, and refused by the fit;
 - the GPU's kernels ("cat": "kernel"), each classed by its name (`KERNEL_CLASSES`): GEMM,
   attention, optimizer, communication or memory-bound (everything else: elementwise, norms,
   softmax, copies), their busy time summed per class within each step;
@@ -46,6 +48,11 @@ CPU_CLASSES = (
     ("gemm", re.compile(r"^aten::(mm|addmm|bmm|baddbmm|matmul)$")),
 )
 STEP = re.compile(r"^ProfilerStep#(\d+)$")
+# what only a training step runs: autograd's backward nodes and engine (cpu_op names such as
+# "AddmmBackward0", "autograd::engine::evaluate_function: ..."), backward kernels (FlashAttention's
+# flash_bwd, cuDNN's dgrad/wgrad), an optimizer's step annotation
+BACKWARD = re.compile(r"Backward\d*\b|autograd::engine|backward|bwd|dgrad|wgrad|"
+                      r"^Optimizer\.step", re.I)
 
 
 @dataclass
@@ -69,6 +76,9 @@ class Trace:
     source: str  # "gpu kernels" or "host operators"
     steps: tuple[TracedStep, ...]
     device: str  # the device name the trace carries, or ""
+    # a backward pass or an optimizer step is in it (BACKWARD, or optimizer kernels): False
+    # for a forward-only (inference) trace
+    trains: bool = True
 
 
 def load(path: str | Path) -> dict:
@@ -223,4 +233,6 @@ def read_trace(path: str | Path) -> Trace:
         raise UserError(f"{p}: no kernel or operator inside a ProfilerStep window")
     props = doc.get("deviceProperties") or [{}]
     device = str(props[0].get("name", "")) if isinstance(props[0], dict) else ""
-    return Trace(p, source, tuple(steps), device)
+    trains = (any(s.busy_s["optimizer"] > 0 for s in steps)
+              or any(BACKWARD.search(str(e.get("name", ""))) for e in events))
+    return Trace(p, source, tuple(steps), device, trains)

@@ -150,6 +150,10 @@ def fit_trace(trace: Trace, model: ModelProfile, base: HardwareProfile, micro_ba
     if trace.device:  # a trace of another GPU would fit its speed into this one's shares
         same_family_or_refuse(trace.device, f"-H {base.name}", base.gpu.model,
                               str(trace.path))
+    if not trace.trains:
+        raise UserError(f"{trace.path}: a forward pass only (no backward operator or kernel, no "
+                        "optimizer step: an inference trace?): calibrate trace fits a training "
+                        "step's forward and backward; profile a training step")
     traced = {c: statistics.median(s.busy_s[c] for s in trace.steps)
               for c in (*FITTED, "optimizer")}
     missing = [c for c in FITTED if traced[c] <= 0]

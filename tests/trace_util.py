@@ -19,9 +19,10 @@ NAMES = {
 
 
 def kineto(seconds: dict[str, float], steps: int = 3, pieces: int = 4, devices: int = 1,
-           gap_us: float = 50.0) -> dict:
+           gap_us: float = 50.0, train: bool = True) -> dict:
     """A trace of `steps` steps; each runs every class of `seconds` (busy seconds a step) as
-    `pieces` kernels back to back on stream 7, then a host gap."""
+    `pieces` kernels back to back on stream 7, then a host gap; `train`: with autograd's
+    backward on the host (a training step; without it, a forward-only trace)."""
     events, t = [], 1000.0
     for n in range(steps):
         start = t
@@ -36,6 +37,10 @@ def kineto(seconds: dict[str, float], steps: int = 3, pieces: int = 4, devices: 
         t += gap_us
         events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n + 10}",
                        "pid": 100, "tid": 100, "ts": start, "dur": t - start})
+        if train:  # autograd's engine running a backward node on the host, as a step does
+            events.append({"ph": "X", "cat": "cpu_op", "pid": 100, "tid": 101, "ts": start,
+                           "dur": 1.0,
+                           "name": "autograd::engine::evaluate_function: MmBackward0"})
     return {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}],
             "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 8},
             "traceEvents": events}

@@ -1,0 +1,71 @@
+"""`calibrate trace` on real Kineto traces as PyTorch wrote them (issue 59 item 3;
+tests/fixtures/traces/SOURCES.md): a 2-GPU DDP training step of a CNN on A100 is read into
+its steps and classes, its communication the busy time of its NCCL kernels as counted here
+independently, and refused by the fit for having no attention (a transformer's step runs
+GEMMs, attention and memory-bound kernels); a forward-only BERT pass on H100 is read and
+refused as inference."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from calibration.trace import read_trace
+from tests.test_cli import scape
+
+TRACES = Path(__file__).resolve().parent / "fixtures" / "traces"
+DDP = TRACES / "hta-resnet-ddp-a100-rank0.json.gz"
+BERT = TRACES / "tracelens-bert-small-h100-forward.json.gz"
+
+
+def _union_s(spans: list[tuple[float, float]]) -> float:
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total * 1e-6
+
+
+def test_a_real_ddp_training_trace_is_read_into_its_steps_and_classes():
+    trace = read_trace(DDP)
+    assert trace.source == "gpu kernels" and trace.trains
+    assert trace.device == "NVIDIA A100-PG509-200"
+    assert [s.number for s in trace.steps] == [4, 5, 6]
+    # the steps' windows and NCCL kernels, counted here from the JSON itself
+    with gzip.open(DDP) as f:
+        events = json.load(f)["traceEvents"]
+    windows = {int(e["name"].split("#")[1]): (e["ts"], e["ts"] + e["dur"]) for e in events
+               if e.get("cat") == "user_annotation" and str(e["name"]).startswith("ProfilerStep#")}
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    for step in trace.steps:
+        a, b = windows[step.number]
+        assert step.wall_s == pytest.approx((b - a) * 1e-6, rel=1e-9)
+        inside = [e for e in kernels if a <= e["ts"] <= b]
+        nccl = [(e["ts"], e["ts"] + e["dur"]) for e in inside if "nccl" in e["name"].lower()]
+        assert nccl and step.busy_s["communication"] == pytest.approx(_union_s(nccl), rel=1e-9)
+        every = [(e["ts"], e["ts"] + e["dur"]) for e in inside]
+        # the classes' busy times: at least every kernel's union, at most their sum (1e-6
+        # relative: timestamps of 1e15 us round in the last digits)
+        classes = sum(step.busy_s.values())
+        assert _union_s(every) * (1 - 1e-6) <= classes
+        assert classes <= sum(e["dur"] for e in inside) * 1e-6 * (1 + 1e-6)
+        assert step.busy_s["attention"] == 0 and step.busy_s["optimizer"] > 0
+        assert step.busy_s["gemm"] > 0 and step.busy_s["memory"] > 0
+
+
+def test_real_traces_the_fit_cannot_take_are_refused_saying_why(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path))
+    code, _, err = scape(capsys, "calibrate", "trace", str(DDP), "-H", "dgx-a100", "-m",
+                         "gpt-345m", "--micro-batch", "8", "--out", "cnn")
+    assert code == 2 and "no attention time in its steps (gpu kernels)" in err
+    bert = read_trace(BERT)
+    assert not bert.trains and bert.device == "NVIDIA H100 80GB HBM3"
+    assert bert.steps[0].busy_s["attention"] > 0  # PyTorch's flash_fwd_kernel
+    code, _, err = scape(capsys, "calibrate", "trace", str(BERT), "-H", "dgx-h100", "-m",
+                         "tiny-gpt", "--micro-batch", "1", "--out", "bert")
+    assert code == 2 and "a forward pass only" in err and "inference trace" in err
+    assert not list(tmp_path.rglob("*.toml"))
