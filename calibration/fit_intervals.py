@@ -44,10 +44,11 @@ class Interval:
     unit: str = ""
 
     def text(self) -> str:
-        lo = ("at most " if self.open_low else "") + f"{self.low:.3g}"
-        hi = f"{self.high:.3g}" + (" or more" if self.open_high else "")
-        return (f"{self.name} {self.value:.3g}{self.unit}: {LEVEL:.0%} interval {lo} to {hi}"
-                f"{self.unit} (bootstrap over the {self.rows} rows fitted, {RESAMPLES} "
+        f = "{:.2f}" if self.unit else "{:.3f}"  # a cost in us, or a share
+        lo = ("at most " if self.open_low else "") + f.format(self.low)
+        hi = f.format(self.high) + (" or more" if self.open_high else "")
+        return (f"{self.name} {f.format(self.value)}{self.unit}: {LEVEL:.0%} interval {lo} to "
+                f"{hi}{self.unit} (bootstrap over the {self.rows} rows fitted, {RESAMPLES} "
                 f"resamples; step {self.step:.2g}{self.unit})")
 
 

@@ -62,7 +62,9 @@ NIC_FIELDS = {
 # are what the transport reaches (InfiniBand verbs or RoCE at the NIC's efficiency).
 # tcpx: Google's GPUDirect-TCPX and -TCPXO net plugins (GPU memory straight to the NIC, over
 # TCP; TCPXO offloads it to the NIC); which protocols they run is their env's, [nccl] proto
-TRANSPORTS = ("ib-verbs", "roce", "efa", "socket", "tcpx")
+# cxi: HPE Slingshot-11's Cassini NICs, reached by NCCL through aws-ofi-nccl and libfabric's cxi
+# provider (RDMA with GPUDirect, as efa)
+TRANSPORTS = ("ib-verbs", "roce", "efa", "socket", "tcpx", "cxi")
 
 
 TRANSPORT_FIELDS = {

@@ -861,3 +861,25 @@ def test_nccl_before_2_22_sizes_all_gather_by_a_rank_s_share(capsys, tmp_path, m
     assert nccl.choose("all_gather", mb4, nccl.machine(old, 8)) == ("ring", "ll")
     assert (nccl.choose("all_reduce", mb4, nccl.machine(old, 8))
             == nccl.choose("all_reduce", mb4, nccl.machine(base, 8)))
+
+
+def test_quad_gh200_logs_are_fitted_into_the_quad_gh200_node(capsys, tmp_path, monkeypatch):
+    """Logs of 2 quad-GH200 nodes (CSCS Alps' and Sigma2 Olivia's shape) name only their GPU:
+    of the three GH200 profiles, the one whose nodes hold 4 (cray-ex254n-gh200) is taken, and
+    its Slingshot NICs' share is fitted back."""
+    from dataclasses import replace
+
+    from calibration.nccl_tests_fit import with_transport
+
+    base = with_transport(load_hardware("cray-ex254n-gh200"))
+    truth = replace(base, transport=replace(base.transport, efficiency=0.85))
+    _model_log(tmp_path / "all_reduce.out", truth, "all_reduce", 2, SIZES)
+    log = tmp_path / "all_reduce.out"
+    log.write_text(log.read_text().replace(truth.gpu.model, "GH200 120GB"))
+    monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path / "profiles"))
+    code, _, err = scape(capsys, *NT, str(log), "--out", "alps")
+    assert code == 0, err
+    assert "fitted into cray-ex254n-gh200's GPU tables" in err
+    fitted = load_hardware("measured/alps")
+    assert fitted.node.gpus_per_node == 4 and fitted.transport.kind == "cxi"
+    assert fitted.transport.efficiency == pytest.approx(0.85, abs=0.01)
