@@ -29,6 +29,7 @@ from simulator.memory.peak import THIN_SPARE_PCT
 from simulator.planning.options import Overlap, Precision
 from simulator.planning.plan_request import PLAN_SCHEMES, PlanRequest
 from simulator.planning.planner import best_dense, best_without, figure_text, plan_training
+from simulator.run.sites import site_of
 from simulator.step.step_config import StepConfig
 from vocabulary.units import parse_names, parse_tokens
 
@@ -67,6 +68,17 @@ def plan_cmd(
     storage_gbps: float = typer.Option(None, "--storage-gbps",
                                        help="GB/s the storage takes from the whole job "
                                             "[default: 2000, Llama 3's]"),
+    pue: float = typer.Option(None, "--pue",
+                              help="the building's facility power over its IT power [default: "
+                                   "1.10, a hyperscale fleet's; profiles/external/"
+                                   "grid-intensity.csv]"),
+    grid: str = typer.Option(None, "--grid",
+                             help="the grid's carbon intensity: kg CO2e per kWh, or a named "
+                                  "grid (us-average, france, us-virginia, ...) [default: "
+                                  "us-average, EIA 2023]"),
+    max_power_mw: float = typer.Option(None, "--max-power-mw",
+                                       help="keep plans whose facility power while training "
+                                            "(GPUs, nodes, PUE) is at most this many MW"),
     budget_usd: float = typer.Option(None, "--budget-usd",
                                     help="keep plans that cost at most this many USD at "
                                          "the GPU-hour price (not with --deadline-hours)"),
@@ -114,8 +126,9 @@ def plan_cmd(
                              help="time (hours to train the tokens), cost (USD; with "
                                   "--deadline-hours: the cheapest plan that meets it), "
                                   "quality (hours to reach dense AdamS's final loss; needs "
-                                  "--quality), or wall-time / wall-cost: with failures, "
-                                  "restarts and checkpoints (goodput)"),
+                                  "--quality), wall-time / wall-cost: with failures, "
+                                  "restarts and checkpoints (goodput), or energy (MWh of "
+                                  "the run with failures, at the --pue)"),
     pareto_only: bool = typer.Option(False, "--pareto",
                                      help="show the time-cost frontier: the plans no other "
                                           "plan beats on both hours and cost, fastest first "
@@ -148,6 +161,7 @@ def plan_cmd(
         moe_overlap=bool(moe_overlap), cuda_graphs=cuda_graphs, host_launch_us=host_launch_us,
         reliability=_reliability(failures_per_gpu_day, restart_min, checkpoint_gbps,
                                  storage_gbps),
+        site=site_of(pue, grid), max_power_MW=max_power_mw,
     ).validate()
     with _progress("simulating plans") as bar:
         task = bar.add_task("plans", total=None)
@@ -187,6 +201,8 @@ def plan_cmd(
              "restart_min": req.run_reliability.restart_min,
              "checkpoint_gbps": req.run_reliability.checkpoint_GBps,
              "storage_gbps": req.run_reliability.storage_GBps,
+             "pue": req.run_site.pue, "grid_kg_per_kwh": req.run_site.grid_kg_per_kWh,
+             "grid_asked": grid, "max_power_mw": max_power_mw,
              "density_warmup_frac": density_warmup_frac,
              # each row says whether its plan ran it (tp above 1 only): "tp_comm_overlap"
              "tp_comm_overlap_asked": tp_comm_overlap, "cp": cp, "fp8_asked": fp8,
@@ -210,11 +226,12 @@ def plan_cmd(
             "step_time_s", "mfu", "tokens_per_s", "hours", "hours_low", "hours_high",
             "gpu_hours", "usd_per_gpu_hour", "cost_usd", "cost_usd_low", "cost_usd_high",
             "interruptions", "checkpoint_every_min", "goodput", "wall_hours", "wall_cost_usd",
-            "pareto", "bottleneck", "quality"]
+            "facility_MW", "energy_MWh", "tco2e", "pareto", "bottleneck", "quality"]
     ranked = {"quality": "time to dense AdamS's quality then cost",
               "cost": "cost then time to train",
               "wall-time": "wall time with failures then its cost",
-              "wall-cost": "cost with failures then the wall time"}.get(
+              "wall-cost": "cost with failures then the wall time",
+              "energy": "energy with failures then the wall time"}.get(
         rank, "time to train then cost")
     if pareto_only:
         ranked = (f"the time-cost frontier ({len(df)} plans no other plan beats on both), "
@@ -282,7 +299,8 @@ def plan_cmd(
         "quality_tokens_ratio": "{:.3f}", "hours_to_quality": "{:,.1f}",
         "cost_to_quality_usd": "{:,.0f}", "interruptions": "{:,.0f}",
         "checkpoint_every_min": "{:.1f}", "goodput": "{:.3f}", "wall_hours": "{:,.1f}",
-        "wall_cost_usd": "{:,.0f}"}, schema=list(shown.assign(**asked).columns),
+        "wall_cost_usd": "{:,.0f}", "facility_MW": "{:.2f}", "energy_MWh": "{:,.0f}",
+        "tco2e": "{:,.0f}"}, schema=list(shown.assign(**asked).columns),
         keys=("hardware", "gpus", "scheme")))
     notes = []  # the footnotes, '#' lines wrapped to the table's width
     rel = req.run_reliability
@@ -295,6 +313,7 @@ def plan_cmd(
         f"simulator/run/goodput.py; planned maintenance not counted): {rel.source}"
         + ("" if rank in ("wall-time", "wall-cost") else "; plans are ranked by their hours "
            "without failures (--rank wall-time or wall-cost ranks with them)"))
+    notes.append(energy_note(req, set(df["hardware"]), hardware_of))
     dense = best_dense(everything)
     if best["quality"] != "dense" and dense is not None:
         notes.append(
@@ -397,3 +416,15 @@ def _reliability(failures: float | None, restart: float | None, gbps: float | No
                             ("storage_GBps", "--storage-gbps")):
             text = text.replace(field, flag)
         raise UserError(text) from None
+
+
+def energy_note(req: PlanRequest, shown: set[str], hardware_of: dict) -> str:
+    """What the energy columns count, with the site's figures and their sources."""
+    site = req.run_site
+    bare = sorted(n for n in shown if n in hardware_of and hardware_of[n].power is None)
+    return ("facility_MW, energy_MWh, tco2e: each GPU at its [power] gpu_wait_W plus the rest "
+            "to gpu_max_W in proportion to the share of the step it computes, each node's "
+            "node_other_W, times the PUE; over the wall time with failures (restarts at the "
+            f"waiting draw); emissions location-based (simulator/run/energy.py): PUE "
+            f"{site.pue:g}, grid {site.grid_kg_per_kWh:g} kg CO2e/kWh: {site.source}"
+            + (f"; no [power] table, no energy figures: {', '.join(bare)}" if bare else ""))

@@ -21,6 +21,7 @@ from profiles.hardware_schema import (
     NCCL_FIELDS,
     NIC_FIELDS,
     NODE_FIELDS,
+    POWER_FIELDS,
     PRICE_FIELDS,
     REFERENCE_FIELDS,
     ROOFLINE_FIELDS,
@@ -216,6 +217,19 @@ class Price:
 
 
 @dataclass(frozen=True)
+class Power:
+    """What the hardware draws (simulator/run/energy.py): one GPU at its board limit while it
+    computes and while it waits (communication, pipeline bubbles, restarts), and the rest of a
+    node (CPUs, memory, NICs, fans) beside its GPUs."""
+
+    gpu_max_W: float
+    gpu_wait_W: float
+    node_other_W: float
+    source: str
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Reference:
     """Published measurements the model is checked against; never used as model inputs."""
 
@@ -255,6 +269,7 @@ class HardwareProfile:
     model_mfu: dict[str, float] = field(default_factory=dict)
     roofline: Roofline | None = None
     memory: Memory | None = None  # None: simulator/memory/peak.py DEFAULT_RESERVE
+    power: Power | None = None  # None: no energy figures (simulator/run/energy.py)
 
     def mfu_for(self, model: str) -> float | None:
         """The MFU this profile gives for `model` (measured or fitted for it, else its
@@ -308,10 +323,11 @@ TABLES = {
     "reference": (Reference, REFERENCE_FIELDS), "price": (Price, PRICE_FIELDS),
     "transport": (Transport, TRANSPORT_FIELDS), "nccl": (Nccl, NCCL_FIELDS),
     "roofline": (Roofline, ROOFLINE_FIELDS), "memory": (Memory, MEMORY_FIELDS),
+    "power": (Power, POWER_FIELDS),
 }
 REQUIRED = ("gpu", "node", "intra_node", "nic", "fabric", "compute")
 OPTIONAL = ("reference", "price", "transport", "nccl", "model_mfu", "roofline", "memory",
-            *MEASURED_ONLY)
+            "power", *MEASURED_ONLY)
 
 
 def parse_hardware(path: Path | str, doc: dict[str, Any]) -> HardwareProfile:
@@ -355,7 +371,7 @@ def parse_hardware(path: Path | str, doc: dict[str, Any]) -> HardwareProfile:
         fabric=built["fabric"], compute=built["compute"], reference=built.get("reference"),
         path=str(path), price=built.get("price"), transport=built.get("transport"),
         nccl=built.get("nccl"), model_mfu=model_mfu, roofline=built.get("roofline"),
-        memory=built.get("memory"), **measured,
+        memory=built.get("memory"), power=built.get("power"), **measured,
     )
 
 

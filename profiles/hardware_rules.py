@@ -164,8 +164,18 @@ def _memory_outside(path, t, measured) -> None:
                            "nccl_communicator_GiB, or one context_GiB for all of it)")
 
 
+def _power_wait(path, t, measured) -> None:
+    """A GPU waiting draws less than at its board limit."""
+    p = t.power
+    if p is not None and p.gpu_wait_W >= p.gpu_max_W:
+        raise ProfileError(f"{path}: [power] gpu_wait_W ({p.gpu_wait_W:g}) must be below "
+                           f"gpu_max_W ({p.gpu_max_W:g}): a waiting GPU draws less than one "
+                           "at its board limit")
+
+
 RULES = (
     (("memory",), _memory_outside),
+    (("power",), _power_wait),
     (("compute", "roofline"), _mfu_or_roofline),
     (("nic", *MEASURED_ONLY), _burst_read),
     (("roofline", "gpu"), _roofline_pairs),

@@ -199,6 +199,16 @@ MEMORY_FIELDS = {
 }
 PRICE_FIELDS = {"usd_per_gpu_hour": Field(float, gt=0, le=1e6, least=1e-6), "source": SOURCE}
 
+# what the hardware draws (simulator/run/energy.py): one GPU at its board limit (computing) and
+# waiting (communication, bubbles, restarts), and a node's other parts (CPUs, memory, NICs,
+# fans); hardware_rules.py checks that waiting draws less than computing
+POWER_FIELDS = {
+    "gpu_max_W": Field(float, gt=0, le=1e4, least=1e-6),
+    "gpu_wait_W": Field(float, ge=0, le=1e4),
+    "node_other_W": Field(float, ge=0, le=1e6),
+    "source": SOURCE,
+}
+
 
 REFERENCE_FIELDS = {
     "ring_allreduce_busbw_GBps": Field(float, gt=0),

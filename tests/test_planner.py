@@ -174,8 +174,12 @@ _PLAN_KEY = ["hardware", "gpus", "scheme", "tp", "pp", "schedule", "micro_batch"
     {"rank": "wall-time"},
     # failures often enough that goodput ranks the GPU counts apart
     {"rank": "wall-cost", "reliability": Reliability(5.0, 10, 0.15, 2000)},
+    # the energy bound (evaluate.py least_energy_MWh) and a facility-power cap
+    {"rank": "energy"},
+    {"model": load_model("llama-7b"), "max_gpus": 64, "tokens": 1e11, "rank": "energy",
+     "max_power_MW": 0.02, "schemes": ("dense-adams", "topk:0.99", "scape:0.99")},
 ], ids=["time", "cost", "deadline-cost", "budget", "7b-lossy", "moe", "wall-time",
-        "wall-cost"])
+        "wall-cost", "energy", "7b-energy-capped"])
 def test_bounded_search_keeps_the_plans_every_simulation_gives(kw, tmp_path):
     """plan_training(keep=K) simulates only the plans whose lower bound could still make the
     top K (simulator/planning/planner.py evaluate_bounded): its top K, its best dense and its best
@@ -185,7 +189,10 @@ def test_bounded_search_keeps_the_plans_every_simulation_gives(kw, tmp_path):
     for keep in (1, 5):
         bounded = plan_training(req, keep=keep)
         # the lazy search finds plans only where its bounds let it look
-        assert bounded.attrs["feasible"] <= every.attrs["feasible"] == len(every)
+        # (every feasible plan simulated; a power cap leaves out those above it)
+        assert bounded.attrs["feasible"] <= every.attrs["feasible"]
+        assert len(every) <= every.attrs["feasible"]
+        assert len(every) == every.attrs["feasible"] or req.max_power_MW is not None
         top_all, top = every.head(keep), bounded.head(keep)
         assert top[_PLAN_KEY].values.tolist() == top_all[_PLAN_KEY].values.tolist()
         assert list(top["hours"]) == pytest.approx(list(top_all["hours"]), rel=1e-12)

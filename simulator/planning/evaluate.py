@@ -14,11 +14,12 @@ from scape.plan import SCAPE_SCHEMES
 from simulator.memory.peak import OPTIMIZER_STATE_BYTES, usable_GB
 from simulator.planning.plan_request import PlanRequest
 from simulator.planning.space import Candidate, scheme_of
+from simulator.run.energy import idle_power_W, run_energy
 from simulator.run.goodput import checkpoint_bytes, run_with_failures
 from simulator.step.batch import parallel_map, phase_cache, simulate_cached
 from simulator.step.compute import model_flops_utilisation
 from simulator.step.schedule import run_mean
-from simulator.step.simulate import lower_bound_s
+from simulator.step.simulate import lower_bound_s, stage_work_ratio
 
 # a plan whose overheads (bubble, exposed communication, compression) stay below this share of
 # its step is compute-bound: its bottleneck column says so
@@ -52,6 +53,11 @@ def _evaluate(args: tuple[Candidate, PlanRequest]) -> dict:
     state = OPTIMIZER_STATE_BYTES[cfg.scheme.optimizer, cfg.optimizer_dtype]
     run = run_with_failures(hours * 3600, cand.gpus,
                             checkpoint_bytes(req.model.n_params, state_bytes=state), rel)
+    # its power, energy and emissions (simulator/run/energy.py); NaN without a [power] table
+    power = cand.hardware.power
+    energy = (None if power is None else
+              run_energy(power, req.run_site, cand.gpus, cand.hardware.node.gpus_per_node,
+                         mean_busy(cfg, r), hours * 3600, run.wall_s, req.tokens))
     return {
         "hardware": cand.hardware.name, "gpus": cand.gpus, "scheme": cand.scheme,
         "tp": cand.tp, "pp": cand.pp,
@@ -81,6 +87,11 @@ def _evaluate(args: tuple[Candidate, PlanRequest]) -> dict:
         "wall_hours": run.wall_s / 3600,
         "wall_cost_usd": run.wall_s / 3600 * cand.gpus * req.price(cand.hardware),
         "usd_per_gpu_hour": req.price(cand.hardware),
+        "gpu_power_W": math.nan if energy is None else energy.gpu_W,
+        "facility_MW": math.nan if energy is None else energy.facility_MW,
+        "energy_MWh": math.nan if energy is None else energy.energy_MWh,
+        "tco2e": math.nan if energy is None else energy.tco2e,
+        "wh_per_mtoken": math.nan if energy is None else energy.wh_per_token * 1e6,
         "bottleneck": bottleneck(r),
         "quality": quality_note(cfg.scheme, ratio, req.quality is not None),
         "exposed_comm_share": r.exposed_comm_s / r.step_time_s,
@@ -91,6 +102,18 @@ def _evaluate(args: tuple[Candidate, PlanRequest]) -> dict:
         "cost_to_quality_usd": (math.nan if ratio is None
                                 else hours * ratio * cand.gpus * req.price(cand.hardware)),
     }
+
+
+def mean_busy(cfg, r) -> float:
+    """The share of a step the mean GPU computes: the simulated rank's compute stream at work
+    (its layers, compression and optimizer kernels, and the tensor-, context- and
+    expert-parallel collectives it runs inline; not the data-parallel communication it waits
+    on, nor its pipeline bubble), scaled to the mean stage's compute where the stages differ
+    (Megatron's uneven split gives the first fewer layers, the last holds the output layer:
+    simulator/step/simulate.py stage_work_ratio)."""
+    work = (r.compute_s + r.compression_s + r.tp_comm_s + r.cp_comm_s
+            + (r.ep_comm_s or 0.0))  # s a step
+    return min(1.0, work * stage_work_ratio(cfg) / r.step_time_s)
 
 
 def bottleneck(r) -> str:
@@ -215,7 +238,35 @@ def bounds(req: PlanRequest, cands: list[Candidate], pool=None, workers: int = 1
 RANK_KEYS = {"time": ("hours", "cost_usd"), "cost": ("cost_usd", "hours"),
              "quality": ("hours_to_quality", "cost_to_quality_usd"),
              "wall-time": ("wall_hours", "wall_cost_usd"),
-             "wall-cost": ("wall_cost_usd", "wall_hours")}
+             "wall-cost": ("wall_cost_usd", "wall_hours"),
+             "energy": ("energy_MWh", "wall_hours")}
+
+
+# of a GPU count's compute floor, what its plans' GPUs are taken to compute at the least (each
+# GPU computes at least its share of the step's work; a margin for the stages whose share is
+# below the mean)
+BUSY_FLOOR_SHARE = 0.9
+
+
+def least_energy_MWh(req: PlanRequest, hw, gpus: int, seconds: float,
+                     busy_floor_s: float = 0.0) -> float:
+    """Energy no plan of `gpus` GPUs of `hw` stepping in at least `seconds` can use: every
+    second of its wall time (at least its hours over the best goodput) at the waiting GPUs'
+    and the rest of the nodes' draw, and each step's `busy_floor_s` of compute at the rest of
+    the GPUs' board limit (simulator/run/energy.py), times the PUE."""
+    steps = steps_of(req)
+    wall_s = steps * seconds / best_goodput(req, gpus)
+    p = hw.power
+    busy_s = steps * min(seconds, busy_floor_s)
+    joules = (wall_s * idle_power_W(p, gpus, hw.node.gpus_per_node)
+              + busy_s * gpus * (p.gpu_max_W - p.gpu_wait_W))
+    return joules * req.run_site.pue / 3.6e9
+
+
+def least_power_MW(req: PlanRequest, hw, gpus: int) -> float:
+    """Facility power no plan of `gpus` GPUs of `hw` stays under while training: its GPUs
+    waiting and the rest of its nodes, times the PUE."""
+    return idle_power_W(hw.power, gpus, hw.node.gpus_per_node) * req.run_site.pue / 1e6
 
 
 def best_goodput(req: PlanRequest, gpus: int) -> float:
@@ -233,6 +284,7 @@ def _best_goodput(params: int, rel, gpus: int) -> float:
 
 def _qualifies(req: PlanRequest, row: dict) -> bool:
     return ((req.deadline_hours is None or row["hours"] <= req.deadline_hours)
+            and (req.max_power_MW is None or row["facility_MW"] <= req.max_power_MW)
             and (req.min_mfu is None or row["mfu"] >= req.min_mfu)
             and (req.budget_usd is None or row["cost_usd"] <= req.budget_usd)
             and (req.rank != "quality" or not math.isnan(row["hours_to_quality"])))

@@ -30,7 +30,7 @@ MAX_TOKENS = 1e18  # a thousand times the largest runs' 15T; more overflows hour
 # what plans are ranked by: hours to train (then cost), cost (then hours), hours to reach
 # dense AdamS's quality (needs a convergence study), or the wall time (then cost) or the cost
 # (then wall time) with failures, restarts and checkpoints (simulator/run/goodput.py)
-RANKS = ("time", "cost", "quality", "wall-time", "wall-cost")
+RANKS = ("time", "cost", "quality", "wall-time", "wall-cost", "energy")
 
 @dataclass(frozen=True)
 class PlanRequest:
@@ -82,6 +82,20 @@ class PlanRequest:
     # failures, restarts and checkpoints (simulator/run/goodput.py): None, the published
     # studies' figures (simulator/run/defaults.py)
     reliability: object | None = None  # simulator.run.goodput.Reliability
+    # where the run draws its power (simulator/run/energy.py Site): None, the defaults of
+    # profiles/external/grid-intensity.csv; plans above `max_power_MW` of facility power are
+    # left out
+    site: object | None = None
+    max_power_MW: float | None = None
+
+    @property
+    def run_site(self):
+        """The PUE and grid every plan's energy uses: the user's, else the defaults."""
+        if self.site is not None:
+            return self.site
+        from simulator.run.sites import site_of
+
+        return site_of(None, None)
 
     @property
     def run_reliability(self):
@@ -138,6 +152,17 @@ class PlanRequest:
         check_host_launch(self.cuda_graphs, self.host_launch_us)
         if self.rank not in RANKS:
             raise UserError(f"--rank must be one of {', '.join(RANKS)}, got {self.rank!r}")
+        if self.max_power_MW is not None and not (math.isfinite(self.max_power_MW)
+                                                  and self.max_power_MW > 0):
+            raise UserError(f"--max-power-mw must be a positive number of megawatts, got "
+                            f"{self.max_power_MW:g}")
+        needs_power = self.rank == "energy" or self.max_power_MW is not None
+        unpowered = [hw.name for hw in self.hardware if hw.power is None]
+        if needs_power and unpowered:
+            flag = "--rank energy" if self.rank == "energy" else "--max-power-mw"
+            raise UserError(f"{flag}: {', '.join(unpowered)} has no [power] table (what its "
+                            "GPUs and nodes draw): give hardware whose profile has one, or a "
+                            "profile of your own with [power]")
         if self.rank == "quality" and self.quality is None:
             raise UserError("--rank quality needs --quality STUDY (profiles/quality/STUDY.toml, "
                             "made by bench/convergence_protocol.py)")

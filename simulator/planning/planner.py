@@ -96,7 +96,7 @@ def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None
         first = ("cost" if req.budget_usd is not None and req.deadline_hours is None
                  else "time")
         relaxed, why_all = search(replace(req, deadline_hours=None, budget_usd=None, min_mfu=None,
-                                          rank=first), 1)
+                                          max_power_MW=None, rank=first), 1)
         if relaxed.empty:
             _refuse_none(req, why_all)
         if req.rank == "quality" and req.deadline_hours is None and req.budget_usd is None:
@@ -141,6 +141,16 @@ def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None
                 f"simulated, the highest reaches {best['mfu']:.3f} ({best['gpus']} x "
                 f"{best['hardware']}, {best['scheme']}, tp {best['tp']}, pp {best['pp']}); "
                 "lower --min-mfu")
+        df = ok
+    if req.max_power_MW is not None:
+        ok = df[df["facility_MW"] <= req.max_power_MW]
+        if ok.empty:
+            least = df.sort_values("facility_MW").iloc[0]
+            raise UserError(
+                f"no plan draws at most {req.max_power_MW:g} MW while training: the least "
+                f"draws {least['facility_MW']:.3g} MW ({least['gpus']} x {least['hardware']}, "
+                f"{least['scheme']}; facility power: GPUs, nodes and PUE); relax "
+                "--max-power-mw")
         df = ok
     if req.budget_usd is not None:
         ok = df[df["cost_usd"] <= req.budget_usd]

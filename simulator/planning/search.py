@@ -31,6 +31,7 @@ import pandas as pd
 from profiles import HardwareProfile
 from simulator.layout.pipeline import stage_layers
 from simulator.planning.evaluate import (
+    BUSY_FLOOR_SHARE,
     RANK_KEYS,
     SCAPE_FAMILY,
     _category,
@@ -39,6 +40,8 @@ from simulator.planning.evaluate import (
     _qualifies,
     best_goodput,
     frontier_points,
+    least_energy_MWh,
+    least_power_MW,
     quality_ratio,
     steps_of,
 )
@@ -172,6 +175,7 @@ class Search:
         self.floors = _Floors(req)
         self.settled = [False, False]  # best dense, best non-SCAPE plan found for good
         self.bounds: dict[tuple, float] = {}  # lower_bound_s per layout (schemes share it)
+        self.busy_floors: dict[tuple, float] = {}  # _busy_floor_s per (profile, GPU count)
         self.states: dict[str, dict] = {}
         self.too_big: dict = {}
         self.pool = None  # made once POOL_AFTER plans were simulated here
@@ -193,6 +197,8 @@ class Search:
         cost = hours * gpus * req.price(hw)
         if ((req.deadline_hours is not None and hours > req.deadline_hours)
                 or (req.budget_usd is not None and cost > req.budget_usd)
+                or (req.max_power_MW is not None
+                    and least_power_MW(req, hw, gpus) > req.max_power_MW)
                 or (req.min_mfu is not None and model_flops_utilisation(
                     req.model, hw, req.batch, req.seq, gpus, seconds) < req.min_mfu)):
             return  # no plan below it meets the deadline, budget or MFU (a bound's is the
@@ -207,12 +213,23 @@ class Search:
         key = {"hours": hours, "cost_usd": cost,
                "hours_to_quality": hours * ratio,
                "wall_hours": hours / best_goodput(req, gpus),
-               "wall_cost_usd": cost / best_goodput(req, gpus)}[self.key]
+               "wall_cost_usd": cost / best_goodput(req, gpus),
+               "energy_MWh": (least_energy_MWh(req, hw, gpus, seconds,
+                                               self._busy_floor_s(hw, gpus))
+                              if self.key == "energy_MWh" else 0.0)}[self.key]
         if not math.isfinite(key):
             return
         heapq.heappush(self.heap, _Node(key, self.made, level, hours, cost, hw, gpus, item,
                                         cats, seconds))
         self.made += 1
+
+    def _busy_floor_s(self, hw: HardwareProfile, gpus: int) -> float:
+        """Seconds of a step every plan of `gpus` GPUs computes, at the least (the energy
+        bound's): a share of the count's compute floor, remembered per count."""
+        key = (hw.name, gpus)
+        if key not in self.busy_floors:
+            self.busy_floors[key] = BUSY_FLOOR_SHARE * self.floors.count_floor_s(hw, gpus)
+        return self.busy_floors[key]
 
     def seed_counts(self) -> None:
         """A node per GPU count of every profile, at its compute floor."""

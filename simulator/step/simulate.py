@@ -468,6 +468,18 @@ def _extended(cfg: StepConfig, topo: Topology, cache: PhaseCache, step: StepPlan
     return {k: c[k] + more * (c[k] - b[k]) for k in _KEYS}, spans
 
 
+def stage_work_ratio(cfg: StepConfig) -> float:
+    """The mean pipeline stage's compute over the first stage's (the rank a step simulates):
+    above 1 where the first stage holds fewer layers (Megatron's uneven split) or the last
+    holds the output layer; 1 without pipelining."""
+    if cfg.pp == 1:
+        return 1.0
+    _, _, _, fwd, bwd, _, _ = _StepCosts(cfg, build_topology(cfg.hardware, cfg.gpus)
+                                         )._stage_times()
+    work = [sum(f) + sum(b) for f, b in zip(fwd, bwd, strict=True)]  # s per micro-batch
+    return (sum(work) / len(work)) / work[0]
+
+
 def lower_bound_s(cfg: StepConfig) -> float:
     """Seconds the step cannot beat: its compute stream's own work at full speed (every
     micro-batch's forward and backward with their tensor- and context-parallel seconds), and

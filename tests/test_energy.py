@@ -1,0 +1,80 @@
+"""A run's energy and carbon (issue 60 item 2, simulator/run/energy.py): the arithmetic of a
+run's power, energy and emissions, the site's figures used or refused as typed, the [power]
+rule, and `plan`'s columns, ranking and power cap."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+
+from profiles import ProfileError, UserError, load_hardware
+from simulator.run.energy import Site, busy_share, run_energy
+from simulator.run.sites import site_of
+from tests.test_cli import scape
+
+
+def test_a_run_s_energy_is_its_gpus_nodes_and_building_over_its_wall_time():
+    power = load_hardware("dgx-h100").power
+    site = Site(1.2, 0.4)
+    # 16 GPUs (2 nodes), computing 80% of each step; 100 h of work, 110 h with failures
+    got = run_energy(power, site, 16, 8, 0.8, 100 * 3600, 110 * 3600, 1e9)
+    gpu = power.gpu_wait_W + 0.8 * (power.gpu_max_W - power.gpu_wait_W)
+    train_W = 16 * gpu + 2 * power.node_other_W
+    idle_W = 16 * power.gpu_wait_W + 2 * power.node_other_W
+    mwh = 1.2 * (train_W * 100 + idle_W * 10) / 1e6
+    assert got.gpu_W == pytest.approx(gpu, rel=1e-12)
+    assert got.facility_MW == pytest.approx(1.2 * train_W / 1e6, rel=1e-12)
+    assert got.energy_MWh == pytest.approx(mwh, rel=1e-12)
+    assert got.tco2e == pytest.approx(mwh * 0.4, rel=1e-12)
+    assert got.wh_per_token == pytest.approx(mwh * 1e6 / 1e9, rel=1e-12)
+    assert busy_share(10.0, 1.0, 2.0) == pytest.approx(0.7)
+
+
+def test_the_site_is_used_as_typed_or_named_and_bad_figures_are_refused():
+    assert site_of(1.3, "0.2").grid_kg_per_kWh == 0.2
+    france = site_of(None, "france")
+    assert france.pue == pytest.approx(1.10) and france.grid_kg_per_kWh == pytest.approx(0.056)
+    assert "Our World in Data" in france.source and "Google" in france.source
+    with pytest.raises(UserError, match="--pue must be between 1"):
+        site_of(0.95, None)
+    with pytest.raises(UserError, match="did you mean 'france'"):
+        site_of(None, "frnace")
+    with pytest.raises(UserError, match="--grid must be a carbon intensity"):
+        site_of(None, "-0.1")
+
+
+def test_a_waiting_gpu_drawing_its_limit_is_refused(tmp_path):
+    from pathlib import Path
+
+    text = Path(load_hardware("dgx-h100").path).read_text().replace("gpu_wait_W = 175.0",
+                                                                    "gpu_wait_W = 700.0")
+    bad = tmp_path / "hot.toml"
+    bad.write_text(text.replace('name = "dgx-h100"', 'name = "hot"'))
+    with pytest.raises(ProfileError, match=r"gpu_wait_W \(700\) must be below gpu_max_W"):
+        load_hardware(bad)
+
+
+def test_plan_prices_energy_ranks_by_it_and_caps_power(capsys):
+    args = ("plan", "-m", "gpt-345m", "-t", "1e9", "-H", "dgx-h100", "--max-gpus", "16",
+            "--schemes", "dense-adams", "--workers", "1", "--format", "csv")
+    code, out, err = scape(capsys, *args, "--grid", "france", "--pue", "1.3")
+    assert code == 0, err
+    rows = list(csv.DictReader(io.StringIO(out)))
+    for r in rows:
+        assert float(r["tco2e"]) == pytest.approx(float(r["energy_MWh"]) * 0.056, rel=1e-9)
+        assert (r["pue"], r["grid_kg_per_kwh"], r["grid_asked"]) == ("1.3", "0.056", "france")
+        assert 175 < float(r["gpu_power_W"]) <= 700
+    code, out, err = scape(capsys, *args, "--rank", "energy")
+    assert code == 0, err
+    energies = [float(r["energy_MWh"]) for r in csv.DictReader(io.StringIO(out))]
+    assert energies == sorted(energies)
+    code, out, err = scape(capsys, *args, "--max-power-mw", "0.012")
+    assert code == 0, err
+    assert all(float(r["facility_MW"]) <= 0.012 for r in csv.DictReader(io.StringIO(out)))
+    code, _, err = scape(capsys, *args, "--max-power-mw", "0.001")
+    assert code == 2 and "no plan draws at most 0.001 MW" in err
+    code, _, err = scape(capsys, "plan", "-m", "gpt-345m", "-t", "1e9", "-H", "vista-gh200",
+                         "--rank", "energy", "--price-per-gpu-hour", "2")
+    assert code == 2 and "--rank energy: vista-gh200 has no [power] table" in err
