@@ -122,44 +122,35 @@ def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None
         df = df.sort_values(list(RANK_KEYS[req.rank]), kind="stable").reset_index(drop=True)
     df["pareto"] = pareto(df)
     df.attrs.update(attrs)
-    if req.deadline_hours is not None:
-        ok = df[df["hours"] <= req.deadline_hours]
+    # each constraint keeps the plans that meet it, or says how near the nearest comes:
+    # (asked, column, at most (or at least), the limit, the refusal given the nearest plan)
+    limits = (
+        (req.deadline_hours, "hours", True, lambda b: (
+            f"no plan trains {req.tokens:.3g} tokens within {req.deadline_hours:g} h: the "
+            f"fastest takes {figure_text(b['hours'], 1)} h ({b['gpus']} x {b['hardware']}, "
+            f"{b['scheme']}); relax --deadline-hours or raise --max-gpus")),
+        (req.min_mfu, "mfu", False, lambda b: (
+            f"no plan reaches --min-mfu {req.min_mfu:g}: of the {len(df)} plan(s) simulated, "
+            f"the highest reaches {b['mfu']:.3f} ({b['gpus']} x {b['hardware']}, "
+            f"{b['scheme']}, tp {b['tp']}, pp {b['pp']}); lower --min-mfu")),
+        (req.max_power_MW, "facility_MW", True, lambda b: (
+            f"no plan draws at most {req.max_power_MW:g} MW while training: the least draws "
+            f"{b['facility_MW']:.3g} MW ({b['gpus']} x {b['hardware']}, {b['scheme']}; "
+            "facility power: GPUs, nodes and PUE); relax --max-power-mw")),
+        (req.budget_usd, "cost_usd", True, lambda b: (
+            f"no plan trains {req.tokens:.3g} tokens for ${req.budget_usd:,.6g}: the cheapest "
+            f"costs ${figure_text(b['cost_usd'], 0)} ({b['gpus']} x {b['hardware']}, "
+            f"{b['scheme']}); relax --budget-usd")),
+    )
+    for limit, column, at_most, refusal in limits:
+        if limit is None:
+            continue
+        ok = df[df[column] <= limit] if at_most else df[df[column] >= limit]
         if ok.empty:
-            best = df.iloc[0]
-            raise UserError(
-                f"no plan trains {req.tokens:.3g} tokens within {req.deadline_hours:g} h: the "
-                f"fastest takes {figure_text(best['hours'], 1)} h ({best['gpus']} x "
-                f"{best['hardware']}, "
-                f"{best['scheme']}); relax --deadline-hours or raise --max-gpus")
-        df = ok
-    if req.min_mfu is not None:
-        ok = df[df["mfu"] >= req.min_mfu]
-        if ok.empty:
-            best = df.sort_values("mfu", ascending=False).iloc[0]
-            raise UserError(
-                f"no plan reaches --min-mfu {req.min_mfu:g}: of the {len(df)} plan(s) "
-                f"simulated, the highest reaches {best['mfu']:.3f} ({best['gpus']} x "
-                f"{best['hardware']}, {best['scheme']}, tp {best['tp']}, pp {best['pp']}); "
-                "lower --min-mfu")
-        df = ok
-    if req.max_power_MW is not None:
-        ok = df[df["facility_MW"] <= req.max_power_MW]
-        if ok.empty:
-            least = df.sort_values("facility_MW").iloc[0]
-            raise UserError(
-                f"no plan draws at most {req.max_power_MW:g} MW while training: the least "
-                f"draws {least['facility_MW']:.3g} MW ({least['gpus']} x {least['hardware']}, "
-                f"{least['scheme']}; facility power: GPUs, nodes and PUE); relax "
-                "--max-power-mw")
-        df = ok
-    if req.budget_usd is not None:
-        ok = df[df["cost_usd"] <= req.budget_usd]
-        if ok.empty:
-            cheapest = df.sort_values("cost_usd").iloc[0]
-            raise UserError(
-                f"no plan trains {req.tokens:.3g} tokens for ${req.budget_usd:,.6g}: the "
-                f"cheapest costs ${figure_text(cheapest['cost_usd'], 0)} ({cheapest['gpus']} x "
-                f"{cheapest['hardware']}, {cheapest['scheme']}); relax --budget-usd")
+            # the plan nearest the limit (the fastest, the highest MFU, the least power, the
+            # cheapest), first in rank order among equals
+            nearest = df.sort_values(column, ascending=at_most, kind="stable").iloc[0]
+            raise UserError(refusal(nearest))
         df = ok
     return df.reset_index(drop=True)
 
