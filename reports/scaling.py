@@ -24,6 +24,7 @@ from reports.scaling_figures import (
     fig_breakdown,
     fig_heatmap,
     fig_line,
+    fig_run,
     fig_speedup_vs_gpus,
     step_parts,
 )
@@ -144,7 +145,34 @@ def evaluate(p: Point) -> dict:
     r = simulate_cached(cfg)
     return {**row, "fits": True, "tp": cfg.tp, "pp": cfg.pp, "virtual_stages": cfg.chunks_pp,
             "micro_batch": cfg.micro_batch, "grad_accum": cfg.accum,
-            "recompute": cfg.recompute, **r.as_dict()}
+            "recompute": cfg.recompute, **r.as_dict(), **run_figures(cfg, r, _batch(p))}
+
+
+def run_figures(cfg: StepConfig, r, batch: int) -> dict:
+    """A run of these steps with failures and what it draws: its goodput (the published
+    defaults, simulator/run/defaults.py; a run's goodput does not depend on its length) and its
+    facility energy per token (simulator/run/energy.py at the default site; NaN without a
+    [power] table)."""
+    import math
+
+    from simulator.memory.peak import OPTIMIZER_STATE_BYTES
+    from simulator.planning.evaluate import mean_busy
+    from simulator.run.defaults import default_reliability
+    from simulator.run.energy import run_energy
+    from simulator.run.goodput import checkpoint_bytes, run_with_failures
+    from simulator.run.sites import site_of
+
+    state = OPTIMIZER_STATE_BYTES[cfg.scheme.optimizer, cfg.optimizer_dtype]
+    work_s = 3600.0
+    run = run_with_failures(work_s, cfg.gpus, checkpoint_bytes(cfg.model.n_params,
+                                                               state_bytes=state),
+                            default_reliability())
+    power = cfg.hardware.power
+    tokens = work_s / r.step_time_s * batch * cfg.model.arch.seq_len
+    wh = (math.nan if power is None else
+          run_energy(power, site_of(None, None), cfg.gpus, cfg.hardware.node.gpus_per_node,
+                     mean_busy(cfg, r), work_s, run.wall_s, tokens).wh_per_token)
+    return {"goodput": run.goodput, "wh_per_token": wh}
 
 
 def points(model: ModelProfile, hw: HardwareProfile, sweep: Sweep,
@@ -268,6 +296,11 @@ def write_report(model: str, hardware: str, out: Path, quick: bool = False,
         "model": ("SCAPE 99% speedup against model size",
                   fig_line(df, "model", "model", "model", out / "model_size.png",
                            f"SCAPE 99% on {hw.name} by model"), df[df["sweep"] == "model"]),
+        "run": ("Goodput and energy per token against GPU count (a run with failures: the "
+                "published failure rates, the default PUE and grid)",
+                fig_run(df, out / "goodput_energy.png", title),
+                df[(df["sweep"] == "gpus") & df["fits"]][
+                    ["gpus", "scheme", "step_time_s", "goodput", "wh_per_token"]]),
     }
     files: dict[str, Path] = {}
     answer = _answer(df, hw)

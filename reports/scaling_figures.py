@@ -254,3 +254,33 @@ def fig_line(df: pd.DataFrame, sweep: str, x: str, xlabel: str, path: Path, titl
     ax.grid(True, alpha=0.3)
     fs.legend_outside(ax)
     return fs.save(fig, path)
+
+
+def fig_run(df: pd.DataFrame, path: Path, title: str) -> Path:
+    """A run with failures against GPUs, per scheme: its goodput (the share of the wall time
+    that trains: simulator/run/goodput.py) and its facility energy per thousand tokens
+    (simulator/run/energy.py; a profile without [power] says so instead)."""
+    part = df[(df["sweep"] == "gpus") & df["fits"]]
+    schemes = list(dict.fromkeys(part["scheme"]))
+    styles = _scheme_styles(schemes)
+    fig, axes = fs.figure(2, figsize=(9.6, 4.8))
+    counts = sorted(part["gpus"].unique())
+    energy = part["wh_per_token"].notna().any() if "wh_per_token" in part else False
+    for ax, column, label, scale in (
+            (axes[0][0], "goodput", "goodput (share of the wall time that trains)", 1.0),
+            (axes[0][1], "wh_per_token", "facility energy per 1,000 tokens (Wh)", 1e3)):
+        if column == "wh_per_token" and not energy:
+            _nothing(fig, ax, "no [power] table in this hardware profile:\nno energy figures")
+            continue
+        for scheme in schemes:
+            g = part[part["scheme"] == scheme].sort_values("gpus")
+            ax.plot(g["gpus"], g[column] * scale, label=scheme, alpha=0.85, **styles[scheme])
+        fs.gpu_axis(ax, counts)
+        ax.set_xlabel("GPUs")
+        ax.set_ylabel(label)
+        ax.grid(True, alpha=0.3)
+    handles = {h.get_label(): h for ax in axes[0] for h in ax.get_legend_handles_labels()[0]}
+    if handles:
+        fig.legend(list(handles.values()), list(handles), loc="outside right upper", fontsize=8)
+    fig.suptitle(fs.wrap(f"{title}\n{BATCH_RULE}", 80), fontsize=9)
+    return fs.save(fig, path)

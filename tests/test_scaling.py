@@ -19,7 +19,14 @@ def test_scaling_report_links_every_figure_and_csv(tmp_path):
     html = files["html"].read_text()
     pngs = sorted(p.name for p in tmp_path.glob("*.png"))
     csvs = sorted(p.name for p in tmp_path.glob("*.csv"))
-    assert len(pngs) == 5 and len(csvs) == 6
+    assert len(pngs) == 6 and len(csvs) == 7
+    # the run with failures: goodput in (0, 1], falling (or flat) with the GPU count, and the
+    # facility energy per token of a profile with [power]
+    run = pd.read_csv(tmp_path / "run.csv")
+    assert ((run["goodput"] > 0) & (run["goodput"] <= 1)).all()
+    dense = run[run["scheme"] == "dense-adams"].sort_values("gpus")
+    assert list(dense["goodput"]) == sorted(dense["goodput"], reverse=True)
+    assert (run["wh_per_token"] > 0).all()
     for png in tmp_path.glob("*.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     md_links = set(re.findall(r"\]\(([^)]+)\)", md))
