@@ -200,6 +200,10 @@ def simulate(
     out.append(f"# {memory_how_sure(cfg.hardware, cfg.stack)}")
     out.append(f"{'model_tflops_per_gpu':>20}  {row['model_tflops_per_gpu']:12.1f} TFLOP/s "
           "(model FLOPs: forward + backward, no recompute)")
+    if "gpu_power_W" in row:  # what the step draws (simulator/run/energy.py, default site)
+        out.append(f"{'step_energy_kWh':>20}  {row['step_energy_kWh']:12.3f} kWh "
+                   f"({row['gpu_power_W']:.0f} W a GPU, {row['facility_kW']:,.1f} kW for the "
+                   "job with its nodes and the default PUE; plan prices runs and carbon)")
     if steps:
         out.append(f"# averaged over a run of {steps} steps ({_schedule_text(cfg.scheme)}):")
         for key, unit, form in (("run_mean_step_s", "ms", "12.3f"),

@@ -156,9 +156,8 @@ def run_figures(cfg: StepConfig, r, batch: int) -> dict:
     import math
 
     from simulator.memory.peak import OPTIMIZER_STATE_BYTES
-    from simulator.planning.evaluate import mean_busy
     from simulator.run.defaults import default_reliability
-    from simulator.run.energy import run_energy
+    from simulator.run.energy import mean_busy, run_energy
     from simulator.run.goodput import checkpoint_bytes, run_with_failures
     from simulator.run.sites import site_of
 

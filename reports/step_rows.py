@@ -12,6 +12,7 @@ from reports.step_fidelity import lookup as step_lookup
 from simulator.memory.peak import memory_columns, refuse_if_too_big
 from simulator.planning.compare import compare, resolved_scheme
 from simulator.planning.options import StepOptions, compute_model
+from simulator.run.energy import step_energy
 from simulator.step.compute import model_flops_per_step
 from simulator.step.schedule import run_mean
 from simulator.step.simulate import simulate_step
@@ -55,7 +56,8 @@ def simulate_row(opts: StepOptions, trace: bool = False
     row = {"model": opts.model, "hardware": opts.hardware,
            "hardware_profile": cfg.hardware.path, "gpus": opts.gpus, "scheme": spec,
            **resolved_scheme(cfg.scheme), **asked, **result.as_dict(), **memory_columns(cfg),
-           "model_tflops_per_gpu": model_tflops(cfg, result.step_time_s), **sure}
+           "model_tflops_per_gpu": model_tflops(cfg, result.step_time_s),
+           **step_energy(cfg, result), **sure}
     row.update(range_columns(row, ("step_time_s",)))
     if steps:
         mean = run_mean(cfg, steps)

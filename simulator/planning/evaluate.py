@@ -14,12 +14,12 @@ from scape.plan import SCAPE_SCHEMES
 from simulator.memory.peak import OPTIMIZER_STATE_BYTES, usable_GB
 from simulator.planning.plan_request import PlanRequest
 from simulator.planning.space import Candidate, scheme_of
-from simulator.run.energy import idle_power_W, run_energy
+from simulator.run.energy import idle_power_W, mean_busy, run_energy
 from simulator.run.goodput import checkpoint_bytes, run_with_failures
 from simulator.step.batch import parallel_map, phase_cache, simulate_cached
 from simulator.step.compute import model_flops_utilisation
 from simulator.step.schedule import run_mean
-from simulator.step.simulate import lower_bound_s, stage_work_ratio
+from simulator.step.simulate import lower_bound_s
 
 # a plan whose overheads (bubble, exposed communication, compression) stay below this share of
 # its step is compute-bound: its bottleneck column says so
@@ -102,18 +102,6 @@ def _evaluate(args: tuple[Candidate, PlanRequest]) -> dict:
         "cost_to_quality_usd": (math.nan if ratio is None
                                 else hours * ratio * cand.gpus * req.price(cand.hardware)),
     }
-
-
-def mean_busy(cfg, r) -> float:
-    """The share of a step the mean GPU computes: the simulated rank's compute stream at work
-    (its layers, compression and optimizer kernels, and the tensor-, context- and
-    expert-parallel collectives it runs inline; not the data-parallel communication it waits
-    on, nor its pipeline bubble), scaled to the mean stage's compute where the stages differ
-    (Megatron's uneven split gives the first fewer layers, the last holds the output layer:
-    simulator/step/simulate.py stage_work_ratio)."""
-    work = (r.compute_s + r.compression_s + r.tp_comm_s + r.cp_comm_s
-            + (r.ep_comm_s or 0.0))  # s a step
-    return min(1.0, work * stage_work_ratio(cfg) / r.step_time_s)
 
 
 def bottleneck(r) -> str:
