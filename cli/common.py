@@ -20,7 +20,7 @@ from simulator.planning.options import (
     SchemeOptions,
     StepOptions,
 )
-from simulator.planning.plan_request import RANKS
+from simulator.planning.plan_request import PRICE_TIERS, RANKS
 from simulator.step.step_config import StepConfig
 from vocabulary.names import (
     ALGORITHM_NAMES,
@@ -93,6 +93,7 @@ ShapeChoice = _choice("ShapeChoice", SHAPES)
 BackendChoice = _choice("BackendChoice", ("gloo", "nccl"))
 CorpusChoice = _choice("CorpusChoice", CORPORA)
 RankChoice = _choice("RankChoice", RANKS)
+PriceTierChoice = _choice("PriceTierChoice", PRICE_TIERS)
 RecomputeChoice = _choice("RecomputeChoice", RECOMPUTE)
 ScheduleChoice = _choice("ScheduleChoice", SCHEDULES)
 AttentionChoice = _choice("AttentionChoice", ATTENTION)

@@ -16,6 +16,7 @@ from cli.common import (
     DispatcherChoice,
     DtypeChoice,
     Format3,
+    PriceTierChoice,
     RankChoice,
     _progress,
 )
@@ -83,7 +84,17 @@ def plan_cmd(
                                     help="keep plans that cost at most this many USD at "
                                          "the GPU-hour price (not with --deadline-hours)"),
     price: float = typer.Option(None, "--price-per-gpu-hour",
-                                help="USD; default: each hardware profile's [price]"),
+                                help="USD; default: each hardware profile's [price] of the "
+                                     "--price-tier"),
+    price_tier: PriceTierChoice = typer.Option(
+        "on-demand", "--price-tier",
+        help="on-demand, reserved or spot: which [price] every cost pays; spot's "
+             "interruptions (the profile's spot_interruptions_per_node_day) join the "
+             "failures of wall_hours and wall_cost_usd"),
+    spot_interruptions: float = typer.Option(
+        None, "--spot-interruptions-per-node-day",
+        help="with --price-tier spot: how often spot capacity is taken back, per node and "
+             "day [default: the profile's]"),
     global_batch: int = typer.Option(None, "--global-batch", "--global-batch-size",
                                      help="sequences per step; default: the model profile's "
                                           "(Megatron --global-batch-size)"),
@@ -161,7 +172,8 @@ def plan_cmd(
         moe_overlap=bool(moe_overlap), cuda_graphs=cuda_graphs, host_launch_us=host_launch_us,
         reliability=_reliability(failures_per_gpu_day, restart_min, checkpoint_gbps,
                                  storage_gbps),
-        site=site_of(pue, grid), max_power_MW=max_power_mw,
+        site=site_of(pue, grid), max_power_MW=max_power_mw, price_tier=str(price_tier),
+        spot_interruptions_per_node_day=spot_interruptions,
     ).validate()
     with _progress("simulating plans") as bar:
         task = bar.add_task("plans", total=None)
@@ -192,7 +204,9 @@ def plan_cmd(
                                       for r in shown.to_dict(orient="records")],
                                      index=shown.index))
     asked = {"model": model, "hardware_asked": hardware, "schemes_asked": schemes,
-             "price_per_gpu_hour": price, "tokens": tokens, "global_batch": req.batch,
+             "price_per_gpu_hour": price, "price_tier": req.price_tier,
+             "spot_interruptions_per_node_day": spot_interruptions,
+             "tokens": tokens, "global_batch": req.batch,
              "seq_len": req.seq,
              "grad_dtype": grad_dtype, "param_dtype": param_dtype, "max_gpus": max_gpus,
              "deadline_hours": deadline_hours, "budget_usd": budget_usd, "min_mfu": min_mfu,
@@ -313,6 +327,13 @@ def plan_cmd(
         f"simulator/run/goodput.py; planned maintenance not counted): {rel.source}"
         + ("" if rank in ("wall-time", "wall-cost") else "; plans are ranked by their hours "
            "without failures (--rank wall-time or wall-cost ranks with them)"))
+    if best["goodput"] < LOW_GOODPUT:  # e.g. spot capacity taken back every few minutes
+        notes.append(
+            f"the top plan trains {best['goodput']:.0%} of its wall time "
+            f"({figure_text(best['wall_hours'], 0)} wall hours for {figure_text(best['hours'], 0)}"
+            f" of work, {best['interruptions']:,.0f} interruptions): failures and restarts "
+            "outweigh the steps" + ("" if rank in ("wall-time", "wall-cost") else
+                                    "; --rank wall-time or wall-cost ranks plans with them"))
     notes.append(energy_note(req, set(df["hardware"]), hardware_of))
     dense = best_dense(everything)
     if best["quality"] != "dense" and dense is not None:
@@ -382,11 +403,17 @@ def price_text(req: PlanRequest, hardware_of: dict, shown: set[str]) -> str:
         return (f"usd_per_gpu_hour: {req.price_per_gpu_hour:g} for every plan "
                 "(--price-per-gpu-hour)")
     parts = []
+    tier = req.price_tier
     for name in sorted(n for n in shown if n in hardware_of):  # (two files of one name: none)
         price = hardware_of[name].price
-        where = price.source.split(";")[0].split(" (http")[0]
-        parts.append(f"{name} {price.usd_per_gpu_hour:g} ({where}; "
-                     f"scape profiles show {name})")
+        key = "usd_per_gpu_hour" if tier == "on-demand" else f"{tier}_usd_per_gpu_hour"
+        where = price.sources.get(key, price.source).split(";")[0].split(" (http")[0]
+        others = ", ".join(f"{t} {price.of(t):g}" for t in ("on-demand", "reserved", "spot")
+                           if t != tier and price.of(t) is not None)
+        parts.append(f"{name} {price.of(tier):g} {tier}"
+                     + (f" (read {price.date})" if price.date else "")
+                     + (f", {others}" if others else "")
+                     + f" ({where}; scape profiles show {name})")
     return "usd_per_gpu_hour: " + "; ".join(parts)
 
 
@@ -416,6 +443,10 @@ def _reliability(failures: float | None, restart: float | None, gbps: float | No
                             ("storage_GBps", "--storage-gbps")):
             text = text.replace(field, flag)
         raise UserError(text) from None
+
+
+# a top plan whose goodput is below this gets a footnote: it mostly restarts
+LOW_GOODPUT = 0.5
 
 
 def energy_note(req: PlanRequest, shown: set[str], hardware_of: dict) -> str:

@@ -213,7 +213,17 @@ class Memory:
 class Price:
     usd_per_gpu_hour: float  # on-demand list price
     source: str
+    reserved_usd_per_gpu_hour: float | None = None
+    spot_usd_per_gpu_hour: float | None = None
+    spot_interruptions_per_node_day: float | None = None
+    date: str | None = None
     sources: dict[str, str] = field(default_factory=dict)
+
+    def of(self, tier: str) -> float | None:
+        """The price of a tier (on-demand, reserved, spot), or None where not given."""
+        return {"on-demand": self.usd_per_gpu_hour,
+                "reserved": self.reserved_usd_per_gpu_hour,
+                "spot": self.spot_usd_per_gpu_hour}[tier]
 
 
 @dataclass(frozen=True)

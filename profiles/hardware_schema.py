@@ -197,7 +197,17 @@ MEMORY_FIELDS = {
     "fragmentation": Field(float, ge=0, le=1),
     "source": SOURCE,
 }
-PRICE_FIELDS = {"usd_per_gpu_hour": Field(float, gt=0, le=1e6, least=1e-6), "source": SOURCE}
+PRICE_FIELDS = {
+    "usd_per_gpu_hour": Field(float, gt=0, le=1e6, least=1e-6),  # on-demand list price
+    # the other tiers `plan --price-tier` takes: a reserved (committed) price and a spot one,
+    # with how often spot capacity is taken back (per node and day: the failure model's
+    # interruptions); absent: the tier is not priced for this hardware
+    "reserved_usd_per_gpu_hour": Field(float, gt=0, le=1e6, least=1e-6, required=False),
+    "spot_usd_per_gpu_hour": Field(float, gt=0, le=1e6, least=1e-6, required=False),
+    "spot_interruptions_per_node_day": Field(float, ge=0, le=1e3, required=False),
+    "date": Field(str, nonempty=True, required=False),  # when the prices were read
+    "source": SOURCE,
+}
 
 # what the hardware draws (simulator/run/energy.py): one GPU at its board limit (computing) and
 # waiting (communication, bubbles, restarts), and a node's other parts (CPUs, memory, NICs,

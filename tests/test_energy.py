@@ -78,3 +78,41 @@ def test_plan_prices_energy_ranks_by_it_and_caps_power(capsys):
     code, _, err = scape(capsys, "plan", "-m", "gpt-345m", "-t", "1e9", "-H", "vista-gh200",
                          "--rank", "energy", "--price-per-gpu-hour", "2")
     assert code == 2 and "--rank energy: vista-gh200 has no [power] table" in err
+
+
+def test_price_tiers_price_every_plan_and_spot_interruptions_join_the_failures(capsys,
+                                                                              tmp_path):
+    """Issue 60 item 3: --price-tier reserved and spot pay the profile's tier prices, and spot
+    capacity taken back (per node and day) adds to the failures, so a spot plan's wall time is
+    longer than the same plan's on demand; a tier a profile lacks is refused naming it."""
+    from pathlib import Path
+
+    text = Path(load_hardware("dgx-h100").path).read_text().replace(
+        'name = "dgx-h100"', 'name = "tiers"')
+    text = text.replace("[price]\n", "[price]\nreserved_usd_per_gpu_hour = 2.0\n"
+                        "spot_usd_per_gpu_hour = 1.5\nspot_interruptions_per_node_day = 2.0\n"
+                        'date = "2026-12-03"\n', 1)
+    hw = tmp_path / "tiers.toml"
+    hw.write_text(text)
+    args = ("plan", "-m", "gpt-345m", "-t", "1e10", "-H", str(hw), "--max-gpus", "16",
+            "--schemes", "dense-adams", "--workers", "1", "--format", "csv")
+    rows = {}
+    for tier in ("on-demand", "reserved", "spot"):
+        code, out, err = scape(capsys, *args, "--price-tier", tier)
+        assert code == 0, err
+        rows[tier] = {(r["gpus"], r["tp"], r["pp"], r["micro_batch"]): r
+                      for r in csv.DictReader(io.StringIO(out))}
+    for key, spot in rows["spot"].items():
+        r = rows["reserved"][key]
+        assert float(r["cost_usd"]) == pytest.approx(float(r["gpu_hours"]) * 2.0, rel=1e-9)
+        assert float(spot["cost_usd"]) == pytest.approx(float(spot["gpu_hours"]) * 1.5,
+                                                        rel=1e-9)
+        demand = rows["on-demand"][key]
+        assert float(spot["interruptions"]) > float(demand["interruptions"])
+        assert float(spot["wall_hours"]) > float(demand["wall_hours"])
+    code, _, err = scape(capsys, *args, "--price-tier", "spot",
+                         "--spot-interruptions-per-node-day", "-1")
+    assert code == 2 and "--spot-interruptions-per-node-day is for --price-tier spot" in err
+    code, _, err = scape(capsys, "plan", "-m", "gpt-345m", "-t", "1e9", "-H", "dgx-h100",
+                         "--price-tier", "spot")
+    assert code == 2 and "dgx-h100's [price] has no spot_usd_per_gpu_hour" in err

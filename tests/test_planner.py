@@ -178,8 +178,11 @@ _PLAN_KEY = ["hardware", "gpus", "scheme", "tp", "pp", "schedule", "micro_batch"
     {"rank": "energy"},
     {"model": load_model("llama-7b"), "max_gpus": 64, "tokens": 1e11, "rank": "energy",
      "max_power_MW": 0.02, "schemes": ("dense-adams", "topk:0.99", "scape:0.99")},
+    # spot capacity taken back: the goodput bound is the spot reliability's (aws-p5's tiers)
+    {"hardware": (load_hardware("aws-p5"),), "rank": "wall-cost", "price_tier": "spot",
+     "tokens": 1e10},
 ], ids=["time", "cost", "deadline-cost", "budget", "7b-lossy", "moe", "wall-time",
-        "wall-cost", "energy", "7b-energy-capped"])
+        "wall-cost", "energy", "7b-energy-capped", "spot-wall-cost"])
 def test_bounded_search_keeps_the_plans_every_simulation_gives(kw, tmp_path):
     """plan_training(keep=K) simulates only the plans whose lower bound could still make the
     top K (simulator/planning/planner.py evaluate_bounded): its top K, its best dense and its best

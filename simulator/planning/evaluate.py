@@ -49,7 +49,7 @@ def _evaluate(args: tuple[Candidate, PlanRequest]) -> dict:
     usable = usable_GB(cand.hardware, cand.communicators)
     use_spare = 100 * (1 - cand.memory_GB / usable)
     # the run with failures, restarts and checkpoints of the weights and optimizer state
-    rel = req.run_reliability
+    rel = req.reliability_on(cand.hardware)  # spot capacity taken back joins the failures
     state = OPTIMIZER_STATE_BYTES[cfg.scheme.optimizer, cfg.optimizer_dtype]
     run = run_with_failures(hours * 3600, cand.gpus,
                             checkpoint_bytes(req.model.n_params, state_bytes=state), rel)
@@ -243,7 +243,7 @@ def least_energy_MWh(req: PlanRequest, hw, gpus: int, seconds: float,
     and the rest of the nodes' draw, and each step's `busy_floor_s` of compute at the rest of
     the GPUs' board limit (simulator/run/energy.py), times the PUE."""
     steps = steps_of(req)
-    wall_s = steps * seconds / best_goodput(req, gpus)
+    wall_s = steps * seconds / best_goodput(req, gpus, hw)
     p = hw.power
     busy_s = steps * min(seconds, busy_floor_s)
     joules = (wall_s * idle_power_W(p, gpus, hw.node.gpus_per_node)
@@ -257,12 +257,13 @@ def least_power_MW(req: PlanRequest, hw, gpus: int) -> float:
     return idle_power_W(hw.power, gpus, hw.node.gpus_per_node) * req.run_site.pue / 1e6
 
 
-def best_goodput(req: PlanRequest, gpus: int) -> float:
+def best_goodput(req: PlanRequest, gpus: int, hw=None) -> float:
     """The most goodput any plan on `gpus` GPUs can have: its checkpoint is at least the
     weights (2 B a parameter; a plan's adds its optimizer state, which only lowers it), and
     goodput does not depend on the run's length (Daly's wall time is linear in the work). A
     bound on a plan's hours over it bounds its wall hours (the search's lower bounds)."""
-    return _best_goodput(req.model.n_params, req.run_reliability, gpus)
+    rel = req.run_reliability if hw is None else req.reliability_on(hw)  # spot: its own
+    return _best_goodput(req.model.n_params, rel, gpus)
 
 
 @lru_cache(maxsize=4096)

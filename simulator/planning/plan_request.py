@@ -31,6 +31,9 @@ MAX_TOKENS = 1e18  # a thousand times the largest runs' 15T; more overflows hour
 # dense AdamS's quality (needs a convergence study), or the wall time (then cost) or the cost
 # (then wall time) with failures, restarts and checkpoints (simulator/run/goodput.py)
 RANKS = ("time", "cost", "quality", "wall-time", "wall-cost", "energy")
+# the GPU-hour prices a plan may pay (a profile's [price]); spot's interruptions join the
+# failure model's
+PRICE_TIERS = ("on-demand", "reserved", "spot")
 
 @dataclass(frozen=True)
 class PlanRequest:
@@ -87,6 +90,25 @@ class PlanRequest:
     # left out
     site: object | None = None
     max_power_MW: float | None = None
+    # which of a profile's [price] tiers every cost pays; spot capacity taken back at
+    # `spot_interruptions_per_node_day` (None: the profile's) joins the failures
+    price_tier: str = "on-demand"
+    spot_interruptions_per_node_day: float | None = None
+
+    def reliability_on(self, hw: HardwareProfile):
+        """The failure figures a plan on `hw` runs with: the run's, and on spot capacity the
+        interruptions of taking it back too (per node and day, so per GPU over its node)."""
+        rel = self.run_reliability
+        if self.price_tier != "spot":
+            return rel
+        from dataclasses import replace as _replace
+
+        per_node = (self.spot_interruptions_per_node_day
+                    if self.spot_interruptions_per_node_day is not None
+                    else hw.price.spot_interruptions_per_node_day)
+        return _replace(rel, failures_per_gpu_day=rel.failures_per_gpu_day
+                        + per_node / hw.node.gpus_per_node,
+                        source=f"{rel.source}; spot: {per_node:g} interruptions per node-day")
 
     @property
     def run_site(self):
@@ -105,6 +127,33 @@ class PlanRequest:
         from simulator.run.defaults import default_reliability
 
         return default_reliability()
+
+    def _check_tier(self) -> None:
+        """A tier every profile prices (or --price-per-gpu-hour for all), and on spot a rate
+        of taking capacity back, typed or the profile's."""
+        if self.price_tier not in PRICE_TIERS:
+            raise UserError(f"--price-tier must be one of {', '.join(PRICE_TIERS)}, got "
+                            f"{self.price_tier!r}")
+        rate = self.spot_interruptions_per_node_day
+        if rate is not None and (self.price_tier != "spot" or not (math.isfinite(rate)
+                                                                    and rate >= 0)):
+            raise UserError("--spot-interruptions-per-node-day is for --price-tier spot, a "
+                            f"number of interruptions per node and day, 0 or more; got {rate:g}"
+                            f" with --price-tier {self.price_tier}")
+        if self.price_tier == "on-demand":
+            return
+        key = f"{self.price_tier}_usd_per_gpu_hour"
+        for hw in self.hardware:
+            if hw.price is None:
+                continue  # said where a price is first needed, as for on-demand
+            if self.price_per_gpu_hour is None and hw.price.of(self.price_tier) is None:
+                raise UserError(f"--price-tier {self.price_tier}: {hw.name}'s [price] has no "
+                                f"{key}; give --price-per-gpu-hour, or another tier")
+            if (self.price_tier == "spot" and rate is None
+                    and hw.price.spot_interruptions_per_node_day is None):
+                raise UserError(f"--price-tier spot: {hw.name}'s [price] has no "
+                                "spot_interruptions_per_node_day (how often spot capacity is "
+                                "taken back): give --spot-interruptions-per-node-day")
 
     def _check_experts(self) -> None:
         """Expert options: for a model with experts, an EP that divides them and a load of 1
@@ -156,6 +205,7 @@ class PlanRequest:
                                                   and self.max_power_MW > 0):
             raise UserError(f"--max-power-mw must be a positive number of megawatts, got "
                             f"{self.max_power_MW:g}")
+        self._check_tier()
         needs_power = self.rank == "energy" or self.max_power_MW is not None
         unpowered = [hw.name for hw in self.hardware if hw.power is None]
         if needs_power and unpowered:
@@ -259,4 +309,4 @@ class PlanRequest:
     def price(self, hw: HardwareProfile) -> float:
         if self.price_per_gpu_hour is not None:
             return self.price_per_gpu_hour
-        return hw.price.usd_per_gpu_hour
+        return hw.price.of(self.price_tier)

@@ -212,8 +212,8 @@ class Search:
             ratio = math.inf if ratio is None else ratio
         key = {"hours": hours, "cost_usd": cost,
                "hours_to_quality": hours * ratio,
-               "wall_hours": hours / best_goodput(req, gpus),
-               "wall_cost_usd": cost / best_goodput(req, gpus),
+               "wall_hours": hours / best_goodput(req, gpus, hw),
+               "wall_cost_usd": cost / best_goodput(req, gpus, hw),
                "energy_MWh": (least_energy_MWh(req, hw, gpus, seconds,
                                                self._busy_floor_s(hw, gpus))
                               if self.key == "energy_MWh" else 0.0)}[self.key]
