@@ -157,9 +157,10 @@ def run_figures(cfg: StepConfig, r, batch: int) -> dict:
 
     from simulator.memory.peak import OPTIMIZER_STATE_BYTES
     from simulator.run.defaults import default_reliability
-    from simulator.run.energy import mean_busy, run_energy
+    from simulator.run.energy import run_energy
     from simulator.run.goodput import checkpoint_bytes, run_with_failures
     from simulator.run.sites import site_of
+    from simulator.step.power import mean_busy
 
     state = OPTIMIZER_STATE_BYTES[cfg.scheme.optimizer, cfg.optimizer_dtype]
     work_s = 3600.0

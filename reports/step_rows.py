@@ -12,8 +12,8 @@ from reports.step_fidelity import lookup as step_lookup
 from simulator.memory.peak import memory_columns, refuse_if_too_big
 from simulator.planning.compare import compare, resolved_scheme
 from simulator.planning.options import StepOptions, compute_model
-from simulator.run.energy import step_energy
 from simulator.step.compute import model_flops_per_step
+from simulator.step.power import step_energy
 from simulator.step.schedule import run_mean
 from simulator.step.simulate import simulate_step
 from simulator.step.step_config import StepConfig, StepResult

@@ -14,10 +14,11 @@ from scape.plan import SCAPE_SCHEMES
 from simulator.memory.peak import OPTIMIZER_STATE_BYTES, usable_GB
 from simulator.planning.plan_request import PlanRequest
 from simulator.planning.space import Candidate, scheme_of
-from simulator.run.energy import idle_power_W, mean_busy, run_energy
+from simulator.run.energy import idle_power_W, run_energy
 from simulator.run.goodput import checkpoint_bytes, run_with_failures
 from simulator.step.batch import parallel_map, phase_cache, simulate_cached
 from simulator.step.compute import model_flops_utilisation
+from simulator.step.power import mean_busy
 from simulator.step.schedule import run_mean
 from simulator.step.simulate import lower_bound_s
 

@@ -81,32 +81,3 @@ def run_energy(power, site: Site, gpus: int, gpus_per_node: int, busy: float, tr
     return RunEnergy(gpu, it_train / 1e6, site.pue * it_train / 1e6, mwh,
                      mwh * site.grid_kg_per_kWh,  # MWh x kg/kWh = t
                      joules / 3600 / tokens if tokens > 0 else math.nan)
-
-
-def mean_busy(cfg, r) -> float:
-    """The share of a step the mean GPU computes: the simulated rank's compute stream at work
-    (its layers, compression and optimizer kernels, and the tensor-, context- and
-    expert-parallel collectives it runs inline; not the data-parallel communication it waits
-    on, nor its pipeline bubble), scaled to the mean stage's compute where the stages differ
-    (Megatron's uneven split gives the first fewer layers, the last holds the output layer:
-    simulator/step/simulate.py stage_work_ratio)."""
-    from simulator.step.simulate import stage_work_ratio  # imported here: it imports the step
-
-    work = (r.compute_s + r.compression_s + r.tp_comm_s + r.cp_comm_s
-            + (r.ep_comm_s or 0.0))  # s a step
-    return min(1.0, work * stage_work_ratio(cfg) / r.step_time_s)
-
-
-def step_energy(cfg, r) -> dict:
-    """A simulated step's power and energy at the default site (profiles/external/
-    grid-intensity.csv): one GPU's mean draw, the job's facility power and the facility energy
-    of the step; nothing for a profile without [power]."""
-    power = cfg.hardware.power
-    if power is None:
-        return {}
-    from simulator.run.sites import site_of
-
-    got = run_energy(power, site_of(None, None), cfg.gpus, cfg.hardware.node.gpus_per_node,
-                     mean_busy(cfg, r), r.step_time_s, r.step_time_s, 1.0)
-    return {"gpu_power_W": got.gpu_W, "facility_kW": got.facility_MW * 1e3,
-            "step_energy_kWh": got.energy_MWh * 1e3}
