@@ -864,8 +864,11 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
         "network_backend": "nccl", "network_netbed": "none (loopback)",
         "network_torch": "; ".join(versions) or "nccl-tests version not in the logs",
         "network_nprocs": ",".join(sorted({str(log.ranks) for log in logs})),
-        # the link fit's testbed has a node per rank: the logs' hosts say nothing of its nodes
+        # the link fit's testbed has a node per rank: the logs' hosts say nothing of its nodes;
+        # where they ran several GPUs each, the profile says so (calibration_reach warns)
         **{k: v for k, v in coverage(fitted, logs).items() if k != "logs_nodes"},
+        **({"logs_gpus_per_host": max(max(log.host_ranks, default=1) for log in logs)}
+           if max(max(log.host_ranks, default=1) for log in logs) > 1 else {}),
         **tables["measured"]}
     path = merge(name, tables, f"Written by {where}. Rerun it to refresh; do not edit.",
                  drop=("network_refit",))

@@ -270,6 +270,9 @@ MEASURED_FIELDS = {
     "logs_nodes": Field(str, required=False, nonempty=True),
     "logs_min_bytes": Field(int, required=False, ge=0),
     "logs_max_bytes": Field(int, required=False, ge=0),
+    # the GPUs each host of the logs ran, where the link fit (one tier, a node per rank) was
+    # fitted on hosts of several: a layout inside a node then runs over the fitted link
+    "logs_gpus_per_host": Field(int, required=False, ge=1),
     **{key: Field(str, required=False) for key in (
         "network", "network_date", "network_host", "network_device", "network_torch",
         "network_nprocs", "network_refit", "network_gpu_sharing", "device", "compute_torch",

@@ -32,12 +32,27 @@ def measured_reach(hw) -> tuple[int, int | None, str] | None:
     return None
 
 
+def one_tier(hw) -> str | None:
+    """A warning for a link fit of logs whose hosts ran several GPUs each (calibrate
+    nccl-tests --model link: one tier, a node per rank): every GPU is its own node there, so
+    a layout's tensor, expert or pipeline traffic inside a real node runs over the fitted
+    link; None otherwise."""
+    per_host = (getattr(hw, "measured", None) or {}).get("logs_gpus_per_host")
+    if per_host is None or hw.node.gpus_per_node != 1:
+        return None
+    return (f"{hw.name} is a one-tier link fit of logs whose hosts ran {per_host} GPUs each: "
+            "every GPU is its own node here, so traffic inside a node runs over the fitted "
+            "link (scape calibrate nccl-tests --model nccl fits the nodes as they are)")
+
+
 def beyond_measured(hw, gpus: int) -> str | None:
-    """A warning where `gpus` GPUs of `hw` go beyond what its calibration measured; None where
-    they do not, or where the profile was not calibrated."""
+    """A warning where `gpus` GPUs of `hw` go beyond what its calibration measured, or where
+    it is a one-tier fit of multi-GPU hosts (`one_tier`); None where neither holds, or where
+    the profile was not calibrated."""
+    flat = one_tier(hw)
     reach = measured_reach(hw)
     if reach is None:
-        return None
+        return flat
     most, most_nodes, how = reach
     nodes = math.ceil(gpus / hw.node.gpus_per_node)
     past = []
@@ -46,7 +61,8 @@ def beyond_measured(hw, gpus: int) -> str | None:
     if most_nodes is not None and nodes > most_nodes:
         past.append(f"{nodes:,} nodes (measured: at most {most_nodes:,})")
     if not past:
-        return None
-    return (f"extrapolated: {' and '.join(past)}: {hw.name}'s network was calibrated by {how}; "
+        return flat
+    said = (f"extrapolated: {' and '.join(past)}: {hw.name}'s network was calibrated by {how}; "
             "beyond that the model extrapolates the fit (more hops, switch levels and "
             "congestion than it saw), so treat this answer as unvalidated at this scale")
+    return said if flat is None else f"{said}; {flat}"

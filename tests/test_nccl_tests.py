@@ -883,3 +883,23 @@ def test_quad_gh200_logs_are_fitted_into_the_quad_gh200_node(capsys, tmp_path, m
     fitted = load_hardware("measured/alps")
     assert fitted.node.gpus_per_node == 4 and fitted.transport.kind == "cxi"
     assert fitted.transport.efficiency == pytest.approx(0.85, abs=0.01)
+
+
+def test_a_link_fit_of_multi_gpu_hosts_says_it_is_one_tier(capsys, tmp_path, monkeypatch):
+    """--model link fits one tier, a node per rank: on logs whose host ran 8 GPUs the profile
+    records it ([measured] logs_gpus_per_host), and simulate on it says every GPU is its own
+    node there; the NCCL path's profile keeps the node and says nothing of it."""
+    monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path))
+    code, _, err = scape(capsys, *NT, str(A100_AR), "--model", "link", "--out", "flat")
+    assert code == 0, err
+    flat = load_hardware("measured/flat")
+    assert flat.node.gpus_per_node == 1 and flat.measured["logs_gpus_per_host"] == 8
+    code, out, err = scape(capsys, "simulate", "-m", "gpt-345m", "-H", "measured/flat",
+                           "--gpus", "8")
+    assert code == 0, err
+    assert "one-tier link fit of logs whose hosts ran 8 GPUs each" in unwrapped(out)
+    code, _, err = scape(capsys, *NT, str(A100_AR), "--out", "noded")
+    assert code == 0, err
+    code, out, err = scape(capsys, "simulate", "-m", "gpt-345m", "-H", "measured/noded",
+                           "--gpus", "8")
+    assert code == 0 and "one-tier" not in unwrapped(out)
