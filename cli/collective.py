@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import sys
 
-import pandas as pd
 import typer
 
 from cli.app import app
@@ -14,7 +13,7 @@ from profiles import UserError, load_hardware
 from profiles.external import published_collective
 from reports.fidelity import lookup, shipped
 from reports.schema import table_name, table_value
-from reports.tables import check_format, render
+from reports.tables import Records, check_format, render
 from simulator.network.collective import describe, fit_warning, sweep
 from simulator.network.topology import build_topology
 from vocabulary.names import ALGORITHM_NAMES
@@ -89,20 +88,22 @@ def collective(
         for line in warning.splitlines():
             print(f"scape: {line}", file=sys.stderr)
     is_shipped = shipped(hw)
-    df = pd.DataFrame([{**r.as_dict(), "algo_asked": algo, "proto_asked": proto,
-                        "gpus_per_process": gpus_per_process,
-                        "hardware": hardware, "hardware_profile": hw.path,
-                        # how far published runs like this one were from the model
-                        **lookup(hw.name if is_shipped and _banded(op, algo, proto) else "", gpus,
-                                 hw.node.gpus_per_node, gpus_per_process, r.size_bytes)}
-                       for r in results])
+    # one record a size (a plain table: pandas, 0.25 s of imports, only for CSV and JSON)
+    df = Records([{**r.as_dict(), "algo_asked": algo, "proto_asked": proto,
+                   "gpus_per_process": gpus_per_process,
+                   "hardware": hardware, "hardware_profile": hw.path,
+                   # how far published runs like this one were from the model
+                   **lookup(hw.name if is_shipped and _banded(op, algo, proto) else "", gpus,
+                            hw.node.gpus_per_node, gpus_per_process, r.size_bytes)}
+                  for r in results])
     beyond, per_size = _beyond_logs(hw, str(op), gpus, size_list)
     if beyond is not None:  # a profile fitted on nccl-tests logs: where this goes past them
         df["beyond_logs"] = per_size
     if run is not None:  # the published time where the run measured this size
-        df["published_case"] = run.case
+        df["published_case"] = [run.case] * len(df)
         df["published_us"] = [run.rows.get(int(s), (None, None))[0] for s in df["size_bytes"]]
-        df["error_pct"] = 100 * (df["time_s"] * 1e6 / df["published_us"] - 1)
+        df["error_pct"] = [math.nan if p is None else 100 * (t * 1e6 / p - 1)
+                           for t, p in zip(df["time_s"], df["published_us"], strict=True)]
     # the size as nccl-tests prints it, and the fidelity band in words: in every format
     df["size"] = [format_bytes(s) for s in df["size_bytes"]]
     df["held_out"] = [
@@ -111,10 +112,10 @@ def collective(
                                      df["heldout_max_abs_err_pct"],
                                      df["heldout_median_err_pct"], strict=True)]
     if fmt != "table":
-        print(render(df, fmt))
+        print(render(df.frame(), fmt))
         return
     schema = list(df.columns)
-    df[table_name("time_s")] = table_value("time_s", df["time_s"])
+    df[table_name("time_s")] = [table_value("time_s", t) for t in df["time_s"]]
     columns = ["size_bytes", "size", table_name("time_s"), "algbw_GBps", "busbw_GBps", "algo",
                "proto", "held_out"]
     header = (f"{op}, algo {algo}, proto {proto}, gpus per process {gpus_per_process}, "
@@ -144,7 +145,8 @@ def collective(
     if run is not None:  # blank where the run has no such size
         columns += ["published_us", "error_pct"]
         for col, form in (("published_us", "{:.1f}"), ("error_pct", "{:+.1f}")):
-            df[col] = [form.format(v) if pd.notna(v) else "" for v in df[col]]
+            df[col] = ["" if v is None or (isinstance(v, float) and math.isnan(v))
+                       else form.format(v) for v in df[col]]
         header += (f"\npublished: {run.case}, out-of-place time of nccl-tests (sources in "
                    "profiles/external/public-collectives.md); error = simulated / published - 1")
     print(render(df[columns], "table", header=header, floatfmt={
