@@ -762,12 +762,15 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
     if len(devices) > 1:
         raise UserError(f"the logs come from different systems ({', '.join(sorted(devices))}): "
                         "calibrate one system at a time")
-    per_host = node_shape(logs) or max(max(log.host_ranks, default=0) for log in logs)
-    gpu_from, picked = gpu_profile(devices, gpu_from, per_host)
+    # the GPUs a node holds as the logs' runs over several hosts tell it; the most any host
+    # ran, where none spans hosts
+    per_node = node_shape(logs)
+    most_per_host = max(max(log.host_ranks, default=0) for log in logs)
+    gpu_from, picked = gpu_profile(devices, gpu_from, per_node or most_per_host)
     base = load_hardware(gpu_from)
     gpu_said = picked + gpu_notes(devices, base)
     with scratch_dir() as scratch:
-        base, doc, shape_said = shaped_profile(base, logs, nics, Path(scratch))
+        base, doc, shape_said = shaped_profile(base, logs, per_node, nics, Path(scratch))
     gpu_said += shape_said
     rows = fit_rows(logs, min_bytes)
     if not rows:
@@ -848,11 +851,10 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
         "fabric": {"topology": "fat-tree", "nodes_per_leaf": 250, "oversubscription": 1.0,
                    "switch_latency_us": 0.0, "source": "one switch (the fit's testbed)"},
     }
-    raw = doc
     for table in GPU_TABLES:
-        if table in raw:
-            tables[table] = {**raw[table], "source": f"copied from hardware profile "
-                             f"{base.name} by --gpu-from ({raw[table].get('source', '')})"}
+        if table in doc:
+            tables[table] = {**doc[table], "source": f"copied from hardware profile "
+                             f"{base.name} by --gpu-from ({doc[table].get('source', '')})"}
     versions = sorted({log.version + (f", NCCL {log.nccl.version}" if log.nccl.version else "")
                        for log in logs if log.version})
     tables["measured"] = {
@@ -867,8 +869,7 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
         # the link fit's testbed has a node per rank: the logs' hosts say nothing of its nodes;
         # where they ran several GPUs each, the profile says so (calibration_reach warns)
         **{k: v for k, v in coverage(fitted, logs).items() if k != "logs_nodes"},
-        **({"logs_gpus_per_host": max(max(log.host_ranks, default=1) for log in logs)}
-           if max(max(log.host_ranks, default=1) for log in logs) > 1 else {}),
+        **({"logs_gpus_per_host": most_per_host} if most_per_host > 1 else {}),
         **tables["measured"]}
     path = merge(name, tables, f"Written by {where}. Rerun it to refresh; do not edit.",
                  drop=("network_refit",))

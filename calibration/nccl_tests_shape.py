@@ -74,18 +74,17 @@ def node_shape(logs) -> int | None:
     return told.pop() if told else None
 
 
-def shaped_profile(base, logs, nics_typed: int | None, scratch: Path
+def shaped_profile(base, logs, gpus: int | None, nics_typed: int | None, scratch: Path
                    ) -> tuple[object, dict, list[str]]:
-    """The base profile with the node shape the logs tell (`node_shape`; NICs per node from
-    NCCL's lines or `nics_typed`): (profile, its TOML document, notes). The base itself where
-    nothing differs. A node of another GPU count whose NICs neither the logs nor --nics-per-node
-    give is refused: its NICs are not the base's to assume."""
+    """The base profile with the node shape the logs tell (`gpus` a node: `node_shape`; NICs
+    per node from NCCL's lines or `nics_typed`): (profile, its TOML document, notes). The base
+    itself where nothing differs. A node of another GPU count whose NICs neither the logs nor
+    --nics-per-node give is refused: its NICs are not the base's to assume."""
     from profiles import load_hardware
     from profiles.files import read_toml
     from profiles.measured import dumps
 
     doc = read_toml(Path(base.path))
-    gpus = node_shape(logs)
     listed = {log.nccl.nics for log in logs if log.nccl.nics is not None}
     if len(listed) > 1:
         raise UserError(f"NCCL listed {' and '.join(map(str, sorted(listed)))} NICs on the logs' "

@@ -21,6 +21,7 @@ from cli.common import (
     _progress,
 )
 from profiles import UserError, load_hardware, load_model
+from profiles.hardware import PRICE_TIER_KEYS
 from reports.fidelity import heldout
 from reports.memory_fidelity import memory_how_sure, reserved_under
 from reports.step_fidelity import how_sure, layout_class, range_columns
@@ -406,9 +407,9 @@ def price_text(req: PlanRequest, hardware_of: dict, shown: set[str]) -> str:
     tier = req.price_tier
     for name in sorted(n for n in shown if n in hardware_of):  # (two files of one name: none)
         price = hardware_of[name].price
-        key = "usd_per_gpu_hour" if tier == "on-demand" else f"{tier}_usd_per_gpu_hour"
+        key = PRICE_TIER_KEYS[tier]
         where = price.sources.get(key, price.source).split(";")[0].split(" (http")[0]
-        others = ", ".join(f"{t} {price.of(t):g}" for t in ("on-demand", "reserved", "spot")
+        others = ", ".join(f"{t} {price.of(t):g}" for t in PRICE_TIER_KEYS
                            if t != tier and price.of(t) is not None)
         parts.append(f"{name} {price.of(tier):g} {tier}"
                      + (f" (read {price.date})" if price.date else "")

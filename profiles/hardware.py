@@ -209,6 +209,11 @@ class Memory:
         return self.reserved_bytes(communicators) / (1 + self.fragmentation)
 
 
+# each price tier `plan --price-tier` takes, and the key of [price] that holds it
+PRICE_TIER_KEYS = {"on-demand": "usd_per_gpu_hour", "reserved": "reserved_usd_per_gpu_hour",
+                   "spot": "spot_usd_per_gpu_hour"}
+
+
 @dataclass(frozen=True)
 class Price:
     usd_per_gpu_hour: float  # on-demand list price
@@ -221,9 +226,7 @@ class Price:
 
     def of(self, tier: str) -> float | None:
         """The price of a tier (on-demand, reserved, spot), or None where not given."""
-        return {"on-demand": self.usd_per_gpu_hour,
-                "reserved": self.reserved_usd_per_gpu_hour,
-                "spot": self.spot_usd_per_gpu_hour}[tier]
+        return getattr(self, PRICE_TIER_KEYS[tier])
 
 
 @dataclass(frozen=True)

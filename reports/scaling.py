@@ -155,23 +155,15 @@ def run_figures(cfg: StepConfig, r, batch: int) -> dict:
     [power] table)."""
     import math
 
-    from simulator.memory.peak import OPTIMIZER_STATE_BYTES
     from simulator.run.defaults import default_reliability
-    from simulator.run.energy import run_energy
-    from simulator.run.goodput import checkpoint_bytes, run_with_failures
     from simulator.run.sites import site_of
-    from simulator.step.power import mean_busy
+    from simulator.step.power import run_and_energy
 
-    state = OPTIMIZER_STATE_BYTES[cfg.scheme.optimizer, cfg.optimizer_dtype]
     work_s = 3600.0
-    run = run_with_failures(work_s, cfg.gpus, checkpoint_bytes(cfg.model.n_params,
-                                                               state_bytes=state),
-                            default_reliability())
-    power = cfg.hardware.power
     tokens = work_s / r.step_time_s * batch * cfg.model.arch.seq_len
-    wh = (math.nan if power is None else
-          run_energy(power, site_of(None, None), cfg.gpus, cfg.hardware.node.gpus_per_node,
-                     mean_busy(cfg, r), work_s, run.wall_s, tokens).wh_per_token)
+    run, energy = run_and_energy(cfg, r, work_s, default_reliability(), site_of(None, None),
+                                 tokens)
+    wh = math.nan if energy is None else energy.wh_per_token
     return {"goodput": run.goodput, "wh_per_token": wh}
 
 

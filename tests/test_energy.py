@@ -10,7 +10,7 @@ import io
 import pytest
 
 from profiles import ProfileError, UserError, load_hardware
-from simulator.run.energy import Site, busy_share, run_energy
+from simulator.run.energy import Site, run_energy
 from simulator.run.sites import site_of
 from tests.test_cli import scape
 
@@ -29,7 +29,15 @@ def test_a_run_s_energy_is_its_gpus_nodes_and_building_over_its_wall_time():
     assert got.energy_MWh == pytest.approx(mwh, rel=1e-12)
     assert got.tco2e == pytest.approx(mwh * 0.4, rel=1e-12)
     assert got.wh_per_token == pytest.approx(mwh * 1e6 / 1e9, rel=1e-12)
-    assert busy_share(10.0, 1.0, 2.0) == pytest.approx(0.7)
+    # the share a step computes (simulator/step/power.py): its compute stream's work over the
+    # step, without pipelining (the simulated rank is every rank)
+    from types import SimpleNamespace
+
+    from simulator.step.power import mean_busy
+
+    step = SimpleNamespace(compute_s=5.0, compression_s=0.5, tp_comm_s=1.0, cp_comm_s=0.0,
+                           ep_comm_s=None, step_time_s=10.0)
+    assert mean_busy(SimpleNamespace(pp=1), step) == pytest.approx(0.65)
 
 
 def test_the_site_is_used_as_typed_or_named_and_bad_figures_are_refused():

@@ -11,14 +11,14 @@ from functools import lru_cache
 import pandas as pd
 
 from scape.plan import SCAPE_SCHEMES
-from simulator.memory.peak import OPTIMIZER_STATE_BYTES, usable_GB
+from simulator.memory.peak import usable_GB
 from simulator.planning.plan_request import PlanRequest
 from simulator.planning.space import Candidate, scheme_of
-from simulator.run.energy import idle_power_W, run_energy
+from simulator.run.energy import idle_power_W
 from simulator.run.goodput import checkpoint_bytes, run_with_failures
 from simulator.step.batch import parallel_map, phase_cache, simulate_cached
 from simulator.step.compute import model_flops_utilisation
-from simulator.step.power import mean_busy
+from simulator.step.power import run_and_energy
 from simulator.step.schedule import run_mean
 from simulator.step.simulate import lower_bound_s
 
@@ -49,16 +49,10 @@ def _evaluate(args: tuple[Candidate, PlanRequest]) -> dict:
     ratio = quality_ratio(req.quality, cfg.scheme) if req.quality is not None else None
     usable = usable_GB(cand.hardware, cand.communicators)
     use_spare = 100 * (1 - cand.memory_GB / usable)
-    # the run with failures, restarts and checkpoints of the weights and optimizer state
-    rel = req.reliability_on(cand.hardware)  # spot capacity taken back joins the failures
-    state = OPTIMIZER_STATE_BYTES[cfg.scheme.optimizer, cfg.optimizer_dtype]
-    run = run_with_failures(hours * 3600, cand.gpus,
-                            checkpoint_bytes(req.model.n_params, state_bytes=state), rel)
-    # its power, energy and emissions (simulator/run/energy.py); NaN without a [power] table
-    power = cand.hardware.power
-    energy = (None if power is None else
-              run_energy(power, req.run_site, cand.gpus, cand.hardware.node.gpus_per_node,
-                         mean_busy(cfg, r), hours * 3600, run.wall_s, req.tokens))
+    # the run with failures, restarts and checkpoints (spot capacity taken back joins the
+    # failures), and its power, energy and emissions: NaN without a [power] table
+    run, energy = run_and_energy(cfg, r, hours * 3600, req.reliability_on(cand.hardware),
+                                 req.run_site, req.tokens)
     return {
         "hardware": cand.hardware.name, "gpus": cand.gpus, "scheme": cand.scheme,
         "tp": cand.tp, "pp": cand.pp,

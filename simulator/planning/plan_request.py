@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass, field
 
 from profiles import HardwareProfile, ModelProfile, UserError
+from profiles.hardware import PRICE_TIER_KEYS
 from scape.plan import SCAPE_SCHEMES, Dtypes
 from simulator.network.collective import MAX_GPUS
 from simulator.planning.compare import parse_scheme, refuse_same
@@ -33,7 +34,7 @@ MAX_TOKENS = 1e18  # a thousand times the largest runs' 15T; more overflows hour
 RANKS = ("time", "cost", "quality", "wall-time", "wall-cost", "energy")
 # the GPU-hour prices a plan may pay (a profile's [price]); spot's interruptions join the
 # failure model's
-PRICE_TIERS = ("on-demand", "reserved", "spot")
+PRICE_TIERS = tuple(PRICE_TIER_KEYS)
 
 @dataclass(frozen=True)
 class PlanRequest:
@@ -142,7 +143,7 @@ class PlanRequest:
                             f" with --price-tier {self.price_tier}")
         if self.price_tier == "on-demand":
             return
-        key = f"{self.price_tier}_usd_per_gpu_hour"
+        key = PRICE_TIER_KEYS[self.price_tier]
         for hw in self.hardware:
             if hw.price is None:
                 continue  # said where a price is first needed, as for on-demand

@@ -123,7 +123,8 @@ def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None
     df["pareto"] = pareto(df)
     df.attrs.update(attrs)
     # each constraint keeps the plans that meet it, or says how near the nearest comes:
-    # (asked, column, at most (or at least), the limit, the refusal given the nearest plan)
+    # (the limit asked, None where not; its column; at most, else at least; the refusal given
+    # the nearest plan)
     limits = (
         (req.deadline_hours, "hours", True, lambda b: (
             f"no plan trains {req.tokens:.3g} tokens within {req.deadline_hours:g} h: the "

@@ -1,18 +1,19 @@
 """A run's energy and carbon (issue 60 item 2): what the GPUs, the rest of their nodes and the
 building draw over the run's wall time, and the emissions of that energy on a grid.
 
-A GPU draws its idle power plus a share of the rest up to its board limit in proportion to
-the time it computes:
+A GPU draws its waiting power plus a share of the rest up to its board limit in proportion to
+the share of the step it computes:
 
-    P_gpu = idle + (max - idle) x busy,    busy = 1 - (exposed communication + bubble) / step
+    P_gpu = wait + (max - wait) x busy
 
-(the compute stream busy: GEMMs, attention and the collectives it waits on inline run near the
-board limit; while it waits on the data-parallel network or on other pipeline stages the GPU
-idles). Each node adds what is not a GPU (CPUs, memory, NICs, fans, its share of the
-switches) at a constant draw, and the building multiplies the IT load by its PUE. Over a run
-with failures (simulator/run/goodput.py), the time lost to restarts and redone work draws
-the waiting power. Energy is facility energy (IT x PUE); emissions are that energy times the grid's
-carbon intensity (location-based: the grid's average, not a purchase of renewable energy).
+(busy: the compute stream at work, simulator/step/power.py mean_busy: GEMMs, attention and the
+collectives it runs inline run near the board limit; while it waits on the data-parallel
+network or on other pipeline stages the GPU waits). Each node adds what is not a GPU (CPUs,
+memory, NICs, fans, its share of the switches) at a constant draw, and the building multiplies
+the IT load by its PUE. Over a run with failures (simulator/run/goodput.py), the time lost to
+restarts and redone work draws the waiting power. Energy is facility energy (IT x PUE);
+emissions are that energy times the grid's carbon intensity (location-based: the grid's
+average, not a purchase of renewable energy).
 
 What is not modelled: power capping and clock throttling below the board limit, the draw of
 storage and of spare nodes, the embodied carbon of the hardware.
@@ -50,16 +51,9 @@ class RunEnergy:
     gpu_W: float  # one GPU's mean draw while training
     it_MW: float  # the job's IT power while training: GPUs and the rest of their nodes
     facility_MW: float  # it_MW x PUE
-    energy_MWh: float  # facility energy over the wall time (restarts at idle)
+    energy_MWh: float  # facility energy over the wall time (restarts at the waiting draw)
     tco2e: float  # energy_MWh x grid intensity
     wh_per_token: float
-
-
-def busy_share(step_s: float, exposed_comm_s: float, bubble_s: float) -> float:
-    """The share of a step the GPU computes (its compute stream busy)."""
-    if step_s <= 0:
-        return 0.0
-    return min(1.0, max(0.0, 1.0 - (exposed_comm_s + bubble_s) / step_s))
 
 
 def idle_power_W(power, gpus: int, gpus_per_node: int) -> float:

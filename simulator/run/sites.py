@@ -48,9 +48,10 @@ def grid_of(text: str | None) -> tuple[float, str]:
         return float(row["value"]), f"grid {text}: {row['source']}"
 
 
+@lru_cache(maxsize=32)
 def site_of(pue: float | None, grid: str | None) -> Site:
     """The site of a plan: the PUE and grid typed, else the file's defaults, each with its
-    source."""
+    source (remembered: a plan's search asks for the default site at every bound)."""
     if pue is None:
         row = _default("pue")
         pue_value = float(row["value"])

@@ -5,7 +5,9 @@ the run's costs below it take numbers only."""
 
 from __future__ import annotations
 
-from simulator.run.energy import run_energy
+from simulator.memory.peak import OPTIMIZER_STATE_BYTES
+from simulator.run.energy import RunEnergy, run_energy
+from simulator.run.goodput import Goodput, checkpoint_bytes, run_with_failures
 from simulator.run.sites import site_of
 from simulator.step.simulate import stage_work_ratio
 
@@ -33,3 +35,19 @@ def step_energy(cfg, r) -> dict:
                      mean_busy(cfg, r), r.step_time_s, r.step_time_s, 1.0)
     return {"gpu_power_W": got.gpu_W, "facility_kW": got.facility_MW * 1e3,
             "step_energy_kWh": got.energy_MWh * 1e3}
+
+
+def run_and_energy(cfg, r, work_s: float, rel, site, tokens: float
+                   ) -> tuple[Goodput, RunEnergy | None]:
+    """`work_s` seconds of these steps as a run: with failures, restarts and checkpoints of
+    the weights and optimizer state (simulator/run/goodput.py, `rel`), and what it draws at
+    `site` over that wall time (None without a [power] table); what `plan` prices each plan
+    by and the scaling report each point by."""
+    state = OPTIMIZER_STATE_BYTES[cfg.scheme.optimizer, cfg.optimizer_dtype]
+    run = run_with_failures(work_s, cfg.gpus,
+                            checkpoint_bytes(cfg.model.n_params, state_bytes=state), rel)
+    power = cfg.hardware.power
+    energy = (None if power is None else
+              run_energy(power, site, cfg.gpus, cfg.hardware.node.gpus_per_node,
+                         mean_busy(cfg, r), work_s, run.wall_s, tokens))
+    return run, energy
