@@ -8,7 +8,13 @@ global batch, tokens, precision and recomputation; a row that leaves its GPU cou
 unstated is listed, not priced. Steps x simulated step time gives the GPU-hours of
 steps; over the goodput model (simulator/run/goodput.py, its published defaults) the
 GPU-hours with failures, restarts and checkpoints, which is what a model card's figure
-counts. Nothing is fitted on these rows.
+counts. A case whose figure covers stages run at different layouts (Llama 3 405B: 8K
+pre-training, then long context at CP 16) is priced stage by stage as
+profiles/external/published-gpu-hours-phases.csv states them, each stage with its own
+failures, and summed. Nothing is fitted on these rows.
+
+`--phases-chunks N` prices every phase at N model chunks a pipeline rank (1: 1F1B), the
+sensitivity of the chunks read from the Llama 3 paper (late-constants.md row 41).
 
     SCAPE_PROFILE_DIR=profiles python bench/gpu_hours_published.py
 """
@@ -25,6 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from profiles import UserError, load_model  # noqa: E402
+from reports.step_rows import model_tflops  # noqa: E402
 from simulator.planning.options import (  # noqa: E402
     Batch,
     Overlap,
@@ -38,6 +45,7 @@ from simulator.run.goodput import checkpoint_bytes, run_with_failures  # noqa: E
 from simulator.step.simulate import simulate_step  # noqa: E402
 
 DATA = REPO / "profiles" / "external" / "published-gpu-hours.csv"
+PHASES = REPO / "profiles" / "external" / "published-gpu-hours-phases.csv"
 # the row's model as the source names it -> the shipped model profile of that architecture
 MODELS = {"Llama 2 7B": "llama-7b", "Llama 2 70B": "llama-70b", "Llama 3.1 8B": "llama3-8b",
           "Llama 3.1 70B": "llama3-70b", "Llama 3.1 405B": "llama3-405b",
@@ -59,7 +67,7 @@ def _match(name: str, table: dict[str, str]) -> str | None:
                                   None)
 
 
-def price(row) -> dict:
+def price(row, phases: list = (), chunks: int | None = None) -> dict:
     out = {"case": row.case, "published_gpu_hours": float(row.gpu_hours),
            "scope": row.gpu_hours_scope, "note": ""}
     model, hw = _match(row.model, MODELS), _match(row.gpu, HARDWARE)
@@ -68,6 +76,9 @@ def price(row) -> dict:
         return out
     gpus, seq = _int(row.gpus), _int(row.seq) or load_model(model).arch.seq_len
     tokens, batch_tokens = float(row.tokens), _int(row.global_batch_tokens)
+    stages = [p for p in phases if p.case == row.case]
+    if stages:
+        return _phased(out, model, hw, stages, row.precision, chunks)
     if isinstance(row.step_case, str) and row.step_case:
         return _priced(out, _same_run(row.step_case), gpus, tokens, seq)
     if gpus is None or not tokens or batch_tokens is None or (
@@ -76,21 +87,76 @@ def price(row) -> dict:
         # state it is not priced at a layout the tool would choose
         out["note"] = "the source leaves the GPU count, layout, tokens or batch unstated"
         return out
-    tp, pp = _int(row.tp) or 1, _int(row.pp) or 1
-    cp, ep = _int(row.cp) or 1, _int(row.ep) or 1
-    sequences = max(1, round(batch_tokens / seq))
-    opts = StepOptions(model, hw, gpus, scheme=SchemeOptions("dense-adamw"),
-                       batch=Batch(1, seq, None, sequences),
-                       parallelism=Parallelism(tp=tp, pp=pp, cp=cp, ep=ep,
-                                               recompute=_recompute(row)),
-                       precision=Precision(fp8=str(row.precision).lower() == "fp8"),
-                       overlap=Overlap(tp_comm=True if tp > 1 else None))
     try:
-        cfg = opts.config()
+        cfg = _config(model, hw, row, gpus, seq, batch_tokens, row.precision)
     except UserError as e:
         out["note"] = f"refused: {e}"
         return out
     return _priced(out, cfg, gpus, tokens, seq)
+
+
+def _config(model: str, hw: str, row, gpus: int, seq: int, batch_tokens: int, precision,
+            schedule: str = "1f1b", chunks: int | None = None):
+    """The step of `row`'s layout (a run's row or one of its phases) as the source states it."""
+    tp, pp = _int(row.tp) or 1, _int(row.pp) or 1
+    cp, ep = _int(row.cp) or 1, _int(getattr(row, "ep", None)) or 1
+    sequences = max(1, round(batch_tokens / seq))
+    interleaved = schedule == "interleaved" and (chunks or 1) > 1
+    opts = StepOptions(model, hw, gpus, scheme=SchemeOptions("dense-adamw"),
+                       batch=Batch(1, seq, None, sequences),
+                       parallelism=Parallelism(
+                           tp=tp, pp=pp, cp=cp, ep=ep, recompute=_recompute(row),
+                           pp_schedule="interleaved" if interleaved else "1f1b",
+                           virtual_stages=chunks if interleaved else None),
+                       precision=Precision(fp8=str(precision).lower() == "fp8"),
+                       overlap=Overlap(tp_comm=True if tp > 1 else None))
+    return opts.config()
+
+
+# each priced stage against its source's TFLOP/s per GPU, printed under the table
+STAGE_LINES: list[str] = []
+
+
+def _phased(out: dict, model: str, hw: str, stages: list, precision,
+            chunks: int | None) -> dict:
+    """`out` priced stage by stage (published-gpu-hours-phases.csv): each stage's steps at
+    its own layout, with its own failures; GPU-hours summed, the step time tokens-weighted."""
+    total = {"gpu_hours_steps": 0.0, "gpu_hours": 0.0, "tokens": 0.0, "step_x_tokens": 0.0}
+    row_case = out["case"]
+    for st in stages:
+        v = _int(st.virtual_stages) if chunks is None else chunks
+        try:
+            cfg = _config(model, hw, st, _int(st.gpus), _int(st.seq),
+                          _int(st.global_batch_tokens), precision, str(st.pp_schedule), v)
+        except UserError as e:
+            out["note"] = f"refused ({st.phase}): {e}"
+            return out
+        one = _priced({}, cfg, _int(st.gpus), float(st.tokens), _int(st.seq))
+        stated = float(st.tflops_per_gpu)
+        if not math.isnan(stated):  # the stage's step against the source's own TFLOP/s
+            tflops = model_tflops(cfg, one["step_s"])
+            STAGE_LINES.append(f"{row_case} {st.phase}: {cfg.chunks_pp} chunks a rank, step "
+                               f"{one['step_s']:.2f} s, {tflops:.0f} TFLOP/s a GPU against "
+                               f"{stated:.0f} stated ({100 * (tflops / stated - 1):+.0f}%; "
+                               f"this tool's FLOPs count the full s x s attention, the "
+                               f"source's count is not stated)")
+        for k in ("gpu_hours_steps", "gpu_hours"):
+            total[k] += one[k]
+        total["tokens"] += float(st.tokens)
+        total["step_x_tokens"] += one["step_s"] * float(st.tokens)
+    out.update(model=model, hardware=hw, gpus=max(_int(st.gpus) for st in stages),
+               step_s=total["step_x_tokens"] / total["tokens"],
+               gpu_hours_steps=total["gpu_hours_steps"], gpu_hours=total["gpu_hours"],
+               goodput=total["gpu_hours_steps"] / total["gpu_hours"],
+               note=f"{len(stages)} stages ({', '.join(st.phase for st in stages)}); "
+                    f"step_s tokens-weighted")
+    _errors(out)
+    return out
+
+
+def _errors(out: dict) -> None:
+    out["error_pct"] = 100 * (out["gpu_hours"] / out["published_gpu_hours"] - 1)
+    out["error_steps_only_pct"] = 100 * (out["gpu_hours_steps"] / out["published_gpu_hours"] - 1)
 
 
 def _same_run(case: str):
@@ -113,8 +179,8 @@ def _priced(out: dict, cfg, gpus: int, tokens: float, seq: int) -> dict:
                steps=steps,
                gpu_hours_steps=hours * gpus, goodput=run.goodput,
                gpu_hours=run.wall_s / 3600 * gpus)
-    out["error_pct"] = 100 * (out["gpu_hours"] / out["published_gpu_hours"] - 1)
-    out["error_steps_only_pct"] = 100 * (out["gpu_hours_steps"] / out["published_gpu_hours"] - 1)
+    if "published_gpu_hours" in out:
+        _errors(out)
     return out
 
 
@@ -132,8 +198,16 @@ def _recompute(row) -> str:
 
 
 def main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--phases-chunks", type=int, default=None,
+                    help="price every stage at this many model chunks a pipeline rank "
+                         "(1: 1F1B; default: each stage's own, as its source reads)")
+    args = ap.parse_args()
     rows = pd.read_csv(DATA, comment="#")
-    df = pd.DataFrame([price(r) for r in rows.itertuples()])
+    phases = list(pd.read_csv(PHASES, comment="#").itertuples())
+    df = pd.DataFrame([price(r, phases, args.phases_chunks) for r in rows.itertuples()])
     pd.set_option("display.width", 200)
     priced = df.dropna(subset=["error_pct"]) if "error_pct" in df else df.iloc[0:0]
     cols = ["case", "gpus", "step_s", "gpu_hours_steps", "goodput", "gpu_hours",
@@ -144,6 +218,8 @@ def main() -> None:
         print(f"\n{len(priced)} runs: GPU-hours with failures median |error| {e.median():.1f}%, "
               f"max {e.max():.1f}% ({priced.loc[e.idxmax(), 'case']}); steps alone median "
               f"|error| {priced['error_steps_only_pct'].abs().median():.1f}%")
+    for line in STAGE_LINES:
+        print(line)
     for r in df[df.get("error_pct", pd.Series(dtype=float)).isna()].itertuples():
         print(f"not priced: {r.case}: {r.note}")
 

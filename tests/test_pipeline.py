@@ -85,6 +85,20 @@ def test_uneven_layers_go_to_the_chunks_after_the_first():
     assert split == [[2, 3], [3, 2]] and sum(map(sum, split)) == 10
 
 
+def test_embedding_and_loss_chunks_may_hold_no_layer():
+    """Llama 3 405B as Meta split it (paper section 3.3.2): 126 layers on 16 ranks x 8 chunks,
+    one layer a chunk, the first chunk only the embedding and the last only the loss
+    (Megatron-Core's --account-for-embedding/loss-in-pipeline-split); 127 layers leave only
+    the first chunk empty; 125 cannot fill 128 chunks."""
+    split = stage_layers(126, 16, 8)
+    assert split[0] == [0] + [1] * 7 and split[-1] == [1] * 7 + [0]
+    assert all(row == [1] * 8 for row in split[1:-1]) and sum(map(sum, split)) == 126
+    split = stage_layers(127, 16, 8)
+    assert split[0][0] == 0 and split[-1][-1] == 1 and sum(map(sum, split)) == 127
+    with pytest.raises(UserError, match="125 layers cannot fill 16 stages x 8 chunks"):
+        stage_layers(125, 16, 8)
+
+
 @pytest.mark.parametrize("p,m,v,send", [(4, 40, 1, 0.1), (4, 64, 2, 0.05), (8, 72, 1, 0.0),
                                         (8, 96, 3, 0.2), (3, 31, 1, 0.3), (16, 128, 2, 0.01)])
 def test_steady_state_extension_matches_the_full_timeline(p, m, v, send):

@@ -33,11 +33,28 @@ class Op:
     end: float
 
 
+# chunks that may hold no layer: the first (the embedding's) and the last (the loss's)
+EDGE_CHUNKS = 2
+
+
+def fills(n_layers: int, stages: int, chunks: int = 1) -> bool:
+    """Whether `n_layers` fill `stages` x `chunks` model chunks: a layer each at least, or
+    the first and last model chunks holding only the embedding and the loss (Megatron-Core's
+    --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split, which
+    count each as a layer of the split: Llama 3's 126 layers on 16 stages x 8 chunks, Llama 3
+    paper section 3.3.2, 'the first model chunk on the first stage has only the embedding')."""
+    return n_layers >= stages * chunks - EDGE_CHUNKS
+
+
 @functools.lru_cache(maxsize=4096)
 def _stage_layers(n_layers: int, stages: int, chunks: int) -> tuple[tuple[int, ...], ...]:
     total = stages * chunks
-    base, extra = divmod(n_layers, total)
-    per = [base + (1 if 1 <= j <= extra else 0) for j in range(total)]
+    if n_layers >= total:
+        base, extra = divmod(n_layers, total)
+        per = [base + (1 if 1 <= j <= extra else 0) for j in range(total)]
+    else:  # one layer a chunk; the embedding's first chunk, then the loss's last, hold none
+        per = [0 if j == 0 or (j == total - 1 and n_layers == total - 2) else 1
+               for j in range(total)]
     return tuple(tuple(per[c * stages + s] for c in range(chunks)) for s in range(stages))
 
 
@@ -45,10 +62,13 @@ def stage_layers(n_layers: int, stages: int, chunks: int = 1) -> list[list[int]]
     """Layers of each model chunk, [stage][chunk]. Model chunk j = chunk * stages + stage
     (Megatron's interleaved assignment); an even split, the remainder one layer each to model
     chunks 1, 2, ... (chunk 0 also holds the embedding), as Megatron-Core's uneven split lets
-    the first stage hold fewer layers (Llama 3 405B: 126 layers on 16 stages)."""
-    total = stages * chunks
-    if n_layers < total:
-        raise UserError(f"{n_layers} layers cannot fill {stages} stages x {chunks} chunks")
+    the first stage hold fewer layers (Llama 3 405B: 126 layers on 16 stages). With fewer
+    layers than chunks (`fills`), the first model chunk and then the last hold none: the
+    split that counts the embedding and the loss as a layer each."""
+    if not fills(n_layers, stages, chunks):
+        raise UserError(f"{n_layers} layers cannot fill {stages} stages x {chunks} chunks "
+                        f"(a layer a chunk, or none in the first and last, which hold the "
+                        f"embedding and the loss)")
     return [list(chunk) for chunk in _stage_layers(n_layers, stages, chunks)]
 
 

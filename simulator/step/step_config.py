@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 
 from profiles import HardwareProfile, ModelProfile, UserError
 from scape.plan import Dtypes, Plan, SchemeConfig, StepPlan, plan
+from simulator.layout.pipeline import fills
 from simulator.layout.shapes import Routing
 from simulator.network.collective import MAX_GPUS
 from simulator.network.collectives import ALGORITHMS, AUTO
@@ -279,7 +280,7 @@ class StepConfig:
         if self.pp > 1 and not _placeable(stage, self.domain):  # pp 1: the node-size rule
             valid = [p for p in range(1, self.gpus + 1) if self.gpus % p == 0
                      and _placeable(self.gpus // p, self.domain)
-                     and p * self.chunks_pp <= self.model.arch.n_layers]
+                     and fills(self.model.arch.n_layers, p, self.chunks_pp)]
             raise UserError(f"--pp {self.pp} leaves {stage} GPUs a stage, which neither divide "
                             f"the {self.domain} GPUs of a node nor fill whole nodes (a stage's "
                             f"collectives need the same GPUs on every node they span): --pp "
@@ -442,9 +443,10 @@ class StepConfig:
         if v < 1 or (self.pp_schedule == "interleaved" and (v < 2 or self.pp < 2)):
             raise UserError(f"the interleaved schedule needs --pp >= 2 and --virtual-stages "
                             f">= 2, got --pp {self.pp}, {v} chunks")
-        if self.model.arch.n_layers < self.pp * v:
+        if not fills(self.model.arch.n_layers, self.pp, v):
             raise UserError(f"{self.model.name}'s {self.model.arch.n_layers} layers cannot "
-                            f"fill {self.pp} stages x {v} chunks")
+                            f"fill {self.pp} stages x {v} chunks (a layer a chunk, or none "
+                            f"in the first and last, which hold the embedding and the loss)")
 
 
 @dataclass
