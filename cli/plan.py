@@ -176,12 +176,11 @@ def plan_cmd(
         site=site_of(pue, grid), max_power_MW=max_power_mw, price_tier=str(price_tier),
         spot_interruptions_per_node_day=spot_interruptions,
     ).validate()
-    with _progress("simulating plans") as bar:
-        task = bar.add_task("plans", total=None)
-        df = plan_training(req, progress_total=lambda n: bar.update(task, total=n),
-                           progress=lambda n: bar.advance(task, n),
-                           keep=None if exhaustive else top, frontier=pareto_only)
+    df = searched(req, "simulating plans", keep=None if exhaustive else top,
+                  frontier=pareto_only)
     everything = df  # the footnotes' best dense and non-SCAPE plans, frontier or not
+    # ranked by cost: the cheapest plan under each of the profiles' other price tiers
+    tiers = other_tier_tops(req) if rank in ("cost", "wall-cost") else {}
     if pareto_only:  # the frontier, fastest first: every plan that could be on it simulated
         df = df[df["pareto"]].sort_values(["hours", "cost_usd"], kind="stable").reset_index(
             drop=True).__finalize__(df)
@@ -232,7 +231,8 @@ def plan_cmd(
              "feasible_plans": df.attrs.get("feasible"),
              "gpu_counts_laid_out": df.attrs.get("counts_opened"),
              "gpu_counts_searched": " ".join(map(str, df.attrs.get("gpu_counts", []))),
-             "simulated_plans": df.attrs.get("simulated")}
+             "simulated_plans": df.attrs.get("simulated"),
+             **{f"cheapest_{t.replace('-', '_')}": plan_text(r) for t, r in tiers.items()}}
     if fmt != "table":  # every row carries the request it answers
         print(render(shown.assign(**asked), fmt))
         return
@@ -336,6 +336,14 @@ def plan_cmd(
             "outweigh the steps" + ("" if rank in ("wall-time", "wall-cost") else
                                     "; --rank wall-time or wall-cost ranks plans with them"))
     notes.append(energy_note(req, set(df["hardware"]), hardware_of))
+    if tiers:
+        # the bill: with failures, where spot's taken-back capacity shows
+        tops = {f"{req.price_tier} (asked)": best, **tiers}
+        cheapest = min(tops, key=lambda t: tops[t]["wall_cost_usd"])
+        notes.append(f"the cheapest plan under each price tier (--rank {rank}): "
+                     + "; ".join(f"{t}: {plan_text(r)}" for t, r in tops.items())
+                     + f"; the cheapest of them with failures: {cheapest} (prices and their dates: "
+                     "usd_per_gpu_hour above)")
     dense = best_dense(everything)
     if best["quality"] != "dense" and dense is not None:
         notes.append(
@@ -395,6 +403,43 @@ def quality_evidence(spec: str) -> str:
            f"{entry.gap_pct:+.1f}% from it")
     return (f"this project's quality evidence for {spec} ({entry.variant}, {entry.seeds} "
             f"seed(s)): {got}, in the {where}")
+
+
+def other_tier_tops(req: PlanRequest) -> dict:
+    """The top plan of `req`'s search under each price tier other than its own that every
+    profile of the request prices (and, for spot, says how often capacity is taken back):
+    one search a tier, ranked as `req` is. None where --price-per-gpu-hour prices every plan
+    alike."""
+    from dataclasses import replace
+
+    if req.price_per_gpu_hour is not None:
+        return {}
+    tops = {}
+    for tier in PRICE_TIER_KEYS:
+        if tier == req.price_tier or any(
+                hw.price is None or hw.price.of(tier) is None
+                or (tier == "spot" and hw.price.spot_interruptions_per_node_day is None)
+                for hw in req.hardware):
+            continue
+        other = replace(req, price_tier=tier, spot_interruptions_per_node_day=None)
+        tops[tier] = searched(other, f"simulating plans at the {tier} price", keep=1).iloc[0]
+    return tops
+
+
+def searched(req: PlanRequest, what: str, **kw) -> pd.DataFrame:
+    """plan_training(req, **kw) with a progress bar saying `what`."""
+    with _progress(what) as bar:
+        task = bar.add_task("plans", total=None)
+        return plan_training(req, progress_total=lambda n: bar.update(task, total=n),
+                             progress=lambda n: bar.advance(task, n), **kw)
+
+
+def plan_text(r) -> str:
+    """One plan in a few words: its layout, cost, and cost and wall hours with failures."""
+    return (f"{r['gpus']} x {r['hardware']}, {r['scheme']}, tp {r['tp']}, pp {r['pp']}, "
+            f"${figure_text(r['cost_usd'], 0)} at ${r['usd_per_gpu_hour']:.2f} a GPU-hour "
+            f"(with failures ${figure_text(r['wall_cost_usd'], 0)}, "
+            f"{figure_text(r['wall_hours'], 0)} wall hours, goodput {r['goodput']:.3f})")
 
 
 def price_text(req: PlanRequest, hardware_of: dict, shown: set[str]) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 
 import pytest
 
@@ -88,11 +89,8 @@ def test_plan_prices_energy_ranks_by_it_and_caps_power(capsys):
     assert code == 2 and "--rank energy: vista-gh200 has no [power] table" in err
 
 
-def test_price_tiers_price_every_plan_and_spot_interruptions_join_the_failures(capsys,
-                                                                              tmp_path):
-    """Issue 60 item 3: --price-tier reserved and spot pay the profile's tier prices, and spot
-    capacity taken back (per node and day) adds to the failures, so a spot plan's wall time is
-    longer than the same plan's on demand; a tier a profile lacks is refused naming it."""
+def _tiers_profile(tmp_path):
+    """dgx-h100 as 'tiers', with reserved and spot prices and a spot interruption rate."""
     from pathlib import Path
 
     text = Path(load_hardware("dgx-h100").path).read_text().replace(
@@ -102,6 +100,45 @@ def test_price_tiers_price_every_plan_and_spot_interruptions_join_the_failures(c
                         'date = "2026-12-03"\n', 1)
     hw = tmp_path / "tiers.toml"
     hw.write_text(text)
+    return hw
+
+
+def test_plan_ranked_by_cost_names_the_cheapest_plan_under_each_tier(capsys, tmp_path):
+    """Issue 60 item 3: ranked by cost, plan shows the cheapest plan under each price tier the
+    profile prices, each the top plan of that tier's own search (the same as plan with
+    --price-tier that tier), and which is cheapest with failures; ranked by time it does not
+    search the other tiers."""
+    hw = _tiers_profile(tmp_path)
+    args = ("plan", "-m", "gpt-345m", "-t", "1e10", "-H", str(hw), "--max-gpus", "16",
+            "--schemes", "dense-adams", "--workers", "1", "--rank", "wall-cost")
+    tops = {}
+    for tier in ("on-demand", "reserved", "spot"):
+        code, out, err = scape(capsys, *args, "--price-tier", tier, "--format", "json")
+        assert code == 0, err
+        tops[tier] = json.loads(out)[0]
+    asked = tops["on-demand"]
+    for tier in ("reserved", "spot"):
+        top, line = tops[tier], asked[f"cheapest_{tier}"]
+        assert line.startswith(f"{top['gpus']} x tiers, {top['scheme']}, tp {top['tp']}, "
+                               f"pp {top['pp']}, ")
+        assert f"(with failures ${top['wall_cost_usd']:,.0f}," in line
+    cheapest = min(tops, key=lambda t: tops[t]["wall_cost_usd"])
+    code, out, err = scape(capsys, *args)
+    assert code == 0, err
+    note = " ".join(x.lstrip("# ").strip() for x in out.splitlines() if x.startswith("#"))
+    assert "the cheapest plan under each price tier (--rank wall-cost): on-demand (asked): " in note
+    suffix = " (asked)" if cheapest == "on-demand" else ""
+    assert f"the cheapest of them with failures: {cheapest}{suffix} (" in note
+    code, out, err = scape(capsys, *args[:-2], "--format", "json")
+    assert code == 0 and "cheapest_spot" not in out
+
+
+def test_price_tiers_price_every_plan_and_spot_interruptions_join_the_failures(capsys,
+                                                                              tmp_path):
+    """Issue 60 item 3: --price-tier reserved and spot pay the profile's tier prices, and spot
+    capacity taken back (per node and day) adds to the failures, so a spot plan's wall time is
+    longer than the same plan's on demand; a tier a profile lacks is refused naming it."""
+    hw = _tiers_profile(tmp_path)
     args = ("plan", "-m", "gpt-345m", "-t", "1e10", "-H", str(hw), "--max-gpus", "16",
             "--schemes", "dense-adams", "--workers", "1", "--format", "csv")
     rows = {}
