@@ -4,7 +4,8 @@
 Each row of profiles/external/published-gpu-hours.csv that names a model and GPU with a
 shipped profile (MODELS, HARDWARE below) is priced as its source states it: its GPU count,
 layout (tensor, pipeline, context, expert parallelism; the rest data-parallel), sequence,
-global batch, tokens, precision and recomputation; a row that leaves its GPU count or layout
+global batch, micro-batch and attention kernel where stated, tokens, precision and
+recomputation; a row that leaves its GPU count or layout
 unstated is listed, not priced. Steps x simulated step time gives the GPU-hours of
 steps; over the goodput model (simulator/run/goodput.py, its published defaults) the
 GPU-hours with failures, restarts and checkpoints, which is what a model card's figure
@@ -37,6 +38,7 @@ from simulator.planning.options import (  # noqa: E402
     Overlap,
     Parallelism,
     Precision,
+    Pricing,
     SchemeOptions,
     StepOptions,
 )
@@ -46,11 +48,13 @@ from simulator.step.simulate import simulate_step  # noqa: E402
 
 DATA = REPO / "profiles" / "external" / "published-gpu-hours.csv"
 PHASES = REPO / "profiles" / "external" / "published-gpu-hours-phases.csv"
+# each priced step against the source's own step or TFLOP/s, printed under the table
+STAGE_LINES: list[str] = []
 # the row's model as the source names it -> the shipped model profile of that architecture
 MODELS = {"Llama 2 7B": "llama-7b", "Llama 2 70B": "llama-70b", "Llama 3.1 8B": "llama3-8b",
           "Llama 3.1 70B": "llama3-70b", "Llama 3.1 405B": "llama3-405b",
           "Llama 3 8B": "llama3-8b", "Llama 3 70B": "llama3-70b",
-          "DeepSeek-V3": "deepseek-v3", "GPT-3 175B": "gpt3-175b"}
+          "DeepSeek-V3": "deepseek-v3", "GPT-3 175B": "gpt3-175b", "BLOOM 176B": "bloom-176b"}
 # the row's GPU -> the shipped profile of that GPU's usual node
 HARDWARE = {"A100-80GB": "dgx-a100", "A100 80GB": "dgx-a100", "H100-80GB": "dgx-h100",
             "H100 80GB": "dgx-h100", "H800": "dgx-h800"}
@@ -92,7 +96,7 @@ def price(row, phases: list = (), chunks: int | None = None) -> dict:
     except UserError as e:
         out["note"] = f"refused: {e}"
         return out
-    return _priced(out, cfg, gpus, tokens, seq)
+    return _priced(out, cfg, gpus, tokens, seq, float(getattr(row, "step_s_stated", "nan")))
 
 
 def _config(model: str, hw: str, row, gpus: int, seq: int, batch_tokens: int, precision,
@@ -102,19 +106,29 @@ def _config(model: str, hw: str, row, gpus: int, seq: int, batch_tokens: int, pr
     cp, ep = _int(row.cp) or 1, _int(getattr(row, "ep", None)) or 1
     sequences = max(1, round(batch_tokens / seq))
     interleaved = schedule == "interleaved" and (chunks or 1) > 1
+    attention = getattr(row, "attention", None)
     opts = StepOptions(model, hw, gpus, scheme=SchemeOptions("dense-adamw"),
-                       batch=Batch(1, seq, None, sequences),
+                       batch=Batch(_int(getattr(row, "micro_batch", None)) or 1, seq, None,
+                                   sequences),
+                       pricing=Pricing(attention=attention if isinstance(attention, str)
+                                       else None),
                        parallelism=Parallelism(
                            tp=tp, pp=pp, cp=cp, ep=ep, recompute=_recompute(row),
+                           sequence_parallel=_stated(row, "sequence_parallel"),
                            pp_schedule="interleaved" if interleaved else "1f1b",
                            virtual_stages=chunks if interleaved else None),
                        precision=Precision(fp8=str(precision).lower() == "fp8"),
-                       overlap=Overlap(tp_comm=True if tp > 1 else None))
+                       overlap=Overlap(tp_comm=_stated(row, "tp_comm_overlap",
+                                                        True if tp > 1 else None)))
     return opts.config()
 
 
-# each priced stage against its source's TFLOP/s per GPU, printed under the table
-STAGE_LINES: list[str] = []
+def _stated(row, column: str, otherwise=None):
+    """A true/false column of the row as its source states it; `otherwise` where blank."""
+    value = getattr(row, column, None)
+    if isinstance(value, bool):
+        return value
+    return {"true": True, "false": False}.get(str(value).strip().lower(), otherwise)
 
 
 def _phased(out: dict, model: str, hw: str, stages: list, precision,
@@ -169,8 +183,12 @@ def _same_run(case: str):
     return moe_steps.options(row).config()
 
 
-def _priced(out: dict, cfg, gpus: int, tokens: float, seq: int) -> dict:
+def _priced(out: dict, cfg, gpus: int, tokens: float, seq: int,
+            stated_step_s: float | None = None) -> dict:
     step = simulate_step(cfg).step_time_s
+    if stated_step_s is not None and not math.isnan(stated_step_s):
+        STAGE_LINES.append(f"{out['case']}: step {step:.2f} s against {stated_step_s:.2f} s "
+                           f"stated ({100 * (step / stated_step_s - 1):+.0f}%)")
     steps = math.ceil(tokens / (cfg.sequences * seq))
     hours = steps * step / 3600
     run = run_with_failures(hours * 3600, gpus, checkpoint_bytes(cfg.model.n_params),

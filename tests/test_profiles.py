@@ -20,7 +20,7 @@ def test_embedded_profiles_are_present():
                                  "gcp-a3-mega",
                                  "oci-h100-roce", "vista-gh200", "vista-gh200-socket"]
     assert names("model") == [
-        "deepseek-v3", "gpt-345m", "gpt-oss-120b", "gpt-oss-20b", "gpt3-175b", "llama-1.8b",
+        "bloom-176b", "deepseek-v3", "gpt-345m", "gpt-oss-120b", "gpt-oss-20b", "gpt3-175b", "llama-1.8b",
         "llama-405b", "llama-500m", "llama-70b", "llama-7b", "llama3-405b", "llama3-70b",
         "llama3-8b", "llama4-maverick", "llama4-scout", "mixtral-8x22b", "mixtral-8x7b",
         "nemotron4-15b", "nemotron4-340b", "qwen3-235b-a22b", "qwen3-30b-a3b", "qwen3-32b",
@@ -56,6 +56,10 @@ def test_parameter_counts_match_published_ones():
     h, n_layers, vocab, seq = 1024, 24, 50304, 1024
     expected = n_layers * (12 * h * h + 13 * h) + vocab * h + seq * h + 2 * h
     assert load_model("gpt-345m").n_params == expected
+    # BLOOM's card: 176,247,271,424; the gpt formula adds learned positions BLOOM (ALiBi) lacks
+    bloom = load_model("bloom-176b")
+    assert bloom.n_params - 2048 * 14336 + 2 * 14336 == pytest.approx(176_247_271_424,
+                                                                     rel=2e-4)
 
 
 @pytest.mark.parametrize("name", names("model"))
