@@ -159,7 +159,8 @@ def step_config(row, hw) -> StepConfig:
         sequence_parallel=bool(row.sequence_parallel), attention=row.attention,
         tp_comm_overlap=given(row, "tp_overlap", False), fp8=given(row, "fp8", False),
         loss=given(row, "loss", "fp32"), optimizer_dtype=given(row, "optimizer_dtype", "fp32"),
-        metric_passes=int(given(row, "train_metrics", 0)))
+        metric_passes=int(given(row, "train_metrics", 0)),
+        stack=given(row, "training_stack", "megatron"))
 
 
 def simulate(row, hw) -> dict:

@@ -195,6 +195,11 @@ PARALLEL_OPTS = {
                                        "metrics (Composer with llm-foundry's MPT: 2, its "
                                        "LanguageCrossEntropy and LanguagePerplexity) "
                                        "[default: 0, as Megatron-LM, NeMo, torchtitan]"),
+    "torch_compile": typer.Option(None, "--compile/--no-compile",
+                                  help="--stack torchtitan: torch.compile fuses the layers' "
+                                       "elementwise ops (torchtitan's --compile.enable); "
+                                       "without it each runs as its own PyTorch kernel "
+                                       "[default: off, torchtitan's]"),
     "cuda_graphs": typer.Option(False, "--cuda-graphs/--no-cuda-graphs",
                                 help="the layers replayed as CUDA graphs (Megatron-Core "
                                      "--cuda-graph-impl, TE make_graphed_callables): no pass "
@@ -386,4 +391,5 @@ def step_options(flags: dict, spec: str) -> StepOptions:
                         None if f["loss"] is None else str(f["loss"]),
                         None if f["stack"] is None else str(f["stack"]),
                         0 if f["metric_passes"] is None else f["metric_passes"],
-                        bool(f.get("cuda_graphs")), f.get("host_launch_us")))
+                        bool(f.get("cuda_graphs")), f.get("host_launch_us"),
+                        f.get("torch_compile")))

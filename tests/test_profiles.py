@@ -20,8 +20,9 @@ def test_embedded_profiles_are_present():
                                  "gcp-a3-mega",
                                  "oci-h100-roce", "vista-gh200", "vista-gh200-socket"]
     assert names("model") == [
-        "bloom-176b", "deepseek-v3", "gpt-345m", "gpt-oss-120b", "gpt-oss-20b", "gpt3-175b", "llama-1.8b",
-        "llama-405b", "llama-500m", "llama-70b", "llama-7b", "llama3-405b", "llama3-70b",
+        "bloom-176b", "deepseek-v3", "gpt-345m", "gpt-oss-120b", "gpt-oss-20b", "gpt3-175b",
+        "llama-1.8b", "llama-405b", "llama-500m", "llama-70b", "llama-7b", "llama3-405b",
+        "llama3-70b",
         "llama3-8b", "llama4-maverick", "llama4-scout", "mixtral-8x22b", "mixtral-8x7b",
         "nemotron4-15b", "nemotron4-340b", "qwen3-235b-a22b", "qwen3-30b-a3b", "qwen3-32b",
         "qwen3-8b", "tiny-gpt", "tiny-llama",

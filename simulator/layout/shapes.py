@@ -121,6 +121,49 @@ def moe_work(model: ModelProfile, tokens: int, t: int, sequence_parallel: bool,
     return gemms, pairs, routed
 
 
+# Bytes per element PyTorch's eager kernels move where a fused kernel reads and writes each
+# value once (2 + 2 bytes in bf16), counted from the ops each runs:
+# - RMSNorm, composite (torchtitan/models/norms.py RMSNorm, as ATen's rms_norm,
+#   aten/src/ATen/native/layer_norm.cpp): x.float() (read 2, write 4), pow (4, 4), mean
+#   (read 4), add eps and rsqrt (one value a row), x * rsqrt (4, 4), type_as (4, 2), * weight
+#   (2, 2): 36 bytes in 8 kernels;
+# - rotary embedding (torchtitan's apply_rotary_emb on q and k): .float() (2, 4), the
+#   complex multiply by freqs_cis (4, 4), type_as (4, 2): 20 bytes in 3 kernels each;
+# - repeat_kv where keys and values have fewer heads than queries: expand then reshape copies
+#   each to every query head (read kv, write q wide, 2 bytes each), a kernel each;
+# - SwiGLU as F.silu(w1 x) * w3 x: silu (2, 2) then mul (4, 2) over the hidden width: 10
+#   bytes a value in 2 kernels where a fused kernel moves 6 in 1.
+EAGER_NORM_BYTES, EAGER_NORM_KERNELS = 36, 8
+EAGER_ROPE_BYTES, EAGER_ROPE_KERNELS = 20, 3
+EAGER_SWIGLU_BYTES, FUSED_SWIGLU_BYTES = 10, 6
+FUSED_BYTES = 2 * ACT_BYTES  # read once, write once
+
+
+def eager_extra(model: ModelProfile, tokens: float, t: int, sequence_parallel: bool,
+                moe_layer: bool = False) -> tuple[float, int]:
+    """Bytes and kernels one layer's forward adds on one GPU where PyTorch runs it op by op
+    (eager mode: torchtitan without torch.compile) over the fused kernels `layer_shapes`
+    counts (Megatron-Core's Transformer Engine and Apex kernels, or torch.compile's): its two
+    RMSNorms, rotary embedding, GQA key and value copies and, in a dense layer, its SwiGLU
+    (a MoE layer's experts are left as fused). A GPT-family layer adds none: nn.LayerNorm and
+    GELU are single kernels in eager PyTorch too."""
+    if model.family == "gpt":
+        return 0.0, 0
+    a = model.arch
+    q, kv = a.q_width, a.n_kv_heads * a.head_dim
+    norm_width = a.d_model / (t if sequence_parallel else 1)
+    per_token = (2 * (EAGER_NORM_BYTES - FUSED_BYTES) * norm_width
+                 + (EAGER_ROPE_BYTES - FUSED_BYTES) * (q + kv) / t)
+    kernels = 2 * (EAGER_NORM_KERNELS - 1) + 2 * EAGER_ROPE_KERNELS - 1
+    if kv < q:  # keys and values, each read at kv and written at q wide
+        per_token += 2 * ACT_BYTES * (kv + q) / t
+        kernels += 2
+    if not moe_layer and model.gated_mlp:
+        per_token += (EAGER_SWIGLU_BYTES - FUSED_SWIGLU_BYTES) * a.d_ff / t
+        kernels += 1
+    return per_token * tokens, kernels
+
+
 def layer_shapes(model: ModelProfile, micro_batch: int, seq_len: int, tp: int = 1,
                  sequence_parallel: bool = False, cp: int = 1, moe_layer: bool = False,
                  routing: Routing | None = None) -> LayerShapes:

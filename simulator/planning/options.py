@@ -128,6 +128,8 @@ class Pricing:
     metric_passes: int = 0  # a trainer's training-metric cross-entropies per micro-batch
     cuda_graphs: bool = False  # the layers replayed as CUDA graphs: no per-kernel host launch
     host_launch_us: float | None = None  # the host's time per kernel launch (None: profile's)
+    # torchtitan's torch.compile fuses its elementwise ops (None: off, torchtitan's default)
+    torch_compile: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -168,7 +170,7 @@ class StepOptions:
                 "optimizer_dtype": str(self.precision.optimizer_dtype),
                 "stack": None if pr.stack is None else str(pr.stack),
                 "metric_passes": pr.metric_passes, "cuda_graphs": pr.cuda_graphs,
-                "host_launch_us": pr.host_launch_us}
+                "host_launch_us": pr.host_launch_us, "torch_compile": pr.torch_compile}
 
     def experts(self) -> dict:
         """The expert-parallel options as given (None: not given)."""
@@ -192,6 +194,10 @@ class StepOptions:
                        replica_groups=cfg.grad_ranks // cfg.shard_group)
         if cfg.fp8_param_gather:
             ran["fp8_param_gather"] = True
+        # torch.compile: a torchtitan run's rows say whether its elementwise ops were fused
+        ran.pop("torch_compile", None)
+        if cfg.stack == "torchtitan":
+            ran["torch_compile"] = cfg.torch_compile
         # CUDA graphs and the host's launch time, where asked: what the host held back
         ran.pop("cuda_graphs", None)
         ran.pop("host_launch_us", None)
@@ -226,6 +232,8 @@ class StepOptions:
             parallel["sequence_parallel"] = tp > 1
         if parallel["stack"] is None:
             parallel["stack"] = "megatron"  # not given: Megatron-LM / NeMo
+        if parallel["torch_compile"] is None:
+            parallel["torch_compile"] = False  # not given: torchtitan's default, eager
         if parallel["loss"] is None:  # not given: the stack's own cross-entropy
             parallel["loss"] = "eager" if parallel["stack"] == "torchtitan" else "fp32"
         if parallel["tp_comm_overlap"] is None:

@@ -171,7 +171,7 @@ def fwd_bwd(
     grad_accum: int = 1, *, mfu: float | None = None, recompute: str = "none",
     sequence_parallel: bool = False, attention: str = "flash", cp: int = 1, fp8: bool = False,
     metric_passes: int = 0, routing: Routing | None = None, cuda_graphs: bool = False,
-    host_launch_us: float | None = None,
+    host_launch_us: float | None = None, eager: bool = False,
 ) -> ComputeTimes:
     """Forward and backward time of one micro-batch on one GPU (tensor parallel degree `tp`).
 
@@ -189,7 +189,8 @@ def fwd_bwd(
     routing. From shapes, a layer's pass waits for the host where it launches the pass's
     kernels slower than the GPU runs them (simulator/step/roofline.py host_launch_s);
     `cuda_graphs` (the layers captured as CUDA graphs) removes that wait; `host_launch_us`:
-    the host's time per launch (None: the profile's)."""
+    the host's time per launch (None: the profile's). `eager`: the layers' elementwise ops
+    run one PyTorch kernel each (torchtitan without torch.compile; roofline.layer_times)."""
     check_recompute(recompute)
     if attention not in ATTENTION:
         raise UserError(f"attention must be one of {', '.join(ATTENTION)}, got {attention!r}")
@@ -209,7 +210,8 @@ def fwd_bwd(
         parts: dict = {}
     else:
         lt = layer_times(model, hw, micro_batch, seq_len, tp, sequence_parallel, attention,
-                         cp, fp8, routing, host_launch_s(hw, cuda_graphs, host_launch_us))
+                         cp, fp8, routing, host_launch_s(hw, cuda_graphs, host_launch_us),
+                         eager)
         ht = head_times(model, hw, micro_batch, seq_len, tp, cp, metric_passes)
         layer = (lt.fwd_s, lt.bwd_s, lt.parts["attention_fwd"], lt.parts["attention_bwd"])
         head = (ht.fwd_s, ht.bwd_s)

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from profiles import HardwareProfile, ModelProfile, UserError
-from simulator.layout.shapes import Gemm, Routing, head_shapes, layer_shapes
+from simulator.layout.shapes import Gemm, Routing, eager_extra, head_shapes, layer_shapes
 
 ATTN_BWD_FLOPS = 2.5  # backward FLOPs per forward FLOP of FlashAttention (5 matmuls vs 2)
 # the GEMMs of each module Megatron-Core's --recompute-modules runs again, by name prefix
@@ -102,7 +102,7 @@ def host_launch_s(hw: HardwareProfile, cuda_graphs: bool, typed_us: float | None
 def layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_len: int,
                 tp: int = 1, sequence_parallel: bool = False, attention: str = "flash",
                 cp: int = 1, fp8: bool = False, routing: Routing | None = None,
-                host_s: float = 0.0) -> PassTimes:
+                host_s: float = 0.0, eager: bool = False) -> PassTimes:
     """One transformer layer on one GPU: forward and backward (without recomputation).
     `attention`: flash (the profile's fused attention at its measured rates), flash2
     (FlashAttention-2's rates where the profile gives them apart) or unfused (the score
@@ -111,13 +111,15 @@ def layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_
     the mean of its dense and MoE layers, each weighted by its count (`routing` routes the
     MoE layers' tokens). `host_s` (`host_launch_s`): the host's time per kernel launch; a
     pass whose kernels the host launches slower than the GPU runs them waits for the host
-    (the difference is the pass's `host_wait`)."""
+    (the difference is the pass's `host_wait`). `eager`: PyTorch runs the layer op by op
+    (torchtitan without torch.compile): its elementwise kernels move what
+    simulator/layout/shapes.py eager_extra counts on top of the fused ones."""
     args = (model, hw, micro_batch, seq_len, tp, sequence_parallel, attention, cp, fp8)
     if model.moe is None:
-        return _layer_times(*args, host_s=host_s)
+        return _layer_times(*args, host_s=host_s, eager=eager)
     w = model.moe_share
-    dense = _layer_times(*args, host_s=host_s) if w < 1 else None
-    routed = _layer_times(*args, moe_layer=True, routing=routing, host_s=host_s)
+    dense = _layer_times(*args, host_s=host_s, eager=eager) if w < 1 else None
+    routed = _layer_times(*args, moe_layer=True, routing=routing, host_s=host_s, eager=eager)
     if dense is None:
         return routed
 
@@ -131,7 +133,7 @@ def layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_
 def _layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_len: int,
                  tp: int, sequence_parallel: bool, attention: str, cp: int, fp8: bool,
                  moe_layer: bool = False, routing: Routing | None = None,
-                 host_s: float = 0.0) -> PassTimes:
+                 host_s: float = 0.0, eager: bool = False) -> PassTimes:
     s = layer_shapes(model, micro_batch, seq_len, tp, sequence_parallel, cp, moe_layer,
                      routing)
     r = hw.roofline
@@ -152,7 +154,12 @@ def _layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq
         attn_f = sum(gemm_s(g, hw) for g in s.unfused_gemms) + softmax
         attn_b = sum(gemm_s(b, hw) for g in s.unfused_gemms for b in g.backward()) + 2 * softmax
         attn_kernels = (len(s.unfused_gemms) + 2, 2 * len(s.unfused_gemms) + 4)
-    mem_f = s.memory_kernels * launch + s.memory_bytes / _hbm_Bps(hw)
+    kernels, moved = s.memory_kernels, s.memory_bytes
+    if eager:  # op by op: the same values through more kernels, fp32 on the way
+        more, extra = eager_extra(model, micro_batch * seq_len // cp, tp, sequence_parallel,
+                                  moe_layer)
+        moved, kernels = moved + more, kernels + extra
+    mem_f = kernels * launch + moved / _hbm_Bps(hw)
     mem_b = 2 * mem_f  # each elementwise kernel's backward reads its input and output grads
     # the two norms alone (read h, write h per token each): what recomputing them costs
     tokens = micro_batch * seq_len // cp / (tp if sequence_parallel else 1)
@@ -171,8 +178,8 @@ def _layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq
     modules["moe_act_fwd"] += act_f
     modules["moe_fwd"] += act_f + permute_f
     gpu_f, gpu_b = gemm_f + attn_f + mem_f, gemm_b + attn_b + mem_b
-    kernels_f = len(s.gemms) + attn_kernels[0] + s.memory_kernels
-    kernels_b = 2 * len(s.gemms) + attn_kernels[1] + 2 * s.memory_kernels
+    kernels_f = len(s.gemms) + attn_kernels[0] + kernels
+    kernels_b = 2 * len(s.gemms) + attn_kernels[1] + 2 * kernels
     wait_f, wait_b = max(0.0, kernels_f * host_s - gpu_f), max(0.0, kernels_b * host_s - gpu_b)
     return PassTimes(gpu_f + wait_f, gpu_b + wait_b,
                      {"gemm": gemm_f + gemm_b, "attention": attn_f + attn_b,

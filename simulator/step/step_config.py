@@ -71,8 +71,12 @@ class StepConfig:
     # dtype bf16 with 16-bit master remainders; Megatron-Core's precision-aware optimizer)
     optimizer_dtype: str = "fp32"
     # what the training stack keeps beside the layers' activations (vocabulary STACKS,
-    # simulator/memory/activations.py): megatron, or torchtitan; it moves memory, not time
+    # simulator/memory/activations.py): megatron, or torchtitan; and how it runs the layers'
+    # elementwise ops: Megatron-Core's fused kernels, torchtitan's eager PyTorch ops unless
+    # `torch_compile` (its --compile.enable) fuses them (simulator/layout/shapes.py
+    # eager_extra)
     stack: str = "megatron"
+    torch_compile: bool = False
     # cross-entropy passes over the logits beside the loss, forward only, every micro-batch: a
     # trainer's training metrics (Composer computes llm-foundry's LanguageCrossEntropy and
     # LanguagePerplexity on each micro-batch's logits: simulator/step/roofline.py METRIC_CE_BYTES)
@@ -101,6 +105,12 @@ class StepConfig:
     # the host's time to launch one kernel, microseconds (None: the profile's [nccl]
     # launch_us, CUDA's own launch cost: a floor under any framework's per-op overhead)
     host_launch_us: float | None = None
+
+    @property
+    def eager_kernels(self) -> bool:
+        """The layers' elementwise ops run one PyTorch kernel each: torchtitan without
+        torch.compile."""
+        return self.stack == "torchtitan" and not self.torch_compile
 
     @property
     def domain(self) -> int:
@@ -296,6 +306,12 @@ class StepConfig:
         if self.stack not in STACKS:
             raise UserError(f"--stack must be one of {', '.join(STACKS)}, got {self.stack!r}")
         check_host_launch(self.cuda_graphs, self.host_launch_us)
+        if not isinstance(self.torch_compile, bool):
+            raise UserError(f"torch_compile must be true or false, got {self.torch_compile!r}")
+        if self.torch_compile and self.stack != "torchtitan":
+            raise UserError("--compile fuses the elementwise ops torchtitan runs one by one; "
+                            f"the {self.stack} stack's kernels are fused already: give "
+                            "--stack torchtitan, or leave --compile out")
         if (not isinstance(self.metric_passes, int) or isinstance(self.metric_passes, bool)
                 or self.metric_passes < 0):
             raise UserError(f"--metric-passes must be a whole number of passes, 0 or more, got "

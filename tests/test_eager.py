@@ -1,0 +1,74 @@
+"""torchtitan's eager PyTorch ops (issue 61 item 3): a layer's elementwise ops run one kernel
+each unless torch.compile fuses them, and the step pays what those kernels move."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from profiles import UserError, load_hardware, load_model
+from scape.plan import make_config
+from simulator.layout.shapes import eager_extra
+from simulator.step.roofline import _hbm_Bps, layer_times
+from simulator.step.simulate import simulate_step
+from simulator.step.step_config import StepConfig
+from tests.test_cli import scape
+
+H100 = load_hardware("dgx-h100")
+LLAMA3_8B = load_model("llama3-8b")
+
+
+def test_eager_bytes_are_the_ops_counted_one_by_one():
+    """Llama 3 8B (h 4096, 32 query and 8 key/value heads of 128, SwiGLU 14336), 1,000 tokens,
+    TP 2 with sequence parallelism: two composite RMSNorms (36 bytes an element against a fused
+    kernel's 4) on h/2, rotary on q and k (20 against 4), the GQA copies of k and v (read 512,
+    write 2048, 2 bytes each a head-width), the unfused SwiGLU (10 against 6 bytes a hidden
+    value); a GPT layer and a MoE layer's experts add nothing there."""
+    h, q, kv, f, t, tokens = 4096, 4096, 1024, 14336, 2, 1000
+    expected = (2 * 32 * h / t + 16 * (q + kv) / t + 2 * 2 * (kv + q) / t + 4 * f / t) * tokens
+    moved, kernels = eager_extra(LLAMA3_8B, tokens, t, True)
+    assert moved == pytest.approx(expected, rel=1e-12)
+    assert kernels == 2 * 7 + 5 + 2 + 1
+    assert eager_extra(load_model("gpt3-175b"), tokens, t, True) == (0.0, 0)
+    moe, _ = eager_extra(load_model("mixtral-8x7b"), tokens, t, True, moe_layer=True)
+    dense, _ = eager_extra(load_model("mixtral-8x7b"), tokens, t, True)
+    assert moe < dense
+
+
+def test_eager_layer_pays_its_bytes_at_memory_bandwidth():
+    """A layer's forward in eager mode is the fused layer's plus the eager bytes over HBM
+    bandwidth and a launch per extra kernel; backward twice the bytes, as every elementwise
+    kernel's backward."""
+    fused = layer_times(LLAMA3_8B, H100, 2, 8192, 1)
+    eager = layer_times(LLAMA3_8B, H100, 2, 8192, 1, eager=True)
+    moved, kernels = eager_extra(LLAMA3_8B, 2 * 8192, 1, False)
+    extra = kernels * H100.roofline.gemm_launch_us * 1e-6 + moved / _hbm_Bps(H100)
+    assert eager.fwd_s - fused.fwd_s == pytest.approx(extra, rel=1e-9)
+    assert eager.bwd_s - fused.bwd_s == pytest.approx(2 * extra, rel=1e-9)
+
+
+def test_torchtitan_steps_are_eager_unless_compiled():
+    base = StepConfig(LLAMA3_8B, H100, 8, make_config("dense-zero3"), micro_batch=2,
+                      global_batch=16, recompute="selective-op").validate()
+    titan = replace(base, stack="torchtitan").validate()
+    compiled = replace(titan, torch_compile=True).validate()
+    assert titan.eager_kernels and not compiled.eager_kernels and not base.eager_kernels
+    eager_s, compiled_s = (simulate_step(c).step_time_s for c in (titan, compiled))
+    assert compiled_s == pytest.approx(simulate_step(base).step_time_s, rel=1e-9)
+    assert eager_s > compiled_s * 1.05
+    with pytest.raises(UserError, match="the megatron stack's kernels are fused already"):
+        replace(base, torch_compile=True).validate()
+
+
+def test_compile_flag_is_read_or_refused(capsys):
+    args = ("simulate", "-m", "llama3-8b", "-H", "dgx-h100", "--gpus", "8", "-s", "dense-zero3",
+            "--micro-batch", "2", "--global-batch", "16", "--recompute", "selective-op",
+            "--format", "json")
+    code, out, err = scape(capsys, *args, "--stack", "torchtitan", "--compile")
+    assert code == 0, err
+    assert '"torch_compile": true' in out
+    code, out, err = scape(capsys, *args)
+    assert code == 0 and "torch_compile" not in out  # a Megatron row carries none
+    code, _, err = scape(capsys, *args, "--compile")
+    assert code == 2 and "--stack torchtitan" in err
