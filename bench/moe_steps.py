@@ -16,7 +16,8 @@ How a row becomes a step (each choice named, none fitted):
   row says fp8 or mxfp8 (one FP8 rate: the profile's);
 - scheme: dense-adamw (Megatron's distributed optimizer) for Megatron-Core, NeMo and
   Megatron-Bridge rows; dense-zero3 (FSDP) for torchtitan rows and rows whose `sharding` says
-  fsdp;
+  fsdp, and under pipeline parallelism what FSDP does there, keep the stage's parameters
+  gathered through the step (simulator/step/step_config.py FSDP_UNDER_PP: dense-zero1);
 - TP communication overlapped for NVIDIA's performance recipes with TP > 1 (their GPT-3 and
   Nemotron recipes turn it on: profiles/external/step-calibration.csv); off elsewhere;
 - recomputation: none where blank or none; full where full; Megatron's partial module lists
@@ -82,6 +83,7 @@ from simulator.planning.options import (  # noqa: E402
 )
 from simulator.step.compute import forward_flops_per_token  # noqa: E402
 from simulator.step.simulate import simulate_step  # noqa: E402
+from simulator.step.step_config import FSDP_UNDER_PP  # noqa: E402
 from vocabulary.names import DEFAULT_GRAD_DTYPE  # noqa: E402
 from vocabulary.recompute import with_modules  # noqa: E402
 
@@ -182,8 +184,8 @@ def options(r, defaults: bool = False) -> StepOptions:
     nvidia = any(name in r.framework for name in NVIDIA)
     return StepOptions(
         r.model, r.hardware, int(r.gpus),
-        scheme=SchemeOptions("dense-zero3" if torchtitan or r.sharding == "fsdp"
-                             else "dense-adamw"),
+        scheme=SchemeOptions(("dense-zero3" if pp == 1 else FSDP_UNDER_PP)
+                             if torchtitan or r.sharding == "fsdp" else "dense-adamw"),
         batch=Batch(_int(r.micro_batch, 1), int(r.seq), None, int(r.global_batch)),
         parallelism=parallel,
         precision=precision_of(r, said, defaults),

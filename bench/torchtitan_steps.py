@@ -6,7 +6,10 @@ simulated as its source states it, on profiles/hardware/grand-teton-h100.toml (t
 memory and bandwidth, its 500 W compute from a measured power-cap ratio; dgx-h100's sustained
 share, fitted on other stacks' steps: nothing here is fitted on these rows):
 - FSDP2 as dense-zero3 over the FSDP degree, TP and CP as printed, the local batch one
-  micro-batch (torchtitan ran no gradient accumulation there);
+  micro-batch (torchtitan ran no gradient accumulation there); with pipeline parallelism, what
+  FSDP does there (simulator/step/step_config.py FSDP_UNDER_PP: parameters kept gathered
+  through the step, dense-zero1), the local batch split into one micro-batch a stage
+  (torchtitan's default: as many micro-batches as pipeline stages);
 - the torchtitan stack, eager unless the row says torch.compile (simulator/layout/shapes.py
   eager_extra), Float8 as --fp8 (torchao's float8 linears; its casts are not priced), AsyncTP as
   TP communication overlapped;
@@ -40,6 +43,7 @@ from simulator.planning.options import (  # noqa: E402
     StepOptions,
 )
 from simulator.step.simulate import simulate_step  # noqa: E402
+from simulator.step.step_config import FSDP_UNDER_PP  # noqa: E402
 
 DATA = REPO / "profiles" / "external" / "torchtitan-h100-steps.csv"
 HARDWARE = "grand-teton-h100"
@@ -51,11 +55,12 @@ def _flag(value) -> bool:
 
 def options(row, hardware: str) -> StepOptions:
     """The row's step as torchtitan ran it."""
-    tp = int(row.tp)
+    tp, pp = int(row.tp), int(row.pp)
     return StepOptions(
-        row.model, hardware, int(row.gpus), scheme=SchemeOptions("dense-zero3"),
-        batch=Batch(int(row.local_batch), int(row.seq), None, int(row.global_batch)),
-        parallelism=Parallelism(tp=tp, pp=int(row.pp), cp=int(row.cp),
+        row.model, hardware, int(row.gpus),
+        scheme=SchemeOptions("dense-zero3" if pp == 1 else FSDP_UNDER_PP),
+        batch=Batch(int(row.local_batch) // pp, int(row.seq), None, int(row.global_batch)),
+        parallelism=Parallelism(tp=tp, pp=pp, cp=int(row.cp),
                                 recompute=str(row.recompute)),
         precision=Precision(fp8=_flag(row.float8)),
         overlap=Overlap(tp_comm=_flag(row.async_tp) if tp > 1 else None),

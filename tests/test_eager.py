@@ -72,3 +72,30 @@ def test_compile_flag_is_read_or_refused(capsys):
     assert code == 0 and "torch_compile" not in out  # a Megatron row carries none
     code, _, err = scape(capsys, *args, "--compile")
     assert code == 2 and "--stack torchtitan" in err
+
+
+def test_torchtitan_attention_is_pytorch_sdpa_flash2_where_the_profile_tells_it_apart():
+    """PyTorch's SDPA runs FlashAttention-2 first (cuDNN opt-in since 2.5.1): on a Hopper
+    profile with FA2 rates the torchtitan stack's default kernel is flash2, Megatron's stays
+    flash, and a typed --attention is used as typed."""
+    from simulator.planning.options import Parallelism, Pricing, SchemeOptions, StepOptions
+
+    def cfg(**pricing):
+        return StepOptions("llama3-8b", "dgx-h100", 8, scheme=SchemeOptions("dense-zero3"),
+                           parallelism=Parallelism(recompute="selective-op"),
+                           pricing=Pricing(**pricing)).config()
+
+    assert cfg(stack="torchtitan").attention == "flash2"
+    assert cfg().attention == "flash"
+    assert cfg(stack="torchtitan", attention="flash").attention == "flash"
+    on_gb200 = StepOptions("llama3-8b", "gb200-nvl72", 4, scheme=SchemeOptions("dense-zero3"),
+                           pricing=Pricing(stack="torchtitan")).config()
+    assert on_gb200.attention == "flash"  # no FA2 rates apart there
+
+
+def test_fsdp_with_pipelining_is_refused_naming_what_it_does():
+    cfg = StepConfig(load_model("llama3-70b"), H100, 64, make_config("dense-zero3"), pp=2,
+                     recompute="full")
+    with pytest.raises(UserError, match="give -s dense-zero1 with --pp"):
+        cfg.validate()
+    replace(cfg, scheme=make_config("dense-zero1")).validate()

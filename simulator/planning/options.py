@@ -23,6 +23,20 @@ from vocabulary.names import DEFAULT_GRAD_DTYPE, DEFAULT_PARAM_DTYPE, DTYPE_BYTE
 MAX_STEPS = 10**12  # far above any run: a typo is refused, not simulated for hours
 
 
+def stack_attention(stack: str, hw) -> str:
+    """The fused attention kernel a stack runs where none is given: Megatron-Core's
+    Transformer Engine picks cuDNN's (the profile's `flash` rates); torchtitan calls PyTorch's
+    scaled_dot_product_attention, whose fixed backend order puts FlashAttention-2 first, cuDNN
+    opt-in since PyTorch 2.5.1 (pytorch/pytorch #138649, drisspg 2024-10-22: 'we are going to
+    make the CuDNN backend Opt-in by default'; #142132: a 2.6 nightly's SDPA at 329 TFLOP/s
+    against cuDNN's 631 on H100, 'This is expected'), so `flash2` where the profile gives
+    FlashAttention-2 rates apart (Hopper), else `flash`."""
+    r = hw.roofline
+    if stack == "torchtitan" and r is not None and r.attn_flash2_fwd_fraction is not None:
+        return "flash2"
+    return "flash"
+
+
 @dataclass(frozen=True)
 class Batch:
     """Sequences per micro-batch and per step (`grad_accum` or `global_batch`, not both)."""
@@ -222,8 +236,6 @@ class StepOptions:
         refused rather than ignored."""
         parallel = self.parallel()
         typed = parallel["attention"]
-        if typed is None:
-            parallel["attention"] = "flash"
         tp = self.parallelism.tp
         if parallel["sequence_parallel"] and tp == 1:
             raise UserError("--sequence-parallel splits activations over the tensor-parallel "
@@ -236,6 +248,9 @@ class StepOptions:
             parallel["torch_compile"] = False  # not given: torchtitan's default, eager
         if parallel["loss"] is None:  # not given: the stack's own cross-entropy
             parallel["loss"] = "eager" if parallel["stack"] == "torchtitan" else "fp32"
+        hardware = load_hardware(self.hardware)
+        if typed is None:  # not given: the stack's own attention kernel
+            parallel["attention"] = stack_attention(parallel["stack"], hardware)
         if parallel["tp_comm_overlap"] is None:
             parallel["tp_comm_overlap"] = False  # not given: Megatron-LM's default
         b = self.batch
@@ -249,7 +264,7 @@ class StepOptions:
         refuse_expert_options(model, [f"--{k.replace('_', '-')}" for k, v in e.items()
                                       if v is not None and not (k == "ep" and v == 1)])
         cfg = StepConfig(
-            model=model, hardware=load_hardware(self.hardware),
+            model=model, hardware=hardware,
             gpus=self.gpus, **moe, shard_group=self.parallelism.shard_group,
             fp8_param_gather=self.precision.fp8_param_gather,
             scheme=scheme_config(self.scheme.spec, self.scheme_fields(),

@@ -35,6 +35,15 @@ MIN_MFU = 1e-3
 MAX_ACCUM = 10**9  # micro-batches in one step
 
 
+# the scheme whose traffic and memory FSDP has under pipeline parallelism: a stage's
+# parameters gathered once and kept through every micro-batch, its gradients accumulated
+# whole and reduce-scattered once after the last (torchtitan's parallelize.py:
+# 'reshard_after_forward = not pp_enabled', 'For PP, do not reshard after forward to avoid
+# per-microbatch all-gathers'; PyTorch's pipeline schedules sync FSDP gradients on the last
+# micro-batch only), the sharded state updated: Megatron's distributed optimizer, ZeRO-1
+FSDP_UNDER_PP = "dense-zero1"
+
+
 @dataclass(frozen=True)
 class StepConfig:
     model: ModelProfile
@@ -298,8 +307,11 @@ class StepConfig:
         self._validate_experts()
         self._validate_sharding()
         if self.pp > 1 and self.scheme.scheme == "dense-zero3":
-            raise UserError("dense-zero3 (FSDP) with pipeline parallelism is not modelled: "
-                            "use --pp 1, or dense-zero1/dense-zero2 with --pp")
+            raise UserError(f"dense-zero3 (FSDP) with pipeline parallelism is not modelled: "
+                            f"under pipelining FSDP keeps a stage's parameters gathered "
+                            f"through the step and reduces its gradients once (torchtitan: "
+                            f"reshard_after_forward off with PP), {FSDP_UNDER_PP}'s traffic and "
+                            f"memory: give -s {FSDP_UNDER_PP} with --pp, or --pp 1")
         if self.optimizer_dtype not in OPTIMIZER_DTYPES:
             raise UserError(f"--optimizer-dtype must be one of {', '.join(OPTIMIZER_DTYPES)}, "
                             f"got {self.optimizer_dtype!r}")
