@@ -177,11 +177,12 @@ PARALLEL_OPTS = {
                                          "(Megatron-Core's precision-aware optimizer: bf16 "
                                          "moments, fp32 master weights)"),
     "stack": typer.Option(None, "--stack",
-                          help="what the training stack keeps beside the layers, as memory "
-                               "sees it: megatron (Megatron-LM, NeMo) or torchtitan (DTensor "
-                               "tensor parallelism saves its linears' gathered inputs and runs "
-                               "the loss-parallel cross-entropy; PyTorch's pipelining keeps "
-                               "every micro-batch's buffers and outputs) [default: megatron]"),
+                          help="the training stack: megatron (Megatron-LM, NeMo: fused "
+                               "kernels, cuDNN attention) or torchtitan (DTensor tensor "
+                               "parallelism saves its linears' gathered inputs and runs the "
+                               "loss-parallel cross-entropy; PyTorch's pipelining keeps every "
+                               "micro-batch's buffers and outputs; SDPA's FlashAttention-2; "
+                               "eager elementwise ops unless --compile) [default: megatron]"),
     "loss": typer.Option(None, "--loss",
                          help="the loss as memory sees it: fp32 (Megatron-Core's "
                               "vocabulary-parallel cross-entropy on fp32 logits), eager "

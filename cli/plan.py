@@ -18,6 +18,7 @@ from cli.common import (
     Format3,
     PriceTierChoice,
     RankChoice,
+    StackChoice,
     _progress,
 )
 from profiles import UserError, load_hardware, load_model
@@ -32,7 +33,6 @@ from simulator.planning.options import Overlap, Precision
 from simulator.planning.plan_request import PLAN_SCHEMES, PlanRequest
 from simulator.planning.planner import best_dense, best_without, figure_text, plan_training
 from simulator.run.sites import site_of
-from simulator.step.step_config import StepConfig
 from vocabulary.units import parse_names, parse_tokens
 
 
@@ -130,6 +130,8 @@ def plan_cmd(
     moe_overlap: bool | None = MOE_OPTS["moe_overlap"],
     cuda_graphs: bool = PARALLEL_OPTS["cuda_graphs"],
     host_launch_us: float = PARALLEL_OPTS["host_launch_us"],
+    stack: StackChoice = PARALLEL_OPTS["stack"],
+    torch_compile: bool | None = PARALLEL_OPTS["torch_compile"],
     workers: int = typer.Option(None, "--workers", help="processes; default: every core"),
     quality: str = typer.Option(None, "--quality",
                                 help="a convergence study (profiles/quality/STUDY.toml): adds "
@@ -171,6 +173,8 @@ def plan_cmd(
         moe_imbalance=1.0 if moe_imbalance is None else moe_imbalance,
         moe_dispatcher="alltoall" if moe_dispatcher is None else str(moe_dispatcher),
         moe_overlap=bool(moe_overlap), cuda_graphs=cuda_graphs, host_launch_us=host_launch_us,
+        stack="megatron" if stack is None else str(stack),
+        torch_compile=bool(torch_compile),
         reliability=_reliability(failures_per_gpu_day, restart_min, checkpoint_gbps,
                                  storage_gbps),
         site=site_of(pue, grid), max_power_MW=max_power_mw, price_tier=str(price_tier),
@@ -223,6 +227,9 @@ def plan_cmd(
              "quality_study": quality, "rank": rank, "exhaustive": exhaustive,
              **({"cuda_graphs": cuda_graphs, "host_launch_us": host_launch_us}
                 if cuda_graphs or host_launch_us is not None else {}),
+             # the stack, where not Megatron's (whose plans carried none before it was asked)
+             **({"stack": req.stack, "torch_compile": req.torch_compile}
+                if req.stack != "megatron" else {}),
              "pareto_only": pareto_only,
              **({} if req.model.moe is None else {
                  "ep_asked": ep, "etp_asked": etp, "moe_imbalance": req.moe_imbalance,
@@ -282,9 +289,7 @@ def plan_cmd(
     if best["hardware"] in hardware_of:
         header += "\ntop plan: " + how_sure(hardware_of[best["hardware"]], layout(best),
                                             [best["scheme"]], None, int(best["gpus"]))
-        # plans run StepConfig's default stack (no --stack here)
-        header += "\ntop plan's " + memory_how_sure(hardware_of[best["hardware"]],
-                                                     StepConfig.stack)
+        header += "\ntop plan's " + memory_how_sure(hardware_of[best["hardware"]], req.stack)
     if req.quality is not None:
         q = req.quality
         cols += ["quality_tokens_ratio", "hours_to_quality", "cost_to_quality_usd"]

@@ -99,3 +99,32 @@ def test_fsdp_with_pipelining_is_refused_naming_what_it_does():
     with pytest.raises(UserError, match="give -s dense-zero1 with --pp"):
         cfg.validate()
     replace(cfg, scheme=make_config("dense-zero1")).validate()
+
+
+def test_plan_prices_the_stack_it_is_given(capsys):
+    """plan --stack torchtitan prices every plan on that stack: its top plan is the step
+    simulate gives for the same layout and stack (time and memory), slower than the same
+    layout on the Megatron stack (eager kernels, SDPA's FlashAttention-2), and the rows say
+    which stack and whether compiled; --compile without it is refused."""
+    import json
+
+    args = ("plan", "-m", "llama3-8b", "-H", "dgx-h100", "--tokens", "1e10", "--max-gpus",
+            "16", "--global-batch", "64", "--schemes", "dense-zero3", "--workers", "1",
+            "--format", "json")
+    code, out, err = scape(capsys, *args, "--stack", "torchtitan")
+    assert code == 0, err
+    top = json.loads(out)[0]
+    assert top["stack"] == "torchtitan" and top["torch_compile"] is False
+    code, out, err = scape(capsys, "simulate", "-m", "llama3-8b", "-H", "dgx-h100", "--gpus",
+                           str(top["gpus"]), "-s", top["scheme"], "--tp", str(top["tp"]),
+                           "--pp", str(top["pp"]), "--micro-batch", str(top["micro_batch"]),
+                           "--global-batch", "64", "--recompute", top["recompute"],
+                           "--stack", "torchtitan", "--format", "json")
+    assert code == 0, err
+    row = json.loads(out)[0]
+    assert top["step_time_s"] == pytest.approx(row["step_time_s"], rel=1e-9)
+    assert top["memory_GB"] == pytest.approx(row["memory_GB"], rel=1e-9)
+    code, out, err = scape(capsys, *args)
+    assert code == 0 and "stack" not in json.loads(out)[0]
+    code, _, err = scape(capsys, *args, "--compile")
+    assert code == 2 and "--stack torchtitan" in err

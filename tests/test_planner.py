@@ -181,8 +181,11 @@ _PLAN_KEY = ["hardware", "gpus", "scheme", "tp", "pp", "schedule", "micro_batch"
     # spot capacity taken back: the goodput bound is the spot reliability's (aws-p5's tiers)
     {"hardware": (load_hardware("aws-p5"),), "rank": "wall-cost", "price_tier": "spot",
      "tokens": 1e10},
+    # the torchtitan stack: its memory in the screening, its eager kernels in the bound's step
+    {"model": load_model("llama3-8b"), "tokens": 1e10, "global_batch": 64, "max_gpus": 8,
+     "hardware": (H100,), "schemes": ("dense-zero3", "dense-adamw"), "stack": "torchtitan"},
 ], ids=["time", "cost", "deadline-cost", "budget", "7b-lossy", "moe", "wall-time",
-        "wall-cost", "energy", "7b-energy-capped", "spot-wall-cost"])
+        "wall-cost", "energy", "7b-energy-capped", "spot-wall-cost", "torchtitan"])
 def test_bounded_search_keeps_the_plans_every_simulation_gives(kw, tmp_path):
     """plan_training(keep=K) simulates only the plans whose lower bound could still make the
     top K (simulator/planning/planner.py evaluate_bounded): its top K, its best dense and its best

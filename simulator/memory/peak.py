@@ -276,18 +276,20 @@ def first_fit(model: ModelProfile, scheme: SchemeConfig, dp: int, tp: int, micro
               seq_len: int, dtypes: Dtypes, recomputes: tuple[str, ...], usable: float,
               pp: int, chunks: int, micro_batches: int, states_cache: dict | None = None,
               cache_key: tuple | None = None, routing: Routing | None = None,
-              edp: int | None = None, fp8: bool = False) -> tuple[str, float] | None:
+              edp: int | None = None, fp8: bool = False, loss: str = "fp32",
+              stack: str = "megatron") -> tuple[str, float] | None:
     """The first of `recomputes` whose peak (memory_use's, with its defaults: sequence
     parallelism, fused attention, fp32 loss and optimizer) fits `usable` bytes, with that
     peak; None if none does. The scheme's state is priced once for every policy tried (what
     the planner asks of every layout and scheme; a test checks it against memory_use), and
     with `states_cache` once for every micro-batch: `cache_key` must then name the scheme,
     dp, tp, pp, chunks and the routing (the stages' state depends on nothing else).
-    `routing`, `edp`, `fp8`: a model's experts and FP8 linears, as memory_use takes them."""
+    `routing`, `edp`, `fp8`, `loss`, `stack`: a model's experts and FP8 linears, the loss
+    and the training stack, as memory_use takes them."""
     states = None
     for recompute in recomputes:
         stages = _stage_activations(model, tp, micro_batch, seq_len, recompute, True, pp,
-                                    chunks, "flash", micro_batches, "fp32", "megatron",
+                                    chunks, "flash", micro_batches, loss, stack,
                                     routing, fp8)
         if states is None and states_cache is not None:
             states = states_cache.get(cache_key)

@@ -16,25 +16,11 @@ from profiles import load_hardware, load_model
 from scape.plan import Dtypes, foreign_options
 from simulator.planning.compare import parse_scheme, refuse_unread
 from simulator.step.compute import pricing
-from simulator.step.step_config import StepConfig, refuse_expert_options
+from simulator.step.step_config import StepConfig, refuse_expert_options, stack_attention
 from vocabulary.errors import UserError
 from vocabulary.names import DEFAULT_GRAD_DTYPE, DEFAULT_PARAM_DTYPE, DTYPE_BYTES
 
 MAX_STEPS = 10**12  # far above any run: a typo is refused, not simulated for hours
-
-
-def stack_attention(stack: str, hw) -> str:
-    """The fused attention kernel a stack runs where none is given: Megatron-Core's
-    Transformer Engine picks cuDNN's (the profile's `flash` rates); torchtitan calls PyTorch's
-    scaled_dot_product_attention, whose fixed backend order puts FlashAttention-2 first, cuDNN
-    opt-in since PyTorch 2.5.1 (pytorch/pytorch #138649, drisspg 2024-10-22: 'we are going to
-    make the CuDNN backend Opt-in by default'; #142132: a 2.6 nightly's SDPA at 329 TFLOP/s
-    against cuDNN's 631 on H100, 'This is expected'), so `flash2` where the profile gives
-    FlashAttention-2 rates apart (Hopper), else `flash`."""
-    r = hw.roofline
-    if stack == "torchtitan" and r is not None and r.attn_flash2_fwd_fraction is not None:
-        return "flash2"
-    return "flash"
 
 
 @dataclass(frozen=True)

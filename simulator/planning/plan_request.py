@@ -16,7 +16,12 @@ from simulator.planning.compare import parse_scheme, refuse_same
 from simulator.planning.options import Overlap, Precision
 from simulator.step.batch import check_workers
 from simulator.step.compute import check_fp8
-from simulator.step.step_config import check_cp, check_host_launch, refuse_expert_options
+from simulator.step.step_config import (
+    check_compile,
+    check_cp,
+    check_host_launch,
+    refuse_expert_options,
+)
 
 # dense-zero3 (FSDP) is searched when asked for (--schemes): it gathers for every micro-batch,
 # thousands of collectives per step at large accumulation, and would dominate the search time
@@ -83,6 +88,10 @@ class PlanRequest:
     # profile's); simulator/step/roofline.py host_launch_s
     cuda_graphs: bool = False
     host_launch_us: float | None = None
+    # the training stack every plan runs (vocabulary STACKS: what it keeps in memory, its
+    # loss, attention kernel and, for torchtitan without torch_compile, eager elementwise ops)
+    stack: str = "megatron"
+    torch_compile: bool = False
     # failures, restarts and checkpoints (simulator/run/goodput.py): None, the published
     # studies' figures (simulator/run/defaults.py)
     reliability: object | None = None  # simulator.run.goodput.Reliability
@@ -198,8 +207,14 @@ class PlanRequest:
     def seq(self) -> int:
         return self.model.arch.seq_len if self.seq_len is None else self.seq_len
 
+    @property
+    def loss(self) -> str:
+        """The stack's own cross-entropy (options.StepOptions.config's rule)."""
+        return "eager" if self.stack == "torchtitan" else "fp32"
+
     def validate(self) -> PlanRequest:
         check_host_launch(self.cuda_graphs, self.host_launch_us)
+        check_compile(self.stack, self.torch_compile)
         if self.rank not in RANKS:
             raise UserError(f"--rank must be one of {', '.join(RANKS)}, got {self.rank!r}")
         if self.max_power_MW is not None and not (math.isfinite(self.max_power_MW)

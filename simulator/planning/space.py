@@ -17,7 +17,7 @@ from simulator.memory.peak import first_fit, nccl_communicators, usable_bytes
 from simulator.network.topology import domain_used
 from simulator.planning.compare import parse_scheme
 from simulator.planning.plan_request import PlanRequest
-from simulator.step.step_config import StepConfig
+from simulator.step.step_config import StepConfig, stack_attention
 from vocabulary.recompute import RECIPE_MODULES, for_model
 
 MICRO_BATCHES = (1, 2, 4, 8)
@@ -91,7 +91,9 @@ class Candidate:
             virtual_stages=self.chunks if self.schedule == "interleaved" else None,
             tp_comm_overlap=req.tp_comm_overlap and self.tp > 1, cp=self.cp, fp8=req.fp8,
             shard_group=self.shard_group, cuda_graphs=req.cuda_graphs,
-            host_launch_us=req.host_launch_us, **moe)
+            host_launch_us=req.host_launch_us, stack=req.stack, loss=req.loss,
+            torch_compile=req.torch_compile, attention=stack_attention(req.stack, self.hardware),
+            **moe)
 
     @property
     def communicators(self) -> int:
@@ -304,7 +306,7 @@ def try_fits(req: PlanRequest, hw: HardwareProfile, gpus: int, t: Try, why: Coun
                             pp, chunks,
                             req.batch // (mb * dp), states,
                             (spec, shard or dp, tp, pp, chunks, routing), routing,
-                            gpus // (pp * ep * etp), req.fp8)
+                            gpus // (pp * ep * etp), req.fp8, req.loss, req.stack)
             if fit is None:
                 if shard is None:  # a smaller shard group holds more
                     failed[spec] = min(failed.get(spec, math.inf), mb)

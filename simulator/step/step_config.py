@@ -318,12 +318,7 @@ class StepConfig:
         if self.stack not in STACKS:
             raise UserError(f"--stack must be one of {', '.join(STACKS)}, got {self.stack!r}")
         check_host_launch(self.cuda_graphs, self.host_launch_us)
-        if not isinstance(self.torch_compile, bool):
-            raise UserError(f"torch_compile must be true or false, got {self.torch_compile!r}")
-        if self.torch_compile and self.stack != "torchtitan":
-            raise UserError("--compile fuses the elementwise ops torchtitan runs one by one; "
-                            f"the {self.stack} stack's kernels are fused already: give "
-                            "--stack torchtitan, or leave --compile out")
+        check_compile(self.stack, self.torch_compile)
         if (not isinstance(self.metric_passes, int) or isinstance(self.metric_passes, bool)
                 or self.metric_passes < 0):
             raise UserError(f"--metric-passes must be a whole number of passes, 0 or more, got "
@@ -561,6 +556,32 @@ def check_cp(cp: int, seq: int, attention: str = "flash") -> None:
     if attention == "unfused":
         raise UserError(f"--cp {cp} runs attention as Transformer Engine's fused kernels ring "
                         "it; --attention unfused has no context-parallel form")
+
+
+def stack_attention(stack: str, hw) -> str:
+    """The fused attention kernel a stack runs where none is given: Megatron-Core's
+    Transformer Engine picks cuDNN's (the profile's `flash` rates); torchtitan calls PyTorch's
+    scaled_dot_product_attention, whose fixed backend order puts FlashAttention-2 first, cuDNN
+    opt-in since PyTorch 2.5.1 (pytorch/pytorch #138649, drisspg 2024-10-22: 'we are going to
+    make the CuDNN backend Opt-in by default'; #142132: a 2.6 nightly's SDPA at 329 TFLOP/s
+    against cuDNN's 631 on H100, 'This is expected'), so `flash2` where the profile gives
+    FlashAttention-2 rates apart (Hopper), else `flash`."""
+    r = hw.roofline
+    if stack == "torchtitan" and r is not None and r.attn_flash2_fwd_fraction is not None:
+        return "flash2"
+    return "flash"
+
+
+def check_compile(stack: str, torch_compile) -> None:
+    """--compile is torchtitan's: the Megatron stack's kernels are fused already."""
+    if stack not in STACKS:
+        raise UserError(f"--stack must be one of {', '.join(STACKS)}, got {stack!r}")
+    if not isinstance(torch_compile, bool):
+        raise UserError(f"torch_compile must be true or false, got {torch_compile!r}")
+    if torch_compile and stack != "torchtitan":
+        raise UserError("--compile fuses the elementwise ops torchtitan runs one by one; "
+                        f"the {stack} stack's kernels are fused already: give "
+                        "--stack torchtitan, or leave --compile out")
 
 
 def check_host_launch(cuda_graphs, host_launch_us) -> None:
