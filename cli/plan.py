@@ -421,10 +421,8 @@ def other_tier_tops(req: PlanRequest) -> dict:
         return {}
     tops = {}
     for tier in PRICE_TIER_KEYS:
-        if tier == req.price_tier or any(
-                hw.price is None or hw.price.of(tier) is None
-                or (tier == "spot" and hw.price.spot_interruptions_per_node_day is None)
-                for hw in req.hardware):
+        if tier == req.price_tier or any(hw.price is None or hw.price.lacks(tier)
+                                         for hw in req.hardware):
             continue
         other = replace(req, price_tier=tier, spot_interruptions_per_node_day=None)
         tops[tier] = searched(other, f"simulating plans at the {tier} price", keep=1).iloc[0]

@@ -212,6 +212,8 @@ class Memory:
 # each price tier `plan --price-tier` takes, and the key of [price] that holds it
 PRICE_TIER_KEYS = {"on-demand": "usd_per_gpu_hour", "reserved": "reserved_usd_per_gpu_hour",
                    "spot": "spot_usd_per_gpu_hour"}
+# what spot also needs: how often its capacity is taken back
+SPOT_RATE_KEY = "spot_interruptions_per_node_day"
 
 
 @dataclass(frozen=True)
@@ -227,6 +229,12 @@ class Price:
     def of(self, tier: str) -> float | None:
         """The price of a tier (on-demand, reserved, spot), or None where not given."""
         return getattr(self, PRICE_TIER_KEYS[tier])
+
+    def lacks(self, tier: str) -> tuple[str, ...]:
+        """The [price] keys pricing a tier needs that this table does not give: the tier's
+        price, and for spot how often capacity is taken back."""
+        keys = (PRICE_TIER_KEYS[tier], *((SPOT_RATE_KEY,) if tier == "spot" else ()))
+        return tuple(k for k in keys if getattr(self, k) is None)
 
 
 @dataclass(frozen=True)

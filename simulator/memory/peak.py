@@ -279,7 +279,7 @@ def first_fit(model: ModelProfile, scheme: SchemeConfig, dp: int, tp: int, micro
               edp: int | None = None, fp8: bool = False, loss: str = "fp32",
               stack: str = "megatron") -> tuple[str, float] | None:
     """The first of `recomputes` whose peak (memory_use's, with its defaults: sequence
-    parallelism, fused attention, fp32 loss and optimizer) fits `usable` bytes, with that
+    parallelism, fused attention, fp32 optimizer) fits `usable` bytes, with that
     peak; None if none does. The scheme's state is priced once for every policy tried (what
     the planner asks of every layout and scheme; a test checks it against memory_use), and
     with `states_cache` once for every micro-batch: `cache_key` must then name the scheme,

@@ -16,7 +16,12 @@ from profiles import load_hardware, load_model
 from scape.plan import Dtypes, foreign_options
 from simulator.planning.compare import parse_scheme, refuse_unread
 from simulator.step.compute import pricing
-from simulator.step.step_config import StepConfig, refuse_expert_options, stack_attention
+from simulator.step.step_config import (
+    StepConfig,
+    refuse_expert_options,
+    stack_attention,
+    stack_loss,
+)
 from vocabulary.errors import UserError
 from vocabulary.names import DEFAULT_GRAD_DTYPE, DEFAULT_PARAM_DTYPE, DTYPE_BYTES
 
@@ -233,7 +238,7 @@ class StepOptions:
         if parallel["torch_compile"] is None:
             parallel["torch_compile"] = False  # not given: torchtitan's default, eager
         if parallel["loss"] is None:  # not given: the stack's own cross-entropy
-            parallel["loss"] = "eager" if parallel["stack"] == "torchtitan" else "fp32"
+            parallel["loss"] = stack_loss(parallel["stack"])
         hardware = load_hardware(self.hardware)
         if typed is None:  # not given: the stack's own attention kernel
             parallel["attention"] = stack_attention(parallel["stack"], hardware)

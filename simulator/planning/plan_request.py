@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass, field
 
 from profiles import HardwareProfile, ModelProfile, UserError
-from profiles.hardware import PRICE_TIER_KEYS
+from profiles.hardware import PRICE_TIER_KEYS, SPOT_RATE_KEY
 from scape.plan import SCAPE_SCHEMES, Dtypes
 from simulator.network.collective import MAX_GPUS
 from simulator.planning.compare import parse_scheme, refuse_same
@@ -21,6 +21,7 @@ from simulator.step.step_config import (
     check_cp,
     check_host_launch,
     refuse_expert_options,
+    stack_loss,
 )
 
 # dense-zero3 (FSDP) is searched when asked for (--schemes): it gathers for every micro-batch,
@@ -156,11 +157,11 @@ class PlanRequest:
         for hw in self.hardware:
             if hw.price is None:
                 continue  # said where a price is first needed, as for on-demand
-            if self.price_per_gpu_hour is None and hw.price.of(self.price_tier) is None:
+            lacks = hw.price.lacks(self.price_tier)
+            if self.price_per_gpu_hour is None and key in lacks:
                 raise UserError(f"--price-tier {self.price_tier}: {hw.name}'s [price] has no "
                                 f"{key}; give --price-per-gpu-hour, or another tier")
-            if (self.price_tier == "spot" and rate is None
-                    and hw.price.spot_interruptions_per_node_day is None):
+            if rate is None and SPOT_RATE_KEY in lacks:
                 raise UserError(f"--price-tier spot: {hw.name}'s [price] has no "
                                 "spot_interruptions_per_node_day (how often spot capacity is "
                                 "taken back): give --spot-interruptions-per-node-day")
@@ -209,8 +210,8 @@ class PlanRequest:
 
     @property
     def loss(self) -> str:
-        """The stack's own cross-entropy (options.StepOptions.config's rule)."""
-        return "eager" if self.stack == "torchtitan" else "fp32"
+        """The stack's own cross-entropy (no --loss on plan)."""
+        return stack_loss(self.stack)
 
     def validate(self) -> PlanRequest:
         check_host_launch(self.cuda_graphs, self.host_launch_us)

@@ -315,10 +315,8 @@ class StepConfig:
         if self.optimizer_dtype not in OPTIMIZER_DTYPES:
             raise UserError(f"--optimizer-dtype must be one of {', '.join(OPTIMIZER_DTYPES)}, "
                             f"got {self.optimizer_dtype!r}")
-        if self.stack not in STACKS:
-            raise UserError(f"--stack must be one of {', '.join(STACKS)}, got {self.stack!r}")
         check_host_launch(self.cuda_graphs, self.host_launch_us)
-        check_compile(self.stack, self.torch_compile)
+        check_compile(self.stack, self.torch_compile)  # the stack named, and --compile on it
         if (not isinstance(self.metric_passes, int) or isinstance(self.metric_passes, bool)
                 or self.metric_passes < 0):
             raise UserError(f"--metric-passes must be a whole number of passes, 0 or more, got "
@@ -570,6 +568,12 @@ def stack_attention(stack: str, hw) -> str:
     if stack == "torchtitan" and r is not None and r.attn_flash2_fwd_fraction is not None:
         return "flash2"
     return "flash"
+
+
+def stack_loss(stack: str) -> str:
+    """The cross-entropy a stack runs where no --loss is given: Megatron's on fp32 logits,
+    torchtitan's eager PyTorch one (simulator/memory/activations.py LOSS_BYTES)."""
+    return "eager" if stack == "torchtitan" else "fp32"
 
 
 def check_compile(stack: str, torch_compile) -> None:
