@@ -68,6 +68,40 @@ def test_fp8_runs_the_layer_gemms_and_the_all_gathers_in_one_byte():
     assert gemm_s(thin, H100) - gemm_s(thin, H100, fp8=True) == pytest.approx(saved, rel=0.05)
 
 
+def test_fp8_casts_are_the_operands_counted_one_by_one():
+    """Each FP8 GEMM's input (forward) and output gradient (backward) is read in bf16 and
+    written twice in 8 bits; the fused QKV's and MLP-in's inputs come from a LayerNorm-Linear
+    that writes FP8 itself (free), unless PyTorch runs op by op; the router stays 16-bit."""
+    from simulator.layout.shapes import FP8_CAST_BYTES, fp8_casts
+
+    qkv, out = Gemm("qkv", 100, 30, 20), Gemm("attn out", 100, 20, 10)
+    experts, router = Gemm("experts in", 7, 40, 20, batch=3), Gemm("router", 100, 8, 20)
+    assert FP8_CAST_BYTES == 4
+    fwd, bwd, kf, kb = fp8_casts((qkv, out, experts, router))
+    assert fwd == pytest.approx(4 * (100 * 10 + 7 * 20 * 3), rel=1e-12)
+    assert bwd == pytest.approx(4 * (100 * 30 + 100 * 20 + 7 * 40 * 3), rel=1e-12)
+    assert (kf, kb) == (2, 3)
+    fwd_eager, _, kf_eager, _ = fp8_casts((qkv, out, experts, router), eager=True)
+    assert fwd_eager == pytest.approx(fwd + 4 * 100 * 20, rel=1e-12) and kf_eager == 3
+
+
+def test_fp8_layer_pays_its_casts_at_memory_bandwidth():
+    """The FP8 layer's elementwise time grows by exactly its casts' bytes at HBM bandwidth
+    and their launches; a bf16 layer pays none."""
+    from simulator.layout.shapes import fp8_casts, layer_shapes
+    from simulator.step.roofline import _hbm_Bps, layer_times
+
+    m = load_model("llama-70b")
+    launch = H100.roofline.gemm_launch_us * 1e-6
+    s = layer_shapes(m, 1, 4096, 8, True)
+    fwd, bwd, kf, kb = fp8_casts(s.gemms)
+    plain = layer_times(m, H100, 1, 4096, 8, True)
+    fp8 = layer_times(m, H100, 1, 4096, 8, True, fp8=True)
+    assert fwd > 0 and bwd > fwd  # the backward casts QKV's and MLP-in's gradients too
+    assert fp8.parts["memory"] - plain.parts["memory"] == pytest.approx(
+        (fwd + bwd) / _hbm_Bps(H100) + (kf + kb) * launch, rel=1e-9)
+
+
 def test_fp8_is_refused_where_it_cannot_be_priced(tmp_path):
     a100 = load_hardware("dgx-a100")
     with pytest.raises(UserError, match="no FP8 GEMM rate"):

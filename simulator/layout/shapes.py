@@ -224,6 +224,34 @@ def layer_shapes(model: ModelProfile, micro_batch: int, seq_len: int, tp: int = 
                        *((0.0, 0.0) if model.family == "gpt" else (moe_act, permute)))
 
 
+# FP8 training casts each FP8 GEMM's activation operand before the product: the input in the
+# forward and the output gradient in the backward, each read once in bf16 and written twice in
+# 8 bits, a row-wise copy for one product and a column-wise one for the weight gradient
+# (NVIDIA/TransformerEngine transformer_engine/pytorch/module/linear.py _Linear.forward:
+# `input_quantizer.set_usage(rowwise=True, columnwise=backward_needs_input)`, the backward's
+# grad_output_preprocess the same for the output gradient; grouped_linear.py quantizes the
+# experts' tokens alike): 2 + 1 + 1 bytes an element, one kernel each. Where a LayerNorm-Linear
+# module quantizes its input inside the norm (layernorm_linear.py `with_quantized_norm`: the
+# norm writes FP8 in place of bf16) nothing comes on top: Megatron-Core's TE layers do so for
+# the fused QKV and the dense MLP's first GEMM, and for MLA's up-projections after their q and
+# kv norms; op by op (eager PyTorch) every input is cast. Not counted, so a lower bound:
+# weights (quantized once a step, cached over micro-batches by is_first_microbatch), per-tensor
+# current scaling's separate amax pass, MXFP8's scale-factor swizzles. The router stays 16-bit
+# (Megatron-LM docs/discussions/deepseek-v3-gb200-optimization: "SDPA/Embedding/LM Head/Router/
+# Loss/Optimizer, etc., remain at their original high precision").
+FP8_CAST_BYTES = ACT_BYTES + 1 + 1
+NORM_QUANTIZED = ("qkv", "mlp in", "q up", "kv up")
+
+
+def fp8_casts(gemms: tuple[Gemm, ...], eager: bool = False) -> tuple[float, float, int, int]:
+    """(forward bytes, backward bytes, forward kernels, backward kernels) one micro-batch's
+    FP8 casts of these GEMMs' operands move on one GPU (FP8_CAST_BYTES)."""
+    cast = [g for g in gemms if g.name != "router"]
+    fwd = [g for g in cast if eager or g.name not in NORM_QUANTIZED]
+    return (FP8_CAST_BYTES * sum(float(g.m) * g.k * g.batch for g in fwd),
+            FP8_CAST_BYTES * sum(float(g.m) * g.n * g.batch for g in cast), len(fwd), len(cast))
+
+
 @dataclass(frozen=True)
 class HeadShapes:
     """The output layer and its cross-entropy, one micro-batch, one GPU."""

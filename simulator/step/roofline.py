@@ -25,7 +25,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from profiles import HardwareProfile, ModelProfile, UserError
-from simulator.layout.shapes import Gemm, Routing, eager_extra, head_shapes, layer_shapes
+from simulator.layout.shapes import (
+    Gemm,
+    Routing,
+    eager_extra,
+    fp8_casts,
+    head_shapes,
+    layer_shapes,
+)
 
 ATTN_BWD_FLOPS = 2.5  # backward FLOPs per forward FLOP of FlashAttention (5 matmuls vs 2)
 # the GEMMs of each module Megatron-Core's --recompute-modules runs again, by name prefix
@@ -161,6 +168,11 @@ def _layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq
         moved, kernels = moved + more, kernels + extra
     mem_f = kernels * launch + moved / _hbm_Bps(hw)
     mem_b = 2 * mem_f  # each elementwise kernel's backward reads its input and output grads
+    casts_f = casts_b = 0
+    if fp8:  # the GEMMs' operands cast to 8 bits (shapes.fp8_casts), forward and backward
+        cast_f, cast_b, casts_f, casts_b = fp8_casts(s.gemms, eager)
+        mem_f += casts_f * launch + cast_f / _hbm_Bps(hw)
+        mem_b += casts_b * launch + cast_b / _hbm_Bps(hw)
     # the two norms alone (read h, write h per token each): what recomputing them costs
     tokens = micro_batch * seq_len // cp / (tp if sequence_parallel else 1)
     norm_f = 2 * launch + 2 * 2 * 2 * model.arch.d_model * tokens / _hbm_Bps(hw)
@@ -178,8 +190,8 @@ def _layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq
     modules["moe_act_fwd"] += act_f
     modules["moe_fwd"] += act_f + permute_f
     gpu_f, gpu_b = gemm_f + attn_f + mem_f, gemm_b + attn_b + mem_b
-    kernels_f = len(s.gemms) + attn_kernels[0] + kernels
-    kernels_b = 2 * len(s.gemms) + attn_kernels[1] + 2 * kernels
+    kernels_f = len(s.gemms) + attn_kernels[0] + kernels + casts_f
+    kernels_b = 2 * len(s.gemms) + attn_kernels[1] + 2 * kernels + casts_b
     wait_f, wait_b = max(0.0, kernels_f * host_s - gpu_f), max(0.0, kernels_b * host_s - gpu_b)
     return PassTimes(gpu_f + wait_f, gpu_b + wait_b,
                      {"gemm": gemm_f + gemm_b, "attention": attn_f + attn_b,
