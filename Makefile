@@ -8,10 +8,10 @@ PLAN_STAMP := $(VENV)/.installed-plan-stamp
 STAMP      := $(VENV)/.installed-stamp
 # Pytest markers that never run by default: GPU tests, and long runs.
 BASE_MARKERS := not slow and not gpu
-# Test processes (pytest-xdist): one per core, at most 8; netbed tests share one process
-# (tests/conftest.py groups them). make test JOBS=0 runs in one process.
+# Test processes (pytest-xdist): one per core, at most 8; netbed tests run one at a time
+# (tests/conftest.py: a lock each holds). make test JOBS=0 runs in one process.
 JOBS ?= auto
-PARALLEL := $(if $(filter 0,$(JOBS)),,-n $(JOBS) --maxprocesses 8 --dist loadgroup)
+PARALLEL := $(if $(filter 0,$(JOBS)),,-n $(JOBS) --maxprocesses 8)
 
 .PHONY: venv demo test test-long lint bench corpus convergence clean
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -52,10 +54,21 @@ def approx():
     return lambda value: pytest.approx(value, rel=1e-12, abs=1e-15)
 
 
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (`make test` runs one test process per core), the netbed tests build
-    and remove network namespaces and qdiscs by name: they run one after another in one
-    process (xdist_group, honoured by --dist loadgroup)."""
-    for item in items:
-        if item.get_closest_marker("netbed"):
-            item.add_marker(pytest.mark.xdist_group("netbed"))
+# the netbed tests build and remove network namespaces and qdiscs and compare the host's
+# before and after: one at a time on this host, whatever runs them
+NETBED_LOCK = Path(tempfile.gettempdir()) / "scape-netbed-tests.lock"
+
+
+@pytest.fixture(autouse=True)
+def _netbed_alone(request):
+    """A netbed test holds an exclusive lock on NETBED_LOCK while it runs. `make test` runs
+    one test process per core (pytest-xdist), and `--dist loadgroup` no longer keeps a group
+    on one worker under pytest 9 (xdist 3.8 renames `item._nodeid`, which pytest 9's
+    `nodeid` no longer reads): two netbed tests ran at once and each saw the other's
+    namespaces."""
+    if request.node.get_closest_marker("netbed") is None:
+        yield
+        return
+    with open(NETBED_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
