@@ -22,9 +22,11 @@ How a row becomes a step (each choice named, none fitted):
   Nemotron recipes turn it on: profiles/external/step-calibration.csv); off elsewhere;
 - recomputation: none where blank or none; full where full; Megatron's partial module lists
   ("selective: ...") as the norms recomputed with the attention core (selective-norm);
-- the MoE token dispatcher, expert-parallel overlap and FP8 parameter gather each run's own
-  recipe states (profiles/external/moe-recipes.csv, docs/research/moe-recipes.md): flex
-  (DeepEP or HybridEP) where it says so, alltoall where it says so or says nothing; the
+- the MoE token dispatcher, expert-parallel overlap, FP8 parameter gather and CUDA graphs
+  (no per-kernel host launch where on; no row's step moves with it at the profiles' 4.5 us
+  launch floor: docs/research/moe-host-bound.md) each run's own recipe states
+  (profiles/external/moe-recipes.csv, docs/research/moe-recipes.md): flex (DeepEP or
+  HybridEP) where it says so, alltoall where it says so or says nothing; the
   dispatch and combine overlapped where the recipe turns overlap_moe_expert_parallel_comm on
   (or DeepSeek's DualPipe); FP8 gathers where fp8_param_gather is on. Read after the first
   table was seen (late-constants.md rows 31-32): `--defaults` prices every row with the tool's
@@ -191,7 +193,8 @@ def options(r, defaults: bool = False) -> StepOptions:
         precision=precision_of(r, said, defaults),
         overlap=Overlap(tp_comm=True if (nvidia and tp > 1) else None),
         # a torchtitan run keeps what torchtitan keeps (its loss, TP and pipeline buffers)
-        pricing=Pricing(stack="torchtitan" if torchtitan else None))
+        pricing=Pricing(stack="torchtitan" if torchtitan else None,
+                        cuda_graphs=said.get("cuda_graphs") == "true"))
 
 
 def published_s(r, cfg) -> float:
