@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 import time
 from dataclasses import replace
@@ -140,6 +141,30 @@ OPTIMIZER_SET = REPO / "profiles" / "external" / "step-optimizer.csv"
 OPTIMIZER_RECIPE = by_case(OPTIMIZER_SET)
 
 
+# the FP8 recipe a row names (Megatron-LM's --fp8-recipe names), from its case name first (the
+# collector's suffix: mxfp8, -mx, fp8cs) and then its quote (the source's words: MXFP8; FP8-CS,
+# or NeMo's "scaling factors calculated (computed) in the current step", which its performance
+# summary says of every FP8 row from container 25.04 on; FP8-BLK or blockwise; delayed or
+# FP8-DS); DeepSeek-V3's own run scales 1 x 128 tiles (its report, section 3.3.2): blockwise.
+# None: the row names none (the tool's default, delayed). Read after the FP8 casts were
+# priced (late-constants.md row 47).
+RECIPE_WORDS = (("mxfp8", r"mxfp8|-mx$"),
+                ("tensorwise", r"fp8[-_]?cs|current scaling|in the current step|"
+                               r"Container: NeMo 25\.(0[4-9]|1[0-2])"),
+                ("blockwise", r"fp8-blk|blockwise"), ("delayed", r"delayed|fp8-ds"))
+
+
+def fp8_recipe_of(r) -> str | None:
+    """The FP8 recipe row `r` names (RECIPE_WORDS), or None."""
+    if r.precision != "fp8":
+        return None
+    for text in (r.case, str(r.quote)):
+        for recipe, words in RECIPE_WORDS:
+            if re.search(words, text, re.IGNORECASE):
+                return recipe
+    return "blockwise" if r.source == "dsv3" else None
+
+
 def precision_of(r, said: dict, defaults: bool) -> Precision:
     """The row's FP8 and, as its recipe sets them, gradients reduced in bf16
     (grad_reduce_in_fp32 false: Megatron's bf16 main-gradient buffer), bf16 optimizer moments
@@ -153,7 +178,8 @@ def precision_of(r, said: dict, defaults: bool) -> Precision:
     return Precision(grad_dtype="bf16" if opt.get("grad_reduce_in_fp32") == "false"
                      else DEFAULT_GRAD_DTYPE, fp8=fp8,
                      optimizer_dtype="bf16-moments" if moments else "fp32",
-                     fp8_param_gather=fp8 and gather == "true")
+                     fp8_param_gather=fp8 and gather == "true",
+                     fp8_recipe=None if defaults else fp8_recipe_of(r))
 
 
 def stated_recompute(r) -> tuple[str | None, str]:

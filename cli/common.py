@@ -30,6 +30,7 @@ from vocabulary.names import (
     DEFAULT_GRAD_DTYPE,
     DEFAULT_PARAM_DTYPE,
     DTYPE_BYTES,
+    FP8_RECIPE_NAMES,
     LOSSES,
     MOE_DISPATCHERS,
     OPTIMIZER_DTYPES,
@@ -101,6 +102,7 @@ LossChoice = _choice("LossChoice", LOSSES)
 OptimizerDtypeChoice = _choice("OptimizerDtypeChoice", OPTIMIZER_DTYPES)
 StackChoice = _choice("StackChoice", STACKS)
 DispatcherChoice = _choice("DispatcherChoice", MOE_DISPATCHERS)
+Fp8RecipeChoice = _choice("Fp8RecipeChoice", FP8_RECIPE_NAMES)
 
 
 FP8_HELP = ("the layers' linear GEMMs in FP8, as Transformer Engine's recipe runs them (at the "
@@ -222,6 +224,11 @@ PARALLEL_OPTS = {
                                      "and all-reduces the gradient shards across them (FSDP2 "
                                      "HSDP; torchtitan data_parallel_shard_degree) [default: "
                                      "one group of every data-parallel rank]"),
+    "fp8_recipe": typer.Option(None, "--fp8-recipe",
+                               help="with --fp8: how tensors are scaled, as Megatron-Core's "
+                                    "--fp8-recipe (tensorwise: current per-tensor scaling, an "
+                                    "amax pass first; delayed; mxfp8: Blackwell only; "
+                                    "blockwise) [default: delayed, Megatron's]"),
     "fp8_param_gather": typer.Option(False, "--fp8-param-gather/--no-fp8-param-gather",
                                      help="with --fp8: the distributed optimizer or FSDP "
                                           "gathers FP8 parameters, a byte each, and keeps the "
@@ -385,7 +392,8 @@ def step_options(flags: dict, spec: str) -> StepOptions:
                                 else str(f["moe_dispatcher"]), f.get("moe_overlap"),
                                 f.get("shard_group")),
         precision=Precision(f["grad_dtype"], f["param_dtype"], f["fp8"],
-                            str(f["optimizer_dtype"]), bool(f.get("fp8_param_gather"))),
+                            str(f["optimizer_dtype"]), bool(f.get("fp8_param_gather")),
+                            None if f.get("fp8_recipe") is None else str(f["fp8_recipe"])),
         overlap=Overlap(f["overlap_grad"], f["overlap_param"], f["bucket_mb"],
                         f["tp_comm_overlap"]),
         pricing=Pricing(f["algo"], f["mfu"], f["attention"],

@@ -16,6 +16,7 @@ from cli.common import (
     DispatcherChoice,
     DtypeChoice,
     Format3,
+    Fp8RecipeChoice,
     PriceTierChoice,
     RankChoice,
     StackChoice,
@@ -113,6 +114,7 @@ def plan_cmd(
                                               "above 1 (those run sequence parallelism); "
                                               "plans with tp 1 run without it"),
     fp8: bool = typer.Option(False, "--fp8/--no-fp8", help=FP8_HELP + " (every plan)"),
+    fp8_recipe: Fp8RecipeChoice = PARALLEL_OPTS["fp8_recipe"],
     cp: int = typer.Option(1, "--cp", "--context-parallel-size",
                            help="context-parallel ranks per sequence in every plan (not "
                                 "searched; Megatron --context-parallel-size)"),
@@ -167,7 +169,9 @@ def plan_cmd(
         min_mfu=min_mfu, min_spare_GB=min_spare_gb, price_per_gpu_hour=price,
         global_batch=global_batch,
         schemes=tuple(parse_names(schemes, "--schemes")),
-        precision=Precision(grad_dtype, param_dtype, fp8), density_warmup_frac=density_warmup_frac,
+        precision=Precision(grad_dtype, param_dtype, fp8,
+                            fp8_recipe=None if fp8_recipe is None else str(fp8_recipe)),
+        density_warmup_frac=density_warmup_frac,
         workers=workers, quality=None if quality is None else load_quality(quality), rank=rank,
         overlap=Overlap(tp_comm=tp_comm_overlap), cp=cp, ep=ep, etp=etp,
         moe_imbalance=1.0 if moe_imbalance is None else moe_imbalance,
@@ -224,6 +228,7 @@ def plan_cmd(
              "density_warmup_frac": density_warmup_frac,
              # each row says whether its plan ran it (tp above 1 only): "tp_comm_overlap"
              "tp_comm_overlap_asked": tp_comm_overlap, "cp": cp, "fp8_asked": fp8,
+             **({"fp8_recipe": req.fp8_recipe} if fp8 else {}),
              "quality_study": quality, "rank": rank, "exhaustive": exhaustive,
              **({"cuda_graphs": cuda_graphs, "host_launch_us": host_launch_us}
                 if cuda_graphs or host_launch_us is not None else {}),

@@ -146,3 +146,68 @@ def test_commands_carry_fp8_and_its_own_band(capsys):
     assert code == 0, err
     # the same top layout runs faster with its GEMMs in FP8
     assert fp8_plans[0]["step_time_s"] < 0.9 * json.loads(out)[0]["step_time_s"]
+
+
+def test_each_fp8_recipe_adds_what_its_casts_move():
+    """Current scaling reads each tensor once more for its amax (two more kernels), except
+    after a norm, which finds the amax itself; MXFP8 and blockwise add their scales, and their
+    norms write bf16 for a cast to follow; delayed scaling's norm writes FP8. The names are
+    Megatron-LM's, as the CLI offers them."""
+    from simulator.layout.shapes import FP8_CAST_BYTES, FP8_RECIPES, fp8_casts
+    from vocabulary.names import FP8_RECIPE_NAMES
+
+    assert set(FP8_RECIPE_NAMES) == set(FP8_RECIPES)
+    qkv, out = Gemm("qkv", 100, 30, 20), Gemm("attn out", 100, 20, 10)
+    delayed = fp8_casts((qkv, out), recipe="delayed")
+    assert delayed == fp8_casts((qkv, out))  # the default
+    tensorwise = fp8_casts((qkv, out), recipe="tensorwise")
+    assert tensorwise[0] == pytest.approx(6 * 100 * 10 + FP8_CAST_BYTES * 100 * 20, rel=1e-12)
+    assert tensorwise[1] == pytest.approx(6 * (100 * 30 + 100 * 20), rel=1e-12)
+    assert tensorwise[2:] == (3 + 1, 3 * 2)
+    mx = fp8_casts((qkv, out), recipe="mxfp8")
+    assert mx[0] == pytest.approx((4 + 2 / 32) * (100 * 10 + 100 * 20), rel=1e-12)
+    assert mx[2:] == (2, 2)
+    blockwise = fp8_casts((qkv, out), recipe="blockwise")
+    assert blockwise[1] == pytest.approx((4 + 8 / 128) * (100 * 30 + 100 * 20), rel=1e-12)
+
+
+def test_fp8_recipe_is_read_or_refused(capsys):
+    """--fp8-recipe prices the casts it names and every row says which ran; without --fp8,
+    MXFP8 on a Hopper profile, or a name Megatron does not know, one error line each."""
+    step = ("simulate", "-m", "llama3-8b", "-H", "dgx-h100", "--gpus", "8", "--tp", "2",
+            "--fp8", "--format", "json")
+    times = {}
+    for recipe in ("delayed", "blockwise", "tensorwise"):
+        code, out, err = scape(capsys, *step, "--fp8-recipe", recipe)
+        assert code == 0, err
+        row = json.loads(out)[0]
+        assert row["fp8_recipe"] == recipe
+        times[recipe] = row["step_time_s"]
+    code, out, err = scape(capsys, *step)
+    assert code == 0, err
+    assert json.loads(out)[0]["fp8_recipe"] == "delayed"  # not given: Megatron's default
+    assert json.loads(out)[0]["step_time_s"] == pytest.approx(times["delayed"], rel=1e-12)
+    assert times["delayed"] < times["blockwise"] < times["tensorwise"]
+    refusals = (
+        (("--fp8-recipe", "mxfp8"), "needs Blackwell tensor cores"),
+        (("--fp8-recipe", "nvfp4"), "is not one of"),
+    )
+    for args, words in refusals:
+        code, _, err = scape(capsys, *step, *args)
+        assert code == 2 and words in err, err
+    code, _, err = scape(capsys, "simulate", "-m", "llama3-8b", "-H", "dgx-h100", "--gpus",
+                         "8", "--tp", "2", "--fp8-recipe", "tensorwise")
+    assert code == 2 and "give --fp8 too" in err
+    code, out, err = scape(capsys, "simulate", "-m", "llama3-8b", "-H", "dgx-b200", "--gpus",
+                           "8", "--fp8", "--fp8-recipe", "mxfp8", "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)[0]["fp8_recipe"] == "mxfp8"
+    plan = ("plan", "-m", "gpt-345m", "--tokens", "1e9", "-H", "dgx-h100", "--max-gpus", "8",
+            "--schemes", "dense-adams", "--top", "2", "--format", "json")
+    code, _, err = scape(capsys, *plan, "--fp8", "--fp8-recipe", "mxfp8")
+    assert code == 2 and "needs Blackwell tensor cores" in err
+    code, _, err = scape(capsys, *plan, "--fp8-recipe", "blockwise")
+    assert code == 2 and "give --fp8 too" in err
+    code, out, err = scape(capsys, *plan, "--fp8", "--fp8-recipe", "tensorwise")
+    assert code == 0, err
+    assert all(r["fp8_recipe"] == "tensorwise" for r in json.loads(out))

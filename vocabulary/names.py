@@ -121,6 +121,9 @@ LOSSES = ("fp32", "eager", "fused", "chunked")
 STACKS = ("megatron", "torchtitan")
 # Megatron-Core's MoE token dispatchers (--moe-token-dispatcher-type; simulator/step/moe.py)
 MOE_DISPATCHERS = ("alltoall", "allgather", "flex")
+# Megatron-LM's --fp8-recipe names (megatron/training/arguments.py), priced in
+# simulator/layout/shapes.py FP8_RECIPES
+FP8_RECIPE_NAMES = ("tensorwise", "delayed", "mxfp8", "blockwise")
 # the optimizer state's dtype: fp32 moments and master weights; bf16 moments with 16-bit
 # master remainders (NeMo's distributed_fused_adam dtype bf16, store_param_remainders); or bf16
 # moments beside fp32 master weights (Megatron-Core's precision-aware optimizer,

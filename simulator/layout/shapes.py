@@ -234,22 +234,69 @@ def layer_shapes(model: ModelProfile, micro_batch: int, seq_len: int, tp: int = 
 # module quantizes its input inside the norm (layernorm_linear.py `with_quantized_norm`: the
 # norm writes FP8 in place of bf16) nothing comes on top: Megatron-Core's TE layers do so for
 # the fused QKV and the dense MLP's first GEMM, and for MLA's up-projections after their q and
-# kv norms; op by op (eager PyTorch) every input is cast. Not counted, so a lower bound:
-# weights (quantized once a step, cached over micro-batches by is_first_microbatch), per-tensor
-# current scaling's separate amax pass, MXFP8's scale-factor swizzles. The router stays 16-bit
-# (Megatron-LM docs/discussions/deepseek-v3-gb200-optimization: "SDPA/Embedding/LM Head/Router/
-# Loss/Optimizer, etc., remain at their original high precision").
+# kv norms, under the delayed recipe (FP8_RECIPES says what the others add); op by op (eager
+# PyTorch) every input is cast. Not counted, so a lower bound:
+# weights (quantized once a step, cached over micro-batches by is_first_microbatch), MXFP8's
+# scale-factor swizzles, current scaling's amax all-reduce over the model-parallel group (one
+# float). The router stays 16-bit (Megatron-LM docs/discussions/deepseek-v3-gb200-optimization:
+# "SDPA/Embedding/LM Head/Router/Loss/Optimizer, etc., remain at their original high
+# precision").
 FP8_CAST_BYTES = ACT_BYTES + 1 + 1
 NORM_QUANTIZED = ("qkv", "mlp in", "q up", "kv up")
 
 
-def fp8_casts(gemms: tuple[Gemm, ...], eager: bool = False) -> tuple[float, float, int, int]:
+@dataclass(frozen=True)
+class Fp8Recipe:
+    """What an FP8 recipe adds to each cast (FP8_CAST_BYTES, one kernel), and what it costs
+    where a LayerNorm-Linear module quantizes its norm's output (`norm`): "free" (the norm
+    writes FP8 itself), "cast" (the norm writes bf16 and finds the amax; one cast kernel reads
+    it and writes the two FP8 copies) or "full" (the norm writes bf16; a cast as any other)."""
+
+    extra_bytes: float  # an element, on top of FP8_CAST_BYTES
+    extra_kernels: int  # a cast, on top of its own kernel
+    norm: str
+
+
+# By Megatron-LM's --fp8-recipe names (megatron/training/arguments.py: tensorwise, delayed (the
+# default), mxfp8, blockwise; Transformer Engine's Float8CurrentScaling, DelayedScaling,
+# MXFP8BlockScaling, Float8BlockScaling), read in Transformer Engine's C++ extensions:
+# - delayed: the scale comes from the amax history and the cast records the new amax as it
+#   goes; the norm quantizes its own output (normalization.cpp: Float8 quantizers FULLY_FUSED);
+# - tensorwise (current scaling): "we need to compute amax and scale before quantization"
+#   (cast.cpp: nvte_compute_amax, a kernel reading the tensor, then
+#   nvte_compute_scale_from_amax, then the cast): one more read of 2 bytes an element and two
+#   more kernels; after a norm, the norm finds the amax (FUSED_NORM_AMAX_FP8) and one cast
+#   follows;
+# - mxfp8: an E8M0 scale byte per 32 values for the row-wise and the column-wise copy; the norm
+#   writes bf16 and a cast follows (UNFUSED unless NVTE_NORM_FWD_USE_CUDNN=1, cuDNN's fused
+#   MXFP8 norm: not modelled);
+# - blockwise (DeepSeek-V3's: 1 x 128 tiles for activations and gradients): an fp32 scale per
+#   128 values, each way; the norm unfused.
+FP8_RECIPES = {"delayed": Fp8Recipe(0.0, 0, "free"),
+               "tensorwise": Fp8Recipe(float(ACT_BYTES), 2, "cast"),
+               "mxfp8": Fp8Recipe(2 / 32, 0, "full"),
+               "blockwise": Fp8Recipe(2 * 4 / 128, 0, "full")}
+DEFAULT_FP8_RECIPE = "delayed"  # Megatron-LM's --fp8-recipe default
+
+
+def fp8_casts(gemms: tuple[Gemm, ...], eager: bool = False, recipe: str = DEFAULT_FP8_RECIPE
+              ) -> tuple[float, float, int, int]:
     """(forward bytes, backward bytes, forward kernels, backward kernels) one micro-batch's
-    FP8 casts of these GEMMs' operands move on one GPU (FP8_CAST_BYTES)."""
+    FP8 casts of these GEMMs' operands move on one GPU under `recipe` (FP8_CAST_BYTES, plus
+    FP8_RECIPES' share)."""
+    r = FP8_RECIPES[recipe]
+    each, kernels = FP8_CAST_BYTES + r.extra_bytes, 1 + r.extra_kernels
     cast = [g for g in gemms if g.name != "router"]
-    fwd = [g for g in cast if eager or g.name not in NORM_QUANTIZED]
-    return (FP8_CAST_BYTES * sum(float(g.m) * g.k * g.batch for g in fwd),
-            FP8_CAST_BYTES * sum(float(g.m) * g.n * g.batch for g in cast), len(fwd), len(cast))
+    normed = [] if eager else [g for g in cast if g.name in NORM_QUANTIZED]
+    plain = [g for g in cast if g not in normed]
+    fwd = each * sum(float(g.m) * g.k * g.batch for g in plain)
+    fwd_kernels = kernels * len(plain)
+    if r.norm != "free":  # the norm's output cast after it (its amax found there, "cast")
+        norm_each = FP8_CAST_BYTES if r.norm == "cast" else each
+        fwd += norm_each * sum(float(g.m) * g.k * g.batch for g in normed)
+        fwd_kernels += (1 if r.norm == "cast" else kernels) * len(normed)
+    return (fwd, each * sum(float(g.m) * g.n * g.batch for g in cast), fwd_kernels,
+            kernels * len(cast))
 
 
 @dataclass(frozen=True)

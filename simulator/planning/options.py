@@ -71,6 +71,7 @@ class Precision:
     fp8: bool = False
     optimizer_dtype: str = "fp32"
     fp8_param_gather: bool = False  # the distributed optimizer gathers FP8 parameters
+    fp8_recipe: str | None = None  # None: not given (Megatron's default, delayed)
 
     def dtypes(self) -> Dtypes:
         return Dtypes(_dtype(self.grad_dtype, "--grad-dtype"),
@@ -199,6 +200,8 @@ class StepOptions:
                        replica_groups=cfg.grad_ranks // cfg.shard_group)
         if cfg.fp8_param_gather:
             ran["fp8_param_gather"] = True
+        if cfg.fp8:  # the recipe an FP8 run's casts were priced with
+            ran["fp8_recipe"] = cfg.cast_recipe
         # torch.compile: a torchtitan run's rows say whether its elementwise ops were fused
         ran.pop("torch_compile", None)
         if cfg.stack == "torchtitan":
@@ -258,6 +261,7 @@ class StepOptions:
             model=model, hardware=hardware,
             gpus=self.gpus, **moe, shard_group=self.parallelism.shard_group,
             fp8_param_gather=self.precision.fp8_param_gather,
+            fp8_recipe=self.precision.fp8_recipe,
             scheme=scheme_config(self.scheme.spec, self.scheme_fields(),
                            self.scheme.reducer_extra(), lineup),
             micro_batch=b.micro_batch, seq_len=b.seq_len,

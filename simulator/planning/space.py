@@ -90,7 +90,8 @@ class Candidate:
             dtypes=req.dtypes, recompute=self.recompute, pp=self.pp, pp_schedule=self.schedule,
             virtual_stages=self.chunks if self.schedule == "interleaved" else None,
             tp_comm_overlap=req.tp_comm_overlap and self.tp > 1, cp=self.cp, fp8=req.fp8,
-            shard_group=self.shard_group, cuda_graphs=req.cuda_graphs,
+            fp8_recipe=req.precision.fp8_recipe, shard_group=self.shard_group,
+            cuda_graphs=req.cuda_graphs,
             host_launch_us=req.host_launch_us, stack=req.stack, loss=req.loss,
             torch_compile=req.torch_compile, attention=stack_attention(req.stack, self.hardware),
             **moe)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from profiles import HardwareProfile, ModelProfile, UserError
-from simulator.layout.shapes import Routing, layer_shapes
+from simulator.layout.shapes import DEFAULT_FP8_RECIPE, FP8_RECIPES, Routing, layer_shapes
 from simulator.step.roofline import (
     MODULE_GEMMS,
     fp8_rate,
@@ -111,6 +111,22 @@ def check_fp8(model: ModelProfile, hw: HardwareProfile, mfu: float | None = None
     fp8_rate(hw)
 
 
+def check_fp8_recipe(hw: HardwareProfile, recipe: str) -> None:
+    """Refuse an FP8 recipe this tool does not know, or one the GPU cannot run: MXFP8's
+    block scales are applied inside Blackwell's tensor cores (fifth generation; Hopper has no
+    MXFP8 GEMM: Megatron-LM docs/discussions/deepseek-v3-gb200-optimization, section 1), so
+    --fp8-recipe mxfp8 needs a profile whose GPU is a Blackwell ([nccl] arch)."""
+    if recipe not in FP8_RECIPES:
+        raise UserError(f"--fp8-recipe must be one of {', '.join(FP8_RECIPES)} (Megatron-LM's "
+                        f"names), got {recipe!r}")
+    arch = hw.nccl.arch if hw.nccl is not None else None
+    if recipe == "mxfp8" and arch != "blackwell":
+        what = arch or "of an architecture its profile does not say ([nccl] arch)"
+        raise UserError(f"--fp8-recipe mxfp8 needs Blackwell tensor cores (MXFP8 GEMMs); "
+                        f"{hw.name}'s GPU is {what}: give tensorwise, delayed or blockwise, "
+                        "or a Blackwell profile (dgx-b200, gb200-nvl72)")
+
+
 def unsaved_gemm_share(model: ModelProfile) -> float:
     """The share of a layer's linear FLOPs in the matmuls torchtitan's op-level selective
     checkpointing recomputes (every second one: K, the output projection, and the up
@@ -172,6 +188,7 @@ def fwd_bwd(
     sequence_parallel: bool = False, attention: str = "flash", cp: int = 1, fp8: bool = False,
     metric_passes: int = 0, routing: Routing | None = None, cuda_graphs: bool = False,
     host_launch_us: float | None = None, eager: bool = False,
+    fp8_recipe: str = DEFAULT_FP8_RECIPE,
 ) -> ComputeTimes:
     """Forward and backward time of one micro-batch on one GPU (tensor parallel degree `tp`).
 
@@ -190,7 +207,8 @@ def fwd_bwd(
     kernels slower than the GPU runs them (simulator/step/roofline.py host_launch_s);
     `cuda_graphs` (the layers captured as CUDA graphs) removes that wait; `host_launch_us`:
     the host's time per launch (None: the profile's). `eager`: the layers' elementwise ops
-    run one PyTorch kernel each (torchtitan without torch.compile; roofline.layer_times)."""
+    run one PyTorch kernel each (torchtitan without torch.compile; roofline.layer_times).
+    `fp8_recipe`: how an FP8 run scales its casts (simulator/layout/shapes.py FP8_RECIPES)."""
     check_recompute(recompute)
     if attention not in ATTENTION:
         raise UserError(f"attention must be one of {', '.join(ATTENTION)}, got {attention!r}")
@@ -198,6 +216,7 @@ def fwd_bwd(
     flops = 3 * forward_flops_per_token(model, seq_len) * tokens / tp * grad_accum  # FLOP
     if fp8:
         check_fp8(model, hw, mfu)
+        check_fp8_recipe(hw, fp8_recipe)
     mfu, how = pricing(model, hw, mfu)
     if mfu is not None:
         rate = hw.gpu.peak_bf16_tflops * 1e12 * mfu  # FLOP/s achieved
@@ -211,7 +230,7 @@ def fwd_bwd(
     else:
         lt = layer_times(model, hw, micro_batch, seq_len, tp, sequence_parallel, attention,
                          cp, fp8, routing, host_launch_s(hw, cuda_graphs, host_launch_us),
-                         eager)
+                         eager, fp8_recipe)
         ht = head_times(model, hw, micro_batch, seq_len, tp, cp, metric_passes)
         layer = (lt.fwd_s, lt.bwd_s, lt.parts["attention_fwd"], lt.parts["attention_bwd"])
         head = (ht.fwd_s, ht.bwd_s)

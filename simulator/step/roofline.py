@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from profiles import HardwareProfile, ModelProfile, UserError
 from simulator.layout.shapes import (
+    DEFAULT_FP8_RECIPE,
     Gemm,
     Routing,
     eager_extra,
@@ -109,7 +110,8 @@ def host_launch_s(hw: HardwareProfile, cuda_graphs: bool, typed_us: float | None
 def layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_len: int,
                 tp: int = 1, sequence_parallel: bool = False, attention: str = "flash",
                 cp: int = 1, fp8: bool = False, routing: Routing | None = None,
-                host_s: float = 0.0, eager: bool = False) -> PassTimes:
+                host_s: float = 0.0, eager: bool = False,
+                fp8_recipe: str = DEFAULT_FP8_RECIPE) -> PassTimes:
     """One transformer layer on one GPU: forward and backward (without recomputation).
     `attention`: flash (the profile's fused attention at its measured rates), flash2
     (FlashAttention-2's rates where the profile gives them apart) or unfused (the score
@@ -120,13 +122,15 @@ def layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_
     pass whose kernels the host launches slower than the GPU runs them waits for the host
     (the difference is the pass's `host_wait`). `eager`: PyTorch runs the layer op by op
     (torchtitan without torch.compile): its elementwise kernels move what
-    simulator/layout/shapes.py eager_extra counts on top of the fused ones."""
+    simulator/layout/shapes.py eager_extra counts on top of the fused ones. `fp8_recipe`: how
+    an FP8 run scales its casts (simulator/layout/shapes.py FP8_RECIPES)."""
     args = (model, hw, micro_batch, seq_len, tp, sequence_parallel, attention, cp, fp8)
+    more = {"host_s": host_s, "eager": eager, "fp8_recipe": fp8_recipe}
     if model.moe is None:
-        return _layer_times(*args, host_s=host_s, eager=eager)
+        return _layer_times(*args, **more)
     w = model.moe_share
-    dense = _layer_times(*args, host_s=host_s, eager=eager) if w < 1 else None
-    routed = _layer_times(*args, moe_layer=True, routing=routing, host_s=host_s, eager=eager)
+    dense = _layer_times(*args, **more) if w < 1 else None
+    routed = _layer_times(*args, moe_layer=True, routing=routing, **more)
     if dense is None:
         return routed
 
@@ -140,7 +144,8 @@ def layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_
 def _layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_len: int,
                  tp: int, sequence_parallel: bool, attention: str, cp: int, fp8: bool,
                  moe_layer: bool = False, routing: Routing | None = None,
-                 host_s: float = 0.0, eager: bool = False) -> PassTimes:
+                 host_s: float = 0.0, eager: bool = False,
+                 fp8_recipe: str = DEFAULT_FP8_RECIPE) -> PassTimes:
     s = layer_shapes(model, micro_batch, seq_len, tp, sequence_parallel, cp, moe_layer,
                      routing)
     r = hw.roofline
@@ -170,7 +175,7 @@ def _layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq
     mem_b = 2 * mem_f  # each elementwise kernel's backward reads its input and output grads
     casts_f = casts_b = 0
     if fp8:  # the GEMMs' operands cast to 8 bits (shapes.fp8_casts), forward and backward
-        cast_f, cast_b, casts_f, casts_b = fp8_casts(s.gemms, eager)
+        cast_f, cast_b, casts_f, casts_b = fp8_casts(s.gemms, eager, fp8_recipe)
         mem_f += casts_f * launch + cast_f / _hbm_Bps(hw)
         mem_b += casts_b * launch + cast_b / _hbm_Bps(hw)
     # the two norms alone (read h, write h per token each): what recomputing them costs

@@ -10,12 +10,12 @@ from dataclasses import dataclass, field, replace
 from profiles import HardwareProfile, ModelProfile, UserError
 from scape.plan import Dtypes, Plan, SchemeConfig, StepPlan, plan
 from simulator.layout.pipeline import fills
-from simulator.layout.shapes import Routing
+from simulator.layout.shapes import DEFAULT_FP8_RECIPE, Routing
 from simulator.network.collective import MAX_GPUS
 from simulator.network.collectives import ALGORITHMS, AUTO
 from simulator.network.engine import Span
 from simulator.network.topology import build_topology, domain_used
-from simulator.step.compute import check_fp8
+from simulator.step.compute import check_fp8, check_fp8_recipe
 from vocabulary.names import (
     LOSSES,
     MOE_DISPATCHERS,
@@ -107,6 +107,10 @@ class StepConfig:
     # the distributed optimizer gathers FP8 parameters, 1 byte each (Megatron-Core
     # --fp8-param-gather; torchtitan's float8 all-gather); needs fp8
     fp8_param_gather: bool = False
+    # how an FP8 run scales its casts (Megatron-LM --fp8-recipe: tensorwise, delayed, mxfp8,
+    # blockwise; simulator/layout/shapes.py FP8_RECIPES); None: not given, Megatron's default
+    # (delayed); needs fp8
+    fp8_recipe: str | None = None
     # the layers captured as CUDA graphs (Megatron-Core --cuda-graph-impl, TE
     # make_graphed_callables): no host launch per kernel, so no pass waits for the host
     # (simulator/step/roofline.py host_launch_s)
@@ -114,6 +118,12 @@ class StepConfig:
     # the host's time to launch one kernel, microseconds (None: the profile's [nccl]
     # launch_us, CUDA's own launch cost: a floor under any framework's per-op overhead)
     host_launch_us: float | None = None
+
+    @property
+    def cast_recipe(self) -> str:
+        """The FP8 recipe the casts are priced with: the one given, else Megatron-LM's
+        default."""
+        return DEFAULT_FP8_RECIPE if self.fp8_recipe is None else self.fp8_recipe
 
     @property
     def eager_kernels(self) -> bool:
@@ -396,6 +406,11 @@ class StepConfig:
                 valid = [d for d in range(1, self.grad_ranks + 1) if self.grad_ranks % d == 0]
                 raise UserError(f"--shard-group {s} must divide the {self.grad_ranks} "
                                 f"data-parallel ranks: valid {_nearest(valid, s)}")
+        if self.fp8_recipe is not None:
+            if not self.fp8:
+                raise UserError(f"--fp8-recipe {self.fp8_recipe} says how an FP8 run scales "
+                                "its tensors: give --fp8 too")
+            check_fp8_recipe(self.hardware, self.fp8_recipe)
         if self.fp8_param_gather:
             if not self.fp8:
                 raise UserError("--fp8-param-gather gathers the FP8 weights of an FP8 run: "
