@@ -78,6 +78,11 @@ FRAMEWORK_LOSS = {"fsdp": "fused", "torchtitan": "eager"}
 INFERRED_MICRO_BATCH = {"fa2-gpt3-2.7B-8k": "profiles/external/parallel-steps.csv, fa2-* comment"}
 # a row's framework -> what its stack keeps (simulator/memory/activations.py; vocabulary STACKS)
 STACK = {"torchtitan": "torchtitan"}
+# sources whose torchtitan ran PyTorch's pipelining before it stopped keeping every stage's
+# outputs until the next step (pytorch#153383, May 2025; torchtitan e5ef99aab, October 2025:
+# docs/research/fsdp2-under-pp-memory.md section 2): their rows keep them
+# (simulator/memory/activations.py pipeline_buffers_per_token)
+KEPT_OUTPUTS = {"tt-bench-202412 Table 5", "tt-bench-202412 Table 6"}
 
 
 def _blank(value) -> bool:
@@ -170,7 +175,8 @@ def published_rows() -> tuple[list[dict], list[dict]]:
                                        FRAMEWORK_LOSS.get(str(_get(row, "framework", "")),
                                                           "fp32")),
                          optimizer_dtype=str(_get(row, "optimizer_dtype", "fp32")),
-                         stack=STACK.get(str(_get(row, "framework", "")), "megatron"))})
+                         stack=STACK.get(str(_get(row, "framework", "")), "megatron"),
+                         pp_kept_outputs=str(_get(row, "source", "")) in KEPT_OUTPUTS)})
     return rows, skipped
 
 

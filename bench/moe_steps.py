@@ -212,8 +212,9 @@ def options(r, defaults: bool = False) -> StepOptions:
     nvidia = any(name in r.framework for name in NVIDIA)
     return StepOptions(
         r.model, r.hardware, int(r.gpus),
-        scheme=SchemeOptions(("dense-zero3" if pp == 1 else FSDP_UNDER_PP)
-                             if torchtitan or r.sharding == "fsdp" else "dense-adamw"),
+        # torchtitan's optimizer is AdamW (its tomls' [optimizer] name), as Megatron's
+        scheme=(SchemeOptions("dense-zero3" if pp == 1 else FSDP_UNDER_PP, optimizer="adamw")
+                if torchtitan or r.sharding == "fsdp" else SchemeOptions("dense-adamw")),
         batch=Batch(_int(r.micro_batch, 1), int(r.seq), None, int(r.global_batch)),
         parallelism=parallel,
         precision=precision_of(r, said, defaults),

@@ -58,13 +58,16 @@ def options(row, hardware: str) -> StepOptions:
     tp, pp = int(row.tp), int(row.pp)
     return StepOptions(
         row.model, hardware, int(row.gpus),
-        scheme=SchemeOptions("dense-zero3" if pp == 1 else FSDP_UNDER_PP),
+        # torchtitan's optimizer is AdamW (its tomls' [optimizer] name)
+        scheme=SchemeOptions("dense-zero3" if pp == 1 else FSDP_UNDER_PP, optimizer="adamw"),
         batch=Batch(int(row.local_batch) // pp, int(row.seq), None, int(row.global_batch)),
         parallelism=Parallelism(tp=tp, pp=pp, cp=int(row.cp),
                                 recompute=str(row.recompute)),
         precision=Precision(fp8=_flag(row.float8)),
         overlap=Overlap(tp_comm=_flag(row.async_tp) if tp > 1 else None),
-        pricing=Pricing(stack="torchtitan", torch_compile=_flag(row.compile)))
+        # December 2024: PyTorch's pipelining still kept every output until the next step
+        pricing=Pricing(stack="torchtitan", torch_compile=_flag(row.compile),
+                        pp_kept_outputs=True if pp > 1 else None))
 
 
 def kind(row) -> str:

@@ -224,6 +224,11 @@ PARALLEL_OPTS = {
                                      "and all-reduces the gradient shards across them (FSDP2 "
                                      "HSDP; torchtitan data_parallel_shard_degree) [default: "
                                      "one group of every data-parallel rank]"),
+    "pp_kept_outputs": typer.Option(None, "--pp-kept-outputs/--no-pp-kept-outputs",
+                                    help="torchtitan with pipeline stages: every micro-batch's "
+                                         "outputs kept until the next step, as PyTorch's "
+                                         "pipelining did before 2025 [default: today's "
+                                         "torchtitan, none kept]"),
     "fp8_recipe": typer.Option(None, "--fp8-recipe",
                                help="with --fp8: how tensors are scaled, as Megatron-Core's "
                                     "--fp8-recipe (tensorwise: current per-tensor scaling, an "
@@ -401,4 +406,4 @@ def step_options(flags: dict, spec: str) -> StepOptions:
                         None if f["stack"] is None else str(f["stack"]),
                         0 if f["metric_passes"] is None else f["metric_passes"],
                         bool(f.get("cuda_graphs")), f.get("host_launch_us"),
-                        f.get("torch_compile")))
+                        f.get("torch_compile"), f.get("pp_kept_outputs")))

@@ -128,3 +128,48 @@ def test_plan_prices_the_stack_it_is_given(capsys):
     assert code == 0 and "stack" not in json.loads(out)[0]
     code, _, err = scape(capsys, *args, "--compile")
     assert code == 2 and "--stack torchtitan" in err
+
+
+def test_pipeline_stages_keep_outputs_only_where_asked():
+    """PyTorch's pipelining keeps every micro-batch's receive buffers (input, with its
+    gradient; the output gradient's before the last stage); with pp_kept_outputs (PyTorch
+    before 2025) also every output, the bf16 logits on the last stage. Megatron keeps none,
+    and refuses the option."""
+    from simulator.memory.activations import pipeline_buffers_per_token
+    from simulator.memory.peak import step_memory
+
+    m = LLAMA3_8B
+    hidden, logits = 2 * m.arch.d_model / 2, 2 * m.arch.vocab_size / 2  # bf16 bytes, TP 2
+    now = {(f, last): pipeline_buffers_per_token(m, 2, 4, f, last, "torchtitan")
+           for f in (True, False) for last in (True, False)}
+    assert now[(True, False)] == pytest.approx(4 * hidden, rel=1e-12)
+    assert now[(False, False)] == pytest.approx(4 * 3 * hidden, rel=1e-12)
+    assert now[(False, True)] == pytest.approx(4 * 2 * hidden, rel=1e-12)
+    then = pipeline_buffers_per_token(m, 2, 4, False, True, "torchtitan", kept_outputs=True)
+    assert then == pytest.approx(4 * (2 * hidden + logits), rel=1e-12)
+    assert pipeline_buffers_per_token(m, 2, 4, False, True, "megatron", True) == 0.0
+    cfg = StepConfig(m, H100, 16, make_config("dense-zero1"), micro_batch=1, tp=2, pp=2,
+                     global_batch=32, stack="torchtitan", recompute="full").validate()
+    kept = replace(cfg, pp_kept_outputs=True).validate()
+    assert step_memory(kept).activations > step_memory(cfg).activations
+    with pytest.raises(UserError, match="Megatron frees a sent output"):
+        replace(cfg, stack="megatron", pp_kept_outputs=True).validate()
+
+
+def test_pp_kept_outputs_is_read_and_carried(capsys):
+    import json
+
+    step = ("simulate", "-m", "llama3-8b", "-H", "dgx-h100", "--gpus", "16", "--tp", "2",
+            "--pp", "2", "-s", "dense-zero1", "--stack", "torchtitan", "--global-batch", "32",
+            "--format", "json")
+    rows = {}
+    for flag in ("--pp-kept-outputs", "--no-pp-kept-outputs"):
+        code, out, err = scape(capsys, *step, flag)
+        assert code == 0, err
+        rows[flag] = json.loads(out)[0]
+    assert rows["--pp-kept-outputs"]["pp_kept_outputs"] is True
+    assert rows["--no-pp-kept-outputs"]["pp_kept_outputs"] is False
+    assert rows["--pp-kept-outputs"]["memory_GB"] > rows["--no-pp-kept-outputs"]["memory_GB"]
+    code, _, err = scape(capsys, "simulate", "-m", "llama3-8b", "-H", "dgx-h100", "--gpus",
+                         "16", "--tp", "2", "--pp", "2", "--pp-kept-outputs")
+    assert code == 2 and "Megatron frees a sent output" in err

@@ -117,7 +117,8 @@ LOSSES = ("fp32", "eager", "fused", "chunked")
 # Megatron-LM / NeMo (tensor parallelism saves sharded inputs and gathers them again in the
 # backward, pipeline outputs are freed once sent), or torchtitan (DTensor tensor parallelism saves
 # the gathered inputs of its linears and computes the loss-parallel cross-entropy; PyTorch's
-# pipelining keeps every micro-batch's receive buffers and outputs until the next step)
+# pipelining keeps every micro-batch's receive buffers until the next step, and before 2025 its
+# outputs too: StepConfig.pp_kept_outputs)
 STACKS = ("megatron", "torchtitan")
 # Megatron-Core's MoE token dispatchers (--moe-token-dispatcher-type; simulator/step/moe.py)
 MOE_DISPATCHERS = ("alltoall", "allgather", "flex")

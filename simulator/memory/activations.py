@@ -290,25 +290,30 @@ def loss_bytes_per_token(model, tp: int, loss: str, sequence_parallel: bool,
 
 
 def pipeline_buffers_per_token(model, tp: int, micro_batches: int, first: bool, last: bool,
-                               stack: str) -> float:
+                               stack: str, kept_outputs: bool = False) -> float:
     """Bytes per token of one micro-batch that a pipeline stage keeps for the whole step
     beyond its layers' activations, times the step's micro-batches: none under Megatron (its
     schedule frees a sent output's data, deallocate_output_tensor, and receives into buffers
-    it drops after use); under PyTorch's pipelining (torchtitan, late 2024: torch/distributed/
-    pipelining/stage.py) a receive buffer for every micro-batch's input (stages after the
-    first) and for its output's gradient (stages before the last), every output kept until
-    the next step (output_chunks; on the last stage the bf16 logits), and the gradients left
-    on the input buffers (docs/research/memory-terms.md section 12)."""
+    it drops after use); under PyTorch's pipelining (torch/distributed/pipelining/stage.py
+    PipelineStage._prepare_forward_infra and _prepare_backward_infra: buffers made for every
+    micro-batch up front) a receive buffer for every micro-batch's input (stages after the
+    first) with the gradient left on it until the next step, and one for its output's gradient
+    (stages before the last). `kept_outputs`: the pipelining of late 2024 (torchtitan's
+    December 2024 benchmark) also kept every output until the next step (output_chunks; on
+    the last stage the bf16 logits; docs/research/memory-terms.md section 12); PyTorch keeps
+    only the last stage's since pytorch#153383 (May 2025), and torchtitan asks for none since
+    e5ef99aab (October 2025, `return_outputs=False`; docs/research/fsdp2-under-pp-memory.md
+    section 2). Between the two (the last stage's logits alone) is not modelled."""
     if stack != "torchtitan" or micro_batches < 1:
         return 0.0
     hidden = 2 * model.arch.d_model / tp  # bf16, sequence-sharded
     per = 0.0
     if not first:
         per += 2 * hidden  # the input's receive buffer and its gradient
-    if last:
-        per += 2 * model.arch.vocab_size / tp  # the kept bf16 logits
-    else:
-        per += 2 * hidden  # the output kept and the gradient's receive buffer
+    if not last:
+        per += hidden  # the output gradient's receive buffer
+    if kept_outputs:  # every output until the next step: the logits on the last stage
+        per += 2 * model.arch.vocab_size / tp if last else hidden
     return per * micro_batches
 
 

@@ -227,6 +227,7 @@ def memory_use(
     pp: int = 1, chunks: int = 1, attention: str = "flash", micro_batches: int | None = None,
     loss: str = "fp32", optimizer_dtype: str = "fp32", stack: str = "megatron",
     routing: Routing | None = None, edp: int | None = None, fp8: bool = False,
+    pp_kept_outputs: bool = False,
 ) -> MemoryUse:
     """Bytes one GPU holds at its peak: every pipeline stage priced at the end of a forward
     (its stored micro-batches, the loss on the last stage) or during a recomputed layer's
@@ -234,12 +235,14 @@ def memory_use(
     (its gradient accumulation; None: as many as stages, the fewest 1F1B fills). A model with
     experts: a GPU holds 1/(EP x ETP) of its stage's routed experts (`routing`), their
     optimizer state sharded over the `edp` expert data-parallel ranks where the scheme shards
-    it (None: `dp`). `fp8`: the linears' saved inputs in FP8 (activations.py fp8_saved)."""
+    it (None: `dp`). `fp8`: the linears' saved inputs in FP8 (activations.py fp8_saved).
+    `pp_kept_outputs`: PyTorch's pipelining kept every stage's outputs until the next step
+    (torchtitan before 2025; activations.py pipeline_buffers_per_token)."""
     best = None
     for s, params, activations, loss_b in _stage_activations(
             model, tp, micro_batch, seq_len, recompute, sequence_parallel, pp, chunks,
             attention, pp if micro_batches is None else micro_batches, loss, stack, routing,
-            fp8):
+            fp8, pp_kept_outputs):
         parts = _stage_state(model, scheme, s, params, dp, tp, dtypes, optimizer_dtype, pp,
                              chunks, routing, edp)
         use = MemoryUse(*parts, activations, loss_b, s)
@@ -277,20 +280,21 @@ def first_fit(model: ModelProfile, scheme: SchemeConfig, dp: int, tp: int, micro
               pp: int, chunks: int, micro_batches: int, states_cache: dict | None = None,
               cache_key: tuple | None = None, routing: Routing | None = None,
               edp: int | None = None, fp8: bool = False, loss: str = "fp32",
-              stack: str = "megatron") -> tuple[str, float] | None:
+              stack: str = "megatron", pp_kept_outputs: bool = False
+              ) -> tuple[str, float] | None:
     """The first of `recomputes` whose peak (memory_use's, with its defaults: sequence
     parallelism, fused attention, fp32 optimizer) fits `usable` bytes, with that
     peak; None if none does. The scheme's state is priced once for every policy tried (what
     the planner asks of every layout and scheme; a test checks it against memory_use), and
     with `states_cache` once for every micro-batch: `cache_key` must then name the scheme,
     dp, tp, pp, chunks and the routing (the stages' state depends on nothing else).
-    `routing`, `edp`, `fp8`, `loss`, `stack`: a model's experts and FP8 linears, the loss
-    and the training stack, as memory_use takes them."""
+    `routing`, `edp`, `fp8`, `loss`, `stack`, `pp_kept_outputs`: a model's experts and FP8
+    linears, the loss and the training stack, as memory_use takes them."""
     states = None
     for recompute in recomputes:
         stages = _stage_activations(model, tp, micro_batch, seq_len, recompute, True, pp,
                                     chunks, "flash", micro_batches, loss, stack,
-                                    routing, fp8)
+                                    routing, fp8, pp_kept_outputs)
         if states is None and states_cache is not None:
             states = states_cache.get(cache_key)
         if states is None:  # the same stages for every policy (peak_candidates)
@@ -310,7 +314,8 @@ def first_fit(model: ModelProfile, scheme: SchemeConfig, dp: int, tp: int, micro
 def _stage_activations(model: ModelProfile, tp: int, micro_batch: int, seq_len: int,
                        recompute: str, sequence_parallel: bool, pp: int, chunks: int,
                        attention: str, m: int, loss: str, stack: str = "megatron",
-                       routing: Routing | None = None, fp8: bool = False
+                       routing: Routing | None = None, fp8: bool = False,
+                       kept_outputs: bool = False
                        ) -> tuple[tuple[int, int, float, float], ...]:
     """(stage, parameters, activation bytes, loss bytes) of each stage that can peak
     (peak_candidates): what does not depend on the scheme, remembered (the planner prices
@@ -328,7 +333,8 @@ def _stage_activations(model: ModelProfile, tp: int, micro_batch: int, seq_len: 
         params = stage_params(model, sum(layers[s]), s == 0, last, pp)
         stored = in_flight(s, pp, m, tuple(layers[s])) * per_layer.kept * tokens
         if pp > 1:
-            stored += pipeline_buffers_per_token(model, tp, m, s == 0, last, stack) * tokens
+            stored += pipeline_buffers_per_token(model, tp, m, s == 0, last, stack,
+                                                 kept_outputs) * tokens
         working = per_layer.working * tokens
         # the peak: the end of a forward (the loss on the last stage), or a recomputed
         # layer's backward (its tensors again beside the stored ones)
@@ -363,7 +369,8 @@ def step_memory(cfg) -> MemoryUse:
     return memory_use(cfg.model, cfg.scheme, cfg.shard_ranks, cfg.tp, cfg.micro_batch,
                       cfg.seq // cfg.cp, cfg.plan_dtypes, cfg.recompute, cfg.sequence_parallel,
                       cfg.pp, cfg.chunks_pp, cfg.attention, cfg.accum, cfg.loss,
-                      cfg.optimizer_dtype, cfg.stack, cfg.routing, cfg.edp, cfg.fp8)
+                      cfg.optimizer_dtype, cfg.stack, cfg.routing, cfg.edp, cfg.fp8,
+                      cfg.keeps_pp_outputs)
 
 
 def memory_columns(cfg) -> dict:

@@ -136,6 +136,9 @@ class Pricing:
     host_launch_us: float | None = None  # the host's time per kernel launch (None: profile's)
     # torchtitan's torch.compile fuses its elementwise ops (None: off, torchtitan's default)
     torch_compile: bool | None = None
+    # PyTorch's pipelining keeps every micro-batch's outputs (torchtitan before 2025; None:
+    # today's, none kept)
+    pp_kept_outputs: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -176,7 +179,8 @@ class StepOptions:
                 "optimizer_dtype": str(self.precision.optimizer_dtype),
                 "stack": None if pr.stack is None else str(pr.stack),
                 "metric_passes": pr.metric_passes, "cuda_graphs": pr.cuda_graphs,
-                "host_launch_us": pr.host_launch_us, "torch_compile": pr.torch_compile}
+                "host_launch_us": pr.host_launch_us, "torch_compile": pr.torch_compile,
+                "pp_kept_outputs": pr.pp_kept_outputs}
 
     def experts(self) -> dict:
         """The expert-parallel options as given (None: not given)."""
@@ -206,6 +210,10 @@ class StepOptions:
         ran.pop("torch_compile", None)
         if cfg.stack == "torchtitan":
             ran["torch_compile"] = cfg.torch_compile
+        # the pipeline's kept outputs: a torchtitan run with stages says which it priced
+        ran.pop("pp_kept_outputs", None)
+        if cfg.stack == "torchtitan" and cfg.pp > 1:
+            ran["pp_kept_outputs"] = cfg.keeps_pp_outputs
         # CUDA graphs and the host's launch time, where asked: what the host held back
         ran.pop("cuda_graphs", None)
         ran.pop("host_launch_us", None)

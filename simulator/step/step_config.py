@@ -111,6 +111,10 @@ class StepConfig:
     # blockwise; simulator/layout/shapes.py FP8_RECIPES); None: not given, Megatron's default
     # (delayed); needs fp8
     fp8_recipe: str | None = None
+    # torchtitan before 2025: PyTorch's pipelining kept every micro-batch's outputs until the
+    # next step (simulator/memory/activations.py pipeline_buffers_per_token); None: not given,
+    # today's torchtitan (none kept)
+    pp_kept_outputs: bool | None = None
     # the layers captured as CUDA graphs (Megatron-Core --cuda-graph-impl, TE
     # make_graphed_callables): no host launch per kernel, so no pass waits for the host
     # (simulator/step/roofline.py host_launch_s)
@@ -118,6 +122,12 @@ class StepConfig:
     # the host's time to launch one kernel, microseconds (None: the profile's [nccl]
     # launch_us, CUDA's own launch cost: a floor under any framework's per-op overhead)
     host_launch_us: float | None = None
+
+    @property
+    def keeps_pp_outputs(self) -> bool:
+        """Pipeline stages keep every micro-batch's outputs until the next step (asked, on
+        the torchtitan stack)."""
+        return bool(self.pp_kept_outputs)
 
     @property
     def cast_recipe(self) -> str:
@@ -406,6 +416,11 @@ class StepConfig:
                 valid = [d for d in range(1, self.grad_ranks + 1) if self.grad_ranks % d == 0]
                 raise UserError(f"--shard-group {s} must divide the {self.grad_ranks} "
                                 f"data-parallel ranks: valid {_nearest(valid, s)}")
+        if self.pp_kept_outputs and self.stack != "torchtitan":
+            raise UserError("--pp-kept-outputs is how PyTorch's pipelining held outputs before "
+                            "2025 (torchtitan); Megatron frees a sent output "
+                            "(deallocate_output_tensor): give --stack torchtitan or leave it "
+                            "out")
         if self.fp8_recipe is not None:
             if not self.fp8:
                 raise UserError(f"--fp8-recipe {self.fp8_recipe} says how an FP8 run scales "
