@@ -166,7 +166,9 @@ def simulate(
     out.append(f"# grad_dtype {grad_dtype}, param_dtype {param_dtype}, attention "
           f"{row.get('attention')}, sequence_parallel {row.get('sequence_parallel')}, "
           f"tp_comm_overlap {row.get('tp_comm_overlap')}, fp8 {row.get('fp8')}, "
-          f"mfu {row.get('mfu')}, stack {row.get('stack')}, loss {row.get('loss')}, "
+          + (f"fp8_recipe {row['fp8_recipe']}, " if "fp8_recipe" in row else "")
+          + (f"pp_kept_outputs {row['pp_kept_outputs']}, " if "pp_kept_outputs" in row else "")
+          + f"mfu {row.get('mfu')}, stack {row.get('stack')}, loss {row.get('loss')}, "
           f"metric_passes {cfg.metric_passes}, global_batch {cfg.sequences}")
     if "host_wait_per_micro_batch_s" in row:  # asked: the host's launches, CUDA graphs
         out.append(f"# host: {row['host_launch_us']:g} us a kernel launch; "
