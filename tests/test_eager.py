@@ -173,3 +173,6 @@ def test_pp_kept_outputs_is_read_and_carried(capsys):
     code, _, err = scape(capsys, "simulate", "-m", "llama3-8b", "-H", "dgx-h100", "--gpus",
                          "16", "--tp", "2", "--pp", "2", "--pp-kept-outputs")
     assert code == 2 and "Megatron frees a sent output" in err
+    code, _, err = scape(capsys, "simulate", "-m", "llama3-8b", "-H", "dgx-h100", "--gpus",
+                         "16", "--tp", "2", "--stack", "torchtitan", "--no-pp-kept-outputs")
+    assert code == 2 and "--pp 1 has none" in err

@@ -11,12 +11,11 @@ from dataclasses import dataclass, field
 from profiles import HardwareProfile, ModelProfile, UserError
 from profiles.hardware import PRICE_TIER_KEYS, SPOT_RATE_KEY
 from scape.plan import SCAPE_SCHEMES, Dtypes
-from simulator.layout.shapes import DEFAULT_FP8_RECIPE
 from simulator.network.collective import MAX_GPUS
 from simulator.planning.compare import parse_scheme, refuse_same
 from simulator.planning.options import Overlap, Precision
 from simulator.step.batch import check_workers
-from simulator.step.compute import check_fp8, check_fp8_recipe
+from simulator.step.compute import check_fp8, check_fp8_recipe, fp8_recipe_or_default
 from simulator.step.step_config import (
     check_compile,
     check_cp,
@@ -197,8 +196,7 @@ class PlanRequest:
 
     @property
     def fp8_recipe(self) -> str:  # how every FP8 plan scales its casts (given, or delayed)
-        given = self.precision.fp8_recipe
-        return DEFAULT_FP8_RECIPE if given is None else given
+        return fp8_recipe_or_default(self.precision.fp8_recipe)
 
     @property
     def tp_comm_overlap(self) -> bool:
@@ -311,13 +309,10 @@ class PlanRequest:
             raise UserError(f"--hardware: two profiles named {', '.join(alike)} ("
                             + ", ".join(hw.path for hw in self.hardware if hw.name in alike)
                             + "): rename one")
-        if self.precision.fp8_recipe is not None and not self.fp8:
-            raise UserError(f"--fp8-recipe {self.precision.fp8_recipe} says how an FP8 run "
-                            "scales its tensors: give --fp8 too")
         for hw in self.hardware:
             if self.fp8:  # before any plan is simulated
                 check_fp8(self.model, hw)
-                check_fp8_recipe(hw, self.fp8_recipe)
+            check_fp8_recipe(hw, self.precision.fp8_recipe, self.fp8)
             if self.price_per_gpu_hour is None and hw.price is None:
                 raise UserError(f"hardware {hw.name} has no [price] in its profile; "
                                 "give --price-per-gpu-hour")

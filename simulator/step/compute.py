@@ -111,11 +111,24 @@ def check_fp8(model: ModelProfile, hw: HardwareProfile, mfu: float | None = None
     fp8_rate(hw)
 
 
-def check_fp8_recipe(hw: HardwareProfile, recipe: str) -> None:
-    """Refuse an FP8 recipe this tool does not know, or one the GPU cannot run: MXFP8's
-    block scales are applied inside Blackwell's tensor cores (fifth generation; Hopper has no
-    MXFP8 GEMM: Megatron-LM docs/discussions/deepseek-v3-gb200-optimization, section 1), so
-    --fp8-recipe mxfp8 needs a profile whose GPU is a Blackwell ([nccl] arch)."""
+def fp8_recipe_or_default(given: str | None) -> str:
+    """The FP8 recipe a run's casts are priced with: the one given, else Megatron-LM's
+    default."""
+    return DEFAULT_FP8_RECIPE if given is None else given
+
+
+def check_fp8_recipe(hw: HardwareProfile, given: str | None, fp8: bool = True) -> None:
+    """Refuse an FP8 recipe given without --fp8, one this tool does not know, or one the GPU
+    cannot run: MXFP8's block scales are applied inside Blackwell's tensor cores (fifth
+    generation; Hopper has no MXFP8 GEMM: Megatron-LM
+    docs/discussions/deepseek-v3-gb200-optimization, section 1), so --fp8-recipe mxfp8 needs
+    a profile whose GPU is a Blackwell ([nccl] arch)."""
+    if given is not None and not fp8:
+        raise UserError(f"--fp8-recipe {given} says how an FP8 run scales its tensors: give "
+                        "--fp8 too")
+    if not fp8:
+        return
+    recipe = fp8_recipe_or_default(given)
     if recipe not in FP8_RECIPES:
         raise UserError(f"--fp8-recipe must be one of {', '.join(FP8_RECIPES)} (Megatron-LM's "
                         f"names), got {recipe!r}")

@@ -10,12 +10,12 @@ from dataclasses import dataclass, field, replace
 from profiles import HardwareProfile, ModelProfile, UserError
 from scape.plan import Dtypes, Plan, SchemeConfig, StepPlan, plan
 from simulator.layout.pipeline import fills
-from simulator.layout.shapes import DEFAULT_FP8_RECIPE, Routing
+from simulator.layout.shapes import Routing
 from simulator.network.collective import MAX_GPUS
 from simulator.network.collectives import ALGORITHMS, AUTO
 from simulator.network.engine import Span
 from simulator.network.topology import build_topology, domain_used
-from simulator.step.compute import check_fp8, check_fp8_recipe
+from simulator.step.compute import check_fp8, check_fp8_recipe, fp8_recipe_or_default
 from vocabulary.names import (
     LOSSES,
     MOE_DISPATCHERS,
@@ -131,9 +131,8 @@ class StepConfig:
 
     @property
     def cast_recipe(self) -> str:
-        """The FP8 recipe the casts are priced with: the one given, else Megatron-LM's
-        default."""
-        return DEFAULT_FP8_RECIPE if self.fp8_recipe is None else self.fp8_recipe
+        """The FP8 recipe the casts are priced with (compute.fp8_recipe_or_default)."""
+        return fp8_recipe_or_default(self.fp8_recipe)
 
     @property
     def eager_kernels(self) -> bool:
@@ -421,11 +420,10 @@ class StepConfig:
                             "2025 (torchtitan); Megatron frees a sent output "
                             "(deallocate_output_tensor): give --stack torchtitan or leave it "
                             "out")
-        if self.fp8_recipe is not None:
-            if not self.fp8:
-                raise UserError(f"--fp8-recipe {self.fp8_recipe} says how an FP8 run scales "
-                                "its tensors: give --fp8 too")
-            check_fp8_recipe(self.hardware, self.fp8_recipe)
+        if self.pp_kept_outputs is not None and self.pp == 1:
+            raise UserError("--pp-kept-outputs/--no-pp-kept-outputs says what pipeline stages "
+                            "keep, and --pp 1 has none: give --pp above 1 or leave it out")
+        check_fp8_recipe(self.hardware, self.fp8_recipe, self.fp8)
         if self.fp8_param_gather:
             if not self.fp8:
                 raise UserError("--fp8-param-gather gathers the FP8 weights of an FP8 run: "
