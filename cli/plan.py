@@ -7,6 +7,7 @@ import typer
 
 from cli.app import app
 from cli.common import (
+    BATCH_OPTS,
     DTYPE_OPTS,
     FP8_HELP,
     MOE_OPTS,
@@ -100,6 +101,7 @@ def plan_cmd(
     global_batch: int = typer.Option(None, "--global-batch", "--global-batch-size",
                                      help="sequences per step; default: the model profile's "
                                           "(Megatron --global-batch-size)"),
+    seq_len: int = BATCH_OPTS["seq_len"],
     schemes: str = typer.Option(",".join(PLAN_SCHEMES), "--schemes",
                                 help="comma-separated NAME or NAME:VALUE to plan with"),
     grad_dtype: DtypeChoice = DTYPE_OPTS["grad_dtype"],
@@ -167,7 +169,7 @@ def plan_cmd(
         tuple(load_hardware(h) for h in parse_names(hardware, "--hardware")),
         max_gpus=max_gpus, deadline_hours=deadline_hours, budget_usd=budget_usd,
         min_mfu=min_mfu, min_spare_GB=min_spare_gb, price_per_gpu_hour=price,
-        global_batch=global_batch,
+        global_batch=global_batch, seq_len=seq_len,
         schemes=tuple(parse_names(schemes, "--schemes")),
         precision=Precision(grad_dtype, param_dtype, fp8,
                             fp8_recipe=None if fp8_recipe is None else str(fp8_recipe)),

@@ -365,3 +365,24 @@ def test_the_search_hands_long_runs_to_a_pool_with_the_same_answer(monkeypatch):
             == one.head(20)[_PLAN_KEY].values.tolist())
     assert list(pooled.head(20)["hours"]) == pytest.approx(list(one.head(20)["hours"]),
                                                            rel=1e-12)
+
+
+def test_plan_takes_the_sequence_length_it_is_given(capsys):
+    """plan --seq-len (Megatron's --seq-length; 1k read as 1,024): every plan uses it, a
+    step of twice the tokens is slower, and an unreadable or zero length, or one beyond the
+    model's learned positions, is one error line."""
+    import json
+
+    base = ("plan", "-m", "gpt-345m", "--tokens", "1e9", "-H", "dgx-h100", "--max-gpus", "8",
+            "--schemes", "dense-adams", "--top", "1", "--format", "json")
+    rows = {}
+    for seq in ("512", "1k"):
+        code, out, err = scape(capsys, *base, "--seq-len", seq)
+        assert code == 0, err
+        (rows[seq],) = json.loads(out)
+    assert rows["512"]["seq_len"] == 512 and rows["1k"]["seq_len"] == 1024
+    assert rows["1k"]["step_time_s"] > rows["512"]["step_time_s"]
+    for bad, words in (("0", "at least 1"), ("abc", "cannot read it"),
+                       ("2k", "learned positions for 1024 tokens")):
+        code, _, err = scape(capsys, *base, "--seq-len", bad)
+        assert code == 2 and words in err, err
