@@ -70,6 +70,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from step_loso import share_where_zero  # noqa: E402
+from torchtitan_steps import fsdp_scheme  # noqa: E402
 
 from cli.outputs import script_outputs  # noqa: E402
 from profiles import UserError  # noqa: E402
@@ -86,7 +87,6 @@ from simulator.planning.options import (  # noqa: E402
 )
 from simulator.step.compute import forward_flops_per_token  # noqa: E402
 from simulator.step.simulate import simulate_step  # noqa: E402
-from simulator.step.step_config import FSDP_UNDER_PP  # noqa: E402
 from vocabulary.names import DEFAULT_GRAD_DTYPE  # noqa: E402
 from vocabulary.recompute import with_modules  # noqa: E402
 
@@ -212,9 +212,8 @@ def options(r, defaults: bool = False) -> StepOptions:
     nvidia = any(name in r.framework for name in NVIDIA)
     return StepOptions(
         r.model, r.hardware, int(r.gpus),
-        # torchtitan's optimizer is AdamW (its tomls' [optimizer] name), as Megatron's
-        scheme=(SchemeOptions("dense-zero3" if pp == 1 else FSDP_UNDER_PP, optimizer="adamw")
-                if torchtitan or r.sharding == "fsdp" else SchemeOptions("dense-adamw")),
+        scheme=(fsdp_scheme(pp) if torchtitan or r.sharding == "fsdp"
+                else SchemeOptions("dense-adamw")),
         batch=Batch(_int(r.micro_batch, 1), int(r.seq), None, int(r.global_batch)),
         parallelism=parallel,
         precision=precision_of(r, said, defaults),

@@ -5,16 +5,18 @@ Meta's Grand Teton: Llama 3.1 8B, 70B and 405B, 8 to 512 H100 at the default 500
 simulated as its source states it, on profiles/hardware/grand-teton-h100.toml (the HBM2e part's
 memory and bandwidth, its 500 W compute from a measured power-cap ratio; dgx-h100's sustained
 share, fitted on other stacks' steps: nothing here is fitted on these rows):
-- FSDP2 as dense-zero3 over the FSDP degree, TP and CP as printed, the local batch one
-  micro-batch (torchtitan ran no gradient accumulation there); with pipeline parallelism, what
-  FSDP does there (simulator/step/step_config.py FSDP_UNDER_PP: parameters kept gathered
-  through the step, dense-zero1), the local batch split into one micro-batch a stage
-  (torchtitan's default: as many micro-batches as pipeline stages);
+- FSDP2 as dense-zero3 over the FSDP degree (`fsdp_scheme`), with AdamW, TP and CP as
+  printed, the local batch one micro-batch (torchtitan ran no gradient accumulation there);
+  with pipeline parallelism, what FSDP does there (simulator/step/step_config.py
+  FSDP_UNDER_PP: parameters kept gathered through the step, dense-zero1), the local batch
+  split into one micro-batch a stage (torchtitan's default: as many micro-batches as pipeline
+  stages), every stage's outputs kept to the next step as PyTorch's pipelining did then
+  (--pp-kept-outputs);
 - the torchtitan stack, eager unless the row says torch.compile (simulator/layout/shapes.py
-  eager_extra), Float8 as --fp8 (torchao's float8 linears; its casts are not priced), AsyncTP as
-  TP communication overlapped;
+  eager_extra), Float8 as --fp8 (torchao's float8 linears, their casts priced as
+  shapes.fp8_casts counts them), AsyncTP as TP communication overlapped;
 - activation checkpointing: op-level selective, or full.
-Rows the model refuses (FSDP with pipeline parallelism) are listed with the reason. The error
+Rows the model refuses are listed with the reason. The error
 is predicted / published - 1 of the step (published step = global batch x sequence / (TPS x
 GPUs)); rows are grouped by what the run turned on.
 
@@ -53,13 +55,19 @@ def _flag(value) -> bool:
     return str(value).strip().lower() == "true"
 
 
+def fsdp_scheme(pp: int) -> SchemeOptions:
+    """torchtitan's data parallelism as a scheme: FSDP2 (dense-zero3), or under pipeline
+    parallelism what FSDP does there (FSDP_UNDER_PP), with its optimizer, AdamW (its tomls'
+    [optimizer] name). bench/moe_steps.py prices its torchtitan and FSDP rows with it too."""
+    return SchemeOptions("dense-zero3" if pp == 1 else FSDP_UNDER_PP, optimizer="adamw")
+
+
 def options(row, hardware: str) -> StepOptions:
     """The row's step as torchtitan ran it."""
     tp, pp = int(row.tp), int(row.pp)
     return StepOptions(
         row.model, hardware, int(row.gpus),
-        # torchtitan's optimizer is AdamW (its tomls' [optimizer] name)
-        scheme=SchemeOptions("dense-zero3" if pp == 1 else FSDP_UNDER_PP, optimizer="adamw"),
+        scheme=fsdp_scheme(pp),
         batch=Batch(int(row.local_batch) // pp, int(row.seq), None, int(row.global_batch)),
         parallelism=Parallelism(tp=tp, pp=pp, cp=int(row.cp),
                                 recompute=str(row.recompute)),
