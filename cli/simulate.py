@@ -43,7 +43,7 @@ from reports.memory_fidelity import memory_how_sure
 from reports.schema import also_line, table_name, table_value
 from reports.step_fidelity import how_sure, layout_of
 from reports.step_rows import compare_rows, simulate_row
-from reports.tables import check_format, comment_lines, render
+from reports.tables import Records, check_format, comment_lines, render
 from simulator.memory.peak import describe_outside, thin_note
 from simulator.network.collective import describe
 from simulator.network.topology import build_topology
@@ -291,30 +291,29 @@ def compare_cmd(
     """Every scheme side by side with its speedup over the baseline."""
     check_format(fmt)
     opts = step_options(locals(), baseline)  # built once from the flags, passed whole
-    df, asked, cfg, steps = compare_rows(opts, schemes)
+    rows, asked, cfg, steps = compare_rows(opts, schemes)
     extra = opts.scheme.reducer_extra()
+    every = Records([{**row, **asked} for row in rows])  # what CSV and JSON print
     if fmt != "table":  # every row carries the configuration it was simulated in
-        print(render(df.assign(**asked), fmt))
+        print(render(every.frame(), fmt))
         return
     # the step time's range beside it (reports/step_fidelity.py band_range; "-": unvalidated)
-    shown = df[["scheme", "step_time_s", "step_time_low_s", "step_time_high_s", "compute_s",
-                "compression_s", "exposed_comm_s", "overlapped_comm_s", "bytes_per_gpu",
-                "speedup"]].copy()
+    shown = Records([{"scheme": r["scheme"]} for r in rows])
     for col in ("step_time_s", "step_time_low_s", "step_time_high_s", "compute_s",
                 "compression_s", "exposed_comm_s", "overlapped_comm_s",
                 "bytes_per_gpu"):  # in the unit the name says
-        shown[table_name(col)] = table_value(col, shown.pop(col))
-    shown["speedup"] = shown.pop("speedup")
+        shown[table_name(col)] = [table_value(col, r[col]) for r in rows]
+    shown["speedup"] = [r["speedup"] for r in rows]
     # memory per GPU, and a flag on the rows no GPU can hold (their step time is hypothetical)
-    shown["memory_GB"] = df["memory_GB"]
-    shown["fits_memory"] = df["fits_memory"].map({True: "yes", False: "NO"})
+    shown["memory_GB"] = [r["memory_GB"] for r in rows]
+    shown["fits_memory"] = ["yes" if r["fits_memory"] else "NO" for r in rows]
     header = (f"{model} on {describe(build_topology(cfg.hardware, gpus))}\n"
               f"{_batch_text(cfg, grad_accum, global_batch)}, tp {tp}, "
               f"pp {pp}{_schedule_name(cfg)}, " + (f"cp {cfg.cp}, " if cfg.cp > 1 else "")
               + f"dp {cfg.dp}, recompute {cfg.recompute}; "
               f"forward/backward: {compute_model(cfg)}; "
               f"speedup = {baseline} step time / scheme step time; memory_GB per GPU of "
-              f"{df['usable_memory_GB'].iloc[0]:.1f} usable\n"
+              f"{rows[0]['usable_memory_GB']:.1f} usable\n"
               "options: " + ", ".join(f"{k} {v}" for k, v in {
                   **asked, **{k: v for k, v in resolved_scheme(cfg.scheme).items()
                               if k in ("overlap_grad_reduce", "overlap_param_gather",
@@ -325,22 +324,22 @@ def compare_cmd(
     if cfg.model.moe is not None:
         header += f"\nexperts: {moe_text(cfg)}"
     header += "".join(f"\nnote: {n}" for n in cfg.notes())
-    header += "\n" + how_sure(cfg.hardware, layout_of(cfg), list(df["scheme"]), cfg.mfu,
-                              cfg.gpus)
+    header += "\n" + how_sure(cfg.hardware, layout_of(cfg), [r["scheme"] for r in rows],
+                              cfg.mfu, cfg.gpus)
     header += "\n" + memory_how_sure(cfg.hardware, cfg.stack)
-    if not df["fits_memory"].all():
+    fitting = [r["memory_spare_pct"] for r in rows if r["fits_memory"]]
+    if len(fitting) < len(rows):
         header += ("\nfits_memory NO: one GPU cannot hold that configuration; its times are "
                    "what it would take if it could")
-    thin = thin_note(df.loc[df["fits_memory"], "memory_spare_pct"].min()
-                     if df["fits_memory"].any() else -1.0)
+    thin = thin_note(min(fitting) if fitting else -1.0)
     if thin:
         header += "\n" + thin.replace("thin headroom: ", "thin headroom (the tightest row): ")
     if steps:
         for col in ("run_mean_step_s", "run_mean_bytes_per_gpu"):
-            shown[table_name(col)] = table_value(col, df[col])
-        shown["run_speedup"] = df["run_speedup"]
+            shown[table_name(col)] = [table_value(col, r[col]) for r in rows]
+        shown["run_speedup"] = [r["run_speedup"] for r in rows]
         header += (f"\nrun_*: averaged over a run of {steps} steps, SCAPE "
                    f"{_schedule_text(cfg.scheme)}")
     print(render(shown, "table", header=header, floatfmt={
         c: "{:.3f}" for c in shown.columns if c not in ("scheme", "fits_memory")},
-        schema=list(df.assign(**asked).columns)))
+        schema=every.columns))

@@ -28,8 +28,10 @@ def table_name(column: str) -> str:
     return column
 
 
-def table_value(column: str, value: float) -> float:
-    """`value` of `column` in the unit its table name says."""
+def table_value(column: str, value: float | None) -> float | None:
+    """`value` of `column` in the unit its table name says; None (not known) stays None."""
+    if value is None:
+        return None
     if column in DISPLAY:
         return value * DISPLAY[column][1]
     if column.endswith(MS_SUFFIX[0]):

@@ -5,12 +5,10 @@ a trace) is made from these rows."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from reports.step_fidelity import layout_of, range_columns
 from reports.step_fidelity import lookup as step_lookup
 from simulator.memory.peak import memory_columns, refuse_if_too_big
-from simulator.planning.compare import compare, resolved_scheme
+from simulator.planning.compare import compare_records, resolved_scheme
 from simulator.planning.options import StepOptions, compute_model
 from simulator.step.compute import model_flops_per_step
 from simulator.step.power import step_energy
@@ -18,9 +16,6 @@ from simulator.step.schedule import run_mean
 from simulator.step.simulate import simulate_step
 from simulator.step.step_config import StepConfig, StepResult
 from vocabulary.units import parse_names
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 
 def _asked(opts: StepOptions, cfg: StepConfig) -> dict:
@@ -67,25 +62,21 @@ def simulate_row(opts: StepOptions, trace: bool = False
 
 
 def compare_rows(opts: StepOptions, schemes: str
-                 ) -> tuple[pd.DataFrame, dict, StepConfig, int | None]:
+                 ) -> tuple[list[dict], dict, StepConfig, int | None]:
     """Every scheme of `schemes` (comma-separated, sharing the flags) against the baseline
-    `opts.scheme.spec`: the rows, the options every row carries, the baseline's config and
-    the run averaged over."""
+    `opts.scheme.spec`: the rows (plain dicts: `scape compare`'s table prints without pandas),
+    the options every row carries, the baseline's config and the run averaged over."""
     steps = opts.run_steps()
     lineup = parse_names(schemes, "--schemes")
     cfg = opts.config(lineup)
     baseline = opts.scheme.spec
-    df = compare(cfg, lineup, baseline, steps)
-    # each row's band and the step time's range from it
-    sure = []
-    for name, step_s in zip(df["scheme"], df["step_time_s"], strict=True):
-        band = step_lookup(cfg.hardware, layout_of(cfg), name, cfg.mfu)
-        sure.append({**band, **range_columns({**band, "step_time_s": step_s},
-                                             ("step_time_s",))})
-    import pandas as pd  # here, not at the top: `scape simulate` runs without it
-
-    df = pd.concat([df, pd.DataFrame(sure, index=df.index)], axis=1)
+    rows = compare_records(cfg, lineup, baseline, steps)
+    for row in rows:  # each row's band and the step time's range from it
+        band = step_lookup(cfg.hardware, layout_of(cfg), row["scheme"], cfg.mfu)
+        row.update(band)
+        row.update(range_columns({**band, "step_time_s": row["step_time_s"]},
+                                 ("step_time_s",)))
     asked = {"model": opts.model, "hardware": opts.hardware,
              "hardware_profile": cfg.hardware.path, "gpus": opts.gpus, "baseline": baseline,
              **_asked(opts, cfg), "run_steps": steps}
-    return df, asked, cfg, steps
+    return rows, asked, cfg, steps

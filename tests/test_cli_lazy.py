@@ -60,3 +60,14 @@ def test_simulate_prints_its_table_without_pandas():
     assert not loaded & {"numpy.ma", "statistics", "concurrent.futures.process"}, loaded
     loaded, out = _loaded(*step, "--format", "csv")
     assert "step_time_s" in out and "pandas" in loaded
+
+
+def test_compare_prints_its_table_without_pandas():
+    """`scape compare`'s table is plain rows too (0.55 s with pandas, issue 58); its JSON is a
+    frame and loads it."""
+    line_up = ("compare", "-m", "llama-1.8b", "-H", "dgx-h100", "--gpus", "16", "--schemes",
+               "dense-adamw,scape:0.99")
+    loaded, out = _loaded(*line_up)
+    assert "speedup" in out and "scape:0.99" in out and "pandas" not in loaded
+    loaded, out = _loaded(*line_up, "--format", "json")
+    assert '"speedup"' in out and "pandas" in loaded

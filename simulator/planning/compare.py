@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from profiles import UserError
 from scape.plan import (
@@ -25,9 +24,6 @@ from simulator.step.schedule import run_mean
 from simulator.step.simulate import simulate_step
 from simulator.step.step_config import StepConfig
 from vocabulary.names import ALIASES
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 # The default line-up: the paper's baselines, the other families at their usual settings.
 DEFAULT_SCHEMES = (
@@ -146,13 +142,14 @@ def refuse_same(names: list[str], schemes: list[SchemeConfig]) -> None:
                                 "give it once")
 
 
-def compare(base: StepConfig, specs: list[str], baseline: str,
-            run_steps: int | None = None) -> pd.DataFrame:
+def compare_records(base: StepConfig, specs: list[str], baseline: str,
+                    run_steps: int | None = None) -> list[dict]:
     """One row per scheme: step time, breakdown, bytes per GPU, speedup over `baseline`.
 
     With `run_steps`, also the average over a run of that many steps (`run_mean_step_s`,
     `run_mean_bytes_per_gpu`, `run_speedup`): SCAPE's density warm-up (simulator/step/schedule.py)
-    makes its early steps dearer than the steady one; other schemes' steps are all alike."""
+    makes its early steps dearer than the steady one; other schemes' steps are all alike.
+    Plain dicts, so `scape compare`'s table prints without importing pandas (issue 58)."""
     if not specs:
         raise UserError("no schemes to compare")
     names = [s.strip() for s in specs]
@@ -181,12 +178,15 @@ def compare(base: StepConfig, specs: list[str], baseline: str,
             mean = run_mean(cfg, run_steps, cache)
             rows[-1].update(run_mean_step_s=mean.mean_step_s,
                             run_mean_bytes_per_gpu=mean.mean_bytes_per_gpu)
-    import pandas as pd  # here, not at the top: `scape simulate` runs without it
-
-    df = pd.DataFrame(rows)
-    ref = df.loc[df["scheme"] == baseline, "step_time_s"].iloc[0]
-    df["speedup"] = ref / df["step_time_s"]
+    # every row with every column (a scheme's own options are None on the others' rows), in
+    # the order they first appear, as a table of them reads
+    columns = dict.fromkeys(k for r in rows for k in r)
+    rows = [{k: r.get(k) for k in columns} for r in rows]
+    ref = next(r for r in rows if r["scheme"] == baseline)
+    for r in rows:
+        r["speedup"] = ref["step_time_s"] / r["step_time_s"]
     if run_steps:
-        ref = df.loc[df["scheme"] == baseline, "run_mean_step_s"].iloc[0]
-        df["run_speedup"] = ref / df["run_mean_step_s"]
-    return df
+        for r in rows:
+            r["run_speedup"] = ref["run_mean_step_s"] / r["run_mean_step_s"]
+    return rows
+
