@@ -19,10 +19,11 @@ from simulator.step.step_config import StepConfig
 
 
 def _cfg(model="mixtral-8x7b", hardware="dgx-h100", gpus=64, seq=4096, scheme="dense-adams",
-         **parallel) -> StepConfig:
-    """One micro-batch per GPU at `seq` tokens, TP 1 unless given."""
+         accum=None, **parallel) -> StepConfig:
+    """One micro-batch per GPU at `seq` tokens (`accum` of them a step where given), TP 1
+    unless given."""
     return StepOptions(model, hardware, gpus, scheme=SchemeOptions(scheme),
-                       batch=Batch(1, seq, None, None),
+                       batch=Batch(1, seq, accum, None),
                        parallelism=Parallelism(**{"tp": 1, **parallel})).config()
 
 
@@ -110,12 +111,32 @@ def test_dispatch_and_combine_are_priced_per_layer_and_cross_nodes():
 def test_load_imbalance_and_overlap_move_the_dispatch():
     """A max/mean load of 2 makes the busiest rank's all-to-all about twice as long; the
     overlap with another micro-batch's compute hides some of it."""
-    even = simulate_step(_cfg(ep=8, model="qwen3-30b-a3b"))
-    skewed = simulate_step(_cfg(ep=8, model="qwen3-30b-a3b", moe_imbalance=2.0))
-    hidden = simulate_step(_cfg(ep=8, model="qwen3-30b-a3b", moe_overlap=True))
+    even = simulate_step(_cfg(ep=8, model="qwen3-30b-a3b", accum=8))
+    skewed = simulate_step(_cfg(ep=8, model="qwen3-30b-a3b", accum=8, moe_imbalance=2.0))
+    hidden = simulate_step(_cfg(ep=8, model="qwen3-30b-a3b", accum=8, moe_overlap=True))
     assert even.ep_comm_s > 0
     assert skewed.ep_comm_s == pytest.approx(2 * even.ep_comm_s, rel=0.15)
     assert hidden.ep_comm_s < even.ep_comm_s
+
+
+def test_the_overlap_leaves_the_passes_it_cannot_pair_exposed():
+    """Megatron-Core's overlap pairs a forward with another micro-batch's backward
+    (combined_1f1b.py): one micro-batch a step has nothing beside it, so nothing is hidden;
+    without pipelining 1 of m forwards and backwards run alone, interleaved p of m (the mean
+    rank's warm-up and cool-down), and what stays exposed grows as m shrinks."""
+    from simulator.step.moe import unpaired_share
+
+    def ep_s(accum, **more):
+        return simulate_step(_cfg(ep=8, model="qwen3-30b-a3b", accum=accum, **more)).ep_comm_s
+
+    assert ep_s(1, moe_overlap=True) == pytest.approx(ep_s(1), rel=1e-12)
+    exposed = [ep_s(m, moe_overlap=True) / ep_s(m) for m in (2, 4, 16)]
+    assert exposed[0] > exposed[1] > exposed[2] and exposed[0] < 1
+    assert unpaired_share(_cfg(ep=8, accum=16, moe_overlap=True)) == pytest.approx(1 / 16)
+    inter = _cfg(ep=8, gpus=64, accum=32, pp=4, pp_schedule="interleaved", virtual_stages=2,
+                 moe_overlap=True)
+    assert unpaired_share(inter) == pytest.approx(4 / 32)
+    assert unpaired_share(replace(inter, global_batch=None, grad_accum=2)) == 1.0
 
 
 @pytest.mark.parametrize("scheme", ["dense-ddp", "dense-adams", "quantized:8", "topk:0.99",

@@ -135,9 +135,31 @@ def ep_layer_s(cfg, layer_fwd_s: float, layer_bwd_s: float) -> tuple[float, floa
     if cfg.moe_overlap:
         i = cfg.hardware.compute.interference or 0.0
         slowed = i / (1 + i)  # share of the compute the calls' SMs take while they run
-        fwd = max(fwd - layer_fwd_s, fwd * slowed)
-        bwd = max(bwd - layer_bwd_s, bwd * slowed)
+        alone = unpaired_share(cfg)  # passes with no other micro-batch's pass beside them
+        fwd = alone * fwd + (1 - alone) * max(fwd - layer_fwd_s, fwd * slowed)
+        bwd = alone * bwd + (1 - alone) * max(bwd - layer_bwd_s, bwd * slowed)
     return share * fwd, share * bwd
+
+
+def unpaired_share(cfg) -> float:
+    """The share of a rank's forward (and as many of its backward) passes that Megatron-Core's
+    expert-parallel overlap runs alone, their dispatch and combine in full: the overlap pairs
+    one micro-batch's forward with another's backward (megatron/core/pipeline_parallel/
+    combined_1f1b.py), which the schedule's warm-up forwards and cool-down backwards lack.
+    Without pipelining, "the forward step for the first microbatch is executed alone" and the
+    last backward too (`combined_1f1b_schedule_for_no_pipelining`): 1 of the step's m
+    micro-batches. Interleaved (schedules.py `get_pp_rank_microbatches`), rank r runs
+    2 (p - r - 1) + (v - 1) g + 1 warm-up forwards of its m v chunk passes, "one extra
+    micro-batch forward step before the 1f1b stages" with the overlap, g the micro-batch group
+    per virtual stage (p by default): v p over the ranks' mean, a share of p / m. Megatron-Core
+    asserts virtual stages wherever PP > 1 with the overlap (transformer_config.py), so a
+    non-interleaved pipeline with it is another stack's schedule (DeepSeek-V3's DualPipe), whose
+    warm-up pairing is not published: none priced alone there."""
+    if cfg.pp == 1:
+        return 1 / cfg.accum
+    if cfg.pp_schedule == "interleaved":
+        return min(1.0, cfg.pp / cfg.accum)
+    return 0.0
 
 
 def ep_bytes_per_layer(cfg) -> float:
