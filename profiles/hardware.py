@@ -126,6 +126,10 @@ class Nccl:
     launch_adds: bool | None = None
     # NCCL before 2.22.3: its tuner sizes all-gather and reduce-scatter by one rank's share
     rank_share_sizes: bool | None = None
+    # an all-to-all across nodes: the call's fixed cost and each peer off the node's, in
+    # microseconds (simulator/network/collectives/alltoall.py); None: P - 1 steps in turn
+    a2a_call_us: float | None = None
+    a2a_peer_us: float | None = None
     sources: dict[str, str] = field(default_factory=dict)
 
     @property

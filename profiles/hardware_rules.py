@@ -68,6 +68,13 @@ def _nccl_proto(path, t, measured) -> None:
                            f"Simple (NCCL_PROTO), got {n.proto!r}")
 
 
+def _nccl_a2a_pair(path, t, measured) -> None:
+    n = t.nccl
+    if n is not None and (n.a2a_call_us is None) != (n.a2a_peer_us is None):
+        raise ProfileError(f"{path}: [nccl] a2a_call_us and a2a_peer_us: an all-to-all's "
+                           "latency across nodes is the two together; give both or neither")
+
+
 def _intra_kind(path, t, measured) -> None:
     g, intra = t.node.gpus_per_node, t.intra_node
     if (intra.kind == "none") != (g == 1):
@@ -180,6 +187,7 @@ RULES = (
     (("nic", *MEASURED_ONLY), _burst_read),
     (("roofline", "gpu"), _roofline_pairs),
     (("nccl",), _nccl_proto),
+    (("nccl",), _nccl_a2a_pair),
     (("intra_node", "node"), _intra_kind),
     (("nccl", "intra_node"), _nvls),
     (("transport", "nccl"), _transport_read),

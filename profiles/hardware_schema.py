@@ -122,6 +122,12 @@ NCCL_FIELDS = {
     # bandwidth nRanks times too cheap and kept low-latency protocols to larger calls; true
     # where the cluster's NCCL is older than that
     "rank_share_sizes": Field(bool, required=False),
+    # an all-to-all across nodes (grouped send/recv, NCCL's p2p channels serving up to 8 peers
+    # each at once): its latency is a2a_call_us + a2a_peer_us x the peers off a rank's node,
+    # fitted on alltoall_perf logs (bench/alltoall_latency_fit.py); absent: P - 1 network
+    # steps one after another. Both or neither
+    "a2a_call_us": Field(float, ge=0, le=1e5, required=False),
+    "a2a_peer_us": Field(float, ge=0, le=1e4, required=False),
     "source": SOURCE,
 }
 

@@ -97,6 +97,9 @@ KEYS = {
     ("nccl", "launch_adds"): "a process driving several GPUs: their launches add to the call",
     ("nccl", "rank_share_sizes"): "NCCL before 2.22.3: its tuner sizes all-gather and "
                                   "reduce-scatter by one rank's share",
+    ("nccl", "a2a_call_us"): "an all-to-all across nodes: its fixed cost, microseconds",
+    ("nccl", "a2a_peer_us"): "an all-to-all across nodes: its cost per peer off the node, "
+                             "microseconds",
     ("price", "usd_per_gpu_hour"): "on-demand price per GPU-hour, US dollars",
     ("reference", "ring_allreduce_busbw_GBps"): "a published ring all-reduce bus bandwidth",
     ("reference", "ring_allreduce_gpus"): "the GPUs of that measurement",

@@ -4,6 +4,7 @@ contention between concurrent collectives, and monotonicity properties."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from simulator.network.topology import build_topology
 from tests.conftest import time_of, topo
 
 S = 2**30
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("p", [2, 3, 4, 7, 32, 100])
@@ -101,6 +103,37 @@ def test_all_to_all_closed_form(approx):
     p, a, b = 5, 1e-6, 20e9
     assert time_of(topo(p, nic=b, a_nic=a), "all_to_all", "pairwise", S) == approx(
         (p - 1) * a + (p - 1) * (S / p) / b)
+
+
+def test_all_to_all_across_nodes_costs_a_call_and_each_peer_off_the_node(approx):
+    """With a profile's fitted pair (alltoall.py), an all-to-all spanning nodes pays
+    call + peer x (P - ranks on its node) instead of P - 1 network steps; inside one node, or
+    without the pair, the P - 1 steps stay."""
+    call, peer, b = 150e-6, 3.5e-6, 20e9
+    p, g = 64, 8  # 8 nodes of 8 GPUs, a NIC each: 63 x 14 us in turn against 150 + 56 x 3.5
+    steps = topo(p, g=g, k=g, nic=b, a_nic=14e-6, intra=360e9, a_intra=3e-6)
+    fitted = replace(steps, a2a_call_s=call, a2a_peer_s=peer)
+    bytes_only = time_of(replace(fitted, a2a_call_s=0.0, a2a_peer_s=0.0), "all_to_all",
+                         "pairwise", S)
+    assert time_of(fitted, "all_to_all", "pairwise", S) == approx(
+        bytes_only + call + peer * (p - g))
+    assert time_of(steps, "all_to_all", "pairwise", S) > time_of(fitted, "all_to_all",
+                                                                   "pairwise", S)
+    one_node = topo(g, g=g, k=1, intra=360e9, a_intra=3e-6)
+    assert time_of(replace(one_node, a2a_call_s=call, a2a_peer_s=peer), "all_to_all",
+                   "pairwise", S) == approx(time_of(one_node, "all_to_all", "pairwise", S))
+
+
+def test_the_all_to_all_pair_is_given_whole(tmp_path):
+    """A profile with one of [nccl] a2a_call_us and a2a_peer_us is refused with the rule."""
+    from profiles import ProfileError
+
+    text = (REPO / "profiles" / "hardware" / "dgx-h100.toml").read_text()
+    half = tmp_path / "half.toml"
+    half.write_text(text.replace("a2a_peer_us = 3.46\n", "").replace(
+        'a2a_peer_us_source = "see a2a_call_us_source"\n', ""))
+    with pytest.raises(ProfileError, match="give both or neither"):
+        load_hardware(str(half))
 
 
 def test_hierarchical_closed_form(approx):

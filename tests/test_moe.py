@@ -263,3 +263,17 @@ def test_the_flex_dispatcher_sends_one_copy_a_remote_domain():
     across = [moe_layer_s(_cfg(model="deepseek-v3", gpus=256, pp=8, ep=32,
                                moe_dispatcher=d)) for d in ("alltoall", "flex")]
     assert across[1] < 0.75 * across[0]
+
+
+def test_deepep_traffic_does_not_pay_nccls_all_to_all_latency():
+    """The all-to-all latency dgx-h100 fitted on NCCL's alltoall_perf (its proxy's cost per
+    peer) prices NCCL's grouped send/recv; DeepEP/HybridEP (`flex`) send with their own kernels
+    and keep P - 1 steps, as a profile without the fitted pair prices them."""
+    from simulator.step.moe import _collective_s
+
+    hw = load_hardware("dgx-h100")
+    bare = replace(hw, nccl=replace(hw.nccl, a2a_call_us=None, a2a_peer_us=None))
+    args = ("all_to_all", "auto", 64, 1, 64e6)
+    assert _collective_s(hw, *args, nccl_p2p=False) == pytest.approx(
+        _collective_s(bare, *args), rel=1e-12)
+    assert _collective_s(hw, *args) < _collective_s(bare, *args)  # 150 + 56 x 3.5 < 63 x 14 us

@@ -76,6 +76,10 @@ class Topology:
     # the share of the NVLink rate NVLS's multimem traffic reaches (simulator/network/nccl.py
     # nvls_efficiency); 1 where the profile has no NVLS
     nvls_efficiency: float = 1.0
+    # an all-to-all across nodes: its fixed seconds and seconds per peer off a rank's node
+    # (profile [nccl] a2a_call_us, a2a_peer_us); None: P - 1 network steps in turn
+    a2a_call_s: float | None = None
+    a2a_peer_s: float | None = None
 
     def __post_init__(self):
         if self.gpus < 1:
@@ -306,4 +310,10 @@ def build_topology(hw: HardwareProfile, gpus: int) -> Topology:
         nic_chunk_bytes=hw.inter_node_chunk_bytes,
         nvls_efficiency=(nccl.nvls_efficiency(hw.nccl.arch, hw.nccl.channels)
                          if hw.nccl is not None and hw.nccl.nvls else 1.0),
+        a2a_call_s=_us(hw.nccl.a2a_call_us if hw.nccl is not None else None),
+        a2a_peer_s=_us(hw.nccl.a2a_peer_us if hw.nccl is not None else None),
     )
+
+
+def _us(value: float | None) -> float | None:
+    return None if value is None else value * 1e-6

@@ -31,6 +31,7 @@ forward and backward compute, leaving only what outlasts it.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from functools import partial
 
 import numpy as np
@@ -82,11 +83,18 @@ def _collectives(cfg) -> list[tuple[str, int, int, float]]:
     return out
 
 
-def _collective_s(hw, op: str, algo: str, ranks: int, stride: int, size: float) -> float:
+def _collective_s(hw, op: str, algo: str, ranks: int, stride: int, size: float,
+                  nccl_p2p: bool = True) -> float:
     """One call on `ranks` GPUs `stride` apart in a block of ranks x stride consecutive GPUs,
-    alone on their links (no launch floor inside a step, as tp_overlap prices its own)."""
+    alone on their links (no launch floor inside a step, as tp_overlap prices its own).
+    `nccl_p2p` false: not NCCL's grouped send/recv (DeepEP and HybridEP move tokens with their
+    own kernels over NVSHMEM, the NIC driven from the GPU, deepseek-ai/DeepEP README), so the
+    all-to-all latency a profile fitted on NCCL's alltoall_perf (its proxy thread's cost per
+    peer) is not theirs: P - 1 steps, as before that fit."""
     span = ranks * stride
     topo = build_topology(hw, span)
+    if not nccl_p2p:
+        topo = replace(topo, a2a_call_s=None, a2a_peer_s=None)
     group = np.arange(0, span, stride)
     nodes = distinct(topo.node_of(group))
     c = calibrated(hw, op, algo, ranks, size, nodes=nodes)
@@ -108,9 +116,10 @@ def moe_layer_s(cfg) -> float:
         for each in (op, mirror):
             # NCCL_ALGO does not reach point-to-point sends: an all-to-all is NCCL's own
             algo = "auto" if each == "all_to_all" else cfg.algo
-            key = (each, algo, ranks, stride, size)
+            nccl_p2p = cfg.moe_dispatcher != "flex"
+            key = (each, algo, ranks, stride, size, nccl_p2p)
             total += EP_COLLECTIVES.get(cfg.hardware, key, partial(
-                _collective_s, cfg.hardware, each, algo, ranks, stride, size))
+                _collective_s, cfg.hardware, each, algo, ranks, stride, size, nccl_p2p))
     return total
 
 

@@ -36,9 +36,14 @@ class Phase:
     hop_scale: float = 1.0  # 0 where NCCL's call latency replaces it (collective.Choice)
     net_steps: int | None = None  # steps of the critical path that cross the network; None: all
     intra_latency_s: float = 0.0  # one hop inside a node, for the other steps
+    # the phase's whole latency where its algorithm prices it as one figure (an all-to-all
+    # across nodes on a profile that gives it: alltoall.py); None: from the steps
+    fixed_latency_s: float | None = None
 
     @property
     def latency_s(self) -> float:
+        if self.fixed_latency_s is not None:
+            return self.hop_scale * self.fixed_latency_s
         slowest = max((d.step_latency_s(self.steps) for d in self.demands), default=0.0)
         if self.net_steps is None:
             return self.steps * self.hop_scale * slowest
