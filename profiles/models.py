@@ -43,6 +43,11 @@ ARCH_FIELDS = {
     "head_dim": Field(int, ge=1, le=1 << 16, required=False),
     # RMSNorm on each head's queries and keys (Qwen3, OLMo 2): two head_dim vectors a layer
     "qk_norm": Field(bool, required=False),
+    # local attention on some layers: each query attends to the last `sliding_window` tokens
+    # (itself included), on `sliding_window_share` of the layers (gpt-oss: every other layer,
+    # 0.5; Mistral 7B: all, 1.0); both or neither. Changes the attention's work, not parameters
+    "sliding_window": Field(int, ge=1, le=1 << 24, required=False),
+    "sliding_window_share": Field(float, gt=0, le=1, required=False),
     # the MLP: gated SwiGLU (gate, up, down), or ungated GELU or squared ReLU (Nemotron-4);
     # not given: the family's (profiles/model_layers.py FAMILY_MLP)
     "mlp": Field(str, choices=MLPS, required=False),
@@ -81,6 +86,18 @@ class Arch:
     dropout: bool | None = None  # None: not given, the family's (FAMILY_DROPOUT)
     head_width: int | None = None  # [arch] head_dim; None: d_model / n_heads
     qk_norm: bool | None = None  # None: none
+    sliding_window: int | None = None  # None: every layer attends to the whole sequence
+    sliding_window_share: float | None = None  # the layers that attend through the window
+
+    def attention_share(self, seq_len: int) -> float:
+        """The causal attention's work at `seq_len` over the whole sequence's, a mean layer:
+        a query at position i attends to min(i, w) keys, so a windowed layer does
+        s w - w (w - 1) / 2 of the full s (s + 1) / 2 score products (w >= s: all of them)."""
+        w, s = self.sliding_window, seq_len
+        if w is None or w >= s:
+            return 1.0
+        local = (s * w - w * (w - 1) / 2) / (s * (s + 1) / 2)
+        return 1 - self.sliding_window_share * (1 - local)
     mlp: str | None = None  # None: the family's
 
     @property
@@ -350,6 +367,9 @@ def _check_heads(path, arch: Arch, family: str | None = None) -> None:
             f"{path}: [arch] n_kv_heads: must divide n_heads ({arch.n_heads}), "
             f"got {arch.n_kv_heads}"
         )
+    if (arch.sliding_window is None) != (arch.sliding_window_share is None):
+        raise ProfileError(f"{path}: [arch] sliding_window and sliding_window_share: the window "
+                           "and the share of layers that use it; give both or neither")
     if family == "llama" and arch.head_dim % 2:
         near = sorted((h for h in range(1, arch.d_model + 1)
                        if arch.d_model % h == 0 and (arch.d_model // h) % 2 == 0),

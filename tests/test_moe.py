@@ -277,3 +277,29 @@ def test_deepep_traffic_does_not_pay_nccls_all_to_all_latency():
     assert _collective_s(hw, *args, nccl_p2p=False) == pytest.approx(
         _collective_s(bare, *args), rel=1e-12)
     assert _collective_s(hw, *args) < _collective_s(bare, *args)  # 150 + 56 x 3.5 < 63 x 14 us
+
+
+def test_a_sliding_window_cuts_the_attention_of_the_layers_that_use_it(tmp_path):
+    """gpt-oss attends through a 128-token window on every other layer (openai/gpt-oss
+    model.py): at 4,096 tokens a windowed layer does (4096 x 128 - 128 x 127 / 2) of the
+    4096 x 4097 / 2 causal score products, so the mean layer's attention is 0.531 of the full
+    one; at a sequence within the window nothing changes; a window without its share is
+    refused."""
+    from profiles import ProfileError
+    from simulator.layout.shapes import layer_shapes
+
+    m = load_model("gpt-oss-120b")
+    s, w = 4096, 128
+    local = (s * w - w * (w - 1) / 2) / (s * (s + 1) / 2)
+    assert m.arch.attention_share(s) == pytest.approx(0.5 + 0.5 * local, rel=1e-12)
+    assert m.arch.attention_share(w) == 1.0
+    full = replace(m, arch=replace(m.arch, sliding_window=None, sliding_window_share=None))
+    windowed, whole = layer_shapes(m, 1, s), layer_shapes(full, 1, s)
+    assert windowed.attention_flops == pytest.approx(
+        m.arch.attention_share(s) * whole.attention_flops, rel=1e-12)
+    assert windowed.gemms == whole.gemms  # parameters and GEMMs as before
+    text = Path(m.path).read_text().replace("sliding_window_share = 0.5\n", "")
+    half = tmp_path / "half.toml"
+    half.write_text(text)
+    with pytest.raises(ProfileError, match="give both or neither"):
+        load_model(str(half))

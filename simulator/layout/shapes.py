@@ -47,7 +47,9 @@ class LayerShapes:
     """One transformer layer, one micro-batch, one GPU."""
 
     gemms: tuple[Gemm, ...]
-    attention_flops: float  # forward, FlashAttention's count (causal: half the s x s products)
+    # forward, FlashAttention's count (causal: half the s x s products; less where layers
+    # attend through a sliding window: Arch.attention_share)
+    attention_flops: float
     attention_core_flops_full: float  # forward, Megatron's count (the whole s x s product)
     memory_bytes: float  # forward; backward moves about twice as many
     memory_kernels: int  # forward elementwise kernels (each pays a launch)
@@ -219,7 +221,10 @@ def layer_shapes(model: ModelProfile, micro_batch: int, seq_len: int, tp: int = 
                Gemm("context", seq_len, round(hd), seq_len, products))
     scores = float(products) * seq_len**2
     extra = 0.0 if model.family == "gpt" else extra_bytes
-    return LayerShapes(gemms, full / 2, full, per_token * tokens + extra, kernels, unfused,
+    # a model with local attention on some layers (gpt-oss: a 128-token window every other
+    # layer) does that much less of it: fused kernels skip the blocks the window masks
+    causal = full / 2 * a.attention_share(seq_len)
+    return LayerShapes(gemms, causal, full, per_token * tokens + extra, kernels, unfused,
                        scores * (2 * ACT_BYTES + 2 * ACT_BYTES + 1),
                        *((0.0, 0.0) if model.family == "gpt" else (moe_act, permute)))
 
