@@ -159,3 +159,16 @@ def test_cleanup_ends_what_a_killed_run_left_and_keeps_what_resume_needs(capsys,
     assert code == 2 and "no such folder" in err
     code, _, err = scape(capsys, "train", "--cleanup", str(tmp_path))  # not a run's folder
     assert code == 2 and "holds no config.json" in err
+
+
+@pytest.mark.parametrize("model, said", [
+    ("qwen3-30b-a3b", "routed experts ([moe])"),
+    ("deepseek-v3", "latent attention ([mla])"),
+    ("gpt-oss-20b", "a sliding attention window")])
+def test_train_refuses_a_model_its_dense_transformer_cannot_build(capsys, model, said):
+    """scape train builds dense transformers with full attention: a model with experts, latent
+    attention or a sliding window is refused before any rank starts, not trained as another
+    model."""
+    code, _out, err = scape(capsys, "train", "-m", model, "--steps", "1")
+    _refused(code, err, said)
+    assert "simulate, compare or plan" in err

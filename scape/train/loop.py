@@ -74,6 +74,18 @@ class TrainConfig:
         from scape.schemes.quantized import LEVELS, Quantized
 
         profile = load_model(self.model)
+        # scape/train/model.py builds dense transformers with full attention: a model with
+        # experts, latent attention or a sliding window would train as another model
+        layers = [what for what, has in (
+            ("routed experts ([moe])", profile.moe is not None),
+            ("latent attention ([mla])", profile.mla is not None),
+            ("a sliding attention window ([arch] sliding_window)",
+             profile.arch.sliding_window is not None)) if has]
+        if layers:
+            raise UserError(f"scape train builds dense transformers with full attention; "
+                            f"{self.model} has {' and '.join(layers)}, which it would leave "
+                            "out and train another model: train a dense model (scape profiles "
+                            "list), or price this one with simulate, compare or plan")
         for name, value in (("--steps", self.steps), ("--micro-batch", self.micro_batch),
                             ("threads", self.threads), ("eval_batches", self.eval_batches),
                             ("final_eval_batches", 1 if self.final_eval_batches is None
