@@ -61,6 +61,10 @@ SYSTEMS = {  # name: (logs, the hardware profile of their GPU, the algorithm the
         (sorted(LOGS.glob("h100-8x-ring-*.out")), "dgx-h100", "ring"),
     "8x H100 80GB HBM3, one process per GPU, five binaries in one file, 32 MiB up "
     "(xxrjun/nccl-tests-cluster)": ([LOGS / "h100-1x8-five-ops-xxrjun.log"], "dgx-h100", "auto"),
+    # its all_to_all rows are in-sample for dgx-h100's [nccl] a2a pair (alltoall-latency.csv)
+    "10 x 8 H100 80GB HBM3, one process per GPU, five binaries in one file, 32 MiB up "
+    "(xxrjun/nccl-tests-cluster)": ([LOGS / "h100-10x8-five-ops-xxrjun.log"], "dgx-h100",
+                                    "auto"),
 }
 BANDS = (("< 1 MiB", 0, 2**20), ("1-64 MiB", 2**20, 2**26), (">= 64 MiB", 2**26, float("inf")))
 MIN_BYTES = 64 * 1024
