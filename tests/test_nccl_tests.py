@@ -929,3 +929,26 @@ def test_a_real_ten_node_log_is_read_and_its_all_to_all_priced(capsys, tmp_path,
     assert len(held) == 10 and max(abs(r["error_pct"]) for r in held) < 11.0
     fitted = load_hardware("measured/ten")
     assert (fitted.node.gpus_per_node, fitted.nccl.a2a_call_us) == (8, 146.5)
+
+
+def test_a_fit_says_when_its_rows_cannot_tell_ll128_across_nodes(capsys, tmp_path, monkeypatch):
+    """On the 10 x 8 H100 job, all-reduce rows (NVLS-tree, Simple) fit alike with LL128 on or
+    off across nodes: the fit keeps the base's and says the rows do not tell it; its
+    all-gather rows tell it (LL128 off fits them better, [nccl] gdr false)."""
+    from calibration.nccl_tests import parse_logs
+
+    ten = FIX / "h100-10x8-five-ops-xxrjun.log"
+    logs, lines = parse_logs(ten), ten.read_text().splitlines()
+    ar, ag = tmp_path / "all_reduce.log", tmp_path / "all_gather.log"
+    ar.write_text("\n".join(lines[:logs[1].section - 1]))
+    ag.write_text("\n".join(lines[logs[1].section - 1:logs[2].section - 1]))
+    monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path / "profiles"))
+    code, out, err = scape(capsys, *NT, str(ar), "--out", "ar")
+    assert code == 0, err
+    text = " ".join(out.replace("#", " ").split())
+    assert "gdr as the base (LL128 on; the rows do not tell it" in text
+    assert load_hardware("measured/ar").nccl.gdr is None
+    code, out, err = scape(capsys, *NT, str(ar), str(ag), "--out", "ag")
+    assert code == 0, err
+    assert "gdr false (LL128 off" in " ".join(out.replace("#", " ").split())
+    assert load_hardware("measured/ag").nccl.gdr is False
