@@ -162,6 +162,9 @@ class Compute:
     nccl_ctas: int | None = None  # SMs a running NCCL collective holds (a CTA per channel)
     mfu: float | None = None  # model FLOPs utilization of forward and backward
     step_fixed_ms: float | None = None
+    # the share of what the model's expert-parallel overlap would hide that Megatron-Core's
+    # --overlap-moe-expert-parallel-comm hides on this GPU (simulator/step/moe.py); None: all
+    ep_overlap_share: float | None = None
     sources: dict[str, str] = field(default_factory=dict)
 
 

@@ -152,6 +152,10 @@ COMPUTE_FIELDS = {
     # host time every step pays besides forward/backward and kernels (timers, clipping,
     # bookkeeping); absent: not modelled
     "step_fixed_ms": Field(float, ge=0, le=1e6, required=False),
+    # the share of the dispatch and combine the model's expert-parallel overlap would hide
+    # behind another micro-batch's compute that Megatron-Core's overlap does hide here, fitted
+    # on published A/B pairs (bench/moe_overlap_fit.py); absent: all of it
+    "ep_overlap_share": Field(float, ge=0, le=1, required=False),
     "source": SOURCE,
 }
 

@@ -97,6 +97,8 @@ KEYS = {
     ("nccl", "launch_adds"): "a process driving several GPUs: their launches add to the call",
     ("nccl", "rank_share_sizes"): "NCCL before 2.22.3: its tuner sizes all-gather and "
                                   "reduce-scatter by one rank's share",
+    ("compute", "ep_overlap_share"): "the share of the hideable expert-parallel dispatch and "
+                                     "combine Megatron-Core's overlap hides on this GPU",
     ("nccl", "a2a_call_us"): "an all-to-all across nodes: its fixed cost, microseconds",
     ("nccl", "a2a_peer_us"): "an all-to-all across nodes: its cost per peer off the node, "
                              "microseconds",

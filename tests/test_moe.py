@@ -303,3 +303,36 @@ def test_a_sliding_window_cuts_the_attention_of_the_layers_that_use_it(tmp_path)
     half.write_text(text)
     with pytest.raises(ProfileError, match="give both or neither"):
         load_model(str(half))
+
+
+def test_megatron_cores_overlap_hides_the_profiles_share_of_what_it_could():
+    """dgx-h100's [compute] ep_overlap_share (0.60, fitted on two published A/B pairs) scales
+    what the overlap hides on Megatron-Core's schedules: a share of 1 hides all the pairing
+    would, 0 nothing; a non-interleaved pipeline (DualPipe's) keeps all of it. The shipped
+    value is the mean of bench/moe_overlap_fit.py's pairs."""
+    import statistics
+    import sys
+
+    from simulator.step.moe import overlap_share
+
+    def ep(share, **more):
+        hw = load_hardware("dgx-h100")
+        hw = replace(hw, compute=replace(hw.compute, ep_overlap_share=share))
+        cfg = replace(_cfg(ep=16, gpus=16, model="qwen3-30b-a3b", accum=64, moe_overlap=True,
+                           **more), hardware=hw)
+        return simulate_step(cfg).ep_comm_s, overlap_share(cfg)
+
+    off = simulate_step(_cfg(ep=16, gpus=16, model="qwen3-30b-a3b", accum=64)).ep_comm_s
+    (all_hidden, one), (none, zero), (unset, share) = ep(1.0), ep(0.0), ep(None)
+    assert (one, zero, share) == (1.0, 0.0, 1.0) and unset == all_hidden  # None: all of it
+    assert none == pytest.approx(off, rel=1e-9) and all_hidden < none
+    (partly, s) = ep(0.6)
+    assert s == 0.6 and partly == pytest.approx(all_hidden + 0.4 * (off - all_hidden), rel=1e-4)
+    dual = _cfg(ep=8, gpus=64, accum=32, pp=4, moe_overlap=True)
+    assert overlap_share(dual) == 1.0  # not Megatron-Core's schedule
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import moe_overlap_fit
+
+    fitted = moe_overlap_fit.fit(load_hardware("dgx-h100"))
+    assert load_hardware("dgx-h100").compute.ep_overlap_share == pytest.approx(
+        statistics.mean(fitted["share"]), abs=0.005)

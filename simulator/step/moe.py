@@ -134,7 +134,8 @@ def ep_layer_s(cfg, layer_fwd_s: float, layer_bwd_s: float) -> tuple[float, floa
     runs at 1 / (1 + i) while a call is in flight), so a pass of compute C beside calls of M
     seconds takes C + max(M - C, M i / (1 + i)): the calls' excess where they outlast it, else
     the compute they slowed. DeepSeek-V3's own kernels held 20 of 132 SMs (its report,
-    section 3.2.2), about the 16 of NCCL's channels on H100."""
+    section 3.2.2), about the 16 of NCCL's channels on H100. Of what that would hide,
+    Megatron-Core's overlap hides the profile's [compute] ep_overlap_share (`overlap_share`)."""
     if cfg.model.moe is None:
         return 0.0, 0.0
     share = cfg.model.moe_share
@@ -145,9 +146,27 @@ def ep_layer_s(cfg, layer_fwd_s: float, layer_bwd_s: float) -> tuple[float, floa
         i = cfg.hardware.compute.interference or 0.0
         slowed = i / (1 + i)  # share of the compute the calls' SMs take while they run
         alone = unpaired_share(cfg)  # passes with no other micro-batch's pass beside them
-        fwd = alone * fwd + (1 - alone) * max(fwd - layer_fwd_s, fwd * slowed)
-        bwd = alone * bwd + (1 - alone) * max(bwd - layer_bwd_s, bwd * slowed)
+        h = overlap_share(cfg)
+
+        def left(calls: float, compute: float) -> float:
+            """What a paired pass's calls leave: all but the share of the hideable part."""
+            return calls - h * (calls - max(calls - compute, calls * slowed))
+
+        fwd = alone * fwd + (1 - alone) * left(fwd, layer_fwd_s)
+        bwd = alone * bwd + (1 - alone) * left(bwd, layer_bwd_s)
     return share * fwd, share * bwd
+
+
+def overlap_share(cfg) -> float:
+    """The share of the hideable dispatch and combine Megatron-Core's overlap hides: the
+    profile's [compute] ep_overlap_share, fitted on published A/B pairs of the overlap off and
+    on (bench/moe_overlap_fit.py: on 16 H100 it saved 0.55-0.65 of what this model's pairing
+    would); 1 where the profile gives none, and for a non-interleaved pipeline, which is not
+    Megatron-Core's (DeepSeek-V3's DualPipe, `unpaired_share`)."""
+    share = cfg.hardware.compute.ep_overlap_share
+    if share is None or (cfg.pp > 1 and cfg.pp_schedule != "interleaved"):
+        return 1.0
+    return share
 
 
 def unpaired_share(cfg) -> float:
