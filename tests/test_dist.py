@@ -227,11 +227,15 @@ def _run_resume(out: str, split: bool, name: str, opts: dict):
             "master": r["scheme"].flat.master.clone()}
 
 
+# two of the four in the default run (about 9 s each on 2 cores), all four in `make test-long`:
+# the default test run stays under CI's 6 minutes
 @pytest.mark.parametrize(("name", "opts"), [
     ("scape-partitioned", {"sparsity": 0.99, "error_feedback": True}),
-    ("scape-partitioned", {"sparsity": 0.99, "sync": "momentum", "density_warmup_steps": 4}),
+    pytest.param("scape-partitioned",
+                 {"sparsity": 0.99, "sync": "momentum", "density_warmup_steps": 4},
+                 marks=pytest.mark.slow),
     ("quantized", {"bits": 4}),
-    ("scalecom", {"sparsity": 0.99}),
+    pytest.param("scalecom", {"sparsity": 0.99}, marks=pytest.mark.slow),
 ])
 def test_resume_continues_exactly(tmp_path, name, opts):
     whole = run_ranks(_run_resume, 2, (str(tmp_path / "a"), False, name, opts), tmp_path / "ra")

@@ -63,6 +63,19 @@ def test_a_call_finds_the_band_of_runs_like_it(capsys, tmp_path):
     assert json.loads(out)[0]["heldout_rows"] == 0
 
 
+def test_shipped_step_bands_name_the_bench_rows():
+    """The quick half of the check below, in the default run: the shipped step bands name every
+    published step bench/step_loso.py holds out, once, each band its sources (no simulation)."""
+    bench = _bench("step_loso")
+    shipped = pd.read_csv(step_fidelity.STEP_BANDS)
+    named = ";".join(shipped["cases"]).split(";")
+    assert sorted(named) == sorted(bench.all_rows()["case"])
+    assert all(s for s in shipped["sources"])
+
+
+# about 25 s on 2 cores (840 steps simulated): with the slow tests, so the default run stays
+# under CI's 6 minutes; `make test-long` runs it
+@pytest.mark.slow
 def test_shipped_step_bands_are_the_bench_of_this_model():
     """Regenerate: SCAPE_PROFILE_DIR=profiles python bench/step_loso.py --bands
     profiles/external/step-fidelity-bands.csv (a change to the step model or the rows moves
