@@ -10,7 +10,7 @@ the call costs then is a fixed part and a part that grows with the peers off the
 proxy thread progresses each network peer's send and receive in turn): a2a_call_us +
 a2a_peer_us x (P - ranks on the node), a profile's [nccl] pair, fitted on public alltoall_perf
 logs of 10-80 ranks (bench/alltoall_latency_fit.py). A profile without them keeps (P-1)*alpha,
-which those logs put 0.8x too slow at 80 ranks and 32 MiB."""
+which prices those logs' 80-rank call of 32 MiB 80% slow."""
 
 from __future__ import annotations
 
