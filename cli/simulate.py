@@ -293,7 +293,7 @@ def compare_cmd(
     opts = step_options(locals(), baseline)  # built once from the flags, passed whole
     rows, asked, cfg, steps = compare_rows(opts, schemes)
     extra = opts.scheme.reducer_extra()
-    every = Records([{**row, **asked} for row in rows])  # what CSV and JSON print
+    every = Records(rows)  # what CSV and JSON print
     if fmt != "table":  # every row carries the configuration it was simulated in
         print(render(every.frame(), fmt))
         return

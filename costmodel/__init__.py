@@ -69,8 +69,8 @@ def compare(model: str, hardware: str, gpus: int, **options) -> pd.DataFrame:
     from reports.step_rows import compare_rows
 
     flags = _flags(command, {"model": model, "hardware": hardware, "gpus": gpus, **options})
-    rows, asked, _, _ = compare_rows(step_options(flags, flags["baseline"]), flags["schemes"])
-    return pd.DataFrame([{**row, **asked} for row in rows])
+    rows, _, _, _ = compare_rows(step_options(flags, flags["baseline"]), flags["schemes"])
+    return pd.DataFrame(rows)
 
 
 def plan(model: str, hardware: str, tokens: float | str, top: int | None = 10,

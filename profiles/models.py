@@ -88,6 +88,7 @@ class Arch:
     qk_norm: bool | None = None  # None: none
     sliding_window: int | None = None  # None: every layer attends to the whole sequence
     sliding_window_share: float | None = None  # the layers that attend through the window
+    mlp: str | None = None  # None: the family's
 
     def attention_share(self, seq_len: int) -> float:
         """The causal attention's work at `seq_len` over the whole sequence's, a mean layer:
@@ -98,7 +99,6 @@ class Arch:
             return 1.0
         local = (s * w - w * (w - 1) / 2) / (s * (s + 1) / 2)
         return 1 - self.sliding_window_share * (1 - local)
-    mlp: str | None = None  # None: the family's
 
     @property
     def head_dim(self) -> int:
@@ -357,7 +357,8 @@ def _check_moe(path, family: str, arch: Arch | None, moe: Moe | None, mla: Mla |
 def _check_heads(path, arch: Arch, family: str | None = None) -> None:
     """Megatron's attention needs whole heads per d_model (unless the head width is given) and
     whole query groups per KV head; a llama's rotary embeddings rotate channel pairs, so its
-    head width is even (an odd width fails inside `scape train`'s RoPE)."""
+    head width is even (an odd width fails inside `scape train`'s RoPE); a sliding window comes
+    with the share of layers that use it."""
     if arch.head_width is None and arch.d_model % arch.n_heads:
         raise ProfileError(
             f"{path}: [arch] n_heads: must divide d_model ({arch.d_model}), got {arch.n_heads}"

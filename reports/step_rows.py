@@ -65,7 +65,8 @@ def compare_rows(opts: StepOptions, schemes: str
                  ) -> tuple[list[dict], dict, StepConfig, int | None]:
     """Every scheme of `schemes` (comma-separated, sharing the flags) against the baseline
     `opts.scheme.spec`: the rows (plain dicts: `scape compare`'s table prints without pandas),
-    the options every row carries, the baseline's config and the run averaged over."""
+    each carrying the options it ran with, those options, the baseline's config and the run
+    averaged over."""
     steps = opts.run_steps()
     lineup = parse_names(schemes, "--schemes")
     cfg = opts.config(lineup)
@@ -79,4 +80,4 @@ def compare_rows(opts: StepOptions, schemes: str
     asked = {"model": opts.model, "hardware": opts.hardware,
              "hardware_profile": cfg.hardware.path, "gpus": opts.gpus, "baseline": baseline,
              **_asked(opts, cfg), "run_steps": steps}
-    return rows, asked, cfg, steps
+    return [{**row, **asked} for row in rows], asked, cfg, steps
