@@ -74,7 +74,8 @@ def _match(name: str, table: dict[str, str]) -> str | None:
 def price(row, phases: list = (), chunks: int | None = None) -> dict:
     out = {"case": row.case, "published_gpu_hours": float(row.gpu_hours),
            "scope": row.gpu_hours_scope, "note": ""}
-    model, hw = _match(row.model, MODELS), _match(row.gpu, HARDWARE)
+    model, hw = _match(row.model, MODELS), _stated_text(row, "hardware_profile")
+    hw = hw or _match(row.gpu, HARDWARE)
     if model is None or hw is None:
         out["note"] = f"no shipped profile of {row.model if model is None else row.gpu}"
         return out
@@ -96,7 +97,35 @@ def price(row, phases: list = (), chunks: int | None = None) -> dict:
     except UserError as e:
         out["note"] = f"refused: {e}"
         return out
-    return _priced(out, cfg, gpus, tokens, seq, float(getattr(row, "step_s_stated", "nan")))
+    ramp = _rampup(row, model, hw, gpus, seq, precision=row.precision)
+    return _priced(out, cfg, gpus, tokens, seq, float(getattr(row, "step_s_stated", "nan")),
+                   ramp)
+
+
+def _rampup(row, model: str, hw: str, gpus: int, seq: int, precision) -> tuple | None:
+    """(tokens, seconds) of the run's batch-size ramp-up as its source states it (column
+    `rampup`, Megatron's --rampup-batch-size START INCREMENT SAMPLES: the global batch grows
+    by INCREMENT every SAMPLES / ((global - START) / INCREMENT) samples, megatron/
+    microbatches.py RampupBatchsizeNumMicroBatches), each batch size's steps simulated at its
+    micro-batch (`rampup_micro_batch` below `rampup_micro_batch_until` sequences, the row's
+    above); None where the row states none."""
+    text = _stated_text(row, "rampup")
+    if text is None:
+        return None
+    start, step, samples = (int(float(x)) for x in text.split())
+    final = round(float(row.global_batch_tokens) / seq)
+    increments = (final - start) // step
+    per_increment = samples / increments  # samples at each batch size
+    small_mb, until = _int(getattr(row, "rampup_micro_batch", None)), _int(
+        getattr(row, "rampup_micro_batch_until", None))
+    seconds = 0.0
+    for batch in range(start, final, step):
+        mb = small_mb if small_mb is not None and until is not None and batch < until else None
+        at = row._replace(global_batch_tokens=batch * seq,
+                          **({"micro_batch": mb} if mb is not None else {}))
+        cfg = _config(model, hw, at, gpus, seq, batch * seq, precision)
+        seconds += math.ceil(per_increment / batch) * simulate_step(cfg).step_time_s
+    return samples * seq, seconds
 
 
 def _config(model: str, hw: str, row, gpus: int, seq: int, batch_tokens: int, precision,
@@ -111,7 +140,7 @@ def _config(model: str, hw: str, row, gpus: int, seq: int, batch_tokens: int, pr
                        batch=Batch(_int(getattr(row, "micro_batch", None)) or 1, seq, None,
                                    sequences),
                        pricing=Pricing(attention=attention if isinstance(attention, str)
-                                       else None),
+                                       else None, stack=_stated_text(row, "stack")),
                        parallelism=Parallelism(
                            tp=tp, pp=pp, cp=cp, ep=ep, recompute=_recompute(row),
                            sequence_parallel=_stated(row, "sequence_parallel"),
@@ -121,6 +150,13 @@ def _config(model: str, hw: str, row, gpus: int, seq: int, batch_tokens: int, pr
                        overlap=Overlap(tp_comm=_stated(row, "tp_comm_overlap",
                                                         True if tp > 1 else None)))
     return opts.config()
+
+
+def _stated_text(row, column: str) -> str | None:
+    """A text column of the row where the source states it (None: blank or absent)."""
+    value = getattr(row, column, None)
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) \
+        else str(value).strip() or None
 
 
 def _stated(row, column: str, otherwise=None):
@@ -184,13 +220,19 @@ def _same_run(case: str):
 
 
 def _priced(out: dict, cfg, gpus: int, tokens: float, seq: int,
-            stated_step_s: float | None = None) -> dict:
+            stated_step_s: float | None = None, ramp: tuple | None = None) -> dict:
     step = simulate_step(cfg).step_time_s
     if stated_step_s is not None and not math.isnan(stated_step_s):
         STAGE_LINES.append(f"{out['case']}: step {step:.2f} s against {stated_step_s:.2f} s "
                            f"stated ({100 * (step / stated_step_s - 1):+.0f}%)")
-    steps = math.ceil(tokens / (cfg.sequences * seq))
-    hours = steps * step / 3600
+    ramp_tokens, ramp_s = ramp or (0.0, 0.0)
+    steps = math.ceil((tokens - ramp_tokens) / (cfg.sequences * seq))
+    hours = (steps * step + ramp_s) / 3600
+    if ramp:
+        at_full_s = ramp_tokens / (cfg.sequences * seq) * step  # the same tokens at full batch
+        STAGE_LINES.append(f"{out['case']}: batch-size ramp-up, {ramp_tokens / 1e9:.1f}B tokens "
+                           f"in {ramp_s / 3600:.0f} h, {(ramp_s - at_full_s) / 3600:.0f} h "
+                           f"more than at the full batch")
     run = run_with_failures(hours * 3600, gpus, checkpoint_bytes(cfg.model.n_params),
                             default_reliability())
     out.update(model=cfg.model.name, hardware=cfg.hardware.name, gpus=gpus, step_s=step,

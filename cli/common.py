@@ -184,7 +184,11 @@ PARALLEL_OPTS = {
                                "parallelism saves its linears' gathered inputs and runs the "
                                "loss-parallel cross-entropy; PyTorch's pipelining keeps every "
                                "micro-batch's buffers and outputs; SDPA's FlashAttention-2; "
-                               "eager elementwise ops unless --compile) [default: megatron]"),
+                               "eager elementwise ops unless --compile) or deepspeed "
+                               "(Megatron-DeepSpeed with bf16, as BLOOM ran: DeepSpeed's "
+                               "pipeline engine and BF16_Optimizer, fp32 gradients folded in "
+                               "after every micro-batch and all-reduced after the last) "
+                               "[default: megatron]"),
     "loss": typer.Option(None, "--loss",
                          help="the loss as memory sees it: fp32 (Megatron-Core's "
                               "vocabulary-parallel cross-entropy on fp32 logits), eager "

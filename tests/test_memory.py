@@ -263,7 +263,7 @@ def test_torchtitan_keeps_gathered_inputs_the_loss_parallel_peak_and_pipeline_bu
     assert (memory_use(*args, stack="torchtitan", **kw).total
             > memory_use(*args, stack="megatron", **kw).total)
     with pytest.raises(UserError, match="--stack"):
-        memory_use(*args, stack="deepspeed", **kw)
+        memory_use(*args, stack="colossalai", **kw)
 
 
 def test_transformer_engine_fp8_keeps_linear_inputs_in_one_byte():

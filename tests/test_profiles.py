@@ -17,7 +17,7 @@ MODEL_FILE = ROOT / "models" / "llama-7b.toml"
 def test_embedded_profiles_are_present():
     assert names("hardware") == ["aws-p5", "commodity-100gbe", "cray-ex254n-gh200", "dgx-a100",
                                  "dgx-b200", "dgx-h100", "dgx-h200", "dgx-h800", "gb200-nvl72",
-                                 "gcp-a3-mega", "grand-teton-h100",
+                                 "gcp-a3-mega", "grand-teton-h100", "jean-zay-a100",
                                  "oci-h100-roce", "vista-gh200", "vista-gh200-socket"]
     assert names("model") == [
         "bloom-176b", "deepseek-v3", "gpt-345m", "gpt-oss-120b", "gpt-oss-20b", "gpt3-175b",

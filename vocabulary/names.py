@@ -119,7 +119,7 @@ LOSSES = ("fp32", "eager", "fused", "chunked")
 # the gathered inputs of its linears and computes the loss-parallel cross-entropy; PyTorch's
 # pipelining keeps every micro-batch's receive buffers until the next step, and before 2025 its
 # outputs too: StepConfig.pp_kept_outputs)
-STACKS = ("megatron", "torchtitan")
+STACKS = ("megatron", "torchtitan", "deepspeed")
 # Megatron-Core's MoE token dispatchers (--moe-token-dispatcher-type; simulator/step/moe.py)
 MOE_DISPATCHERS = ("alltoall", "allgather", "flex")
 # Megatron-LM's --fp8-recipe names (megatron/training/arguments.py), priced in

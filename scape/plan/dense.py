@@ -16,11 +16,14 @@ def dense_ddp(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
 
 
 def dense_zero1(cfg: SchemeConfig, n: int, world: int, dt: Dtypes) -> Plan:
-    """Megatron distributed optimizer: gradient reduce-scatter, shard update, param all-gather."""
+    """Megatron distributed optimizer: gradient reduce-scatter, shard update, param all-gather.
+    With `grad_all_reduce` (DeepSpeed's BF16_Optimizer, SchemeConfig) the gradient is
+    all-reduced whole instead, and each rank still updates and gathers only its shard."""
     g, p = n * dt.grad_bytes, n * dt.param_bytes
+    reduce = (("grad all-reduce", "all_reduce") if cfg.grad_all_reduce
+              else ("grad reduce-scatter", "reduce_scatter"))
     ops = (
-        CommOp("grad reduce-scatter", "reduce_scatter", g, grad_phase(cfg),
-               buckets(g, dt.grad_bytes, cfg, world)),
+        CommOp(*reduce, g, grad_phase(cfg), buckets(g, dt.grad_bytes, cfg, world)),
         CommOp("param all-gather", "all_gather", p, param_phase(cfg),
                buckets(p, dt.param_bytes, cfg, world)),
     )

@@ -132,6 +132,10 @@ class SchemeConfig:
     bucket_bytes: float | None = None  # None: Megatron's default, see buckets
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = False
+    # ZeRO-1 whose gradients are all-reduced whole, each rank then updating its shard:
+    # DeepSpeed's BF16_Optimizer (deepspeed/runtime/pipe/engine.py _bf16_reduce_grads
+    # all-reduces its fp32 gradients), where Megatron's distributed optimizer reduce-scatters
+    grad_all_reduce: bool = False
     # SCAPE options (DESIGN section 5); defaults chosen by results/convergence/convergence/
     # (tiny-gpt, 1,000 steps, 2 ranks): no error feedback was best at 90% and 99% sparsity, the
     # masked update beat "all", |m| beat |m|/sqrt(v), and dense refresh every 10 steps hurt.

@@ -202,6 +202,11 @@ def state_bytes(model: ModelProfile, scheme: SchemeConfig, n: float, dp: int, tp
         residual = 4 * n if scheme.error_feedback else 0.0
         extra = mask + compact + residual
     weights, grads = dtypes.param_bytes * n, dtypes.grad_bytes * n
+    if scheme.grad_all_reduce:
+        # DeepSpeed's BF16_Optimizer keeps the parameters' own bf16 gradients beside its fp32
+        # ones from one backward to the next (bf16_optimizer.py: update_hp_grads with
+        # clear_lp_grads=False in the pipeline engine, cleared before the next backward)
+        grads += dtypes.param_bytes * n
     stage = ZERO_STAGE.get(scheme.scheme, 0)
     # FSDP's unit: one layer
     unit = _layer_params(model) / tp if stage >= 2 and unit else 0.0

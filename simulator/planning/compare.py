@@ -53,6 +53,8 @@ def resolved_scheme(cfg: SchemeConfig) -> dict:
                    density_shape=cfg.density_shape)
     if cfg.clip_grad is not None:
         out["clip_grad"] = cfg.clip_grad
+    if cfg.grad_all_reduce:  # DeepSpeed's BF16_Optimizer (--stack deepspeed)
+        out["grad_all_reduce"] = True
     return out
 
 

@@ -17,7 +17,9 @@ from scape.plan import Dtypes, foreign_options
 from simulator.planning.compare import parse_scheme, refuse_unread
 from simulator.step.compute import pricing
 from simulator.step.step_config import (
+    DEEPSPEED_OVERLAP,
     StepConfig,
+    deepspeed_scheme,
     refuse_expert_options,
     stack_attention,
     stack_loss,
@@ -265,13 +267,18 @@ class StepOptions:
         model = load_model(self.model)
         refuse_expert_options(model, [f"--{k.replace('_', '-')}" for k, v in e.items()
                                       if v is not None and not (k == "ep" and v == 1)])
+        scheme = scheme_config(self.scheme.spec, self.scheme_fields(),
+                               self.scheme.reducer_extra(), lineup)
+        if parallel["stack"] == "deepspeed":  # a typed overlap is refused, never replaced
+            if self.overlap.grad or self.overlap.param:
+                raise UserError(DEEPSPEED_OVERLAP)
+            scheme = deepspeed_scheme(scheme)
         cfg = StepConfig(
             model=model, hardware=hardware,
             gpus=self.gpus, **moe, shard_group=self.parallelism.shard_group,
             fp8_param_gather=self.precision.fp8_param_gather,
             fp8_recipe=self.precision.fp8_recipe,
-            scheme=scheme_config(self.scheme.spec, self.scheme_fields(),
-                           self.scheme.reducer_extra(), lineup),
+            scheme=scheme,
             micro_batch=b.micro_batch, seq_len=b.seq_len,
             grad_accum=1 if b.grad_accum is None else b.grad_accum, tp=tp,
             global_batch=b.global_batch, dtypes=self.precision.dtypes(),

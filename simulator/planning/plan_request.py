@@ -220,6 +220,13 @@ class PlanRequest:
     def validate(self) -> PlanRequest:
         check_host_launch(self.cuda_graphs, self.host_launch_us)
         check_compile(self.stack, self.torch_compile)
+        if self.stack == "deepspeed":
+            # the planner searches Megatron's schedules, overlaps and schemes, which
+            # DeepSpeed's pipeline engine and BF16_Optimizer do not run
+            raise UserError("plan searches Megatron-style layouts (interleaved schedules, "
+                            "overlapped reductions, every scheme); --stack deepspeed is priced "
+                            "by simulate and compare: give a layout there, or leave --stack "
+                            "out")
         if self.rank not in RANKS:
             raise UserError(f"--rank must be one of {', '.join(RANKS)}, got {self.rank!r}")
         if self.max_power_MW is not None and not (math.isfinite(self.max_power_MW)

@@ -201,7 +201,7 @@ def fwd_bwd(
     sequence_parallel: bool = False, attention: str = "flash", cp: int = 1, fp8: bool = False,
     metric_passes: int = 0, routing: Routing | None = None, cuda_graphs: bool = False,
     host_launch_us: float | None = None, eager: bool = False,
-    fp8_recipe: str = DEFAULT_FP8_RECIPE,
+    fp8_recipe: str = DEFAULT_FP8_RECIPE, accum_pass_bytes: float = 0.0,
 ) -> ComputeTimes:
     """Forward and backward time of one micro-batch on one GPU (tensor parallel degree `tp`).
 
@@ -221,7 +221,9 @@ def fwd_bwd(
     `cuda_graphs` (the layers captured as CUDA graphs) removes that wait; `host_launch_us`:
     the host's time per launch (None: the profile's). `eager`: the layers' elementwise ops
     run one PyTorch kernel each (torchtitan without torch.compile; roofline.layer_times).
-    `fp8_recipe`: how an FP8 run scales its casts (simulator/layout/shapes.py FP8_RECIPES)."""
+    `fp8_recipe`: how an FP8 run scales its casts (simulator/layout/shapes.py FP8_RECIPES).
+    `accum_pass_bytes`: bytes each of the GPU's parameters moves after every micro-batch's
+    backward, at HBM bandwidth (grad_accum_pass_s: DeepSpeed's BF16_Optimizer)."""
     check_recompute(recompute)
     if attention not in ATTENTION:
         raise UserError(f"attention must be one of {', '.join(ATTENTION)}, got {attention!r}")
@@ -252,11 +254,38 @@ def fwd_bwd(
         parts["host_wait"] = a.n_layers * lt.parts["host_wait"]  # the layers' (none: 0)
     layer_f, layer_b, attn_f, attn_b = layer
     layer_b += recompute_s(model, recompute, layer_f, attn_f, parts and lt.parts)
+    if accum_pass_bytes:
+        layer_acc, head_acc = grad_accum_pass_s(model, hw, tp, accum_pass_bytes)
+        layer_b, head = layer_b + layer_acc, (head[0], head[1] + head_acc)
+        if parts:
+            parts["memory"] += a.n_layers * layer_acc + head_acc
     return ComputeTimes(
         fwd_s=a.n_layers * layer_f + head[0], bwd_s=a.n_layers * layer_b + head[1],
         flops_per_step_per_gpu=flops, layer_fwd_s=layer_f, layer_bwd_s=layer_b,
         head_fwd_s=head[0], head_bwd_s=head[1], attn_fwd_s=attn_f, attn_bwd_s=attn_b,
         how=how, parts=parts)
+
+
+# bytes a parameter moves when DeepSpeed's BF16_Optimizer folds a micro-batch's bf16 gradient
+# into its fp32 one (deepspeed/runtime/bf16_optimizer.py update_hp_grads, as of DeepSpeed
+# 6719b46, May 2022: hp_grad.add_(lp.grad.to(float32)), after every micro-batch's backward,
+# engine.py and pipe/engine.py _exec_backward_pass): the cast reads 2 and writes 4, the add reads
+# 4 + 4 and writes 4
+BF16_OPTIMIZER_ACCUM_BYTES = 2 + 4 + 4 + 4 + 4
+
+
+def grad_accum_pass_s(model: ModelProfile, hw: HardwareProfile, tp: int,
+                      bytes_per_param: float) -> tuple[float, float]:
+    """(one layer's, the output layer's) seconds of a memory-bound pass of `bytes_per_param`
+    over the parameters one tensor-parallel rank holds, after each micro-batch's backward: the
+    layer's parameters over `tp` (LayerNorms and biases that every rank keeps counted once),
+    the vocabulary's vocab x d_model over `tp` (the output layer, or the tied embedding on the
+    last stage; the first stage's embedding copy is not priced). The two kernels a tensor
+    launches are not counted (about 12 tensors a layer at a few microseconds each)."""
+    hbm = hw.gpu.hbm_bw_GBps * 1e9 * hw.compute.mem_efficiency  # B/s
+    a = model.arch
+    return (model.layer_params / tp * bytes_per_param / hbm,
+            a.vocab_size * a.d_model / tp * bytes_per_param / hbm)
 
 
 OPTIMIZER_SIBLING = {"optimizer_adamw": "optimizer_adams", "optimizer_adams": "optimizer_adamw"}

@@ -15,7 +15,12 @@ from simulator.network.collective import MAX_GPUS
 from simulator.network.collectives import ALGORITHMS, AUTO
 from simulator.network.engine import Span
 from simulator.network.topology import build_topology, domain_used
-from simulator.step.compute import check_fp8, check_fp8_recipe, fp8_recipe_or_default
+from simulator.step.compute import (
+    BF16_OPTIMIZER_ACCUM_BYTES,
+    check_fp8,
+    check_fp8_recipe,
+    fp8_recipe_or_default,
+)
 from vocabulary.names import (
     LOSSES,
     MOE_DISPATCHERS,
@@ -133,6 +138,14 @@ class StepConfig:
     def cast_recipe(self) -> str:
         """The FP8 recipe the casts are priced with (compute.fp8_recipe_or_default)."""
         return fp8_recipe_or_default(self.fp8_recipe)
+
+    @property
+    def accum_pass_bytes(self) -> float:
+        """Bytes a parameter moves after each micro-batch's backward beside the layers' own
+        work: DeepSpeed's BF16_Optimizer folds the bf16 gradient into an fp32 one
+        (simulator/step/compute.py BF16_OPTIMIZER_ACCUM_BYTES); Megatron's and torchtitan's
+        backward writes or accumulates its gradient in place (none)."""
+        return BF16_OPTIMIZER_ACCUM_BYTES if self.stack == "deepspeed" else 0.0
 
     @property
     def eager_kernels(self) -> bool:
@@ -336,6 +349,8 @@ class StepConfig:
                             f"got {self.optimizer_dtype!r}")
         check_host_launch(self.cuda_graphs, self.host_launch_us)
         check_compile(self.stack, self.torch_compile)  # the stack named, and --compile on it
+        if self.stack == "deepspeed":
+            self._validate_deepspeed()
         if (not isinstance(self.metric_passes, int) or isinstance(self.metric_passes, bool)
                 or self.metric_passes < 0):
             raise UserError(f"--metric-passes must be a whole number of passes, 0 or more, got "
@@ -401,6 +416,31 @@ class StepConfig:
                  if _placeable(t, g) and self.model.arch.splits_over(t)
                  and self.gpus % t == 0]
         return f": valid here {_nearest(valid, self.tp)}"
+
+    def _validate_deepspeed(self) -> None:
+        """The deepspeed stack prices Megatron-DeepSpeed with bf16 as BLOOM ran it: DeepSpeed's
+        pipeline engine (1F1B, no interleaving) and its BF16_Optimizer, a ZeRO-1 of its own
+        that all-reduces fp32 gradients after the last micro-batch (deepspeed_scheme). What
+        it does not run is refused with the rule."""
+        s = self.scheme
+        if s.scheme not in DEEPSPEED_SCHEMES:
+            raise UserError(f"--stack deepspeed prices DeepSpeed's BF16_Optimizer (bf16 with "
+                            f"ZeRO stage 0, its own ZeRO-1): give -s dense-adamw, dense-adams or "
+                            f"dense-zero1 (compare: --schemes dense-adamw,dense-adams), not "
+                            f"{s.scheme}")
+        if s.overlap_grad_reduce or s.overlap_param_gather or not s.grad_all_reduce:
+            raise UserError(DEEPSPEED_OVERLAP)
+        if self.dtypes.grad_bytes != 4:
+            raise UserError("--stack deepspeed: DeepSpeed's BF16_Optimizer accumulates and "
+                            "all-reduces fp32 gradients (bf16_optimizer.py "
+                            "get_grads_for_reduction); leave --grad-dtype out or give fp32")
+        if self.pp > 1 and self.pp_schedule != "1f1b":
+            raise UserError("--stack deepspeed: DeepSpeed's pipeline engine runs 1F1B "
+                            "(deepspeed/runtime/pipe/schedule.py TrainSchedule), no "
+                            "interleaving: give --pp-schedule 1f1b")
+        if self.model.moe is not None or self.fp8 or self.shard_group is not None:
+            raise UserError("--stack deepspeed prices a dense bf16 Megatron-DeepSpeed run: "
+                            "experts, --fp8 and --shard-group are not modelled on it")
 
     def _validate_sharding(self) -> None:
         """A shard group divides the data-parallel ranks and belongs to a ZeRO scheme; FP8
@@ -602,6 +642,24 @@ def stack_loss(stack: str) -> str:
     """The cross-entropy a stack runs where no --loss is given: Megatron's on fp32 logits,
     torchtitan's eager PyTorch one (simulator/memory/activations.py LOSS_BYTES)."""
     return "eager" if stack == "torchtitan" else "fp32"
+
+
+# the schemes DeepSpeed's BF16_Optimizer runs (Megatron-DeepSpeed with bf16 and ZeRO stage 0)
+DEEPSPEED_SCHEMES = ("dense-zero1",)
+DEEPSPEED_OVERLAP = ("--stack deepspeed: DeepSpeed's pipeline engine reduces the gradients "
+                     "after the step's last micro-batch and its BF16_Optimizer gathers the "
+                     "parameters after the update (deepspeed/runtime/pipe/engine.py "
+                     "_exec_reduce_grads; bf16_optimizer.py step): leave --overlap-grad and "
+                     "--overlap-param out")
+
+
+def deepspeed_scheme(scheme: SchemeConfig) -> SchemeConfig:
+    """The scheme as DeepSpeed's BF16_Optimizer runs it: the fp32 gradient all-reduced whole
+    after the last micro-batch (deepspeed/runtime/pipe/engine.py _bf16_reduce_grads, as of
+    DeepSpeed 6719b46, May 2022), the update on this rank's shard, then the bf16 parameters
+    all-gathered (bf16_optimizer.py step, all_gather_dp_groups)."""
+    return replace(scheme, overlap_grad_reduce=False, overlap_param_gather=False,
+                   grad_all_reduce=True)
 
 
 def check_compile(stack: str, torch_compile) -> None:
