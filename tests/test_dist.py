@@ -188,9 +188,11 @@ def _run_masks(opts):
     return {"history": [m.clone() for m in s.history], "chosen": [m.clone() for m in s.chosen]}
 
 
+# the second in `make test-long` only (about 10 s on 2 cores): CI's 6 minutes
 @pytest.mark.parametrize("opts", [
     {"sparsity": 0.99},
-    {"sparsity": 0.99, "sync": "momentum", "select_per": "tensor"},
+    pytest.param({"sparsity": 0.99, "sync": "momentum", "select_per": "tensor"},
+                 marks=pytest.mark.slow),
 ])
 def test_scape_masks_identical_and_one_step_late(tmp_path, opts):
     ranks = run_ranks(_run_masks, 3, (opts,), tmp_path)
@@ -314,7 +316,9 @@ def test_missing_peer_times_out_with_a_clear_error():
     assert result["elapsed"] < 3.0 + 10
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+# SIGTERM in `make test-long` only (the same path as SIGINT, about 15 s): CI's 6 minutes
+@pytest.mark.parametrize("sig", [pytest.param(signal.SIGTERM, marks=pytest.mark.slow),
+                                 signal.SIGINT])
 def test_a_signal_ends_torchrun_and_every_rank(tmp_path, sig):
     """SIGTERM or SIGINT to `scape train` mid-run: one line, exit 128+N within seconds, and no
     process of this run (its OUT folder is on every rank's command line) left behind."""

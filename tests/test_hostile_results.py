@@ -16,6 +16,7 @@ from tests.hostile_util import SIM, _edited, _refused
 from tests.test_cli import scape
 
 
+@pytest.mark.slow  # about 15 s on 2 cores; the --quick report itself: tests/test_scaling.py
 def test_report_scaling_of_405b_has_points_through_the_plans_layouts(capsys, tmp_path):
     """Once refused ("no step of the sweep fits": its layouts had no pipeline parallelism),
     a 405B report now takes `scape plan`'s layouts: it has points, pipelined; a sweep where
