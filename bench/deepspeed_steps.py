@@ -9,12 +9,16 @@ parallelism, AdamW, on profiles/hardware/jean-zay-a100.toml, by two stacks:
 - `deepspeed` (what ran): DeepSpeed's pipeline engine and its BF16_Optimizer, the fp32
   gradient folded in after every micro-batch and all-reduced after the last one, then the
   shard update and the bf16 parameters gathered (simulator/step/step_config.py
-  deepspeed_scheme, simulator/step/compute.py BF16_OPTIMIZER_ACCUM_BYTES);
+  deepspeed_scheme, simulator/step/compute.py BF16_OPTIMIZER_ACCUM_BYTES), the tied
+  embedding's fp32 gradient all-reduced between the first and last stage before that
+  (StepConfig._tied);
 - `megatron`, the same layout as Megatron-LM's distributed optimizer would run it (gradients
   reduce-scattered in buckets during the backward), for comparison.
 Nothing here is fitted: the A100's sustained share is dgx-a100's (fitted on Megatron-LM's own
 steps), the network Jean Zay's published links. Not priced: CUDA_LAUNCH_BLOCKING=1, which the
-runs set (every kernel waits for the one before; the source's own A/B pairs differ by 0-7%),
+runs set (every kernel waits for the one before; the source's own A/B pairs differ by 0-7%,
+and not as an added cost per kernel would: 6% at 80 GPUs, 0% at 160 on the same model and
+batch, chronicles-prequel.md "dealing with JZ hanging"),
 and the fused-softmax constraints that some head counts break.
 
 Memory: the model's reserved bytes plus what lives outside the allocator, against the

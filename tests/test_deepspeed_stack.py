@@ -141,3 +141,30 @@ def test_cli_prints_the_stack_and_the_all_reduce(capsys):
     assert code == 0, err
     assert "stack deepspeed" in out and "grad_all_reduce True" in out
     assert "overlap_grad_reduce False" in out
+
+
+def test_the_tied_embedding_is_all_reduced_between_the_first_and_last_stage():
+    """DeepSpeed's _exec_reduce_tied_grads: with pipelining, each first-stage rank all-reduces
+    its fp32 share of the tied embedding's gradient (vocab x d_model / TP, 4 bytes) with its
+    counterpart on the last stage, after the backward and before the data-parallel reduction;
+    the step waits for it. Without pipelining, or on the Megatron stack, there is none."""
+    cfg = _options().config()
+    (step,) = [s for _, s in cfg._plan().steps]
+    tied = step.ops[0]
+    a = GPT.arch
+    assert (tied.name, tied.collective, tied.group, tied.phase) == (
+        "tied embedding all-reduce", "all_reduce", "tied", "after_backward")
+    assert tied.size_bytes == pytest.approx(a.vocab_size * a.d_model / 4 * 4, rel=1e-9)
+    assert step.ops[1].name == "grad all-reduce"  # the data-parallel reduction comes after
+    with_tied = simulate_step(cfg)
+    without = simulate_step(cfg, the_plan=replace(
+        cfg._plan(), steps=((1.0, replace(step, ops=step.ops[1:])),)))
+    # 3.6 GB between two nodes: a two-rank ring sends S a rank (S/2 reduce-scattered, S/2
+    # gathered) over the node's links, which its 8 GPUs share at once (every pair runs together)
+    hw = load_hardware("jean-zay-a100")
+    share = hw.nic.effective_Bps * hw.nic.nics_per_node / hw.node.gpus_per_node  # B/s a GPU
+    floor = tied.size_bytes / share  # s
+    assert 0.9 * floor <= with_tied.step_time_s - without.step_time_s <= 1.5 * floor
+    assert with_tied.bytes_per_gpu > without.bytes_per_gpu
+    for other in (_options(pp=1).config(), _options(stack="megatron").config()):
+        assert all(op.group != "tied" for _, s in other._plan().steps for op in s.ops)

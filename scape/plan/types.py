@@ -67,7 +67,8 @@ class CommOp:
     every_micro_batch: bool = False
     # the ranks it runs over: the data-parallel group ("dp"); the simulator's others (DESIGN
     # 10): a MoE model's expert data-parallel group ("expert"), and hybrid sharding's shard
-    # and replica groups ("shard", "replica")
+    # and replica groups ("shard", "replica"), DeepSpeed's first and last pipeline stages
+    # holding a tied embedding ("tied")
     group: str = "dp"
 
     def wire_bytes(self, world: int) -> float:

@@ -154,7 +154,10 @@ class _StepSim(_StepCosts):
             "dp": lambda: groups,
             "expert": lambda: [np.arange(r, stage, block) for r in range(block)],
             "shard": lambda: [row for g in groups for row in g.reshape(-1, s)],
-            "replica": lambda: [col for g in groups for col in g.reshape(-1, s).T]}
+            "replica": lambda: [col for g in groups for col in g.reshape(-1, s).T],
+            # a first-stage rank and its counterpart on the last stage (DeepSpeed's tied
+            # embedding, StepConfig._tied): pp slowest, so (pp - 1) stages of ranks apart
+            "tied": lambda: [np.array([r, r + (cfg.pp - 1) * stage]) for r in range(stage)]}
         # {group kind: (groups, their key, nodes one spans, ranks)}, filled by _groups
         self.groups: dict[str, tuple] = {}
         self.n_chunks = cfg.chunks or cfg.model.arch.n_layers
@@ -171,7 +174,7 @@ class _StepSim(_StepCosts):
     # ---- communication ----
     def _groups(self, kind: str) -> tuple:
         """(groups, their key, nodes one spans, ranks) of a kind of group: "dp", "expert",
-        "shard" or "replica"."""
+        "shard", "replica" or "tied"."""
         if kind not in self.groups:
             g = self._group_makers[kind]()
             self.groups[kind] = (g, tuple(hash(x.tobytes()) for x in g),

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from profiles import HardwareProfile, ModelProfile, UserError
-from scape.plan import Dtypes, Plan, SchemeConfig, StepPlan, plan
+from scape.plan import CommOp, Dtypes, Plan, SchemeConfig, StepPlan, plan
 from simulator.layout.pipeline import fills
 from simulator.layout.shapes import Routing
 from simulator.network.collective import MAX_GPUS
@@ -243,7 +243,7 @@ class StepConfig:
     def group_worlds(self) -> dict[str, int]:
         """Ranks of each group kind a plan's ops run over (scape/plan/types.py CommOp.group)."""
         return {"dp": self.grad_ranks, "expert": self.edp, "shard": self.shard_ranks,
-                "replica": self.grad_ranks // self.shard_ranks}
+                "replica": self.grad_ranks // self.shard_ranks, "tied": 2}
 
     def _plan(self) -> Plan:
         """The scheme's plan for this step's data-parallel group (of the first pipeline
@@ -258,8 +258,27 @@ class StepConfig:
         if self.shard_group is not None and self.shard_group < self.grad_ranks:
             return hybrid(plan(self.scheme, n, self.shard_group, self.plan_dtypes),
                           n / self.shard_group * self.plan_dtypes.grad_bytes)
-        return plan(self.scheme, n, self.grad_ranks, self.plan_dtypes,
-                    tensors=[size for size, _ in tensors], dense=[d for _, d in tensors])
+        return self._tied(plan(self.scheme, n, self.grad_ranks, self.plan_dtypes,
+                               tensors=[size for size, _ in tensors],
+                               dense=[d for _, d in tensors]))
+
+    def _tied(self, p: Plan) -> Plan:
+        """`p` with DeepSpeed's tied-embedding reduction where the deepspeed stack pipelines a
+        model whose output layer is its word embedding: the first and the last stage each hold
+        the embedding (TiedLayerSpec), and after the last micro-batch each pair of them (one
+        rank of the first stage, its counterpart on the last) all-reduces its fp32 gradient
+        (BF16_Optimizer's hp_grad) before the data-parallel reduction
+        (deepspeed/runtime/pipe/engine.py _exec_reduce_tied_grads, as of DeepSpeed 6719b46;
+        module.py _index_tied_modules makes one group per data- and tensor-parallel rank).
+        The first stage waits for it: it ends the backward last."""
+        a = self.model.arch
+        if self.stack != "deepspeed" or self.pp == 1 or not a.tied_embeddings:
+            return p
+        size = math.ceil(a.vocab_size * a.d_model / self.tp) * 4  # bytes: fp32, a TP shard
+        tied = CommOp("tied embedding all-reduce", "all_reduce", size, "after_backward",
+                      group="tied")
+        return replace(p, steps=tuple((w, replace(s, ops=(tied, *s.ops)))
+                                      for w, s in p.steps))
 
     def _expert_plan(self) -> Plan | None:
         """The scheme's plan for the routed experts of the first stage's layers, over the
