@@ -17,6 +17,14 @@ failures, and summed. Nothing is fitted on these rows.
 `--phases-chunks N` prices every phase at N model chunks a pipeline rank (1: 1F1B), the
 sensitivity of the chunks read from the Llama 3 paper (late-constants.md row 41).
 
+Energy and emissions (issue 60 item 4: within 20%): a priced row whose source publishes its
+energy or emissions is priced by the source's own accounting, which its columns state (each
+GPU at power_W_per_gpu, times the PUE where one is stated, times grid_gCO2_per_kWh), applied to
+the model's GPU-hours; the accounting is used only where it gives the source's own figure
+from the source's own GPU-hours (within 1%), and a figure whose grid or power is not stated
+is listed, not priced. Beside it, the tool's own accounting (simulator/run/energy.py: each GPU
+at its load, the rest of the node, the PUE stated or the default) over the same run.
+
     SCAPE_PROFILE_DIR=profiles python bench/gpu_hours_published.py
 """
 
@@ -43,7 +51,10 @@ from simulator.planning.options import (  # noqa: E402
     StepOptions,
 )
 from simulator.run.defaults import default_reliability  # noqa: E402
+from simulator.run.energy import run_energy  # noqa: E402
 from simulator.run.goodput import checkpoint_bytes, run_with_failures  # noqa: E402
+from simulator.run.sites import site_of  # noqa: E402
+from simulator.step.power import mean_busy  # noqa: E402
 from simulator.step.simulate import simulate_step  # noqa: E402
 
 DATA = REPO / "profiles" / "external" / "published-gpu-hours.csv"
@@ -221,7 +232,8 @@ def _same_run(case: str):
 
 def _priced(out: dict, cfg, gpus: int, tokens: float, seq: int,
             stated_step_s: float | None = None, ramp: tuple | None = None) -> dict:
-    step = simulate_step(cfg).step_time_s
+    res = simulate_step(cfg)
+    step = res.step_time_s
     if stated_step_s is not None and not math.isnan(stated_step_s):
         STAGE_LINES.append(f"{out['case']}: step {step:.2f} s against {stated_step_s:.2f} s "
                            f"stated ({100 * (step / stated_step_s - 1):+.0f}%)")
@@ -238,7 +250,11 @@ def _priced(out: dict, cfg, gpus: int, tokens: float, seq: int,
     out.update(model=cfg.model.name, hardware=cfg.hardware.name, gpus=gpus, step_s=step,
                steps=steps,
                gpu_hours_steps=hours * gpus, goodput=run.goodput,
-               gpu_hours=run.wall_s / 3600 * gpus)
+               gpu_hours=run.wall_s / 3600 * gpus,
+               # what the tool's own energy accounting needs (energy_rows)
+               busy=mean_busy(cfg, res), power=cfg.hardware.power,
+               gpus_per_node=cfg.hardware.node.gpus_per_node, work_s=hours * 3600,
+               wall_s=run.wall_s, tokens=tokens)
     if "published_gpu_hours" in out:
         _errors(out)
     return out
@@ -255,6 +271,54 @@ def _recompute(row) -> str:
     if "rmsnorm" in text and "mla" in text:
         return "selective:layernorm,mla_up_proj"
     return "selective"
+
+
+def _number(value) -> float | None:
+    return None if value is None or str(value).strip() in ("", "nan") else float(value)
+
+
+def energy_rows(priced: pd.DataFrame, rows: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """Each priced run's energy and emissions against what its source publishes, by the
+    source's own accounting (module docstring); and why the others are not priced."""
+    out, why = [], []
+    stated = {r.case: r for r in rows.itertuples()}
+    for p in priced.itertuples():
+        src = stated[p.case]
+        mwh, tco2 = _number(src.energy_MWh), _number(src.tCO2eq_location)
+        if mwh is None and tco2 is None:
+            continue
+        watts, pue, grid = (_number(src.power_W_per_gpu), _number(src.pue),
+                            _number(src.grid_gCO2_per_kWh))
+        if watts is None:
+            why.append(f"{p.case}: its source states no power a GPU")
+            continue
+        if mwh is None and grid is None:
+            why.append(f"{p.case}: its {tco2:g} t CO2e, no energy or grid intensity stated")
+            continue
+        factor = watts * (pue or 1.0) / 1e6  # MWh a GPU-hour, as the source counts
+        if mwh is not None and abs(p.published_gpu_hours * factor / mwh - 1) > 0.01:
+            why.append(f"{p.case}: {p.published_gpu_hours:,.0f} GPU-hours x {watts:g} W"
+                       f"{f' x PUE {pue:g}' if pue else ''} do not give its {mwh:g} MWh")
+            continue
+        row = {"case": p.case, "W_per_gpu": watts, "pue": pue or "not counted",
+               "model_MWh": p.gpu_hours * factor, "published_MWh": mwh}
+        if mwh is not None:
+            row["energy_error_pct"] = 100 * (row["model_MWh"] / mwh - 1)
+        if tco2 is not None and grid is None:
+            why.append(f"{p.case}: its {tco2:g} t CO2e, no grid intensity stated")
+        elif tco2 is not None:
+            row.update(grid_g_per_kWh=grid, model_t=row["model_MWh"] * grid / 1e3,
+                       published_t=tco2)
+            row["emissions_error_pct"] = 100 * (row["model_t"] / tco2 - 1)
+        # a run priced stage by stage has no one step to draw from
+        if not (isinstance(p.power, float) or p.power is None) and p.busy == p.busy:
+            site = site_of(pue, None if grid is None else str(grid / 1e3))
+            own = run_energy(p.power, site, int(p.gpus), int(p.gpus_per_node), p.busy,
+                             p.work_s, p.wall_s, p.tokens)
+            row.update(own_gpu_W=own.gpu_W, own_facility_MWh=own.energy_MWh,
+                       own_pue=site.pue)
+        out.append(row)
+    return pd.DataFrame(out), why
 
 
 def main() -> None:
@@ -280,6 +344,19 @@ def main() -> None:
               f"|error| {priced['error_steps_only_pct'].abs().median():.1f}%")
     for line in STAGE_LINES:
         print(line)
+    energy, why = energy_rows(priced, rows)
+    if len(energy):
+        print("\nEnergy and emissions by each source's own accounting, at the model's GPU-hours; "
+              "own_*: this tool's accounting (each GPU at its load, the rest of the node, the "
+              "PUE) over the same run")
+        print(energy.to_string(index=False, float_format=lambda v: f"{v:,.4g}"))
+        for col, what in (("energy_error_pct", "energy"), ("emissions_error_pct", "emissions")):
+            if col in energy:
+                e = energy[col].dropna().abs()
+                print(f"{what}: {len(e)} run(s), median |error| {e.median():.1f}%, max "
+                      f"{e.max():.1f}% (the goal: 20%)")
+    for line in why:
+        print(f"energy not priced: {line}")
     for r in df[df.get("error_pct", pd.Series(dtype=float)).isna()].itertuples():
         print(f"not priced: {r.case}: {r.note}")
 
