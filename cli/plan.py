@@ -23,6 +23,7 @@ from cli.common import (
     StackChoice,
     _progress,
 )
+from cli.run_options import RUN_OPTS, reliability_of
 from profiles import UserError, load_hardware, load_model
 from profiles.hardware import PRICE_TIER_KEYS
 from reports.fidelity import heldout
@@ -59,27 +60,14 @@ def plan_cmd(
                                             "free at its peak (more recomputation, or no "
                                             "plan, where it would not): the caching "
                                             "allocator holds more than the live tensors"),
-    failures_per_gpu_day: float = typer.Option(
-        None, "--failures-per-gpu-day",
-        help="unexpected interruptions per GPU and day [default: the median of published "
-             "studies, simulator/run/defaults.py]"),
-    restart_min: float = typer.Option(None, "--restart-min",
-                                      help="minutes a restart takes (relaunch, reload) "
-                                           "[default: 10, published studies]"),
-    checkpoint_gbps: float = typer.Option(None, "--checkpoint-gbps",
-                                          help="GB/s each GPU writes its checkpoint at "
-                                               "[default: 0.15, BLOOM's measured save]"),
-    storage_gbps: float = typer.Option(None, "--storage-gbps",
-                                       help="GB/s the storage takes from the whole job "
-                                            "[default: 2000, Llama 3's]"),
-    pue: float = typer.Option(None, "--pue",
-                              help="the building's facility power over its IT power [default: "
-                                   "1.10, a hyperscale fleet's; profiles/external/"
-                                   "grid-intensity.csv]"),
-    grid: str = typer.Option(None, "--grid",
-                             help="the grid's carbon intensity: kg CO2e per kWh, or a named "
-                                  "grid (us-average, france, us-virginia, ...) [default: "
-                                  "us-average, EIA 2023]"),
+    failures_per_gpu_day: float = RUN_OPTS["failures_per_gpu_day"],
+    restart_min: float = RUN_OPTS["restart_min"],
+    checkpoint_gbps: float = RUN_OPTS["checkpoint_gbps"],
+    storage_gbps: float = RUN_OPTS["storage_gbps"],
+    checkpoint_every_min: float = RUN_OPTS["checkpoint_every_min"],
+    async_checkpoint: bool = RUN_OPTS["async_checkpoint"],
+    pue: float = RUN_OPTS["pue"],
+    grid: str = RUN_OPTS["grid"],
     max_power_mw: float = typer.Option(None, "--max-power-mw",
                                        help="keep plans whose facility power while training "
                                             "(GPUs, nodes, PUE) is at most this many MW"),
@@ -181,8 +169,8 @@ def plan_cmd(
         moe_overlap=bool(moe_overlap), cuda_graphs=cuda_graphs, host_launch_us=host_launch_us,
         stack="megatron" if stack is None else str(stack),
         torch_compile=bool(torch_compile),
-        reliability=_reliability(failures_per_gpu_day, restart_min, checkpoint_gbps,
-                                 storage_gbps),
+        reliability=reliability_of(failures_per_gpu_day, restart_min, checkpoint_gbps,
+                                 storage_gbps, checkpoint_every_min, async_checkpoint),
         site=site_of(pue, grid), max_power_MW=max_power_mw, price_tier=str(price_tier),
         spot_interruptions_per_node_day=spot_interruptions,
     ).validate()
@@ -225,6 +213,8 @@ def plan_cmd(
              "restart_min": req.run_reliability.restart_min,
              "checkpoint_gbps": req.run_reliability.checkpoint_GBps,
              "storage_gbps": req.run_reliability.storage_GBps,
+             "checkpoint_every_min_asked": checkpoint_every_min,
+             "async_checkpoint": async_checkpoint,
              "pue": req.run_site.pue, "grid_kg_per_kwh": req.run_site.grid_kg_per_kWh,
              "grid_asked": grid, "max_power_mw": max_power_mw,
              "density_warmup_frac": density_warmup_frac,
@@ -334,10 +324,14 @@ def plan_cmd(
     notes.append(
         f"wall_hours, wall_cost_usd, interruptions, goodput: the run with "
         f"{rel.failures_per_gpu_day:.2g} unexpected interruptions per GPU-day, "
-        f"{rel.restart_min:g}-minute restarts and synchronous checkpoints of the weights and "
-        f"optimizer state at {rel.checkpoint_GBps:g} GB/s a GPU (up to "
-        f"{rel.storage_GBps:g} GB/s) every checkpoint_every_min of work (Daly 2006; "
-        f"simulator/run/goodput.py; planned maintenance not counted): {rel.source}"
+        f"{rel.restart_min:g}-minute restarts and "
+        + ("asynchronous checkpoints (staged over each GPU's host link, written behind the "
+           "training)" if rel.async_save else "synchronous checkpoints")
+        + f" of the weights and optimizer state at {rel.checkpoint_GBps:g} GB/s a GPU (up to "
+        f"{rel.storage_GBps:g} GB/s) every "
+        + ("checkpoint_every_min of work (Daly 2006" if rel.interval_min is None else
+           f"{rel.interval_min:g} minutes of work (as typed; Daly 2006")
+        + f"; simulator/run/goodput.py; planned maintenance not counted): {rel.source}"
         + ("" if rank in ("wall-time", "wall-cost") else "; plans are ranked by their hours "
            "without failures (--rank wall-time or wall-cost ranks with them)"))
     if best["goodput"] < LOW_GOODPUT:  # e.g. spot capacity taken back every few minutes
@@ -471,34 +465,6 @@ def price_text(req: PlanRequest, hardware_of: dict, shown: set[str]) -> str:
                      + (f", {others}" if others else "")
                      + f" ({where}; scape profiles show {name})")
     return "usd_per_gpu_hour: " + "; ".join(parts)
-
-
-def _reliability(failures: float | None, restart: float | None, gbps: float | None,
-                 storage: float | None):
-    """The failure figures the user typed, each used (or refused by Reliability's rules),
-    the published defaults for the rest; None where none was typed."""
-    if failures is None and restart is None and gbps is None and storage is None:
-        return None
-    from dataclasses import replace
-
-    from simulator.run.defaults import default_reliability
-
-    d = default_reliability()
-    try:
-        return replace(d, failures_per_gpu_day=d.failures_per_gpu_day if failures is None
-                       else failures, restart_min=d.restart_min if restart is None else restart,
-                       checkpoint_GBps=d.checkpoint_GBps if gbps is None else gbps,
-                       storage_GBps=d.storage_GBps if storage is None else storage,
-                       source="as typed" + ("" if None not in (failures, restart, gbps, storage)
-                                            else f"; the rest from {d.source}"))
-    except UserError as e:  # the rule, named by the flag the user typed
-        text = str(e)
-        for field, flag in (("failures_per_gpu_day", "--failures-per-gpu-day"),
-                            ("restart_min", "--restart-min"),
-                            ("checkpoint_GBps", "--checkpoint-gbps"),
-                            ("storage_GBps", "--storage-gbps")):
-            text = text.replace(field, flag)
-        raise UserError(text) from None
 
 
 # a top plan whose goodput is below this gets a footnote: it mostly restarts

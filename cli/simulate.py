@@ -39,6 +39,8 @@ from cli.common import (
     step_options,
 )
 from cli.outputs import output_file
+from cli.run_options import RUN_OPTS, reliability_of
+from profiles import UserError
 from reports.memory_fidelity import memory_how_sure
 from reports.schema import also_line, table_name, table_value
 from reports.step_fidelity import how_sure, layout_of
@@ -51,6 +53,7 @@ from simulator.planning.compare import DEFAULT_SCHEMES, resolved_scheme
 from simulator.planning.options import compute_model
 from simulator.step.trace import write_trace
 from vocabulary.names import scheme_names
+from vocabulary.units import parse_tokens
 
 
 def _range_line(row: dict) -> str:
@@ -135,15 +138,41 @@ def simulate(
     pp_kept_outputs: bool | None = PARALLEL_OPTS["pp_kept_outputs"],
     cuda_graphs: bool = PARALLEL_OPTS["cuda_graphs"],
     host_launch_us: float = PARALLEL_OPTS["host_launch_us"],
+    tokens: float = typer.Option(None, "--tokens", "-t", parser=parse_tokens,
+                                 metavar="TOKENS",
+                                 help="tokens to train on (1e12, 1T, 500B): adds the run of "
+                                      "them as plan prices it (hours, failures, checkpoints, "
+                                      "goodput, energy, carbon)"),
+    failures_per_gpu_day: float = RUN_OPTS["failures_per_gpu_day"],
+    restart_min: float = RUN_OPTS["restart_min"],
+    checkpoint_gbps: float = RUN_OPTS["checkpoint_gbps"],
+    storage_gbps: float = RUN_OPTS["storage_gbps"],
+    checkpoint_every_min: float = RUN_OPTS["checkpoint_every_min"],
+    async_checkpoint: bool = RUN_OPTS["async_checkpoint"],
+    pue: float = RUN_OPTS["pue"],
+    grid: str = RUN_OPTS["grid"],
     trace: str = typer.Option(None, "--trace", help="write a Chrome trace JSON (Perfetto)"),
     fmt: Format3 = typer.Option("table", "--format", help="table|csv|json"),
 ):
-    """Simulate one training step: step time, breakdown and bytes per GPU."""
+    """Simulate one training step: step time, breakdown and bytes per GPU (with --tokens,
+    the run of them: hours, failures, goodput, energy)."""
     check_format(fmt)
     if trace is not None:
         output_file(trace, "--trace")
+    run_flags = {"--failures-per-gpu-day": failures_per_gpu_day, "--restart-min": restart_min,
+                 "--checkpoint-gbps": checkpoint_gbps, "--storage-gbps": storage_gbps,
+                 "--checkpoint-every-min": checkpoint_every_min, "--pue": pue, "--grid": grid,
+                 "--async-checkpoint": async_checkpoint or None}
+    typed = [flag for flag, value in run_flags.items() if value is not None]
+    if typed and tokens is None:  # a run's option without a run: refused, not ignored
+        raise UserError(f"{', '.join(typed)} price a run: give --tokens (the tokens to train "
+                        "on) with them")
     opts = step_options(locals(), scheme)  # built once from the flags, passed whole
     row, cfg, result, steps = simulate_row(opts, trace=trace is not None)
+    if tokens is not None:
+        row.update(_run_row(cfg, result, row, tokens, failures_per_gpu_day, restart_min,
+                            checkpoint_gbps, storage_gbps, checkpoint_every_min,
+                            async_checkpoint, pue, grid))
     if trace:  # the trace carries the options and results of its row
         write_trace(trace, result.spans, f"{model} on {gpus} x {hardware}: {scheme}", row)
     if fmt != "table":  # one row, the same shape as every command's rows
@@ -210,6 +239,8 @@ def simulate(
         out.append(f"{'step_energy_kWh':>20}  {row['step_energy_kWh']:12.3f} kWh "
                    f"({row['gpu_power_W']:.0f} W a GPU, {row['facility_kW']:,.1f} kW for the "
                    "job with its nodes and the default PUE; plan prices runs and carbon)")
+    if tokens is not None:
+        out += _run_lines(row)
     if steps:
         out.append(f"# averaged over a run of {steps} steps ({_schedule_text(cfg.scheme)}):")
         for key, unit, form in (("run_mean_step_s", "ms", "12.3f"),
@@ -222,6 +253,51 @@ def simulate(
         comment_lines(line.removeprefix("# ")) if line.startswith("# ") else [line])))
     if trace:
         print(f"# trace: {trace} (open in https://ui.perfetto.dev)")
+
+
+def _run_row(cfg, result, row: dict, tokens: float, failures, restart, gbps, storage,
+             interval_min, async_save: bool, pue, grid) -> dict:
+    """The run of `tokens` at this step (its run mean where --run-steps gave one), with the
+    failure and site options the user typed and the published defaults for the rest, and
+    those options as they ran."""
+    from simulator.run.defaults import default_reliability
+    from simulator.run.sites import site_of
+    from simulator.step.power import run_columns
+
+    rel = reliability_of(failures, restart, gbps, storage, interval_min, async_save) \
+        or default_reliability()
+    site = site_of(pue, grid)
+    got = run_columns(cfg, result, row.get("run_mean_step_s", result.step_time_s), tokens,
+                      rel, site)
+    return {**got, "failures_per_gpu_day": rel.failures_per_gpu_day,
+            "restart_min": rel.restart_min, "checkpoint_gbps": rel.checkpoint_GBps,
+            "storage_gbps": rel.storage_GBps, "checkpoint_every_min_asked": interval_min,
+            "async_checkpoint": async_save, "pue": site.pue,
+            "grid_kg_per_kwh": site.grid_kg_per_kWh, "grid_asked": grid,
+            "run_source": f"{rel.source}; {site.source}"}
+
+
+def _run_lines(row: dict) -> list[str]:
+    """The table's lines of a --tokens run."""
+    out = [f"# the run of {row['tokens']:.3g} tokens: {row['steps']:,} steps; with "
+           f"{row['failures_per_gpu_day']:.2g} unexpected interruptions per GPU-day, "
+           f"{row['restart_min']:g}-minute restarts and "
+           + ("asynchronous" if row["async_checkpoint"] else "synchronous")
+           + f" checkpoints every {row['checkpoint_every_min']:.1f} minutes of work"
+           + (" (as typed)" if row["checkpoint_every_min_asked"] is not None else
+              " (Daly 2006's optimum)")
+           + f", each stopping training {row['checkpoint_stall_s']:.2f} s "
+           f"(simulator/run/goodput.py): {row['run_source']}"]
+    for key, unit, form in (("hours", "h", ",.1f"), ("gpu_hours", "GPU-h", ",.0f"),
+                            ("interruptions", "", ",.1f"), ("goodput", "", ".3f"),
+                            ("wall_hours", "h", ",.1f")):
+        out.append(f"{key:>20}  {row[key]:12{form}} {unit}".rstrip())
+    if "energy_MWh" in row:
+        out.append(f"{'energy_MWh':>20}  {row['energy_MWh']:12,.1f} MWh (facility, PUE "
+                   f"{row['pue']:g}, over the wall time)")
+        out.append(f"{'tco2e':>20}  {row['tco2e']:12,.1f} t CO2e (location-based, "
+                   f"{row['grid_kg_per_kwh']:g} kg/kWh)")
+    return out
 
 
 def moe_text(cfg) -> str:

@@ -137,3 +137,84 @@ def test_plan_rows_carry_the_run_with_failures_and_the_figures_it_used(capsys):
         match = f"{flag} {rule}"  # the rule, named by the flag typed
         code, _, err = scape(capsys, *plan, flag, value)
         assert code == 2 and match in err and "Traceback" not in err, err
+
+
+def test_a_typed_interval_is_used_and_one_longer_than_the_run_refused():
+    """--checkpoint-every-min: the interval the user gives, never replaced by Daly's; the wall
+    time is Daly's formula at it, never below the optimum's; longer than the run: refused."""
+    ckpt, work = checkpoint_bytes(70e9), 30 * 86400.0
+    best = run_with_failures(work, 4096, ckpt, Reliability(5e-4, 10, 0.15))
+    typed = Reliability(5e-4, 10, 0.15, interval_min=120.0)
+    got = run_with_failures(work, 4096, ckpt, typed)
+    assert got.interval_s == pytest.approx(7200.0, rel=1e-12)
+    assert got.wall_s == pytest.approx(wall_time_s(work, 7200.0, got.checkpoint_write_s, 600.0,
+                                                   got.mttf_s), rel=1e-12)
+    assert got.wall_s >= best.wall_s
+    with pytest.raises(UserError, match=r"at most the run.s 1\.0 hours of work, got 120 minutes"):
+        run_with_failures(3600.0, 4096, ckpt, typed)
+    # an hour of a longer run (a planner's bound) is not the run
+    assert run_with_failures(3600.0, 4096, ckpt, typed, whole_run=False).goodput == \
+        pytest.approx(got.goodput, rel=1e-9)
+    for bad in (0.0, -5.0, math.inf, math.nan, True):
+        with pytest.raises(UserError, match="interval_min must be minutes"):
+            Reliability(5e-4, 10, 0.15, interval_min=bad)
+
+
+def test_an_asynchronous_save_stalls_for_the_host_copy_and_redoes_the_write_lag():
+    """Staged over the host link (C / n / S), written behind the training (C / B): the stall
+    is the copy; a failure redoes C / B more work (Daly's formula with R + C / B); a save that
+    comes before the last write ends waits for it."""
+    ckpt, work, gpus, host = checkpoint_bytes(176e9), 30 * 86400.0, 384, 31.5
+    sync_rel = Reliability(5e-4, 10, 0.15)
+    async_rel = Reliability(5e-4, 10, 0.15, async_save=True)
+    sync = run_with_failures(work, gpus, ckpt, sync_rel)
+    run = run_with_failures(work, gpus, ckpt, async_rel, host_GBps=host)
+    stage = ckpt / gpus / (host * 1e9)
+    assert run.save_stall_s == pytest.approx(stage, rel=1e-12)
+    assert sync.save_stall_s == sync.checkpoint_write_s  # a synchronous save waits for it all
+    assert run.interval_s >= run.checkpoint_write_s
+    assert run.wall_s == pytest.approx(wall_time_s(work, run.interval_s, stage,
+                                                   600.0 + run.checkpoint_write_s, run.mttf_s),
+                                       rel=1e-12)
+    assert run.goodput > sync.goodput
+    # saves closer together than the write: each waits for the one before to reach storage
+    tight = run_with_failures(work, gpus, ckpt, Reliability(5e-4, 10, 0.15, interval_min=0.1,
+                                                            async_save=True), host_GBps=host)
+    assert tight.save_stall_s == pytest.approx(stage + tight.checkpoint_write_s - 6.0,
+                                               rel=1e-9)
+    with pytest.raises(UserError, match="host_bw_GBps"):
+        run_with_failures(work, gpus, ckpt, async_rel)
+
+
+def test_simulate_prices_the_run_of_its_tokens_as_plan_prices_the_same_plan(capsys):
+    """`simulate --tokens` gives plan's hours, goodput, wall hours and energy for plan's own
+    top layout, with the failure options typed to both; without --tokens they are refused."""
+    import json
+
+    from tests.test_cli import scape
+
+    run = ("--tokens", "2e11", "--failures-per-gpu-day", "2e-3", "--checkpoint-every-min", "45",
+           "--async-checkpoint", "--pue", "1.3")
+    code, out, err = scape(capsys, "plan", "-m", "llama-7b", "-H", "dgx-h100", "--max-gpus",
+                           "16", "--schemes", "dense-adams", "--top", "1", "--format", "json",
+                           *run)
+    assert code == 0, err
+    (top,) = json.loads(out)
+    assert top["checkpoint_every_min"] == pytest.approx(45.0)
+    flags = ["simulate", "-m", "llama-7b", "-H", "dgx-h100", "--gpus", str(top["gpus"]),
+             "--scheme", "dense-adams", "--tp", str(top["tp"]), "--pp", str(top["pp"]),
+             "--micro-batch", str(top["micro_batch"]), "--global-batch",
+             str(top["micro_batch"] * top["grad_accum"] * top["dp"]),
+             "--recompute", top["recompute"], "--format", "json", *run]
+    if top["pp"] > 1 and top["chunks"] > 1:
+        flags += ["--pp-schedule", "interleaved", "--virtual-stages", str(top["chunks"])]
+    code, out, err = scape(capsys, *flags)
+    assert code == 0, err
+    (row,) = json.loads(out)
+    assert row["step_time_s"] == pytest.approx(top["step_time_s"], rel=1e-9)
+    for key in ("hours", "goodput", "wall_hours", "interruptions", "energy_MWh", "tco2e"):
+        assert row[key] == pytest.approx(top[key], rel=1e-9), key
+    assert row["async_checkpoint"] is True and row["pue"] == pytest.approx(1.3)
+    assert row["checkpoint_stall_s"] < row["checkpoint_write_s"]  # staged, written behind
+    code, _, err = scape(capsys, *flags[:-len(run)], "--pue", "1.3")
+    assert code == 2 and "--pue price a run: give --tokens" in err

@@ -309,8 +309,6 @@ def test_an_option_given_twice_is_refused(capsys, args, match):
      "takes two sizes or more"),
     (("calibrate", "collectives", "--out", "a" * 300, "--nprocs", "2"),
      "longer than the 255 bytes"),
-    (("validate", "--external", "scape-sc26", "--profile", "dgx-h100"),
-     "leave --profile out (vista-gh200)"),
 ])
 def test_session_fourteen_refusals(capsys, tmp_path, args, match):
     """Both of session 14's probes: collective..plan, then train, calibrate, validate."""
@@ -356,3 +354,18 @@ def test_refusals_name_their_own_rule_and_the_value_as_typed(capsys, tmp_path):
 
     with pytest.raises(ProfileError, match="dense-adams: tokens_ratio must be 1"):
         load_quality(str(bad))
+
+
+def test_validate_on_a_profile_without_a_host_link_names_the_one_that_has_it(
+        capsys, tmp_path):
+    """The authors' offload rows copy over the host link: a profile without [gpu]
+    host_bw_GBps cannot price them and is refused with the profile that can (session 14's
+    probe ran on dgx-h100, which has had its PCIe 5.0 link since)."""
+    text = (ROOT / "profiles" / "hardware" / "dgx-h100.toml").read_text()
+    text = text.replace('name = "dgx-h100"', 'name = "no-host-link"')
+    kept = [line for line in text.splitlines() if not line.startswith("host_bw_GBps")]
+    path = tmp_path / "no-host-link.toml"
+    path.write_text("\n".join(kept) + "\n")
+    code, _out, err = scape(capsys, "validate", "--external", "scape-sc26", "--profile",
+                            str(path))
+    _refused(code, err, "leave --profile out (vista-gh200)")

@@ -258,12 +258,20 @@ def best_goodput(req: PlanRequest, gpus: int, hw=None) -> float:
     goodput does not depend on the run's length (Daly's wall time is linear in the work). A
     bound on a plan's hours over it bounds its wall hours (the search's lower bounds)."""
     rel = req.run_reliability if hw is None else req.reliability_on(hw)  # spot: its own
-    return _best_goodput(req.model.n_params, rel, gpus)
+    # an asynchronous save stages over the host link: the fastest one bounds every plan's
+    links = [h.gpu.host_bw_GBps for h in ((hw,) if hw is not None else req.hardware)
+             if h.gpu.host_bw_GBps is not None]
+    if rel.async_save and not links:
+        return 1.0  # no plan can be priced (each refuses); nothing above 1
+    return _best_goodput(req.model.n_params, rel, gpus, max(links, default=None))
 
 
 @lru_cache(maxsize=4096)
-def _best_goodput(params: int, rel, gpus: int) -> float:
-    return run_with_failures(3600.0, gpus, checkpoint_bytes(params, 2, 0), rel).goodput
+def _best_goodput(params: int, rel, gpus: int, host_GBps: float | None) -> float:
+    # an hour of work: goodput does not depend on the run's length, so the interval is not
+    # checked against it (each plan's own run is)
+    return run_with_failures(3600.0, gpus, checkpoint_bytes(params, 2, 0), rel,
+                             host_GBps=host_GBps, whole_run=False).goodput
 
 
 def _qualifies(req: PlanRequest, row: dict) -> bool:

@@ -16,10 +16,19 @@ and the interval that minimises it, to higher order,
     tau = sqrt(2 delta M) [1 + sqrt(delta / (2 M)) / 3 + (delta / (2 M)) / 9] - delta
 
 for delta < 2 M (tau = M beyond; Young's 1974 first-order optimum is sqrt(2 delta M)).
-Goodput is T_s / T_w, the expected interruptions T_w / M. What is not modelled: planned
-interruptions (maintenance), failures correlated across GPUs, checkpoints written in the
-background (asynchronous saves stall training for less than C / B), and the slower first steps
-after a restart.
+Goodput is T_s / T_w, the expected interruptions T_w / M. The interval is the user's where
+given (`Reliability.interval_min`), never longer than the run.
+
+An asynchronous save (Megatron-Core's --async-save, PyTorch DCP's async_save, torchtitan's
+async checkpointing) stalls training only while each GPU copies its share of the checkpoint,
+C / n, to host memory over its host link (S, the profile's [gpu] host_bw_GBps); the write to
+storage, C / B, runs behind the training, and a save that comes before the last write ends
+waits for it. So delta = C / (n S) + max(0, C / B - tau) (the best tau: Daly's for C / (n S),
+and at least C / B), and a failure redoes the work since
+the last checkpoint that reached storage, which lags the last one staged by C / B: to first
+order, C / B more redone work an interruption, priced as R + C / B in Daly's formula.
+What is not modelled: planned interruptions (maintenance), failures correlated across GPUs,
+GPUs that share a host link copying at once, and the slower first steps after a restart.
 """
 
 from __future__ import annotations
@@ -44,6 +53,8 @@ class Reliability:
     checkpoint_GBps: float  # per GPU
     storage_GBps: float | None = None
     source: str = ""
+    interval_min: float | None = None  # minutes of work between checkpoints (None: Daly's)
+    async_save: bool = False  # staged to host memory, written to storage behind the training
 
     def write_GBps(self, gpus: int) -> float:
         """The job's checkpoint write bandwidth: every GPU's, up to the storage's."""
@@ -71,6 +82,14 @@ class Reliability:
             raise UserError(f"checkpoint_GBps must be above 0, got {self.checkpoint_GBps!r}")
         if self.storage_GBps is not None and self.storage_GBps <= 0:
             raise UserError(f"storage_GBps must be above 0, got {self.storage_GBps!r}")
+        if self.interval_min is not None and (
+                isinstance(self.interval_min, bool)
+                or not isinstance(self.interval_min, int | float)
+                or not math.isfinite(self.interval_min) or self.interval_min <= 0):
+            raise UserError(f"interval_min must be minutes of work between checkpoints, above "
+                            f"0, got {self.interval_min!r}")
+        if not isinstance(self.async_save, bool):
+            raise UserError(f"async_save must be true or false, got {self.async_save!r}")
 
 
 @dataclass(frozen=True)
@@ -83,10 +102,15 @@ class Goodput:
     gpus: int
     mttf_s: float
     checkpoint_bytes: float
-    checkpoint_write_s: float
+    checkpoint_write_s: float  # C / B: the write to storage
     interval_s: float
     wall_s: float
     interruptions: float
+    stall_s: float | None = None  # what a save stops training for (None: the write, sync)
+
+    @property
+    def save_stall_s(self) -> float:
+        return self.checkpoint_write_s if self.stall_s is None else self.stall_s
 
     @property
     def goodput(self) -> float:
@@ -111,20 +135,36 @@ def wall_time_s(work_s: float, interval_s: float, write_s: float, restart_s: flo
 
 
 def run_with_failures(work_s: float, gpus: int, checkpoint_bytes: float, rel: Reliability,
-                      interval_s: float | None = None) -> Goodput:
+                      interval_s: float | None = None, host_GBps: float | None = None,
+                      whole_run: bool = True) -> Goodput:
     """The run of `work_s` seconds of steps on `gpus` GPUs with `rel`'s failures, saving
-    `checkpoint_bytes` every `interval_s` seconds of work (None: Daly's optimum); an interval
-    longer than the run is refused."""
+    `checkpoint_bytes` every `interval_s` seconds of work (None: `rel.interval_min`, else
+    Daly's optimum), synchronously or, with `rel.async_save`, staged over each GPU's host link
+    of `host_GBps` (module docstring). An interval longer than the run is refused where
+    `work_s` is the `whole_run` (a bound over an hour of any run's work is not)."""
     if work_s <= 0 or gpus < 1:
         raise UserError(f"a run needs work and GPUs, got {work_s!r} s on {gpus!r} GPUs")
     mttf = DAY_S / (rel.failures_per_gpu_day * gpus)
     write = checkpoint_bytes / (rel.write_GBps(gpus) * 1e9)
-    tau = daly_interval(write, mttf) if interval_s is None else interval_s
-    if interval_s is not None and not 0 < interval_s <= work_s:
+    if interval_s is None and rel.interval_min is not None:
+        interval_s = rel.interval_min * 60
+    if interval_s is not None and not 0 < interval_s <= (work_s if whole_run else math.inf):
         raise UserError(f"the checkpoint interval must be above 0 and at most the run's "
-                        f"{work_s / 3600:,.1f} hours of work, got {interval_s / 3600:g} hours")
-    wall = wall_time_s(work_s, tau, write, rel.restart_min * 60, mttf)
-    return Goodput(work_s, gpus, mttf, checkpoint_bytes, write, tau, wall, wall / mttf)
+                        f"{work_s / 3600:,.1f} hours of work, got {interval_s / 60:g} minutes")
+    if not rel.async_save:
+        tau = daly_interval(write, mttf) if interval_s is None else interval_s
+        wall = wall_time_s(work_s, tau, write, rel.restart_min * 60, mttf)
+        return Goodput(work_s, gpus, mttf, checkpoint_bytes, write, tau, wall, wall / mttf)
+    if host_GBps is None:
+        raise UserError("an asynchronous save stages each GPU's share of the checkpoint in "
+                        "host memory: its hardware profile gives no [gpu] host_bw_GBps")
+    stage = checkpoint_bytes / gpus / (host_GBps * 1e9)  # s: the copy training waits for
+    # below the write's own time a save only waits longer (tau + delta stays write + stage),
+    # so the best interval is Daly's for the stall, and at least the write
+    tau = max(daly_interval(stage, mttf), write) if interval_s is None else interval_s
+    stall = stage + max(0.0, write - tau)  # a save waits for the last write to end
+    wall = wall_time_s(work_s, tau, stall, rel.restart_min * 60 + write, mttf)
+    return Goodput(work_s, gpus, mttf, checkpoint_bytes, write, tau, wall, wall / mttf, stall)
 
 
 def checkpoint_bytes(params: float, param_bytes: float = 2, state_bytes: float = 12) -> float:

@@ -5,6 +5,9 @@ the run's costs below it take numbers only."""
 
 from __future__ import annotations
 
+import math
+
+from profiles import UserError
 from simulator.memory.peak import OPTIMIZER_STATE_BYTES
 from simulator.run.energy import RunEnergy, run_energy
 from simulator.run.goodput import Goodput, checkpoint_bytes, run_with_failures
@@ -44,10 +47,34 @@ def run_and_energy(cfg, r, work_s: float, rel, site, tokens: float
     `site` over that wall time (None without a [power] table); what `plan` prices each plan
     by and the scaling report each point by."""
     state = OPTIMIZER_STATE_BYTES[cfg.scheme.optimizer, cfg.optimizer_dtype]
+    if rel.async_save and cfg.hardware.gpu.host_bw_GBps is None:
+        raise UserError(f"an asynchronous save stages each GPU's share of the checkpoint in "
+                        f"host memory: profile {cfg.hardware.name} gives no [gpu] host_bw_GBps "
+                        f"(its GPU's host link, GB/s per direction)")
     run = run_with_failures(work_s, cfg.gpus,
-                            checkpoint_bytes(cfg.model.n_params, state_bytes=state), rel)
+                            checkpoint_bytes(cfg.model.n_params, state_bytes=state), rel,
+                            host_GBps=cfg.hardware.gpu.host_bw_GBps)
     power = cfg.hardware.power
     energy = (None if power is None else
               run_energy(power, site, cfg.gpus, cfg.hardware.node.gpus_per_node,
                          mean_busy(cfg, r), work_s, run.wall_s, tokens))
     return run, energy
+
+
+def run_columns(cfg, r, step_s: float, tokens: float, rel, site) -> dict:
+    """`simulate --tokens`: the run of `tokens` at this step (`step_s`: the steady step, or
+    the run's mean over a density schedule) as `plan` prices each plan: its steps and hours,
+    with failures and checkpoints (`rel`) the interruptions, the interval, what a save stops
+    training for, goodput and wall hours, and at `site` its energy and emissions."""
+    steps = math.ceil(tokens / (cfg.sequences * cfg.seq))
+    work_s = steps * step_s
+    run, energy = run_and_energy(cfg, r, work_s, rel, site, tokens)
+    return {"tokens": tokens, "steps": steps, "hours": work_s / 3600,
+            "gpu_hours": work_s / 3600 * cfg.gpus, "interruptions": run.interruptions,
+            "checkpoint_every_min": run.interval_s / 60,
+            "checkpoint_write_s": run.checkpoint_write_s,
+            "checkpoint_stall_s": run.save_stall_s, "goodput": run.goodput,
+            "wall_hours": run.wall_s / 3600,
+            **({} if energy is None else {"facility_MW": energy.facility_MW,
+                                          "energy_MWh": energy.energy_MWh,
+                                          "tco2e": energy.tco2e})}
