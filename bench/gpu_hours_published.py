@@ -50,7 +50,7 @@ from simulator.planning.options import (  # noqa: E402
     SchemeOptions,
     StepOptions,
 )
-from simulator.run.defaults import default_reliability  # noqa: E402
+from simulator.run.defaults import default_reliability, on_profile  # noqa: E402
 from simulator.run.energy import run_energy  # noqa: E402
 from simulator.run.goodput import checkpoint_bytes, run_with_failures  # noqa: E402
 from simulator.run.sites import site_of  # noqa: E402
@@ -247,6 +247,16 @@ def _priced(out: dict, cfg, gpus: int, tokens: float, seq: int,
                            f"more than at the full batch")
     run = run_with_failures(hours * 3600, gpus, checkpoint_bytes(cfg.model.n_params),
                             default_reliability())
+    if cfg.hardware.failures is not None and "published_gpu_hours" in out:
+        # the profile's own rate (simulator/run/defaults.py on_profile): printed, not the
+        # headline, where it was read from the run priced here
+        own = run_with_failures(hours * 3600, gpus, checkpoint_bytes(cfg.model.n_params),
+                                on_profile(default_reliability(), cfg.hardware))
+        STAGE_LINES.append(
+            f"{out['case']}: with {cfg.hardware.name}'s own failure rate "
+            f"({cfg.hardware.failures.failures_per_gpu_day:.2g} per GPU-day) instead of the "
+            f"studies' median: goodput {own.goodput:.3f}, GPU-hours "
+            f"{100 * (own.wall_s / 3600 * gpus / out['published_gpu_hours'] - 1):+.1f}%")
     out.update(model=cfg.model.name, hardware=cfg.hardware.name, gpus=gpus, step_s=step,
                steps=steps,
                gpu_hours_steps=hours * gpus, goodput=run.goodput,

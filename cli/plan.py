@@ -334,6 +334,7 @@ def plan_cmd(
         + f"; simulator/run/goodput.py; planned maintenance not counted): {rel.source}"
         + ("" if rank in ("wall-time", "wall-cost") else "; plans are ranked by their hours "
            "without failures (--rank wall-time or wall-cost ranks with them)"))
+    notes.append(_spread_note(req, best))
     if best["goodput"] < LOW_GOODPUT:  # e.g. spot capacity taken back every few minutes
         notes.append(
             f"the top plan trains {best['goodput']:.0%} of its wall time "
@@ -465,6 +466,28 @@ def price_text(req: PlanRequest, hardware_of: dict, shown: set[str]) -> str:
                      + (f", {others}" if others else "")
                      + f" ({where}; scape profiles show {name})")
     return "usd_per_gpu_hour: " + "; ".join(parts)
+
+
+def _spread_note(req: PlanRequest, best) -> str:
+    """The top plan's wall time at the studies' least and largest failure rates, and the
+    profiles that carry their own rate."""
+    from simulator.run.defaults import failure_range, spread
+
+    hw = next(h for h in req.hardware if h.name == best["hardware"])
+    rel = req.reliability_on(hw)
+    gpus = int(best["gpus"])
+    low, high = spread(best["hours"] * 3600, gpus,
+                       best["checkpoint_write_s"] * rel.write_GBps(gpus) * 1e9, rel,
+                       hw.gpu.host_bw_GBps)
+    own = [f"{h.name} {h.failures.failures_per_gpu_day:.2g}" for h in req.hardware
+           if h.failures is not None]
+    least, largest = failure_range()
+    return (f"failure rate: the top plan takes {low.wall_s / 3600:,.1f}-{high.wall_s / 3600:,.1f}"
+            f" wall hours (goodput {high.goodput:.3f}-{low.goodput:.3f}) at the studies' least "
+            f"and largest rates, {least:.2g}-{largest:.2g} interruptions per GPU-day, all else "
+            "as priced"
+            + (f"; profiles with their cluster's own published rate (used unless "
+               f"--failures-per-gpu-day is typed): {', '.join(own)}" if own else ""))
 
 
 # a top plan whose goodput is below this gets a footnote: it mostly restarts

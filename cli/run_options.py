@@ -60,6 +60,7 @@ def reliability_of(failures: float | None, restart: float | None, gbps: float | 
                        checkpoint_GBps=d.checkpoint_GBps if gbps is None else gbps,
                        storage_GBps=d.storage_GBps if storage is None else storage,
                        interval_min=interval_min, async_save=async_save,
+                       rate_from_profile=failures is None,
                        source=d.source if all(v is None for v in figures) else
                        "as typed" + ("" if None not in figures else f"; the rest from {d.source}"))
     except UserError as e:  # the rule, named by the flag the user typed

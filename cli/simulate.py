@@ -260,16 +260,21 @@ def _run_row(cfg, result, row: dict, tokens: float, failures, restart, gbps, sto
     """The run of `tokens` at this step (its run mean where --run-steps gave one), with the
     failure and site options the user typed and the published defaults for the rest, and
     those options as they ran."""
-    from simulator.run.defaults import default_reliability
+    from simulator.run.defaults import default_reliability, on_profile, spread
     from simulator.run.sites import site_of
     from simulator.step.power import run_columns
 
-    rel = reliability_of(failures, restart, gbps, storage, interval_min, async_save) \
-        or default_reliability()
+    rel = on_profile(reliability_of(failures, restart, gbps, storage, interval_min,
+                                    async_save) or default_reliability(), cfg.hardware)
     site = site_of(pue, grid)
     got = run_columns(cfg, result, row.get("run_mean_step_s", result.step_time_s), tokens,
                       rel, site)
-    return {**got, "failures_per_gpu_day": rel.failures_per_gpu_day,
+    low, high = spread(got["hours"] * 3600, cfg.gpus,
+                       got["checkpoint_write_s"] * rel.write_GBps(cfg.gpus) * 1e9, rel,
+                       cfg.hardware.gpu.host_bw_GBps)
+    return {**got, "wall_hours_least_rate": low.wall_s / 3600,
+            "wall_hours_largest_rate": high.wall_s / 3600,
+            "failures_per_gpu_day": rel.failures_per_gpu_day,
             "restart_min": rel.restart_min, "checkpoint_gbps": rel.checkpoint_GBps,
             "storage_gbps": rel.storage_GBps, "checkpoint_every_min_asked": interval_min,
             "async_checkpoint": async_save, "pue": site.pue,
@@ -279,6 +284,8 @@ def _run_row(cfg, result, row: dict, tokens: float, failures, restart, gbps, sto
 
 def _run_lines(row: dict) -> list[str]:
     """The table's lines of a --tokens run."""
+    from simulator.run.defaults import failure_range
+
     out = [f"# the run of {row['tokens']:.3g} tokens: {row['steps']:,} steps; with "
            f"{row['failures_per_gpu_day']:.2g} unexpected interruptions per GPU-day, "
            f"{row['restart_min']:g}-minute restarts and "
@@ -292,6 +299,10 @@ def _run_lines(row: dict) -> list[str]:
                             ("interruptions", "", ",.1f"), ("goodput", "", ".3f"),
                             ("wall_hours", "h", ",.1f")):
         out.append(f"{key:>20}  {row[key]:12{form}} {unit}".rstrip())
+    low, high = failure_range()
+    out.append(f"#   at the studies' least and largest failure rates ({low:.2g}-{high:.2g} per "
+               f"GPU-day), all else as above: {row['wall_hours_least_rate']:,.1f}-"
+               f"{row['wall_hours_largest_rate']:,.1f} wall hours")
     if "energy_MWh" in row:
         out.append(f"{'energy_MWh':>20}  {row['energy_MWh']:12,.1f} MWh (facility, PUE "
                    f"{row['pue']:g}, over the wall time)")

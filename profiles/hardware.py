@@ -14,6 +14,7 @@ from profiles.hardware_schema import (
     COMPUTE_FIELDS,
     COMPUTE_NEEDS,
     FABRIC_FIELDS,
+    FAILURES_FIELDS,
     GPU_FIELDS,
     INTRA_FIELDS,
     MEASURED_ONLY,
@@ -258,6 +259,16 @@ class Power:
 
 
 @dataclass(frozen=True)
+class Failures:
+    """The cluster's own rate of unexpected job interruptions per GPU and day, where one was
+    published (simulator/run/goodput.py; the studies' median elsewhere)."""
+
+    failures_per_gpu_day: float
+    source: str
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Reference:
     """Published measurements the model is checked against; never used as model inputs."""
 
@@ -298,6 +309,7 @@ class HardwareProfile:
     roofline: Roofline | None = None
     memory: Memory | None = None  # None: simulator/memory/peak.py DEFAULT_RESERVE
     power: Power | None = None  # None: no energy figures (simulator/run/energy.py)
+    failures: Failures | None = None  # None: the studies' median (simulator/run/defaults.py)
 
     def mfu_for(self, model: str) -> float | None:
         """The MFU this profile gives for `model` (measured or fitted for it, else its
@@ -351,11 +363,11 @@ TABLES = {
     "reference": (Reference, REFERENCE_FIELDS), "price": (Price, PRICE_FIELDS),
     "transport": (Transport, TRANSPORT_FIELDS), "nccl": (Nccl, NCCL_FIELDS),
     "roofline": (Roofline, ROOFLINE_FIELDS), "memory": (Memory, MEMORY_FIELDS),
-    "power": (Power, POWER_FIELDS),
+    "power": (Power, POWER_FIELDS), "failures": (Failures, FAILURES_FIELDS),
 }
 REQUIRED = ("gpu", "node", "intra_node", "nic", "fabric", "compute")
 OPTIONAL = ("reference", "price", "transport", "nccl", "model_mfu", "roofline", "memory",
-            "power", *MEASURED_ONLY)
+            "power", "failures", *MEASURED_ONLY)
 
 
 def parse_hardware(path: Path | str, doc: dict[str, Any]) -> HardwareProfile:
@@ -399,7 +411,8 @@ def parse_hardware(path: Path | str, doc: dict[str, Any]) -> HardwareProfile:
         fabric=built["fabric"], compute=built["compute"], reference=built.get("reference"),
         path=str(path), price=built.get("price"), transport=built.get("transport"),
         nccl=built.get("nccl"), model_mfu=model_mfu, roofline=built.get("roofline"),
-        memory=built.get("memory"), power=built.get("power"), **measured,
+        memory=built.get("memory"), power=built.get("power"),
+        failures=built.get("failures"), **measured,
     )
 
 

@@ -230,6 +230,15 @@ POWER_FIELDS = {
 }
 
 
+# the cluster's own failure rate, where one was published for it (simulator/run/goodput.py):
+# unexpected job interruptions per GPU and day; a plan on this profile uses it unless the user
+# types --failures-per-gpu-day (simulator/run/defaults.py holds the studies' median for the rest)
+FAILURES_FIELDS = {
+    "failures_per_gpu_day": Field(float, gt=0, le=1.0),
+    "source": SOURCE,
+}
+
+
 REFERENCE_FIELDS = {
     "ring_allreduce_busbw_GBps": Field(float, gt=0),
     "ring_allreduce_gpus": Field(int, ge=2),

@@ -155,14 +155,15 @@ def run_figures(cfg: StepConfig, r, batch: int) -> dict:
     [power] table)."""
     import math
 
-    from simulator.run.defaults import default_reliability
+    from simulator.run.defaults import default_reliability, on_profile
     from simulator.run.sites import site_of
     from simulator.step.power import run_and_energy
 
     work_s = 3600.0
     tokens = work_s / r.step_time_s * batch * cfg.model.arch.seq_len
-    run, energy = run_and_energy(cfg, r, work_s, default_reliability(), site_of(None, None),
-                                 tokens)
+    run, energy = run_and_energy(cfg, r, work_s,
+                                 on_profile(default_reliability(), cfg.hardware),
+                                 site_of(None, None), tokens)
     wh = math.nan if energy is None else energy.wh_per_token
     return {"goodput": run.goodput, "wh_per_token": wh}
 

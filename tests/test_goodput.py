@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -218,3 +219,32 @@ def test_simulate_prices_the_run_of_its_tokens_as_plan_prices_the_same_plan(caps
     assert row["checkpoint_stall_s"] < row["checkpoint_write_s"]  # staged, written behind
     code, _, err = scape(capsys, *flags[:-len(run)], "--pue", "1.3")
     assert code == 2 and "--pue price a run: give --tokens" in err
+
+
+def test_a_profile_s_own_failure_rate_replaces_the_studies_median_never_a_typed_one(tmp_path):
+    """[failures] (jean-zay-a100: BLOOM's chronicles) is the rate a run on that cluster uses
+    where the user typed none; a typed --failures-per-gpu-day stands; a bad rate in a profile
+    is refused when the profile loads."""
+    from dataclasses import replace
+
+    from cli.run_options import reliability_of
+    from profiles import ProfileError, load_hardware
+    from simulator.run.defaults import default_reliability, on_profile
+
+    jz, h100 = load_hardware("jean-zay-a100"), load_hardware("dgx-h100")
+    assert jz.failures.failures_per_gpu_day == pytest.approx(3.75e-4)
+    d = default_reliability()
+    assert on_profile(d, jz).failures_per_gpu_day == pytest.approx(3.75e-4)
+    assert "jean-zay-a100" in on_profile(d, jz).source
+    assert on_profile(d, h100) == d  # no published rate of its own: the studies' median
+    assert on_profile(reliability_of(None, None, None, None, 30.0), jz) \
+        .failures_per_gpu_day == pytest.approx(3.75e-4)  # only the interval typed
+    typed = reliability_of(2e-3, None, None, None)
+    assert on_profile(typed, jz).failures_per_gpu_day == pytest.approx(2e-3)
+    assert on_profile(replace(d, rate_from_profile=False), jz) == replace(
+        d, rate_from_profile=False)  # a Reliability built by hand is used as given
+    text = Path(jz.path).read_text()
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text.replace("failures_per_gpu_day = 0.000375", "failures_per_gpu_day = 0"))
+    with pytest.raises(ProfileError, match="failures_per_gpu_day"):
+        load_hardware(str(bad))

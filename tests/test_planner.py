@@ -188,8 +188,13 @@ _PLAN_KEY = ["hardware", "gpus", "scheme", "tp", "pp", "schedule", "micro_batch"
     # the torchtitan stack: its memory in the screening, its eager kernels in the bound's step
     {"model": load_model("llama3-8b"), "tokens": 1e10, "global_batch": 64, "max_gpus": 8,
      "hardware": (H100,), "schemes": ("dense-zero3", "dense-adamw"), "stack": "torchtitan"},
+    # a profile with its cluster's own failure rate beside one failing every few minutes
+    # (the top plans are then the other profile's), and asynchronous saves over each host link
+    {"hardware": (H100, load_hardware("jean-zay-a100")), "rank": "wall-time",
+     "reliability": Reliability(10.0, 10, 0.15, rate_from_profile=True, async_save=True)},
 ], ids=["time", "cost", "deadline-cost", "budget", "7b-lossy", "moe", "wall-time",
-        "wall-cost", "energy", "7b-energy-capped", "spot-wall-cost", "torchtitan"])
+        "wall-cost", "energy", "7b-energy-capped", "spot-wall-cost", "torchtitan",
+        "own-rate-async"])
 def test_bounded_search_keeps_the_plans_every_simulation_gives(kw, tmp_path):
     """plan_training(keep=K) simulates only the plans whose lower bound could still make the
     top K (simulator/planning/planner.py evaluate_bounded): its top K, its best dense and its best

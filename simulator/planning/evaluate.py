@@ -257,13 +257,15 @@ def best_goodput(req: PlanRequest, gpus: int, hw=None) -> float:
     weights (2 B a parameter; a plan's adds its optimizer state, which only lowers it), and
     goodput does not depend on the run's length (Daly's wall time is linear in the work). A
     bound on a plan's hours over it bounds its wall hours (the search's lower bounds)."""
-    rel = req.run_reliability if hw is None else req.reliability_on(hw)  # spot: its own
-    # an asynchronous save stages over the host link: the fastest one bounds every plan's
-    links = [h.gpu.host_bw_GBps for h in ((hw,) if hw is not None else req.hardware)
-             if h.gpu.host_bw_GBps is not None]
-    if rel.async_save and not links:
-        return 1.0  # no plan can be priced (each refuses); nothing above 1
-    return _best_goodput(req.model.n_params, rel, gpus, max(links, default=None))
+    # each profile's own figures (its failure rate, spot's, its host link for an asynchronous
+    # save); without `hw`, the most any of them allows
+    best = 0.0
+    for h in (hw,) if hw is not None else req.hardware:
+        rel = req.reliability_on(h)
+        if rel.async_save and h.gpu.host_bw_GBps is None:
+            return 1.0  # its plans are refused (no host link): nothing is above 1
+        best = max(best, _best_goodput(req.model.n_params, rel, gpus, h.gpu.host_bw_GBps))
+    return best
 
 
 @lru_cache(maxsize=4096)

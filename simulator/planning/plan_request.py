@@ -109,7 +109,9 @@ class PlanRequest:
     def reliability_on(self, hw: HardwareProfile):
         """The failure figures a plan on `hw` runs with: the run's, and on spot capacity the
         interruptions of taking it back too (per node and day, so per GPU over its node)."""
-        rel = self.run_reliability
+        from simulator.run.defaults import on_profile
+
+        rel = on_profile(self.run_reliability, hw)
         if self.price_tier != "spot":
             return rel
         from dataclasses import replace as _replace

@@ -64,6 +64,7 @@ def default_reliability() -> Reliability:
     return Reliability(
         failures_per_gpu_day=statistics.median(rates.values()),
         restart_min=math.sqrt(low * high), checkpoint_GBps=per_gpu, storage_GBps=storage,
+        rate_from_profile=True,
         source=f"profiles/external/reliability.csv (simulator/run/defaults.py): failures the "
                f"median of Meta RSC-1/RSC-2, BLOOM and OPT-175B; restart Kokolis et al.'s "
                f"{low:g}-{high:g} min; writes BLOOM's {per_gpu:g} GB/s a GPU up to Llama 3's "
@@ -74,3 +75,29 @@ def failure_range() -> tuple[float, float]:
     """The least and largest interruptions per GPU-day of the studies."""
     rates = failure_rates().values()
     return min(rates), max(rates)
+
+
+def on_profile(rel: Reliability, hw) -> Reliability:
+    """`rel` for a run on `hw`: the profile's own failure rate ([failures], published for that
+    cluster) where `rel`'s is the studies' median and not the user's."""
+    own = getattr(hw, "failures", None)
+    if own is None or not rel.rate_from_profile:
+        return rel
+    from dataclasses import replace
+
+    return replace(rel, failures_per_gpu_day=own.failures_per_gpu_day,
+                   source=f"{rel.source}; on {hw.name} its own {own.failures_per_gpu_day:.2g} "
+                          f"interruptions per GPU-day ({own.source})")
+
+
+def spread(work_s: float, gpus: int, checkpoint_bytes: float, rel: Reliability,
+           host_GBps: float | None = None) -> tuple:
+    """The run with failures at the studies' least and largest rates (failure_range), all
+    else as `rel`: how far the answer moves with the failure rate alone."""
+    from dataclasses import replace
+
+    from simulator.run.goodput import run_with_failures
+
+    return tuple(run_with_failures(work_s, gpus, checkpoint_bytes,
+                                   replace(rel, failures_per_gpu_day=rate), host_GBps=host_GBps)
+                 for rate in failure_range())

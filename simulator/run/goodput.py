@@ -55,6 +55,9 @@ class Reliability:
     source: str = ""
     interval_min: float | None = None  # minutes of work between checkpoints (None: Daly's)
     async_save: bool = False  # staged to host memory, written to storage behind the training
+    # the failure rate is the studies' median, not the user's: a profile's own replaces it
+    # (simulator/run/defaults.py on_profile)
+    rate_from_profile: bool = False
 
     def write_GBps(self, gpus: int) -> float:
         """The job's checkpoint write bandwidth: every GPU's, up to the storage's."""
