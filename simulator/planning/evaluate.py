@@ -78,7 +78,8 @@ def _evaluate(args: tuple[Candidate, PlanRequest]) -> dict:
         # interruptions, the checkpoint interval (Daly's) and the share of the wall time that
         # trains
         "interruptions": run.interruptions, "checkpoint_every_min": run.interval_s / 60,
-        "checkpoint_write_s": run.checkpoint_write_s, "goodput": run.goodput,
+        "checkpoint_write_s": run.checkpoint_write_s,
+        "checkpoint_stall_s": run.save_stall_s, "goodput": run.goodput,
         "wall_hours": run.wall_s / 3600,
         "wall_cost_usd": run.wall_s / 3600 * cand.gpus * req.price(cand.hardware),
         "usd_per_gpu_hour": req.price(cand.hardware),

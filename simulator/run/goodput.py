@@ -24,9 +24,9 @@ async checkpointing) stalls training only while each GPU copies its share of the
 C / n, to host memory over its host link (S, the profile's [gpu] host_bw_GBps); the write to
 storage, C / B, runs behind the training, and a save that comes before the last write ends
 waits for it. So delta = C / (n S) + max(0, C / B - tau) (the best tau: Daly's for C / (n S),
-and at least C / B), and a failure redoes the work since
-the last checkpoint that reached storage, which lags the last one staged by C / B: to first
-order, C / B more redone work an interruption, priced as R + C / B in Daly's formula.
+and at least C / B), and a failure redoes the work since the last checkpoint that reached
+storage, which lags the last one staged by C / B: to first order, C / B more redone work an
+interruption, priced as R + C / B in Daly's formula.
 What is not modelled: planned interruptions (maintenance), failures correlated across GPUs,
 GPUs that share a host link copying at once, and the slower first steps after a restart.
 """
