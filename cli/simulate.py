@@ -260,10 +260,12 @@ def _run_row(cfg, result, row: dict, tokens: float, failures, restart, gbps, sto
     """The run of `tokens` at this step (its run mean where --run-steps gave one), with the
     failure and site options the user typed and the published defaults for the rest, and
     those options as they ran."""
+    from simulator.planning.plan_request import check_tokens
     from simulator.run.defaults import default_reliability, on_profile, spread
     from simulator.run.sites import site_of
     from simulator.step.power import run_columns
 
+    check_tokens(tokens, cfg.sequences, cfg.seq)
     rel = on_profile(reliability_of(failures, restart, gbps, storage, interval_min,
                                     async_save) or default_reliability(), cfg.hardware)
     site = site_of(pue, grid)

@@ -248,3 +248,18 @@ def test_a_profile_s_own_failure_rate_replaces_the_studies_median_never_a_typed_
     bad.write_text(text.replace("failures_per_gpu_day = 0.000375", "failures_per_gpu_day = 0"))
     with pytest.raises(ProfileError, match="failures_per_gpu_day"):
         load_hardware(str(bad))
+
+
+@pytest.mark.parametrize("args, match", [
+    (("--tokens", "0"), "--tokens must be a finite positive number"),
+    (("--tokens", "1e40"), "--tokens must be at most"),
+    (("--tokens", "1e3"), "less than one step of 1024 sequences"),
+    (("--tokens", "1T", "--failures-per-gpu-day", "1e9"), "it would never finish"),
+    (("--tokens", "1T", "--checkpoint-every-min", "nan"), "--checkpoint-every-min must be"),
+])
+def test_simulate_refuses_a_run_it_cannot_price_in_one_line(capsys, args, match):
+    from tests.test_cli import scape
+
+    code, _, err = scape(capsys, "simulate", "-m", "llama-7b", "-H", "dgx-h100", "--gpus", "64",
+                         *args)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and match in err, err

@@ -263,7 +263,7 @@ class PlanRequest:
                             f"{self.max_gpus}")
         self._check_experts()
         # a finite positive number each: inf tokens or an inf price would rank plans by inf
-        for name, value in (("--tokens", self.tokens), ("--deadline-hours", self.deadline_hours),
+        for name, value in (("--deadline-hours", self.deadline_hours),
                             ("--budget-usd", self.budget_usd),
                             ("--price-per-gpu-hour", self.price_per_gpu_hour)):
             if value is not None and not (math.isfinite(value) and value > 0):
@@ -272,8 +272,7 @@ class PlanRequest:
         if self.price_per_gpu_hour is not None and self.price_per_gpu_hour > MAX_PRICE:
             raise UserError(f"--price-per-gpu-hour must be at most {MAX_PRICE:,.0f} USD, got "
                             f"{self.price_per_gpu_hour:g}")
-        if self.tokens > MAX_TOKENS:
-            raise UserError(f"--tokens must be at most {MAX_TOKENS:g}, got {self.tokens!r}")
+        check_tokens(self.tokens)
         if not 1 <= self.max_gpus <= MAX_GPUS:
             raise UserError(f"--max-gpus must be between 1 and {MAX_GPUS:,}, got "
                             f"{self.max_gpus}")
@@ -304,10 +303,7 @@ class PlanRequest:
         if self.batch < 1:
             raise UserError(f"model {self.model.name} has no default global batch; "
                             "give --global-batch")
-        if self.tokens < self.batch * self.seq:  # a run is whole steps: a fraction is no run
-            raise UserError(f"--tokens {self.tokens:g} is less than one step of {self.batch} "
-                            f"sequences x {self.seq} tokens ({self.batch * self.seq:,}); give "
-                            "at least that, or a smaller --global-batch")
+        check_tokens(self.tokens, self.batch, self.seq)
         paths = [hw.path for hw in self.hardware]
         twice = sorted({p for p in paths if paths.count(p) > 1})
         if twice:
@@ -341,3 +337,17 @@ class PlanRequest:
         if self.price_per_gpu_hour is not None:
             return self.price_per_gpu_hour
         return hw.price.of(self.price_tier)
+
+
+def check_tokens(tokens, sequences: int | None = None, seq: int | None = None) -> None:
+    """--tokens as `plan` and `simulate --tokens` take it: a finite positive number up to
+    MAX_TOKENS, and (given a step's `sequences` x `seq`) at least one step: a run is whole
+    steps, and a fraction of one is no run."""
+    if not (isinstance(tokens, int | float) and math.isfinite(tokens) and tokens > 0):
+        raise UserError(f"--tokens must be a finite positive number, got {tokens!r}")
+    if tokens > MAX_TOKENS:
+        raise UserError(f"--tokens must be at most {MAX_TOKENS:g}, got {tokens!r}")
+    if sequences is not None and tokens < sequences * seq:
+        raise UserError(f"--tokens {tokens:g} is less than one step of {sequences} "
+                        f"sequences x {seq} tokens ({sequences * seq:,}); give at least that, "
+                        "or a smaller --global-batch")

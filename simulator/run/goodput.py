@@ -132,9 +132,16 @@ def daly_interval(write_s: float, mttf_s: float) -> float:
 
 def wall_time_s(work_s: float, interval_s: float, write_s: float, restart_s: float,
                 mttf_s: float) -> float:
-    """Daly's (2006) expected wall time of `work_s` seconds of work (module docstring)."""
-    return (mttf_s * math.exp(restart_s / mttf_s)
-            * math.expm1((interval_s + write_s) / mttf_s) * work_s / interval_s)
+    """Daly's (2006) expected wall time of `work_s` seconds of work (module docstring). A job
+    that fails far more often than it can restart and save never ends: refused, not inf."""
+    try:
+        return (mttf_s * math.exp(restart_s / mttf_s)
+                * math.expm1((interval_s + write_s) / mttf_s) * work_s / interval_s)
+    except OverflowError:
+        raise UserError(f"the job fails every {mttf_s:.3g} s on average, against a restart of "
+                        f"{restart_s:g} s and {interval_s + write_s:.3g} s of work and saving "
+                        "between checkpoints: it would never finish; give a lower "
+                        "--failures-per-gpu-day (published runs: 3e-4 to 2e-3)") from None
 
 
 def run_with_failures(work_s: float, gpus: int, checkpoint_bytes: float, rel: Reliability,
