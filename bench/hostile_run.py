@@ -50,6 +50,14 @@ def cases(tmp: Path) -> list[list[str]]:
                  "--price-per-gpu-hour", "--global-batch", "--top", "--workers"):
         out += [[*plan, flag, v] for v in BAD_NUMBERS]
     out += [[*plan, "--rank", v] for v in BAD_NAMES]
+    # a run's options (cli/run_options.py), on plan and on simulate --tokens
+    for flag in ("--failures-per-gpu-day", "--restart-min", "--checkpoint-gbps",
+                 "--storage-gbps", "--checkpoint-every-min", "--pue"):
+        out += [[*plan, flag, v] for v in BAD_NUMBERS]
+        out += [[*sim, "--tokens", "1e10", flag, v] for v in BAD_NUMBERS]
+    out += [[*sim, "--tokens", v] for v in BAD_NUMBERS]
+    out += [[*sim, "--tokens", "1e10", "--grid", v] for v in BAD_NAMES]
+    out += [[*sim, "--pue", "1.2"], [*sim, "--tokens", "1e10", "--async-checkpoint"]]
     coll = ["collective", "--hardware", "dgx-h100", "--op", "all_reduce", "--gpus", "16"]
     for flag in ("--gpus", "--sizes", "--gpus-per-process"):
         out += [[*coll, flag, v] for v in BAD_NUMBERS]
