@@ -471,21 +471,22 @@ def price_text(req: PlanRequest, hardware_of: dict, shown: set[str]) -> str:
 def _spread_note(req: PlanRequest, best) -> str:
     """The top plan's wall time at the studies' least and largest failure rates, and the
     profiles that carry their own rate."""
-    from simulator.run.defaults import failure_range, spread
+    from simulator.run.defaults import failure_range, on_profile, spread
 
     hw = next(h for h in req.hardware if h.name == best["hardware"])
     rel = req.reliability_on(hw)
+    spot = rel.failures_per_gpu_day - on_profile(req.run_reliability, hw).failures_per_gpu_day
     gpus = int(best["gpus"])
     low, high = spread(best["hours"] * 3600, gpus,
                        best["checkpoint_write_s"] * rel.write_GBps(gpus) * 1e9, rel,
-                       hw.gpu.host_bw_GBps)
+                       hw.gpu.host_bw_GBps, extra_per_gpu_day=spot)
     own = [f"{h.name} {h.failures.failures_per_gpu_day:.2g}" for h in req.hardware
            if h.failures is not None]
     least, largest = failure_range()
     return (f"failure rate: the top plan takes {low.wall_s / 3600:,.1f}-{high.wall_s / 3600:,.1f}"
             f" wall hours (goodput {high.goodput:.3f}-{low.goodput:.3f}) at the studies' least "
-            f"and largest rates, {least:.2g}-{largest:.2g} interruptions per GPU-day, all else "
-            "as priced"
+            f"and largest rates, {least:.2g}-{largest:.2g} interruptions per GPU-day"
+            + (f" (with spot's {spot:.2g} more)" if spot > 0 else "") + ", all else as priced"
             + (f"; profiles with their cluster's own published rate (used unless "
                f"--failures-per-gpu-day is typed): {', '.join(own)}" if own else ""))
 

@@ -91,13 +91,15 @@ def on_profile(rel: Reliability, hw) -> Reliability:
 
 
 def spread(work_s: float, gpus: int, checkpoint_bytes: float, rel: Reliability,
-           host_GBps: float | None = None) -> tuple:
+           host_GBps: float | None = None, extra_per_gpu_day: float = 0.0) -> tuple:
     """The run with failures at the studies' least and largest rates (failure_range), all
-    else as `rel`: how far the answer moves with the failure rate alone."""
+    else as `rel`: how far the answer moves with the failure rate alone. `extra_per_gpu_day`:
+    interruptions on top of the hardware's own (spot capacity taken back)."""
     from dataclasses import replace
 
     from simulator.run.goodput import run_with_failures
 
     return tuple(run_with_failures(work_s, gpus, checkpoint_bytes,
-                                   replace(rel, failures_per_gpu_day=rate), host_GBps=host_GBps)
+                                   replace(rel, failures_per_gpu_day=rate + extra_per_gpu_day),
+                                   host_GBps=host_GBps)
                  for rate in failure_range())
