@@ -320,8 +320,8 @@ def energy_rows(priced: pd.DataFrame, rows: pd.DataFrame) -> tuple[pd.DataFrame,
             row.update(grid_g_per_kWh=grid, model_t=row["model_MWh"] * grid / 1e3,
                        published_t=tco2)
             row["emissions_error_pct"] = 100 * (row["model_t"] / tco2 - 1)
-        # a run priced stage by stage has no one step to draw from
-        if not (isinstance(p.power, float) or p.power is None) and p.busy == p.busy:
+        # a run priced stage by stage has no one step to draw from (no busy share)
+        if not pd.isna(p.busy) and p.power is not None:
             site = site_of(pue, None if grid is None else str(grid / 1e3))
             own = run_energy(p.power, site, int(p.gpus), int(p.gpus_per_node), p.busy,
                              p.work_s, p.wall_s, p.tokens)

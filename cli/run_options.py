@@ -41,9 +41,16 @@ RUN_OPTS = {
 }
 
 
+def typed_run_options(flags: dict) -> list[str]:
+    """The run options a command's `flags` (its parameters by name) hold as typed, named by
+    their flags: None, and a switch left off, is not given."""
+    return [RUN_OPTS[name].param_decls[0] for name in RUN_OPTS
+            if flags[name] is not None and flags[name] is not False]
+
+
 def reliability_of(failures: float | None, restart: float | None, gbps: float | None,
-                 storage: float | None, interval_min: float | None = None,
-                 async_save: bool = False):
+                   storage: float | None, interval_min: float | None = None,
+                   async_save: bool = False):
     """The failure figures the user typed, each used (or refused by Reliability's rules),
     the published defaults for the rest; None where none was typed."""
     figures = (failures, restart, gbps, storage)
@@ -72,4 +79,3 @@ def reliability_of(failures: float | None, restart: float | None, gbps: float | 
                             ("interval_min", "--checkpoint-every-min")):
             text = text.replace(field, flag)
         raise UserError(text) from None
-

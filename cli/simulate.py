@@ -39,7 +39,7 @@ from cli.common import (
     step_options,
 )
 from cli.outputs import output_file
-from cli.run_options import RUN_OPTS, reliability_of
+from cli.run_options import RUN_OPTS, reliability_of, typed_run_options
 from profiles import UserError
 from reports.memory_fidelity import memory_how_sure
 from reports.schema import also_line, table_name, table_value
@@ -159,20 +159,15 @@ def simulate(
     check_format(fmt)
     if trace is not None:
         output_file(trace, "--trace")
-    run_flags = {"--failures-per-gpu-day": failures_per_gpu_day, "--restart-min": restart_min,
-                 "--checkpoint-gbps": checkpoint_gbps, "--storage-gbps": storage_gbps,
-                 "--checkpoint-every-min": checkpoint_every_min, "--pue": pue, "--grid": grid,
-                 "--async-checkpoint": async_checkpoint or None}
-    typed = [flag for flag, value in run_flags.items() if value is not None]
+    run = {name: value for name, value in locals().items() if name in RUN_OPTS}
+    typed = typed_run_options(run)
     if typed and tokens is None:  # a run's option without a run: refused, not ignored
         raise UserError(f"{', '.join(typed)} price a run: give --tokens (the tokens to train "
                         "on) with them")
     opts = step_options(locals(), scheme)  # built once from the flags, passed whole
     row, cfg, result, steps = simulate_row(opts, trace=trace is not None)
     if tokens is not None:
-        row.update(_run_row(cfg, result, row, tokens, failures_per_gpu_day, restart_min,
-                            checkpoint_gbps, storage_gbps, checkpoint_every_min,
-                            async_checkpoint, pue, grid))
+        row.update(_run_row(cfg, result, row, tokens, run))
     if trace:  # the trace carries the options and results of its row
         write_trace(trace, result.spans, f"{model} on {gpus} x {hardware}: {scheme}", row)
     if fmt != "table":  # one row, the same shape as every command's rows
@@ -255,20 +250,21 @@ def simulate(
         print(f"# trace: {trace} (open in https://ui.perfetto.dev)")
 
 
-def _run_row(cfg, result, row: dict, tokens: float, failures, restart, gbps, storage,
-             interval_min, async_save: bool, pue, grid) -> dict:
+def _run_row(cfg, result, row: dict, tokens: float, run: dict) -> dict:
     """The run of `tokens` at this step (its run mean where --run-steps gave one), with the
-    failure and site options the user typed and the published defaults for the rest, and
-    those options as they ran."""
+    failure and site options the user typed (`run`, by RUN_OPTS's names) and the published
+    defaults for the rest, and those options as they ran."""
     from simulator.planning.plan_request import check_tokens
     from simulator.run.defaults import default_reliability, on_profile, spread
     from simulator.run.sites import site_of
     from simulator.step.power import run_columns
 
     check_tokens(tokens, cfg.sequences, cfg.seq)
-    rel = on_profile(reliability_of(failures, restart, gbps, storage, interval_min,
-                                    async_save) or default_reliability(), cfg.hardware)
-    site = site_of(pue, grid)
+    rel = on_profile(reliability_of(
+        run["failures_per_gpu_day"], run["restart_min"], run["checkpoint_gbps"],
+        run["storage_gbps"], run["checkpoint_every_min"], run["async_checkpoint"])
+        or default_reliability(), cfg.hardware)
+    site = site_of(run["pue"], run["grid"])
     got = run_columns(cfg, result, row.get("run_mean_step_s", result.step_time_s), tokens,
                       rel, site)
     low, high = spread(got["hours"] * 3600, cfg.gpus,
@@ -278,9 +274,10 @@ def _run_row(cfg, result, row: dict, tokens: float, failures, restart, gbps, sto
             "wall_hours_largest_rate": high.wall_s / 3600,
             "failures_per_gpu_day": rel.failures_per_gpu_day,
             "restart_min": rel.restart_min, "checkpoint_gbps": rel.checkpoint_GBps,
-            "storage_gbps": rel.storage_GBps, "checkpoint_every_min_asked": interval_min,
-            "async_checkpoint": async_save, "pue": site.pue,
-            "grid_kg_per_kwh": site.grid_kg_per_kWh, "grid_asked": grid,
+            "storage_gbps": rel.storage_GBps,
+            "checkpoint_every_min_asked": run["checkpoint_every_min"],
+            "async_checkpoint": run["async_checkpoint"], "pue": site.pue,
+            "grid_kg_per_kwh": site.grid_kg_per_kWh, "grid_asked": run["grid"],
             "run_source": f"{rel.source}; {site.source}"}
 
 
