@@ -11,11 +11,11 @@ import importlib
 import sys
 
 # the order below is the order of `scape --help`
-MODULES = ("profiles", "collective", "simulate", "plan", "report", "train", "calibrate",
-           "validate")
+MODULES = ("profiles", "collective", "simulate", "compare", "plan", "report", "train",
+           "calibrate", "validate")
 # a command (or group) -> the module that registers it
 COMMANDS = {"profiles": "profiles", "collective": "collective", "simulate": "simulate",
-            "compare": "simulate", "plan": "plan", "report": "report", "reproduce": "report",
+            "compare": "compare", "plan": "plan", "report": "report", "reproduce": "report",
             "train": "train", "netbed": "train", "calibrate": "calibrate",
             "validate": "validate"}
 __all__ = ["app", "main"]

@@ -411,3 +411,25 @@ def step_options(flags: dict, spec: str) -> StepOptions:
                         0 if f["metric_passes"] is None else f["metric_passes"],
                         bool(f.get("cuda_graphs")), f.get("host_launch_us"),
                         f.get("torch_compile"), f.get("pp_kept_outputs")))
+
+
+def batch_text(cfg, grad_accum: int | None, global_batch: int | None) -> str:
+    """The step's batch, and where its global batch came from when none was given."""
+    text = (f"micro-batch {cfg.micro_batch} x seq {cfg.seq}, grad-accum {cfg.accum} "
+            f"(global batch {cfg.sequences:,}")
+    if grad_accum is None and global_batch is None and cfg.model.global_batch:
+        text += (": the model profile's" if cfg.sequences == cfg.model.global_batch else
+                 f": the model profile's {cfg.model.global_batch:,} rounded to whole "
+                 f"micro-batches over {cfg.dp} data-parallel ranks")
+    return text + ")"
+
+
+def moe_text(cfg) -> str:
+    """A MoE step's expert layout and routing, as it ran (said, defaults included)."""
+    moe = cfg.model.moe
+    load = ("1 (even: an assumption; --moe-imbalance gives a measured max/mean load)"
+            if cfg.moe_imbalance == 1.0 else f"{cfg.moe_imbalance:g} (given)")
+    return (f"{moe.n_experts} experts, top-{moe.top_k}, {cfg.model.moe_layers} MoE layers of "
+            f"{cfg.model.arch.n_layers}; ep {cfg.ep}, etp {cfg.expert_tp}, expert data-parallel "
+            f"{cfg.edp}; dispatcher {cfg.moe_dispatcher}, overlap "
+            f"{'on' if cfg.moe_overlap else 'off'}; load imbalance {load}")

@@ -65,7 +65,7 @@ def compare(model: str, hardware: str, gpus: int, **options) -> pd.DataFrame:
     """Every scheme of `schemes` (comma-separated; default the command's line-up) against
     `baseline`, as `scape compare ... --format json` prints them."""
     from cli.common import step_options
-    from cli.simulate import compare_cmd as command
+    from cli.compare import compare_cmd as command
     from reports.step_rows import compare_rows
 
     flags = _flags(command, {"model": model, "hardware": hardware, "gpus": gpus, **options})

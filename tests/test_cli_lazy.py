@@ -19,8 +19,8 @@ try:
 except SystemExit:
     pass
 loaded = sorted(m for m in ("pandas", "simpy", "simulator.planning.planner", "cli.simulate",
-                            "cli.plan", "cli.train", "torch", "numpy.ma", "statistics",
-                            "concurrent.futures.process") if m in sys.modules)
+                            "cli.compare", "cli.plan", "cli.train", "torch", "numpy.ma",
+                            "statistics", "concurrent.futures.process") if m in sys.modules)
 print("LOADED", ",".join(loaded))
 """
 
@@ -37,8 +37,12 @@ def test_version_loads_no_command():
     assert out.startswith("scape ") and loaded == set()
 
 
+# simulate and compare are separate modules: typer builds (inspects) every option of every
+# command its app holds, so `scape simulate` pays for its own options only
 @pytest.mark.parametrize("command, own, other", [("plan", "cli.plan", "cli.simulate"),
-                                                 ("simulate", "cli.simulate", "cli.plan")])
+                                                 ("simulate", "cli.simulate", "cli.plan"),
+                                                 ("simulate", "cli.simulate", "cli.compare"),
+                                                 ("compare", "cli.compare", "cli.simulate")])
 def test_a_command_loads_its_own_module_only(command, own, other):
     loaded, out = _loaded(command, "--help")
     assert "Usage" in out and own in loaded and other not in loaded and "torch" not in loaded
