@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING
+
 import typer
 
 from cli.app import app
@@ -34,9 +35,11 @@ from reports.tables import check_format, comment_lines, render
 from simulator.memory.peak import THIN_SPARE_PCT
 from simulator.planning.options import Overlap, Precision
 from simulator.planning.plan_request import PLAN_SCHEMES, PlanRequest
-from simulator.planning.planner import best_dense, best_without, figure_text, plan_training
 from simulator.run.sites import site_of
-from vocabulary.units import parse_names, parse_tokens
+from vocabulary.units import figure_text, parse_names, parse_tokens
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @app.command("plan")
@@ -174,6 +177,12 @@ def plan_cmd(
         site=site_of(pue, grid), max_power_MW=max_power_mw, price_tier=str(price_tier),
         spot_interruptions_per_node_day=spot_interruptions,
     ).validate()
+    # here, not at the top: `scape plan --help` and a refused request load neither (pandas
+    # alone is 0.3 s of imports on a 2-core host, issue 58)
+    import pandas as pd
+
+    from simulator.planning.planner import best_dense, best_without
+
     df = searched(req, "simulating plans", keep=None if exhaustive else top,
                   frontier=pareto_only)
     everything = df  # the footnotes' best dense and non-SCAPE plans, frontier or not
@@ -433,6 +442,8 @@ def other_tier_tops(req: PlanRequest) -> dict:
 
 def searched(req: PlanRequest, what: str, **kw) -> pd.DataFrame:
     """plan_training(req, **kw) with a progress bar saying `what`."""
+    from simulator.planning.planner import plan_training
+
     with _progress(what) as bar:
         task = bar.add_task("plans", total=None)
         return plan_training(req, progress_total=lambda n: bar.update(task, total=n),

@@ -7,13 +7,12 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-import pandas as pd
 import typer
 
 from cli.app import StrictTyper, app
 from cli.common import Format2, Format3
 from profiles import check_profile, find, names
-from reports.tables import check_format, render, visible
+from reports.tables import Records, check_format, render, visible
 
 profiles_app = StrictTyper(help="List, show, check and begin hardware and model profiles.",
                            no_args_is_help=True, rich_markup_mode=None)
@@ -50,7 +49,7 @@ def profiles_list(fmt: Format3 = typer.Option("table", "--format", help="table|c
             seen.add(name)
             rows.append({"kind": "measured", "name": name,
                          "description": _described(path, "hardware")})
-    print(render(pd.DataFrame(rows), fmt))
+    print(render(Records(rows), fmt))
 
 
 def _described(path, kind: str) -> str:
@@ -88,7 +87,7 @@ def profiles_show(
     if kind == "quality study":  # a study's entries, one line each
         print(visible(f"{kind} {prof.study}: {prof.model} on {prof.corpus}, {prof.steps} "
                       f"steps, {prof.date}") + f"\n  file: {prof.path}")
-        print(render(pd.DataFrame(data["entries"]), "table"))
+        print(render(Records(list(data["entries"])), "table"))
         return
     print(visible(f"{kind} profile {prof.name}: {prof.description}") + f"\n  file: {prof.path}")
     for key, value in data.items():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pandas as pd
 import typer
 
 from cli.app import StrictTyper, app
@@ -71,6 +70,8 @@ def reproduce(
 ):
     """The SCAPE paper's setting predicted, next to the paper's figures, with assumptions."""
     check_format(fmt)
+    import pandas as pd  # here, not at the top: `scape report --help` never loads it
+
     from reports.reproduce import write_report
     from reports.reproduce_settings import DEFAULT_HARDWARE
 

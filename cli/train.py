@@ -7,7 +7,6 @@ import os
 import sys
 from pathlib import Path
 
-import pandas as pd
 import typer
 
 from cli.app import app
@@ -185,6 +184,8 @@ def train_cmd(
                else launch(cfg, nprocs, backend, spec, progress=True, share_gpu=share_gpu))
     if under_torchrun() and os.environ.get("RANK", "0") != "0":
         return  # one report, rank 0's: every rank holds the same run
+    import pandas as pd  # here: `scape train --help` and a refused option never load it
+
     if fmt != "table":  # one row with the configuration it ran with, nested keys dotted
         print(render(pd.json_normalize(summary), fmt))
         return

@@ -14,12 +14,12 @@ from profiles import UserError, load_hardware, load_model
 from profiles.loader import write_checked
 from reports.roles import line, role_lines
 from reports.tables import check_format, render
-from reports.validate import DEFAULT_SCHEMES as VALIDATE_SCHEMES
 from scape.train.devices import gpu_sharing
 from simulator.planning.compare import (
     parse_scheme,
 )
 from vocabulary.atomic import to_csv_atomic
+from vocabulary.names import VALIDATE_SCHEMES
 from vocabulary.units import parse_names
 
 

@@ -7,7 +7,10 @@ column with one of ROLES.
 
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # fitted: an input of a fit; in-sample: not an input, but the fitted rows of the same runs
 # determine it (a step that is the sum of a fitted computation and communication); held-out:
@@ -20,6 +23,8 @@ LABELS = {"fitted": "fitted (the fit's own inputs)",
 
 def figures(errors: pd.Series) -> dict:
     """n, median and max |error| and the signed median, in % (NaN where there are no rows)."""
+    import pandas as pd  # here: `scape validate --help` declares its options without it
+
     err = pd.Series(errors, dtype=float)
     return {"rows": len(err), "median_abs_error_pct": float(err.abs().median()),
             "max_abs_error_pct": float(err.abs().max()),

@@ -134,6 +134,8 @@ def render(df: pd.DataFrame, fmt: str, *, floatfmt: dict[str, str] | None = None
     led by the `keys` columns (default: the first), as pandas prints a wide frame; header
     lines wrap at spaces."""
     check_format(fmt)
+    if fmt != "table" and isinstance(df, Records):  # CSV and JSON are pandas' own
+        df = df.frame()
     if fmt == "json":
         rows = [{k: _clean(v) for k, v in row.items()} for row in df.to_dict(orient="records")]
         return json.dumps(rows, indent=2)

@@ -30,11 +30,10 @@ from scape.plan import Kernel, Plan, SchemeConfig, StepPlan, plan
 from simulator.step.simulate import simulate_step
 from simulator.step.step_config import StepConfig, StepResult
 from vocabulary.atomic import atomic_path, to_csv_atomic, write_text_atomic
+from vocabulary.names import VALIDATE_SCHEMES
 from vocabulary.units import format_duration
 
-DEFAULT_SCHEMES = ("dense-ddp", "dense-adams", "quantized:8", "topk:0.99", "scalecom:0.99",
-                   "scape:0.9", "scape:0.99", "scape-partitioned:0.9",
-                   "scape-partitioned:0.99")
+DEFAULT_SCHEMES = VALIDATE_SCHEMES  # what `scape validate` runs by default
 
 
 def runtime_plan(cfg: SchemeConfig, model: str, world: int,

@@ -75,3 +75,15 @@ def test_compare_prints_its_table_without_pandas():
     assert "speedup" in out and "scape:0.99" in out and "pandas" not in loaded
     loaded, out = _loaded(*line_up, "--format", "json")
     assert '"speedup"' in out and "pandas" in loaded
+
+
+# short answers that read no table of results: pandas (0.3 s of imports on a 2-core host) is
+# loaded by the work that needs it (a plan's search, a report, a validation), never by help or
+# a listing
+@pytest.mark.parametrize("args", [("--help",), ("plan", "--help"), ("train", "--help"),
+                                  ("report", "--help"), ("validate", "--help"),
+                                  ("calibrate", "--help"), ("profiles", "list"),
+                                  ("profiles", "show", "quality/convergence-protocol")])
+def test_short_answers_load_no_pandas(args):
+    loaded, out = _loaded(*args)
+    assert out.strip() and "pandas" not in loaded and "torch" not in loaded, (args, loaded)

@@ -163,6 +163,11 @@ def never_zero(text: str, value: float, least: float = 0.0) -> str:
     return f"{value:.2g}" if value > 0 and value >= least and reads_zero(text) else text
 
 
+def figure_text(value: float, decimals: int) -> str:
+    """`value` with thousands separators and `decimals` places, never rounded to zero."""
+    return never_zero(f"{value:,.{decimals}f}", value)
+
+
 def format_duration(seconds: float) -> str:
     """H:MM:SS from an hour up, M:SS below (progress lines' time left)."""
     seconds = max(0, round(seconds))

@@ -17,7 +17,7 @@ from simulator.planning.evaluate import RANK_KEYS, SCAPE_FAMILY, bounds, evaluat
 from simulator.planning.plan_request import PlanRequest
 from simulator.planning.search import search
 from simulator.planning.space import UNMEASURED, Candidate, Try, candidates, gpu_counts, layouts
-from vocabulary.units import never_zero
+from vocabulary.units import figure_text
 
 # what callers import from here, defined in the parts the planner is made of
 __all__ = ["UNMEASURED", "Try", "best_dense", "best_without", "bounds", "candidates",
@@ -154,11 +154,6 @@ def plan_training(req: PlanRequest, progress_total: Callable[[int], None] | None
             raise UserError(refusal(nearest))
         df = ok
     return df.reset_index(drop=True)
-
-
-def figure_text(value: float, decimals: int) -> str:
-    """`value` with thousands separators and `decimals` places, never rounded to zero."""
-    return never_zero(f"{value:,.{decimals}f}", value)
 
 
 def best_dense(df: pd.DataFrame) -> pd.Series | None:
