@@ -200,7 +200,7 @@ def plan_cmd(
 
     def layout(r) -> str:  # a plan row's band layout (a row tuple or the top row's Series)
         return layout_class(r.tp, r.pp, r.tp_comm_overlap, r.cp, r.fp8,
-                            req.model.moe is not None)
+                            req.model.moe is not None, req.cuda_graphs)
 
     shown = shown.assign(**{col: [
         step_lookup(hardware_of[r.hardware], layout(r), r.scheme, None)[col]

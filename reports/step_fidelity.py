@@ -44,14 +44,21 @@ def all_bands() -> dict[tuple[str, ...], dict]:
 
 
 def layout_class(tp: int, pp: int, tp_overlap: bool = False, cp: int = 1,
-                 fp8: bool = False, moe: bool = False) -> str:
+                 fp8: bool = False, moe: bool = False, graphs: bool = False) -> str:
     """Data parallel alone, or with tensor or pipeline stages; tensor-parallel communication
     overlapped with its GEMMs (simulator/step/tp_overlap.py) and context parallelism
     (simulator/step/cp_comm.py) are layouts of their own: what the model leaves exposed there
     differs. FP8 GEMMs are a class of their own too (another GEMM rate, the profile's
     measured FP8 matmul's), and so is a model with experts (its dispatch and combine, its
-    grouped expert GEMMs)."""
-    suffix = (", mixture-of-experts" if moe else "") + (", FP8" if fp8 else "")
+    grouped expert GEMMs). A model with experts whose layers replay as CUDA graphs (`graphs`,
+    --cuda-graphs) is another: of bench/moe_steps.py's published MoE steps on Blackwell, the 13
+    run with them are within 23% of the model, while 12 of the 20 run without them were 25-66%
+    slower (the host's per-operation time, which the model does not price:
+    docs/research/moe-host-bound.md), so one's band never vouches for the other. Dense steps
+    keep one class: none of theirs moved with it (bench/moe_steps.py: no row's step moves with
+    the launch floor)."""
+    suffix = ((", mixture-of-experts" + (", CUDA graphs" if graphs else "")) if moe else "") + (
+        ", FP8" if fp8 else "")
     if tp == 1 and pp == 1 and cp == 1:
         return "data parallel" + suffix
     name = "tensor/pipeline parallel" if tp > 1 or pp > 1 else "data parallel"
@@ -63,7 +70,7 @@ def layout_class(tp: int, pp: int, tp_overlap: bool = False, cp: int = 1,
 def layout_of(cfg) -> str:
     """The layout class of a simulated step (simulator.step.simulate.StepConfig)."""
     return layout_class(cfg.tp, cfg.pp, cfg.tp_comm_overlap, cfg.cp, cfg.fp8,
-                        cfg.model.moe is not None)
+                        cfg.model.moe is not None, cfg.cuda_graphs)
 
 
 def scheme_class(scheme: str) -> str:
@@ -120,8 +127,12 @@ def _band(hw, layout: str, scheme: str, mfu: float | None) -> tuple[dict | None,
         # the layouts of this profile that do have one: a step a flag away from checked runs
         # (the TP overlap, FP8) says which
         moe = "mixture-of-experts" in layout  # a model's own kind: dense or with experts
-        others = sorted(k[1] for k in bands if k[0] == hw.name and k[2] == "dense"
-                        and ("mixture-of-experts" in k[1]) == moe)
+        # each with how the model fared there (its rows and signed median error), so a
+        # step next to checked ones still says which way the model leaned on them
+        others = [f"{k[1]} ({b['rows']} step{'s' if str(b['rows']) != '1' else ''}, median "
+                  f"{float(b['median_err_pct']):+.1f}%)"
+                  for k, b in sorted(bands.items()) if k[0] == hw.name and k[2] == "dense"
+                  and ("mixture-of-experts" in k[1]) == moe]
         return None, (f"no published step on this profile and layout ({hw.name}, {layout}) "
                       "was held out" + (f"; held-out layouts on {hw.name}: "
                                         + "; ".join(others) if others else ""))

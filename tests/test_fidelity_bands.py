@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -177,6 +178,34 @@ def test_shipped_moe_step_bands_are_the_bench_of_this_model():
     text = how_sure(load_hardware(first["hardware"]), first["layout"], ["dense-adamw"], None)
     assert f"{first['rows']} published dense step" in text
     assert "moe-step-fidelity-bands.csv from bench/moe_steps.py" in text
+
+
+def test_moe_steps_with_and_without_cuda_graphs_are_apart(capsys):
+    """Published MoE steps on Blackwell run without CUDA graphs were up to 66% slower than the
+    model, those with them within 23% (reports/step_fidelity.py layout_class): a MoE step's
+    band is of steps that ran as it does, and a dense step's class does not move with it."""
+    assert step_fidelity.layout_class(2, 4, moe=True, graphs=True) == (
+        "tensor/pipeline parallel, mixture-of-experts, CUDA graphs")
+    assert step_fidelity.layout_class(2, 4, moe=True) == (
+        "tensor/pipeline parallel, mixture-of-experts")
+    assert step_fidelity.layout_class(2, 4, graphs=True) == step_fidelity.layout_class(2, 4)
+    # DeepSeek-V3 as dgxc-benchmarking ran it on GB200 (TP 2, PP 4, EP 32, no graphs): no
+    # held-out step ran so (dgxc's own rows are not held out), and the line says how the
+    # model fared on the layouts that were checked
+    step = ("-m", "deepseek-v3", "-H", "gb200-nvl72", "--gpus", "256", "--tp", "2", "--pp", "4",
+            "--ep", "32", "--global-batch", "256", "--recompute", "selective")
+    code, out, err = scape(capsys, "simulate", *step)
+    assert code == 0, err
+    text = unwrapped(out)
+    assert "how sure: unvalidated" in text and "step_time_low_s, step_time_high_s: none" in text
+    assert re.search(r"data parallel, mixture-of-experts \(\d+ steps?, median -\d+\.\d%\)",
+                     text), text
+    code, out, err = scape(capsys, "simulate", *step, "--cuda-graphs", "--format", "json")
+    assert code == 0, err
+    graphed = json.loads(out)[0]
+    band = step_fidelity.all_bands()[("gb200-nvl72", "tensor/pipeline parallel, "
+                                      "mixture-of-experts, CUDA graphs", "dense")]
+    assert graphed["heldout_step_rows"] == int(band["rows"]) > 0
 
 
 def test_rows_alike_but_for_scale_or_release_are_one_configuration():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 import pandas as pd
@@ -110,11 +111,14 @@ def test_commands_carry_the_overlap_and_its_own_band(capsys):
     over = json.loads(out)[0]
     assert over["tp_comm_overlap"] is True and over["heldout_step_rows"] == rows
     assert over["tp_comm_s"] < plain["tp_comm_s"]
-    # without the flag the line says which layouts of the profile were checked
+    # without the flag the line says which layouts of the profile were checked, each with its
+    # held-out steps and the model's signed median error on them
     code, out, err = scape(capsys, "simulate", *step[:-2], "--scheme", "dense-adams")
     assert code == 0, err
-    assert ("held-out layouts on dgx-h100: data parallel; tensor/pipeline parallel, TP comm "
-            "overlapped") in unwrapped(out)
+    text = unwrapped(out)
+    assert "held-out layouts on dgx-h100: data parallel (" in text
+    assert re.search(r"; tensor/pipeline parallel, TP comm overlapped \(\d+ steps, median "
+                     r"[+-]\d+\.\d%\)", text), text
     code, out, err = scape(capsys, "compare", *step, "--schemes", "dense-adams,scape:0.99",
                            "--tp-comm-overlap")
     assert code == 0, err
