@@ -210,13 +210,20 @@ class Search:
             ratio = (quality_ratio(req.quality, scheme_of(scheme)) if req.quality is not None
                      else None)
             ratio = math.inf if ratio is None else ratio
-        key = {"hours": hours, "cost_usd": cost,
-               "hours_to_quality": hours * ratio,
-               "wall_hours": hours / best_goodput(req, gpus, hw),
-               "wall_cost_usd": cost / best_goodput(req, gpus, hw),
-               "energy_MWh": (least_energy_MWh(req, hw, gpus, seconds,
-                                               self._busy_floor_s(hw, gpus))
-                              if self.key == "energy_MWh" else 0.0)}[self.key]
+        # the ranking's own bound only (a node is pushed thousands of times a search: the
+        # goodput and energy bounds are worked out where they rank)
+        if self.key == "hours":
+            key = hours
+        elif self.key == "cost_usd":
+            key = cost
+        elif self.key == "hours_to_quality":
+            key = hours * ratio
+        elif self.key == "wall_hours":
+            key = hours / best_goodput(req, gpus, hw)
+        elif self.key == "wall_cost_usd":
+            key = cost / best_goodput(req, gpus, hw)
+        else:  # energy_MWh
+            key = least_energy_MWh(req, hw, gpus, seconds, self._busy_floor_s(hw, gpus))
         if not math.isfinite(key):
             return
         heapq.heappush(self.heap, _Node(key, self.made, level, hours, cost, hw, gpus, item,
