@@ -20,7 +20,7 @@ except SystemExit:
     pass
 loaded = sorted(m for m in ("pandas", "simpy", "simulator.planning.planner", "cli.simulate",
                             "cli.compare", "cli.plan", "cli.train", "torch", "numpy.ma",
-                            "statistics", "concurrent.futures.process") if m in sys.modules)
+                            "statistics", "concurrent.futures.process", "rich") if m in sys.modules)
 print("LOADED", ",".join(loaded))
 """
 
@@ -87,3 +87,33 @@ def test_compare_prints_its_table_without_pandas():
 def test_short_answers_load_no_pandas(args):
     loaded, out = _loaded(*args)
     assert out.strip() and "pandas" not in loaded and "torch" not in loaded, (args, loaded)
+
+
+def test_a_plan_in_a_pipe_loads_no_progress_bar():
+    """Where stderr is not a terminal (a script, CI) no bar is drawn: rich (70 ms of imports)
+    is not loaded for it (cli/common.py _progress)."""
+    loaded, out = _loaded("plan", "-m", "llama-1.8b", "-H", "dgx-h100", "--tokens", "1e9",
+                          "--max-gpus", "16")
+    assert "top plan" in out and "pandas" in loaded and "rich" not in loaded, loaded
+
+
+def test_a_terminal_still_gets_its_progress_bar(monkeypatch):
+    """On a terminal the bar is rich's, drawn on stderr; off one, a bar that does nothing."""
+    import io
+
+    from cli.common import _progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    with _progress("quiet") as bar:
+        bar.advance(bar.add_task("plans", total=None), 3)
+    assert type(bar).__module__ == "cli.common"
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    with _progress("simulating plans") as bar:
+        task = bar.add_task("plans", total=None)
+        bar.update(task, total=4)
+        bar.advance(task, 4)
+        assert type(bar).__module__.startswith("rich") and bar.tasks[0].completed == 4
