@@ -125,14 +125,14 @@ def visible(text: str) -> str:
     return "".join(repr(c)[1:-1] if unicodedata.category(c) == "Cc" else c for c in text)
 
 
-def render(df: pd.DataFrame, fmt: str, *, floatfmt: dict[str, str] | None = None,
+def render(df: pd.DataFrame | Records, fmt: str, *, floatfmt: dict[str, str] | None = None,
            header: str = "", schema=None, keys: Sequence[str] | None = None) -> str:
-    """The frame as `table` (aligned text, with `header` lines prefixed by '#'; a missing
-    value reads "-"), `csv`, `json`. `schema`: the columns CSV and JSON print where the table
-    shows fewer; the table then ends with a line naming the ones it leaves out
-    (reports/schema.py). A table wider than WIDTH once its text is cut goes on in blocks, each
-    led by the `keys` columns (default: the first), as pandas prints a wide frame; header
-    lines wrap at spaces."""
+    """The frame (or Records: plain rows, pandas loaded only for CSV and JSON) as `table`
+    (aligned text, with `header` lines prefixed by '#'; a missing value reads "-"), `csv`,
+    `json`. `schema`: the columns CSV and JSON print where the table shows fewer; the table
+    then ends with a line naming the ones it leaves out (reports/schema.py). A table wider
+    than WIDTH once its text is cut goes on in blocks, each led by the `keys` columns
+    (default: the first), as pandas prints a wide frame; header lines wrap at spaces."""
     check_format(fmt)
     if fmt != "table" and isinstance(df, Records):  # CSV and JSON are pandas' own
         df = df.frame()
