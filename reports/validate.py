@@ -30,10 +30,7 @@ from scape.plan import Kernel, Plan, SchemeConfig, StepPlan, plan
 from simulator.step.simulate import simulate_step
 from simulator.step.step_config import StepConfig, StepResult
 from vocabulary.atomic import atomic_path, to_csv_atomic, write_text_atomic
-from vocabulary.names import VALIDATE_SCHEMES
 from vocabulary.units import format_duration
-
-DEFAULT_SCHEMES = VALIDATE_SCHEMES  # what `scape validate` runs by default
 
 
 def runtime_plan(cfg: SchemeConfig, model: str, world: int,

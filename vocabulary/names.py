@@ -24,7 +24,7 @@ def scheme_names(sep: str = ", ") -> str:
     return sep.join([*ALIASES, *SCHEME_NAMES])
 
 
-# the schemes `scape validate` runs by default (reports/validate.py), here so that the command
+# the schemes `scape validate` runs by default (cli/validate.py), here so that the command
 # declares its options without importing the validation's pandas
 VALIDATE_SCHEMES = ("dense-ddp", "dense-adams", "quantized:8", "topk:0.99", "scalecom:0.99",
                     "scape:0.9", "scape:0.99", "scape-partitioned:0.9", "scape-partitioned:0.99")
