@@ -212,11 +212,12 @@ PARALLEL_OPTS = {
                                      "--cuda-graph-impl, TE make_graphed_callables): no pass "
                                      "waits for the host's kernel launches"),
     "host_launch_us": typer.Option(None, "--host-launch-us",
-                                   help="the host's CPU time to launch one kernel, us (a "
-                                        "Kineto trace's; PyTorch eager: 5-20); a layer's pass "
-                                        "waits where its kernels launch slower than they run "
-                                        "[default: the profile's [nccl] launch_us, CUDA's own "
-                                        "cost, a floor]"),
+                                   help="the host's CPU time a kernel of an eager pass, us "
+                                        "(your own Kineto trace's); a layer's pass waits where "
+                                        "its kernels launch slower than they run [default: "
+                                        "Megatron-Core's, traced on an H200 host and scaled by "
+                                        "the profile's [compute] host_linear_us; without it "
+                                        "[nccl] launch_us, CUDA's own cost, a floor]"),
     "cp": typer.Option(1, "--cp", "--context-parallel-size",
                        help="context-parallel ranks splitting each sequence "
                                        "(Megatron-Core --context-parallel-size; Transformer "

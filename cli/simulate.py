@@ -184,7 +184,7 @@ def simulate(
           + f"mfu {row.get('mfu')}, stack {row.get('stack')}, loss {row.get('loss')}, "
           f"metric_passes {cfg.metric_passes}, global_batch {cfg.sequences}")
     if "host_wait_per_micro_batch_s" in row:  # asked: the host's launches, CUDA graphs
-        out.append(f"# host: {row['host_launch_us']:g} us a kernel launch; "
+        out.append(f"# host: {row['host_launch_us']:.3g} us a kernel; "
                    + ("CUDA graphs: no pass waits for it" if cfg.cuda_graphs else
                       f"the layers wait {row['host_wait_per_micro_batch_s'] * 1e3:.3f} ms a "
                       "micro-batch for it (--cuda-graphs removes the wait)"))

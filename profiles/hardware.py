@@ -163,6 +163,9 @@ class Compute:
     nccl_ctas: int | None = None  # SMs a running NCCL collective holds (a CTA per channel)
     mfu: float | None = None  # model FLOPs utilization of forward and backward
     step_fixed_ms: float | None = None
+    # the host CPU's torch.nn.Linear forward benchmark (us; simulator/step/host.py); None:
+    # the host's time a kernel is [nccl] launch_us
+    host_linear_us: float | None = None
     # the share of what the model's expert-parallel overlap would hide that Megatron-Core's
     # --overlap-moe-expert-parallel-comm hides on this GPU (simulator/step/moe.py); None: all
     ep_overlap_share: float | None = None

@@ -152,6 +152,10 @@ COMPUTE_FIELDS = {
     # host time every step pays besides forward/backward and kernels (timers, clipping,
     # bookkeeping); absent: not modelled
     "step_fixed_ms": Field(float, ge=0, le=1e6, required=False),
+    # the host CPU's time for one torch.nn.Linear forward (BF16, 8192 tokens, 2048 -> 2048;
+    # NVIDIA/TransformerEngine issue #2053's benchmark): scales the host time a kernel traced
+    # on another host (simulator/step/host.py); absent: [nccl] launch_us a kernel
+    "host_linear_us": Field(float, gt=0, le=1e5, required=False, least=1e-6),
     # the share of the dispatch and combine the model's expert-parallel overlap would hide
     # behind another micro-batch's compute that Megatron-Core's overlap does hide here, fitted
     # on published A/B pairs (bench/moe_overlap_fit.py); absent: all of it

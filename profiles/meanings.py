@@ -65,6 +65,9 @@ KEYS = {
                                   "give nccl_ctas (with [gpu] sms) to derive it"),
     ("compute", "nccl_ctas"): "SMs a running NCCL collective holds (one CTA per channel)",
     ("compute", "step_fixed_ms"): "host time every step pays besides the kernels",
+    ("compute", "host_linear_us"): ("the host CPU's time for one BF16 torch.nn.Linear forward "
+                                    "(TE issue #2053's benchmark): scales the traced host "
+                                    "time a kernel of an eager pass"),
     ("roofline", "gemm_peak_fraction"): "the best matmul's share of peak_bf16_tflops",
     ("roofline", "gemm_launch_us"): "fixed time per GEMM kernel",
     ("roofline", "gemm_blend"): "smooth-max exponent joining the compute and memory rooflines",

@@ -33,22 +33,63 @@ def test_a_pass_waits_for_a_slow_host_by_its_kernel_count():
 
 
 def test_cuda_graphs_remove_the_wait_and_cuda_launches_alone_never_bind():
-    """The profile's launch (CUDA's own, [nccl] launch_us) is below the GPU's own cost of a
-    kernel, so it never holds a pass back; a framework's 20 us a launch does on small
-    kernels, and CUDA graphs take it away."""
-    eager = fwd_bwd(GPT, H100, 1, 128, host_launch_us=20.0)
-    graphs = fwd_bwd(GPT, H100, 1, 128, host_launch_us=20.0, cuda_graphs=True)
-    default = fwd_bwd(GPT, H100, 1, 128)
-    plain = fwd_bwd(GPT, H100, 1, 128, cuda_graphs=True)
+    """A profile's host time a kernel is the traced Megatron-Core cost scaled by its
+    [compute] host_linear_us (simulator/step/host.py): it binds on small layers, and CUDA
+    graphs take it away. Without that figure it is CUDA's own launch ([nccl] launch_us),
+    below the GPU's own cost of a kernel, so it never holds a pass back."""
+    from dataclasses import replace
+
+    from simulator.step.host import moe_host_trace
+
+    traced = moe_host_trace().host_us(H100.compute.host_linear_us)
+    assert host_launch_s(H100, False) == pytest.approx(traced * 1e-6)
+    assert 15 < traced < 40  # us: the traced host's ~52 us, scaled to a DGX H100's Xeon
+    assert host_launch_s(H100, True, 20.0) == 0.0
+    eager = fwd_bwd(GPT, H100, 1, 128)
+    graphs = fwd_bwd(GPT, H100, 1, 128, cuda_graphs=True)
     assert eager.parts["host_wait"] > 0 and eager.fwd_s + eager.bwd_s > graphs.fwd_s + graphs.bwd_s
     assert graphs.parts["host_wait"] == 0.0
+    floor = replace(H100, compute=replace(H100.compute, host_linear_us=None))
+    assert host_launch_s(floor, False) == pytest.approx(H100.nccl.launch_us * 1e-6)
+    default = fwd_bwd(GPT, floor, 1, 128)
+    plain = fwd_bwd(GPT, floor, 1, 128, cuda_graphs=True)
     assert default.parts["host_wait"] == 0.0
     assert (default.fwd_s, default.bwd_s) == (plain.fwd_s, plain.bwd_s)
-    assert host_launch_s(H100, False) == pytest.approx(H100.nccl.launch_us * 1e-6)
-    assert host_launch_s(H100, True, 20.0) == 0.0
-    # a large layer is GPU-bound even at 20 us a launch: nothing to remove
+    # a large layer is GPU-bound even at the traced cost: nothing to remove
     big = load_model("llama-7b")
-    assert fwd_bwd(big, H100, 1, 4096, 8, host_launch_us=20.0).parts["host_wait"] == 0.0
+    assert fwd_bwd(big, H100, 1, 4096, 8).parts["host_wait"] == 0.0
+
+
+def test_an_eager_moe_layer_launches_what_megatron_core_launched_in_the_trace():
+    """Without CUDA graphs a MoE layer's host launches the traced Megatron-Core count over its
+    rank's local experts (about 22 more kernels an expert), so more local experts hold a pass
+    back longer; torchtitan's one grouped GEMM (expert_loop False) keeps the fused count, and
+    the GPU's own times do not change."""
+    from simulator.layout.shapes import Routing
+    from simulator.step.host import moe_host_trace
+    from simulator.step.roofline import _layer_times
+
+    dsv3, h = load_model("deepseek-v3"), 1e-3  # a ms a kernel: the host sets the pace
+
+    def times(ep, loop=True, host=h):  # one MoE layer (DeepSeek-V3's first 3 are dense)
+        return _layer_times(dsv3, H100, 1, 4096, 1, False, "flash", 1, False, moe_layer=True,
+                            routing=Routing(ep), host_s=host, expert_loop=loop)
+
+    t = moe_host_trace()
+    assert 20 < t.per_expert < 24 and 100 < t.fixed_shared < 150  # the trace's line
+    gpu, ep32, ep8 = times(32, host=0.0), times(32), times(8)
+    fused = times(32, loop=False)
+    f8, b8 = t.kernels(8, True)
+    s = layer_shapes(dsv3, 1, 4096, 1, False, 1, True, Routing(32))
+    moe_gemms = sum(g.name.startswith(("router", "shared", "experts")) for g in s.gemms)
+    fused_f = len(s.gemms) + 1 + s.memory_kernels
+    assert fused.fwd_s == pytest.approx(fused_f * h)
+    assert ep32.fwd_s == pytest.approx((fused_f - moe_gemms - 4 + f8) * h)
+    assert ep32.bwd_s == pytest.approx((2 * fused_f - 1 - 2 * moe_gemms - 8 + b8) * h, rel=1e-6)
+    # 32 local experts at EP 8 against 8 at EP 32: 24 more experts' kernels, both ways
+    assert (ep8.fwd_s + ep8.bwd_s) - (ep32.fwd_s + ep32.bwd_s) == pytest.approx(
+        24 * t.per_expert * h, rel=1e-6)
+    assert gpu.parts["host_wait"] == 0.0 and ep32.parts["gemm"] == gpu.parts["gemm"]
 
 
 def test_simulate_says_what_the_host_held_back(capsys):
@@ -61,13 +102,18 @@ def test_simulate_says_what_the_host_held_back(capsys):
 
     plain, eager, graphs = row(), row("--host-launch-us", "20"), row("--host-launch-us", "20",
                                                                      "--cuda-graphs")
-    assert "cuda_graphs" not in plain and "host_wait_per_micro_batch_s" not in plain
+    # the profile's traced host time a kernel holds this small layer back: said unasked
+    assert plain["host_wait_per_micro_batch_s"] > eager["host_wait_per_micro_batch_s"] > 0
+    assert plain["host_launch_us"] > 20 and plain["cuda_graphs"] is False
+    big = ("simulate", "-m", "llama-7b", "-H", "dgx-h100", "--gpus", "8", "--format", "json")
+    code, out, err = scape(capsys, *big)
+    assert code == 0 and "host_wait_per_micro_batch_s" not in json.loads(out)[0]
     assert eager["host_wait_per_micro_batch_s"] > 0 and eager["cuda_graphs"] is False
     assert graphs["host_wait_per_micro_batch_s"] == 0 and graphs["cuda_graphs"] is True
     assert graphs["step_time_s"] < eager["step_time_s"]
     code, out, err = scape(capsys, *step, "--host-launch-us", "20")
     assert not err
-    assert code == 0 and "# host: 20 us a kernel launch; the layers wait" in out
+    assert code == 0 and "# host: 20 us a kernel; the layers wait" in out
 
 
 @pytest.mark.parametrize("value", ["0", "-3", "inf", "nan", "20000"])

@@ -216,17 +216,20 @@ class StepOptions:
         ran.pop("pp_kept_outputs", None)
         if cfg.stack == "torchtitan" and cfg.pp > 1:
             ran["pp_kept_outputs"] = cfg.keeps_pp_outputs
-        # CUDA graphs and the host's launch time, where asked: what the host held back
+        # CUDA graphs and the host's time a kernel, where asked or where the host held the
+        # layers back: what it held back
         ran.pop("cuda_graphs", None)
         ran.pop("host_launch_us", None)
-        if cfg.cuda_graphs or cfg.host_launch_us is not None:
+        from simulator.step.simulate import _fwd_bwd
+
+        wait = _fwd_bwd(cfg).parts.get("host_wait", 0.0)
+        if cfg.cuda_graphs or cfg.host_launch_us is not None or wait > 0:
             from simulator.step.roofline import host_launch_s
-            from simulator.step.simulate import _fwd_bwd
 
             ran.update(cuda_graphs=cfg.cuda_graphs,
                        host_launch_us=host_launch_s(cfg.hardware, False,
                                                     cfg.host_launch_us) * 1e6,
-                       host_wait_per_micro_batch_s=_fwd_bwd(cfg).parts.get("host_wait", 0.0))
+                       host_wait_per_micro_batch_s=wait)
         if cfg.model.moe is not None:
             ran.update(ep=cfg.ep, etp=cfg.expert_tp, edp=cfg.edp,
                        moe_imbalance=cfg.moe_imbalance, moe_dispatcher=cfg.moe_dispatcher,

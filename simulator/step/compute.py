@@ -202,6 +202,7 @@ def fwd_bwd(
     metric_passes: int = 0, routing: Routing | None = None, cuda_graphs: bool = False,
     host_launch_us: float | None = None, eager: bool = False,
     fp8_recipe: str = DEFAULT_FP8_RECIPE, accum_pass_bytes: float = 0.0,
+    expert_loop: bool = True,
 ) -> ComputeTimes:
     """Forward and backward time of one micro-batch on one GPU (tensor parallel degree `tp`).
 
@@ -223,7 +224,10 @@ def fwd_bwd(
     run one PyTorch kernel each (torchtitan without torch.compile; roofline.layer_times).
     `fp8_recipe`: how an FP8 run scales its casts (simulator/layout/shapes.py FP8_RECIPES).
     `accum_pass_bytes`: bytes each of the GPU's parameters moves after every micro-batch's
-    backward, at HBM bandwidth (grad_accum_pass_s: DeepSpeed's BF16_Optimizer)."""
+    backward, at HBM bandwidth (grad_accum_pass_s: DeepSpeed's BF16_Optimizer).
+    `expert_loop`: the stack launches each local expert's kernels apart (Megatron-Core, TE),
+    so an eager MoE layer's host launches what roofline.layer_times traced; False: one
+    grouped GEMM (torchtitan)."""
     check_recompute(recompute)
     if attention not in ATTENTION:
         raise UserError(f"attention must be one of {', '.join(ATTENTION)}, got {attention!r}")
@@ -245,7 +249,7 @@ def fwd_bwd(
     else:
         lt = layer_times(model, hw, micro_batch, seq_len, tp, sequence_parallel, attention,
                          cp, fp8, routing, host_launch_s(hw, cuda_graphs, host_launch_us),
-                         eager, fp8_recipe)
+                         eager, fp8_recipe, expert_loop)
         ht = head_times(model, hw, micro_batch, seq_len, tp, cp, metric_passes)
         layer = (lt.fwd_s, lt.bwd_s, lt.parts["attention_fwd"], lt.parts["attention_bwd"])
         head = (ht.fwd_s, ht.bwd_s)

@@ -34,6 +34,7 @@ from simulator.layout.shapes import (
     head_shapes,
     layer_shapes,
 )
+from simulator.step.host import moe_host_trace
 
 ATTN_BWD_FLOPS = 2.5  # backward FLOPs per forward FLOP of FlashAttention (5 matmuls vs 2)
 # the GEMMs of each module Megatron-Core's --recompute-modules runs again, by name prefix
@@ -90,18 +91,21 @@ class PassTimes:
 
 def host_launch_s(hw: HardwareProfile, cuda_graphs: bool, typed_us: float | None = None
                   ) -> float:
-    """Seconds the host spends launching one kernel, where that can hold the GPU back: the
-    profile's host-side CUDA launch ([nccl] launch_us, fitted on nccl-tests' back-to-back
-    calls: a C loop, so PyTorch's own per-op work, 5-20 us of CPU time per launch by
-    facebookresearch/HolisticTraceAnalysis's docs (cuda_kernel_launch_stats), comes on top and
-    this is a floor); 0 with CUDA graphs (a captured layer is one launch: Megatron-Core's
-    --cuda-graph-impl, TE's make_graphed_callables) or where the profile has no launch.
+    """Seconds the host spends on one kernel of an eager pass, where that can hold the GPU
+    back: the host time a kernel of Megatron-Core's MoE layer traced on a real GPU, scaled to
+    this profile's host by its [compute] host_linear_us (simulator/step/host.py: the Python,
+    PyTorch and CUDA work behind each launch); without that figure, the profile's host-side
+    CUDA launch ([nccl] launch_us, fitted on nccl-tests' back-to-back calls: a C loop, a
+    floor). 0 with CUDA graphs (a captured layer is one launch: Megatron-Core's
+    --cuda-graph-impl, TE's make_graphed_callables) or where the profile has neither.
     `typed_us`: the user's own figure (a Kineto trace's launch times) instead of the
     profile's."""
     if cuda_graphs:
         return 0.0
     if typed_us is not None:
         return typed_us * 1e-6
+    if hw.compute.host_linear_us is not None:
+        return moe_host_trace().host_us(hw.compute.host_linear_us) * 1e-6
     if hw.nccl is None or hw.nccl.launch_us is None:
         return 0.0
     return hw.nccl.launch_us * 1e-6
@@ -111,7 +115,7 @@ def layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_
                 tp: int = 1, sequence_parallel: bool = False, attention: str = "flash",
                 cp: int = 1, fp8: bool = False, routing: Routing | None = None,
                 host_s: float = 0.0, eager: bool = False,
-                fp8_recipe: str = DEFAULT_FP8_RECIPE) -> PassTimes:
+                fp8_recipe: str = DEFAULT_FP8_RECIPE, expert_loop: bool = True) -> PassTimes:
     """One transformer layer on one GPU: forward and backward (without recomputation).
     `attention`: flash (the profile's fused attention at its measured rates), flash2
     (FlashAttention-2's rates where the profile gives them apart) or unfused (the score
@@ -123,11 +127,16 @@ def layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_
     (the difference is the pass's `host_wait`). `eager`: PyTorch runs the layer op by op
     (torchtitan without torch.compile): its elementwise kernels move what
     simulator/layout/shapes.py eager_extra counts on top of the fused ones. `fp8_recipe`: how
-    an FP8 run scales its casts (simulator/layout/shapes.py FP8_RECIPES)."""
+    an FP8 run scales its casts (simulator/layout/shapes.py FP8_RECIPES). `expert_loop`: the
+    stack runs each local expert's GEMMs and elementwise kernels one by one (Megatron-Core's
+    SequentialMLP and Transformer Engine's GroupedLinear launch a GEMM an expert), so an
+    eager MoE layer's host launches what simulator/step/host.py traced; False: one grouped
+    GEMM for all of them (torchtitan's torch._grouped_mm), the fused count."""
     args = (model, hw, micro_batch, seq_len, tp, sequence_parallel, attention, cp, fp8)
     more = {"host_s": host_s, "eager": eager, "fp8_recipe": fp8_recipe}
     if model.moe is None:
         return _layer_times(*args, **more)
+    more["expert_loop"] = expert_loop
     w = model.moe_share
     dense = _layer_times(*args, **more) if w < 1 else None
     routed = _layer_times(*args, moe_layer=True, routing=routing, **more)
@@ -145,7 +154,7 @@ def _layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq
                  tp: int, sequence_parallel: bool, attention: str, cp: int, fp8: bool,
                  moe_layer: bool = False, routing: Routing | None = None,
                  host_s: float = 0.0, eager: bool = False,
-                 fp8_recipe: str = DEFAULT_FP8_RECIPE) -> PassTimes:
+                 fp8_recipe: str = DEFAULT_FP8_RECIPE, expert_loop: bool = True) -> PassTimes:
     s = layer_shapes(model, micro_batch, seq_len, tp, sequence_parallel, cp, moe_layer,
                      routing)
     r = hw.roofline
@@ -197,12 +206,28 @@ def _layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq
     gpu_f, gpu_b = gemm_f + attn_f + mem_f, gemm_b + attn_b + mem_b
     kernels_f = len(s.gemms) + attn_kernels[0] + kernels + casts_f
     kernels_b = 2 * len(s.gemms) + attn_kernels[1] + 2 * kernels + casts_b
+    if moe_layer and expert_loop and host_s > 0:
+        kernels_f, kernels_b = _traced_moe_kernels(model, s, routing, kernels_f, kernels_b)
     wait_f, wait_b = max(0.0, kernels_f * host_s - gpu_f), max(0.0, kernels_b * host_s - gpu_b)
     return PassTimes(gpu_f + wait_f, gpu_b + wait_b,
                      {"gemm": gemm_f + gemm_b, "attention": attn_f + attn_b,
                       "memory": mem_f + mem_b, "attention_fwd": attn_f,
                       "attention_bwd": attn_b, "gemm_fwd": gemm_f, "memory_fwd": mem_f,
                       "norm_fwd": norm_f, "host_wait": wait_f + wait_b, **modules})
+
+
+def _traced_moe_kernels(model: ModelProfile, s, routing: Routing | None, kernels_f: float,
+                        kernels_b: float) -> tuple[float, float]:
+    """The kernels an eager MoE layer's host launches: the fused count's MoE part (the router,
+    shared and experts' GEMMs, once forward and twice back, and the 4 routing kernels
+    layer_shapes adds) swapped for what Megatron-Core's MoE layer launched over this rank's
+    local experts in the trace (simulator/step/host.py)."""
+    r = routing or Routing()
+    moe_gemms = sum(g.name.startswith(("router", "shared", "experts")) for g in s.gemms)
+    traced_f, traced_b = moe_host_trace().kernels(model.moe.n_experts // r.ep,
+                                                  model.moe.shared_width > 0)
+    return (kernels_f - (moe_gemms + 4) + traced_f,
+            kernels_b - 2 * (moe_gemms + 4) + traced_b)
 
 
 # Bytes one cross-entropy pass of PyTorch moves per logit when a trainer computes a training
