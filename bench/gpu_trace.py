@@ -99,7 +99,9 @@ def main() -> int:
     fit = subprocess.run([sys.executable, "-m", "cli", "calibrate", "trace",
                           str(traces[a.fit_mb]), "-H", a.hardware, "-m", a.model,
                           "--micro-batch", str(a.fit_mb), "--seq-len", str(a.seq_len),
-                          "--out", "gpu-trace", "--format", "json"],
+                          "--out", "gpu-trace", "--format", "json",
+                          # the runtime's GPT runs its elementwise ops one kernel each
+                          "--eager"],
                          capture_output=True, text=True, cwd=REPO)
     print(fit.stdout or fit.stderr, flush=True)
     if fit.returncode:
@@ -114,8 +116,9 @@ def main() -> int:
     result = {}
     for mb, path in traces.items():
         traced = statistics.median(s.compute_s for s in read_trace(path).steps)
+        # the torchtitan stack: the simulator's eager layers, as the runtime's GPT runs them
         cfg = StepConfig(m, hw, 1, make_config("dense-adamw"), micro_batch=mb,
-                         seq_len=a.seq_len).validate()
+                         seq_len=a.seq_len, stack="torchtitan").validate()
         predicted = simulate_step(cfg).compute_s
         role = "in sample (fitted)" if mb == a.fit_mb else "held out"
         result[mb] = {"traced_s": traced, "predicted_s": predicted, "role": role,

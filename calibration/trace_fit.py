@@ -47,10 +47,12 @@ class TraceFit:
 
 
 def classes_s(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_len: int,
-              micro_batches: int, attention: str = "flash") -> dict[str, float]:
+              micro_batches: int, attention: str = "flash", eager: bool = False
+              ) -> dict[str, float]:
     """Seconds per step of GEMMs, attention and memory-bound kernels on one GPU, as the shapes
-    model prices them (no tensor parallelism, no recomputation)."""
-    layer = layer_times(model, hw, micro_batch, seq_len, attention=attention).parts
+    model prices them (no tensor parallelism, no recomputation). `eager`: the layers'
+    elementwise ops ran one PyTorch kernel each (roofline.layer_times)."""
+    layer = layer_times(model, hw, micro_batch, seq_len, attention=attention, eager=eager).parts
     head = head_times(model, hw, micro_batch, seq_len).parts
     n = model.arch.n_layers
     return {c: micro_batches * (n * layer[c] + head[c]) for c in FITTED}
@@ -101,7 +103,9 @@ def _solve(hw: HardwareProfile, knob: str, cls: str, target_s: float, price
                         f"what {hw.name} can give at any rate (its launch costs and, for the "
                         "GEMMs, their memory traffic): give the hardware profile of the machine "
                         "traced, and the traced step's micro-batch, sequence and micro-batches "
-                        "(--micro-batch, --seq-len, --grad-accum)")
+                        "(--micro-batch, --seq-len, --grad-accum); layers that ran op by op "
+                        "(plain PyTorch: scape train, torchtitan without torch.compile) move "
+                        "more bytes in memory-bound kernels than fused ones: give --eager")
     for _ in range(100):
         mid = (lo + hi) / 2
         if (price(_set(hw, knob, math.exp(mid)))[cls] > target_s) != rises:
@@ -144,9 +148,13 @@ def _refuse_above_peak(trace: Trace, base: HardwareProfile, hw: HardwareProfile)
 
 
 def fit_trace(trace: Trace, model: ModelProfile, base: HardwareProfile, micro_batch: int,
-              seq_len: int, micro_batches: int = 1, attention: str = "flash") -> TraceFit:
+              seq_len: int, micro_batches: int = 1, attention: str = "flash",
+              eager: bool = False) -> TraceFit:
     """The base profile's GEMM, attention and memory constants solved for the trace's median
-    step, and its optimizer's cost per parameter (module docstring)."""
+    step, and its optimizer's cost per parameter (module docstring). `eager`: the traced layers
+    ran their elementwise ops one PyTorch kernel each, so the memory class is priced with
+    eager PyTorch's kernels and bytes (simulator/layout/shapes.py eager_extra): priced fused,
+    their extra bytes would lower mem_efficiency, which the GEMMs' memory term reads too."""
     if trace.device:  # a trace of another GPU would fit its speed into this one's shares
         same_family_or_refuse(trace.device, f"-H {base.name}", base.gpu.model,
                               str(trace.path))
@@ -164,7 +172,7 @@ def fit_trace(trace: Trace, model: ModelProfile, base: HardwareProfile, micro_ba
     hw = _with_roofline(base)
 
     def price(h):
-        return classes_s(model, h, micro_batch, seq_len, micro_batches, attention)
+        return classes_s(model, h, micro_batch, seq_len, micro_batches, attention, eager)
 
     base_s = price(hw)
     # memory-bound kernels priced by their bandwidth (mem_efficiency); where no bandwidth
@@ -202,6 +210,29 @@ def fit_trace(trace: Trace, model: ModelProfile, base: HardwareProfile, micro_ba
     return TraceFit(hw, traced, base_s, fitted, constants, len(trace.steps), spread)
 
 
+# the [roofline] fractions the step's sustained share multiplies (simulator/step/roofline.py)
+SCALED = ("gemm_peak_fraction", "fp8_gemm_peak_fraction", "attn_fwd_fraction",
+          "attn_bwd_fraction", "attn_flash2_fwd_fraction", "attn_flash2_bwd_fraction")
+
+
+def _fold_sustained(roof: dict) -> None:
+    """A fitted fraction above 1 under a sustained share below 1 (a traced GPU's kernels faster
+    than the base profile's whole-step share allows: dgx-h200's 0.72 was fitted on steps of
+    hundreds of GPUs at their power limit): every fraction times the share, and the share 1,
+    which prices every kernel the same and keeps each fraction a share of its peak
+    (_refuse_above_peak has refused products above 1)."""
+    share = roof.get("sustained", 1.0)
+    if share >= 1 or all(roof.get(k, 0) <= 1 for k in SCALED):
+        return
+    for key in SCALED:
+        if key in roof:
+            roof[key] *= share
+    roof["sustained"] = 1.0
+    roof["sustained_source"] = (f"1: the base profile's {share:g} folded into the fractions "
+                                "(a fitted one was above 1; calibration/trace_fit.py "
+                                "_fold_sustained), the same rates")
+
+
 def profile_tables(fit: TraceFit, base_doc: dict, model: ModelProfile, trace: Trace,
                    name: str, command: str) -> dict:
     """The base profile's TOML tables with the fitted constants and their source: what
@@ -222,6 +253,7 @@ def profile_tables(fit: TraceFit, base_doc: dict, model: ModelProfile, trace: Tr
                 attn_bwd_fraction=c["attn_bwd_fraction"])
     for key in ("gemm_peak_fraction", "attn_fwd_fraction", "attn_bwd_fraction"):
         roof[f"{key}_source"] = src
+    _fold_sustained(roof)
     doc["roofline"] = roof
     if "mem_efficiency" in c:
         doc["compute"] = {**doc.get("compute", {}), "mem_efficiency": c["mem_efficiency"],

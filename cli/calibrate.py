@@ -374,6 +374,11 @@ def calibrate_trace(
     attention: AttentionChoice = typer.Option("flash", "--attention",
                                               help="the attention kernel the traced step ran: "
                                                    "flash, flash2 or unfused"),
+    eager: bool = typer.Option(False, "--eager/--fused",
+                               help="the traced layers ran op by op, one PyTorch kernel an "
+                                    "elementwise op (scape train, torchtitan without "
+                                    "torch.compile); simulate the fitted profile with --stack "
+                                    "torchtitan [default: fused, Megatron-Core's kernels]"),
     out: str = typer.Option(..., "--out", help="NAME: writes measured/NAME.toml in the user's "
                                                "profile folder"),
     megatron_log: str = typer.Option(None, "--megatron-log",
@@ -406,14 +411,17 @@ def calibrate_trace(
     seq = m.arch.seq_len if seq_len is None else seq_len
     traced = read_trace(trace)
     log = None if megatron_log is None else read_megatron_log(megatron_log)  # before writing
-    fit = fit_trace(traced, m, base, micro_batch, seq, grad_accum, str(attention))
+    fit = fit_trace(traced, m, base, micro_batch, seq, grad_accum, str(attention), eager)
     path = _destination(out)
     command = (f"scape calibrate trace {traced.path.name} -H {hardware} -m {model} "
-               f"--micro-batch {micro_batch} --seq-len {seq} --grad-accum {grad_accum}")
+               f"--micro-batch {micro_batch} --seq-len {seq} --grad-accum {grad_accum}"
+               + (" --eager" if eager else ""))
     doc = profile_tables(fit, read_toml(base.path), m, traced, path.stem, command)
     _, hw = write_checked(path, f"# Written by {command}\n" + dumps(doc), "--out")
+    # --eager: the torchtitan stack is the one whose layers the simulator runs op by op
     cfg = StepConfig(m, hw, 1, make_config("dense-adamw"), micro_batch=micro_batch, seq_len=seq,
-                     grad_accum=grad_accum, attention=str(attention)).validate()
+                     grad_accum=grad_accum, attention=str(attention),
+                     **({"stack": "torchtitan"} if eager else {})).validate()
     step = simulate_step(cfg)
     compute = statistics.median(s.compute_s for s in traced.steps)
     rows = [{"class": c, "traced_s": fit.traced_s[c], "base_s": fit.base_s.get(c),
