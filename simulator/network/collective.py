@@ -19,7 +19,14 @@ from simulator.network.collectives import (
     Phase,
     auto_candidates,
 )
-from simulator.network.engine import Request, Result, check_request, phases_of, run, time_alone
+from simulator.network.engine import (
+    PhaseCache,
+    Request,
+    Result,
+    check_request,
+    run,
+    time_alone,
+)
 from simulator.network.fit import coefficients
 from simulator.network.topology import Topology, build_topology
 from vocabulary.names import AUTO_PROTO, PROTOCOLS
@@ -205,6 +212,8 @@ def sweep(
                         f"node ({per_node} on {hw.name}) and the {gpus} GPUs split evenly "
                         "between processes; give a divisor of both (1: one process per GPU)")
     topo = build_topology(hw, gpus)
+    # each algorithm's phases built once for 1 byte and scaled to every size (PhaseCache)
+    cache, group = PhaseCache(topo), [np.arange(gpus)]
     out = []
     for size in sizes:
         c = calibrated(hw, op, algo, gpus, size, proto)
@@ -212,7 +221,7 @@ def sweep(
             res = collective_time(topo, gpus, op, AUTO, c.moved)
             name, seconds = res.algo, res.time_s
         else:
-            phases = c.applied(phases_of(topo, Request(op, c.algo, c.moved), np.arange(gpus)))
+            phases = c.applied(cache.phases(op, c.algo, group, c.moved))
             name, seconds = c.algo, max(time_alone(topo, phases), c.min_s)
         # algbw of the bytes asked for, and the call's fixed costs first
         out.append(Result(name, op, name, size, gpus, 0.0,

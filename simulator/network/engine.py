@@ -22,7 +22,7 @@ from simulator.network.collectives import (
     auto_candidates,
     ring,
 )
-from simulator.network.flows import FlowNetwork
+from simulator.network.flows import TIE, FlowNetwork, maxmin_rates
 from simulator.network.topology import Demand, Topology, distinct
 from vocabulary.suggest import did_you_mean
 
@@ -128,16 +128,35 @@ def execute(env: simpy.Environment, net: FlowNetwork, phases: list[Phase], name:
         t0 = env.now
         if phase.latency_s > 0:
             yield env.timeout(phase.latency_s)
-        yield simpy.AllOf(env, [net.transfer(d) for d in phase.demands])
+        yield simpy.AllOf(env, net.transfer_all(phase.demands))
         timeline.append(Span(name, phase.name, t0, env.now, phase.total_bytes))
 
 
 def time_alone(topo: Topology, phases: list[Phase]) -> float:
-    """Seconds `phases` take on `topo` with nothing else on its links."""
-    env = simpy.Environment()
-    env.process(execute(env, FlowNetwork(env, topo.capacity()), phases, "alone", []))
-    env.run()
-    return env.now
+    """Seconds `phases` take on `topo` with nothing else on its links: the fluid model
+    `execute` runs in simpy (flows.FlowNetwork), stepped directly. Alone, a phase's demands all
+    start together after its latency, so the rates change only where demands end: max-min
+    rates once per ending (FlowNetwork recomputes them once per demand added as well, and
+    builds a simpy event for each), the earliest finisher and those tied with it (flows.TIE)
+    leaving together."""
+    capacity = topo.capacity()  # [n_links] bytes/s
+    now = 0.0
+    for phase in phases:
+        now += max(phase.latency_s, 0.0)
+        demands = [d for d in phase.demands if d.bytes_each > 0 and d.n_flows != 0]
+        remaining = [d.bytes_each for d in demands]  # bytes left per flow
+        while demands:
+            rates = maxmin_rates(capacity, demands)  # [len(demands)] bytes/s a flow
+            for d, r in zip(demands, rates, strict=True):
+                if r <= 0:
+                    raise ValueError(f"{d.name}: crosses a link with no capacity")
+            left = [b / r for b, r in zip(remaining, rates, strict=True)]  # s to finish
+            wait = max(min(left), 0.0)
+            now += wait
+            kept = [i for i, t in enumerate(left) if t > wait * (1 + TIE)]
+            demands = [demands[i] for i in kept]
+            remaining = [remaining[i] - rates[i] * wait for i in kept]
+    return now
 
 
 def run(topo: Topology, requests: list[Request]) -> Simulation:
