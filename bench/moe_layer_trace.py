@@ -213,7 +213,6 @@ def forward_kernels(events, passes: int) -> float:
 
 def profile_passes(module, x, grad, device: str, full_layer: bool, trace_path: str | None,
                    passes: int = 2) -> dict:
-    import torch
     from torch.profiler import ProfilerActivity, profile
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     sync(device)
@@ -230,7 +229,6 @@ def profile_passes(module, x, grad, device: str, full_layer: bool, trace_path: s
         with open(raw, "rb") as f, gzip.open(trace_path, "wb") as g:
             g.write(f.read())
     os.remove(raw)
-    del torch
     return {**trace_figures(events, passes), "forward_kernels": forward_kernels(events, passes)}
 
 

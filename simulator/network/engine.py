@@ -22,7 +22,7 @@ from simulator.network.collectives import (
     auto_candidates,
     ring,
 )
-from simulator.network.flows import TIE, FlowNetwork, maxmin_rates
+from simulator.network.flows import TIE, FlowNetwork, carries_bytes, maxmin_rates
 from simulator.network.topology import Demand, Topology, distinct
 from vocabulary.suggest import did_you_mean
 
@@ -143,7 +143,7 @@ def time_alone(topo: Topology, phases: list[Phase]) -> float:
     now = 0.0
     for phase in phases:
         now += max(phase.latency_s, 0.0)
-        demands = [d for d in phase.demands if d.bytes_each > 0 and d.n_flows != 0]
+        demands = [d for d in phase.demands if carries_bytes(d)]
         remaining = [d.bytes_each for d in demands]  # bytes left per flow
         while demands:
             rates = maxmin_rates(capacity, demands)  # [len(demands)] bytes/s a flow

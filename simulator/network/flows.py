@@ -57,6 +57,11 @@ def maxmin_rates(capacity: np.ndarray, demands: list[Demand]) -> np.ndarray:
     return rates
 
 
+def carries_bytes(demand: Demand) -> bool:
+    """Whether a demand moves anything (one of no bytes or no flows is done when it starts)."""
+    return demand.bytes_each > 0 and demand.n_flows != 0
+
+
 @dataclass
 class _Active:
     demand: Demand
@@ -78,29 +83,20 @@ class FlowNetwork:
 
     def transfer(self, demand: Demand) -> simpy.Event:
         """Start a demand now; the event fires when its last byte arrives."""
-        done = self.env.event()
-        if demand.bytes_each <= 0 or demand.n_flows == 0:
-            done.succeed()
-            return done
-        self._advance()
-        self.active.append(_Active(demand, demand.bytes_each, done))
-        self._reschedule()
-        return done
+        return self.transfer_all([demand])[0]
 
     def transfer_all(self, demands) -> list[simpy.Event]:
-        """Start several demands at once (a phase's): the same as `transfer` on each, with
-        the rates computed once for all of them rather than once per demand added (the
-        intermediate rates never held for any time)."""
-        events = []
-        self._advance()
-        for demand in demands:
-            done = self.env.event()
-            if demand.bytes_each <= 0 or demand.n_flows == 0:
-                done.succeed()
-            else:
-                self.active.append(_Active(demand, demand.bytes_each, done))
-            events.append(done)
-        if len(events) > sum(e.triggered for e in events):
+        """Start several demands at once (a phase's): an event each, fired when its last byte
+        arrives; the rates are computed once for all of them rather than once per demand
+        added (the intermediate rates never held for any time)."""
+        events = [self.env.event() for _ in demands]
+        moving = [(d, e) for d, e in zip(demands, events, strict=True) if carries_bytes(d)]
+        for d, e in zip(demands, events, strict=True):
+            if not carries_bytes(d):
+                e.succeed()
+        if moving:
+            self._advance()
+            self.active += [_Active(d, d.bytes_each, e) for d, e in moving]
             self._reschedule()
         return events
 

@@ -223,7 +223,7 @@ def _traced_moe_kernels(model: ModelProfile, s, routing: Routing | None, kernels
     layer_shapes adds) swapped for what Megatron-Core's MoE layer launched over this rank's
     local experts in the trace (simulator/step/host.py)."""
     r = routing or Routing()
-    moe_gemms = sum(g.name.startswith(("router", "shared", "experts")) for g in s.gemms)
+    moe_gemms = sum(g.name.startswith(MODULE_GEMMS["moe"]) for g in s.gemms)
     traced_f, traced_b = moe_host_trace().kernels(model.moe.n_experts // r.ep,
                                                   model.moe.shared_width > 0)
     return (kernels_f - (moe_gemms + 4) + traced_f,

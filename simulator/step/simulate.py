@@ -116,20 +116,20 @@ def _fwd_bwd(cfg: StepConfig):
     the FLOP count (fwd_bwd's grad_accum), so layouts of other data and pipeline degrees
     share one pricing of the layers."""
     routing = cfg.routing
+    # torchtitan runs a MoE layer's experts as one torch._grouped_mm; Megatron-Core and TE
+    # launch each local expert's GEMMs apart (roofline.layer_times `expert_loop`)
+    expert_loop = cfg.stack != "torchtitan"
     key = (cfg.model, cfg.micro_batch, cfg.seq, cfg.tp, cfg.mfu, cfg.recompute,
            cfg.sequence_parallel and cfg.tp > 1, cfg.attention, cfg.cp, cfg.fp8,
            cfg.metric_passes, routing, cfg.cuda_graphs, cfg.host_launch_us, cfg.eager_kernels,
-           cfg.cast_recipe, cfg.accum_pass_bytes, cfg.stack != "torchtitan")
+           cfg.cast_recipe, cfg.accum_pass_bytes, expert_loop)
     one = FWD_BWD.get(cfg.hardware, key, lambda: fwd_bwd(
         cfg.model, cfg.hardware, cfg.micro_batch, cfg.seq, cfg.tp, 1, mfu=cfg.mfu,
         recompute=cfg.recompute, sequence_parallel=cfg.sequence_parallel and cfg.tp > 1,
         attention=cfg.attention, cp=cfg.cp, fp8=cfg.fp8, metric_passes=cfg.metric_passes,
         routing=routing, cuda_graphs=cfg.cuda_graphs, host_launch_us=cfg.host_launch_us,
         eager=cfg.eager_kernels, fp8_recipe=cfg.cast_recipe,
-        accum_pass_bytes=cfg.accum_pass_bytes,
-        # torchtitan runs a MoE layer's experts as one torch._grouped_mm; Megatron-Core and
-        # TE launch each local expert's GEMMs apart (roofline.layer_times `expert_loop`)
-        expert_loop=cfg.stack != "torchtitan"))
+        accum_pass_bytes=cfg.accum_pass_bytes, expert_loop=expert_loop))
     return replace(one, flops_per_step_per_gpu=one.flops_per_step_per_gpu * cfg.accum)
 
 
