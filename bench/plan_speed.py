@@ -8,6 +8,9 @@ Prints, each a median of --runs:
   DeepSeek-V3 on dgx-h100 and gb200-nvl72, bounded (default: the lazy search of
   simulator/planning/search.py) and, with --exhaustive-too, Llama-70B simulating every
   feasible plan;
+- `scape plan` and `scape plan --pareto` for Llama-70B on dgx-h100, alternated run by run so
+  that the host's drift falls on both, and their ratio (issue 61's goal: the Pareto view within
+  2x of `plan`);
 - in-process: candidates (memory of every try), lower bounds (one per layout), and the
   seconds per simulated step on the planner's path (simulate_cached, collectives reused).
 Run one timing job at a time, with nothing else busy.
@@ -101,6 +104,15 @@ def main() -> int:
         print(f"scape plan {model} on {hardware} up to 4,096 GPUs (bounded, every core): "
               f"median {statistics.median(bounded):.2f} s over {args.runs} runs "
               f"({', '.join(f'{t:.2f}' for t in bounded)})")
+    plain, frontier = [], []
+    for _ in range(args.runs):  # alternated: a busy spell slows both, not one
+        plain += wall(PLAN, 1)
+        frontier += wall([*PLAN, "--pareto"], 1)
+    ratio = statistics.median(frontier) / statistics.median(plain)
+    print(f"scape plan llama-70b on dgx-h100, alternated with --pareto: plan median "
+          f"{statistics.median(plain):.2f} s ({', '.join(f'{t:.2f}' for t in plain)}), --pareto "
+          f"median {statistics.median(frontier):.2f} s ({', '.join(f'{t:.2f}' for t in frontier)})"
+          f": {ratio:.2f}x (goal: within 2x)")
     if args.exhaustive_too:
         every = wall([*PLAN, "--exhaustive"], 1)
         print(f"  --exhaustive (every feasible plan simulated): {every[0]:.1f} s")

@@ -58,4 +58,12 @@ def also_line(columns, shown, header: str = "") -> str:
     """The line a table ends with naming the columns only CSV and JSON print ('' where none
     is left out): a table is a view of the one schema, and says what it does not show."""
     rest = left_out(columns, shown, header)
-    return f"# also in --format csv and json: {', '.join(rest)}" if rest else ""
+    # a column shown in another unit says its CSV name too (issue 58: a table's GB_per_gpu
+    # is CSV's bytes_per_gpu, which a reader of both would otherwise look for in vain)
+    shown = set(shown)
+    renamed = [f"{DISPLAY[c][0]} is {c}" for c in columns if c in DISPLAY
+               and DISPLAY[c][0] in shown]
+    parts = [f"also in --format csv and json: {', '.join(rest)}"] if rest else []
+    if renamed:
+        parts.append(f"{', '.join(renamed)} {'there' if rest else 'in --format csv and json'}")
+    return f"# {'; '.join(parts)}" if parts else ""
