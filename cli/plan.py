@@ -179,8 +179,6 @@ def plan_cmd(
     ).validate()
     # here, not at the top: `scape plan --help` and a refused request load neither (pandas
     # alone is 0.3 s of imports on a 2-core host, issue 58)
-    import pandas as pd
-
     from simulator.planning.planner import best_dense, best_without
 
     df = searched(req, "simulating plans", keep=None if exhaustive else top,
@@ -191,25 +189,9 @@ def plan_cmd(
     if pareto_only:  # the frontier, fastest first: every plan that could be on it simulated
         df = df[df["pareto"]].sort_values(["hours", "cost_usd"], kind="stable").reset_index(
             drop=True).__finalize__(df)
-    shown = df.head(top)
-    # how far published steps like each plan were from the model (the planner prices compute
-    # with each profile's own model: no --mfu here); rows name their profile, and two
-    # profiles of one name (a copy beside the shipped one) leave the name without a band
-    names = [hw.name for hw in req.hardware]
-    hardware_of = {hw.name: hw for hw in req.hardware if names.count(hw.name) == 1}
+    shown = banded(df.head(top), req)
+    hardware_of = _named(req)
 
-    def layout(r) -> str:  # a plan row's band layout (a row tuple or the top row's Series)
-        return layout_class(r.tp, r.pp, r.tp_comm_overlap, r.cp, r.fp8,
-                            req.model.moe is not None, req.cuda_graphs)
-
-    shown = shown.assign(**{col: [
-        step_lookup(hardware_of[r.hardware], layout(r), r.scheme, None)[col]
-        if r.hardware in hardware_of else empty for r in shown.itertuples()]
-        for col, empty in heldout(None, "heldout_step").items()})
-    # each figure's range from its band (reports/step_fidelity.py band_range; empty: none)
-    shown = shown.join(pd.DataFrame([range_columns(r, ("step_time_s", "hours", "cost_usd"))
-                                      for r in shown.to_dict(orient="records")],
-                                     index=shown.index))
     asked = {"model": model, "hardware_asked": hardware, "schemes_asked": schemes,
              "price_per_gpu_hour": price, "price_tier": req.price_tier,
              "spot_interruptions_per_node_day": spot_interruptions,
@@ -281,7 +263,7 @@ def plan_cmd(
               f"dense BF16 peak; *_low, *_high: the range if the model errs no more than on "
               f"the held-out steps like the plan (-: unvalidated); pareto: no plan is both "
               f"faster and cheaper\noptions: "
-              + ", ".join(f"{k} {v}" for k, v in asked.items()))
+              + ", ".join(f"{k} {_listed(v)}" for k, v in asked.items()))
     counts = df.attrs.get("gpu_counts", [])
     if counts:
         shown_counts = (", ".join(map(str, counts)) if len(counts) <= 16 else
@@ -293,7 +275,7 @@ def plan_cmd(
     header += "\n" + price_text(req, hardware_of, set(df["hardware"]))
     best = df.iloc[0]
     if best["hardware"] in hardware_of:
-        header += "\ntop plan: " + how_sure(hardware_of[best["hardware"]], layout(best),
+        header += "\ntop plan: " + how_sure(hardware_of[best["hardware"]], _band_layout(best, req),
                                             [best["scheme"]], None, int(best["gpus"]))
         header += "\ntop plan's " + memory_how_sure(hardware_of[best["hardware"]], req.stack)
     if req.quality is not None:
@@ -516,3 +498,43 @@ def energy_note(req: PlanRequest, shown: set[str], hardware_of: dict) -> str:
             f"waiting draw); emissions location-based (simulator/run/energy.py): PUE "
             f"{site.pue:g}, grid {site.grid_kg_per_kWh:g} kg CO2e/kWh: {site.source}"
             + (f"; no [power] table, no energy figures: {', '.join(bare)}" if bare else ""))
+
+
+def _listed(value):
+    """An option's value as the header prints it: a comma list the user typed ("dense-adamw,
+    dense-adams,...") bracketed with spaces, so the header wraps at 100 columns between its
+    items instead of running one unbroken word past them (issue 58)."""
+    if isinstance(value, str) and "," in value and " " not in value:
+        return "[" + ", ".join(value.split(",")) + "]"
+    return value
+
+
+def banded(shown, req):
+    """`shown` (plan rows) with each row's held-out band and the ranges of its step time,
+    hours and cost, as `scape plan` prints them and costmodel.plan returns them: how far
+    published steps like each plan were from the model (the planner prices compute with each
+    profile's own model: no --mfu here). Rows name their profile, and two profiles of one name
+    (a copy beside the shipped one) leave the name without a band."""
+    import pandas as pd
+
+    hardware_of = _named(req)
+    shown = shown.assign(**{col: [
+        step_lookup(hardware_of[r.hardware], _band_layout(r, req), r.scheme, None)[col]
+        if r.hardware in hardware_of else empty for r in shown.itertuples()]
+        for col, empty in heldout(None, "heldout_step").items()})
+    # each figure's range from its band (reports/step_fidelity.py band_range; empty: none)
+    return shown.join(pd.DataFrame([range_columns(r, ("step_time_s", "hours", "cost_usd"))
+                                    for r in shown.to_dict(orient="records")],
+                                   index=shown.index))
+
+
+def _named(req) -> dict:
+    """The request's profiles by name, leaving out a name two profiles share."""
+    names = [hw.name for hw in req.hardware]
+    return {hw.name: hw for hw in req.hardware if names.count(hw.name) == 1}
+
+
+def _band_layout(r, req) -> str:
+    """A plan row's band layout (a row tuple or a Series)."""
+    return layout_class(r.tp, r.pp, r.tp_comm_overlap, r.cp, r.fp8,
+                        req.model.moe is not None, req.cuda_graphs)

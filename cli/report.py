@@ -8,7 +8,7 @@ from cli.app import StrictTyper, app
 from cli.common import STEP_OPTS, Format3, _progress
 from cli.outputs import out_folder
 from profiles import load_hardware, load_model
-from reports.tables import check_format, render
+from reports.tables import check_format, comment_lines, render
 from vocabulary.units import parse_counts, parse_names
 
 report_app = StrictTyper(help="Report builders.", no_args_is_help=True, rich_markup_mode=None)
@@ -50,8 +50,8 @@ def report_scaling(
                                schemes=None if schemes is None else tuple(
                                    parse_names(schemes, "--schemes")),
                                batch=global_batch)
-    print(f"report: {files['html']} (self-contained) and {files['markdown']}; "
-          f"figures and CSVs in {folder}/")
+    print("\n".join(comment_lines(f"report: {files['html']} (self-contained) and "
+                                  f"{files['markdown']}; figures and CSVs in {folder}/")))
 
 
 
@@ -122,8 +122,9 @@ def reproduce(
         print(render(check[["model", "micro_batch", *formats]], "table",
                      header=f"forward+backward per step: {hardware}'s against "
                      f"{compute_profile}'s, and the authors' GH200 computation"))
-    print(f"# report: {files['report']} (assumptions, what-if on {files['what_if'].stem}, "
-          "sensitivity figure, CSVs)")
+    print("\n".join(comment_lines(
+        f"report: {files['report']} (assumptions, what-if on {files['what_if'].stem}, "
+        "sensitivity figure, CSVs)")))
 
 
 def _counts(text: str) -> list[int]:

@@ -220,9 +220,11 @@ def simulate(
     out.append(f"{'model_tflops_per_gpu':>20}  {row['model_tflops_per_gpu']:12.1f} TFLOP/s "
           "(model FLOPs: forward + backward, no recompute)")
     if "gpu_power_W" in row:  # what the step draws (simulator/run/energy.py, default site)
-        out.append(f"{'step_energy_kWh':>20}  {row['step_energy_kWh']:12.3f} kWh "
-                   f"({row['gpu_power_W']:.0f} W a GPU, {row['facility_kW']:,.1f} kW for the "
-                   "job with its nodes and the default PUE; plan prices runs and carbon)")
+        # the value on its row, its reading on a '#' line that wraps at 100 columns
+        out.append(f"{'step_energy_kWh':>20}  {row['step_energy_kWh']:12.3f} kWh")
+        out.append(f"#   step_energy_kWh: {row['gpu_power_W']:.0f} W a GPU, "
+                   f"{row['facility_kW']:,.1f} kW for the job with its nodes and the default "
+                   "PUE; plan prices runs and carbon")
     if tokens is not None:
         out += _run_lines(row)
     if steps:

@@ -4,10 +4,11 @@ by their parameter names (`--micro-batch` is `micro_batch`, `--scheme` `scheme`)
 commands' own defaults (read from the commands' declarations, so the two cannot drift), and
 return what the commands print as JSON: a dict (simulate) or a pandas DataFrame (compare,
 plan), every row carrying the options it ran with. A refused input raises
-`profiles.UserError` with the command's one-line message.
+`profiles.UserError` with the command's one-line message. docs/python-api.md says what each
+returns; tests/test_api.py runs the three lines below.
 
     >>> from costmodel import simulate, compare, plan
-    >>> simulate("llama-7b", "dgx-h100", 64, scheme="scape:0.99", recompute="full")["step_time_s"]
+    >>> simulate("llama-7b", "dgx-h100", 64, scheme="scape:0.99", pp=2)["step_time_s"]
     >>> compare("llama-7b", "commodity-100gbe", 64, schemes="dense-adams,scape:0.99")
     >>> plan("deepseek-v3", "dgx-h100", "1T", max_gpus=4096).head()
 """
@@ -94,5 +95,8 @@ def plan(model: str, hardware: str, tokens: float | str, top: int | None = 10,
     req = PlanRequest(load_model(model), parse_tokens(tokens),
                       tuple(load_hardware(h) for h in parse_names(hardware, "hardware")),
                       **request)
+    from cli.plan import banded
+
     df = plan_training(req.validate(), keep=top)
-    return df.head(top) if top is not None else df
+    # with each row's band and ranges, as the command's JSON carries them
+    return banded(df.head(top) if top is not None else df, req)

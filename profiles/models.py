@@ -377,11 +377,22 @@ def _check_heads(path, arch: Arch, family: str | None = None) -> None:
                       key=lambda h: (abs(h - arch.n_heads), h))[:2]
         field = "head_dim" if arch.head_width is not None else "n_heads"
         hint = ("an even head_dim" if arch.head_width is not None else
-                "n_heads " + " or ".join(map(str, sorted(near))) if near else "an even width")
+                "n_heads " + " or ".join(_with_groups(h, arch.n_kv_heads) for h in sorted(near))
+                if near else "an even width")
         raise ProfileError(
             f"{path}: [arch] {field}: a llama's head width must be even (rotary position "
             f"embeddings rotate pairs of channels), got {arch.head_dim} "
             f"(d_model {arch.d_model} / n_heads {arch.n_heads}); give {hint}")
+
+
+def _with_groups(n_heads: int, n_kv_heads: int) -> str:
+    """A suggested head count, with the KV head count it needs where the file's does not
+    divide it (the largest that does, below the file's), so that following the hint does not
+    fail on the next rule (issue 58)."""
+    if n_heads % n_kv_heads == 0:
+        return str(n_heads)
+    kv = max(k for k in range(1, min(n_kv_heads, n_heads) + 1) if n_heads % k == 0)
+    return f"{n_heads} with n_kv_heads {kv}"
 
 
 def _check_count(path, n_params: int, ref: dict[str, Any]) -> None:

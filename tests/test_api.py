@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from costmodel import compare, plan, simulate
@@ -45,6 +46,25 @@ def test_plan_is_the_commands_top(capsys):
     rows = json.loads(out)
     assert len(df) == 3 and list(df["step_time_s"]) == pytest.approx(
         [r["step_time_s"] for r in rows], rel=1e-12)
+    # the bands and ranges the command adds come with the function's rows too
+    banded = [c for c in rows[0] if c.startswith("heldout_step") or c.endswith(("_low", "_high"))
+              or c.endswith(("_low_s", "_high_s"))]
+    assert {"hours_low", "hours_high", "cost_usd_low"} <= set(banded) <= set(df.columns)
+    for c in banded:
+        assert [None if pd.isna(v) else v for v in df[c]] == [r[c] for r in rows], c
+
+
+def test_the_docstrings_examples_run():
+    """costmodel's docstring examples, line by line (a documented call that is refused is a
+    broken example: issue 58)."""
+    import costmodel
+
+    lines = [line.strip()[4:] for line in costmodel.__doc__.splitlines()
+             if line.strip().startswith(">>> ")]
+    assert len(lines) == 4
+    scope: dict = {}
+    for line in lines:
+        exec(line, scope)  # as documented (plan's is the slowest: ~1 s)
 
 
 @pytest.mark.parametrize("call, says", [

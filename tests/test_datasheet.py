@@ -66,4 +66,10 @@ def test_an_odd_llama_head_width_is_refused_with_even_ones(capsys, tmp_path):
     code, _, err = scape(capsys, "profiles", "check", str(path))
     assert code == 2, err
     assert "head width must be even" in err and "got 11" in err
-    assert "give n_heads 6 or 11" in err  # 132 / 6 = 22 and 132 / 11 = 12, the nearest even
+    # 132 / 6 = 22 and 132 / 11 = 12, the nearest even; each with the KV heads that divide it,
+    # so the hint followed does not fail on "n_kv_heads must divide n_heads" next
+    assert "give n_heads 6 with n_kv_heads 6 or 11 with n_kv_heads 11" in err
+    followed = _edited(tmp_path, "models", "llama-7b", "odd-llama-followed",
+                       {"d_model": "132", "n_heads": "6", "n_kv_heads": "6"})
+    code, _, err = scape(capsys, "profiles", "check", str(followed))
+    assert "head width" not in err and "n_kv_heads" not in err, err
