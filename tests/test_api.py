@@ -47,8 +47,8 @@ def test_plan_is_the_commands_top(capsys):
     assert len(df) == 3 and list(df["step_time_s"]) == pytest.approx(
         [r["step_time_s"] for r in rows], rel=1e-12)
     # the bands and ranges the command adds come with the function's rows too
-    banded = [c for c in rows[0] if c.startswith("heldout_step") or c.endswith(("_low", "_high"))
-              or c.endswith(("_low_s", "_high_s"))]
+    banded = [c for c in rows[0] if c.startswith("heldout_step")
+              or c.endswith(("_low", "_high", "_low_s", "_high_s"))]
     assert {"hours_low", "hours_high", "cost_usd_low"} <= set(banded) <= set(df.columns)
     for c in banded:
         assert [None if pd.isna(v) else v for v in df[c]] == [r[c] for r in rows], c
