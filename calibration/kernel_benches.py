@@ -209,6 +209,40 @@ def reducer_bytes_bench(n: int, device: torch.device) -> Bench:
     return run
 
 
+def grad_norm_bench(n: int, device: torch.device) -> Bench:
+    """The global L2 norm of n fp32 gradients, as clipping computes it before the update
+    (simulator/step/per_step.py): one pass reading each value."""
+    g = _randn(n, device)  # [n] fp32 gradient
+
+    def run() -> None:
+        torch.linalg.vector_norm(g)  # [] fp32
+
+    return run
+
+
+def clip_scale_bench(n: int, device: torch.device) -> Bench:
+    """n fp32 gradients multiplied in place by the clip coefficient (PyTorch's
+    clip_grads_with_norm_, every step on the torchtitan stack)."""
+    g = _randn(n, device)  # [n] fp32 gradient
+    coef = torch.tensor(1.0, device=device)  # [] fp32, clamped to 1 as PyTorch does
+
+    def run() -> None:
+        g.mul_(coef)
+
+    return run
+
+
+def memset_bench(n: int, device: torch.device) -> Bench:
+    """Zero n bytes (kind `memset`, whose elements are bytes): Megatron-Core's gradient buffer
+    reset, one zero_() over a flat buffer (n/4 fp32 values)."""
+    buf = torch.empty(max(1, n // 4), device=device)  # [n / 4] fp32
+
+    def run() -> None:
+        buf.zero_()
+
+    return run
+
+
 def _split(n: int, tensors: int) -> list[int]:
     """`tensors` sizes (the last takes the remainder) totalling n."""
     sizes = [n // tensors] * (tensors - 1)
@@ -271,6 +305,9 @@ KERNEL_BENCH: dict[str, Builder] = {
     "error_feedback": error_feedback_bench,
     "scale": scale_bench,
     "reducer_bytes": reducer_bytes_bench,
+    "grad_norm": grad_norm_bench,
+    "clip_scale": clip_scale_bench,
+    "memset": memset_bench,
     "flat_copy": flat_copy_bench,
     "authors_step": authors_step_bench,
 }

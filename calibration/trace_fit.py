@@ -206,8 +206,16 @@ def fit_trace(trace: Trace, model: ModelProfile, base: HardwareProfile, micro_ba
         for kind in ("optimizer_adamw", "optimizer_adams"):
             kernels[kind] = {**kernels.get(kind, {}), "fixed_us": 0.0, "ns_per_element": ns,
                              "residual_pct": 0.0}
-        hw = replace(hw, kernels=kernels)
+        hw = replace(hw, kernels={**kernels, **IN_THE_TRACE})
     return TraceFit(hw, traced, base_s, fitted, constants, len(trace.steps), spread)
+
+
+# the stack's once-a-step kernels besides the update (simulator/step/per_step.py) are in the
+# traced step already: clipping's foreach norm and scale inside the optimizer class (its
+# cost per parameter above), the gradient buffer's zeroing among the memory-bound kernels
+# (the fitted memory rate); priced at nothing on the fitted profile, not counted twice
+IN_THE_TRACE = {kind: {"fixed_us": 0.0, "ns_per_element": 0.0, "residual_pct": 0.0}
+                for kind in ("grad_norm", "clip_scale", "memset")}
 
 
 # the [roofline] fractions the step's sustained share multiplies (simulator/step/roofline.py)
@@ -265,7 +273,7 @@ def profile_tables(fit: TraceFit, base_doc: dict, model: ModelProfile, trace: Tr
         for kind in ("optimizer_adamw", "optimizer_adams"):
             kernels[kind] = {"fixed_us": 0.0, "ns_per_element": c["optimizer_ns_per_element"],
                              "residual_pct": 0.0}  # where from: the [roofline] sources
-        doc["kernels"] = kernels
+        doc["kernels"] = {**kernels, **IN_THE_TRACE}
     mfu = {k: v for k, v in doc.get("model_mfu", {}).items() if k != model.name}
     doc.pop("model_mfu", None)
     if mfu:  # the traced model is priced from its shapes now, the others as before

@@ -51,6 +51,7 @@ from simulator.memory.peak import describe_outside, thin_note
 from simulator.network.collective import describe
 from simulator.network.topology import build_topology
 from simulator.planning.compare import resolved_scheme
+from simulator.step.per_step import describe as describe_per_step
 from simulator.step.trace import write_trace
 from vocabulary.names import scheme_names
 from vocabulary.units import parse_tokens
@@ -189,7 +190,8 @@ def simulate(
                       f"the layers wait {row['host_wait_per_micro_batch_s'] * 1e3:.3f} ms a "
                       "micro-batch for it (--cuda-graphs removes the wait)"))
     out.append(f"# {how_sure(cfg.hardware, layout_of(cfg), [scheme], cfg.mfu, cfg.gpus)}")
-    for key in ("step_time_s", "compute_s", "compression_s", "tp_comm_s", "exposed_comm_s",
+    for key in ("step_time_s", "compute_s", "per_step_s", "compression_s", "tp_comm_s",
+                "exposed_comm_s",
                 "overlapped_comm_s", *(("pipeline_bubble_s",) if pp > 1 else ()),
                 *(("cp_comm_s",) if cfg.cp > 1 else ()),
                 *(("ep_comm_s",) if cfg.model.moe is not None else ()),
@@ -199,6 +201,9 @@ def simulate(
         out.append(f"{table_name(key):>20}  {table_value(key, row[key]):12.3f} ms")
         if key == "step_time_s":  # its range: the band's largest held-out error either way
             out.append(_range_line(row))
+        if key == "per_step_s":  # a part of compute: say which part
+            out.append(f"#   per_step_ms: of compute_ms, once a step after the backward: "
+                       f"{describe_per_step(cfg)}")
     out.append(f"{table_name('bytes_per_gpu'):>20}  "
           f"{table_value('bytes_per_gpu', row['bytes_per_gpu']):12.4f} GB")
     parts = ", ".join(f"{k} {row[f'memory_{k}_GB']:.1f}" for k in (

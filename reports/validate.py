@@ -126,7 +126,10 @@ def predict(hw: HardwareProfile, model: str, cfg: SchemeConfig, world: int,
     cfg = runtime_config(cfg)
     step = StepConfig(model=profile, hardware=hw, gpus=world, scheme=cfg,
                       micro_batch=micro_batch, seq_len=seq_len, dtypes=RUNTIME_DTYPES)
-    return simulate_step(step.validate(), the_plan=runtime_plan(cfg, model, world, hw))
+    # the runtime's loop runs its plan's kernels and no more: zero_grad(set_to_none=True),
+    # clipping only where --clip-grad puts it in the plan (scape/train/loop.py)
+    return simulate_step(step.validate(), the_plan=runtime_plan(cfg, model, world, hw),
+                         step_work=False)
 
 
 def probe_compute(hw: HardwareProfile, model: str, micro_batch: int, ranks: int,

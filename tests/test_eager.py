@@ -55,7 +55,12 @@ def test_torchtitan_steps_are_eager_unless_compiled():
     compiled = replace(titan, torch_compile=True).validate()
     assert titan.eager_kernels and not compiled.eager_kernels and not base.eager_kernels
     eager_s, compiled_s = (simulate_step(c).step_time_s for c in (titan, compiled))
-    assert compiled_s == pytest.approx(simulate_step(base).step_time_s, rel=1e-9)
+    # the layers alike; the stacks' once-a-step work differs (simulator/step/per_step.py:
+    # torchtitan scales the clipped gradients, Megatron zeroes its gradient buffer)
+    here, there = simulate_step(compiled), simulate_step(base)
+    assert here.per_step_s != pytest.approx(there.per_step_s, rel=1e-3)
+    assert here.step_time_s - here.per_step_s == pytest.approx(
+        there.step_time_s - there.per_step_s, rel=1e-9)
     assert eager_s > compiled_s * 1.05
     with pytest.raises(UserError, match="the megatron stack's kernels are fused already"):
         replace(base, torch_compile=True).validate()

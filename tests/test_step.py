@@ -23,6 +23,14 @@ TINY = load_model("gpt-345m")
 DT = Dtypes(grad_bytes=4, param_bytes=2)
 
 
+def once(updated: float, buffer: float, hw=VISTA) -> float:
+    """Seconds of the Megatron stack's once-a-step kernels beside the update
+    (simulator/step/per_step.py): the clip's norm over the `updated` gradients, the zeroing of
+    the `buffer` gradients' fp32 buffer."""
+    return (kernel_time("grad_norm", updated, hw)
+            + kernel_time("memset", buffer * DT.grad_bytes, hw))
+
+
 def cfg(scheme="dense-adams", gpus=4, hw=VISTA, **opts):
     extra = {k: opts.pop(k) for k in list(opts) if k in (
         "micro_batch", "grad_accum", "tp", "chunks", "algo", "seq_len")}
@@ -34,7 +42,9 @@ def test_no_communication_step_is_compute():
     r = simulate_step(c)
     t = fwd_bwd(TINY, VISTA, c.micro_batch, c.seq, 1, 3)
     opt = kernel_time("optimizer_adams", TINY.n_params, VISTA)
-    assert r.step_time_s == pytest.approx(3 * (t.fwd_s + t.bwd_s) + opt, rel=1e-12)
+    per_step = opt + once(TINY.n_params, TINY.n_params)
+    assert r.step_time_s == pytest.approx(3 * (t.fwd_s + t.bwd_s) + per_step, rel=1e-12)
+    assert r.per_step_s == pytest.approx(per_step, rel=1e-12)
     assert r.exposed_comm_s == pytest.approx(0, abs=1e-12) and r.bytes_per_gpu == 0
 
 
@@ -50,6 +60,7 @@ def test_zero1_without_overlap_closed_form():
     # the closed form of each ring: (P-1) alpha + (P-1)/P S/B
     b, a = VISTA.nic.effective_Bps, VISTA.nic.latency_us * 1e-6
     assert rs == pytest.approx(3 * a + 3 / 4 * n * DT.grad_bytes / b, rel=1e-12)
+    opt += once(n / 4, n)  # the norm over the shard, the whole buffer zeroed
     assert r.step_time_s == pytest.approx(t.fwd_s + t.bwd_s + rs + opt + ag, rel=1e-12)
 
 
@@ -89,15 +100,21 @@ def test_exact_timeline_ddp_two_ranks():
     r = simulate_step(c)
     t = fwd_bwd(TINY, VISTA, 1, c.seq)
     ar = collective_time(VISTA, 2, "all_reduce", "ring", TINY.n_params * DT.grad_bytes).time_s
-    opt = kernel_time("optimizer_adams", TINY.n_params, VISTA)
+    n = TINY.n_params
+    opt = kernel_time("optimizer_adams", n, VISTA)
+    norm = kernel_time("grad_norm", n, VISTA)
+    zero = kernel_time("memset", n * DT.grad_bytes, VISTA)
     f, b = t.fwd_s, t.bwd_s
     got = [(s.collective, s.phase, s.start_s, s.end_s) for s in r.spans]
     approx = lambda x: pytest.approx(x, rel=1e-12)  # noqa: E731
+    u = f + b + ar + norm  # the update starts after the clip's norm
     assert got == [
         ("compute", "forward mb0", 0.0, approx(f)),
         ("compute", "backward mb0", approx(f), approx(f + b)),
         ("comm", "grad all-reduce", approx(f + b), approx(f + b + ar)),
-        ("compute", "adams update", approx(f + b + ar), approx(f + b + ar + opt)),
+        ("compute", "gradient norm (clipping)", approx(f + b + ar), approx(u)),
+        ("compute", "adams update", approx(u), approx(u + opt)),
+        ("compute", "zero the gradient buffer", approx(u + opt), approx(u + opt + zero)),
     ]
 
 

@@ -101,12 +101,23 @@ KERNEL_BYTES: dict[str, float] = {
     "flat_copy": 16.0,
     # A Python loop's elementwise work, already counted in bytes (scape/plan/scape_authors.py).
     "reducer_bytes": 1.0,
+    # The gradient's global norm for clipping: read each fp32 gradient once (Megatron-Core's
+    # get_grad_norm_fp32, one multi_tensor_l2norm over the main grads; PyTorch's
+    # clip_grad_norm_, foreach norms); simulator/step/per_step.py
+    "grad_norm": 4.0,
+    # The clip's scaling: read and write each fp32 gradient (PyTorch's clip_grads_with_norm_
+    # multiplies by the clamped coefficient every step, to avoid a host sync)
+    "clip_scale": 8.0,
+    # Zero a buffer: write each byte once (elements counted in bytes, as reducer_bytes)
+    "memset": 1.0,
 }
 # Kinds not priced by HBM bytes: a host op's launch (CPU-side dispatch, elements = launches),
 # a copy over the CPU-GPU link (elements = bytes), the authors' optimizer step as measured.
 OTHER_KINDS = ("host_ops", "host_copy", "authors_step")
+# the step's own once-a-step work (simulator/step/per_step.py), compute like the update
+PER_STEP_KINDS = frozenset({"grad_norm", "clip_scale", "memset"})
 COMPRESSION_KINDS = (frozenset(KERNEL_BYTES) | set(OTHER_KINDS)) - {
-    "optimizer_adamw", "optimizer_adams", "flat_copy"}
+    "optimizer_adamw", "optimizer_adams", "flat_copy"} - PER_STEP_KINDS
 
 # --- a step's choices (simulate, compare, plan) -------------------------------------------
 # activation recomputation: none; Megatron's selective (the attention core, Korthikanti et al.

@@ -50,6 +50,7 @@ from simulator.network.topology import Topology, build_topology, distinct
 from simulator.step.compute import fwd_bwd, host_slowdown, kernel_time, sharing_waits
 from simulator.step.cp_comm import cp_bytes_per_layer, layer_cp_s
 from simulator.step.moe import ep_bytes_per_layer, ep_layer_s
+from simulator.step.per_step import with_step_work
 from simulator.step.profile_memo import ProfileMemo
 from simulator.step.step_config import StepConfig, StepResult
 from simulator.step.streams import Prefetch, Stream, busy_overlap, pipeline_send_s, union_length
@@ -166,6 +167,7 @@ class _StepSim(_StepCosts):
         self.n_chunks = cfg.chunks or cfg.model.arch.n_layers
         self.compute_s = self.compression_s = self.tp_s = self.interference_s = 0.0
         self.cp_s = self.ep_s = 0.0
+        self.per_step_s = 0.0  # of compute_s: the work once a step (_once_a_step)
         # ranks sharing one GPU: the measured wait per kernel call, already at that sharing,
         # so not scaled again by the host slowdown _work applies
         self.waits = {kind: wait / self.slowdown
@@ -297,7 +299,17 @@ class _StepSim(_StepCosts):
             if k.stage == stage:
                 kind = "compression" if k.kind in COMPRESSION_KINDS else "compute"
                 seconds = kernel_time(k.kind, k.elements, self.cfg.hardware, k.tensors)
-                yield from self._work(k.name, seconds + self.waits.get(k.kind, 0.0), kind)
+                yield from self._once_a_step(k.name, seconds + self.waits.get(k.kind, 0.0),
+                                             kind)
+
+    def _once_a_step(self, name: str, seconds: float, kind: str):
+        """Work the step does once, after the backward: its compute part counted in
+        per_step_s too (the optimizer update, simulator/step/per_step.py's kernels, the
+        profile's fixed host work; a scheme's compression kernels are compression_s)."""
+        t0 = self.env.now
+        yield from self._work(name, seconds, kind)
+        if kind == "compute":
+            self.per_step_s += self.env.now - t0
 
     def run(self) -> float:
         self.env.process(self._compute())
@@ -424,8 +436,9 @@ class _StepSim(_StepCosts):
         yield from self._kernels("update")
         yield from self._kernels("post")
         # the host's fixed work per step (a profile fitted to real steps knows it)
-        yield from self._work("fixed per-step work",
-                              (cfg.hardware.compute.step_fixed_ms or 0.0) * 1e-3, "compute")
+        yield from self._once_a_step("fixed per-step work",
+                                     (cfg.hardware.compute.step_fixed_ms or 0.0) * 1e-3,
+                                     "compute")
         yield simpy.AllOf(self.env, [p for op in ops if op.phase == "after_update"
                                      for p in self._launch(op, together=True)])
         yield simpy.AllOf(self.env, carried["next_forward"])
@@ -443,7 +456,7 @@ EXTEND_FROM = 12
 EXTEND_PLAIN_FROM = 256
 STEADY = 4
 _KEYS = ("step", "compute", "compression", "tp", "cp", "ep", "exposed", "overlap", "bubble",
-         "interference")
+         "interference", "per_step")
 
 
 def _run_kind(cfg: StepConfig, topo: Topology, cache: PhaseCache, step: StepPlan
@@ -457,7 +470,8 @@ def _run_kind(cfg: StepConfig, topo: Topology, cache: PhaseCache, step: StepPlan
     return {"step": t, "compute": sim.compute_s, "compression": sim.compression_s,
             "tp": sim.tp_s, "cp": sim.cp_s, "ep": sim.ep_s, "exposed": t - busy - sim.bubble_s,
             "bubble": sim.bubble_s,
-            "overlap": min(overlap, comm), "interference": sim.interference_s}, sim.spans
+            "overlap": min(overlap, comm), "interference": sim.interference_s,
+            "per_step": sim.per_step_s}, sim.spans
 
 
 def _extended(cfg: StepConfig, topo: Topology, cache: PhaseCache, step: StepPlan
@@ -512,14 +526,17 @@ def lower_bound_s(cfg: StepConfig) -> float:
 
 def simulate_step(
     cfg: StepConfig, cache: PhaseCache | None = None, the_plan: Plan | None = None,
-    trace: bool = False,
+    trace: bool = False, step_work: bool = True,
 ) -> StepResult:
     """Simulate one steady-state step of `cfg`; step kinds (dense refresh) are averaged.
 
     `the_plan` replaces the scheme's own plan (to study a variant); `cache` lets several
     simulations on the same topology share built collectives; `trace`: every micro-batch is
     simulated, so the spans cover the whole step (steps of many micro-batches are otherwise
-    extended from their steady state, `_extended`, and their spans show a few).
+    extended from their steady state, `_extended`, and their spans show a few). `step_work`:
+    the stack's once-a-step kernels besides the update (simulator/step/per_step.py) are
+    added; False for a plan that already holds everything its loop runs (this project's own
+    runtime, reports/validate.py).
     """
     cfg.validate()
     topo = build_topology(cfg.hardware, cfg.gpus)
@@ -527,6 +544,8 @@ def simulate_step(
     dense = cfg._plan() if the_plan is None else the_plan
     experts = cfg._expert_plan()
     the_plan = merged_plan(dense, experts)
+    if step_work:
+        the_plan = with_step_work(cfg, the_plan)
     totals = dict.fromkeys(_KEYS, 0.0)
     spans: list[Span] = []
     kinds = []
@@ -554,6 +573,7 @@ def simulate_step(
         interference_s=max(0.0, totals["interference"]),  # no -1e-17 from rounding
         cp_comm_s=totals["cp"],
         ep_comm_s=None if cfg.model.moe is None else totals["ep"],
+        per_step_s=totals["per_step"],
     )
 
 

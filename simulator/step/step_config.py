@@ -249,11 +249,7 @@ class StepConfig:
         """The scheme's plan for this step's data-parallel group (of the first pipeline
         stage, which ends the backward last); with a shard group, the scheme's plan over it
         and the all-reduce of each gradient shard across the groups (`hybrid`)."""
-        stage = self.model.stage_tensors(self.pp, self.stage0_layers)
-        # a tensor-parallel rank holds 1/t of every weight matrix (and of the vocabulary) and
-        # the whole of every norm and bias vector, replicated over the group (Megatron)
-        tensors = [(size if vector else math.ceil(size / self.tp), vector)
-                   for size, vector in stage]
+        tensors = self.dense_tensors
         n = sum(size for size, _ in tensors)
         if self.shard_group is not None and self.shard_group < self.grad_ranks:
             return hybrid(plan(self.scheme, n, self.shard_group, self.plan_dtypes),
@@ -261,6 +257,24 @@ class StepConfig:
         return self._tied(plan(self.scheme, n, self.grad_ranks, self.plan_dtypes,
                                tensors=[size for size, _ in tensors],
                                dense=[d for _, d in tensors]))
+
+    @property
+    def dense_tensors(self) -> list[tuple[int, bool]]:
+        """The first stage's dense tensors as one rank holds them, (elements, is a vector), in
+        buffer order: a tensor-parallel rank holds 1/t of every weight matrix (and of the
+        vocabulary) and the whole of every norm and bias vector, replicated over the group
+        (Megatron)."""
+        stage = self.model.stage_tensors(self.pp, self.stage0_layers)
+        return [(size if vector else math.ceil(size / self.tp), vector)
+                for size, vector in stage]
+
+    @property
+    def expert_tensors(self) -> list[int]:
+        """The first stage's routed-expert tensors one rank holds (elements): 1/EP of the
+        experts, each cut over the expert tensor-parallel ranks; [] without experts."""
+        experts = self.model.stage_expert_tensors(self.stage0_layers)
+        local = experts[: len(experts) // self.ep]
+        return [math.ceil(size / self.expert_tp) for size, _ in local]
 
     def _tied(self, p: Plan) -> Plan:
         """`p` with DeepSpeed's tied-embedding reduction where the deepspeed stack pipelines a
@@ -286,11 +300,9 @@ class StepConfig:
         over the expert tensor-parallel ranks (Megatron-Core reduces expert gradients over
         their own group, apart from the dense ones: distributed/distributed_data_parallel.py,
         expert_data_parallel_group). None for a model without experts."""
-        experts = self.model.stage_expert_tensors(self.stage0_layers)
-        if not experts:
+        tensors = self.expert_tensors
+        if not tensors:
             return None
-        local = experts[: len(experts) // self.ep]  # this rank's experts
-        tensors = [math.ceil(size / self.expert_tp) for size, _ in local]
         return plan(self.scheme, sum(tensors), self.edp, self.plan_dtypes, tensors=tensors,
                     dense=[False] * len(tensors))
 
@@ -577,6 +589,9 @@ class StepResult:
     # expert-parallel dispatch and combine the compute stream waited for (simulator/step/moe.py);
     # None: a model without experts (its rows carry no such column)
     ep_comm_s: float | None = None
+    # of compute_s: the work once a step after the backward (the optimizer update, the
+    # gradient norm, the buffer zeroing: simulator/step/per_step.py; a fitted host cost)
+    per_step_s: float = 0.0
 
     def as_dict(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k not in ("spans", "kinds")
