@@ -124,3 +124,19 @@ def test_the_thin_headroom_footnote_counts_the_shipped_peaks(tmp_path):
     rows = [r for r in csv.DictReader(MEMORY_BANDS.open()) if r["peak_kind"] == "reserved"]
     assert peaks == sum(int(r["rows"]) for r in rows) and 0 <= under <= peaks
     assert under == sum(int(r["under"]) for r in rows)
+
+
+def test_a_model_without_a_published_batch_is_refused_with_the_published_ones(capsys):
+    """No batch is invented for llama3-70b (Meta published none): the refusal lists the
+    shipped models' published batches converted to this run's sequence length."""
+    from profiles import load_model
+
+    code, _, err = scape(capsys, "plan", "-m", "llama3-70b", "-H", "dgx-h100", "--tokens",
+                         "1e12", "--max-gpus", "4096")
+    text = unwrapped(err)
+    assert code == 2 and "give --global-batch" in text
+    gpt3 = load_model("gpt3-175b")
+    seqs = gpt3.global_batch * gpt3.arch.seq_len / 8192  # GPT-3's 3.2M tokens at 8,192
+    assert f"gpt3-175b {gpt3.global_batch * gpt3.arch.seq_len / 1e6:.1f}M tokens = " \
+           f"{seqs:,.0f} sequences" in text
+    assert "llama3-70b " not in text.split("give --global-batch")[1]  # it has none to give

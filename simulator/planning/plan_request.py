@@ -301,8 +301,9 @@ class PlanRequest:
         if not self.schemes:
             raise UserError("--schemes: give at least one scheme")
         if self.batch < 1:
-            raise UserError(f"model {self.model.name} has no default global batch; "
-                            "give --global-batch")
+            raise UserError(f"model {self.model.name} has no default global batch (its "
+                            "creators published none); give --global-batch: "
+                            + published_batches(self.seq))
         check_tokens(self.tokens, self.batch, self.seq)
         paths = [hw.path for hw in self.hardware]
         twice = sorted({p for p in paths if paths.count(p) > 1})
@@ -337,6 +338,24 @@ class PlanRequest:
         if self.price_per_gpu_hour is not None:
             return self.price_per_gpu_hour
         return hw.price.of(self.price_tier)
+
+
+def published_batches(seq: int) -> str:
+    """The shipped models' published global batches in tokens, and what each is in sequences
+    of `seq` tokens: what a user without a batch of their own can pick from."""
+    from profiles import load_model
+    from profiles.loader import names
+
+    rows = []
+    for name in names("model"):
+        m = load_model(name)
+        if m.global_batch is not None and m.n_params >= 1e9:  # runs of today's sizes
+            rows.append((m.global_batch * m.arch.seq_len, name))
+    rows.sort()
+    said = "; ".join(f"{name} {tokens / 1e6:.1f}M tokens = {tokens / seq:,.0f} sequences"
+                     for tokens, name in rows)
+    return (f"the published batches of the shipped models, at this run's {seq:,} tokens a "
+            f"sequence: {said} (`scape profiles show MODEL` gives each source)")
 
 
 def check_tokens(tokens, sequences: int | None = None, seq: int | None = None) -> None:
