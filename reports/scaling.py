@@ -35,6 +35,7 @@ from simulator.planning.planner import UNMEASURED, candidates, evaluate_bounded
 from simulator.step.batch import parallel_map, simulate_cached
 from simulator.step.step_config import StepConfig
 from vocabulary.atomic import to_csv_atomic, write_text_atomic
+from vocabulary.units import span
 
 SCHEMES = ("dense-adams", "dense-ddp", "quantized:8", "topk:0.99", "scalecom:0.99",
            "scape:0.9", "scape:0.99", "scape:0.999", "scape-partitioned:0.99")
@@ -221,9 +222,9 @@ def _answer(df: pd.DataFrame, hw: HardwareProfile) -> str:
             & (df["scheme"] == "scape:0.99")].drop_duplicates(["gpus", "nic_Gbps"])
     if not bw.empty:
         paying = bw[bw["speedup_vs_dense_adams"] > 1.0].sort_values(["gpus", "nic_Gbps"])
-        rates = f"{_span(bw['nic_Gbps'].min(), bw['nic_Gbps'].max(), 'g')} Gb/s per NIC"
+        rates = f"{span(bw['nic_Gbps'].min(), bw['nic_Gbps'].max(), 'g')} Gb/s per NIC"
         if paying.empty:
-            text += f" It pays nowhere in the sweep ({rates}, {_span(bw['gpus'].min(), top)} GPUs)."
+            text += f" It pays nowhere in the sweep ({rates}, {span(bw['gpus'].min(), top)} GPUs)."
         else:
             where = ", ".join(f"{r.gpus} GPUs at {r.nic_Gbps:g} Gb/s "
                               f"({r.speedup_vs_dense_adams:.2f}x)"
@@ -266,7 +267,7 @@ def write_report(model: str, hardware: str, out: Path, quick: bool = False,
     if fitting.empty:  # every figure and the answer would be empty
         counts = df.loc[df["sweep"] == "gpus", "gpus"]
         raise UserError(f"no step of the sweep fits in GPU memory: {m.name} on "
-                        f"{_span(counts.min(), counts.max(), ',')} GPUs of {hw.name}, whatever the "
+                        f"{span(counts.min(), counts.max(), ',')} GPUs of {hw.name}, whatever the "
                         "scheme and layout `scape plan` searches (tensor and pipeline "
                         "parallelism, micro-batch, recomputation): GPUs with more memory, or "
                         "a smaller model")
@@ -344,6 +345,3 @@ def write_report(model: str, hardware: str, out: Path, quick: bool = False,
     return files
 
 
-def _span(low, high, spec: str = "") -> str:
-    """'64-512', or '64' where the sweep has one value (not '64-64')."""
-    return format(low, spec) if low == high else f"{low:{spec}}-{high:{spec}}"

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from reports.calibration_reach import beyond_measured
 from reports.fidelity import heldout, shipped, stored, summarize
+from vocabulary.units import span
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -94,7 +95,7 @@ def summarize_sources(held: pd.DataFrame) -> pd.DataFrame:
     sources with their frameworks and row counts."""
     bands = summarize(held, KEYS, "error_pct")
     groups = held.groupby(KEYS)
-    sizes = groups["gpus"].agg(lambda g: f"{g.min()}-{g.max()}")
+    sizes = groups["gpus"].agg(lambda g: span(g.min(), g.max()))  # '64', not '64-64'
     named = groups.apply(
         lambda part: "; ".join(f"{s} ({f}) {n}" for (s, f), n in
                                part.groupby(["source", "framework"]).size().items()),

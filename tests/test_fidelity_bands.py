@@ -224,3 +224,14 @@ def test_rows_alike_but_for_scale_or_release_are_one_configuration():
         (rows["config"] == rows["config"].iloc[0]).sum() > 1)
     held = pd.DataFrame({"config": ["a", "a", "a", "b"], "error_pct": [1.0, 2.0, 30.0, -4.0]})
     assert step_fidelity.config_medians(held).to_dict() == {"a": 2.0, "b": -4.0}
+
+
+def test_a_band_over_one_job_size_names_it_once():
+    """A band whose rows ran at one GPU count says '64', not '64-64' (vocabulary/units.py
+    span, as the scaling report writes its sweep)."""
+    held = pd.DataFrame({"hardware": ["h"] * 3, "layout": ["l"] * 3, "schemes": ["dense"] * 3,
+                         "gpus": [64, 64, 64], "source": ["s"] * 3, "framework": ["f"] * 3,
+                         "case": ["a", "b", "c"], "error_pct": [1.0, -2.0, 3.0]})
+    assert list(step_fidelity.summarize_sources(held)["gpus"]) == ["64"]
+    held.loc[2, "gpus"] = 512
+    assert list(step_fidelity.summarize_sources(held)["gpus"]) == ["64-512"]

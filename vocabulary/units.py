@@ -168,6 +168,11 @@ def figure_text(value: float, decimals: int) -> str:
     return never_zero(f"{value:,.{decimals}f}", value)
 
 
+def span(low, high, spec: str = "") -> str:
+    """'64-512', or '64' where the values are one (not '64-64')."""
+    return format(low, spec) if low == high else f"{low:{spec}}-{high:{spec}}"
+
+
 def format_duration(seconds: float) -> str:
     """H:MM:SS from an hour up, M:SS below (progress lines' time left)."""
     seconds = max(0, round(seconds))
