@@ -93,9 +93,16 @@ def test_torchtitan_attention_is_pytorch_sdpa_flash2_where_the_profile_tells_it_
     assert cfg(stack="torchtitan").attention == "flash2"
     assert cfg().attention == "flash"
     assert cfg(stack="torchtitan", attention="flash").attention == "flash"
-    on_gb200 = StepOptions("llama3-8b", "gb200-nvl72", 4, scheme=SchemeOptions("dense-zero3"),
+    def on(hw, gpus=4):
+        return StepOptions("llama3-8b", hw, gpus, scheme=SchemeOptions("dense-zero3"),
                            pricing=Pricing(stack="torchtitan")).config()
-    assert on_gb200.attention == "flash"  # no FA2 rates apart there
+
+    # Blackwell gives FA2's rates apart too (late-constants.md row 56), far below cuDNN's
+    gb200 = on("gb200-nvl72")
+    assert gb200.attention == "flash2"
+    r = gb200.hardware.roofline
+    assert r.attn_flash2_fwd_fraction < r.attn_fwd_fraction / 3
+    assert on("vista-gh200").attention == "flash"  # no FA2 rates apart there
 
 
 def test_fsdp_with_pipelining_is_refused_naming_what_it_does():
