@@ -219,6 +219,35 @@ def interpolation_error(rows: pd.DataFrame, times: pd.DataFrame,
     return 100 * worst
 
 
+WORST = 5  # held-out rows printed with their breakdowns (issue 61's acceptance)
+
+
+def worst_breakdowns(rows: pd.DataFrame, held: pd.DataFrame, without: tuple[str, ...] = ()
+                     ) -> pd.DataFrame:
+    """The WORST held-out rows by |error|, each simulated again at the share it was predicted
+    with (its profile's sustained share set to it, the late knobs `without` taken back) and
+    broken down as simulate reports a step: compute (of it the once-a-step work), the
+    tensor-parallel communication waited for, exposed data-parallel communication, the
+    pipeline bubble and the slowdown beside collectives, in seconds."""
+    from simulator.step.simulate import simulate_step
+
+    top = held.reindex(held["error_pct"].abs().sort_values(ascending=False).index).head(WORST)
+    shipped = fp.shipped_profiles(rows)
+    out = []
+    for h in top.itertuples():
+        row = rows[rows["case"] == h.case]
+        profiles, row = fp.without_late(without, shipped, row)
+        hw = fp.sustained(profiles[h.hardware], h.share)
+        r = simulate_step(fp.step_config(next(row.itertuples()), hw))
+        out.append({"case": h.case, "measured_s": h.measured_s, "predicted_s": h.predicted_s,
+                    "error_pct": h.error_pct, "share": h.share, "simulated_s": r.step_time_s,
+                    "compute_s": r.compute_s,
+                    "per_step_s": r.per_step_s, "tp_comm_s": r.tp_comm_s,
+                    "exposed_comm_s": r.exposed_comm_s, "bubble_s": r.pipeline_bubble_s,
+                    "interference_s": r.interference_s})
+    return pd.DataFrame(out)
+
+
 def line(df: pd.DataFrame, label: str) -> str:
     """Rows and distinct configurations, each configuration's median |error| counted once in
     the median; the max is the worst row."""
@@ -270,6 +299,10 @@ def main() -> int:
     skipped = sorted(set(rows["case"]) - set(held["case"]))
     if skipped:
         print(f"  not predicted (the only {args.by} on its GPU): {', '.join(skipped)}")
+    print(f"the {WORST} worst held-out rows, simulated again at their held-out share "
+          "(simulated_s = compute + tp + exposed + bubble; predicted_s, the grid's "
+          "interpolation, is within the figure below of it):")
+    print(worst_breakdowns(rows, held, without).to_string(**fmt))
     print(f"interpolation in 1/share against direct simulation at the shipped shares: max "
           f"{interpolation_error(rows, times, without):.2f}%")
     print(f"wall time {time.perf_counter() - t0:.1f} s")
