@@ -18,6 +18,8 @@ How a row becomes a step (each choice named, none fitted):
   Megatron-Bridge rows; dense-zero3 (FSDP) for torchtitan rows and rows whose `sharding` says
   fsdp, and under pipeline parallelism what FSDP does there, keep the stage's parameters
   gathered through the step (simulator/step/step_config.py FSDP_UNDER_PP: dense-zero1);
+- torchtitan rows compiled (torch.compile, as both torchtitan sources state; read from
+  session 43 on, before which they were priced eager: late-constants.md row 56);
 - TP communication overlapped for NVIDIA's performance recipes with TP > 1 (their GPT-3 and
   Nemotron recipes turn it on: profiles/external/step-calibration.csv); off elsewhere;
 - recomputation: none where blank or none; full where full; Megatron's partial module lists
@@ -220,6 +222,9 @@ def options(r, defaults: bool = False) -> StepOptions:
         overlap=Overlap(tp_comm=True if (nvidia and tp > 1) else None),
         # a torchtitan run keeps what torchtitan keeps (its loss, TP and pipeline buffers)
         pricing=Pricing(stack="torchtitan" if torchtitan else None,
+                        # both torchtitan sources ran torch.compile (mxfp8.md: 'torch.compile
+                        # enabled'; Nebius' train_671b.sh: --compile.enable): fused layers
+                        torch_compile=True if torchtitan else None,
                         cuda_graphs=said.get("cuda_graphs") == "true"))
 
 
