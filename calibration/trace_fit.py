@@ -26,6 +26,7 @@ from profiles import HardwareProfile, ModelProfile, UserError
 from profiles.hardware import Roofline
 from simulator.step.roofline import head_times, layer_times
 from vocabulary.gpu_names import same_family_or_refuse
+from vocabulary.names import PER_STEP_KINDS
 
 FITTED = ("gemm", "attention", "memory")
 # where the base profile has no [roofline]: the constants the fit does not solve for are
@@ -215,7 +216,7 @@ def fit_trace(trace: Trace, model: ModelProfile, base: HardwareProfile, micro_ba
 # cost per parameter above), the gradient buffer's zeroing among the memory-bound kernels
 # (the fitted memory rate); priced at nothing on the fitted profile, not counted twice
 IN_THE_TRACE = {kind: {"fixed_us": 0.0, "ns_per_element": 0.0, "residual_pct": 0.0}
-                for kind in ("grad_norm", "clip_scale", "memset")}
+                for kind in sorted(PER_STEP_KINDS)}  # sorted: the written file's order
 
 
 # the [roofline] fractions the step's sustained share multiplies (simulator/step/roofline.py)

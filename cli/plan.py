@@ -177,8 +177,9 @@ def plan_cmd(
         site=site_of(pue, grid), max_power_MW=max_power_mw, price_tier=str(price_tier),
         spot_interruptions_per_node_day=spot_interruptions,
     ).validate()
-    # here, not at the top: `scape plan --help` and a refused request load neither (pandas
-    # alone is 0.3 s of imports on a 2-core host, issue 58)
+    # here, not at the top: `scape plan --help` and a refused request load neither the
+    # planner nor pandas (imported by `banded`; pandas alone is 0.3 s of imports on a 2-core
+    # host, issue 58)
     from simulator.planning.planner import best_dense, best_without
 
     df = searched(req, "simulating plans", keep=None if exhaustive else top,
