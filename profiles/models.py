@@ -51,6 +51,11 @@ ARCH_FIELDS = {
     # the MLP: gated SwiGLU (gate, up, down), or ungated GELU or squared ReLU (Nemotron-4);
     # not given: the family's (profiles/model_layers.py FAMILY_MLP)
     "mlp": Field(str, choices=MLPS, required=False),
+    # a LayerNorm on the embedding's output before the first layer (BLOOM's --embed-layernorm,
+    # bigscience Megatron-DeepSpeed megatron/mpu/layers.py VocabParallelEmbedding.norm): its
+    # input is kept for the backward on the first stage (simulator/memory/activations.py
+    # embedding_kept_per_token); its 2 x d_model parameters are not counted
+    "embed_layernorm": Field(bool, required=False),
 }
 REFERENCE_FIELDS = {
     "n_params": Field(int, ge=1),
@@ -89,6 +94,7 @@ class Arch:
     sliding_window: int | None = None  # None: every layer attends to the whole sequence
     sliding_window_share: float | None = None  # the layers that attend through the window
     mlp: str | None = None  # None: the family's
+    embed_layernorm: bool | None = None  # None: none
 
     def attention_share(self, seq_len: int) -> float:
         """The causal attention's work at `seq_len` over the whole sequence's, a mean layer:

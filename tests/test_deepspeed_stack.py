@@ -12,6 +12,7 @@ import pytest
 
 from profiles import UserError, load_hardware, load_model
 from scape.plan import Dtypes, make_config, plan
+from simulator.memory.activations import embedding_kept_per_token
 from simulator.memory.peak import memory_use
 from simulator.planning.options import (
     Batch,
@@ -93,6 +94,33 @@ def test_memory_keeps_the_bf16_gradients_beside_the_fp32_ones():
     assert ds.grads == pytest.approx(mega.grads * (4 + 2) / 4, rel=1e-12)
     assert (ds.weights, ds.optimizer, ds.activations) == (mega.weights, mega.optimizer,
                                                           mega.activations)
+
+
+def test_pipeline_engine_keeps_each_in_flight_output_partition_and_the_embedding():
+    """DeepSpeed's pipeline engine keeps every in-flight micro-batch's output until its
+    backward, as its 1/TP partition (pipe_buffers['outputs'], is_pipe_partitioned); Megatron
+    frees it. Both stacks keep the first stage's embedding, which neither recomputes:
+    BLOOM's embedding LayerNorm input (2 h + 8 bytes a token) and the dropout mask (h bytes).
+    On BLOOM's stage 0 (PP 12, 12 micro-batches in flight of 2 x 2048 tokens)."""
+    dt = Dtypes(param_bytes=2, grad_bytes=4)
+    tp, pp, mb, seq, h = 4, 12, 2, 2048, GPT.arch.d_model
+    args = dict(dp=8, tp=tp, micro_batch=mb, seq_len=seq, dtypes=dt, recompute="full",
+                sequence_parallel=False, pp=pp, attention="unfused", micro_batches=128)
+    zero1 = make_config("dense-adamw")
+    mega = memory_use(GPT, zero1, **args)
+    ds = memory_use(GPT, deepspeed_scheme(zero1), stack="deepspeed", **args)
+    assert ds.stage == mega.stage == 0
+    tokens_in_flight = pp * mb * seq
+    assert ds.activations - mega.activations == pytest.approx(
+        tokens_in_flight * 2 * h / tp, rel=1e-9)
+    plain = replace(GPT, arch=replace(GPT.arch, embed_layernorm=None))
+    without = memory_use(plain, zero1, **args)
+    assert mega.activations - without.activations == pytest.approx(
+        tokens_in_flight * (2 * h + 8), rel=1e-9)
+    # the mask alone: a byte an element, sharded where sequence parallelism scatters first
+    assert embedding_kept_per_token(plain, tp, False) == h
+    assert embedding_kept_per_token(plain, tp, True) == h / tp
+    assert embedding_kept_per_token(load_model("llama3-8b"), 1, False) == 0
 
 
 def test_step_is_slower_by_what_the_mechanisms_add():

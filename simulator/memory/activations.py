@@ -317,6 +317,35 @@ def pipeline_buffers_per_token(model, tp: int, micro_batches: int, first: bool, 
     return per * micro_batches
 
 
+def embedding_kept_per_token(model, tp: int, sequence_parallel: bool) -> float:
+    """Bytes per token of one micro-batch that the first stage's embedding keeps for its
+    backward beside the layers' activations: no stack recomputes it (Megatron-LM's full
+    recomputation checkpoints the transformer layers only; DeepSpeed's pipeline checkpoints
+    only ParallelTransformerLayerPipe, deepspeed/runtime/pipe/module.py _is_checkpointable,
+    "excludes the embedding layer"). Its output is the first layer's input, counted with the
+    layer; beside it: the embedding dropout's mask (torch.nn.Dropout keeps a bool mask, one
+    byte an element; under sequence parallelism Megatron scatters the embedding first,
+    language_model.py Embedding.forward) where the model has dropout, and where the model has
+    an embedding LayerNorm (BLOOM's --embed-layernorm, bigscience Megatron-DeepSpeed
+    megatron/mpu/layers.py VocabParallelEmbedding: apex's MixedFusedLayerNorm on the reduced
+    output) its bf16 input and fp32 mean and inverse deviation."""
+    h = model.arch.d_model
+    mask = h / (tp if sequence_parallel and tp > 1 else 1) if model.dropout else 0.0
+    norm = 2 * h + 8 if model.arch.embed_layernorm else 0.0
+    return mask + norm
+
+
+def deepspeed_output_per_token(model, tp: int) -> float:
+    """Bytes per token of one micro-batch that DeepSpeed's pipeline engine keeps of a stage's
+    output until that micro-batch's backward (stages before the last): the output tensor in
+    pipe_buffers['outputs'] (deepspeed/runtime/pipe/engine.py _exec_forward_pass), whose data
+    is freed and replaced by its 1/TP partition where tensor parallelism partitions it
+    (is_pipe_partitioned: PartitionedTensor keeps a clone of the local part). Megatron frees
+    a sent output's data instead (deallocate_output_tensor)."""
+    hidden = 2 * model.arch.d_model  # bf16
+    return hidden / tp
+
+
 @lru_cache(maxsize=4096)
 def in_flight(stage: int, stages: int, micro_batches: int, layers: tuple[int, ...]) -> int:
     """The most layer-micro-batches `stage` holds at once (each micro-batch's activations

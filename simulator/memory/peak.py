@@ -20,6 +20,8 @@ from profiles.hardware import Memory
 from scape.plan import INDEX_BYTES, SCAPE_SCHEMES, SHARDED_GRAD, ZERO_STAGE, Dtypes, SchemeConfig
 from simulator.layout.shapes import Routing
 from simulator.memory.activations import (
+    deepspeed_output_per_token,
+    embedding_kept_per_token,
     in_flight,
     layer_memory,
     loss_bytes_per_token,
@@ -340,6 +342,13 @@ def _stage_activations(model: ModelProfile, tp: int, micro_batch: int, seq_len: 
         if pp > 1:
             stored += pipeline_buffers_per_token(model, tp, m, s == 0, last, stack,
                                                  kept_outputs) * tokens
+        if stack == "deepspeed" and pp > 1 and not last:  # no interleaving there
+            stored += (in_flight(s, pp, m, (1,)) * deepspeed_output_per_token(model, tp)
+                       * tokens)
+        if s == 0:  # the micro-batches the first model chunk holds, each with its embedding
+            chunk0 = (1,) + (0,) * (len(layers[s]) - 1)
+            stored += (in_flight(s, pp, m, chunk0) * tokens
+                       * embedding_kept_per_token(model, tp, sequence_parallel))
         working = per_layer.working * tokens
         # the peak: the end of a forward (the loss on the last stage), or a recomputed
         # layer's backward (its tensors again beside the stored ones)
