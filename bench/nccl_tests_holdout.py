@@ -36,8 +36,13 @@ ZiyanIshani/vpbenchmarking @ e55fe749, results/nccl/nccl_multinode/nccl_{allredu
 published); its ops are held out in turn as above, each log's op from its own header. Logs of
 several nodes fit the nccl model's NIC efficiency, launch cost and GPUDirect RDMA
 (calibration/nccl_tests_fit.py); the candidate model is for one node and is left out there.
+Logs whose hosts ran another number of GPUs than the profile's node need `--nics-per-node N`
+(e.g. xxrjun/nccl-tests-cluster @ 455de4f, benchmarks/example-cluster01/.../multi-node/runs/
+20260129-180219/without-debug/logs/nccl_N10_G{1,2,4}.log: 10 H100 nodes running 1, 2 or 4 GPUs
+each, read 2026-12-05, with N = the GPUs a host ran); `built-in` is then "-".
 
-Usage: python bench/nccl_tests_holdout.py [--logs DIR --gpu-from PROFILE [--algo ALGO]]
+Usage: python bench/nccl_tests_holdout.py [--logs DIR --gpu-from PROFILE [--algo ALGO]
+       [--nics-per-node N]]
 """
 
 from __future__ import annotations
@@ -51,7 +56,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from calibration.nccl_tests import calibrate_from_logs  # noqa: E402
-from profiles import measured  # noqa: E402
+from profiles import UserError, measured  # noqa: E402
 
 LOGS = REPO / "tests" / "fixtures" / "nccl-tests"
 SYSTEMS = {  # name: (logs, the hardware profile of their GPU, the algorithm they ran)
@@ -154,11 +159,13 @@ def _fitted(fit) -> str:
     return f" [{', '.join(found)}]" if found else ""
 
 
-def fit_on_one(logs: list[Path], parsed: list, gpu: str, algo: str) -> None:
+def fit_on_one(logs: list[Path], parsed: list, gpu: str, algo: str,
+               nics: int | None = None) -> None:
     """Issue 41's stated protocol: fit on ONE op's rows and predict each other op of the run
     (the leave-one-out lines above fit on all the others, which is easier). The nccl model
     only, as `scape calibrate nccl-tests FIT_LOG OTHER_LOG --holdout OTHER` runs it; one line
-    per (fitted op -> predicted op)."""
+    per (fitted op -> predicted op). `nics`: the NICs a node of the logs has, where the logs'
+    node shape differs from the profile's and they do not print it."""
     from calibration.nccl_tests import calibrate_from_logs
 
     by_op: dict[str, list[str]] = {}
@@ -169,7 +176,8 @@ def fit_on_one(logs: list[Path], parsed: list, gpu: str, algo: str) -> None:
         for held in sorted(set(by_op) - {fit_op}):
             _, fit, _, table, _ = calibrate_from_logs(
                 "holdout", by_op[fit_op] + by_op[held], holdout=held, min_bytes=MIN_BYTES,
-                gpu_from=gpu, model="nccl", algo=algo, force=True, with_intervals=False)
+                gpu_from=gpu, model="nccl", algo=algo, nics=nics, force=True,
+                with_intervals=False)
             err = 100 * (table["seconds"] / table["predicted_s"] - 1)
             print(f"    {fit_op} -> {held}: " + _band_text(list(table["size_bytes"]), list(err))
                   + _fitted(fit))
@@ -207,7 +215,13 @@ def main() -> int:
                         "logs to add (not shipped)")
     parser.add_argument("--gpu-from", default=None, help="their GPU's hardware profile")
     parser.add_argument("--algo", default="auto", help="the NCCL_ALGO they ran with")
+    parser.add_argument("--nics-per-node", type=int, default=None,
+                        help="the NICs a node of the --logs system has, where its logs put "
+                        "another number of GPUs on a host than the profile's node and do not "
+                        "print NCCL's NIC lines (scape calibrate nccl-tests asks it then)")
     args = parser.parse_args()
+    if args.nics_per_node is not None and args.logs is None:
+        parser.error("--nics-per-node describes the --logs system: give --logs")
     systems = dict(SYSTEMS)
     if args.logs is not None:
         if args.gpu_from is None:
@@ -217,9 +231,11 @@ def main() -> int:
             parser.error(f"--logs {args.logs}: no file there")
         systems[f"{args.logs} (--gpu-from {args.gpu_from})"] = (found, args.gpu_from,
                                                                  args.algo)
+    added = None if args.logs is None else f"{args.logs} (--gpu-from {args.gpu_from})"
     with tempfile.TemporaryDirectory() as tmp:
         measured.FOLDER = Path(tmp)  # the profiles written go nowhere that lasts
         for system, (logs, gpu, algo) in systems.items():
+            nics = args.nics_per_node if system == added else None
             logs = one_op_per_file(logs, Path(tmp))
             parsed = [parse_log(p) for p in logs]
             ops = sorted(log.op for log in parsed)
@@ -232,7 +248,7 @@ def main() -> int:
                     _, fit, _, table, _ = calibrate_from_logs(
                         "holdout", [str(p) for p in logs], holdout=held, min_bytes=MIN_BYTES,
                         gpu_from=gpu, model=model, algo=algo if model == "nccl" else "auto",
-                        force=True, with_intervals=False)
+                        nics=nics, force=True, with_intervals=False)
                     err = 100 * (table["seconds"] / table["predicted_s"] - 1)  # busbw error
                     print(f"    {model + ':':<11}" + _band_text(list(table["size_bytes"]),
                                                               list(err)) + _fitted(fit))
@@ -241,8 +257,11 @@ def main() -> int:
                 rows = fit_rows(parsed, MIN_BYTES)
                 if one_node and "all_to_all" not in ops:  # NCCL's rings only
                     print("    candidate: " + _band_text(*candidate(rows, gpu, held)))
-                print("    built-in:  " + _band_text(*built_in(rows, gpu, held, algo)))
-            fit_on_one(logs, parsed, gpu, algo)
+                try:
+                    print("    built-in:  " + _band_text(*built_in(rows, gpu, held, algo)))
+                except UserError as e:  # the profile's node is not the logs' (--nics-per-node)
+                    print(f"    built-in:  - ({str(e).splitlines()[0][:120]})")
+            fit_on_one(logs, parsed, gpu, algo, nics)
     return 0
 
 
