@@ -34,8 +34,10 @@ How a row becomes a step (each choice named, none fitted):
   table was seen (late-constants.md rows 31-32): `--defaults` prices every row with the tool's
   defaults instead (alltoall, no overlap, 16-bit gathers), the sensitivity;
 - published step: stated, or global batch x sequence / (tokens per second per GPU x GPUs);
-  rows that give only TFLOP/s are converted with this tool's FLOPs per token (the source's own
-  count may differ: they are reported apart).
+  rows that give only TFLOP/s are converted with their source's own FLOPs per token: the
+  Megatron-LM count of the version the source ran (profiles/external/tflops-counts.csv,
+  simulator/step/framework_flops.py; reported apart, with this tool's own count beside it as
+  the sensitivity, and the counts checked on the rows that state both tokens/s and TFLOP/s).
 Rows without a layout, or that the model refuses (it says why), are listed, not dropped; a
 refusal of a run that ran is a failure of the model ("runs that ran are accepted").
 
@@ -60,6 +62,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
+import statistics
 import sys
 import time
 from dataclasses import replace
@@ -88,12 +91,14 @@ from simulator.planning.options import (  # noqa: E402
     StepOptions,
 )
 from simulator.step.compute import forward_flops_per_token  # noqa: E402
+from simulator.step.framework_flops import megatron_flops_per_token, padded_vocab  # noqa: E402
 from simulator.step.simulate import simulate_step  # noqa: E402
 from vocabulary.names import DEFAULT_GRAD_DTYPE  # noqa: E402
 from vocabulary.recompute import with_modules  # noqa: E402
 
 DATA = REPO / "profiles" / "external" / "moe-blackwell-steps.csv"
 RECIPES = REPO / "profiles" / "external" / "moe-recipes.csv"
+COUNTS = REPO / "profiles" / "external" / "tflops-counts.csv"
 NVIDIA = ("NeMo", "Megatron")  # performance recipes: TP communication overlapped
 BLACKWELL = ("dgx-b200", "gb200-nvl72")
 # (source, hardware): the rows the shipped gb200-nvl72 sustained share was fitted on (their
@@ -133,6 +138,9 @@ def by_case(path: Path) -> dict[str, dict]:
 
 # the dispatcher, overlap and FP8 gathers of each MoE row's recipe (moe-recipes.csv)
 RECIPE = by_case(RECIPES)
+# how each source stating TFLOP/s only counted them (tflops-counts.csv), by source
+COUNT = {r["source"]: r for r in pd.read_csv(COUNTS, comment="#", dtype=str,
+                                             keep_default_na=False).to_dict("records")}
 # what each row's recipe sets for recomputation and offloading where the published table does
 # not say (profiles/external/step-recompute.csv)
 RECOMPUTE_SET = REPO / "profiles" / "external" / "step-recompute.csv"
@@ -228,14 +236,29 @@ def options(r, defaults: bool = False) -> StepOptions:
                         cuda_graphs=said.get("cuda_graphs") == "true"))
 
 
-def published_s(r, cfg) -> float:
+def source_flops_per_token(r, cfg) -> float:
+    """The FLOPs per token (forward and backward) the row's source counted its TFLOP/s by
+    (tflops-counts.csv); a source not in that file is refused, not priced by this tool's count."""
+    c = COUNT.get(r.source)
+    if c is None:
+        raise UserError(f"{r.case}: its source {r.source!r} states TFLOP/s only and "
+                        f"{COUNTS.name} does not say how it counted them")
+    return megatron_flops_per_token(
+        cfg.model, cfg.seq, c["count"].removeprefix("megatron-"), int(c["mtp_layers"]),
+        padded_vocab(cfg.model.arch.vocab_size, int(c["vocab_divisible_by"]), cfg.tp))
+
+
+def published_s(r, cfg, own_count: bool = False) -> float:
+    """The row's published step time; `own_count`: a TFLOP/s row converted with this tool's
+    FLOPs per token instead of its source's (the sensitivity)."""
     if r.step_from == "stated":
         return float(r.step_s)
     tokens = cfg.sequences * cfg.seq
     if r.step_from == "tokens":
         return tokens / (float(r.tokens_per_s_per_gpu) * cfg.gpus)
-    flops = 3 * forward_flops_per_token(cfg.model, cfg.seq) * tokens
-    return flops / (float(r.tflops_per_gpu) * 1e12 * cfg.gpus)
+    per_token = (3 * forward_flops_per_token(cfg.model, cfg.seq) if own_count else
+                 source_flops_per_token(r, cfg))
+    return per_token * tokens / (float(r.tflops_per_gpu) * 1e12 * cfg.gpus)
 
 
 def with_share(cfg, share: float | None):
@@ -272,10 +295,39 @@ def evaluate(r, share: float | None = None, defaults: bool = False) -> dict:
     row["published_s"] = published_s(r, cfg)
     row["predicted_s"] = res.step_time_s
     row["error_pct"] = 100 * (res.step_time_s / row["published_s"] - 1)
+    if r.step_from == "tflops":
+        row["own_count_error_pct"] = 100 * (res.step_time_s / published_s(r, cfg, True) - 1)
     row.update(compute_s=res.compute_s, ep_comm_s=res.ep_comm_s or 0.0,
                exposed_comm_s=res.exposed_comm_s, bubble_s=res.pipeline_bubble_s,
                tp_comm_s=res.tp_comm_s)
     return row
+
+
+def counts_check(rows: pd.DataFrame) -> str:
+    """How well Megatron's two counts (simulator/step/framework_flops.py) give the FLOPs per
+    token of the rows that state both tokens/s and TFLOP/s (TFLOP/s / tokens/s: their
+    source's own count), per source: median and max |ratio - 1| of each count."""
+    from profiles import load_model
+
+    both = rows[rows["tokens_per_s_per_gpu"].notna() & rows["tflops_per_gpu"].notna()]
+    lines = ["  Megatron's counts against the rows stating tokens/s and TFLOP/s (their source's "
+             "FLOPs per token), median / max |count / source's - 1| (rows):"]
+    for source, mine in both.groupby("source"):
+        cells = []
+        for version in ("full", "causal"):
+            errs = []
+            for r in mine.itertuples():
+                model = load_model(r.model)
+                if version == "full" and model.mla is not None:
+                    continue  # the full count has no multi-latent-attention terms
+                own = float(r.tflops_per_gpu) * 1e12 / float(r.tokens_per_s_per_gpu)
+                vocab = padded_vocab(model.arch.vocab_size, 128, _int(r.tp, 1))
+                count = megatron_flops_per_token(model, int(r.seq), version, vocab=vocab)
+                errs.append(abs(count / own - 1))
+            cells.append(f"{version} {100 * statistics.median(errs):.1f} / "
+                         f"{100 * max(errs):.1f}% ({len(errs)})" if errs else f"{version} -")
+        lines.append(f"    {source}: " + "; ".join(cells))
+    return "\n".join(lines)
 
 
 def summary(df: pd.DataFrame, by: str) -> pd.DataFrame:
@@ -373,9 +425,15 @@ def main() -> None:
     print(summary(stated, "source").to_string())
     print("\n## the same rows by kind")
     print(summary(stated, "kind").to_string())
-    print("\n## rows stating TFLOP/s only (converted with this tool's FLOPs per token; the "
-          "source's own count may differ)")
-    print(summary(held_df[held_df["step_from"] == "tflops"], "source").to_string())
+    print("\n## rows stating TFLOP/s only, converted with their source's FLOPs count "
+          "(tflops-counts.csv)")
+    tflops = held_df[held_df["step_from"] == "tflops"]
+    print(summary(tflops, "source").to_string())
+    print("  the same rows converted with this tool's own FLOPs per token instead (the "
+          "sensitivity to the count):")
+    print(summary(tflops.drop(columns="error_pct").rename(
+        columns={"own_count_error_pct": "error_pct"}), "source").to_string())
+    print(counts_check(rows))
     refused = df[df["note"].str.startswith("refused")]
     # the memory verdict counts only rows whose recomputation a source states and that offload
     # no activations to the host (not modelled); the others are reported apart
