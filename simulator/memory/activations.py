@@ -290,11 +290,14 @@ def loss_bytes_per_token(model, tp: int, loss: str, sequence_parallel: bool,
 
 
 def pipeline_buffers_per_token(model, tp: int, micro_batches: int, first: bool, last: bool,
-                               stack: str, kept_outputs: bool = False) -> float:
-    """Bytes per token of one micro-batch that a pipeline stage keeps for the whole step
-    beyond its layers' activations, times the step's micro-batches: none under Megatron (its
+                               stack: str, kept_outputs: bool = False,
+                               in_flight: int = 0) -> float:
+    """Bytes per token of one micro-batch that a pipeline stage's engine keeps beyond its
+    layers' activations, times the micro-batches it keeps them for: none under Megatron (its
     schedule frees a sent output's data, deallocate_output_tensor, and receives into buffers
-    it drops after use); under PyTorch's pipelining (torch/distributed/pipelining/stage.py
+    it drops after use); under DeepSpeed's pipeline engine each of the `in_flight`
+    micro-batches' outputs until its backward (stages before the last:
+    `deepspeed_output_per_token`); under PyTorch's pipelining (torch/distributed/pipelining/stage.py
     PipelineStage._prepare_forward_infra and _prepare_backward_infra: buffers made for every
     micro-batch up front) a receive buffer for every micro-batch's input (stages after the
     first) with the gradient left on it until the next step, and one for its output's gradient
@@ -304,6 +307,8 @@ def pipeline_buffers_per_token(model, tp: int, micro_batches: int, first: bool, 
     only the last stage's since pytorch#153383 (May 2025), and torchtitan asks for none since
     e5ef99aab (October 2025, `return_outputs=False`; docs/research/fsdp2-under-pp-memory.md
     section 2). Between the two (the last stage's logits alone) is not modelled."""
+    if stack == "deepspeed":
+        return 0.0 if last else in_flight * deepspeed_output_per_token(model, tp)
     if stack != "torchtitan" or micro_batches < 1:
         return 0.0
     hidden = 2 * model.arch.d_model / tp  # bf16, sequence-sharded

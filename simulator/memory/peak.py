@@ -20,7 +20,6 @@ from profiles.hardware import Memory
 from scape.plan import INDEX_BYTES, SCAPE_SCHEMES, SHARDED_GRAD, ZERO_STAGE, Dtypes, SchemeConfig
 from simulator.layout.shapes import Routing
 from simulator.memory.activations import (
-    deepspeed_output_per_token,
     embedding_kept_per_token,
     in_flight,
     layer_memory,
@@ -339,12 +338,10 @@ def _stage_activations(model: ModelProfile, tp: int, micro_batch: int, seq_len: 
         last = s == pp - 1
         params = stage_params(model, sum(layers[s]), s == 0, last, pp)
         stored = in_flight(s, pp, m, tuple(layers[s])) * per_layer.kept * tokens
-        if pp > 1:
+        if pp > 1:  # DeepSpeed's engine keeps its in-flight outputs (no interleaving there)
+            held = in_flight(s, pp, m, (1,)) if stack == "deepspeed" else 0
             stored += pipeline_buffers_per_token(model, tp, m, s == 0, last, stack,
-                                                 kept_outputs) * tokens
-        if stack == "deepspeed" and pp > 1 and not last:  # no interleaving there
-            stored += (in_flight(s, pp, m, (1,)) * deepspeed_output_per_token(model, tp)
-                       * tokens)
+                                                 kept_outputs, held) * tokens
         if s == 0:  # the micro-batches the first model chunk holds, each with its embedding
             chunk0 = (1,) + (0,) * (len(layers[s]) - 1)
             stored += (in_flight(s, pp, m, chunk0) * tokens
