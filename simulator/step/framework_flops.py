@@ -26,7 +26,7 @@ VERSIONS = ("full", "causal")
 
 def padded_vocab(vocab: int, divisible_by: int = 128, tp: int = 1) -> int:
     """Megatron's --make-vocab-size-divisible-by padding (default 128, times the tensor-
-    parallel size: megatron/training/tokenizer `_vocab_size_with_padding`)."""
+    parallel size: megatron/training/tokenizer/tokenizer.py `_vocab_size_with_padding`)."""
     step = divisible_by * tp
     return -(-vocab // step) * step
 
