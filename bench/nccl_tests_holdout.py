@@ -36,10 +36,10 @@ ZiyanIshani/vpbenchmarking @ e55fe749, results/nccl/nccl_multinode/nccl_{allredu
 published); its ops are held out in turn as above, each log's op from its own header. Logs of
 several nodes fit the nccl model's NIC efficiency, launch cost and GPUDirect RDMA
 (calibration/nccl_tests_fit.py); the candidate model is for one node and is left out there.
-Logs whose hosts ran another number of GPUs than the profile's node need `--nics-per-node N`
-(e.g. xxrjun/nccl-tests-cluster @ 455de4f, benchmarks/example-cluster01/.../multi-node/runs/
-20260129-180219/without-debug/logs/nccl_N10_G{1,2,4}.log: 10 H100 nodes running 1, 2 or 4 GPUs
-each, read 2026-12-05, with N = the GPUs a host ran); `built-in` is then "-".
+Logs whose hosts ran another number of GPUs than the profile's node need the NICs a node
+has: `--nics-per-node N` for a --logs folder; the shipped 10 x {1, 2, 4} H100 systems
+(xxrjun/nccl-tests-cluster @ 455de4f, the same 10 nodes running 1, 2 or 4 GPUs each:
+tests/fixtures/nccl-tests/SOURCES.md) take N = the GPUs a host ran. `built-in` is then "-".
 
 Usage: python bench/nccl_tests_holdout.py [--logs DIR --gpu-from PROFILE [--algo ALGO]
        [--nics-per-node N]]
@@ -59,7 +59,9 @@ from calibration.nccl_tests import calibrate_from_logs  # noqa: E402
 from profiles import UserError, measured  # noqa: E402
 
 LOGS = REPO / "tests" / "fixtures" / "nccl-tests"
-SYSTEMS = {  # name: (logs, the hardware profile of their GPU, the algorithm they ran)
+# name: (logs, the hardware profile of their GPU, the algorithm they ran[, the NICs a node of
+# theirs has where its hosts ran another GPU count than the profile's node])
+SYSTEMS = {
     "8x A100-SXM4-40GB, one process (microsoft/superbenchmark)":
         (sorted(LOGS.glob("a100-sxm4-40gb-*.out")), "dgx-a100", "auto"),
     "8x H100 80GB HBM3, one process, NCCL_ALGO=Ring (together-nccl-tests 20260305_220944)":
@@ -71,6 +73,14 @@ SYSTEMS = {  # name: (logs, the hardware profile of their GPU, the algorithm the
     "(xxrjun/nccl-tests-cluster)": ([LOGS / "h100-10x8-five-ops-xxrjun.log"], "dgx-h100",
                                     "auto"),
 }
+# the same 10 nodes running 1, 2 and 4 GPUs each, a NIC a GPU (tests/fixtures/nccl-tests/
+# SOURCES.md): nics = the GPUs a host ran
+SYSTEMS.update({
+    f"10 x {g} H100 80GB HBM3 (the same nodes, {g} GPU{'s' if g > 1 else ''} each; "
+    f"{g} NIC{'s' if g > 1 else ''} a node assumed), one process per GPU, 32 MiB up "
+    "(xxrjun/nccl-tests-cluster)": ([LOGS / f"h100-10x{g}-five-ops-xxrjun.log"], "dgx-h100",
+                                    "auto", g)
+    for g in (1, 2, 4)})
 BANDS = (("< 1 MiB", 0, 2**20), ("1-64 MiB", 2**20, 2**26), (">= 64 MiB", 2**26, float("inf")))
 MIN_BYTES = 64 * 1024
 
@@ -230,11 +240,11 @@ def main() -> int:
         if not found:
             parser.error(f"--logs {args.logs}: no file there")
         added = f"{args.logs} (--gpu-from {args.gpu_from})"
-        systems[added] = (found, args.gpu_from, args.algo)
+        systems[added] = (found, args.gpu_from, args.algo, args.nics_per_node)
     with tempfile.TemporaryDirectory() as tmp:
         measured.FOLDER = Path(tmp)  # the profiles written go nowhere that lasts
-        for system, (logs, gpu, algo) in systems.items():
-            nics = args.nics_per_node if system == added else None
+        for system, (logs, gpu, algo, *shape) in systems.items():
+            nics = shape[0] if shape else None
             logs = one_op_per_file(logs, Path(tmp))
             parsed = [parse_log(p) for p in logs]
             ops = sorted(log.op for log in parsed)

@@ -952,3 +952,29 @@ def test_a_fit_says_when_its_rows_cannot_tell_ll128_across_nodes(capsys, tmp_pat
     assert code == 0, err
     assert "gdr false (LL128 off" in " ".join(out.replace("#", " ").split())
     assert load_hardware("measured/ag").nccl.gdr is False
+
+
+@pytest.mark.parametrize("per_host", [1, 2, 4])
+def test_the_same_ten_nodes_at_fewer_gpus_a_node_read_their_shape(per_host, capsys, tmp_path,
+                                                                   monkeypatch):
+    """xxrjun/nccl-tests-cluster's runs of the 10-node job at 1, 2 and 4 GPUs a host: every
+    section parses, the rank lines give the node shape, and the NICs a node has, which no
+    line prints, are asked for rather than defaulted."""
+    from calibration.nccl_tests import parse_logs
+    from calibration.nccl_tests_shape import node_shape
+
+    path = FIX / f"h100-10x{per_host}-five-ops-xxrjun.log"
+    logs = parse_logs(path)
+    assert [(log.op, len(log.rows), log.ranks) for log in logs] == [
+        (op, 10, 10 * per_host)
+        for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "sendrecv")]
+    assert node_shape(logs) == per_host
+    monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path / "profiles"))
+    ar = tmp_path / "all_reduce.log"
+    ar.write_text("\n".join(path.read_text().splitlines()[:logs[1].section - 1]))
+    code, _, err = scape(capsys, *NT, str(ar), "--out", "asked", "--gpu-from", "dgx-h100")
+    assert code != 0 and "--nics-per-node" in err
+    code, _, err = scape(capsys, *NT, str(ar), "--out", "told", "--gpu-from", "dgx-h100",
+                         "--nics-per-node", str(per_host))
+    assert code == 0, err
+    assert load_hardware("measured/told").node.gpus_per_node == per_host
