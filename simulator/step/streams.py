@@ -56,17 +56,36 @@ def union_length(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-@functools.lru_cache(maxsize=1024)
 def pipeline_send_s(topo: Topology, stage: int, size: float) -> float:
     """Seconds for every GPU of the first pipeline stage (ranks 0..stage-1) to send `size`
     bytes to its peer `stage` ranks on, all at once, on the network model (the NICs, rails
-    and fabric between nodes, NVLink inside one). Remembered per topology: the planner asks
-    it for every scheme of a layout."""
+    and fabric between nodes, NVLink inside one): the send's latency and its bytes at the
+    flows' rate (`_send_line`, remembered per topology and stage: the planner asks it for
+    every micro-batch size, scheme and layout)."""
+    latency, per_byte = _send_line(topo, stage)
+    return latency + per_byte * size
+
+
+# bytes the per-byte time is read at: large, so that the latency's float residue is nothing
+LINE_BYTES = 1e9
+
+
+@functools.lru_cache(maxsize=1024)
+def _send_line(topo: Topology, stage: int) -> tuple[float, float]:
+    """(seconds, seconds a byte) of `pipeline_send_s`: one phase of equal flows, which
+    network/engine.py time_alone runs as its latency and then every flow at its max-min rate,
+    neither of which depends on the bytes; so its time is a line in the bytes, read here at 0
+    and at LINE_BYTES."""
     from simulator.network.collectives.base import Phase
 
     src = np.arange(stage)
-    return time_alone(topo, [Phase("pipeline send", 1, (topo.pairs("pipeline send", src,
-                                                                   src + stage, size),))])
+
+    def alone(size: float) -> float:
+        return time_alone(topo, [Phase("pipeline send", 1, (topo.pairs(
+            "pipeline send", src, src + stage, size),))])
+
+    latency = alone(0.0)
+    return latency, (alone(LINE_BYTES) - latency) / LINE_BYTES
 
 
 class Prefetch:
