@@ -131,7 +131,10 @@ def _fwd_bwd(cfg: StepConfig):
         routing=routing, cuda_graphs=cfg.cuda_graphs, host_launch_us=cfg.host_launch_us,
         eager=cfg.eager_kernels, fp8_recipe=cfg.cast_recipe,
         accum_pass_bytes=cfg.accum_pass_bytes, expert_loop=expert_loop))
-    return replace(one, flops_per_step_per_gpu=one.flops_per_step_per_gpu * cfg.accum)
+    # the step's FLOP count, remembered too (dataclasses.replace is the frontier search's
+    # most frequent small cost: thousands of bounds of a few shapes)
+    return FWD_BWD.get(cfg.hardware, (*key, "accum", cfg.accum), lambda: replace(
+        one, flops_per_step_per_gpu=one.flops_per_step_per_gpu * cfg.accum))
 
 
 class _StepSim(_StepCosts):
