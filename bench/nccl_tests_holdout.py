@@ -232,15 +232,15 @@ def main() -> int:
     args = parser.parse_args()
     if args.nics_per_node is not None and args.logs is None:
         parser.error("--nics-per-node describes the --logs system: give --logs")
-    systems, added = dict(SYSTEMS), None
+    systems = dict(SYSTEMS)
     if args.logs is not None:
         if args.gpu_from is None:
             parser.error("--logs needs --gpu-from")
         found = sorted(p for p in Path(args.logs).iterdir() if p.is_file())
         if not found:
             parser.error(f"--logs {args.logs}: no file there")
-        added = f"{args.logs} (--gpu-from {args.gpu_from})"
-        systems[added] = (found, args.gpu_from, args.algo, args.nics_per_node)
+        systems[f"{args.logs} (--gpu-from {args.gpu_from})"] = (
+            found, args.gpu_from, args.algo, args.nics_per_node)
     with tempfile.TemporaryDirectory() as tmp:
         measured.FOLDER = Path(tmp)  # the profiles written go nowhere that lasts
         for system, (logs, gpu, algo, *shape) in systems.items():

@@ -25,6 +25,15 @@ FIVE = FIX / "h100-1x8-five-ops-xxrjun.log"  # five binaries into one file, 32 M
 NT = ("calibrate", "nccl-tests", "--force", "--no-intervals")
 
 
+def section_file(path: Path, logs: list, i: int, out: Path) -> Path:
+    """`out` holding section `i` alone of a file several binaries ran into (`logs`: its
+    parse_logs sections), from its first line to the next section's."""
+    lines = path.read_text().splitlines()
+    end = logs[i + 1].section - 1 if i + 1 < len(logs) else len(lines)
+    out.write_text("\n".join(lines[logs[i].section - 1:end]))
+    return out
+
+
 def test_real_logs_are_read_exactly():
     ar = parse_log(A100_AR)
     assert ar.op == "all_reduce" and ar.ranks == 8 and ar.gpus_per_process == 8
@@ -218,11 +227,9 @@ def test_a_real_file_of_five_collectives_fits_on_one_and_prices_all_to_all(capsy
         33554432, 124.40, 125.34)
     assert a2a.rows[-1].busbw_GBps == 347.83 and a2a.nccl.version == "2.29.2"
     assert FIVE.read_text().splitlines()[a2a.rows[-1].line - 1].split()[5] == "43217.4"
-    ar_only = tmp_path / "all_reduce.log"  # the file's all-reduce section alone
-    lines = FIVE.read_text().splitlines()
-    ar_only.write_text("\n".join(lines[:logs[1].section - 1]))
-    a2a_only = tmp_path / "alltoall.log"
-    a2a_only.write_text("\n".join(lines[a2a.section - 1:logs[4].section - 1]))
+    # the file's all-reduce and all-to-all sections alone
+    ar_only = section_file(FIVE, logs, 0, tmp_path / "all_reduce.log")
+    a2a_only = section_file(FIVE, logs, 3, tmp_path / "alltoall.log")
     monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path / "profiles"))
     code, out, err = scape(capsys, *NT, str(ar_only), str(a2a_only),
                            "--out", "five", "--gpu-from", "dgx-h100", "--holdout", "all_to_all",
@@ -917,10 +924,8 @@ def test_a_real_ten_node_log_is_read_and_its_all_to_all_priced(capsys, tmp_path,
     assert [(log.op, len(log.rows), log.ranks) for log in logs] == [
         ("all_reduce", 10, 80), ("all_gather", 10, 80), ("reduce_scatter", 10, 80),
         ("all_to_all", 10, 80), ("sendrecv", 10, 80)]
-    lines = ten.read_text().splitlines()
-    ar, a2a = tmp_path / "all_reduce.log", tmp_path / "alltoall.log"
-    ar.write_text("\n".join(lines[:logs[1].section - 1]))
-    a2a.write_text("\n".join(lines[logs[3].section - 1:logs[4].section - 1]))
+    ar = section_file(ten, logs, 0, tmp_path / "all_reduce.log")
+    a2a = section_file(ten, logs, 3, tmp_path / "alltoall.log")
     monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path / "profiles"))
     code, out, err = scape(capsys, *NT, str(ar), str(a2a), "--out", "ten", "--holdout",
                            "all_to_all", "--format", "json")
@@ -938,10 +943,9 @@ def test_a_fit_says_when_its_rows_cannot_tell_ll128_across_nodes(capsys, tmp_pat
     from calibration.nccl_tests import parse_logs
 
     ten = FIX / "h100-10x8-five-ops-xxrjun.log"
-    logs, lines = parse_logs(ten), ten.read_text().splitlines()
-    ar, ag = tmp_path / "all_reduce.log", tmp_path / "all_gather.log"
-    ar.write_text("\n".join(lines[:logs[1].section - 1]))
-    ag.write_text("\n".join(lines[logs[1].section - 1:logs[2].section - 1]))
+    logs = parse_logs(ten)
+    ar = section_file(ten, logs, 0, tmp_path / "all_reduce.log")
+    ag = section_file(ten, logs, 1, tmp_path / "all_gather.log")
     monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path / "profiles"))
     code, out, err = scape(capsys, *NT, str(ar), "--out", "ar")
     assert code == 0, err
@@ -970,8 +974,7 @@ def test_the_same_ten_nodes_at_fewer_gpus_a_node_read_their_shape(per_host, caps
         for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "sendrecv")]
     assert node_shape(logs) == per_host
     monkeypatch.setenv("SCAPE_PROFILE_DIR", str(tmp_path / "profiles"))
-    ar = tmp_path / "all_reduce.log"
-    ar.write_text("\n".join(path.read_text().splitlines()[:logs[1].section - 1]))
+    ar = section_file(path, logs, 0, tmp_path / "all_reduce.log")
     code, _, err = scape(capsys, *NT, str(ar), "--out", "asked", "--gpu-from", "dgx-h100")
     assert code != 0 and "--nics-per-node" in err
     code, _, err = scape(capsys, *NT, str(ar), "--out", "told", "--gpu-from", "dgx-h100",

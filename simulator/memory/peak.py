@@ -338,10 +338,9 @@ def _stage_activations(model: ModelProfile, tp: int, micro_batch: int, seq_len: 
         last = s == pp - 1
         params = stage_params(model, sum(layers[s]), s == 0, last, pp)
         stored = in_flight(s, pp, m, tuple(layers[s])) * per_layer.kept * tokens
-        if pp > 1:  # DeepSpeed's engine keeps its in-flight outputs (no interleaving there)
-            held = in_flight(s, pp, m, (1,)) if stack == "deepspeed" else 0
+        if pp > 1:  # the engine's own buffers (DeepSpeed's: its in-flight micro-batches')
             stored += pipeline_buffers_per_token(model, tp, m, s == 0, last, stack,
-                                                 kept_outputs, held) * tokens
+                                                 kept_outputs, in_flight(s, pp, m, (1,))) * tokens
         if s == 0:  # the micro-batches the first model chunk holds, each with its embedding
             chunk0 = (1,) + (0,) * (len(layers[s]) - 1)
             stored += (in_flight(s, pp, m, chunk0) * tokens
