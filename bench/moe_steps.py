@@ -33,6 +33,9 @@ How a row becomes a step (each choice named, none fitted):
   (or DeepSeek's DualPipe); FP8 gathers where fp8_param_gather is on. Read after the first
   table was seen (late-constants.md rows 31-32): `--defaults` prices every row with the tool's
   defaults instead (alltoall, no overlap, 16-bit gathers), the sensitivity;
+- the MTP layers and Megatron-Core pipeline layout of the rows whose recipe states both
+  (profiles/external/pipeline-layouts.csv: Megatron-Bridge's DeepSeek-V3 rows); read after
+  the table was seen (late-constants.md row 59, with what they move);
 - published step: stated, or global batch x sequence / (tokens per second per GPU x GPUs);
   rows that give only TFLOP/s are converted with their source's own FLOPs per token: the
   Megatron-LM count of the version the source ran (profiles/external/tflops-counts.csv,
@@ -138,6 +141,9 @@ def by_case(path: Path) -> dict[str, dict]:
 
 # the dispatcher, overlap and FP8 gathers of each MoE row's recipe (moe-recipes.csv)
 RECIPE = by_case(RECIPES)
+# the MTP layers and pipeline layout of the rows whose recipe states them
+LAYOUTS = REPO / "profiles" / "external" / "pipeline-layouts.csv"
+LAYOUT = by_case(LAYOUTS)
 # how each source stating TFLOP/s only counted them (tflops-counts.csv), by source
 COUNT = {r["source"]: r for r in pd.read_csv(COUNTS, comment="#", dtype=str,
                                              keep_default_na=False).to_dict("records")}
@@ -218,7 +224,9 @@ def options(r, defaults: bool = False) -> StepOptions:
         recompute=recompute_of(stated_recompute(r)[0]),
         cp=_int(r.cp, 1), ep=ep, etp=etp,
         moe_dispatcher=said.get("dispatcher") or None,
-        moe_overlap=True if said.get("ep_overlap") == "true" else None)
+        moe_overlap=True if said.get("ep_overlap") == "true" else None,
+        mtp_layers=_int(LAYOUT.get(r.case, {}).get("mtp_layers")),
+        pp_layout=LAYOUT.get(r.case, {}).get("pp_layout") or None)
     nvidia = any(name in r.framework for name in NVIDIA)
     return StepOptions(
         r.model, r.hardware, int(r.gpus),

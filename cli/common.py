@@ -229,6 +229,16 @@ PARALLEL_OPTS = {
                                      "and all-reduces the gradient shards across them (FSDP2 "
                                      "HSDP; torchtitan data_parallel_shard_degree) [default: "
                                      "one group of every data-parallel rank]"),
+    "mtp_layers": typer.Option(None, "--mtp-layers", "--mtp-num-layers", min=0,
+                               help="multi-token prediction layers (Megatron-Core "
+                                    "--mtp-num-layers; DeepSeek-V3 trains one): each a layer "
+                                    "and a second output layer and loss on the last pipeline "
+                                    "stage [default: none]"),
+    "pp_layout": typer.Option(None, "--pipeline-model-parallel-layout", "--pp-layout",
+                              help="Megatron-Core's pipeline layout: E embedding, t decoder "
+                                   "layer, m MTP layer, L loss; '|' between virtual stages, "
+                                   "'*N' repeats (e.g. 'Et*4|(t*4|)*14tmL') [default: the "
+                                   "even split]"),
     "pp_kept_outputs": typer.Option(None, "--pp-kept-outputs/--no-pp-kept-outputs",
                                     help="torchtitan with pipeline stages: every micro-batch's "
                                          "outputs kept until the next step, as PyTorch's "
@@ -422,7 +432,8 @@ def step_options(flags: dict, spec: str) -> StepOptions:
                                 *(f.get(k) for k in ("ep", "etp", "moe_imbalance")),
                                 None if f.get("moe_dispatcher") is None
                                 else str(f["moe_dispatcher"]), f.get("moe_overlap"),
-                                f.get("shard_group")),
+                                f.get("shard_group"), f.get("mtp_layers"),
+                                f.get("pp_layout")),
         precision=Precision(f["grad_dtype"], f["param_dtype"], f["fp8"],
                             str(f["optimizer_dtype"]), bool(f.get("fp8_param_gather")),
                             None if f.get("fp8_recipe") is None else str(f["fp8_recipe"])),

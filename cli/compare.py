@@ -87,6 +87,8 @@ def compare_cmd(
     moe_dispatcher: DispatcherChoice = PARALLEL_OPTS["moe_dispatcher"],
     moe_overlap: bool | None = PARALLEL_OPTS["moe_overlap"],
     shard_group: int = PARALLEL_OPTS["shard_group"],
+    mtp_layers: int = PARALLEL_OPTS["mtp_layers"],
+    pp_layout: str = PARALLEL_OPTS["pp_layout"],
     fp8: bool = PARALLEL_OPTS["fp8"],
     fp8_param_gather: bool = PARALLEL_OPTS["fp8_param_gather"],
     fp8_recipe: Fp8RecipeChoice = PARALLEL_OPTS["fp8_recipe"],

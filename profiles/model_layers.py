@@ -28,6 +28,8 @@ MOE_FIELDS = {
     "d_ff_shared": Field(int, ge=0, le=1 << 23, required=False),
     "first_dense_layers": Field(int, ge=0, le=100_000, required=False),
     "every": Field(int, ge=1, le=100_000, required=False),
+    "groups": Field(int, ge=1, le=1 << 16, required=False),
+    "group_topk": Field(int, ge=1, le=1 << 16, required=False),
     "source": Field(str, nonempty=True),
 }
 MLA_FIELDS = {
@@ -54,6 +56,11 @@ class Moe:
     d_ff_shared: int | None = None  # None: n_shared_experts x d_ff_expert
     first_dense_layers: int | None = None  # None: 0
     every: int | None = None  # None: 1, every layer after the first dense ones
+    # group-limited routing (Megatron-Core --moe-router-num-groups, --moe-router-group-topk;
+    # DeepSeek-V3's node-limited routing): a token's experts come from `group_topk` of the
+    # `groups` contiguous expert groups. None: any expert
+    groups: int | None = None
+    group_topk: int | None = None
 
     @property
     def shared_width(self) -> int:

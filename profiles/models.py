@@ -358,6 +358,23 @@ def _check_moe(path, family: str, arch: Arch | None, moe: Moe | None, mla: Mla |
     if arch is not None and moe.moe_layers(arch.n_layers) == 0:
         raise ProfileError(f"{path}: [moe] first_dense_layers / every: no layer of the "
                            f"{arch.n_layers} has experts")
+    if (moe.groups is None) != (moe.group_topk is None):
+        raise ProfileError(f"{path}: [moe] groups and group_topk: the expert groups and how "
+                           "many of them a token's experts come from; give both or neither")
+    if moe.groups is not None:
+        if moe.n_experts % moe.groups:
+            near = sorted((g for g in range(1, moe.n_experts + 1) if moe.n_experts % g == 0),
+                          key=lambda g: (abs(g - moe.groups), g))[:2]
+            raise ProfileError(f"{path}: [moe] groups: must divide the {moe.n_experts} "
+                               f"experts, got {moe.groups} (nearest: "
+                               f"{' or '.join(map(str, sorted(near)))})")
+        if moe.group_topk > moe.groups:
+            raise ProfileError(f"{path}: [moe] group_topk: at most the {moe.groups} groups, "
+                               f"got {moe.group_topk}")
+        if moe.top_k > moe.group_topk * (moe.n_experts // moe.groups):
+            raise ProfileError(f"{path}: [moe] group_topk: {moe.group_topk} groups of "
+                               f"{moe.n_experts // moe.groups} experts hold fewer than the "
+                               f"top_k {moe.top_k}")
 
 
 def _check_heads(path, arch: Arch, family: str | None = None) -> None:

@@ -69,12 +69,16 @@ def test_expert_tensors_cover_the_routed_experts():
 @pytest.mark.parametrize("text, expect", [
     ("top_k = 9", "top_k: a token picks at most the 8 experts"),
     ("first_dense_layers = 32", "no layer of the 32 has experts"),
+    ("groups = 3\ngroup_topk = 1", "groups: must divide the 8 experts, got 3"),
+    ("groups = 4", "give both or neither"),
+    ("groups = 4\ngroup_topk = 5", "group_topk: at most the 4 groups"),
+    ("groups = 8\ngroup_topk = 1", "hold fewer than the top_k 2"),
 ])
 def test_a_bad_moe_table_is_refused_with_its_rule(tmp_path, text, expect):
     src = load_model("mixtral-8x7b").path
     body = Path(src).read_text()
-    key = text.split(" = ")[0]
-    lines = [ln for ln in body.splitlines() if not ln.startswith(f"{key} =")]
+    keys = [line.split(" = ")[0] for line in text.splitlines()]
+    lines = [ln for ln in body.splitlines() if not any(ln.startswith(f"{k} =") for k in keys)]
     at = lines.index("[moe]") + 1
     lines.insert(at, text)
     path = tmp_path / "bad-moe.toml"
@@ -336,3 +340,78 @@ def test_megatron_cores_overlap_hides_the_profiles_share_of_what_it_could():
     fitted = moe_overlap_fit.fit(load_hardware("dgx-h100"))
     assert load_hardware("dgx-h100").compute.ep_overlap_share == pytest.approx(
         statistics.mean(fitted["share"]), abs=0.005)
+
+
+@pytest.mark.parametrize("domains", [2, 4, 8, 16, 32])
+def test_node_limited_routing_copies_match_counting_every_choice(domains):
+    """simulator/step/moe.py domain_copies, DeepSeek-V3's 4 of 8 groups: the expected
+    domains a token's 8 experts reach, against counting every choice of 4 groups (each
+    equally likely) and the chance a domain's experts among them are all missed; without
+    the limit, the plain draw of 8 of 256. The limit never adds a copy."""
+    from itertools import combinations
+
+    from simulator.step.moe import domain_copies
+
+    moe = load_model("deepseek-v3").moe
+    e, k, g, tg = moe.n_experts, moe.top_k, moe.groups, moe.group_topk
+    size, total = e // g, 0.0
+    for chosen in combinations(range(g), tg):
+        experts = [x for grp in chosen for x in range(grp * size, (grp + 1) * size)]
+        held = [sum(1 for x in experts if x * domains // e == d) for d in range(domains)]
+        pool = len(experts)
+        total += sum(1 - math.comb(pool - n, k) / math.comb(pool, k) for n in held)
+    expected = total / math.comb(g, tg)
+    assert domain_copies(moe, domains) == pytest.approx(expected, rel=1e-12)
+    free = replace(moe, groups=None, group_topk=None)
+    plain = domains * (1 - math.comb(e - e // domains, k) / math.comb(e, k))
+    assert domain_copies(free, domains) == pytest.approx(plain, rel=1e-12)
+    assert domain_copies(moe, domains) <= plain
+
+
+def test_mtp_layers_are_priced_on_the_last_stage():
+    """--mtp-layers: each MTP layer is a layer and the output layer and loss again, on the
+    last pipeline stage (its time, its parameters and logits), so the step and the last
+    stage's memory grow; without pipelining too."""
+    base = dict(model="deepseek-v3", gpus=256, pp=8, ep=32, recompute="full")
+    plain, mtp = (_cfg(**base, mtp_layers=m) for m in (None, 1))
+    assert mtp.mtp_layers == 1 and plain.mtp_layers == 0
+    assert simulate_step(mtp).step_time_s > simulate_step(plain).step_time_s
+    one = _cfg(model="mixtral-8x7b", gpus=8, ep=8, mtp_layers=1, recompute="full")
+    none = _cfg(model="mixtral-8x7b", gpus=8, ep=8, recompute="full")
+    assert simulate_step(one).step_time_s > simulate_step(none).step_time_s
+    # one stage: its parameters (a layer, the projection) and a second logits tensor
+    grown = step_memory(one).total - step_memory(none).total
+    assert grown > one.model.layer_params / 8 * 2  # at least the layer's bf16 weights
+    with pytest.raises(UserError, match="--mtp-layers must be 0 or more"):
+        _cfg(**base, mtp_layers=-1)
+
+
+@pytest.mark.parametrize("layout, chunks, expect", [
+    ("Et*4|(t*4|)*14tmL", 4, ((4, 4, 4, 4), (4, 4, 4, 4), (4, 4, 4, 4), (4, 4, 4, 1))),
+    ("Et*16|t*16|t*16|t*13mL", 1, ((16,), (16,), (16,), (13,))),
+])
+def test_a_megatron_pipeline_layout_places_the_decoder_layers(layout, chunks, expect):
+    """--pipeline-model-parallel-layout as Megatron-Core writes it (Megatron-Bridge's
+    DeepSeek-V3 layouts): virtual stage j on rank j mod PP as its chunk j // PP."""
+    cfg = _cfg(model="deepseek-v3", gpus=256, pp=4, ep=64, mtp_layers=1, pp_layout=layout,
+               **({"pp_schedule": "interleaved", "virtual_stages": chunks} if chunks > 1
+                  else {}))
+    assert tuple(map(tuple, cfg.layer_split())) == expect
+    assert cfg.stage0_layers == sum(expect[0])
+    even = replace(cfg, pp_layout=None)
+    assert simulate_step(cfg).step_time_s != simulate_step(even).step_time_s
+
+
+@pytest.mark.parametrize("layout, mtp, expect", [
+    ("Et*4|(t*4|)*14tmL", 1, "16 virtual stages, the layout has 4"),
+    ("Et*16|t*16|t*16|t*14mL", 1, "62 decoder layers"),
+    ("t*16|Et*16|t*16|t*13mL", 1, "one 'E'"),
+    ("Et*16|t*16|t*16L|t*13m", 1, "one 'L'"),
+    ("Et*16|t*16|t*16|t*13mL", 0, "1 'm' units where --mtp-layers is 0"),
+    ("Et*16|t*16m|t*16|t*13L", 1, "they go in the last virtual stage"),
+    ("Et*16|(t*16|t*16|t*13L", 0, "not closed"),
+    ("Et*16|t*16|t*16|t*13Lx", 0, "unexpected 'x'"),
+])
+def test_a_layout_that_does_not_fit_is_refused_with_its_rule(layout, mtp, expect):
+    with pytest.raises(UserError, match=expect):
+        _cfg(model="deepseek-v3", gpus=256, pp=4, ep=64, mtp_layers=mtp, pp_layout=layout)

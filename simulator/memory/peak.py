@@ -233,7 +233,7 @@ def memory_use(
     pp: int = 1, chunks: int = 1, attention: str = "flash", micro_batches: int | None = None,
     loss: str = "fp32", optimizer_dtype: str = "fp32", stack: str = "megatron",
     routing: Routing | None = None, edp: int | None = None, fp8: bool = False,
-    pp_kept_outputs: bool = False,
+    pp_kept_outputs: bool = False, split: tuple | None = None, mtp: int = 0,
 ) -> MemoryUse:
     """Bytes one GPU holds at its peak: every pipeline stage priced at the end of a forward
     (its stored micro-batches, the loss on the last stage) or during a recomputed layer's
@@ -243,14 +243,16 @@ def memory_use(
     optimizer state sharded over the `edp` expert data-parallel ranks where the scheme shards
     it (None: `dp`). `fp8`: the linears' saved inputs in FP8 (activations.py fp8_saved).
     `pp_kept_outputs`: PyTorch's pipelining kept every stage's outputs until the next step
-    (torchtitan before 2025; activations.py pipeline_buffers_per_token)."""
+    (torchtitan before 2025; activations.py pipeline_buffers_per_token). `split`: a pipeline
+    layout's decoder layers per model chunk (None: the even split); `mtp`: multi-token
+    prediction layers on the last stage (_stage_activations)."""
     best = None
     for s, params, activations, loss_b in _stage_activations(
             model, tp, micro_batch, seq_len, recompute, sequence_parallel, pp, chunks,
             attention, pp if micro_batches is None else micro_batches, loss, stack, routing,
-            fp8, pp_kept_outputs):
+            fp8, pp_kept_outputs, split, mtp):
         parts = _stage_state(model, scheme, s, params, dp, tp, dtypes, optimizer_dtype, pp,
-                             chunks, routing, edp)
+                             chunks, routing, edp, split, mtp)
         use = MemoryUse(*parts, activations, loss_b, s)
         if best is None or use.total > best.total:
             best = use
@@ -258,19 +260,32 @@ def memory_use(
 
 
 @lru_cache(maxsize=4096)
-def _stage_experts(model: ModelProfile, pp: int, chunks: int, stage: int) -> float:
-    """Routed-expert parameters of a pipeline stage's layers (a mean layer's each)."""
+def _stage_experts(model: ModelProfile, pp: int, chunks: int, stage: int,
+                   split: tuple | None = None, mtp: int = 0) -> float:
+    """Routed-expert parameters of a pipeline stage's layers (a mean layer's each; the last
+    stage's MTP layers too)."""
+    layers = sum(_split(model, pp, chunks, split)[stage]) + (mtp if stage == pp - 1 else 0)
+    return layers * model.expert_layer_params
+
+
+def _split(model: ModelProfile, pp: int, chunks: int, split: tuple | None) -> list[list[int]]:
+    """Decoder layers of each model chunk, [stage][chunk]: `split` (a pipeline layout's,
+    StepConfig.layer_split) or the even split."""
     from simulator.layout.pipeline import stage_layers
 
-    return sum(stage_layers(model.arch.n_layers, pp, chunks)[stage]) * model.expert_layer_params
+    if split is not None:
+        return [list(row) for row in split]
+    return stage_layers(model.arch.n_layers, pp, chunks)
 
 
 def _stage_state(model: ModelProfile, scheme: SchemeConfig, stage: int, params: float, dp: int,
                  tp: int, dtypes: Dtypes, optimizer_dtype: str, pp: int, chunks: int,
-                 routing: Routing | None, edp: int | None) -> tuple[float, float, float, float]:
+                 routing: Routing | None, edp: int | None, split: tuple | None = None,
+                 mtp: int = 0) -> tuple[float, float, float, float]:
     """(weights, grads, optimizer, scheme state) of one stage's GPU: its dense parameters over
     the tensor-parallel ranks and `dp`, its routed experts over EP x ETP and `edp`."""
-    experts = _stage_experts(model, pp, chunks, stage) if model.moe is not None else 0.0
+    experts = (_stage_experts(model, pp, chunks, stage, split, mtp) if model.moe is not None
+               else 0.0)
     dense = state_bytes(model, scheme, (params - experts) / tp, dp, tp, dtypes,
                         optimizer_dtype, pp)
     if experts == 0:
@@ -321,14 +336,17 @@ def _stage_activations(model: ModelProfile, tp: int, micro_batch: int, seq_len: 
                        recompute: str, sequence_parallel: bool, pp: int, chunks: int,
                        attention: str, m: int, loss: str, stack: str = "megatron",
                        routing: Routing | None = None, fp8: bool = False,
-                       kept_outputs: bool = False
-                       ) -> tuple[tuple[int, int, float, float], ...]:
+                       kept_outputs: bool = False, split: tuple | None = None,
+                       mtp: int = 0) -> tuple[tuple[int, int, float, float], ...]:
     """(stage, parameters, activation bytes, loss bytes) of each stage that can peak
     (peak_candidates): what does not depend on the scheme, remembered (the planner prices
-    every scheme of a layout)."""
-    from simulator.layout.pipeline import stage_layers
-
-    layers = stage_layers(model.arch.n_layers, pp, chunks)  # [stage][chunk]
+    every scheme of a layout). `mtp` multi-token prediction layers on the last stage, as
+    Megatron-Core holds them there: each a decoder layer with its stored activations, a
+    2h -> h projection and two norms, the embedding the layer looks its tokens up in (a copy
+    on the last stage with pipelining), and its own logits and loss."""
+    layers = _split(model, pp, chunks, split)  # [stage][chunk]
+    if mtp:  # the MTP layers store what a layer of the last chunk stores
+        layers[-1][-1] += mtp
     tokens = seq_len * micro_batch  # of this context-parallel rank
     per_layer = layer_memory(model, model.dropout, attention, seq_len, tp,
                              sequence_parallel or tp == 1, recompute, stack, routing, fp8)
@@ -337,6 +355,9 @@ def _stage_activations(model: ModelProfile, tp: int, micro_batch: int, seq_len: 
     for s in peak_candidates(layers):
         last = s == pp - 1
         params = stage_params(model, sum(layers[s]), s == 0, last, pp)
+        if last and mtp:  # the projections and norms; the embedding copy with pipelining
+            h = model.arch.d_model
+            params += mtp * (2 * h * h + 2 * h) + (model.arch.vocab_size * h if pp > 1 else 0)
         stored = in_flight(s, pp, m, tuple(layers[s])) * per_layer.kept * tokens
         if pp > 1:  # the engine's own buffers (DeepSpeed's: its in-flight micro-batches')
             stored += pipeline_buffers_per_token(model, tp, m, s == 0, last, stack,
@@ -346,10 +367,11 @@ def _stage_activations(model: ModelProfile, tp: int, micro_batch: int, seq_len: 
             stored += (in_flight(s, pp, m, chunk0) * tokens
                        * embedding_kept_per_token(model, tp, sequence_parallel))
         working = per_layer.working * tokens
+        stage_loss = loss_b * (1 + mtp)  # each MTP layer's logits and loss besides the model's
         # the peak: the end of a forward (the loss on the last stage), or a recomputed
         # layer's backward (its tensors again beside the stored ones)
-        if last and loss_b >= working:
-            out.append((s, params, stored, loss_b))
+        if last and stage_loss >= working:
+            out.append((s, params, stored, stage_loss))
         else:
             out.append((s, params, stored + working, 0.0))
     return tuple(out)
@@ -380,7 +402,9 @@ def step_memory(cfg) -> MemoryUse:
                       cfg.seq // cfg.cp, cfg.plan_dtypes, cfg.recompute, cfg.sequence_parallel,
                       cfg.pp, cfg.chunks_pp, cfg.attention, cfg.accum, cfg.loss,
                       cfg.optimizer_dtype, cfg.stack, cfg.routing, cfg.edp, cfg.fp8,
-                      cfg.keeps_pp_outputs)
+                      cfg.keeps_pp_outputs,
+                      None if cfg.pp_layout is None else tuple(map(tuple, cfg.layer_split())),
+                      cfg.mtp_layers)
 
 
 def memory_columns(cfg) -> dict:

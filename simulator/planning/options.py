@@ -62,6 +62,10 @@ class Parallelism:
     moe_overlap: bool | None = None  # None: off (Megatron-Core's default)
     # hybrid sharding: a ZeRO scheme's shard group (None: every data-parallel rank)
     shard_group: int | None = None
+    # multi-token prediction layers (Megatron-Core --mtp-num-layers; None: none) and
+    # Megatron-Core's --pipeline-model-parallel-layout (None: the even split)
+    mtp_layers: int | None = None
+    pp_layout: str | None = None
 
 
 @dataclass(frozen=True)
@@ -182,7 +186,8 @@ class StepOptions:
                 "stack": None if pr.stack is None else str(pr.stack),
                 "metric_passes": pr.metric_passes, "cuda_graphs": pr.cuda_graphs,
                 "host_launch_us": pr.host_launch_us, "torch_compile": pr.torch_compile,
-                "pp_kept_outputs": pr.pp_kept_outputs}
+                "pp_kept_outputs": pr.pp_kept_outputs, "mtp_layers": p.mtp_layers,
+                "pp_layout": p.pp_layout}
 
     def experts(self) -> dict:
         """The expert-parallel options as given (None: not given)."""
@@ -216,6 +221,13 @@ class StepOptions:
         ran.pop("pp_kept_outputs", None)
         if cfg.stack == "torchtitan" and cfg.pp > 1:
             ran["pp_kept_outputs"] = cfg.keeps_pp_outputs
+        # MTP layers and a pipeline layout, where asked
+        ran.pop("mtp_layers", None)
+        ran.pop("pp_layout", None)
+        if cfg.mtp_layers:
+            ran["mtp_layers"] = cfg.mtp_layers
+        if cfg.pp_layout is not None:
+            ran["pp_layout"] = cfg.pp_layout
         # CUDA graphs and the host's time a kernel, where asked or where the host held the
         # layers back: what it held back
         ran.pop("cuda_graphs", None)
@@ -260,6 +272,8 @@ class StepOptions:
             parallel["attention"] = stack_attention(parallel["stack"], hardware)
         if parallel["tp_comm_overlap"] is None:
             parallel["tp_comm_overlap"] = False  # not given: Megatron-LM's default
+        if parallel["mtp_layers"] is None:
+            parallel["mtp_layers"] = 0  # not given: Megatron-Core's default, none
         b = self.batch
         e = self.experts()
         moe = {"ep": e["ep"], "etp": e["etp"],

@@ -66,11 +66,8 @@ def _collectives(cfg) -> list[tuple[str, int, int, float]]:
     out = []
     domains = max(1, ep * etp // cfg.domain)  # NVLink domains the EP group spans
     if cfg.moe_dispatcher == "flex" and domains > 1:
-        # one copy per remote domain holding one of the token's experts (the chance a domain
-        # holds none of its top-k: drawing k of the experts without the domain's share)
-        e, k, per = moe.n_experts, moe.top_k, moe.n_experts // domains
-        none = math.prod((e - per - i) / (e - i) for i in range(k)) if e - per >= k else 0.0
-        across = tokens * h * value * (1 - none) * domains * cfg.moe_imbalance
+        # one copy per remote domain holding one of the token's experts
+        across = tokens * h * value * domain_copies(moe, domains) * cfg.moe_imbalance
         out.append(("all_to_all", domains, cfg.domain, across))  # S: a copy per domain
         if ep // domains > 1:  # then NVLink to the experts' GPUs in the domain
             out.append(("all_to_all", ep // domains, etp, send))
@@ -81,6 +78,35 @@ def _collectives(cfg) -> list[tuple[str, int, int, float]]:
     if etp > 1 and etp != cfg.tp:
         out.append(("all_gather", etp, 1, send * etp))
     return out
+
+
+def _none_of(pool: int, held: int, k: int) -> float:
+    """The chance that k experts drawn without replacement from `pool` miss the `held` ones."""
+    return math.comb(pool - held, k) / math.comb(pool, k) if pool - held >= k else 0.0
+
+
+def domain_copies(moe, domains: int) -> float:
+    """Expected NVLink domains holding at least one of a token's top-k experts, the experts
+    laid out contiguously over the expert-parallel ranks (Megatron-Core's expert placement) and
+    the choice spread evenly (balanced or force-balanced routing, Megatron-Core's random
+    logits). With group-limited routing (`Moe.groups`: DeepSeek-V3 draws its 8 experts from 4
+    of 8 contiguous groups, report section 3.2.2) the experts come from `group_topk` groups
+    drawn evenly: a domain holding whole groups is missed when it holds no chosen group or
+    its chosen groups none of the experts; a group spanning whole domains, likewise. Layouts
+    where groups and domains do not nest are priced without the limit (more copies: slower)."""
+    e, k, per = moe.n_experts, moe.top_k, moe.n_experts // domains
+    g, tg = moe.groups, moe.group_topk
+    if g is None or tg >= g or (g % domains and domains % g):
+        return (1 - _none_of(e, per, k)) * domains
+    size = e // g  # experts a group
+    pool = tg * size  # the chosen groups' experts
+    if g % domains == 0:  # a domain holds q whole groups; j of them chosen (hypergeometric)
+        q = g // domains
+        none = sum(math.comb(q, j) * math.comb(g - q, tg - j) / math.comb(g, tg)
+                   * _none_of(pool, j * size, k) for j in range(min(q, tg) + 1))
+    else:  # a group spans domains / g domains, each holding `per` of its experts
+        none = (1 - tg / g) + tg / g * _none_of(pool, per, k)
+    return (1 - none) * domains
 
 
 def _collective_s(hw, op: str, algo: str, ranks: int, stride: int, size: float,

@@ -67,6 +67,10 @@ class _StepCosts:
     def __init__(self, cfg: StepConfig, topo: Topology):
         self.cfg, self.topo = cfg, topo
         self.times = _fwd_bwd(cfg)
+        if cfg.mtp_layers:  # each MTP layer: a mean layer and the output layer and loss again
+            t, m = self.times, cfg.mtp_layers
+            self.times = replace(t, fwd_s=t.fwd_s + m * (t.layer_fwd_s + t.head_fwd_s),
+                                 bwd_s=t.bwd_s + m * (t.layer_bwd_s + t.head_bwd_s))
         # one layer's tensor- and context-parallel seconds on the compute stream, forward and
         # backward (recomputed collectives included)
         self.tp_fwd_s, self.tp_bwd_s = layer_tp_s(cfg)
@@ -87,11 +91,9 @@ class _StepCosts:
     def _stage_times(self):
         """(stages, micro-batches, chunks, fwd[stage][chunk], bwd[stage][chunk], send seconds,
         layers[stage][chunk]): the pipeline as its timeline takes it."""
-        from simulator.layout.pipeline import stage_layers
-
         cfg, t = self.cfg, self.times
         v, p = cfg.chunks_pp, cfg.pp
-        layers = stage_layers(cfg.model.arch.n_layers, p, v)  # [stage][chunk]
+        layers = cfg.layer_split()  # [stage][chunk]
         # every stage's compute at the pace it runs: slowed as `_work` slows it where ranks
         # share one host (a CPU testbed); else the timeline would wait on faster stages than
         # the first one runs, and hide the bubble
@@ -100,9 +102,13 @@ class _StepCosts:
         per_b = t.layer_bwd_s * slow + self.tp_bwd_s + self.cp_bwd_s + self.ep_bwd_s
         fwd = [tuple(n * per_f for n in row) for row in layers]
         bwd = [tuple(n * per_b for n in row) for row in layers]
-        # the output layer runs on the last stage's last chunk
-        fwd[-1] = (*fwd[-1][:-1], fwd[-1][-1] + t.head_fwd_s * slow)
-        bwd[-1] = (*bwd[-1][:-1], bwd[-1][-1] + t.head_bwd_s * slow)
+        # the output layer runs on the last stage's last chunk, and there the MTP layers, each
+        # a layer (with its model-parallel seconds) and the output layer and loss again
+        mtp = cfg.mtp_layers
+        fwd[-1] = (*fwd[-1][:-1], fwd[-1][-1] + t.head_fwd_s * slow + mtp * (
+            per_f + t.head_fwd_s * slow))
+        bwd[-1] = (*bwd[-1][:-1], bwd[-1][-1] + t.head_bwd_s * slow + mtp * (
+            per_b + t.head_bwd_s * slow))
         return p, cfg.accum, v, tuple(fwd), tuple(bwd), self._send_s(), layers
 
 
@@ -382,7 +388,8 @@ class _StepSim(_StepCosts):
         carried = {ph: [p for op in ops if op.phase == ph for p in self._launch(op)]
                    for ph in ("next_forward", "next_step")}
         bwd_s = self.times.bwd_s  # recomputation included
-        n_layers = cfg.model.arch.n_layers  # model-parallel seconds per pass, per micro-batch
+        # model-parallel seconds per pass, per micro-batch (an MTP layer's too)
+        n_layers = cfg.model.arch.n_layers + cfg.mtp_layers
         tp_fwd, tp_bwd = self.tp_fwd_s * n_layers, self.tp_bwd_s * n_layers
         cp_fwd, cp_bwd = self.cp_fwd_s * n_layers, self.cp_bwd_s * n_layers
         ep_fwd, ep_bwd = self.ep_fwd_s * n_layers, self.ep_bwd_s * n_layers
@@ -520,7 +527,7 @@ def lower_bound_s(cfg: StepConfig) -> float:
         from simulator.layout.pipeline import pipeline_bound
 
         return pipeline_bound(*sim._stage_times()[:6])
-    n_layers = cfg.model.arch.n_layers
+    n_layers = cfg.model.arch.n_layers + cfg.mtp_layers
     per_mb = (sim.slowdown * (sim.times.fwd_s + sim.times.bwd_s)
               + n_layers * (sim.tp_fwd_s + sim.tp_bwd_s + sim.cp_fwd_s + sim.cp_bwd_s
                             + sim.ep_fwd_s + sim.ep_bwd_s))

@@ -127,6 +127,13 @@ class StepConfig:
     # the host's time to launch one kernel, microseconds (None: the profile's [nccl]
     # launch_us, CUDA's own launch cost: a floor under any framework's per-op overhead)
     host_launch_us: float | None = None
+    # multi-token prediction layers (Megatron-Core --mtp-num-layers; DeepSeek-V3 report
+    # section 2.2: one): each a decoder layer and a second pass of the output layer and loss,
+    # on the last pipeline stage's last model chunk (simulator/step/simulate.py _stage_times)
+    mtp_layers: int = 0
+    # Megatron-Core's --pipeline-model-parallel-layout (simulator/layout/pp_layout.py): the
+    # decoder layers of each model chunk; None: the even split (pipeline.py stage_layers)
+    pp_layout: str | None = None
 
     @property
     def keeps_pp_outputs(self) -> bool:
@@ -191,11 +198,21 @@ class StepConfig:
     @property
     def stage0_layers(self) -> int:
         """Layers on the first pipeline stage (all of them without pipelining)."""
-        from simulator.layout.pipeline import stage_layers
-
         if self.pp == 1:
             return self.model.arch.n_layers
-        return sum(stage_layers(self.model.arch.n_layers, self.pp, self.chunks_pp)[0])
+        return sum(self.layer_split()[0])
+
+    def layer_split(self) -> list[list[int]]:
+        """Decoder layers of each model chunk, [stage][chunk]: the --pipeline-model-parallel-
+        layout's, else the even split."""
+        from simulator.layout.pipeline import stage_layers
+        from simulator.layout.pp_layout import parse_layout
+
+        if self.pp_layout is not None:
+            return [list(row) for row in parse_layout(
+                self.pp_layout, self.model.arch.n_layers, self.pp, self.chunks_pp,
+                self.mtp_layers)]
+        return stage_layers(self.model.arch.n_layers, self.pp, self.chunks_pp)
 
     @property
     def dp(self) -> int:
@@ -308,6 +325,13 @@ class StepConfig:
 
     def validate(self) -> StepConfig:
         self.scheme.validate()
+        if self.mtp_layers < 0:
+            raise UserError(f"--mtp-layers must be 0 or more, got {self.mtp_layers}")
+        if self.pp_layout is not None:
+            if self.pp == 1:
+                raise UserError("--pipeline-model-parallel-layout places layers on pipeline "
+                                "stages: give --pp above 1, or leave it out")
+            self.layer_split()  # refused here, with its rule, if it does not fit
         g = self.domain
         if not 1 <= self.gpus <= MAX_GPUS:
             raise UserError(f"gpus must be between 1 and {MAX_GPUS:,}, got {self.gpus}")
