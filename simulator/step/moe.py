@@ -15,6 +15,8 @@ copied):
   and RDMA forwarding"): a token crosses the network once per remote NVLink domain holding at
   least one of its experts, to the GPU of the same local rank there, then reaches each chosen
   expert's GPU over NVLink; the combine mirrors it. Inside one domain it is the all-to-all.
+  A model's group-limited routing ([moe] groups, group_topk) cuts the domains a token reaches
+  (`domain_copies`).
 Sizes follow nccl-tests (scape/plan/types.py): the all-to-all's S is one rank's send buffer,
 tokens x top-k x h values; its busiest receiver gets `imbalance` times the mean (the max/mean
 expert load), and the call ends when it does, so S is scaled by it. The collectives run on the
