@@ -130,8 +130,8 @@ class StepConfig:
     # multi-token prediction layers (Megatron-Core --mtp-num-layers; DeepSeek-V3 report
     # section 2.2: one): each a decoder layer and a second pass of the output layer and loss,
     # on the last pipeline stage's last model chunk (simulator/step/simulate.py _stage_times);
-    # its 2h -> h projection's time is not priced (DeepSeek-V3: 4h^2 FLOPs a token, a tenth
-    # of its layer's), its parameters are (simulator/memory/peak.py)
+    # its 2h -> h projection's time is not priced (DeepSeek-V3: 4h^2 FLOPs a token, a sixth
+    # of its layer's GEMMs), its parameters are (simulator/memory/peak.py)
     mtp_layers: int = 0
     # Megatron-Core's --pipeline-model-parallel-layout (simulator/layout/pp_layout.py): the
     # decoder layers of each model chunk; None: the even split (pipeline.py stage_layers)
