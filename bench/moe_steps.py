@@ -211,6 +211,7 @@ def options(r, defaults: bool = False) -> StepOptions:
     """The step a row describes (module docstring); `defaults`: the tool's MoE defaults
     instead of the recipe's dispatcher, overlap and FP8 gathers."""
     said = {} if defaults else RECIPE.get(r.case, {})
+    layout = LAYOUT.get(r.case, {})  # its MTP layers and pipeline layout, where stated
     tp, pp = _int(r.tp, 1), _int(r.pp, 1)
     vp = _int(r.vp, 1)
     interleaved = pp > 1 and vp > 1
@@ -225,8 +226,7 @@ def options(r, defaults: bool = False) -> StepOptions:
         cp=_int(r.cp, 1), ep=ep, etp=etp,
         moe_dispatcher=said.get("dispatcher") or None,
         moe_overlap=True if said.get("ep_overlap") == "true" else None,
-        mtp_layers=_int(LAYOUT.get(r.case, {}).get("mtp_layers")),
-        pp_layout=LAYOUT.get(r.case, {}).get("pp_layout") or None)
+        mtp_layers=_int(layout.get("mtp_layers")), pp_layout=layout.get("pp_layout") or None)
     nvidia = any(name in r.framework for name in NVIDIA)
     return StepOptions(
         r.model, r.hardware, int(r.gpus),

@@ -69,17 +69,18 @@ def parse_layout(text: str, n_layers: int, pp: int, chunks: int, mtp_layers: int
     if len(stages) != want:
         raise UserError(f"--pipeline-model-parallel-layout: {len(stages)} virtual stages, "
                         f"the layout has {want} (PP {pp} x {chunks} chunks)")
+    units = "".join(stages)
     count = [st.count("t") for st in stages]
     if sum(count) != n_layers:
         raise UserError(f"--pipeline-model-parallel-layout: {sum(count)} decoder layers "
                         f"('t'), the model has {n_layers}")
-    if "".join(stages).count("E") != 1 or "E" not in stages[0]:
+    if units.count("E") != 1 or "E" not in stages[0]:
         raise UserError("--pipeline-model-parallel-layout: one 'E' (the embedding), in the "
                         "first virtual stage, as this tool prices it")
-    if "".join(stages).count("L") != 1 or "L" not in stages[-1]:
+    if units.count("L") != 1 or "L" not in stages[-1]:
         raise UserError("--pipeline-model-parallel-layout: one 'L' (the output layer and "
                         "loss), in the last virtual stage, as this tool prices it")
-    mtp = "".join(stages).count("m")
+    mtp = units.count("m")
     if mtp != mtp_layers or (mtp and stages[-1].count("m") != mtp):
         raise UserError(f"--pipeline-model-parallel-layout: {mtp} 'm' units where "
                         f"--mtp-layers is {mtp_layers}; they go in the last virtual stage, "

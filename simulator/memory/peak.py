@@ -264,18 +264,20 @@ def _stage_experts(model: ModelProfile, pp: int, chunks: int, stage: int,
                    split: tuple | None = None, mtp: int = 0) -> float:
     """Routed-expert parameters of a pipeline stage's layers (a mean layer's each; the last
     stage's MTP layers too)."""
-    layers = sum(_split(model, pp, chunks, split)[stage]) + (mtp if stage == pp - 1 else 0)
-    return layers * model.expert_layer_params
+    return sum(_split(model, pp, chunks, split, mtp)[stage]) * model.expert_layer_params
 
 
-def _split(model: ModelProfile, pp: int, chunks: int, split: tuple | None) -> list[list[int]]:
-    """Decoder layers of each model chunk, [stage][chunk]: `split` (a pipeline layout's,
-    StepConfig.layer_split) or the even split."""
+def _split(model: ModelProfile, pp: int, chunks: int, split: tuple | None, mtp: int
+           ) -> list[list[int]]:
+    """Layers of each model chunk, [stage][chunk]: `split` (a pipeline layout's,
+    StepConfig.layer_split) or the even split, with `mtp` MTP layers counted in the last
+    stage's last chunk (what they hold is a layer's)."""
     from simulator.layout.pipeline import stage_layers
 
-    if split is not None:
-        return [list(row) for row in split]
-    return stage_layers(model.arch.n_layers, pp, chunks)
+    layers = ([list(row) for row in split] if split is not None
+              else stage_layers(model.arch.n_layers, pp, chunks))
+    layers[-1][-1] += mtp
+    return layers
 
 
 def _stage_state(model: ModelProfile, scheme: SchemeConfig, stage: int, params: float, dp: int,
@@ -344,9 +346,7 @@ def _stage_activations(model: ModelProfile, tp: int, micro_batch: int, seq_len: 
     Megatron-Core holds them there: each a decoder layer with its stored activations, a
     2h -> h projection and two norms, the embedding the layer looks its tokens up in (a copy
     on the last stage with pipelining), and its own logits and loss."""
-    layers = _split(model, pp, chunks, split)  # [stage][chunk]
-    if mtp:  # the MTP layers store what a layer of the last chunk stores
-        layers[-1][-1] += mtp
+    layers = _split(model, pp, chunks, split, mtp)  # [stage][chunk], MTP layers counted
     tokens = seq_len * micro_batch  # of this context-parallel rank
     per_layer = layer_memory(model, model.dropout, attention, seq_len, tp,
                              sequence_parallel or tp == 1, recompute, stack, routing, fp8)

@@ -67,6 +67,8 @@ class _StepCosts:
     def __init__(self, cfg: StepConfig, topo: Topology):
         self.cfg, self.topo = cfg, topo
         self.times = _fwd_bwd(cfg)
+        # layers whose model-parallel seconds a micro-batch pays per pass (an MTP layer's too)
+        self.n_layers = cfg.model.arch.n_layers + cfg.mtp_layers
         if cfg.mtp_layers:  # each MTP layer: a mean layer and the output layer and loss again
             t, m = self.times, cfg.mtp_layers
             self.times = replace(t, fwd_s=t.fwd_s + m * (t.layer_fwd_s + t.head_fwd_s),
@@ -388,8 +390,7 @@ class _StepSim(_StepCosts):
         carried = {ph: [p for op in ops if op.phase == ph for p in self._launch(op)]
                    for ph in ("next_forward", "next_step")}
         bwd_s = self.times.bwd_s  # recomputation included
-        # model-parallel seconds per pass, per micro-batch (an MTP layer's too)
-        n_layers = cfg.model.arch.n_layers + cfg.mtp_layers
+        n_layers = self.n_layers  # model-parallel seconds per pass, per micro-batch
         tp_fwd, tp_bwd = self.tp_fwd_s * n_layers, self.tp_bwd_s * n_layers
         cp_fwd, cp_bwd = self.cp_fwd_s * n_layers, self.cp_bwd_s * n_layers
         ep_fwd, ep_bwd = self.ep_fwd_s * n_layers, self.ep_bwd_s * n_layers
@@ -527,7 +528,7 @@ def lower_bound_s(cfg: StepConfig) -> float:
         from simulator.layout.pipeline import pipeline_bound
 
         return pipeline_bound(*sim._stage_times()[:6])
-    n_layers = cfg.model.arch.n_layers + cfg.mtp_layers
+    n_layers = sim.n_layers
     per_mb = (sim.slowdown * (sim.times.fwd_s + sim.times.bwd_s)
               + n_layers * (sim.tp_fwd_s + sim.tp_bwd_s + sim.cp_fwd_s + sim.cp_bwd_s
                             + sim.ep_fwd_s + sim.ep_bwd_s))
