@@ -3,10 +3,10 @@
 Every row of profiles/external/moe-blackwell-steps.csv (quotes and sources there and in
 docs/research/moe-blackwell-steps.md) is simulated with the shipped profiles as they are. One
 constant was fitted on rows of this file: gb200-nvl72's [roofline] sustained share, on the
-dense BF16 GB200 rows of source dgxc (`fit_share`, `--loso` shows the fit); those rows are
-in-sample and printed apart (`IN_SAMPLE`), every other row is held out (the other profiles'
-shares were fitted on dense H100 and A100 steps of other sources, bench/fidelity_parallel.py,
-or are H100's, assumed). The error is predicted / published - 1 of the step time, per row; rows are
+dense BF16 GB200 rows of source dgxc (`fit_share`, `--loso` shows the fit), which dgx-b200
+takes too (the same B200 die, `SHARE_FROM`); those rows are in-sample and printed apart
+(`IN_SAMPLE`), every other row is held out (the Hopper profiles' shares were fitted on dense
+H100 steps of other sources, bench/fidelity_parallel.py). The error is predicted / published - 1 of the step time, per row; rows are
 grouped by source, and by the kind of row (MoE or dense; H100/H800 or Blackwell).
 
 How a row becomes a step (each choice named, none fitted):
@@ -44,12 +44,11 @@ How a row becomes a step (each choice named, none fitted):
 Rows without a layout, or that the model refuses (it says why), are listed, not dropped; a
 refusal of a run that ran is a failure of the model ("runs that ran are accepted").
 
-`--loso`: what calibrating the Blackwell profiles would give. Their [roofline] sustained share
-is H100's, assumed (no Blackwell step was fitted). For each source in turn, each Blackwell
-profile's share is fitted on the OTHER sources' dense BF16 rows of that profile (median log
-error zero, as bench/fidelity_parallel.py fits H100's), and the left-out source's rows (FP8
-and MoE included) are predicted with it; in-sample rows are never counted. Nothing shipped
-changes.
+`--loso`: the Blackwell fit left out source by source. For each source in turn, each Blackwell
+profile's share is fitted on the OTHER sources' dense BF16 rows of the profile it takes its
+share from (`SHARE_FROM`: dgx-b200 takes gb200-nvl72's; median log error zero, as
+bench/fidelity_parallel.py fits H100's), and the left-out source's rows (FP8 and MoE included)
+are predicted with it; in-sample rows are never counted. Nothing shipped changes.
 
 `--bands PATH` writes the "how sure" bands of these rows (profiles/external/moe-step-fidelity-
 bands.csv, read beside bench/step_loso.py's by reports/step_fidelity.py): per (profile, layout
@@ -107,6 +106,9 @@ BLACKWELL = ("dgx-b200", "gb200-nvl72")
 # (source, hardware): the rows the shipped gb200-nvl72 sustained share was fitted on (their
 # dense BF16 rows): in-sample
 IN_SAMPLE = {("dgxc", "gb200-nvl72")}
+# profile -> the profile whose fitted sustained share it takes (dgx-b200.toml [roofline]
+# sustained_source: a GB200 carries the same B200 die)
+SHARE_FROM = {"dgx-b200": "gb200-nvl72"}
 
 
 def _int(value, default=None):
@@ -378,7 +380,7 @@ def fit_share(rows: pd.DataFrame, defaults: bool = False) -> float:
 
 def loso(rows: pd.DataFrame, defaults: bool = False) -> pd.DataFrame:
     """Blackwell rows, each source predicted with shares fitted on the other sources' dense
-    BF16 rows of the same profile (module docstring)."""
+    BF16 rows of the profile its own takes its share from (module docstring)."""
     from profiles import load_model
 
     is_dense = pd.Series([load_model(m).moe is None for m in rows["model"]], index=rows.index)
@@ -388,7 +390,8 @@ def loso(rows: pd.DataFrame, defaults: bool = False) -> pd.DataFrame:
     for source in sorted(set(rows["source"])):
         for hw in BLACKWELL:
             held = rows[(rows["source"] == source) & (rows["hardware"] == hw)]
-            fit_rows = dense[(dense["source"] != source) & (dense["hardware"] == hw)]
+            fit_rows = dense[(dense["source"] != source)
+                             & (dense["hardware"] == SHARE_FROM.get(hw, hw))]
             if held.empty or fit_rows.empty:
                 continue
             share = fit_share(fit_rows, defaults)
@@ -479,7 +482,7 @@ def main() -> None:
         held["kind"] = [("MoE" if m else "dense") + f", {p}" for m, p in
                         zip(held["moe"], held["precision"], strict=True)]
         print("\n## --loso: Blackwell rows with the sustained share fitted on the other "
-              "sources' dense BF16 rows of their profile (held out)")
+              "sources' dense BF16 rows of the profile their share comes from (held out)")
         stated_h = held[held["step_from"] != "tflops"]
         print(summary(stated_h, "source").to_string())
         print(summary(stated_h, "kind").to_string())
