@@ -6,8 +6,9 @@ constant was fitted on rows of this file: gb200-nvl72's [roofline] sustained sha
 dense BF16 GB200 rows of source dgxc (`fit_share`, `--loso` shows the fit), which dgx-b200
 takes too (the same B200 die, `SHARE_FROM`); those rows are in-sample and printed apart
 (`IN_SAMPLE`), every other row is held out (the Hopper profiles' shares were fitted on dense
-H100 steps of other sources, bench/fidelity_parallel.py). The error is predicted / published - 1 of the step time, per row; rows are
-grouped by source, and by the kind of row (MoE or dense; H100/H800 or Blackwell).
+H100 steps of other sources, bench/fidelity_parallel.py). The error is predicted / published
+- 1 of the step time, per row; rows are grouped by source, and by the kind of row (MoE or
+dense; H100/H800 or Blackwell).
 
 How a row becomes a step (each choice named, none fitted):
 - layout: the row's TP, PP, virtual stages (interleaved when > 1), CP, EP and ETP (blank: TP,
