@@ -130,7 +130,8 @@ MOE_OPTS = {
                                    help="alltoall (tokens x top-k sent to their experts' "
                                         "ranks), allgather (every rank gathers the EP "
                                         "group's tokens) or flex (DeepEP/HybridEP: one copy "
-                                        "a token per remote NVLink domain, then NVLink) "
+                                        "a token per remote NVLink domain, then NVLink, one "
+                                        "a GPU holding its experts) "
                                         "[default: alltoall, as NeMo's and Megatron's MoE "
                                         "recipes set; Megatron-Core's own default is "
                                         "allgather]"),

@@ -256,14 +256,27 @@ def test_a_job_inside_one_rack_places_any_group_dividing_it():
         assert ring.time_s < nvls.time_s < 1.5 * ring.time_s
 
 
-def test_the_flex_dispatcher_sends_one_copy_a_remote_domain():
-    """DeepEP/HybridEP (Megatron-Core's flex dispatcher): inside one NVLink domain it is the
-    all-to-all; across four 8-GPU nodes a DeepSeek-V3 token crosses the network once per node
-    holding one of its 8 experts (3.6 of 4 on average, not 7 of 8 copies), so the layer's
-    dispatch and combine take less time."""
-    inside = [moe_layer_s(_cfg(model="deepseek-v3", gpus=64, pp=8, ep=8, moe_dispatcher=d))
+def test_the_flex_dispatcher_sends_one_copy_a_gpu_and_a_remote_domain():
+    """DeepEP/HybridEP (Megatron-Core's flex dispatcher) send a token once to each GPU holding
+    one of its experts (DeepEP's token-by-rank dispatch mask), where the all-to-all dispatcher
+    sends one copy per expert. DeepSeek-V3 on EP 8 holds one of its 8 expert groups a GPU and
+    routes a token to 4 groups, its 8 experts drawn from their 128: a GPU is reached unless its
+    group is not chosen (1/2) or is chosen and gets none of the 8 (1/2 x C(96, 8) / C(128, 8)),
+    3.63 GPUs of the all-to-all's 8 copies. Across four
+    8-GPU nodes a token also crosses the network once per node holding one of its 8 experts
+    (3.6 of 4 on average, not 7 of 8 copies), so the layer's dispatch and combine take less
+    time still."""
+    from math import comb
+
+    from simulator.step.moe import ep_bytes_per_layer
+
+    gpus_reached = 8 * (1 - (0.5 + 0.5 * comb(96, 8) / comb(128, 8)))
+    assert gpus_reached == pytest.approx(3.63, abs=0.005)
+    inside = [_cfg(model="deepseek-v3", gpus=64, pp=8, ep=8, moe_dispatcher=d)
               for d in ("alltoall", "flex")]
-    assert inside[1] == pytest.approx(inside[0], rel=1e-12)
+    assert ep_bytes_per_layer(inside[1]) == pytest.approx(
+        gpus_reached / 8 * ep_bytes_per_layer(inside[0]), rel=1e-12)
+    assert moe_layer_s(inside[1]) < moe_layer_s(inside[0])
     across = [moe_layer_s(_cfg(model="deepseek-v3", gpus=256, pp=8, ep=32,
                                moe_dispatcher=d)) for d in ("alltoall", "flex")]
     assert across[1] < 0.75 * across[0]

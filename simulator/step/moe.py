@@ -13,10 +13,13 @@ copied):
   reduce-scatter of the same size.
 - `flex` (MoEFlexTokenDispatcher over DeepEP or HybridEP, deepseek-ai/DeepEP README: "NVLink
   and RDMA forwarding"): a token crosses the network once per remote NVLink domain holding at
-  least one of its experts, to the GPU of the same local rank there, then reaches each chosen
-  expert's GPU over NVLink; the combine mirrors it. Inside one domain it is the all-to-all.
-  A model's group-limited routing ([moe] groups, group_topk) cuts the domains a token reaches
-  (`domain_copies`).
+  least one of its experts, to the GPU of the same local rank there, then reaches each GPU
+  holding one of its experts over NVLink, once a GPU however many of its experts that GPU
+  holds (DeepEP's dispatch layout is a token-by-rank mask, `get_dispatch_layout`'s
+  is_token_in_rank; HybridEP: "no redundant communication during data distribution",
+  Megatron-LM's DeepSeek-V3 GB200 guide, section 2.5); the combine mirrors it. Inside one
+  domain it is that deduplicated all-to-all. A model's group-limited routing ([moe] groups,
+  group_topk) cuts the domains and GPUs a token reaches (`domain_copies`).
 Sizes follow nccl-tests (scape/plan/types.py): the all-to-all's S is one rank's send buffer,
 tokens x top-k x h values; its busiest receiver gets `imbalance` times the mean (the max/mean
 expert load), and the call ends when it does, so S is scaled by it. The collectives run on the
@@ -67,7 +70,10 @@ def _collectives(cfg) -> list[tuple[str, int, int, float]]:
     send = tokens * moe.top_k * h * value * cfg.moe_imbalance  # S: the busiest rank's
     out = []
     domains = max(1, ep * etp // cfg.domain)  # NVLink domains the EP group spans
-    if cfg.moe_dispatcher == "flex" and domains > 1:
+    flex = cfg.moe_dispatcher == "flex"
+    if flex and ep > 1:  # one copy per GPU holding one of the token's experts, not per expert
+        send = tokens * h * value * domain_copies(moe, ep) * cfg.moe_imbalance
+    if flex and domains > 1:
         # one copy per remote domain holding one of the token's experts
         across = tokens * h * value * domain_copies(moe, domains) * cfg.moe_imbalance
         out.append(("all_to_all", domains, cfg.domain, across))  # S: a copy per domain
@@ -88,13 +94,14 @@ def _none_of(pool: int, held: int, k: int) -> float:
 
 
 def domain_copies(moe, domains: int) -> float:
-    """Expected NVLink domains holding at least one of a token's top-k experts, the experts
-    laid out contiguously over the expert-parallel ranks (Megatron-Core's expert placement) and
-    the choice spread evenly (balanced or force-balanced routing, Megatron-Core's random
-    logits). With group-limited routing (`Moe.groups`: DeepSeek-V3 draws its 8 experts from 4
-    of 8 contiguous groups, report section 3.2.2) the experts come from `group_topk` groups
-    drawn evenly: a domain holding whole groups is missed when it holds no chosen group or
-    its chosen groups none of the experts; a group spanning whole domains, likewise. Layouts
+    """Expected NVLink domains (or, with `domains` the EP size, GPUs) holding at least one of a
+    token's top-k experts, the experts laid out contiguously over the expert-parallel ranks
+    (Megatron-Core's expert placement) and the choice spread evenly (balanced or force-balanced
+    routing, Megatron-Core's random logits). With group-limited routing (`Moe.groups`:
+    DeepSeek-V3 draws its 8 experts from 4 of 8 contiguous groups, report section 3.2.2) the
+    experts come from `group_topk` groups drawn evenly: a domain holding whole groups is
+    missed when it holds no chosen group or its chosen groups none of the experts; a group
+    spanning whole domains, likewise. Layouts
     where groups and domains do not nest are priced without the limit (more copies: slower)."""
     e, k, per = moe.n_experts, moe.top_k, moe.n_experts // domains
     g, tg = moe.groups, moe.group_topk
