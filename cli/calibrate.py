@@ -399,7 +399,7 @@ def calibrate_trace(
     from profiles.loader import write_checked
     from profiles.measured import dumps
     from scape.plan import make_config
-    from simulator.step.simulate import simulate_step
+    from simulator.step.simulate import _fwd_bwd, simulate_step
     from simulator.step.step_config import StepConfig
 
     check_format(fmt)
@@ -423,17 +423,20 @@ def calibrate_trace(
                      grad_accum=grad_accum, attention=str(attention),
                      **({"stack": "torchtitan"} if eager else {})).validate()
     step = simulate_step(cfg)
+    # the GPU's busy time is what the trace's kernels give; the step's compute also waits for
+    # the host (simulator/step/host.py), which the trace's wall time holds beside it
+    waited = cfg.accum * _fwd_bwd(cfg).parts.get("host_wait", 0.0)
     compute = statistics.median(s.compute_s for s in traced.steps)
     rows = [{"class": c, "traced_s": fit.traced_s[c], "base_s": fit.base_s.get(c),
              "fitted_s": fit.fitted_s.get(c)} for c in (*FITTED, "optimizer")]
-    rows.append({"class": "step compute (simulate, in sample)", "traced_s": compute,
-                 "base_s": None, "fitted_s": step.compute_s})
+    rows.append({"class": "step compute, GPU busy (simulate, in sample)", "traced_s": compute,
+                 "base_s": None, "fitted_s": step.compute_s - waited})
     wall = statistics.median(s.wall_s for s in traced.steps)
+    rows.append({"class": "step wall (trace) / compute with the host's wait (simulate)",
+                 "traced_s": wall, "base_s": None, "fitted_s": step.compute_s})
     if log is not None:  # the run's own steps, untraced, beside the traced steps' wall time
-        rows += [{"class": "step wall (trace)", "traced_s": wall, "base_s": None,
-                  "fitted_s": None},
-                 {"class": "iteration (Megatron log)", "traced_s": log.median_ms() * 1e-3,
-                  "base_s": None, "fitted_s": None}]
+        rows.append({"class": "iteration (Megatron log)", "traced_s": log.median_ms() * 1e-3,
+                     "base_s": None, "fitted_s": None})
         for note in log.notes:
             print(f"note: {note}", file=sys.stderr)
     df = pd.DataFrame(rows).assign(trace=str(traced.path), source=traced.source,

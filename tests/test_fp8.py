@@ -144,8 +144,9 @@ def test_commands_carry_fp8_and_its_own_band(capsys):
                            "dgx-h100", "--max-gpus", "8", "--schemes", "dense-adams",
                            "--top", "3", "--format", "json")
     assert code == 0, err
-    # the same top layout runs faster with its GEMMs in FP8
-    assert fp8_plans[0]["step_time_s"] < 0.9 * json.loads(out)[0]["step_time_s"]
+    # the same top layout runs faster with its GEMMs in FP8 (by less than the GEMMs' 2x: this
+    # small model's eager host holds both steps back, simulator/step/host.py)
+    assert fp8_plans[0]["step_time_s"] < 0.95 * json.loads(out)[0]["step_time_s"]
 
 
 def test_each_fp8_recipe_adds_what_its_casts_move():

@@ -75,7 +75,7 @@ def test_the_fitted_profile_prices_the_traced_step(capsys, tmp_path, profile_dir
     rows = {r["class"]: r for r in json.loads(out)}
     for cls in ("gemm", "attention", "memory"):
         assert rows[cls]["fitted_s"] == pytest.approx(slow[cls], rel=1e-6)
-    step = rows["step compute (simulate, in sample)"]
+    step = rows["step compute, GPU busy (simulate, in sample)"]
     assert step["fitted_s"] == pytest.approx(sum(slow.values()), rel=1e-3)
     fitted = load_hardware("measured/h100-traced")
     assert fitted.roofline.gemm_peak_fraction < hw.roofline.gemm_peak_fraction
@@ -161,7 +161,8 @@ def test_a_megatron_log_times_the_run_beside_the_traced_steps(capsys, tmp_path, 
     assert code == 0, err
     rows = {r["class"]: r for r in json.loads(out)}
     assert rows["iteration (Megatron log)"]["traced_s"] == pytest.approx(1.2 * wall, rel=1e-3)
-    assert rows["step wall (trace)"]["traced_s"] == pytest.approx(wall, rel=1e-6)
+    assert rows["step wall (trace) / compute with the host's wait (simulate)"]["traced_s"] == (
+        pytest.approx(wall, rel=1e-6))
     assert rows["gemm"]["megatron_log"] == str(log) and "holds start-up" in err
     code, out, err = scape(capsys, *args, "--out", "with-log-2", "--megatron-log", str(log))
     assert code == 0 and "the traced steps' wall" in out and "-16.7% against it" in out

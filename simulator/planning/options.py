@@ -28,6 +28,9 @@ from vocabulary.errors import UserError
 from vocabulary.names import DEFAULT_GRAD_DTYPE, DEFAULT_PARAM_DTYPE, DTYPE_BYTES
 
 MAX_STEPS = 10**12  # far above any run: a typo is refused, not simulated for hours
+# the share of a micro-batch's compute the host's wait must reach to be said unasked (a
+# display rule: every eager pass waits a little, simulator/step/host.py)
+HOST_SAID = 0.01
 
 
 @dataclass(frozen=True)
@@ -229,13 +232,16 @@ class StepOptions:
         if cfg.pp_layout is not None:
             ran["pp_layout"] = cfg.pp_layout
         # CUDA graphs and the host's time a kernel, where asked or where the host held the
-        # layers back: what it held back
+        # layers back by HOST_SAID of their time or more: what it held back (every eager pass
+        # waits a little, the host and GPU never overlapping perfectly: simulator/step/host.py)
         ran.pop("cuda_graphs", None)
         ran.pop("host_launch_us", None)
         from simulator.step.simulate import _fwd_bwd
 
-        wait = _fwd_bwd(cfg).parts.get("host_wait", 0.0)
-        if cfg.cuda_graphs or cfg.host_launch_us is not None or wait > 0:
+        times = _fwd_bwd(cfg)
+        wait = times.parts.get("host_wait", 0.0)
+        if (cfg.cuda_graphs or cfg.host_launch_us is not None
+                or wait >= HOST_SAID * (times.fwd_s + times.bwd_s)):
             from simulator.step.roofline import host_launch_s
 
             ran.update(cuda_graphs=cfg.cuda_graphs,

@@ -123,9 +123,9 @@ def layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_
     s x s scores at HBM bandwidth: Megatron-LM before FlashAttention). A model with experts:
     the mean of its dense and MoE layers, each weighted by its count (`routing` routes the
     MoE layers' tokens). `host_s` (`host_launch_s`): the host's time per kernel launch; a
-    pass whose kernels the host launches slower than the GPU runs them waits for the host
-    (the difference is the pass's `host_wait`). `eager`: PyTorch runs the layer op by op
-    (torchtitan without torch.compile): its elementwise kernels move what
+    pass waits for its host by what the traced blend of host and GPU time adds to the GPU's
+    (`host_waits`: most where the two are alike; the pass's `host_wait`). `eager`: PyTorch
+    runs the layer op by op (torchtitan without torch.compile): its elementwise kernels move what
     simulator/layout/shapes.py eager_extra counts on top of the fused ones. `fp8_recipe`: how
     an FP8 run scales its casts (simulator/layout/shapes.py FP8_RECIPES). `expert_loop`: the
     stack runs each local expert's GEMMs and elementwise kernels one by one (Megatron-Core's
@@ -208,12 +208,25 @@ def _layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq
     kernels_b = 2 * len(s.gemms) + attn_kernels[1] + 2 * kernels + casts_b
     if moe_layer and expert_loop and host_s > 0:
         kernels_f, kernels_b = _traced_moe_kernels(model, s, routing, kernels_f, kernels_b)
-    wait_f, wait_b = max(0.0, kernels_f * host_s - gpu_f), max(0.0, kernels_b * host_s - gpu_b)
+    wait_f, wait_b = host_waits(kernels_f * host_s, kernels_b * host_s, gpu_f, gpu_b)
     return PassTimes(gpu_f + wait_f, gpu_b + wait_b,
                      {"gemm": gemm_f + gemm_b, "attention": attn_f + attn_b,
                       "memory": mem_f + mem_b, "attention_fwd": attn_f,
                       "attention_bwd": attn_b, "gemm_fwd": gemm_f, "memory_fwd": mem_f,
                       "norm_fwd": norm_f, "host_wait": wait_f + wait_b, **modules})
+
+
+def host_waits(host_f: float, host_b: float, gpu_f: float, gpu_b: float
+               ) -> tuple[float, float]:
+    """(forward, backward) seconds a pass's GPU waits for its host: the forward and backward
+    together take the traced blend of their host and GPU times (simulator/step/host.py
+    `MoeHostTrace.pass_s`, fitted on whole traced passes, forward and backward), over the
+    GPU's own time; shared between the two by their host time."""
+    host = host_f + host_b
+    if host <= 0.0:
+        return 0.0, 0.0
+    wait = moe_host_trace().pass_s(host, gpu_f + gpu_b) - (gpu_f + gpu_b)
+    return wait * host_f / host, wait * host_b / host
 
 
 def _traced_moe_kernels(model: ModelProfile, s, routing: Routing | None, kernels_f: float,
