@@ -101,8 +101,8 @@ def domain_copies(moe, domains: int) -> float:
     DeepSeek-V3 draws its 8 experts from 4 of 8 contiguous groups, report section 3.2.2) the
     experts come from `group_topk` groups drawn evenly: a domain holding whole groups is
     missed when it holds no chosen group or its chosen groups none of the experts; a group
-    spanning whole domains, likewise. Layouts
-    where groups and domains do not nest are priced without the limit (more copies: slower)."""
+    spanning whole domains, likewise. Layouts where groups and domains do not nest are priced
+    without the limit (more copies: slower)."""
     e, k, per = moe.n_experts, moe.top_k, moe.n_experts // domains
     g, tg = moe.groups, moe.group_topk
     if g is None or tg >= g or (g % domains and domains % g):
