@@ -214,8 +214,9 @@ PARALLEL_OPTS = {
                                      "waits for the host's kernel launches"),
     "host_launch_us": typer.Option(None, "--host-launch-us",
                                    help="the host's CPU time a kernel of an eager pass, us "
-                                        "(your own Kineto trace's); a layer's pass waits where "
-                                        "its kernels launch slower than they run [default: "
+                                        "(your own Kineto trace's); a layer's pass takes the "
+                                        "traced blend of its launches' and its GPU's times, "
+                                        "waiting most where the two are alike [default: "
                                         "Megatron-Core's, traced on an H200 host and scaled by "
                                         "the profile's [compute] host_linear_us; without it "
                                         "[nccl] launch_us, CUDA's own cost, a floor]"),
