@@ -1,0 +1,41 @@
+"""profiles/external/moe-recipes.csv, the recipe settings bench/moe_steps.py prices its rows
+with: every entry names a published row, every MoE row has one, each value is one the bench
+reads, and each entry quotes where it was read (docs/research/moe-recipes.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from profiles import load_model
+
+EXTERNAL = Path(__file__).resolve().parents[1] / "profiles" / "external"
+RECIPES = pd.read_csv(EXTERNAL / "moe-recipes.csv", comment="#", dtype=str).fillna("")
+STEPS = pd.read_csv(EXTERNAL / "moe-blackwell-steps.csv", comment="#", dtype=str).fillna("")
+
+
+def test_every_entry_names_a_published_row_once_and_quotes_its_source():
+    assert RECIPES["case"].is_unique
+    assert set(RECIPES["case"]) <= set(STEPS["case"])
+    assert all(len(e) > 20 for e in RECIPES["evidence"])
+
+
+def test_every_moe_row_has_an_entry_and_dense_rows_carry_only_their_graphs():
+    moe = {c for c, m in zip(STEPS["case"], STEPS["model"], strict=True)
+           if load_model(m).moe is not None}
+    assert moe <= set(RECIPES["case"])
+    dense = RECIPES[~RECIPES["case"].isin(moe)]
+    assert len(dense) >= 30  # the dense Megatron-stack rows' CUDA graphs (session 47)
+    for col in ("dispatcher", "flex_backend", "ep_overlap"):
+        assert (dense[col] == "").all(), col
+    assert set(dense["cuda_graphs"]) <= {"true", "false"}
+
+
+def test_values_are_ones_the_bench_reads():
+    assert set(RECIPES["dispatcher"]) <= {"", "alltoall", "allgather", "flex"}
+    assert set(RECIPES["flex_backend"]) <= {"", "deepep", "hybridep", "deepseek-own"}
+    for col in ("ep_overlap", "cuda_graphs", "fp8_param_gather"):
+        assert set(RECIPES[col]) <= {"", "true", "false"}, col
+    flex = RECIPES[RECIPES["flex_backend"] != ""]
+    assert (flex["dispatcher"] == "flex").all()
