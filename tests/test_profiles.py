@@ -169,3 +169,12 @@ def test_transport_values_a_profile_would_ignore_are_refused(tmp_path, name, old
     src = HW_FILE.parent / f"{name}.toml"
     with pytest.raises(ProfileError, match=message):
         check_profile(_broken(tmp_path, src, old, new, "hardware"))
+
+
+def test_dgx_b200_carries_gb200s_fitted_sustained_share():
+    """dgx-b200's [roofline] sustained is gb200-nvl72's fitted one (the same B200 die;
+    late-constants.md row 60, bench/moe_steps.py SHARE_FROM): the two literals stay equal."""
+    from profiles import load_hardware
+
+    assert (load_hardware("dgx-b200").roofline.sustained
+            == load_hardware("gb200-nvl72").roofline.sustained)

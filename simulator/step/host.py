@@ -110,6 +110,19 @@ def _fit_exponent(rows: list[tuple[float, float, float]]) -> float:
     return (lo + hi) / 2
 
 
+def per_kernel_us(rows: dict[str, dict]) -> float:
+    """A run's host time a kernel (us): the median of enqueue time / kernels over its narrow
+    rows (module docstring); `rows` by config."""
+    return _median([rows[c]["enqueue_ms_median"] * 1e3 / rows[c]["kernels"] for c in _NARROW])
+
+
+def wide_passes(rows: dict[str, dict], us: float) -> dict[str, tuple[float, float, float]]:
+    """A run's passes other than the narrow ones, by config: (host H = kernels x `us`, GPU
+    busy G, traced wall), in ms."""
+    return {c: (r["kernels"] * us * 1e-3, r["gpu_busy_ms"], r["wall_ms_median"])
+            for c, r in rows.items() if c not in _NARROW}
+
+
 def _steady(run: dict) -> bool:
     lin = run["linear_2053"]
     lo, hi = lin["cpu_us_grad_spread"]
@@ -133,12 +146,10 @@ def moe_host_trace(path: Path = TRACE_FILE) -> MoeHostTrace:
              / sum((x - mx) ** 2 for x in xs))
     plain = rows[_NO_SHARED_ROW]
     fwd, total = run["forward_kernels_dsv3_e8"], rows["dsv3-e8"]["kernels"]
-    us = _median([rows[c]["enqueue_ms_median"] * 1e3 / rows[c]["kernels"] for c in _NARROW])
-    wide = [(r["kernels"] * us * 1e-3, r["gpu_busy_ms"], r["wall_ms_median"])
-            for c, r in rows.items() if c not in _NARROW]  # (H, G, wall) in ms
+    us = per_kernel_us(rows)
     return MoeHostTrace(
         per_expert=slope, fixed_shared=my - slope * mx,
         fixed_plain=plain["kernels"] - slope * plain["local_experts"],
         forward_share=fwd / total, us_per_kernel=us,
         linear_us=run["linear_2053"]["cpu_us_grad"], run=run["environment"]["date_utc"],
-        blend=_fit_exponent(wide))
+        blend=_fit_exponent(list(wide_passes(rows, us).values())))

@@ -67,12 +67,12 @@ def _collectives(cfg) -> list[tuple[str, int, int, float]]:
         # the hidden states of the whole EP x ETP group, gathered once (no top-k copies)
         group = ep * etp
         return [("all_gather", group, 1, tokens * h * value * group)] if group > 1 else []
-    send = tokens * moe.top_k * h * value * cfg.moe_imbalance  # S: the busiest rank's
+    flex = cfg.moe_dispatcher == "flex"
+    # a token's copies: one per GPU holding one of its experts (flex), else one per expert
+    copies = domain_copies(moe, ep) if flex and ep > 1 else moe.top_k
+    send = tokens * copies * h * value * cfg.moe_imbalance  # S: the busiest rank's
     out = []
     domains = max(1, ep * etp // cfg.domain)  # NVLink domains the EP group spans
-    flex = cfg.moe_dispatcher == "flex"
-    if flex and ep > 1:  # one copy per GPU holding one of the token's experts, not per expert
-        send = tokens * h * value * domain_copies(moe, ep) * cfg.moe_imbalance
     if flex and domains > 1:
         # one copy per remote domain holding one of the token's experts
         across = tokens * h * value * domain_copies(moe, domains) * cfg.moe_imbalance
