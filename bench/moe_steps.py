@@ -37,6 +37,11 @@ How a row becomes a step (each choice named, none fitted):
 - the MTP layers and Megatron-Core pipeline layout of the rows whose recipe states both
   (profiles/external/pipeline-layouts.csv: Megatron-Bridge's DeepSeek-V3 rows); read after
   the table was seen (late-constants.md row 59, with what they move);
+- attention: the fused kernel the stack prices by default (step_config.py stack_attention),
+  except where a row's stack could not run it: profiles/external/attention-backends.csv
+  (dgxc's DeepSeek-V3 rows on GB200, NeMo 25.04.01: Transformer Engine 2.2's unfused
+  attention for latent heads of 192 / 128 on Blackwell); read after the table was seen
+  (late-constants.md row 63);
 - published step: stated, or global batch x sequence / (tokens per second per GPU x GPUs);
   rows that give only TFLOP/s are converted with their source's own FLOPs per token: the
   Megatron-LM count of the version the source ran (profiles/external/tflops-counts.csv,
@@ -144,6 +149,9 @@ def by_case(path: Path) -> dict[str, dict]:
 
 # the dispatcher, overlap and FP8 gathers of each MoE row's recipe (moe-recipes.csv)
 RECIPE = by_case(RECIPES)
+# the attention kernel of the rows whose stack ran another than the tool's default for it
+# (profiles/external/attention-backends.csv)
+ATTENTION = by_case(REPO / "profiles" / "external" / "attention-backends.csv")
 # the MTP layers and pipeline layout of the rows whose recipe states them
 LAYOUTS = REPO / "profiles" / "external" / "pipeline-layouts.csv"
 LAYOUT = by_case(LAYOUTS)
@@ -241,6 +249,7 @@ def options(r, defaults: bool = False) -> StepOptions:
         overlap=Overlap(tp_comm=True if (nvidia and tp > 1) else None),
         # a torchtitan run keeps what torchtitan keeps (its loss, TP and pipeline buffers)
         pricing=Pricing(stack="torchtitan" if torchtitan else None,
+                        attention=ATTENTION.get(r.case, {}).get("attention") or None,
                         # both torchtitan sources ran torch.compile (mxfp8.md: 'torch.compile
                         # enabled'; Nebius' train_671b.sh: --compile.enable): fused layers
                         torch_compile=True if torchtitan else None,

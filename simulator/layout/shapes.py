@@ -54,8 +54,9 @@ class LayerShapes:
     memory_bytes: float  # forward; backward moves about twice as many
     memory_kernels: int  # forward elementwise kernels (each pays a launch)
     # attention without FlashAttention (Megatron-LM before it): the score and context products
-    # as batched GEMMs over every head, and the fused scale-mask-softmax and dropout over the
-    # b x heads x s x s scores (read and write fp16, a mask byte): forward bytes
+    # as batched GEMMs over every head, and the fused scale-mask-softmax and (where the model
+    # keeps it, `unfused_passes`) dropout over the b x heads x s x s scores (read and write
+    # fp16, a mask byte): forward bytes
     unfused_gemms: tuple[Gemm, ...] = ()
     unfused_memory_bytes: float = 0.0
     # of memory_bytes, a MoE layer's routed experts' activation and its tokens' permutes in
@@ -166,6 +167,12 @@ def eager_extra(model: ModelProfile, tokens: float, t: int, sequence_parallel: b
     return per_token * tokens, kernels
 
 
+def unfused_passes(model: ModelProfile) -> int:
+    """The elementwise kernels unfused attention runs over the scores each way: the scaled,
+    masked softmax, and dropout where the model keeps it (profiles/models.py dropout)."""
+    return 2 if model.dropout else 1
+
+
 def layer_shapes(model: ModelProfile, micro_batch: int, seq_len: int, tp: int = 1,
                  sequence_parallel: bool = False, cp: int = 1, moe_layer: bool = False,
                  routing: Routing | None = None) -> LayerShapes:
@@ -224,8 +231,12 @@ def layer_shapes(model: ModelProfile, micro_batch: int, seq_len: int, tp: int = 
     # a model with local attention on some layers (gpt-oss: a 128-token window every other
     # layer) does that much less of it: fused kernels skip the blocks the window masks
     causal = full / 2 * a.attention_share(seq_len)
+    # unfused: the softmax reads and writes the scores; dropout, where the model keeps it,
+    # reads them again and writes its output and a one-byte mask (a model without attention
+    # dropout runs none: PyTorch's dropout returns its input at p = 0)
+    passes = unfused_passes(model)
     return LayerShapes(gemms, causal, full, per_token * tokens + extra, kernels, unfused,
-                       scores * (2 * ACT_BYTES + 2 * ACT_BYTES + 1),
+                       scores * (2 * ACT_BYTES + (passes - 1) * (2 * ACT_BYTES + 1)),
                        *((0.0, 0.0) if model.family == "gpt" else (moe_act, permute)))
 
 

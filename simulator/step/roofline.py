@@ -33,6 +33,7 @@ from simulator.layout.shapes import (
     fp8_casts,
     head_shapes,
     layer_shapes,
+    unfused_passes,
 )
 from simulator.step.host import moe_host_trace
 
@@ -119,10 +120,11 @@ def layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_
     """One transformer layer on one GPU: forward and backward (without recomputation).
     `attention`: flash (the profile's fused attention at its measured rates), flash2
     (FlashAttention-2's rates where the profile gives them apart) or unfused (the score
-    and context products as batched GEMMs on the roofline, the softmax and dropout over the
-    s x s scores at HBM bandwidth: Megatron-LM before FlashAttention). A model with experts:
-    the mean of its dense and MoE layers, each weighted by its count (`routing` routes the
-    MoE layers' tokens). `host_s` (`host_launch_s`): the host's time per kernel launch; a
+    and context products as batched GEMMs on the roofline, the softmax and, where the model
+    keeps dropout, the dropout over the s x s scores at HBM bandwidth: Megatron-LM before
+    FlashAttention, or Transformer Engine where no fused kernel takes the heads). A model with
+    experts: the mean of its dense and MoE layers, each weighted by its count (`routing`
+    routes the MoE layers' tokens). `host_s` (`host_launch_s`): the host's time per kernel launch; a
     pass waits for its host by what the traced blend of host and GPU time adds to the GPU's
     (`host_waits`: most where the two are alike; the pass's `host_wait`). `eager`: PyTorch
     runs the layer op by op (torchtitan without torch.compile): its elementwise kernels move what
@@ -171,10 +173,11 @@ def _layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq
         attn_b = launch + ATTN_BWD_FLOPS * s.attention_flops / (bwd * peak)
         attn_kernels = (1, 1)  # forward, backward
     else:
-        softmax = 2 * launch + s.unfused_memory_bytes / _hbm_Bps(hw)  # softmax, dropout
+        passes = unfused_passes(model)  # softmax, and dropout where the model keeps it
+        softmax = passes * launch + s.unfused_memory_bytes / _hbm_Bps(hw)
         attn_f = sum(gemm_s(g, hw) for g in s.unfused_gemms) + softmax
         attn_b = sum(gemm_s(b, hw) for g in s.unfused_gemms for b in g.backward()) + 2 * softmax
-        attn_kernels = (len(s.unfused_gemms) + 2, 2 * len(s.unfused_gemms) + 4)
+        attn_kernels = (len(s.unfused_gemms) + passes, 2 * len(s.unfused_gemms) + 2 * passes)
     kernels, moved = s.memory_kernels, s.memory_bytes
     if eager:  # op by op: the same values through more kernels, fp32 on the way
         more, extra = eager_extra(model, micro_batch * seq_len // cp, tp, sequence_parallel,
