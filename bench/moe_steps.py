@@ -195,7 +195,8 @@ def fp8_recipe_of(r) -> str | None:
 def precision_of(r, said: dict, defaults: bool) -> Precision:
     """The row's FP8 and, as its recipe sets them, gradients reduced in bf16
     (grad_reduce_in_fp32 false: Megatron's bf16 main-gradient buffer), bf16 optimizer moments
-    beside fp32 master weights (the precision-aware optimizer) and FP8 parameter gathers
+    beside fp32 master weights (the precision-aware optimizer), FP8 parameter gathers and the
+    GEMMs FP8 quantizes
     (moe-recipes.csv, else step-optimizer.csv); `defaults`: the tool's own (fp32)."""
     opt = {} if defaults else OPTIMIZER_RECIPE.get(r.case, {})
     fp8 = r.precision == "fp8"
@@ -206,7 +207,10 @@ def precision_of(r, said: dict, defaults: bool) -> Precision:
                      else DEFAULT_GRAD_DTYPE, fp8=fp8,
                      optimizer_dtype="bf16-moments" if moments else "fp32",
                      fp8_param_gather=fp8 and gather == "true",
-                     fp8_recipe=None if defaults else fp8_recipe_of(r))
+                     fp8_recipe=None if defaults else fp8_recipe_of(r),
+                     # the GEMMs the recipe quantizes (moe-recipes.csv fp8_scope; blank: all)
+                     fp8_scope=(said.get("fp8_scope") or None) if fp8 and not defaults
+                     else None)
 
 
 def stated_recompute(r) -> tuple[str | None, str]:

@@ -31,6 +31,7 @@ from vocabulary.names import (
     DEFAULT_PARAM_DTYPE,
     DTYPE_BYTES,
     FP8_RECIPE_NAMES,
+    FP8_SCOPES,
     LOSSES,
     MOE_DISPATCHERS,
     OPTIMIZER_DTYPES,
@@ -103,6 +104,7 @@ OptimizerDtypeChoice = _choice("OptimizerDtypeChoice", OPTIMIZER_DTYPES)
 StackChoice = _choice("StackChoice", STACKS)
 DispatcherChoice = _choice("DispatcherChoice", MOE_DISPATCHERS)
 Fp8RecipeChoice = _choice("Fp8RecipeChoice", FP8_RECIPE_NAMES)
+Fp8ScopeChoice = _choice("Fp8ScopeChoice", FP8_SCOPES)
 
 
 FP8_HELP = ("the layers' linear GEMMs in FP8, as Transformer Engine's recipe runs them (at the "
@@ -251,6 +253,11 @@ PARALLEL_OPTS = {
                                     "--fp8-recipe (tensorwise: current per-tensor scaling, an "
                                     "amax pass first; delayed; mxfp8: Blackwell only; "
                                     "blockwise) [default: delayed, Megatron's]"),
+    "fp8_scope": typer.Option(None, "--fp8-scope",
+                              help="with --fp8: which GEMMs run in FP8 (all: every linear "
+                                   "layer, as Transformer Engine under Megatron-Core; experts: "
+                                   "the routed experts' grouped GEMMs alone, as torchtitan's "
+                                   "--quantize.grouped_mm) [default: all]"),
     "fp8_param_gather": typer.Option(False, "--fp8-param-gather/--no-fp8-param-gather",
                                      help="with --fp8: the distributed optimizer or FSDP "
                                           "gathers FP8 parameters, a byte each, and keeps the "
@@ -438,7 +445,8 @@ def step_options(flags: dict, spec: str) -> StepOptions:
                                 f.get("pp_layout")),
         precision=Precision(f["grad_dtype"], f["param_dtype"], f["fp8"],
                             str(f["optimizer_dtype"]), bool(f.get("fp8_param_gather")),
-                            None if f.get("fp8_recipe") is None else str(f["fp8_recipe"])),
+                            None if f.get("fp8_recipe") is None else str(f["fp8_recipe"]),
+                            None if f.get("fp8_scope") is None else str(f["fp8_scope"])),
         overlap=Overlap(f["overlap_grad"], f["overlap_param"], f["bucket_mb"],
                         f["tp_comm_overlap"]),
         pricing=Pricing(f["algo"], f["mfu"], f["attention"],

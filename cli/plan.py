@@ -19,6 +19,7 @@ from cli.common import (
     DtypeChoice,
     Format3,
     Fp8RecipeChoice,
+    Fp8ScopeChoice,
     PriceTierChoice,
     RankChoice,
     StackChoice,
@@ -108,6 +109,7 @@ def plan_cmd(
                                               "plans with tp 1 run without it"),
     fp8: bool = typer.Option(False, "--fp8/--no-fp8", help=FP8_HELP + " (every plan)"),
     fp8_recipe: Fp8RecipeChoice = PARALLEL_OPTS["fp8_recipe"],
+    fp8_scope: Fp8ScopeChoice = PARALLEL_OPTS["fp8_scope"],
     cp: int = typer.Option(1, "--cp", "--context-parallel-size",
                            help="context-parallel ranks per sequence in every plan (not "
                                 "searched; Megatron --context-parallel-size)"),
@@ -163,7 +165,8 @@ def plan_cmd(
         global_batch=global_batch, seq_len=seq_len,
         schemes=tuple(parse_names(schemes, "--schemes")),
         precision=Precision(grad_dtype, param_dtype, fp8,
-                            fp8_recipe=None if fp8_recipe is None else str(fp8_recipe)),
+                            fp8_recipe=None if fp8_recipe is None else str(fp8_recipe),
+                            fp8_scope=None if fp8_scope is None else str(fp8_scope)),
         density_warmup_frac=density_warmup_frac,
         workers=workers, quality=None if quality is None else load_quality(quality), rank=rank,
         overlap=Overlap(tp_comm=tp_comm_overlap), cp=cp, ep=ep, etp=etp,
@@ -212,7 +215,7 @@ def plan_cmd(
              "density_warmup_frac": density_warmup_frac,
              # each row says whether its plan ran it (tp above 1 only): "tp_comm_overlap"
              "tp_comm_overlap_asked": tp_comm_overlap, "cp": cp, "fp8_asked": fp8,
-             **({"fp8_recipe": req.fp8_recipe} if fp8 else {}),
+             **({"fp8_recipe": req.fp8_recipe, "fp8_scope": req.fp8_scope} if fp8 else {}),
              "quality_study": quality, "rank": rank, "exhaustive": exhaustive,
              **({"cuda_graphs": cuda_graphs, "host_launch_us": host_launch_us}
                 if cuda_graphs or host_launch_us is not None else {}),

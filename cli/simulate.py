@@ -23,6 +23,7 @@ from cli.common import (
     DtypeChoice,
     Format3,
     Fp8RecipeChoice,
+    Fp8ScopeChoice,
     LossChoice,
     OptimizerChoice,
     OptimizerDtypeChoice,
@@ -122,6 +123,7 @@ def simulate(
     fp8: bool = PARALLEL_OPTS["fp8"],
     fp8_param_gather: bool = PARALLEL_OPTS["fp8_param_gather"],
     fp8_recipe: Fp8RecipeChoice = PARALLEL_OPTS["fp8_recipe"],
+    fp8_scope: Fp8ScopeChoice = PARALLEL_OPTS["fp8_scope"],
     loss: LossChoice = PARALLEL_OPTS["loss"],
     optimizer_dtype: OptimizerDtypeChoice = PARALLEL_OPTS["optimizer_dtype"],
     stack: StackChoice = PARALLEL_OPTS["stack"],
@@ -183,6 +185,7 @@ def simulate(
           f"{row.get('attention')}, sequence_parallel {row.get('sequence_parallel')}, "
           f"tp_comm_overlap {row.get('tp_comm_overlap')}, fp8 {row.get('fp8')}, "
           + (f"fp8_recipe {row['fp8_recipe']}, " if "fp8_recipe" in row else "")
+          + (f"fp8_scope {row['fp8_scope']}, " if "fp8_scope" in row else "")
           + (f"pp_kept_outputs {row['pp_kept_outputs']}, " if "pp_kept_outputs" in row else "")
           + f"mfu {row.get('mfu')}, stack {row.get('stack')}, loss {row.get('loss')}, "
           f"metric_passes {cfg.metric_passes}, global_batch {cfg.sequences}")

@@ -37,5 +37,9 @@ def test_values_are_ones_the_bench_reads():
     assert set(RECIPES["flex_backend"]) <= {"", "deepep", "hybridep", "deepseek-own"}
     for col in ("ep_overlap", "cuda_graphs", "fp8_param_gather"):
         assert set(RECIPES[col]) <= {"", "true", "false"}, col
+    assert set(RECIPES["fp8_scope"]) <= {"", "all", "experts"}
+    # a scope is said only of an FP8 row
+    fp8 = set(STEPS.loc[STEPS["precision"] == "fp8", "case"])
+    assert set(RECIPES.loc[RECIPES["fp8_scope"] != "", "case"]) <= fp8
     flex = RECIPES[RECIPES["flex_backend"] != ""]
     assert (flex["dispatcher"] == "flex").all()

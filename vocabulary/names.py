@@ -140,6 +140,10 @@ MOE_DISPATCHERS = ("alltoall", "allgather", "flex")
 # Megatron-LM's --fp8-recipe names (megatron/training/arguments.py), priced in
 # simulator/layout/shapes.py FP8_RECIPES
 FP8_RECIPE_NAMES = ("tensorwise", "delayed", "mxfp8", "blockwise")
+# which GEMMs --fp8 runs in FP8: every linear layer (Transformer Engine under Megatron-Core,
+# torchtitan's --quantize.linear), or the routed experts' grouped GEMMs alone (torchtitan's
+# --quantize.grouped_mm without --quantize.linear); simulator/step/roofline.py in_fp8
+FP8_SCOPES = ("all", "experts")
 # the optimizer state's dtype: fp32 moments and master weights; bf16 moments with 16-bit
 # master remainders (NeMo's distributed_fused_adam dtype bf16, store_param_remainders); or bf16
 # moments beside fp32 master weights (Megatron-Core's precision-aware optimizer,

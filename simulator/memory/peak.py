@@ -401,7 +401,10 @@ def step_memory(cfg) -> MemoryUse:
     return memory_use(cfg.model, cfg.scheme, cfg.shard_ranks, cfg.tp, cfg.micro_batch,
                       cfg.seq // cfg.cp, cfg.plan_dtypes, cfg.recompute, cfg.sequence_parallel,
                       cfg.pp, cfg.chunks_pp, cfg.attention, cfg.accum, cfg.loss,
-                      cfg.optimizer_dtype, cfg.stack, cfg.routing, cfg.edp, cfg.fp8,
+                      cfg.optimizer_dtype, cfg.stack, cfg.routing, cfg.edp,
+                      # Transformer Engine saves FP8 inputs where every linear is FP8; an
+                      # experts-only scope's saved inputs are counted 16-bit (an upper bound)
+                      cfg.fp8 and cfg.quantized_gemms == "all",
                       cfg.keeps_pp_outputs,
                       None if cfg.pp_layout is None else tuple(map(tuple, cfg.layer_split())),
                       cfg.mtp_layers)

@@ -81,6 +81,7 @@ class Precision:
     optimizer_dtype: str = "fp32"
     fp8_param_gather: bool = False  # the distributed optimizer gathers FP8 parameters
     fp8_recipe: str | None = None  # None: not given (Megatron's default, delayed)
+    fp8_scope: str | None = None  # None: not given (every linear: names.py FP8_SCOPES)
 
     def dtypes(self) -> Dtypes:
         return Dtypes(_dtype(self.grad_dtype, "--grad-dtype"),
@@ -214,8 +215,9 @@ class StepOptions:
                        replica_groups=cfg.grad_ranks // cfg.shard_group)
         if cfg.fp8_param_gather:
             ran["fp8_param_gather"] = True
-        if cfg.fp8:  # the recipe an FP8 run's casts were priced with
+        if cfg.fp8:  # the recipe an FP8 run's casts were priced with, and what it quantized
             ran["fp8_recipe"] = cfg.cast_recipe
+            ran["fp8_scope"] = cfg.quantized_gemms
         # torch.compile: a torchtitan run's rows say whether its elementwise ops were fused
         ran.pop("torch_compile", None)
         if cfg.stack == "torchtitan":
@@ -300,7 +302,7 @@ class StepOptions:
             model=model, hardware=hardware,
             gpus=self.gpus, **moe, shard_group=self.parallelism.shard_group,
             fp8_param_gather=self.precision.fp8_param_gather,
-            fp8_recipe=self.precision.fp8_recipe,
+            fp8_recipe=self.precision.fp8_recipe, fp8_scope=self.precision.fp8_scope,
             scheme=scheme,
             micro_batch=b.micro_batch, seq_len=b.seq_len,
             grad_accum=1 if b.grad_accum is None else b.grad_accum, tp=tp,

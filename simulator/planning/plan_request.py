@@ -15,7 +15,13 @@ from simulator.network.collective import MAX_GPUS
 from simulator.planning.compare import parse_scheme, refuse_same
 from simulator.planning.options import Overlap, Precision
 from simulator.step.batch import check_workers
-from simulator.step.compute import check_fp8, check_fp8_recipe, fp8_recipe_or_default
+from simulator.step.compute import (
+    check_fp8,
+    check_fp8_recipe,
+    check_fp8_scope,
+    fp8_recipe_or_default,
+    fp8_scope_or_default,
+)
 from simulator.step.step_config import (
     check_compile,
     check_cp,
@@ -201,6 +207,10 @@ class PlanRequest:
         return fp8_recipe_or_default(self.precision.fp8_recipe)
 
     @property
+    def fp8_scope(self) -> str:  # which GEMMs every FP8 plan quantizes (given, or all)
+        return fp8_scope_or_default(self.precision.fp8_scope)
+
+    @property
     def tp_comm_overlap(self) -> bool:
         return bool(self.overlap.tp_comm)
 
@@ -322,6 +332,7 @@ class PlanRequest:
             if self.price_per_gpu_hour is None and hw.price is None:
                 raise UserError(f"hardware {hw.name} has no [price] in its profile; "
                                 "give --price-per-gpu-hour")
+        check_fp8_scope(self.model, self.precision.fp8_scope, self.fp8)
         parsed = [parse_scheme(spec) for spec in self.schemes]
         refuse_same(list(self.schemes), parsed)
         if not 0 <= self.density_warmup_frac <= 1:

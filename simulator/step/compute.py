@@ -28,7 +28,7 @@ from simulator.step.roofline import (
     layer_times,
     metric_pass_s,
 )
-from vocabulary.names import ATTENTION, KERNEL_BYTES
+from vocabulary.names import ATTENTION, FP8_SCOPES, KERNEL_BYTES
 from vocabulary.recompute import check as check_recompute
 from vocabulary.recompute import modules_of
 
@@ -117,6 +117,27 @@ def fp8_recipe_or_default(given: str | None) -> str:
     return DEFAULT_FP8_RECIPE if given is None else given
 
 
+def fp8_scope_or_default(given: str | None) -> str:
+    """Which GEMMs an FP8 run runs in FP8: the scope given, else every linear layer's
+    (Transformer Engine's fp8_autocast around the whole model, as Megatron-Core runs it)."""
+    return "all" if given is None else given
+
+
+def check_fp8_scope(model: ModelProfile, given: str | None, fp8: bool = True) -> None:
+    """Refuse an FP8 scope given without --fp8, one this tool does not know, or `experts` on
+    a model without routed experts."""
+    if given is None:
+        return
+    if not fp8:
+        raise UserError(f"--fp8-scope {given} says which GEMMs an FP8 run quantizes: give "
+                        "--fp8 too")
+    if given not in FP8_SCOPES:
+        raise UserError(f"--fp8-scope must be one of {', '.join(FP8_SCOPES)}, got {given!r}")
+    if given == "experts" and model.moe is None:
+        raise UserError(f"--fp8-scope experts quantizes the routed experts' GEMMs; "
+                        f"{model.name} has no experts: give --fp8-scope all (or leave it out)")
+
+
 def check_fp8_recipe(hw: HardwareProfile, given: str | None, fp8: bool = True) -> None:
     """Refuse an FP8 recipe given without --fp8, one this tool does not know, or one the GPU
     cannot run: MXFP8's block scales are applied inside Blackwell's tensor cores (fifth
@@ -202,7 +223,7 @@ def fwd_bwd(
     metric_passes: int = 0, routing: Routing | None = None, cuda_graphs: bool = False,
     host_launch_us: float | None = None, eager: bool = False,
     fp8_recipe: str = DEFAULT_FP8_RECIPE, accum_pass_bytes: float = 0.0,
-    expert_loop: bool = True,
+    expert_loop: bool = True, fp8_scope: str = "all",
 ) -> ComputeTimes:
     """Forward and backward time of one micro-batch on one GPU (tensor parallel degree `tp`).
 
@@ -222,9 +243,11 @@ def fwd_bwd(
     `cuda_graphs` (the layers captured as CUDA graphs) removes that wait; `host_launch_us`:
     the host's time per launch (None: the profile's). `eager`: the layers' elementwise ops
     run one PyTorch kernel each (torchtitan without torch.compile; roofline.layer_times).
-    `fp8_recipe`: how an FP8 run scales its casts (simulator/layout/shapes.py FP8_RECIPES).
-    `accum_pass_bytes`: bytes each of the GPU's parameters moves after every micro-batch's
-    backward, at HBM bandwidth (grad_accum_pass_s: DeepSpeed's BF16_Optimizer).
+    `fp8_recipe`: how an FP8 run scales its casts (simulator/layout/shapes.py FP8_RECIPES);
+    `fp8_scope`: which GEMMs run in FP8 (all linears, or the routed experts' alone:
+    roofline.in_fp8). `accum_pass_bytes`: bytes each of the GPU's parameters moves after
+    every micro-batch's backward, at HBM bandwidth (grad_accum_pass_s: DeepSpeed's
+    BF16_Optimizer).
     `expert_loop`: the stack launches each local expert's kernels apart (Megatron-Core, TE),
     so an eager MoE layer's host launches what roofline.layer_times traced; False: one
     grouped GEMM (torchtitan)."""
@@ -249,7 +272,7 @@ def fwd_bwd(
     else:
         lt = layer_times(model, hw, micro_batch, seq_len, tp, sequence_parallel, attention,
                          cp, fp8, routing, host_launch_s(hw, cuda_graphs, host_launch_us),
-                         eager, fp8_recipe, expert_loop)
+                         eager, fp8_recipe, expert_loop, fp8_scope)
         ht = head_times(model, hw, micro_batch, seq_len, tp, cp, metric_passes)
         layer = (lt.fwd_s, lt.bwd_s, lt.parts["attention_fwd"], lt.parts["attention_bwd"])
         head = (ht.fwd_s, ht.bwd_s)

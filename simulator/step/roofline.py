@@ -65,6 +65,13 @@ def gemm_s(g: Gemm, hw: HardwareProfile, fp8: bool = False) -> float:
     return r.gemm_launch_us * 1e-6 + (compute**n + memory**n) ** (1 / n)
 
 
+def in_fp8(g: Gemm, scope: str) -> bool:
+    """Whether an FP8 run (--fp8) runs GEMM `g` in FP8 under `scope` (names.py FP8_SCOPES):
+    every linear's (`all`), or only the routed experts' grouped GEMMs (`experts`: torchtitan's
+    --quantize.grouped_mm, the shapes' "experts in" / "experts out")."""
+    return scope == "all" or g.name.startswith("experts")
+
+
 def _hbm_Bps(hw: HardwareProfile) -> float:
     return hw.gpu.hbm_bw_GBps * 1e9 * hw.compute.mem_efficiency
 
@@ -116,7 +123,8 @@ def layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_
                 tp: int = 1, sequence_parallel: bool = False, attention: str = "flash",
                 cp: int = 1, fp8: bool = False, routing: Routing | None = None,
                 host_s: float = 0.0, eager: bool = False,
-                fp8_recipe: str = DEFAULT_FP8_RECIPE, expert_loop: bool = True) -> PassTimes:
+                fp8_recipe: str = DEFAULT_FP8_RECIPE, expert_loop: bool = True,
+                fp8_scope: str = "all") -> PassTimes:
     """One transformer layer on one GPU: forward and backward (without recomputation).
     `attention`: flash (the profile's fused attention at its measured rates), flash2
     (FlashAttention-2's rates where the profile gives them apart) or unfused (the score
@@ -135,7 +143,8 @@ def layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_
     eager MoE layer's host launches what simulator/step/host.py traced; False: one grouped
     GEMM for all of them (torchtitan's torch._grouped_mm), the fused count."""
     args = (model, hw, micro_batch, seq_len, tp, sequence_parallel, attention, cp, fp8)
-    more = {"host_s": host_s, "eager": eager, "fp8_recipe": fp8_recipe}
+    more = {"host_s": host_s, "eager": eager, "fp8_recipe": fp8_recipe,
+            "fp8_scope": fp8_scope}
     if model.moe is None:
         return _layer_times(*args, **more)
     more["expert_loop"] = expert_loop
@@ -156,17 +165,21 @@ def _layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq
                  tp: int, sequence_parallel: bool, attention: str, cp: int, fp8: bool,
                  moe_layer: bool = False, routing: Routing | None = None,
                  host_s: float = 0.0, eager: bool = False,
-                 fp8_recipe: str = DEFAULT_FP8_RECIPE, expert_loop: bool = True) -> PassTimes:
+                 fp8_recipe: str = DEFAULT_FP8_RECIPE, expert_loop: bool = True,
+                 fp8_scope: str = "all") -> PassTimes:
     s = layer_shapes(model, micro_batch, seq_len, tp, sequence_parallel, cp, moe_layer,
                      routing)
     r = hw.roofline
     peak = hw.gpu.peak_bf16_tflops * 1e12 * r.sustained  # FLOP/s a training step sustains
     launch = r.gemm_launch_us * 1e-6
     # --fp8: the layer's linear GEMMs in FP8, forward and both gradients (Transformer Engine's
-    # recipe); attention and the output layer stay 16-bit
-    fwd_each = [gemm_s(g, hw, fp8) for g in s.gemms]  # s, in s.gemms' order
+    # recipe), or with --fp8-scope experts the routed experts' alone; attention and the output
+    # layer stay 16-bit
+    quantized = [fp8 and in_fp8(g, fp8_scope) for g in s.gemms]
+    fwd_each = [gemm_s(g, hw, q) for g, q in zip(s.gemms, quantized, strict=True)]  # s
     gemm_f = sum(fwd_each)
-    gemm_b = sum(gemm_s(b, hw, fp8) for g in s.gemms for b in g.backward())
+    gemm_b = sum(gemm_s(b, hw, q) for g, q in zip(s.gemms, quantized, strict=True)
+                 for b in g.backward())
     if attention in ("flash", "flash2"):
         fwd, bwd = attention_fractions(hw, attention)
         attn_f = launch + s.attention_flops / (fwd * peak)
@@ -187,7 +200,8 @@ def _layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq
     mem_b = 2 * mem_f  # each elementwise kernel's backward reads its input and output grads
     casts_f = casts_b = 0
     if fp8:  # the GEMMs' operands cast to 8 bits (shapes.fp8_casts), forward and backward
-        cast_f, cast_b, casts_f, casts_b = fp8_casts(s.gemms, eager, fp8_recipe)
+        cast_f, cast_b, casts_f, casts_b = fp8_casts(
+            tuple(g for g, q in zip(s.gemms, quantized, strict=True) if q), eager, fp8_recipe)
         mem_f += casts_f * launch + cast_f / _hbm_Bps(hw)
         mem_b += casts_b * launch + cast_b / _hbm_Bps(hw)
     # the two norms alone (read h, write h per token each): what recomputing them costs

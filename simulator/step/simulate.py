@@ -131,14 +131,15 @@ def _fwd_bwd(cfg: StepConfig):
     key = (cfg.model, cfg.micro_batch, cfg.seq, cfg.tp, cfg.mfu, cfg.recompute,
            cfg.sequence_parallel and cfg.tp > 1, cfg.attention, cfg.cp, cfg.fp8,
            cfg.metric_passes, routing, cfg.cuda_graphs, cfg.host_launch_us, cfg.eager_kernels,
-           cfg.cast_recipe, cfg.accum_pass_bytes, expert_loop)
+           cfg.cast_recipe, cfg.accum_pass_bytes, expert_loop, cfg.quantized_gemms)
     one = FWD_BWD.get(cfg.hardware, key, lambda: fwd_bwd(
         cfg.model, cfg.hardware, cfg.micro_batch, cfg.seq, cfg.tp, 1, mfu=cfg.mfu,
         recompute=cfg.recompute, sequence_parallel=cfg.sequence_parallel and cfg.tp > 1,
         attention=cfg.attention, cp=cfg.cp, fp8=cfg.fp8, metric_passes=cfg.metric_passes,
         routing=routing, cuda_graphs=cfg.cuda_graphs, host_launch_us=cfg.host_launch_us,
         eager=cfg.eager_kernels, fp8_recipe=cfg.cast_recipe,
-        accum_pass_bytes=cfg.accum_pass_bytes, expert_loop=expert_loop))
+        accum_pass_bytes=cfg.accum_pass_bytes, expert_loop=expert_loop,
+        fp8_scope=cfg.quantized_gemms))
     # the step's FLOP count, remembered too (dataclasses.replace is the frontier search's
     # most frequent small cost: thousands of bounds of a few shapes)
     return FWD_BWD.get(cfg.hardware, (*key, "accum", cfg.accum), lambda: replace(

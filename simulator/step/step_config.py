@@ -19,7 +19,9 @@ from simulator.step.compute import (
     BF16_OPTIMIZER_ACCUM_BYTES,
     check_fp8,
     check_fp8_recipe,
+    check_fp8_scope,
     fp8_recipe_or_default,
+    fp8_scope_or_default,
 )
 from vocabulary.names import (
     LOSSES,
@@ -116,6 +118,9 @@ class StepConfig:
     # blockwise; simulator/layout/shapes.py FP8_RECIPES); None: not given, Megatron's default
     # (delayed); needs fp8
     fp8_recipe: str | None = None
+    # which GEMMs an FP8 run quantizes (names.py FP8_SCOPES: all, or the routed experts'
+    # alone, torchtitan's --quantize.grouped_mm); None: not given, all; needs fp8
+    fp8_scope: str | None = None
     # torchtitan before 2025: PyTorch's pipelining kept every micro-batch's outputs until the
     # next step (simulator/memory/activations.py pipeline_buffers_per_token); None: not given,
     # today's torchtitan (none kept)
@@ -142,6 +147,11 @@ class StepConfig:
         """Pipeline stages keep every micro-batch's outputs until the next step (asked, on
         the torchtitan stack)."""
         return bool(self.pp_kept_outputs)
+
+    @property
+    def quantized_gemms(self) -> str:
+        """Which GEMMs run in FP8 under --fp8 (compute.fp8_scope_or_default)."""
+        return fp8_scope_or_default(self.fp8_scope)
 
     @property
     def cast_recipe(self) -> str:
@@ -521,6 +531,7 @@ class StepConfig:
             raise UserError("--pp-kept-outputs/--no-pp-kept-outputs says what pipeline stages "
                             "keep, and --pp 1 has none: give --pp above 1 or leave it out")
         check_fp8_recipe(self.hardware, self.fp8_recipe, self.fp8)
+        check_fp8_scope(self.model, self.fp8_scope, self.fp8)
         if self.fp8_param_gather:
             if not self.fp8:
                 raise UserError("--fp8-param-gather gathers the FP8 weights of an FP8 run: "
