@@ -42,6 +42,12 @@ def cases(tmp: Path) -> list[list[str]]:
     for flag in ("--model", "--hardware", "--scheme", "--algo", "--recompute", "--loss",
                  "--stack", "--attention", "--pp-schedule", "--optimizer-dtype"):
         out += [[*sim, flag, v] for v in BAD_NAMES]
+    # FP8's scope and the unfused attention on models with and without experts or dropout
+    moe = ["simulate", "--model", "mixtral-8x7b", "--hardware", "dgx-h100", "--gpus", "64",
+           "--ep", "8"]
+    out += [[*base, *extra, "--fp8-scope", v] for base in (sim, moe)
+            for extra in ([], ["--fp8"]) for v in [*BAD_NAMES, "all", "experts"]]
+    out += [[*moe, "--attention", "unfused"], [*sim, "--attention", "unfused"]]
     comp = ["compare", "--model", "gpt-345m", "--hardware", "dgx-h100", "--gpus", "16"]
     out += [[*comp, "--schemes", v] for v in ("", "dense-adams,,topk", "x:y", "scape:2")]
     out += [[*comp, "--gpus", v] for v in BAD_NUMBERS]
