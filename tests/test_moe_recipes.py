@@ -1,24 +1,46 @@
-"""profiles/external/moe-recipes.csv, the recipe settings bench/moe_steps.py prices its rows
-with: every entry names a published row, every MoE row has one, each value is one the bench
-reads, and each entry quotes where it was read (docs/research/moe-recipes.md)."""
+"""profiles/external/moe-recipes.csv and attention-backends.csv, the recipe settings
+bench/moe_steps.py prices its rows with: every entry names a published row, every MoE row has
+one, each value is one the bench reads, and each entry quotes where it was read
+(docs/research/moe-recipes.md)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from profiles import load_model
 
 EXTERNAL = Path(__file__).resolve().parents[1] / "profiles" / "external"
-RECIPES = pd.read_csv(EXTERNAL / "moe-recipes.csv", comment="#", dtype=str).fillna("")
-STEPS = pd.read_csv(EXTERNAL / "moe-blackwell-steps.csv", comment="#", dtype=str).fillna("")
 
 
-def test_every_entry_names_a_published_row_once_and_quotes_its_source():
-    assert RECIPES["case"].is_unique
-    assert set(RECIPES["case"]) <= set(STEPS["case"])
-    assert all(len(e) > 20 for e in RECIPES["evidence"])
+def _table(name: str) -> pd.DataFrame:
+    return pd.read_csv(EXTERNAL / name, comment="#", dtype=str).fillna("")
+
+
+STEPS = _table("moe-blackwell-steps.csv")
+RECIPES = _table("moe-recipes.csv")
+# the attention kernel of rows whose stack ran another than the tool's default for it
+BACKENDS = _table("attention-backends.csv")
+
+
+@pytest.mark.parametrize("table", [RECIPES, BACKENDS], ids=["recipes", "attention-backends"])
+def test_every_entry_names_a_published_row_once_and_quotes_its_source(table):
+    assert table["case"].is_unique
+    assert set(table["case"]) <= set(STEPS["case"])
+    assert all(len(e) > 20 for e in table["evidence"])
+
+
+def test_the_attention_entries_are_kernels_the_tool_prices_and_latent_heads_on_blackwell():
+    assert set(BACKENDS["attention"]) <= {"flash", "flash2", "unfused"}
+    # Transformer Engine before 2.5 ran no cuDNN fused attention on sm100 above head dim 128
+    # and no FlashAttention where the query-key and value heads differ (the file's evidence)
+    rows = STEPS.set_index("case").loc[BACKENDS["case"]]
+    for case, row in rows.iterrows():
+        model = load_model(row["model"])
+        assert model.mla is not None and model.mla.qk_head_dim > 128, case
+        assert row["hardware"] in ("gb200-nvl72", "dgx-b200"), case
 
 
 def test_every_moe_row_has_an_entry_and_dense_rows_carry_only_their_graphs():
