@@ -48,6 +48,8 @@ def _options(model: str, **precision) -> StepOptions:
     ("deepseek-v3", {"fp8_scope": "experts"}, "give --fp8 too"),
     ("llama3-8b", {"fp8": True, "fp8_scope": "experts"}, "has no experts"),
     ("deepseek-v3", {"fp8": True, "fp8_scope": "attention"}, "must be one of all, experts"),
+    ("deepseek-v3", {"fp8": True, "fp8_scope": "experts", "fp8_param_gather": True},
+     "leave one of them out"),
 ])
 def test_a_scope_without_fp8_an_unknown_one_or_experts_on_a_dense_model_is_refused(
         model, precision, said):

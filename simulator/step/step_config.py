@@ -540,6 +540,12 @@ class StepConfig:
                 raise UserError(f"--fp8-param-gather: {self.scheme.scheme} gathers no "
                                 f"parameters (the distributed optimizer and FSDP do: "
                                 f"{', '.join(sorted(ZERO_SCHEMES))})")
+            if self.quantized_gemms != "all":
+                # the gathers price every parameter at a byte; with the experts alone in FP8
+                # the other weights would travel 16-bit (not modelled)
+                raise UserError("--fp8-param-gather gathers every weight at a byte, and "
+                                f"--fp8-scope {self.fp8_scope} keeps the weights outside the "
+                                "routed experts 16-bit: leave one of them out")
 
     def _validate_experts(self) -> None:
         """Expert parallelism as Megatron-Core takes it: EP divides the experts, EP x ETP
