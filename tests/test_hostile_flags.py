@@ -318,6 +318,15 @@ def test_session_fourteen_refusals(capsys, tmp_path, args, match):
     _refused(code, err, match)
 
 
+def test_an_expert_block_too_large_for_a_stage_names_the_etp_that_fits(capsys):
+    """--etp left out is --tp (Megatron-Core's default): EP 64 with TP 2 on a 64-GPU stage
+    needs 128; the refusal says so and offers --etp 1 beside the EPs that fit."""
+    code, _, err = scape(capsys, "simulate", "-m", "deepseek-v3", "-H", "dgx-h100", "--gpus",
+                         "1024", "--tp", "2", "--pp", "16", "--ep", "64")
+    assert code == 2 and "(not given: --tp, Megatron-Core's default)" in err
+    assert "--ep valid here 32 (of 1, 2, 4, 8, 16, 32); or keep --ep 64 with --etp 1" in err
+
+
 def test_a_layout_that_cannot_run_names_the_nearest_valid_values(capsys):
     """Issue 39's bad input: the rule and the nearest valid values, one line, exit 2."""
     step = ("simulate", "-m", "llama-7b", "-H", "dgx-h100", "--gpus", "64")

@@ -569,9 +569,16 @@ class StepConfig:
         if block > stage or stage % block:
             valid = [e for e in range(1, moe.n_experts + 1)
                      if moe.n_experts % e == 0 and stage % (e * self.expert_tp) == 0]
-            raise UserError(f"--ep {self.ep} x --etp {self.expert_tp} = {block} must divide "
-                            f"the {stage} GPUs of a pipeline stage (gpus / --pp): --ep valid "
-                            f"here {_nearest(valid, self.ep)}")
+            etps = [t for t in range(1, stage // self.ep + 1)
+                    if self.ep * t <= stage and stage % (self.ep * t) == 0]
+            # --etp not given is --tp (Megatron-Core's default): say so, and which ETP fits
+            implied = " (not given: --tp, Megatron-Core's default)" if self.etp is None else ""
+            raise UserError(f"--ep {self.ep} x --etp {self.expert_tp}{implied} = {block} must "
+                            f"divide the {stage} GPUs of a pipeline stage (gpus / --pp): --ep "
+                            f"valid here {_nearest(valid, self.ep)}"
+                            + (f"; or keep --ep {self.ep} with --etp "
+                               f"{_nearest(etps, self.expert_tp)}"
+                               if etps and moe.n_experts % self.ep == 0 else ""))
         g = self.domain
         if not _placeable(block, g):
             raise UserError(f"--ep {self.ep} x --etp {self.expert_tp} = {block} GPUs must "
