@@ -48,6 +48,12 @@ def cases(tmp: Path) -> list[list[str]]:
     out += [[*base, *extra, "--fp8-scope", v] for base in (sim, moe)
             for extra in ([], ["--fp8"]) for v in [*BAD_NAMES, "all", "experts"]]
     out += [[*moe, "--attention", "unfused"], [*sim, "--attention", "unfused"]]
+    # the shared-expert overlap: no shared expert, a dense model, allgather, and one that runs
+    dsv3 = ["simulate", "--model", "deepseek-v3", "--hardware", "dgx-h100", "--gpus", "1024",
+            "--tp", "2", "--pp", "16", "--ep", "64", "--etp", "1"]
+    out += [[*moe, "--moe-shared-overlap"], [*sim, "--moe-shared-overlap"],
+            [*dsv3, "--moe-shared-overlap"], [*dsv3, "--moe-shared-overlap", "--moe-overlap"],
+            [*dsv3, "--moe-shared-overlap", "--moe-dispatcher", "allgather"]]
     comp = ["compare", "--model", "gpt-345m", "--hardware", "dgx-h100", "--gpus", "16"]
     out += [[*comp, "--schemes", v] for v in ("", "dense-adams,,topk", "x:y", "scape:2")]
     out += [[*comp, "--gpus", v] for v in BAD_NUMBERS]

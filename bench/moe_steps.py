@@ -241,6 +241,7 @@ def options(r, defaults: bool = False) -> StepOptions:
         cp=_int(r.cp, 1), ep=ep, etp=etp,
         moe_dispatcher=said.get("dispatcher") or None,
         moe_overlap=True if said.get("ep_overlap") == "true" else None,
+        moe_shared_overlap=True if said.get("shared_expert_overlap") == "true" else None,
         mtp_layers=_int(layout.get("mtp_layers")), pp_layout=layout.get("pp_layout") or None)
     nvidia = any(name in r.framework for name in NVIDIA)
     return StepOptions(

@@ -142,6 +142,12 @@ MOE_OPTS = {
                                      "compute (Megatron-Core --overlap-moe-expert-parallel-"
                                      "comm, DeepSeek-V3's DualPipe) [default: off, as "
                                      "Megatron-Core]"),
+    "moe_shared_overlap": typer.Option(None, "--moe-shared-overlap/--no-moe-shared-overlap",
+                                       help="the shared expert's GEMMs beside its layer's "
+                                            "dispatch and combine (Megatron-Core "
+                                            "--moe-shared-expert-overlap; NeMo's DeepSeek and "
+                                            "Llama 4 configs set it) [default: off, as "
+                                            "Megatron-Core]"),
 }
 # pipeline parallelism, recomputation and the compute model: simulate and compare
 PARALLEL_OPTS = {
@@ -441,6 +447,7 @@ def step_options(flags: dict, spec: str) -> StepOptions:
                                 *(f.get(k) for k in ("ep", "etp", "moe_imbalance")),
                                 None if f.get("moe_dispatcher") is None
                                 else str(f["moe_dispatcher"]), f.get("moe_overlap"),
+                                f.get("moe_shared_overlap"),
                                 f.get("shard_group"), f.get("mtp_layers"),
                                 f.get("pp_layout")),
         precision=Precision(f["grad_dtype"], f["param_dtype"], f["fp8"],
@@ -476,4 +483,5 @@ def moe_text(cfg) -> str:
     return (f"{moe.n_experts} experts, top-{moe.top_k}, {cfg.model.moe_layers} MoE layers of "
             f"{cfg.model.arch.n_layers}; ep {cfg.ep}, etp {cfg.expert_tp}, expert data-parallel "
             f"{cfg.edp}; dispatcher {cfg.moe_dispatcher}, overlap "
-            f"{'on' if cfg.moe_overlap else 'off'}; load imbalance {load}")
+            f"{'on' if cfg.moe_overlap else 'off'}, shared-expert overlap "
+            f"{'on' if cfg.moe_shared_overlap else 'off'}; load imbalance {load}")

@@ -87,6 +87,7 @@ def compare_cmd(
     moe_imbalance: float = PARALLEL_OPTS["moe_imbalance"],
     moe_dispatcher: DispatcherChoice = PARALLEL_OPTS["moe_dispatcher"],
     moe_overlap: bool | None = PARALLEL_OPTS["moe_overlap"],
+    moe_shared_overlap: bool | None = PARALLEL_OPTS["moe_shared_overlap"],
     shard_group: int = PARALLEL_OPTS["shard_group"],
     mtp_layers: int = PARALLEL_OPTS["mtp_layers"],
     pp_layout: str = PARALLEL_OPTS["pp_layout"],

@@ -125,6 +125,7 @@ def plan_cmd(
     moe_imbalance: float = MOE_OPTS["moe_imbalance"],
     moe_dispatcher: DispatcherChoice = MOE_OPTS["moe_dispatcher"],
     moe_overlap: bool | None = MOE_OPTS["moe_overlap"],
+    moe_shared_overlap: bool | None = MOE_OPTS["moe_shared_overlap"],
     cuda_graphs: bool = PARALLEL_OPTS["cuda_graphs"],
     host_launch_us: float = PARALLEL_OPTS["host_launch_us"],
     stack: StackChoice = PARALLEL_OPTS["stack"],
@@ -172,7 +173,8 @@ def plan_cmd(
         overlap=Overlap(tp_comm=tp_comm_overlap), cp=cp, ep=ep, etp=etp,
         moe_imbalance=1.0 if moe_imbalance is None else moe_imbalance,
         moe_dispatcher="alltoall" if moe_dispatcher is None else str(moe_dispatcher),
-        moe_overlap=bool(moe_overlap), cuda_graphs=cuda_graphs, host_launch_us=host_launch_us,
+        moe_overlap=bool(moe_overlap), moe_shared_overlap=bool(moe_shared_overlap),
+        cuda_graphs=cuda_graphs, host_launch_us=host_launch_us,
         stack="megatron" if stack is None else str(stack),
         torch_compile=bool(torch_compile),
         reliability=reliability_of(failures_per_gpu_day, restart_min, checkpoint_gbps,
@@ -225,7 +227,8 @@ def plan_cmd(
              "pareto_only": pareto_only,
              **({} if req.model.moe is None else {
                  "ep_asked": ep, "etp_asked": etp, "moe_imbalance": req.moe_imbalance,
-                 "moe_dispatcher": req.moe_dispatcher, "moe_overlap": req.moe_overlap}),
+                 "moe_dispatcher": req.moe_dispatcher, "moe_overlap": req.moe_overlap,
+                 "moe_shared_overlap": req.moe_shared_overlap}),
              # found where the search looked (--exhaustive: all of them)
              "feasible_plans": df.attrs.get("feasible"),
              "gpu_counts_laid_out": df.attrs.get("counts_opened"),

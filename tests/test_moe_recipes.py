@@ -49,7 +49,7 @@ def test_every_moe_row_has_an_entry_and_dense_rows_carry_only_their_graphs():
     assert moe <= set(RECIPES["case"])
     dense = RECIPES[~RECIPES["case"].isin(moe)]
     assert len(dense) >= 30  # the dense Megatron-stack rows' CUDA graphs (session 47)
-    for col in ("dispatcher", "flex_backend", "ep_overlap"):
+    for col in ("dispatcher", "flex_backend", "ep_overlap", "shared_expert_overlap"):
         assert (dense[col] == "").all(), col
     assert set(dense["cuda_graphs"]) <= {"true", "false"}
 
@@ -57,7 +57,7 @@ def test_every_moe_row_has_an_entry_and_dense_rows_carry_only_their_graphs():
 def test_values_are_ones_the_bench_reads():
     assert set(RECIPES["dispatcher"]) <= {"", "alltoall", "allgather", "flex"}
     assert set(RECIPES["flex_backend"]) <= {"", "deepep", "hybridep", "deepseek-own"}
-    for col in ("ep_overlap", "cuda_graphs", "fp8_param_gather"):
+    for col in ("ep_overlap", "shared_expert_overlap", "cuda_graphs", "fp8_param_gather"):
         assert set(RECIPES[col]) <= {"", "true", "false"}, col
     assert set(RECIPES["fp8_scope"]) <= {"", "all", "experts"}
     # a scope is said only of an FP8 row
@@ -65,3 +65,11 @@ def test_values_are_ones_the_bench_reads():
     assert set(RECIPES.loc[RECIPES["fp8_scope"] != "", "case"]) <= fp8
     flex = RECIPES[RECIPES["flex_backend"] != ""]
     assert (flex["dispatcher"] == "flex").all()
+
+
+def test_a_shared_expert_overlap_is_said_of_rows_whose_model_has_one_and_can_run_it():
+    on = RECIPES[RECIPES["shared_expert_overlap"] == "true"]
+    assert len(on) >= 13  # NeMo's DeepSeek-V3 and Llama 4 configs (moe-recipes.md)
+    models = STEPS.set_index("case").loc[on["case"], "model"]
+    assert all(load_model(m).moe.shared_width > 0 for m in models)
+    assert set(on["dispatcher"].str.split().str[0]) <= {"alltoall", "flex"}

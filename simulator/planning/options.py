@@ -63,6 +63,7 @@ class Parallelism:
     moe_imbalance: float | None = None  # None: 1, even load (an assumption, said so)
     moe_dispatcher: str | None = None  # None: alltoall
     moe_overlap: bool | None = None  # None: off (Megatron-Core's default)
+    moe_shared_overlap: bool | None = None  # None: off (Megatron-Core's default)
     # hybrid sharding: a ZeRO scheme's shard group (None: every data-parallel rank)
     shard_group: int | None = None
     # multi-token prediction layers (Megatron-Core --mtp-num-layers; None: none) and
@@ -198,7 +199,7 @@ class StepOptions:
         p = self.parallelism
         return {"ep": p.ep, "etp": p.etp, "moe_imbalance": p.moe_imbalance,
                 "moe_dispatcher": None if p.moe_dispatcher is None else str(p.moe_dispatcher),
-                "moe_overlap": p.moe_overlap}
+                "moe_overlap": p.moe_overlap, "moe_shared_overlap": p.moe_shared_overlap}
 
     def ran(self, cfg: StepConfig) -> dict:
         """`parallel()` as the step ran it: each given value, and what `config` chose for
@@ -253,7 +254,7 @@ class StepOptions:
         if cfg.model.moe is not None:
             ran.update(ep=cfg.ep, etp=cfg.expert_tp, edp=cfg.edp,
                        moe_imbalance=cfg.moe_imbalance, moe_dispatcher=cfg.moe_dispatcher,
-                       moe_overlap=cfg.moe_overlap)
+                       moe_overlap=cfg.moe_overlap, moe_shared_overlap=cfg.moe_shared_overlap)
         return ran
 
     def config(self, lineup: list[str] | None = None) -> StepConfig:
@@ -288,7 +289,8 @@ class StepOptions:
                "moe_imbalance": 1.0 if e["moe_imbalance"] is None else e["moe_imbalance"],
                "moe_dispatcher": ("alltoall" if e["moe_dispatcher"] is None
                                   else e["moe_dispatcher"]),
-               "moe_overlap": bool(e["moe_overlap"])}
+               "moe_overlap": bool(e["moe_overlap"]),
+               "moe_shared_overlap": bool(e["moe_shared_overlap"])}
         model = load_model(self.model)
         refuse_expert_options(model, [f"--{k.replace('_', '-')}" for k, v in e.items()
                                       if v is not None and not (k == "ep" and v == 1)])

@@ -91,6 +91,7 @@ class PlanRequest:
     moe_imbalance: float = 1.0
     moe_dispatcher: str = "alltoall"
     moe_overlap: bool = False
+    moe_shared_overlap: bool = False  # Megatron-Core --moe-shared-expert-overlap
     # every plan's layers as CUDA graphs, and the host's time per kernel launch (None: the
     # profile's); simulator/step/roofline.py host_launch_s
     cuda_graphs: bool = False
@@ -180,7 +181,8 @@ class PlanRequest:
         moe = self.model.moe
         given = [f for f, on in (("--ep", self.ep is not None), ("--etp", self.etp is not None),
                                  ("--moe-imbalance", self.moe_imbalance != 1.0),
-                                 ("--moe-overlap", self.moe_overlap)) if on]
+                                 ("--moe-overlap", self.moe_overlap),
+                                 ("--moe-shared-overlap", self.moe_shared_overlap)) if on]
         if moe is None:
             refuse_expert_options(self.model, given)
             return

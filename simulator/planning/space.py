@@ -83,7 +83,8 @@ class Candidate:
         """The step this plan runs."""
         moe = {} if req.model.moe is None else {
             "ep": self.ep, "etp": self.etp, "moe_imbalance": req.moe_imbalance,
-            "moe_dispatcher": req.moe_dispatcher, "moe_overlap": req.moe_overlap}
+            "moe_dispatcher": req.moe_dispatcher, "moe_overlap": req.moe_overlap,
+            "moe_shared_overlap": req.moe_shared_overlap}
         return StepConfig(
             req.model, self.hardware, self.gpus, scheme_of(self.scheme),
             micro_batch=self.micro_batch, seq_len=req.seq, global_batch=req.batch, tp=self.tp,

@@ -176,10 +176,18 @@ def ep_layer_s(cfg, layer_fwd_s: float, layer_bwd_s: float) -> tuple[float, floa
     share = cfg.model.moe_share
     one = moe_layer_s(cfg)
     fwd = one
-    bwd = one * (2 if recomputes(cfg.recompute, "moe") else 1)
+    again = recomputes(cfg.recompute, "moe")  # the recomputed forward's calls, in backward
+    bwd = one * (2 if again else 1)
+    i = cfg.hardware.compute.interference or 0.0
+    slowed = i / (1 + i)  # share of the compute the calls' SMs take while they run
+    if cfg.moe_shared_overlap:
+        # Megatron-Core's --moe-shared-expert-overlap: beside each call, the shared expert's
+        # GEMM the dispatcher launches on its own stream (`shared_beside`)
+        f1, f2, b1, b2 = shared_expert_s(cfg)
+        fwd = shared_beside(one, (f1, f2), slowed)
+        bwd = shared_beside(one, (b2, b1), slowed) + (
+            shared_beside(one, (f1, f2), slowed) if again else 0.0)
     if cfg.moe_overlap:
-        i = cfg.hardware.compute.interference or 0.0
-        slowed = i / (1 + i)  # share of the compute the calls' SMs take while they run
         alone = unpaired_share(cfg)  # passes with no other micro-batch's pass beside them
         h = overlap_share(cfg)
 
@@ -187,9 +195,47 @@ def ep_layer_s(cfg, layer_fwd_s: float, layer_bwd_s: float) -> tuple[float, floa
             """What a paired pass's calls leave: all but the share of the hideable part."""
             return calls - h * (calls - max(calls - compute, calls * slowed))
 
-        fwd = alone * fwd + (1 - alone) * left(fwd, layer_fwd_s)
-        bwd = alone * bwd + (1 - alone) * left(bwd, layer_bwd_s)
+        # a paired pass hides its calls behind the other micro-batch's compute (from the
+        # calls in full); an unpaired one keeps what the shared expert left of them
+        full_f, full_b = one, one * (2 if again else 1)
+        fwd = alone * fwd + (1 - alone) * left(full_f, layer_fwd_s)
+        bwd = alone * bwd + (1 - alone) * left(full_b, layer_bwd_s)
     return share * fwd, share * bwd
+
+
+def shared_beside(calls: float, gemms: tuple[float, float], slowed: float) -> float:
+    """What a pass's dispatch and combine (`calls` seconds, half each: the combine mirrors
+    the dispatch) still wait for where each runs beside one of the shared expert's GEMMs
+    (`gemms`, seconds; Megatron-Core's --moe-shared-expert-overlap: token_dispatcher.py
+    launches the shared expert's fc1 and activation on SharedExpertMLP.stream after the
+    dispatch's all-to-all and its fc2 after the combine's, shared_experts.py; backward mirrors
+    it, fc2's gradients beside the combine's backward): each half's excess over its GEMM, or,
+    where the GEMM outlasts it, what the calls' SMs take from the GEMM while they run
+    (`slowed`: a pass of compute C beside calls M takes C + max(M - C, M i / (1 + i)), as
+    ep_layer_s's overlap)."""
+    half = calls / 2
+    return sum(max(half - g, half * slowed) for g in gemms)
+
+
+def shared_expert_s(cfg) -> tuple[float, float, float, float]:
+    """(fc1 forward, fc2 forward, fc1 backward, fc2 backward) seconds of one MoE layer's shared
+    expert, one micro-batch (its "shared in" / "shared out" GEMMs of simulator/layout/shapes.py
+    moe_work at simulator/step/roofline.py gemm_s, in FP8 where the run quantizes them; its
+    activation, a few percent of the GEMMs, is left out). 0 where the model has none."""
+    from simulator.layout.shapes import layer_shapes
+    from simulator.step.roofline import gemm_s, in_fp8
+
+    s = layer_shapes(cfg.model, cfg.micro_batch, cfg.seq, cfg.tp,
+                     cfg.sequence_parallel and cfg.tp > 1, cfg.cp, True, cfg.routing)
+    out = []
+    for name in ("shared in", "shared out"):
+        gs = [g for g in s.gemms if g.name == name]
+        q = [cfg.fp8 and in_fp8(g, cfg.quantized_gemms) for g in gs]
+        out.append((sum(gemm_s(g, cfg.hardware, f) for g, f in zip(gs, q, strict=True)),
+                    sum(gemm_s(b, cfg.hardware, f) for g, f in zip(gs, q, strict=True)
+                        for b in g.backward())))
+    (f1, b1), (f2, b2) = out
+    return f1, f2, b1, b2
 
 
 def overlap_share(cfg) -> float:

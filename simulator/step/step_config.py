@@ -51,6 +51,11 @@ MAX_ACCUM = 10**9  # micro-batches in one step
 FSDP_UNDER_PP = "dense-zero1"
 
 
+# the token dispatchers Megatron-Core runs the shared-expert overlap with
+# (megatron/core/transformer/transformer_config.py: "moe_shared_expert_overlap only works with
+# alltoall or flex token dispatcher")
+SHARED_OVERLAP_DISPATCHERS = ("alltoall", "flex")
+
 @dataclass(frozen=True)
 class StepConfig:
     model: ModelProfile
@@ -106,6 +111,9 @@ class StepConfig:
     moe_imbalance: float = 1.0
     moe_dispatcher: str = "alltoall"  # alltoall | allgather | flex (Megatron-Core's dispatchers)
     moe_overlap: bool = False  # dispatch and combine beside another micro-batch's compute
+    # the shared expert's GEMMs beside its own layer's dispatch and combine (Megatron-Core
+    # --moe-shared-expert-overlap; simulator/step/moe.py shared_beside)
+    moe_shared_overlap: bool = False
     # hybrid sharding (FSDP2 HSDP, torchtitan's data_parallel_shard_degree; Megatron's
     # --num-distributed-optimizer-instances): a ZeRO scheme shards over groups of this many
     # data-parallel ranks and all-reduces the gradient shards across the groups; None: one
@@ -556,7 +564,8 @@ class StepConfig:
             refuse_expert_options(self.model, [
                 f for f, on in (("--ep", self.ep != 1), ("--etp", self.etp is not None),
                                 ("--moe-imbalance", self.moe_imbalance != 1.0),
-                                ("--moe-overlap", self.moe_overlap)) if on])
+                                ("--moe-overlap", self.moe_overlap),
+                                ("--moe-shared-overlap", self.moe_shared_overlap)) if on])
             return
         if self.ep < 1 or moe.n_experts % self.ep:
             valid = [e for e in range(1, moe.n_experts + 1) if moe.n_experts % e == 0]
@@ -591,6 +600,16 @@ class StepConfig:
         if self.moe_dispatcher not in MOE_DISPATCHERS:
             raise UserError(f"--moe-dispatcher must be one of {', '.join(MOE_DISPATCHERS)}, got "
                             f"{self.moe_dispatcher!r}")
+        if self.moe_shared_overlap:
+            if not moe.shared_width:
+                raise UserError(f"--moe-shared-overlap overlaps the shared expert with the "
+                                f"dispatch; {self.model.name} has no shared expert: leave it "
+                                "out")
+            if self.moe_dispatcher not in SHARED_OVERLAP_DISPATCHERS:
+                raise UserError("--moe-shared-overlap runs with the alltoall or flex dispatcher "
+                                "(Megatron-Core: 'moe_shared_expert_overlap only works with "
+                                f"alltoall or flex token dispatcher'), got "
+                                f"--moe-dispatcher {self.moe_dispatcher}")
 
     def _validate_pipeline(self) -> None:
         if self.pp < 1:
