@@ -175,9 +175,10 @@ def ep_layer_s(cfg, layer_fwd_s: float, layer_bwd_s: float) -> tuple[float, floa
         return 0.0, 0.0
     share = cfg.model.moe_share
     one = moe_layer_s(cfg)
-    fwd = one
     again = recomputes(cfg.recompute, "moe")  # the recomputed forward's calls, in backward
-    bwd = one * (2 if again else 1)
+    # every call waited for in full (nothing beside it), what the overlaps start from
+    full_f, full_b = one, one * (2 if again else 1)
+    fwd, bwd = full_f, full_b
     i = cfg.hardware.compute.interference or 0.0
     slowed = i / (1 + i)  # share of the compute the calls' SMs take while they run
     if cfg.moe_shared_overlap:
@@ -197,7 +198,6 @@ def ep_layer_s(cfg, layer_fwd_s: float, layer_bwd_s: float) -> tuple[float, floa
 
         # a paired pass hides its calls behind the other micro-batch's compute (from the
         # calls in full); an unpaired one keeps what the shared expert left of them
-        full_f, full_b = one, one * (2 if again else 1)
         fwd = alone * fwd + (1 - alone) * left(full_f, layer_fwd_s)
         bwd = alone * bwd + (1 - alone) * left(full_b, layer_bwd_s)
     return share * fwd, share * bwd
@@ -223,18 +223,18 @@ def shared_expert_s(cfg) -> tuple[float, float, float, float]:
     moe_work at simulator/step/roofline.py gemm_s, in FP8 where the run quantizes them; its
     activation, a few percent of the GEMMs, is left out). 0 where the model has none."""
     from simulator.layout.shapes import layer_shapes
-    from simulator.step.roofline import gemm_s, in_fp8
+    from simulator.step.roofline import gemm_pass_s
 
     s = layer_shapes(cfg.model, cfg.micro_batch, cfg.seq, cfg.tp,
                      cfg.sequence_parallel and cfg.tp > 1, cfg.cp, True, cfg.routing)
-    out = []
-    for name in ("shared in", "shared out"):
-        gs = [g for g in s.gemms if g.name == name]
-        q = [cfg.fp8 and in_fp8(g, cfg.quantized_gemms) for g in gs]
-        out.append((sum(gemm_s(g, cfg.hardware, f) for g, f in zip(gs, q, strict=True)),
-                    sum(gemm_s(b, cfg.hardware, f) for g, f in zip(gs, q, strict=True)
-                        for b in g.backward())))
-    (f1, b1), (f2, b2) = out
+
+    def module_s(name: str) -> tuple[float, float]:
+        """(forward, backward) seconds of the layer's GEMMs named `name` (0 where none)."""
+        times = [gemm_pass_s(g, cfg.hardware, cfg.fp8, cfg.quantized_gemms)
+                 for g in s.gemms if g.name == name]
+        return sum(f for f, _ in times), sum(b for _, b in times)
+
+    (f1, b1), (f2, b2) = module_s("shared in"), module_s("shared out")
     return f1, f2, b1, b2
 
 

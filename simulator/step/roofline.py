@@ -72,6 +72,13 @@ def in_fp8(g: Gemm, scope: str) -> bool:
     return scope == "all" or g.name.startswith("experts")
 
 
+def gemm_pass_s(g: Gemm, hw: HardwareProfile, fp8: bool, scope: str) -> tuple[float, float]:
+    """(forward, backward) seconds of GEMM `g`: its product, and its two gradient products,
+    in FP8 where an FP8 run (`fp8`) quantizes it under `scope` (`in_fp8`)."""
+    q = fp8 and in_fp8(g, scope)
+    return gemm_s(g, hw, q), sum(gemm_s(b, hw, q) for b in g.backward())
+
+
 def _hbm_Bps(hw: HardwareProfile) -> float:
     return hw.gpu.hbm_bw_GBps * 1e9 * hw.compute.mem_efficiency
 
@@ -132,12 +139,13 @@ def layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq_
     keeps dropout, the dropout over the s x s scores at HBM bandwidth: Megatron-LM before
     FlashAttention, or Transformer Engine where no fused kernel takes the heads). A model with
     experts: the mean of its dense and MoE layers, each weighted by its count (`routing`
-    routes the MoE layers' tokens). `host_s` (`host_launch_s`): the host's time per kernel launch; a
-    pass waits for its host by what the traced blend of host and GPU time adds to the GPU's
-    (`host_waits`: most where the two are alike; the pass's `host_wait`). `eager`: PyTorch
-    runs the layer op by op (torchtitan without torch.compile): its elementwise kernels move what
-    simulator/layout/shapes.py eager_extra counts on top of the fused ones. `fp8_recipe`: how
-    an FP8 run scales its casts (simulator/layout/shapes.py FP8_RECIPES). `expert_loop`: the
+    routes the MoE layers' tokens). `host_s` (`host_launch_s`): the host's time per kernel
+    launch; a pass waits for its host by what the traced blend of host and GPU time adds to
+    the GPU's (`host_waits`: most where the two are alike; the pass's `host_wait`). `eager`:
+    PyTorch runs the layer op by op (torchtitan without torch.compile): its elementwise kernels
+    move what simulator/layout/shapes.py eager_extra counts on top of the fused ones.
+    `fp8_recipe`: how an FP8 run scales its casts (simulator/layout/shapes.py FP8_RECIPES);
+    `fp8_scope`: which GEMMs it quantizes (`in_fp8`). `expert_loop`: the
     stack runs each local expert's GEMMs and elementwise kernels one by one (Megatron-Core's
     SequentialMLP and Transformer Engine's GroupedLinear launch a GEMM an expert), so an
     eager MoE layer's host launches what simulator/step/host.py traced; False: one grouped
@@ -175,11 +183,9 @@ def _layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq
     # --fp8: the layer's linear GEMMs in FP8, forward and both gradients (Transformer Engine's
     # recipe), or with --fp8-scope experts the routed experts' alone; attention and the output
     # layer stay 16-bit
-    quantized = [fp8 and in_fp8(g, fp8_scope) for g in s.gemms]
-    fwd_each = [gemm_s(g, hw, q) for g, q in zip(s.gemms, quantized, strict=True)]  # s
-    gemm_f = sum(fwd_each)
-    gemm_b = sum(gemm_s(b, hw, q) for g, q in zip(s.gemms, quantized, strict=True)
-                 for b in g.backward())
+    each = [gemm_pass_s(g, hw, fp8, fp8_scope) for g in s.gemms]  # (s, s) in s.gemms' order
+    fwd_each = [f for f, _ in each]
+    gemm_f, gemm_b = sum(fwd_each), sum(b for _, b in each)
     if attention in ("flash", "flash2"):
         fwd, bwd = attention_fractions(hw, attention)
         attn_f = launch + s.attention_flops / (fwd * peak)
@@ -201,7 +207,7 @@ def _layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq
     casts_f = casts_b = 0
     if fp8:  # the GEMMs' operands cast to 8 bits (shapes.fp8_casts), forward and backward
         cast_f, cast_b, casts_f, casts_b = fp8_casts(
-            tuple(g for g, q in zip(s.gemms, quantized, strict=True) if q), eager, fp8_recipe)
+            tuple(g for g in s.gemms if in_fp8(g, fp8_scope)), eager, fp8_recipe)
         mem_f += casts_f * launch + cast_f / _hbm_Bps(hw)
         mem_b += casts_b * launch + cast_b / _hbm_Bps(hw)
     # the two norms alone (read h, write h per token each): what recomputing them costs
