@@ -23,16 +23,38 @@ H100_BENCH = replace(H100, roofline=replace(H100.roofline, sustained=1.0))
 VISTA = load_hardware("vista-gh200")  # no [roofline]: priced by its MFU
 L7B = load_model("llama-7b")
 XLA = Path(__file__).resolve().parents[1] / "profiles" / "external" / "gemm-h100-xla.csv"
+XLA_B200 = XLA.with_name("gemm-b200-xla.csv")
 
 
 def test_gemm_roofline_predicts_the_held_out_xla_shapes():
     """Fitted on the five squares only; the fifteen transformer shapes are held out."""
     rows = pd.read_csv(XLA, comment="#")
-    held = rows[rows["split"] == "held-out"]
-    errors = [abs(2.0 * r.m * r.n * r.k / gemm_s(Gemm("x", r.m, r.n, r.k), H100_BENCH) / 1e12
-                  / r.tflops - 1) for r in held.itertuples()]
+    errors = _errors(rows[rows["split"] == "held-out"], H100_BENCH)
     assert len(errors) == 15
     assert sorted(errors)[len(errors) // 2] < 0.05 and max(errors) < 0.15
+
+
+def _errors(rows: pd.DataFrame, hw) -> list[float]:
+    """|predicted / table - 1| of each row's BF16 GEMM on `hw`."""
+    return [abs(2.0 * r.m * r.n * r.k / gemm_s(Gemm("x", r.m, r.n, r.k), hw) / 1e12
+                / r.tflops - 1) for r in rows.itertuples()]
+
+
+def test_b200_table_fits_its_own_constants_better_than_h100s():
+    """XLA's sm_100 table (docs/research/gemm-efficiency.md 1e): the constants
+    bench/fidelity_gemm.py fits on its five squares (5.1 us, 1.10) predict its other 120
+    shapes within 6% in the median, and better than the H100 constants the profile keeps."""
+    b200 = load_hardware("dgx-b200")
+    shipped = replace(b200, roofline=replace(b200.roofline, sustained=1.0))
+    fitted = replace(shipped, roofline=replace(shipped.roofline, gemm_launch_us=5.1,
+                                               gemm_blend=1.10))
+    rows = pd.read_csv(XLA_B200, comment="#")
+    assert len(rows) == 125 and (rows["split"] == "calibration").sum() == 5
+    held = rows[rows["split"] == "held-out"]
+    fit_errors, shipped_errors = _errors(held, fitted), _errors(held, shipped)
+    assert max(_errors(rows[rows["split"] == "calibration"], fitted)) < 0.06
+    assert sorted(fit_errors)[len(fit_errors) // 2] < 0.06
+    assert sorted(fit_errors)[60] < sorted(shipped_errors)[60]
 
 
 def test_gemm_is_memory_bound_when_thin_and_compute_bound_when_square():
