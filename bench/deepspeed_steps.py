@@ -23,13 +23,16 @@ and the fused-softmax constraints that some head counts break.
 
 Memory: the model's reserved bytes plus what lives outside the allocator, against the
 nvidia-smi figure of the embedding stage's node; and both directions of "fits": the rows that
-ran should be accepted, the rows that ran out of memory refused.
+ran should be accepted, the rows that ran out of memory refused. `--bands PATH` writes the
+memory errors as the band `scape simulate` quotes for the deepspeed stack on jean-zay-a100
+(shipped: profiles/external/memory-fidelity-bands-deepspeed.csv; reports/memory_fidelity.py).
 
-Run: SCAPE_PROFILE_DIR=profiles python bench/deepspeed_steps.py
+Run: SCAPE_PROFILE_DIR=profiles python bench/deepspeed_steps.py [--bands PATH]
 """
 
 from __future__ import annotations
 
+import argparse
 import re
 import statistics
 import sys
@@ -41,6 +44,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from cli.outputs import script_outputs  # noqa: E402
 from profiles import UserError  # noqa: E402
 from simulator.memory.peak import memory_columns  # noqa: E402
 from simulator.planning.options import (  # noqa: E402
@@ -88,7 +92,25 @@ def price(row, model: Path, stack: str, hardware: str) -> dict:
             "fits": bool(mem["fits_memory"])}
 
 
+def memory_band(ran: pd.DataFrame) -> pd.DataFrame:
+    """The published peaks' signed errors as one band (reports/memory_fidelity.py's columns):
+    peak kind "nvidia-smi": the allocator's reserved bytes and what lives outside it."""
+    from reports.fidelity import summarize
+    from reports.memory_fidelity import KEYS
+
+    peaks = ran[ran["memory_error_pct"].notna()].assign(
+        hardware=HARDWARE, stack="deepspeed", peak_kind="nvidia-smi",
+        error_pct=lambda d: d["memory_error_pct"])
+    return summarize(peaks, list(KEYS), "error_pct").assign(
+        under=int((peaks["error_pct"] < 0).sum()))
+
+
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bands", help="write the memory errors' band here (shipped: "
+                    "profiles/external/memory-fidelity-bands-deepspeed.csv)")
+    args = ap.parse_args()
+    script_outputs(ap, {"--bands": args.bands})
     df = pd.read_csv(DATA, comment="#")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -139,6 +161,9 @@ def main() -> None:
     for r in oom.itertuples():
         print(f"  {r.case}: {'refused' if not r.fits else 'accepted'}"
               + (f" ({r.device_GB:.1f} GB on the device)" if r.fits else ""))
+    if args.bands:
+        memory_band(ran).to_csv(args.bands, index=False)
+        print(f"band written to {args.bands}")
 
 
 if __name__ == "__main__":

@@ -218,6 +218,11 @@ def simulate(
           f"{row['usable_memory_GB']:.1f} usable, {row['memory_spare_pct']:.0f}% to spare")
     out.append(f"#   GB: {parts}, loss {row['memory_loss_GB']:.1f}; peak on pipeline stage "
                f"{row['memory_peak_stage']}")
+    if row["memory_comm_buffer_GB"] > 0:  # the peak is the gradient all-reduce's, not a pass's
+        out.append(f"#   the peak comes after the last backward: comm_buffer "
+                   f"{row['memory_comm_buffer_GB']:.1f} GB is the 16-bit copy DeepSpeed makes "
+                   "of the fp32 gradient to all-reduce it (simulator/memory/peak.py "
+                   "reduce_copy); the activations are freed by then")
     # allocated and reserved are two numbers (torch.cuda.max_memory_allocated / _reserved):
     # fitting is judged on the reserved bytes and what lives outside the allocator
     out.append(f"#   reserved by the allocator {row['memory_reserved_GB']:.1f} GB, outside it "

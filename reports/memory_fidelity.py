@@ -13,8 +13,12 @@ from reports.fidelity import shipped, stored
 
 MEMORY_BANDS = (Path(__file__).resolve().parents[1] / "profiles" / "external"
                 / "memory-fidelity-bands.csv")
+# the deepspeed stack's published peaks (peak kind "nvidia-smi": the allocator's
+# reserved bytes and what lives outside it), written by bench/deepspeed_steps.py --bands
+DEEPSPEED_BANDS = MEMORY_BANDS.with_name("memory-fidelity-bands-deepspeed.csv")
 KEYS = ("hardware", "stack", "peak_kind")
-SOURCE = "profiles/external/memory-fidelity-bands.csv from bench/memory_published.py"
+SOURCE = ("profiles/external/memory-fidelity-bands.csv from bench/memory_published.py and "
+          "memory-fidelity-bands-deepspeed.csv from bench/deepspeed_steps.py")
 # the profiles of the SCAPE authors' GH200 nodes, whose Megatron-LM memory table `scape
 # validate --external scape-sc26` checks (reports/external_memory.py)
 AUTHORS_GH200 = ("vista-gh200", "vista-gh200-socket")
@@ -33,7 +37,7 @@ def memory_how_sure(hw, stack: str) -> str:
     if not shipped(hw):
         return (f"memory how sure: unvalidated: no published peak ran on {hw.path}; the "
                 "checked peaks are of the shipped profiles")
-    bands = stored(MEMORY_BANDS, KEYS)
+    bands = {**stored(MEMORY_BANDS, KEYS), **stored(DEEPSPEED_BANDS, KEYS)}
     mine = [(k, b) for k, b in sorted(bands.items()) if k[:2] == (hw.name, stack)]
     if not mine:
         others = sorted({f"{k[0]} {k[1]}" for k in bands})

@@ -96,6 +96,59 @@ def test_memory_keeps_the_bf16_gradients_beside_the_fp32_ones():
                                                           mega.activations)
 
 
+def test_gradient_all_reduce_copy_is_the_peak_where_the_state_outweighs_activations():
+    """After the last backward DeepSpeed casts each parameter group's flat fp32 gradient to
+    its bf16 communication dtype to all-reduce it (engine.py allreduce_bucket): 2 bytes a
+    parameter beside the state, the activations freed. BLOOM at PP 4 and micro-batch 1 (11B
+    parameters a GPU) peaks there; at its PP 12 and micro-batch 2 the activations peak, as
+    before; Megatron's ZeRO-1 reduces its buffer in place."""
+    dt = Dtypes(param_bytes=2, grad_bytes=4)
+    args = dict(dp=8, tp=4, seq_len=2048, dtypes=dt, recompute="full",
+                sequence_parallel=False, attention="unfused")
+    zero1 = make_config("dense-adamw")
+    ds = deepspeed_scheme(zero1)
+    heavy = memory_use(GPT, ds, micro_batch=1, pp=4, micro_batches=4, **args)
+    assert heavy.comm_buffer == pytest.approx(heavy.weights, rel=1e-12)  # bf16 copy = weights
+    assert heavy.activations == 0 and heavy.loss == 0
+    assert heavy.total == pytest.approx(heavy.weights + heavy.grads + heavy.optimizer
+                                        + heavy.comm_buffer, rel=1e-12)
+    passes = memory_use(GPT, zero1, micro_batch=1, pp=4, micro_batches=4, **args)
+    assert passes.comm_buffer == 0 and heavy.total > passes.total
+    ran = memory_use(GPT, ds, micro_batch=2, pp=12, micro_batches=128, **args)
+    assert ran.comm_buffer == 0 and ran.activations > ran.weights  # BLOOM's own layout
+
+
+def test_out_of_memory_runs_are_refused_and_the_band_is_the_benchs():
+    """bench/deepspeed_steps.py: BigScience's PP 6 candidates of 184B that ran out of memory
+    at micro-batch 1 and 2 are refused, every run that ran is accepted, and the shipped band
+    `scape simulate` quotes is the bench's (regenerate: SCAPE_PROFILE_DIR=profiles python
+    bench/deepspeed_steps.py --bands profiles/external/memory-fidelity-bands-deepspeed.csv)."""
+    import tempfile
+    from pathlib import Path
+
+    import pandas as pd
+
+    from reports.memory_fidelity import DEEPSPEED_BANDS
+    from tests.test_fidelity_bands import _bench
+
+    bench = _bench("deepspeed_steps")
+    rows = pd.read_csv(bench.DATA, comment="#")
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in rows.itertuples():
+            model = bench.shape_model(Path(tmp), int(r.nhidden), int(r.nlayers), int(r.nheads))
+            got = bench.price(r, model, "deepspeed", bench.HARDWARE)
+            out.append({"case": r.case, "outcome": r.outcome, "fits": got["fits"],
+                        "memory_error_pct": 100 * (got["device_GB"] / r.mem_GB - 1)})
+    df = pd.DataFrame(out).set_index("case")
+    assert df[df["outcome"] == "ran"]["fits"].all()
+    assert not df.loc["bs-12288-100-h64-tp4-pp6-mbs1", "fits"]
+    assert not df.loc["bs-12288-100-h64-tp4-pp6-mbs2", "fits"]
+    band = bench.memory_band(df[df["outcome"] == "ran"].reset_index())
+    pd.testing.assert_frame_equal(band.reset_index(drop=True), pd.read_csv(DEEPSPEED_BANDS),
+                                  check_dtype=False)
+
+
 def test_pipeline_engine_keeps_each_in_flight_output_partition_and_the_embedding():
     """DeepSpeed's pipeline engine keeps every in-flight micro-batch's output until its
     backward, as its 1/TP partition (pipe_buffers['outputs'], is_pipe_partitioned); Megatron

@@ -134,15 +134,40 @@ class MemoryUse:
     activations: float
     loss: float = 0.0  # the logits and cross-entropy at the end of the forward (last stage)
     stage: int = 0
+    # a gradient reduction's own copy, where the peak is that reduction's (`reduce_copy`)
+    comm_buffer: float = 0.0
 
     @property
     def total(self) -> float:
         return (self.weights + self.grads + self.optimizer + self.scheme_state
-                + self.activations + self.loss)
+                + self.activations + self.loss + self.comm_buffer)
 
     def as_dict(self) -> dict[str, float]:
-        parts = ("weights", "grads", "optimizer", "scheme_state", "activations", "loss")
+        parts = ("weights", "grads", "optimizer", "scheme_state", "activations", "loss",
+                 "comm_buffer")
         return {**{k: getattr(self, k) for k in parts}, "total": self.total}
+
+
+# bytes a parameter's 16-bit copy takes in DeepSpeed's gradient all-reduce: a bf16 engine's
+# communication_data_type is bf16 when the config names none (deepspeed/runtime/engine.py,
+# as of 56c52238, April 2022), and allreduce_bucket casts the bucket to it before the
+# all-reduce (`tensor_to_allreduce = tensor.to(self.communication_data_type)`), copying the
+# result back after; the pipeline engine hands it BF16_Optimizer's flat fp32 gradient of each
+# parameter group (_bf16_reduce_grads, get_grads_for_reduction) and allreduce_no_retain
+# reduces a group larger than its 5e8-element bucket whole, so the copy is the size of the
+# stage's largest group: nearly all its parameters (the weight-decay group).
+REDUCE_COPY_BYTES = 2
+
+
+def reduce_copy(scheme: SchemeConfig, weights: float, dtypes: Dtypes) -> float:
+    """Bytes of the 16-bit copy a GPU makes of its fp32 gradient to all-reduce it, after the
+    step's last backward (REDUCE_COPY_BYTES; `weights`: the stage's parameter bytes at
+    `dtypes.param_bytes` each): DeepSpeed's BF16_Optimizer (the deepspeed stack, whose scheme
+    all-reduces the gradient whole: step_config.deepspeed_scheme); 0 elsewhere (Megatron's
+    and FSDP's reductions work on their gradient buffers in place, in buckets)."""
+    if not scheme.grad_all_reduce or dtypes.grad_bytes <= REDUCE_COPY_BYTES:
+        return 0.0
+    return REDUCE_COPY_BYTES * weights / dtypes.param_bytes
 
 
 @lru_cache(maxsize=256)
@@ -254,6 +279,11 @@ def memory_use(
         parts = _stage_state(model, scheme, s, params, dp, tp, dtypes, optimizer_dtype, pp,
                              chunks, routing, edp, split, mtp)
         use = MemoryUse(*parts, activations, loss_b, s)
+        # after the last backward, a whole-gradient all-reduce's copy beside the state (the
+        # micro-batches' activations freed by then): the stage's peak where it is larger
+        copy = reduce_copy(scheme, parts[0], dtypes)
+        if copy > activations + loss_b:
+            use = MemoryUse(*parts, 0.0, 0.0, s, comm_buffer=copy)
         if best is None or use.total > best.total:
             best = use
     return best
@@ -321,13 +351,15 @@ def first_fit(model: ModelProfile, scheme: SchemeConfig, dp: int, tp: int, micro
         if states is None and states_cache is not None:
             states = states_cache.get(cache_key)
         if states is None:  # the same stages for every policy (peak_candidates)
-            states = [sum(_stage_state(model, scheme, s, params, dp, tp, dtypes, "fp32", pp,
-                                       chunks, routing, edp))
-                      for s, params, _, _ in stages]
+            parts = (_stage_state(model, scheme, s, params, dp, tp, dtypes, "fp32", pp,
+                                  chunks, routing, edp) for s, params, _, _ in stages)
+            # (the stage's state, its gradient reduction's copy: reduce_copy)
+            states = [(sum(p), reduce_copy(scheme, p[0], dtypes)) for p in parts]
             if states_cache is not None:
                 states_cache[cache_key] = states
-        total = max(st + act + loss for st, (_, _, act, loss) in zip(states, stages,
-                                                                     strict=True))
+        # a stage's peak: its activations' or its gradient reduction's copy (memory_use)
+        total = max(st + max(act + loss, copy)
+                    for (st, copy), (_, _, act, loss) in zip(states, stages, strict=True))
         if total <= usable:
             return recompute, total
     return None
