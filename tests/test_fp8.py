@@ -12,7 +12,7 @@ from profiles import ProfileError, UserError, check_profile, load_hardware, load
 from reports import step_fidelity
 from scape.plan import make_config
 from simulator.layout.shapes import Gemm
-from simulator.step.roofline import gemm_s
+from simulator.step.roofline import gemm_s, layer_times
 from simulator.step.simulate import simulate_step
 from simulator.step.step_config import StepConfig
 from simulator.step.tp_overlap import tp_collective_s
@@ -170,6 +170,33 @@ def test_each_fp8_recipe_adds_what_its_casts_move():
     assert mx[2:] == (2, 2)
     blockwise = fp8_casts((qkv, out), recipe="blockwise")
     assert blockwise[1] == pytest.approx((4 + 8 / 128) * (100 * 30 + 100 * 20), rel=1e-12)
+
+
+def test_per_tensor_casts_write_one_copy_where_fp8_gemms_take_any_layout():
+    """Transformer Engine's per-tensor quantizers (delayed, current scaling) make no transpose
+    on Blackwell (quantizer.cpp: `columnwise_usage && !is_non_tn_fp8_gemm_supported`): 2 + 1
+    bytes an element there, 2 + 1 + 1 on Hopper; MXFP8 and blockwise quantize the column-wise
+    copy apart on both. The layer's cast time follows, on the profiles' own [nccl] arch."""
+    from simulator.layout.shapes import fp8_casts, fp8_copies, layer_shapes
+
+    assert [fp8_copies("blackwell", r) for r in ("delayed", "tensorwise", "mxfp8",
+                                                 "blockwise")] == [1, 1, 2, 2]
+    assert {fp8_copies(a, "delayed") for a in ("hopper", "ampere", None)} == {2}
+    out = Gemm("attn out", 100, 20, 10)
+    assert fp8_casts((out,), copies=1)[0] == pytest.approx(3 * 100 * 10, rel=1e-12)
+    assert fp8_casts((out,))[0] == pytest.approx(4 * 100 * 10, rel=1e-12)
+    b200 = load_hardware("dgx-b200")
+    assert b200.nccl.arch == "blackwell" and H100.nccl.arch == "hopper"
+    model = load_model("llama3-8b")
+    s = layer_shapes(model, 1, 4096, 1)
+    one, _, _, _ = fp8_casts(s.gemms, recipe="tensorwise", copies=1)
+    two, _, _, _ = fp8_casts(s.gemms, recipe="tensorwise", copies=2)
+    hbm = b200.gpu.hbm_bw_GBps * 1e9 * b200.compute.mem_efficiency
+    plain = layer_times(model, b200, 1, 4096, fp8=True, fp8_recipe="tensorwise")
+    unfused_b200 = replace(b200, nccl=replace(b200.nccl, arch="hopper"))  # two copies
+    both = layer_times(model, unfused_b200, 1, 4096, fp8=True, fp8_recipe="tensorwise")
+    assert both.parts["memory_fwd"] - plain.parts["memory_fwd"] == pytest.approx(
+        (two - one) / hbm, rel=1e-9)
 
 
 def test_fp8_recipe_is_read_or_refused(capsys):

@@ -246,7 +246,8 @@ def layer_shapes(model: ModelProfile, micro_batch: int, seq_len: int, tp: int = 
 # (NVIDIA/TransformerEngine transformer_engine/pytorch/module/linear.py _Linear.forward:
 # `input_quantizer.set_usage(rowwise=True, columnwise=backward_needs_input)`, the backward's
 # grad_output_preprocess the same for the output gradient; grouped_linear.py quantizes the
-# experts' tokens alike): 2 + 1 + 1 bytes an element, one kernel each. Where a LayerNorm-Linear
+# experts' tokens alike): 2 + 1 + 1 bytes an element, one kernel each; once in 8 bits
+# (`fp8_copies`) where one per-tensor copy serves both products. Where a LayerNorm-Linear
 # module quantizes its input inside the norm (layernorm_linear.py `with_quantized_norm`: the
 # norm writes FP8 in place of bf16) nothing comes on top: Megatron-Core's TE layers do so for
 # the fused QKV and the dense MLP's first GEMM, and for MLA's up-projections after their q and
@@ -259,6 +260,23 @@ def layer_shapes(model: ModelProfile, micro_batch: int, seq_len: int, tp: int = 
 # precision").
 FP8_CAST_BYTES = ACT_BYTES + 1 + 1
 NORM_QUANTIZED = ("qkv", "mlp in", "q up", "kv up")
+# the recipes whose FP8 tensor has one scale (Transformer Engine's Float8Quantizer and
+# Float8CurrentScalingQuantizer): where the GPU's tensor cores take FP8 operands in any layout,
+# its data serves the row-wise and the column-wise use, so the cast writes one 8-bit copy, not
+# a copy and its transpose (transformer_engine/pytorch/csrc/quantizer.cpp create_tensor:
+# `with_transpose = columnwise_usage && !is_non_tn_fp8_gemm_supported`, the same rule in
+# Transformer Engine 2.2, bee4649c, extensions/quantizer.cpp `create_transpose`;
+# common/transformer_engine.cpp nvte_is_non_tn_fp8_gemm_supported: compute capability 10.x and
+# 13.x on, i.e. B200 and GB200, not Hopper). MXFP8 and blockwise scale along one axis, so their
+# column-wise copy is quantized apart on every GPU (Float8BlockQuantizer, MXFP8Quantizer).
+PER_TENSOR_RECIPES = ("delayed", "tensorwise")
+NON_TN_FP8_ARCHS = ("blackwell",)  # [nccl] arch of the profiles with compute capability 10.x
+
+
+def fp8_copies(arch: str | None, recipe: str) -> int:
+    """The 8-bit copies an FP8 cast writes (FP8_CAST_BYTES counts two) on a GPU of `arch`
+    (the hardware profile's [nccl] arch) under `recipe` (PER_TENSOR_RECIPES)."""
+    return 1 if recipe in PER_TENSOR_RECIPES and arch in NON_TN_FP8_ARCHS else 2
 
 
 @dataclass(frozen=True)
@@ -295,20 +313,21 @@ FP8_RECIPES = {"delayed": Fp8Recipe(0.0, 0, "free"),
 DEFAULT_FP8_RECIPE = "delayed"  # Megatron-LM's --fp8-recipe default
 
 
-def fp8_casts(gemms: tuple[Gemm, ...], eager: bool = False, recipe: str = DEFAULT_FP8_RECIPE
-              ) -> tuple[float, float, int, int]:
+def fp8_casts(gemms: tuple[Gemm, ...], eager: bool = False, recipe: str = DEFAULT_FP8_RECIPE,
+              copies: int = 2) -> tuple[float, float, int, int]:
     """(forward bytes, backward bytes, forward kernels, backward kernels) one micro-batch's
     FP8 casts of these GEMMs' operands move on one GPU under `recipe` (FP8_CAST_BYTES, plus
-    FP8_RECIPES' share)."""
+    FP8_RECIPES' share); `copies`: the 8-bit copies each writes (fp8_copies)."""
     r = FP8_RECIPES[recipe]
-    each, kernels = FP8_CAST_BYTES + r.extra_bytes, 1 + r.extra_kernels
+    cast_bytes = FP8_CAST_BYTES - (2 - copies)  # a byte an element a copy
+    each, kernels = cast_bytes + r.extra_bytes, 1 + r.extra_kernels
     cast = [g for g in gemms if g.name != "router"]
     normed = [] if eager else [g for g in cast if g.name in NORM_QUANTIZED]
     plain = [g for g in cast if g not in normed]
     fwd = each * sum(float(g.m) * g.k * g.batch for g in plain)
     fwd_kernels = kernels * len(plain)
     if r.norm != "free":  # the norm's output cast after it (its amax found there, "cast")
-        norm_each = FP8_CAST_BYTES if r.norm == "cast" else each
+        norm_each = cast_bytes if r.norm == "cast" else each
         fwd += norm_each * sum(float(g.m) * g.k * g.batch for g in normed)
         fwd_kernels += (1 if r.norm == "cast" else kernels) * len(normed)
     return (fwd, each * sum(float(g.m) * g.n * g.batch for g in cast), fwd_kernels,

@@ -31,6 +31,7 @@ from simulator.layout.shapes import (
     Routing,
     eager_extra,
     fp8_casts,
+    fp8_copies,
     head_shapes,
     layer_shapes,
     unfused_passes,
@@ -207,7 +208,8 @@ def _layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq
     casts_f = casts_b = 0
     if fp8:  # the GEMMs' operands cast to 8 bits (shapes.fp8_casts), forward and backward
         cast_f, cast_b, casts_f, casts_b = fp8_casts(
-            tuple(g for g in s.gemms if in_fp8(g, fp8_scope)), eager, fp8_recipe)
+            tuple(g for g in s.gemms if in_fp8(g, fp8_scope)), eager, fp8_recipe,
+            fp8_copies(hw.nccl.arch if hw.nccl is not None else None, fp8_recipe))
         mem_f += casts_f * launch + cast_f / _hbm_Bps(hw)
         mem_b += casts_b * launch + cast_b / _hbm_Bps(hw)
     # the two norms alone (read h, write h per token each): what recomputing them costs
