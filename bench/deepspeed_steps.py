@@ -105,12 +105,10 @@ def memory_band(ran: pd.DataFrame) -> pd.DataFrame:
         under=int((peaks["error_pct"] < 0).sum()))
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--bands", help="write the memory errors' band here (shipped: "
-                    "profiles/external/memory-fidelity-bands-deepspeed.csv)")
-    args = ap.parse_args()
-    script_outputs(ap, {"--bands": args.bands})
+def priced(megatron: bool = True) -> pd.DataFrame:
+    """Every row of DATA priced by the deepspeed stack on HARDWARE (its step, its memory on
+    the device and the error against the published figures, whether it fits) and, with
+    `megatron`, by the Megatron stack on dgx-a100 for comparison."""
     df = pd.read_csv(DATA, comment="#")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -126,19 +124,30 @@ def main() -> None:
             except UserError as e:  # the model refuses the layout: not fitting, or a rule
                 out.update(predicted_s=float("nan"), device_GB=float("nan"), fits=False,
                            refused=str(e)[:90])
-            try:
-                out["megatron_dgx_s"] = price(row, model, "megatron", "dgx-a100")["step_s"]
-            except UserError:
-                out["megatron_dgx_s"] = float("nan")
+            if megatron:
+                try:
+                    out["megatron_dgx_s"] = price(row, model, "megatron", "dgx-a100")["step_s"]
+                except UserError:
+                    out["megatron_dgx_s"] = float("nan")
             rows.append(out)
     res = pd.DataFrame(rows)
+    res["error_pct"] = 100 * (res.predicted_s / res.published_s - 1)
+    res["memory_error_pct"] = 100 * (res.device_GB / res.published_GB - 1)
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bands", help="write the memory errors' band here (shipped: "
+                    "profiles/external/memory-fidelity-bands-deepspeed.csv)")
+    args = ap.parse_args()
+    script_outputs(ap, {"--bands": args.bands})
+    res = priced()
     ran = res[res.outcome == "ran"].copy()
-    ran["error_pct"] = 100 * (ran.predicted_s / ran.published_s - 1)
     ran["megatron_dgx_error_pct"] = 100 * (ran.megatron_dgx_s / ran.published_s - 1)
-    ran["memory_error_pct"] = 100 * (ran.device_GB / ran.published_GB - 1)
     cols = ["case", "tp", "pp", "mbs", "heads", "published_s", "predicted_s", "error_pct",
             "megatron_dgx_error_pct", "published_GB", "device_GB", "memory_error_pct", "fits"]
-    print(f"# {len(df)} rows of {DATA.relative_to(REPO)} on {HARDWARE}; nothing fitted on them")
+    print(f"# {len(res)} rows of {DATA.relative_to(REPO)} on {HARDWARE}; nothing fitted on them")
     print(ran[cols].round(2).to_string(index=False))
 
     def line(name: str, errors) -> str:

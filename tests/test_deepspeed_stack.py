@@ -123,24 +123,13 @@ def test_out_of_memory_runs_are_refused_and_the_band_is_the_benchs():
     at micro-batch 1 and 2 are refused, every run that ran is accepted, and the shipped band
     `scape simulate` quotes is the bench's (regenerate: SCAPE_PROFILE_DIR=profiles python
     bench/deepspeed_steps.py --bands profiles/external/memory-fidelity-bands-deepspeed.csv)."""
-    import tempfile
-    from pathlib import Path
-
     import pandas as pd
 
     from reports.memory_fidelity import DEEPSPEED_BANDS
     from tests.test_fidelity_bands import _bench
 
     bench = _bench("deepspeed_steps")
-    rows = pd.read_csv(bench.DATA, comment="#")
-    out = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for r in rows.itertuples():
-            model = bench.shape_model(Path(tmp), int(r.nhidden), int(r.nlayers), int(r.nheads))
-            got = bench.price(r, model, "deepspeed", bench.HARDWARE)
-            out.append({"case": r.case, "outcome": r.outcome, "fits": got["fits"],
-                        "memory_error_pct": 100 * (got["device_GB"] / r.mem_GB - 1)})
-    df = pd.DataFrame(out).set_index("case")
+    df = bench.priced(megatron=False).set_index("case")
     assert df[df["outcome"] == "ran"]["fits"].all()
     assert not df.loc["bs-12288-100-h64-tp4-pp6-mbs1", "fits"]
     assert not df.loc["bs-12288-100-h64-tp4-pp6-mbs2", "fits"]

@@ -319,7 +319,7 @@ def fp8_casts(gemms: tuple[Gemm, ...], eager: bool = False, recipe: str = DEFAUL
     FP8 casts of these GEMMs' operands move on one GPU under `recipe` (FP8_CAST_BYTES, plus
     FP8_RECIPES' share); `copies`: the 8-bit copies each writes (fp8_copies)."""
     r = FP8_RECIPES[recipe]
-    cast_bytes = FP8_CAST_BYTES - (2 - copies)  # a byte an element a copy
+    cast_bytes = ACT_BYTES + copies  # read 16-bit, write a byte an element a copy
     each, kernels = cast_bytes + r.extra_bytes, 1 + r.extra_kernels
     cast = [g for g in gemms if g.name != "router"]
     normed = [] if eager else [g for g in cast if g.name in NORM_QUANTIZED]

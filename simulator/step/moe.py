@@ -186,8 +186,7 @@ def ep_layer_s(cfg, layer_fwd_s: float, layer_bwd_s: float) -> tuple[float, floa
         # GEMM the dispatcher launches on its own stream (`shared_beside`)
         f1, f2, b1, b2 = shared_expert_s(cfg)
         fwd = shared_beside(one, (f1, f2), slowed)
-        bwd = shared_beside(one, (b2, b1), slowed) + (
-            shared_beside(one, (f1, f2), slowed) if again else 0.0)
+        bwd = shared_beside(one, (b2, b1), slowed) + (fwd if again else 0.0)
     if cfg.moe_overlap:
         alone = unpaired_share(cfg)  # passes with no other micro-batch's pass beside them
         h = overlap_share(cfg)

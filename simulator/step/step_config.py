@@ -56,6 +56,7 @@ FSDP_UNDER_PP = "dense-zero1"
 # alltoall or flex token dispatcher")
 SHARED_OVERLAP_DISPATCHERS = ("alltoall", "flex")
 
+
 @dataclass(frozen=True)
 class StepConfig:
     model: ModelProfile
@@ -578,8 +579,7 @@ class StepConfig:
         if block > stage or stage % block:
             valid = [e for e in range(1, moe.n_experts + 1)
                      if moe.n_experts % e == 0 and stage % (e * self.expert_tp) == 0]
-            etps = [t for t in range(1, stage // self.ep + 1)
-                    if self.ep * t <= stage and stage % (self.ep * t) == 0]
+            etps = [t for t in range(1, stage // self.ep + 1) if stage % (self.ep * t) == 0]
             # --etp not given is --tp (Megatron-Core's default): say so, and which ETP fits
             implied = " (not given: --tp, Megatron-Core's default)" if self.etp is None else ""
             raise UserError(f"--ep {self.ep} x --etp {self.expert_tp}{implied} = {block} must "
