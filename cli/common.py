@@ -258,7 +258,8 @@ PARALLEL_OPTS = {
                                help="with --fp8: how tensors are scaled, as Megatron-Core's "
                                     "--fp8-recipe (tensorwise: current per-tensor scaling, an "
                                     "amax pass first; delayed; mxfp8: Blackwell only; "
-                                    "blockwise) [default: delayed, Megatron's]"),
+                                    "blockwise: block scales, slower GEMMs on Hopper) "
+                                    "[default: delayed, Megatron's]"),
     "fp8_scope": typer.Option(None, "--fp8-scope",
                               help="with --fp8: which GEMMs run in FP8 (all: every linear "
                                    "layer, as Transformer Engine under Megatron-Core; experts: "

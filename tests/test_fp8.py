@@ -215,7 +215,10 @@ def test_fp8_recipe_is_read_or_refused(capsys):
     assert code == 0, err
     assert json.loads(out)[0]["fp8_recipe"] == "delayed"  # not given: Megatron's default
     assert json.loads(out)[0]["step_time_s"] == pytest.approx(times["delayed"], rel=1e-12)
-    assert times["delayed"] < times["blockwise"] < times["tensorwise"]
+    # Transformer Engine's own H200 table orders them so (profiles/external/
+    # te-gemm-recipes-h200.csv): block scales slow Hopper's GEMMs more than current scaling's
+    # extra amax pass slows its casts
+    assert times["delayed"] < times["tensorwise"] < times["blockwise"]
     refusals = (
         (("--fp8-recipe", "mxfp8"), "needs Blackwell tensor cores"),
         (("--fp8-recipe", "nvfp4"), "is not one of"),
@@ -239,3 +242,26 @@ def test_fp8_recipe_is_read_or_refused(capsys):
     code, out, err = scape(capsys, *plan, "--fp8", "--fp8-recipe", "tensorwise")
     assert code == 0, err
     assert all(r["fp8_recipe"] == "tensorwise" for r in json.loads(out))
+
+
+def test_block_scaled_gemms_on_hopper_run_at_the_te_table_rate():
+    """Blockwise FP8 GEMMs on Hopper take simulator/step/block_scaling.py's slowdown, derived
+    from Transformer Engine's H200 benchmark; the same cast arithmetic predicts that table's
+    tensorwise row from its delayed and pre-quantized rows within 3% (a check of the cast
+    model the derivation leans on). Blackwell runs block scaling through MXFP8 GEMMs: no
+    slowdown there, and none for the per-tensor recipes anywhere."""
+    from simulator.step.block_scaling import block_slowdown, tensorwise_check
+
+    predicted, measured = tensorwise_check()
+    assert predicted == pytest.approx(measured, rel=0.03)
+    slow = block_slowdown()
+    assert 1.1 < slow < 1.4  # the table's block row is 22.9 ms against 16.8 ms of GEMMs
+    big = Gemm("x", 8192, 8192, 8192)  # compute-bound: the rate is what moves
+    h100, b200 = load_hardware("dgx-h100"), load_hardware("dgx-b200")
+    plain, block = (gemm_s(big, h100, True, r) for r in ("delayed", "blockwise"))
+    launch = h100.roofline.gemm_launch_us * 1e-6
+    assert (block - launch) / (plain - launch) == pytest.approx(slow, rel=0.02)
+    assert gemm_s(big, h100, True, "tensorwise") == pytest.approx(plain, rel=1e-12)
+    assert gemm_s(big, b200, True, "blockwise") == pytest.approx(
+        gemm_s(big, b200, True, "delayed"), rel=1e-12)
+    assert gemm_s(big, h100, False, "blockwise") == pytest.approx(gemm_s(big, h100), rel=1e-12)

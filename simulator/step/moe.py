@@ -229,7 +229,7 @@ def shared_expert_s(cfg) -> tuple[float, float, float, float]:
 
     def module_s(name: str) -> tuple[float, float]:
         """(forward, backward) seconds of the layer's GEMMs named `name` (0 where none)."""
-        times = [gemm_pass_s(g, cfg.hardware, cfg.fp8, cfg.quantized_gemms)
+        times = [gemm_pass_s(g, cfg.hardware, cfg.fp8, cfg.quantized_gemms, cfg.cast_recipe)
                  for g in s.gemms if g.name == name]
         return sum(f for f, _ in times), sum(b for _, b in times)
 

@@ -36,6 +36,7 @@ from simulator.layout.shapes import (
     layer_shapes,
     unfused_passes,
 )
+from simulator.step.block_scaling import gemm_slowdown
 from simulator.step.host import moe_host_trace
 
 ATTN_BWD_FLOPS = 2.5  # backward FLOPs per forward FLOP of FlashAttention (5 matmuls vs 2)
@@ -45,21 +46,24 @@ MODULE_GEMMS = {"mla_up_proj": ("q up", "kv up"), "mlp": ("mlp ",), "moe_act": (
                 "shared_experts": ("shared ",), "moe": ("router", "experts ", "shared ")}
 
 
-def fp8_rate(hw: HardwareProfile) -> float:
-    """FLOP/s of an FP8 GEMM's benchmark peak (Transformer Engine's, with --fp8); refused
-    where the profile does not give it."""
+def fp8_rate(hw: HardwareProfile, recipe: str | None = None) -> float:
+    """FLOP/s of an FP8 GEMM's benchmark peak (Transformer Engine's, with --fp8), under
+    `recipe` (None: per-tensor scales; blockwise on Hopper runs slower,
+    simulator/step/block_scaling.py); refused where the profile does not give it."""
     r = hw.roofline
     if hw.gpu.peak_fp8_tflops is None or r is None or r.fp8_gemm_peak_fraction is None:
         raise UserError(f"--fp8: {hw.name} gives no FP8 GEMM rate ([gpu] peak_fp8_tflops and "
                         "[roofline] fp8_gemm_peak_fraction)")
-    return r.fp8_gemm_peak_fraction * hw.gpu.peak_fp8_tflops * 1e12
+    arch = hw.nccl.arch if hw.nccl is not None else None
+    return r.fp8_gemm_peak_fraction * hw.gpu.peak_fp8_tflops * 1e12 / gemm_slowdown(arch, recipe)
 
 
-def gemm_s(g: Gemm, hw: HardwareProfile, fp8: bool = False) -> float:
+def gemm_s(g: Gemm, hw: HardwareProfile, fp8: bool = False, recipe: str | None = None) -> float:
     """Seconds for one bf16 GEMM on this profile's GPU, or an FP8 one (`fp8`: its inputs one
-    byte each, at the FP8 rate; the output stays 16-bit)."""
+    byte each, at the FP8 rate of `recipe`'s scaling; the output stays 16-bit)."""
     r = hw.roofline
-    peak = fp8_rate(hw) if fp8 else r.gemm_peak_fraction * hw.gpu.peak_bf16_tflops * 1e12
+    peak = (fp8_rate(hw, recipe) if fp8
+            else r.gemm_peak_fraction * hw.gpu.peak_bf16_tflops * 1e12)
     compute = g.flops / (r.sustained * peak)
     memory = (g.bytes - (g.m * g.k + g.k * g.n) * g.batch if fp8 else g.bytes) / _hbm_Bps(hw)
     n = r.gemm_blend
@@ -73,11 +77,13 @@ def in_fp8(g: Gemm, scope: str) -> bool:
     return scope == "all" or g.name.startswith("experts")
 
 
-def gemm_pass_s(g: Gemm, hw: HardwareProfile, fp8: bool, scope: str) -> tuple[float, float]:
+def gemm_pass_s(g: Gemm, hw: HardwareProfile, fp8: bool, scope: str,
+                recipe: str | None = None) -> tuple[float, float]:
     """(forward, backward) seconds of GEMM `g`: its product, and its two gradient products,
-    in FP8 where an FP8 run (`fp8`) quantizes it under `scope` (`in_fp8`)."""
+    in FP8 where an FP8 run (`fp8`) quantizes it under `scope` (`in_fp8`), scaled as
+    `recipe` scales them (`fp8_rate`)."""
     q = fp8 and in_fp8(g, scope)
-    return gemm_s(g, hw, q), sum(gemm_s(b, hw, q) for b in g.backward())
+    return gemm_s(g, hw, q, recipe), sum(gemm_s(b, hw, q, recipe) for b in g.backward())
 
 
 def _hbm_Bps(hw: HardwareProfile) -> float:
@@ -184,7 +190,8 @@ def _layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq
     # --fp8: the layer's linear GEMMs in FP8, forward and both gradients (Transformer Engine's
     # recipe), or with --fp8-scope experts the routed experts' alone; attention and the output
     # layer stay 16-bit
-    each = [gemm_pass_s(g, hw, fp8, fp8_scope) for g in s.gemms]  # (s, s) in s.gemms' order
+    each = [gemm_pass_s(g, hw, fp8, fp8_scope, fp8_recipe)  # (s, s) in s.gemms' order
+            for g in s.gemms]
     fwd_each = [f for f, _ in each]
     gemm_f, gemm_b = sum(fwd_each), sum(b for _, b in each)
     if attention in ("flash", "flash2"):

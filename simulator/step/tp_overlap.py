@@ -69,7 +69,7 @@ def _gemm_time(g: Gemm, cfg) -> float:
     profile, else its FLOPs at the MFU forward and backward run at."""
     mfu, _ = pricing(cfg.model, cfg.hardware, cfg.mfu)
     if mfu is None:
-        return gemm_s(g, cfg.hardware, cfg.fp8)
+        return gemm_s(g, cfg.hardware, cfg.fp8, cfg.cast_recipe)
     return g.flops / (cfg.hardware.gpu.peak_bf16_tflops * 1e12 * mfu)
 
 
