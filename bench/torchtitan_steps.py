@@ -1,7 +1,8 @@
 """torchtitan's published H100 steps against the model (issue 61 item 3: FSDP runs priced too fast).
 
 Every row of profiles/external/torchtitan-h100-steps.csv (torchtitan's December 2024 benchmark on
-Meta's Grand Teton: Llama 3.1 8B, 70B and 405B, 8 to 512 H100 at the default 500 W limit) is
+Meta's Grand Teton: Llama 3.1 8B, 70B and 405B, 8 to 512 H100 at the default 500 W limit; and
+its June 2025 Async TP benchmark on the same hosts, Llama 3 8B and 70B at TP 8) is
 simulated as its source states it, on profiles/hardware/grand-teton-h100.toml (the HBM2e part's
 memory and bandwidth, its 500 W compute from a measured power-cap ratio; dgx-h100's sustained
 share, fitted on other stacks' steps: nothing here is fitted on these rows):

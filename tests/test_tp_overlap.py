@@ -181,3 +181,35 @@ def test_each_gemm_uses_transformer_engines_default_method():
     assert want_fwd > 0  # the pipeline's last chunk always shows
     nvls = tp_collective_s(cfg, "all_reduce", "auto")
     assert nvls != pytest.approx(ag + rs)  # the all-reduce runs NVLS; the overlap does not
+
+
+def test_torchtitan_op_sac_gathers_the_layer_inputs_again():
+    """torchtitan's op-level selective checkpointing saves the reduce-scatters' outputs and
+    not the all-gathers', so recomputing the key projection and SwiGLU's w3 runs both of a
+    Llama layer's sequence-parallel all-gathers again in the backward (tp_overlap.sac_regathers);
+    Megatron's selective recompute, full recompute (already all of the forward's), a GPT layer
+    and TP without sequence parallelism gather nothing more. The bytes a layer sends count
+    them too, and with the overlap they hide behind the GEMMs they feed, at most as plain."""
+    from simulator.step.tp_overlap import sac_regathers, tp_bytes_per_layer, tp_collective_s
+
+    def cfg(**kw) -> StepConfig:
+        return StepConfig(load_model("llama3-8b"), load_hardware("dgx-h100"), 64,
+                          make_config("dense-zero3"), micro_batch=1, global_batch=8, tp=8,
+                          recompute="selective-op", **kw).validate()
+
+    base, titan = cfg(), cfg(stack="torchtitan")
+    assert sac_regathers(titan) == 2
+    assert sac_regathers(base) == 0  # Megatron's stack
+    assert sac_regathers(replace(titan, recompute="full")) == 0
+    assert sac_regathers(replace(titan, sequence_parallel=False)) == 0
+    assert sac_regathers(replace(titan, model=load_model("gpt-345m"))) == 0
+    ag = tp_collective_s(titan, "all_gather", titan.algo)
+    (f0, b0), (f1, b1) = layer_tp_s(base), layer_tp_s(titan)
+    assert f1 == pytest.approx(f0, rel=1e-12)
+    assert b1 - b0 == pytest.approx(2 * ag, rel=1e-9)
+    t = titan.tp
+    extra = 2 * (t - 1) / t * titan.activation_values * titan.dtypes.param_bytes
+    assert tp_bytes_per_layer(titan) - tp_bytes_per_layer(base) == pytest.approx(extra, rel=1e-9)
+    hidden = layer_tp_s(replace(titan, tp_comm_overlap=True))[1] - layer_tp_s(
+        replace(base, tp_comm_overlap=True))[1]
+    assert 0 <= hidden <= 2 * tp_collective_s(titan, "all_gather", "ring") * (1 + 1e-9)

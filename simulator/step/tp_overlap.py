@@ -21,9 +21,15 @@ point-to-point: no NVLS). With FP8 the all-gathers move one byte a value and the
 the FP8 rate, with the overlap or without it. What the overlap
 costs the GEMMs (the SMs its copies hold, smaller GEMM tiles) is not modelled: a profile's
 sustained share, fitted on whole steps that ran with it, carries it.
+
+Recomputation runs collectives again where the recomputed ops need their outputs: a fully
+recomputed layer all of its forward's; torchtitan's op-level selective checkpointing the
+sequence-parallel all-gathers of a Llama-family layer (`sac_regathers`).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
@@ -102,7 +108,45 @@ def layer_tp_s(cfg) -> tuple[float, float]:
     if cfg.tp == 1:
         return 0.0, 0.0
     fwd, bwd = _passes(cfg)
-    return fwd, bwd + (fwd if cfg.recompute == "full" else 0.0)
+    return fwd, bwd + (fwd if cfg.recompute == "full" else _regathers_s(cfg))
+
+
+def sac_regathers(cfg) -> int:
+    """All-gathers per layer that torchtitan's op-level selective checkpointing runs again in
+    the backward. Its policy (torchtitan models/llama3/infra/parallelize.py @f4048f8e, June
+    2025, `_save_list` and `_custom_policy`; torchtitan/distributed/activation_checkpoint.py
+    at HEAD keeps the same save list) saves every matmul but every second one, the attention,
+    and the reduce-scatters' outputs, and recomputes everything else: the key projection and
+    SwiGLU's w3, the second and sixth matmuls of a layer, are recomputed, and their input is
+    the sequence-parallel all-gather of the normed activations, which is not saved, so both
+    of the layer's all-gathers run again. A GPT-family layer (fused QKV saved, its second MLP
+    matmul recomputed from the saved first one's output) gathers nothing again. 0 for other
+    stacks and policies, or without sequence parallelism."""
+    if (cfg.stack != "torchtitan" or cfg.recompute != "selective-op" or cfg.tp == 1
+            or not cfg.sequence_parallel or cfg.model.family == "gpt"):
+        return 0
+    return 2
+
+
+def _regathers_s(cfg) -> float:
+    """Seconds the backward's recomputation spends on `sac_regathers` all-gathers: each
+    exposed as a plain all-gather, or with the overlap on, exposed as the ring exchange leaves
+    it beside the recomputed GEMM it feeds (the key projection's share of the QKV GEMM, half
+    of the MLP's input GEMM)."""
+    n = sac_regathers(cfg)
+    if n == 0:
+        return 0.0
+    width = 1 if cfg.fp8 else None  # torchao's float8 TP gathers FP8 values, as TE's
+    if not cfg.tp_comm_overlap:
+        return n * tp_collective_s(cfg, "all_gather", cfg.algo, width)
+    ag = tp_collective_s(cfg, "all_gather", "ring", width)
+    gemms = layer_shapes(cfg.model, cfg.micro_batch, cfg.seq, cfg.tp, True, cfg.cp).gemms
+    qkv, fc1 = gemms[0], gemms[-2]
+    a = cfg.model.arch
+    kv = a.n_kv_heads * a.head_dim
+    key = replace(qkv, n=max(1, round(qkv.n * kv / (a.n_heads * a.head_dim + 2 * kv))))
+    up = replace(fc1, n=max(1, fc1.n // 2))  # w3, one of the gate/up pair fc1 holds
+    return _ring(ag, _gemm_time(key, cfg), cfg.tp) + _ring(ag, _gemm_time(up, cfg), cfg.tp)
 
 
 def tp_bytes_per_layer(cfg) -> float:
@@ -115,8 +159,9 @@ def tp_bytes_per_layer(cfg) -> float:
     reduces = 6 if cfg.recompute == "full" else 4
     if cfg.fp8 and cfg.sequence_parallel:
         reduces *= (1 + 1 / cfg.dtypes.param_bytes) / 2
-    return (reduces * 2 * (cfg.tp - 1) / cfg.tp * cfg.activation_values
-            * cfg.dtypes.param_bytes)
+    width = 1 if cfg.fp8 else cfg.dtypes.param_bytes  # the re-gathers' values (sac_regathers)
+    return ((reduces * 2 * cfg.dtypes.param_bytes + sac_regathers(cfg) * width)
+            * (cfg.tp - 1) / cfg.tp * cfg.activation_values)
 
 
 def _passes(cfg) -> tuple[float, float]:
