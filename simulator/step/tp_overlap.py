@@ -111,7 +111,7 @@ def layer_tp_s(cfg) -> tuple[float, float]:
     return fwd, bwd + (fwd if cfg.recompute == "full" else _regathers_s(cfg))
 
 
-def sac_regathers(cfg) -> int:
+def sac_regathers(cfg) -> float:
     """All-gathers per layer that torchtitan's op-level selective checkpointing runs again in
     the backward. Its policy (torchtitan models/llama3/infra/parallelize.py @f4048f8e, June
     2025, `_save_list` and `_custom_policy`; torchtitan/distributed/activation_checkpoint.py
@@ -119,13 +119,17 @@ def sac_regathers(cfg) -> int:
     and the reduce-scatters' outputs, and recomputes everything else: the key projection and
     SwiGLU's w3, the second and sixth matmuls of a layer, are recomputed, and their input is
     the sequence-parallel all-gather of the normed activations, which is not saved, so both
-    of the layer's all-gathers run again. A GPT-family layer (fused QKV saved, its second MLP
-    matmul recomputed from the saved first one's output) gathers nothing again. 0 for other
-    stacks and policies, or without sequence parallelism."""
+    of the layer's all-gathers run again. A MoE layer keeps its tokens sequence-sharded into
+    the router and experts (torchtitan's MoE takes Shard(1) inputs under TP): only its
+    attention's all-gather runs again, so a model with experts averages 2 and 1 over its dense
+    and MoE layers (what the experts' own recomputation costs is not modelled). A GPT-family
+    layer (fused QKV saved, its second MLP matmul recomputed from the saved first one's output)
+    gathers nothing again. 0 for other stacks and policies, or without sequence parallelism."""
     if (cfg.stack != "torchtitan" or cfg.recompute != "selective-op" or cfg.tp == 1
             or not cfg.sequence_parallel or cfg.model.family == "gpt"):
-        return 0
-    return 2
+        return 0.0
+    moe = cfg.model.moe_share if cfg.model.moe is not None else 0.0
+    return 2.0 * (1 - moe) + 1.0 * moe
 
 
 def _regathers_s(cfg) -> float:
@@ -136,6 +140,7 @@ def _regathers_s(cfg) -> float:
     n = sac_regathers(cfg)
     if n == 0:
         return 0.0
+    dense = n - 1  # of the n, the MLP's (the attention's is in every layer)
     width = 1 if cfg.fp8 else None  # torchao's float8 TP gathers FP8 values, as TE's
     if not cfg.tp_comm_overlap:
         return n * tp_collective_s(cfg, "all_gather", cfg.algo, width)
@@ -146,7 +151,8 @@ def _regathers_s(cfg) -> float:
     kv = a.n_kv_heads * a.head_dim
     key = replace(qkv, n=max(1, round(qkv.n * kv / (a.n_heads * a.head_dim + 2 * kv))))
     up = replace(fc1, n=max(1, fc1.n // 2))  # w3, one of the gate/up pair fc1 holds
-    return _ring(ag, _gemm_time(key, cfg), cfg.tp) + _ring(ag, _gemm_time(up, cfg), cfg.tp)
+    return (_ring(ag, _gemm_time(key, cfg), cfg.tp)
+            + dense * _ring(ag, _gemm_time(up, cfg), cfg.tp))
 
 
 def tp_bytes_per_layer(cfg) -> float:
