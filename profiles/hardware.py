@@ -324,6 +324,12 @@ class HardwareProfile:
         return self.node.gpus_per_node
 
     @property
+    def arch(self) -> str | None:
+        """The GPU's architecture as [nccl] arch says it (hopper, blackwell, ...); None where
+        the profile has no [nccl] table."""
+        return self.nccl.arch if self.nccl is not None else None
+
+    @property
     def inter_node_Bps(self) -> float:
         """Effective bytes/s of one NIC through the transport."""
         eff = self.transport.efficiency if self.transport else self.nic.efficiency

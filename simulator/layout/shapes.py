@@ -313,6 +313,12 @@ FP8_RECIPES = {"delayed": Fp8Recipe(0.0, 0, "free"),
 DEFAULT_FP8_RECIPE = "delayed"  # Megatron-LM's --fp8-recipe default
 
 
+def fp8_cast_bytes(recipe: str, copies: int = 2) -> float:
+    """Bytes one element's FP8 cast moves under `recipe`: read 16-bit, write a byte an element
+    a copy (`copies`: fp8_copies), plus the recipe's own reads and scales (FP8_RECIPES)."""
+    return ACT_BYTES + copies + FP8_RECIPES[recipe].extra_bytes
+
+
 def fp8_casts(gemms: tuple[Gemm, ...], eager: bool = False, recipe: str = DEFAULT_FP8_RECIPE,
               copies: int = 2) -> tuple[float, float, int, int]:
     """(forward bytes, backward bytes, forward kernels, backward kernels) one micro-batch's
@@ -320,7 +326,7 @@ def fp8_casts(gemms: tuple[Gemm, ...], eager: bool = False, recipe: str = DEFAUL
     FP8_RECIPES' share); `copies`: the 8-bit copies each writes (fp8_copies)."""
     r = FP8_RECIPES[recipe]
     cast_bytes = ACT_BYTES + copies  # read 16-bit, write a byte an element a copy
-    each, kernels = cast_bytes + r.extra_bytes, 1 + r.extra_kernels
+    each, kernels = fp8_cast_bytes(recipe, copies), 1 + r.extra_kernels
     cast = [g for g in gemms if g.name != "router"]
     normed = [] if eager else [g for g in cast if g.name in NORM_QUANTIZED]
     plain = [g for g in cast if g not in normed]

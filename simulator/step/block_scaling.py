@@ -31,7 +31,7 @@ import csv
 from functools import lru_cache
 from pathlib import Path
 
-from simulator.layout.shapes import ACT_BYTES, FP8_RECIPES, fp8_copies
+from simulator.layout.shapes import fp8_cast_bytes, fp8_copies
 
 TABLE = (Path(__file__).resolve().parents[2] / "profiles" / "external"
          / "te-gemm-recipes-h200.csv")
@@ -40,8 +40,8 @@ BLOCK_SCALED_ARCHS = ("hopper",)
 
 
 def _cast_bytes(recipe: str) -> float:
-    """Bytes one element's FP8 cast moves on Hopper under `recipe` (shapes.fp8_casts' terms)."""
-    return ACT_BYTES + fp8_copies("hopper", recipe) + FP8_RECIPES[recipe].extra_bytes
+    """Bytes one element's FP8 cast moves on Hopper under `recipe` (shapes.fp8_cast_bytes)."""
+    return fp8_cast_bytes(recipe, fp8_copies("hopper", recipe))
 
 
 @lru_cache(maxsize=1)

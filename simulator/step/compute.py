@@ -153,7 +153,7 @@ def check_fp8_recipe(hw: HardwareProfile, given: str | None, fp8: bool = True) -
     if recipe not in FP8_RECIPES:
         raise UserError(f"--fp8-recipe must be one of {', '.join(FP8_RECIPES)} (Megatron-LM's "
                         f"names), got {recipe!r}")
-    arch = hw.nccl.arch if hw.nccl is not None else None
+    arch = hw.arch
     if recipe == "mxfp8" and arch != "blackwell":
         what = arch or "of an architecture its profile does not say ([nccl] arch)"
         raise UserError(f"--fp8-recipe mxfp8 needs Blackwell tensor cores (MXFP8 GEMMs); "

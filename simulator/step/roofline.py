@@ -54,8 +54,8 @@ def fp8_rate(hw: HardwareProfile, recipe: str | None = None) -> float:
     if hw.gpu.peak_fp8_tflops is None or r is None or r.fp8_gemm_peak_fraction is None:
         raise UserError(f"--fp8: {hw.name} gives no FP8 GEMM rate ([gpu] peak_fp8_tflops and "
                         "[roofline] fp8_gemm_peak_fraction)")
-    arch = hw.nccl.arch if hw.nccl is not None else None
-    return r.fp8_gemm_peak_fraction * hw.gpu.peak_fp8_tflops * 1e12 / gemm_slowdown(arch, recipe)
+    return (r.fp8_gemm_peak_fraction * hw.gpu.peak_fp8_tflops * 1e12
+            / gemm_slowdown(hw.arch, recipe))
 
 
 def gemm_s(g: Gemm, hw: HardwareProfile, fp8: bool = False, recipe: str | None = None) -> float:
@@ -216,7 +216,7 @@ def _layer_times(model: ModelProfile, hw: HardwareProfile, micro_batch: int, seq
     if fp8:  # the GEMMs' operands cast to 8 bits (shapes.fp8_casts), forward and backward
         cast_f, cast_b, casts_f, casts_b = fp8_casts(
             tuple(g for g in s.gemms if in_fp8(g, fp8_scope)), eager, fp8_recipe,
-            fp8_copies(hw.nccl.arch if hw.nccl is not None else None, fp8_recipe))
+            fp8_copies(hw.arch, fp8_recipe))
         mem_f += casts_f * launch + cast_f / _hbm_Bps(hw)
         mem_b += casts_b * launch + cast_b / _hbm_Bps(hw)
     # the two norms alone (read h, write h per token each): what recomputing them costs

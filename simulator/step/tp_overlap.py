@@ -79,6 +79,14 @@ def _gemm_time(g: Gemm, cfg) -> float:
     return g.flops / (cfg.hardware.gpu.peak_bf16_tflops * 1e12 * mfu)
 
 
+def _ag_width(cfg) -> int | None:
+    """Bytes a value of the layer's all-gathers: one with FP8 (TE gathers the FP8-cast input,
+    its overlap buffers too: initialize_ub "AllGather buffers use fp8 when using fp8 recipe";
+    torchao's float8 TP alike), else the activations' width (None); reduce-scatters stay
+    16-bit."""
+    return 1 if cfg.fp8 else None
+
+
 def _ring(comm_s: float, gemm: float, tp: int) -> float:
     """Exposed by a ring exchange: each of the tp - 1 steps waits for the slower of its
     transfer and its GEMM chunk (the first chunk, local, waits for nothing)."""
@@ -141,7 +149,7 @@ def _regathers_s(cfg) -> float:
     if n == 0:
         return 0.0
     dense = n - 1  # of the n, the MLP's (the attention's is in every layer)
-    width = 1 if cfg.fp8 else None  # torchao's float8 TP gathers FP8 values, as TE's
+    width = _ag_width(cfg)
     if not cfg.tp_comm_overlap:
         return n * tp_collective_s(cfg, "all_gather", cfg.algo, width)
     ag = tp_collective_s(cfg, "all_gather", "ring", width)
@@ -165,16 +173,14 @@ def tp_bytes_per_layer(cfg) -> float:
     reduces = 6 if cfg.recompute == "full" else 4
     if cfg.fp8 and cfg.sequence_parallel:
         reduces *= (1 + 1 / cfg.dtypes.param_bytes) / 2
-    width = 1 if cfg.fp8 else cfg.dtypes.param_bytes  # the re-gathers' values (sac_regathers)
+    width = _ag_width(cfg) or cfg.dtypes.param_bytes  # the re-gathers' values (sac_regathers)
     return ((reduces * 2 * cfg.dtypes.param_bytes + sac_regathers(cfg) * width)
             * (cfg.tp - 1) / cfg.tp * cfg.activation_values)
 
 
 def _passes(cfg) -> tuple[float, float]:
     """`layer_tp_s` of one forward and one backward, without recomputation."""
-    # with FP8 the all-gathers hold FP8 values, TE's overlap buffers too (initialize_ub:
-    # "AllGather buffers use fp8 when using fp8 recipe"); reduce-scatters stay 16-bit
-    ag_width = 1 if cfg.fp8 else None
+    ag_width = _ag_width(cfg)
     if not cfg.tp_comm_overlap:
         if cfg.sequence_parallel:
             pair = (tp_collective_s(cfg, "all_gather", cfg.algo, ag_width)
