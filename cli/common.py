@@ -111,7 +111,8 @@ FP8_HELP = ("the layers' linear GEMMs in FP8, as Transformer Engine's recipe run
             "profile's FP8 rate; attention and the output layer stay 16-bit)")
 TP_OVERLAP_HELP = ("overlap the tensor-parallel all-gathers and reduce-scatters with their "
                    "GEMMs, as Transformer Engine does (Megatron-Core --tp-comm-overlap, NeMo "
-                   "ub_tp_comm_overlap)")
+                   "ub_tp_comm_overlap); with --stack torchtitan, its async TP (PyTorch's "
+                   "micro-pipeline TP)")
 # expert parallelism (a model with experts): simulate, compare and plan; Megatron-Core's
 # spellings and torchtitan's beside the short ones
 MOE_OPTS = {

@@ -215,6 +215,49 @@ def test_torchtitan_op_sac_gathers_the_layer_inputs_again():
     t = titan.tp
     extra = 2 * (t - 1) / t * titan.activation_values * titan.dtypes.param_bytes
     assert tp_bytes_per_layer(titan) - tp_bytes_per_layer(base) == pytest.approx(extra, rel=1e-9)
-    hidden = layer_tp_s(replace(titan, tp_comm_overlap=True))[1] - layer_tp_s(
-        replace(base, tp_comm_overlap=True))[1]
+    from simulator.step.tp_overlap import _regathers_s, _torchtitan_passes
+
+    overlapped = replace(titan, tp_comm_overlap=True)
+    hidden = layer_tp_s(overlapped)[1] - _torchtitan_passes(overlapped)[1]
+    assert hidden == pytest.approx(_regathers_s(overlapped), rel=1e-12)
     assert 0 <= hidden <= 2 * tp_collective_s(titan, "all_gather", "ring") * (1 + 1e-9)
+
+
+def test_torchtitan_async_tp_fuses_only_one_matmul_with_its_collective():
+    """PyTorch's micro-pipeline TP (torchtitan's async TP): the gathers into wq/wk/wv and
+    w1/w3, and in the backward into wo's and w2's data gradients, run as ring exchanges; wo's
+    and w2's reduce-scatters as rings too, each followed by the local sum of the tp partials
+    (a read of the activations' partials, a write of a tp-th); the backward's input-gradient
+    reduce-scatters (a sum of several matmuls' outputs) as without async TP; full recompute
+    runs the forward's again. Megatron's stack keeps Transformer Engine's methods."""
+    from simulator.layout.shapes import layer_shapes
+    from simulator.step.roofline import _hbm_Bps
+    from simulator.step.tp_overlap import _gemm_time, partials_sum_s, tp_collective_s
+
+    te = StepConfig(load_model("llama3-70b"), load_hardware("dgx-h100"), 64,
+                    make_config("dense-zero3"), micro_batch=2, global_batch=16, tp=8,
+                    tp_comm_overlap=True).validate()
+    titan = replace(te, stack="torchtitan", recompute="full")  # the 70B rows' full AC
+    ag = tp_collective_s(titan, "all_gather", "ring")
+    rs = tp_collective_s(titan, "reduce_scatter", "ring")
+    plain_rs = tp_collective_s(titan, "reduce_scatter", titan.algo)
+    gemms = layer_shapes(titan.model, 2, titan.seq, 8, True).gemms
+    qkv, proj, fc1, fc2 = gemms
+
+    def g(x):
+        return _gemm_time(x, titan)
+
+    summed = partials_sum_s(titan)
+    assert summed == pytest.approx(
+        (1 + 1 / 8) * titan.activation_values * 2 / _hbm_Bps(titan.hardware), rel=1e-12)
+    want_fwd = (_ring(ag, g(qkv), 8) + _ring(rs, g(proj), 8) + _ring(ag, g(fc1), 8)
+                + _ring(rs, g(fc2), 8) + 2 * summed)
+    want_bwd = (_ring(ag, g(proj.backward()[0]), 8) + _ring(ag, g(fc2.backward()[0]), 8)
+                + 2 * plain_rs)
+    assert layer_tp_s(titan) == pytest.approx((want_fwd, want_bwd + want_fwd), rel=1e-12)
+    assert summed > 0 and plain_rs > 0
+    # the same layer on Megatron's stack: Transformer Engine's methods, no partials' sum
+    te_fwd, _ = layer_tp_s(te)
+    assert te_fwd == pytest.approx(
+        _ring(ag, g(qkv), 8) + _pipeline(rs, g(proj)) + _ring(ag, g(fc1), 8)
+        + _pipeline(rs, g(fc2)), rel=1e-12)

@@ -22,6 +22,12 @@ the FP8 rate, with the overlap or without it. What the overlap
 costs the GEMMs (the SMs its copies hold, smaller GEMM tiles) is not modelled: a profile's
 sustained share, fitted on whole steps that ran with it, carries it.
 
+torchtitan's async tensor parallelism (`enable_async_tensor_parallel`: PyTorch's micro-pipeline
+TP, an Inductor pass over the compiled forward and backward graphs) overlaps less
+(`_torchtitan_passes`): it fuses an all-gather into the matmuls that consume it and a matmul
+into the reduce-scatter of its output, each in tp chunks, and nothing else; no collective runs
+beside an unrelated GEMM as Transformer Engine's bulk method does.
+
 Recomputation runs collectives again where the recomputed ops need their outputs: a fully
 recomputed layer all of its forward's; torchtitan's op-level selective checkpointing the
 sequence-parallel all-gathers of a Llama-family layer (`sac_regathers`).
@@ -33,13 +39,13 @@ from dataclasses import replace
 
 import numpy as np
 
-from simulator.layout.shapes import Gemm, layer_shapes
+from simulator.layout.shapes import ACT_BYTES, Gemm, layer_shapes
 from simulator.network.collective import calibrated
 from simulator.network.engine import PhaseCache, time_alone
 from simulator.network.topology import build_topology
 from simulator.step.compute import pricing
 from simulator.step.profile_memo import ProfileMemo
-from simulator.step.roofline import gemm_s
+from simulator.step.roofline import _hbm_Bps, gemm_s
 
 PIPELINE_SPLITS = 4  # Transformer Engine's default num_splits for the pipeline method
 
@@ -188,13 +194,11 @@ def _passes(cfg) -> tuple[float, float]:
             return 2 * pair, 2 * pair
         allreduce = tp_collective_s(cfg, "all_reduce", cfg.algo)
         return 2 * allreduce, 2 * allreduce
+    if cfg.stack == "torchtitan":
+        return _torchtitan_passes(cfg)
     ag = tp_collective_s(cfg, "all_gather", "ring", ag_width)
     rs = tp_collective_s(cfg, "reduce_scatter", "ring")
-    gemms = layer_shapes(cfg.model, cfg.micro_batch, cfg.seq, cfg.tp, True, cfg.cp).gemms
-    # the column-parallel input GEMMs and row-parallel output GEMMs the overlap pairs with its
-    # collectives (latent attention's first projection stands for its QKV)
-    qkv, fc1, fc2 = gemms[0], gemms[-2], gemms[-1]
-    proj = next(g for g in gemms if g.name == "attn out")
+    qkv, proj, fc1, fc2 = _overlapped_gemms(cfg)
     t = cfg.tp
 
     def dgrad(g: Gemm) -> float:
@@ -207,4 +211,57 @@ def _passes(cfg) -> tuple[float, float]:
            + _ring(ag, _gemm_time(fc1, cfg), t) + _pipeline(rs, _gemm_time(fc2, cfg)))
     bwd = (_ring(ag, dgrad(proj), t) + _ring(ag, dgrad(fc2), t)
            + sum(_bulk(ag, dgrad(g)) + _bulk(rs, wgrad(g)) for g in (qkv, fc1)))
+    return fwd, bwd
+
+
+def _overlapped_gemms(cfg) -> tuple[Gemm, Gemm, Gemm, Gemm]:
+    """(QKV, attention out, MLP in, MLP out): the column-parallel input GEMMs and row-parallel
+    output GEMMs an overlap pairs with a layer's collectives (latent attention's first
+    projection stands for its QKV)."""
+    gemms = layer_shapes(cfg.model, cfg.micro_batch, cfg.seq, cfg.tp, True, cfg.cp).gemms
+    return gemms[0], next(g for g in gemms if g.name == "attn out"), gemms[-2], gemms[-1]
+
+
+def partials_sum_s(cfg) -> float:
+    """Seconds of the local sum after one micro-pipelined matmul + reduce-scatter: PyTorch's
+    `_fused_matmul_reduce_scatter_impl` (torch/distributed/_symmetric_memory/__init__.py,
+    via `_pipelined_produce_and_all2all`) pulls each peer's partial chunk into a stacked
+    [tp, M/tp, N] buffer in the matmul's 16-bit output dtype (FP8 GEMMs too) and sums it
+    over tp in one kernel: it reads the b s h activations' partials whole and writes a tp-th
+    of them, on the compute stream, where NCCL's reduce-scatter reduces inside its own kernel."""
+    return (1 + 1 / cfg.tp) * cfg.activation_values * ACT_BYTES / _hbm_Bps(cfg.hardware)
+
+
+def _torchtitan_passes(cfg) -> tuple[float, float]:
+    """`_passes` under torchtitan's async TP, as PyTorch's micro-pipeline pass runs a Llama
+    layer (torch/_inductor/fx_passes/micro_pipeline_tp.py, applied to the forward and the
+    backward graph alike; read at pytorch/pytorch 5f65158a, not copied):
+    - an all-gather feeding matmuls (`fused_all_gather_matmul`: the attention's input into wq,
+      wk, wv; the MLP's into w1, w3; in the backward the output gradient into wo's and w2's
+      data gradients) runs in tp chunks, the local shard's first, each peer's shard copied
+      while the previous one multiplies: a ring exchange (`_ring`);
+    - a matmul whose output alone is reduce-scattered (`fused_matmul_reduce_scatter`: wo and
+      w2 forward) runs in tp chunks, each copied to its owner while the next computes (a
+      ring again), then sums the partials (`partials_sum_s`);
+    - the backward's input-gradient reduce-scatters of the attention and the MLP are not
+      fused: torchtitan's plan gathers each module's input once (parallelize_llama.py
+      `prepare_module_input` for "attention" and "feed_forward"), so that gradient is the sum
+      of wq's, wk's and wv's (w1's and w3's) data gradients, not one matmul's output, and the
+      pass matches only a reduce-scatter of one matmul (`find_reduce_scatter_patterns`):
+      each runs as without async TP, on the compute stream's path;
+    - nothing gathers the input again for the weight gradients (Transformer Engine's bulk
+      overlap): the forward's gathered input is saved, or recomputed by the recomputed forward
+      with its own fused gather (`sac_regathers`, `layer_tp_s`).
+    """
+    ag = tp_collective_s(cfg, "all_gather", "ring", _ag_width(cfg))
+    rs = tp_collective_s(cfg, "reduce_scatter", "ring")
+    qkv, proj, fc1, fc2 = _overlapped_gemms(cfg)
+    t = cfg.tp
+    summed = partials_sum_s(cfg)
+    fwd = (_ring(ag, _gemm_time(qkv, cfg), t) + _ring(rs, _gemm_time(proj, cfg), t)
+           + _ring(ag, _gemm_time(fc1, cfg), t) + _ring(rs, _gemm_time(fc2, cfg), t)
+           + 2 * summed)
+    bwd = (_ring(ag, _gemm_time(proj.backward()[0], cfg), t)
+           + _ring(ag, _gemm_time(fc2.backward()[0], cfg), t)
+           + 2 * tp_collective_s(cfg, "reduce_scatter", cfg.algo))
     return fwd, bwd
