@@ -72,6 +72,11 @@ step() {  # step NAME SECONDS COMMAND...: run it with a limit, log it, record ho
 step env 30 bash -c "nvidia-smi; $PY -c 'import torch, sys; print(sys.version); \
 print(torch.__version__, torch.version.cuda, torch.cuda.nccl.version(), \
 torch.cuda.get_device_name())'; date -u; uname -r; command -v ip tc unshare nsenter"
+# 0. the open kernel questions of issues 57 and 61 (bench/kernel_probe.py: attention against
+#    sequence length per SDPA backend; the host time a local expert adds, SequentialMLP-shaped,
+#    torch._grouped_mm and Transformer Engine's GroupedLinear where they import); first, as
+#    the cheapest and the one no earlier session measured
+step kernel-probe 150 $PY bench/kernel_probe.py --out "$W/kernel-probe.json"
 # 1. compute on the GPU: forward/backward of the paper's models at the authors' micro-batch
 #    (bf16, FlashAttention), the optimizer step of dense AdamS and both SCAPE variants for
 #    Llama-1.8B, selection at 1e8 and 1e9, quantize (issue 15 item 1)

@@ -103,3 +103,32 @@ def test_the_bitmap_candidates_the_gpu_session_times_give_the_bytes_in_use(tmp_p
     rows = json.loads(out.read_text())["bits"]
     assert [r["candidates_equal"] for r in rows] == [True, True]
     assert all(r["pack sum (in use, MSB)"] > 0 for r in rows)
+
+
+def test_the_kernel_probe_runs_and_its_host_figures_grow_with_the_experts(tmp_path):
+    """bench/kernel_probe.py (for a lent GPU) at toy sizes on this CPU: it names the machine,
+    times causal attention per sequence length, and the host time of a SequentialMLP-shaped
+    loop grows with the experts it runs (the slope it reports is that growth); an unknown part
+    is refused."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = tmp_path / "probe.json"
+    repo = Path(__file__).resolve().parents[1]
+    script = str(repo / "bench" / "kernel_probe.py")
+    subprocess.run([sys.executable, script, "--quick", "--out", str(out)], check=True,
+                   cwd=repo, capture_output=True, timeout=300)
+    got = json.loads(out.read_text())
+    assert got["options"] == {"quick": True, "parts": ["env", "attention", "host"],
+                              "repeats": 2}
+    assert got["env"]["torch"] and got["env"]["device"] in ("cpu", "cuda")
+    rows = [r for r in got["attention"] if "fwd_tflops" in r]
+    assert {r["seq"] for r in rows} == {128, 256} and all(r["fwd_tflops"] > 0 for r in rows)
+    loop = {int(k): v for k, v in got["host"]["sequential_us"].items()}
+    assert loop[32] > loop[1] and got["host"]["sequential_us_per_expert"] > 0
+    bad = subprocess.run([sys.executable, script, "--quick", "--parts", "env,nope", "--out",
+                          str(tmp_path / "x.json")], cwd=repo, capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and "unknown part(s) nope" in bad.stderr
