@@ -21,7 +21,14 @@ Rows the model refuses are listed with the reason. The error
 is predicted / published - 1 of the step (published step = global batch x sequence / (TPS x
 GPUs)); rows are grouped by what the run turned on.
 
+`--bands PATH` writes these rows' "how sure" bands (profiles/external/torchtitan-step-
+fidelity-bands.csv, read beside bench/step_loso.py's and bench/moe_steps.py's by
+reports/step_fidelity.py): per (profile, layout class, dense), the rows' errors, each row a
+configuration of its own, all held out (nothing is fitted on them); a step simulated on
+grand-teton-h100 in one of these layouts then says how the model fared on them.
+
 Run: SCAPE_PROFILE_DIR=profiles python bench/torchtitan_steps.py [--hardware PROFILE]
+     [--bands PATH]
 """
 
 from __future__ import annotations
@@ -35,7 +42,9 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from cli.outputs import script_outputs  # noqa: E402
 from profiles import UserError  # noqa: E402
+from reports.step_fidelity import layout_of, summarize_sources  # noqa: E402
 from simulator.planning.options import (  # noqa: E402
     Batch,
     Overlap,
@@ -91,25 +100,49 @@ def kind(row) -> str:
     return " + ".join(parts)
 
 
+def source(row) -> str:
+    """The benchmark a row is from: torchtitan's December 2024 tables (numbered) or its June
+    2025 Async TP one (profiles/external/torchtitan-h100-steps.csv, `table`)."""
+    return "torchtitan-2412" if str(row.table).isdigit() else "torchtitan-2506"
+
+
 def price(row, hardware: str) -> dict:
     published = row.global_batch * row.seq / (row.tps_per_gpu * row.gpus)
     out = {"case": row.case, "table": row.table, "kind": kind(row), "gpus": row.gpus,
-           "published_s": published}
+           "published_s": published, "hardware": hardware, "source": source(row)}
     try:
         cfg = options(row, hardware).config()
     except UserError as e:
         return {**out, "note": f"refused: {e}"}
     r = simulate_step(cfg)
-    return {**out, "predicted_s": r.step_time_s, "compute_s": r.compute_s,
-            "exposed_comm_s": r.exposed_comm_s, "cp_comm_s": r.cp_comm_s,
-            "error_pct": 100 * (r.step_time_s / published - 1), "note": ""}
+    return {**out, "layout": layout_of(cfg), "predicted_s": r.step_time_s,
+            "compute_s": r.compute_s, "exposed_comm_s": r.exposed_comm_s,
+            "cp_comm_s": r.cp_comm_s, "error_pct": 100 * (r.step_time_s / published - 1),
+            "note": ""}
+
+
+def bands(df: pd.DataFrame) -> pd.DataFrame:
+    """The priced rows' bands (module docstring: `--bands`): every row held out, each its own
+    configuration."""
+    held = df.dropna(subset=["error_pct"]).copy()
+    held["schemes"] = "dense"  # FSDP2, or dense-zero1 under pipelining: dense either way
+    held["framework"] = "torchtitan"
+    held["config"] = held["case"]
+    return summarize_sources(held).reset_index(drop=True)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--hardware", default=HARDWARE,
                     help=f"the profile to price every row on (default {HARDWARE})")
+    ap.add_argument("--bands", help="write the rows' bands here (shipped: "
+                    "profiles/external/torchtitan-step-fidelity-bands.csv, priced on "
+                    f"{HARDWARE})")
     args = ap.parse_args()
+    if args.bands and args.hardware != HARDWARE:
+        ap.error(f"--bands: the shipped bands are of the rows on their own hosts' profile, "
+                 f"{HARDWARE}; drop --hardware {args.hardware}")
+    script_outputs(ap, {"--bands": args.bands})
     rows = pd.read_csv(DATA, comment="#")
     df = pd.DataFrame([price(r, args.hardware) for r in rows.itertuples()])
     priced = df.dropna(subset=["error_pct"])
@@ -128,6 +161,9 @@ def main() -> None:
               f"median {g['error_pct'].median():+.1f}%")
     for r in df[df["error_pct"].isna()].itertuples():
         print(f"not priced: {r.case}: {r.note}")
+    if args.bands:
+        bands(df).to_csv(args.bands, index=False)
+        print(f"bands written to {args.bands}")
 
 
 if __name__ == "__main__":

@@ -235,3 +235,42 @@ def test_a_band_over_one_job_size_names_it_once():
     assert list(step_fidelity.summarize_sources(held)["gpus"]) == ["64"]
     held.loc[2, "gpus"] = 512
     assert list(step_fidelity.summarize_sources(held)["gpus"]) == ["64-512"]
+
+
+def test_shipped_torchtitan_step_bands_are_the_bench_of_this_model(capsys):
+    """Regenerate: SCAPE_PROFILE_DIR=profiles python bench/torchtitan_steps.py --bands
+    profiles/external/torchtitan-step-fidelity-bands.csv. torchtitan's published H100 steps on
+    their own hosts (grand-teton-h100), every row held out and a configuration of its own; no
+    key another band file has; a torchtitan step simulated there finds its band, named by its
+    file, and a layout none of its rows ran says so."""
+    bench = _bench("torchtitan_steps")
+    rows = pd.read_csv(bench.DATA, comment="#")
+    df = pd.DataFrame([bench.price(r, bench.HARDWARE) for r in rows.itertuples()])
+    now = bench.bands(df)
+    shipped = pd.read_csv(step_fidelity.TORCHTITAN_BANDS)
+    pd.testing.assert_frame_equal(now, shipped, check_dtype=False, rtol=1e-6)
+    assert shipped["rows"].sum() == df["error_pct"].notna().sum()
+    assert (shipped["rows"] == shipped["configs"]).all()
+    keys = step_fidelity.KEYS
+    mine = {tuple(k) for k in shipped[keys].values.tolist()}
+    for other in (step_fidelity.STEP_BANDS, step_fidelity.MOE_BANDS):
+        assert not mine & {tuple(k) for k in pd.read_csv(other)[keys].values.tolist()}
+    step = ("-m", "llama3-70b", "-H", "grand-teton-h100", "--gpus", "256", "--tp", "8",
+            "--stack", "torchtitan", "--tp-comm-overlap", "--recompute", "full",
+            "--global-batch", "512", "--micro-batch", "16", "--fp8", "-s", "dense-zero3")
+    code, out, err = scape(capsys, "simulate", *step)
+    assert code == 0, err
+    text = unwrapped(out)
+    band = shipped[shipped["layout"] == "tensor/pipeline parallel, TP comm overlapped, FP8"]
+    assert len(band) == 1
+    assert f"{int(band['rows'].iloc[0])} published dense steps" in text
+    assert "torchtitan-step-fidelity-bands.csv from bench/torchtitan_steps.py" in text
+    # TP with context parallelism, in BF16 and without the overlap: none of its rows ran so
+    plain = ("-m", "llama3-70b", "-H", "grand-teton-h100", "--gpus", "256", "--tp", "8",
+             "--cp", "2", "--stack", "torchtitan", "--recompute", "full", "--global-batch",
+             "512", "--micro-batch", "16", "-s", "dense-zero3")
+    code, out, err = scape(capsys, "simulate", *plain)
+    assert code == 0, err
+    text = unwrapped(out)
+    assert "how sure: unvalidated" in text
+    assert "held-out layouts on grand-teton-h100: data parallel (4 steps" in text
