@@ -26,8 +26,13 @@ nvidia-smi figure of the embedding stage's node; and both directions of "fits": 
 ran should be accepted, the rows that ran out of memory refused. `--bands PATH` writes the
 memory errors as the band `scape simulate` quotes for the deepspeed stack on jean-zay-a100
 (shipped: profiles/external/memory-fidelity-bands-deepspeed.csv; reports/memory_fidelity.py).
+`--step-bands PATH` writes the step errors of the runs that ran as the "how sure" band of a
+step on jean-zay-a100 (shipped: profiles/external/deepspeed-step-fidelity-bands.csv, read by
+reports/step_fidelity.py beside the other step bands): each row a configuration of its own;
+not an untouched hold-out (late-constants.md row 52: read before the stack was built).
 
 Run: SCAPE_PROFILE_DIR=profiles python bench/deepspeed_steps.py [--bands PATH]
+     [--step-bands PATH]
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ sys.path.insert(0, str(REPO))
 
 from cli.outputs import script_outputs  # noqa: E402
 from profiles import UserError  # noqa: E402
+from reports.step_fidelity import layout_of, summarize_sources  # noqa: E402
 from simulator.memory.peak import memory_columns  # noqa: E402
 from simulator.planning.options import (  # noqa: E402
     Batch,
@@ -89,7 +95,7 @@ def price(row, model: Path, stack: str, hardware: str) -> dict:
     mem = memory_columns(cfg)
     return {"step_s": res.step_time_s,
             "device_GB": mem["memory_reserved_GB"] + mem["memory_outside_GB"],
-            "fits": bool(mem["fits_memory"])}
+            "fits": bool(mem["fits_memory"]), "layout": layout_of(cfg), "gpus": cfg.gpus}
 
 
 def memory_band(ran: pd.DataFrame) -> pd.DataFrame:
@@ -103,6 +109,15 @@ def memory_band(ran: pd.DataFrame) -> pd.DataFrame:
         error_pct=lambda d: d["memory_error_pct"])
     return summarize(peaks, list(KEYS), "error_pct").assign(
         under=int((peaks["error_pct"] < 0).sum()))
+
+
+def step_bands(ran: pd.DataFrame) -> pd.DataFrame:
+    """The runs that ran, their step errors as bands (reports/step_fidelity.py's columns),
+    each row a configuration of its own."""
+    held = ran[ran["error_pct"].notna()].assign(
+        hardware=HARDWARE, schemes="dense", source="bigscience", framework="Megatron-DeepSpeed",
+        config=lambda d: d["case"])
+    return summarize_sources(held).reset_index(drop=True)
 
 
 def priced(megatron: bool = True) -> pd.DataFrame:
@@ -120,7 +135,7 @@ def priced(megatron: bool = True) -> pd.DataFrame:
             try:
                 ds = price(row, model, "deepspeed", HARDWARE)
                 out.update(predicted_s=ds["step_s"], device_GB=ds["device_GB"],
-                           fits=ds["fits"])
+                           fits=ds["fits"], layout=ds["layout"], gpus=ds["gpus"])
             except UserError as e:  # the model refuses the layout: not fitting, or a rule
                 out.update(predicted_s=float("nan"), device_GB=float("nan"), fits=False,
                            refused=str(e)[:90])
@@ -140,8 +155,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bands", help="write the memory errors' band here (shipped: "
                     "profiles/external/memory-fidelity-bands-deepspeed.csv)")
+    ap.add_argument("--step-bands", help="write the step errors' bands here (shipped: "
+                    "profiles/external/deepspeed-step-fidelity-bands.csv)")
     args = ap.parse_args()
-    script_outputs(ap, {"--bands": args.bands})
+    script_outputs(ap, {"--bands": args.bands, "--step-bands": args.step_bands})
     res = priced()
     ran = res[res.outcome == "ran"].copy()
     ran["megatron_dgx_error_pct"] = 100 * (ran.megatron_dgx_s / ran.published_s - 1)
@@ -173,6 +190,9 @@ def main() -> None:
     if args.bands:
         memory_band(ran).to_csv(args.bands, index=False)
         print(f"band written to {args.bands}")
+    if args.step_bands:
+        step_bands(ran).to_csv(args.step_bands, index=False)
+        print(f"step bands written to {args.step_bands}")
 
 
 if __name__ == "__main__":

@@ -32,12 +32,17 @@ MOE_BANDS = STEP_BANDS.with_name("moe-step-fidelity-bands.csv")
 # torchtitan's own published H100 steps on their Grand Teton hosts (bench/torchtitan_steps.py
 # --bands): keys of their own too (grand-teton-h100 is no other file's profile)
 TORCHTITAN_BANDS = STEP_BANDS.with_name("torchtitan-step-fidelity-bands.csv")
+# BigScience's Megatron-DeepSpeed sweep on Jean Zay (bench/deepspeed_steps.py --step-bands):
+# jean-zay-a100 is no other file's profile either
+DEEPSPEED_BANDS = STEP_BANDS.with_name("deepspeed-step-fidelity-bands.csv")
 KEYS = ["hardware", "layout", "schemes"]
 SOURCE = "profiles/external/step-fidelity-bands.csv from bench/step_loso.py"
 BAND_FILES = ((STEP_BANDS, SOURCE),
               (MOE_BANDS, "profiles/external/moe-step-fidelity-bands.csv from bench/moe_steps.py"),
               (TORCHTITAN_BANDS, "profiles/external/torchtitan-step-fidelity-bands.csv from "
-                                 "bench/torchtitan_steps.py"))
+                                 "bench/torchtitan_steps.py"),
+              (DEEPSPEED_BANDS, "profiles/external/deepspeed-step-fidelity-bands.csv from "
+                                "bench/deepspeed_steps.py"))
 
 
 def all_bands() -> dict[tuple[str, ...], dict]:

@@ -274,3 +274,30 @@ def test_shipped_torchtitan_step_bands_are_the_bench_of_this_model(capsys):
     text = unwrapped(out)
     assert "how sure: unvalidated" in text
     assert "held-out layouts on grand-teton-h100: data parallel (4 steps" in text
+
+
+def test_shipped_deepspeed_step_bands_are_the_bench_of_this_model(capsys):
+    """Regenerate: SCAPE_PROFILE_DIR=profiles python bench/deepspeed_steps.py --step-bands
+    profiles/external/deepspeed-step-fidelity-bands.csv. BigScience's runs that ran on Jean
+    Zay, each a configuration of its own, on a profile no other band file has; BLOOM's own
+    layout there finds the band."""
+    bench = _bench("deepspeed_steps")
+    res = bench.priced(megatron=False)
+    now = bench.step_bands(res[res.outcome == "ran"])
+    shipped = pd.read_csv(step_fidelity.DEEPSPEED_BANDS, dtype={"gpus": str})  # '384'
+    pd.testing.assert_frame_equal(now, shipped, check_dtype=False, rtol=1e-6)
+    assert int(shipped["rows"].sum()) == int((res.outcome == "ran").sum())
+    keys = step_fidelity.KEYS
+    mine = {tuple(k) for k in shipped[keys].values.tolist()}
+    for other in (step_fidelity.STEP_BANDS, step_fidelity.MOE_BANDS,
+                  step_fidelity.TORCHTITAN_BANDS):
+        assert not mine & {tuple(k) for k in pd.read_csv(other)[keys].values.tolist()}
+    code, out, err = scape(capsys, "simulate", "-m", "bloom-176b", "-H", "jean-zay-a100",
+                           "--gpus", "384", "--tp", "4", "--pp", "12", "--stack", "deepspeed",
+                           "--recompute", "full", "--micro-batch", "2", "--global-batch",
+                           "2048", "-s", "dense-adamw", "--attention", "unfused",
+                           "--no-sequence-parallel")
+    assert code == 0, err
+    text = unwrapped(out)
+    assert "17 published dense steps" in text and "bigscience (Megatron-DeepSpeed) 17" in text
+    assert "deepspeed-step-fidelity-bands.csv from bench/deepspeed_steps.py" in text
