@@ -53,11 +53,13 @@ from simulator.memory.peak import (  # noqa: E402
 
 PUBLISHED = REPO / "profiles" / "external" / "published-memory.csv"
 GIB = 2.0**30
-# the GPU a row names -> the shipped profile of that GPU family (its [memory] table); a row
-# whose GPU has other memory (H100 96 GB, H200 141 GB) gets the datasheet's GB as the
-# device's bytes (below what the driver reports) and the family's reserve terms
-GPU_PROFILE = {"GH200": "vista-gh200", "H100": "dgx-h100", "H200": "dgx-h100",
-               "A100": "dgx-a100", "B200": "dgx-b200"}
+# the GPU a row names -> the shipped profile of its host where one is shipped (torchtitan's
+# and torchao's H100 96GB rows ran on Meta's Grand Teton hosts, grand-teton-h100; H200 rows on
+# dgx-h200), else of its GPU family (its [memory] table); a row whose GPU has other memory than
+# its profile's gets the datasheet's GB as the device's bytes (below what the driver reports)
+# and the profile's reserve terms. Matched in this order: the first name a row's GPU contains.
+GPU_PROFILE = {"GH200": "vista-gh200", "H100-96GB": "grand-teton-h100", "H100": "dgx-h100",
+               "H200": "dgx-h200", "A100": "dgx-a100", "B200": "dgx-b200"}
 # a row's sharding -> the scheme that holds the same state (simulator/memory/peak.py)
 SHARDING = {"none": "dense-ddp", "zero1": "dense-zero1", "distopt": "dense-zero1",
             "zero2": "dense-zero2", "zero3": "dense-zero3", "fsdp": "dense-zero3",
