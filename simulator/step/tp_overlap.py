@@ -133,17 +133,20 @@ def sac_regathers(cfg) -> float:
     and the reduce-scatters' outputs, and recomputes everything else: the key projection and
     SwiGLU's w3, the second and sixth matmuls of a layer, are recomputed, and their input is
     the sequence-parallel all-gather of the normed activations, which is not saved, so both
-    of the layer's all-gathers run again. A MoE layer keeps its tokens sequence-sharded into
-    the router and experts (torchtitan's MoE takes Shard(1) inputs under TP): only its
-    attention's all-gather runs again, so a model with experts averages 2 and 1 over its dense
-    and MoE layers (what the experts' own recomputation costs is not modelled). A GPT-family
-    layer (fused QKV saved, its second MLP matmul recomputed from the saved first one's output)
+    of the layer's all-gathers run again. A MoE layer gathers its input too (torchtitan
+    `apply_moe_ep_tp`: experiments/llama4/infra/parallelize.py @f4048f8e, models/llama4/infra/
+    parallelize.py @eca011c0: "moe":
+    PrepareModuleInputOutput from Shard(1) to Replicate in, Partial to Shard(1) out, "all-gather
+    for input, reduce-scatter for output"), and its recomputed matmuls need that input (the
+    router's gate is the fifth matmul, saved; the shared expert's w1 the sixth, recomputed;
+    routed experts recompute from the gathered tokens): both of its all-gathers run again as
+    well (what the experts' own recomputation costs is not modelled). A GPT-family layer
+    (fused QKV saved, its second MLP matmul recomputed from the saved first one's output)
     gathers nothing again. 0 for other stacks and policies, or without sequence parallelism."""
     if (cfg.stack != "torchtitan" or cfg.recompute != "selective-op" or cfg.tp == 1
             or not cfg.sequence_parallel or cfg.model.family == "gpt"):
         return 0.0
-    moe = cfg.model.moe_share if cfg.model.moe is not None else 0.0
-    return 2.0 * (1 - moe) + 1.0 * moe
+    return 2.0
 
 
 def _regathers_s(cfg) -> float:
@@ -154,7 +157,7 @@ def _regathers_s(cfg) -> float:
     n = sac_regathers(cfg)
     if n == 0:
         return 0.0
-    dense = n - 1  # of the n, the MLP's (the attention's is in every layer)
+    dense = n - 1  # of the n, the MLP's or the MoE's (the attention's is the other)
     width = _ag_width(cfg)
     if not cfg.tp_comm_overlap:
         return n * tp_collective_s(cfg, "all_gather", cfg.algo, width)
