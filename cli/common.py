@@ -466,6 +466,14 @@ def step_options(flags: dict, spec: str) -> StepOptions:
                         f.get("torch_compile"), f.get("pp_kept_outputs")))
 
 
+def model_label(typed: str, cfg) -> str:
+    """The model as the user typed it, and the shipped profile it named where that is another
+    name (an alias: profiles/model_aliases.py)."""
+    name = cfg.model.name
+    return typed if typed in (name, cfg.model.path) or "/" in typed or typed.endswith(
+        ".toml") else f"{typed} (profile {name})"
+
+
 def batch_text(cfg, grad_accum: int | None, global_batch: int | None) -> str:
     """The step's batch, and where its global batch came from when none was given."""
     text = (f"micro-batch {cfg.micro_batch} x seq {cfg.seq}, grad-accum {cfg.accum} "

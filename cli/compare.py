@@ -33,6 +33,7 @@ from cli.common import (
     _schedule_name,
     _schedule_text,
     batch_text,
+    model_label,
     moe_text,
     step_options,
 )
@@ -124,7 +125,7 @@ def compare_cmd(
     # memory per GPU, and a flag on the rows no GPU can hold (their step time is hypothetical)
     shown["memory_GB"] = [r["memory_GB"] for r in rows]
     shown["fits_memory"] = ["yes" if r["fits_memory"] else "NO" for r in rows]
-    header = (f"{model} on {describe(build_topology(cfg.hardware, gpus))}\n"
+    header = (f"{model_label(model, cfg)} on {describe(build_topology(cfg.hardware, gpus))}\n"
               f"{batch_text(cfg, grad_accum, global_batch)}, tp {tp}, "
               f"pp {pp}{_schedule_name(cfg)}, " + (f"cp {cfg.cp}, " if cfg.cp > 1 else "")
               + f"dp {cfg.dp}, recompute {cfg.recompute}; "

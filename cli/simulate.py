@@ -37,6 +37,7 @@ from cli.common import (
     _schedule_name,
     _schedule_text,
     batch_text,
+    model_label,
     moe_text,
     step_options,
 )
@@ -173,7 +174,7 @@ def simulate(
     out: list[str] = []  # the table's lines: the header, then one value a line
     out.append(f"# {scheme} on {describe(build_topology(cfg.hardware, gpus))}")
     out.append(f"# profile {hardware} ({cfg.hardware.path})")
-    out.append(f"# {model}: {batch_text(cfg, grad_accum, global_batch)}, "
+    out.append(f"# {model_label(model, cfg)}: {batch_text(cfg, grad_accum, global_batch)}, "
           f"tp {tp}, pp {pp}{_schedule_name(cfg)}, "
           + (f"cp {cfg.cp}, " if cfg.cp > 1 else "") + f"data-parallel {cfg.dp}, recompute "
           f"{cfg.recompute}, algo {algo}; forward/backward: {row['compute_model']}")

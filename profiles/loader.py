@@ -10,6 +10,7 @@ from typing import Any
 
 from profiles.files import ROOT, read_toml, user_dir
 from profiles.hardware import HardwareProfile, parse_hardware
+from profiles.model_aliases import canonical_model
 from profiles.models import ModelProfile, parse_model
 from profiles.problems import Problems
 from vocabulary.errors import ProfileError
@@ -72,6 +73,8 @@ def _resolve(kind: Kind, name_or_path: str | Path) -> Path:
             raise ProfileError(f"{text}: no such profile file (looked in {ROOT} and "
                                f"{user_dir()})")
         return path.resolve()
+    if kind.name == "model":
+        text = canonical_model(text)  # llama3.1-70b is llama3-70b's architecture
     path = ROOT / kind.folder / f"{text}.toml"
     if not path.exists():
         known = ", ".join(names(kind.name)) or "none"
@@ -195,6 +198,8 @@ def find(name: str) -> tuple[str, Any]:
         raise ProfileError(f"{name}: no such profile file (looked in "
                            f"{', '.join(str(p.parent) for p in tried)})")
     folder, _, stem = name.rpartition("/")
+    if folder in ("", "models"):
+        stem = canonical_model(stem)  # llama3.1-8b is llama3-8b's architecture
     for kind in KINDS.values():
         if folder in ("", kind.folder) and (ROOT / kind.folder / f"{stem}.toml").exists():
             return kind.name, _load_cached(kind.name, ROOT / kind.folder / f"{stem}.toml")

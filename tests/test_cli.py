@@ -394,3 +394,16 @@ def test_phase_meter_counts_phases_and_says_the_time_left(capsys):
     lines = capsys.readouterr().err.splitlines()
     assert lines[0].startswith("calibrate compute: [1/3] matmul peak (0:00 so far)")
     assert "[3/3] kernel select" in lines[2] and "left)" in lines[2]
+
+
+def test_a_model_alias_is_named_with_its_profile(capsys):
+    """`-m llama3.1-8b` prices llama3-8b (the same architecture) and the header says both
+    names; the canonical name alone stays as it was."""
+    code, out, _ = scape(capsys, "simulate", "-m", "llama3.1-8b", "-H", "dgx-h100", "--gpus",
+                         "16", "--scheme", "dense-zero3")
+    assert code == 0 and "# llama3.1-8b (profile llama3-8b): micro-batch" in out
+    same, plain, _ = scape(capsys, "simulate", "-m", "llama3-8b", "-H", "dgx-h100", "--gpus",
+                           "16", "--scheme", "dense-zero3")
+    assert same == 0 and "# llama3-8b: micro-batch" in plain
+    assert out.split("step_time_ms")[1].split("\n")[0] == plain.split("step_time_ms")[1].split(
+        "\n")[0]

@@ -146,6 +146,23 @@ def test_unknown_names_list_known_ones():
         load_model("gpt-5")
 
 
+def test_llama31_names_are_llama3_architectures():
+    """Llama 3.1 8B/70B/405B have Llama 3's shapes (llama-models sku_list): their names load
+    the llama3-* files; a name of another architecture is still refused with suggestions."""
+    from profiles.loader import find
+    from profiles.model_aliases import MODEL_ALIASES
+
+    for alias, name in MODEL_ALIASES.items():
+        assert load_model(alias).name == name
+        assert load_model(alias.upper()).name == name
+        assert find(alias) == ("model", load_model(name))
+    assert load_model("llama3.1-70b").arch == load_model("llama3-70b").arch
+    with pytest.raises(ProfileError, match=r"unknown model profile 'llama-3-70b'.*'llama3-70b'"):
+        load_model("llama-3-70b")
+    with pytest.raises(ProfileError, match=r"unknown model profile 'llama3\.2-1b'"):
+        load_model("llama3.2-1b")
+
+
 def test_check_tells_kind_from_content(tmp_path):
     copy = tmp_path / "elsewhere" / "dgx-h100.toml"
     copy.parent.mkdir()
