@@ -245,6 +245,12 @@ PARALLEL_OPTS = {
                                     "--mtp-num-layers; DeepSeek-V3 trains one): each a layer "
                                     "and a second output layer and loss on the last pipeline "
                                     "stage [default: none]"),
+    "tp_pp_dp_mapping": typer.Option(
+        None, "--use-tp-pp-dp-mapping/--no-tp-pp-dp-mapping",
+        help="Megatron-Core's rank order tp, cp, pp, dp: a model replica's stages on "
+             "consecutive GPUs (pipeline sends inside an NVLink domain, data-parallel groups "
+             "across domains), as MLPerf's GB200 Llama 3.1 405B runs set it [default: tp, "
+             "cp, dp, pp, Megatron's]"),
     "pp_layout": typer.Option(None, "--pipeline-model-parallel-layout", "--pp-layout",
                               help="Megatron-Core's pipeline layout: E embedding, t decoder "
                                    "layer, m MTP layer, L loss; '|' between virtual stages, "
@@ -451,7 +457,7 @@ def step_options(flags: dict, spec: str) -> StepOptions:
                                 else str(f["moe_dispatcher"]), f.get("moe_overlap"),
                                 f.get("moe_shared_overlap"),
                                 f.get("shard_group"), f.get("mtp_layers"),
-                                f.get("pp_layout")),
+                                f.get("pp_layout"), f.get("tp_pp_dp_mapping")),
         precision=Precision(f["grad_dtype"], f["param_dtype"], f["fp8"],
                             str(f["optimizer_dtype"]), bool(f.get("fp8_param_gather")),
                             None if f.get("fp8_recipe") is None else str(f["fp8_recipe"]),

@@ -92,6 +92,7 @@ def compare_cmd(
     shard_group: int = PARALLEL_OPTS["shard_group"],
     mtp_layers: int = PARALLEL_OPTS["mtp_layers"],
     pp_layout: str = PARALLEL_OPTS["pp_layout"],
+    tp_pp_dp_mapping: bool | None = PARALLEL_OPTS["tp_pp_dp_mapping"],
     fp8: bool = PARALLEL_OPTS["fp8"],
     fp8_param_gather: bool = PARALLEL_OPTS["fp8_param_gather"],
     fp8_recipe: Fp8RecipeChoice = PARALLEL_OPTS["fp8_recipe"],

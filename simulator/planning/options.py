@@ -70,6 +70,9 @@ class Parallelism:
     # Megatron-Core's --pipeline-model-parallel-layout (None: the even split)
     mtp_layers: int | None = None
     pp_layout: str | None = None
+    # Megatron-Core --use-tp-pp-dp-mapping: ranks ordered tp, cp, pp, dp (a model replica on
+    # consecutive GPUs); None: not given, Megatron's default order (tp, cp, dp, pp)
+    tp_pp_dp_mapping: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -192,7 +195,7 @@ class StepOptions:
                 "metric_passes": pr.metric_passes, "cuda_graphs": pr.cuda_graphs,
                 "host_launch_us": pr.host_launch_us, "torch_compile": pr.torch_compile,
                 "pp_kept_outputs": pr.pp_kept_outputs, "mtp_layers": p.mtp_layers,
-                "pp_layout": p.pp_layout}
+                "pp_layout": p.pp_layout, "tp_pp_dp_mapping": p.tp_pp_dp_mapping}
 
     def experts(self) -> dict:
         """The expert-parallel options as given (None: not given)."""
@@ -234,6 +237,9 @@ class StepOptions:
             ran["mtp_layers"] = cfg.mtp_layers
         if cfg.pp_layout is not None:
             ran["pp_layout"] = cfg.pp_layout
+        ran.pop("tp_pp_dp_mapping", None)  # the rank order, where asked
+        if cfg.tp_pp_dp_mapping:
+            ran["tp_pp_dp_mapping"] = True
         # CUDA graphs and the host's time a kernel, where asked or where the host held the
         # layers back by HOST_SAID of their time or more: what it held back (every eager pass
         # waits a little, the host and GPU never overlapping perfectly: simulator/step/host.py)
@@ -283,6 +289,8 @@ class StepOptions:
             parallel["tp_comm_overlap"] = False  # not given: Megatron-LM's default
         if parallel["mtp_layers"] is None:
             parallel["mtp_layers"] = 0  # not given: Megatron-Core's default, none
+        if parallel["tp_pp_dp_mapping"] is None:
+            parallel["tp_pp_dp_mapping"] = False  # not given: Megatron's tp-cp-dp-pp order
         b = self.batch
         e = self.experts()
         moe = {"ep": e["ep"], "etp": e["etp"],

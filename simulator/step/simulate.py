@@ -88,6 +88,9 @@ class _StepCosts:
         Megatron sends b s h / t bytes per tensor-parallel rank (scatter-gather)."""
         cfg = self.cfg
         size = cfg.activation_values * cfg.dtypes.param_bytes / cfg.tp
+        if cfg.tp_pp_dp_mapping and cfg.pp > 1:  # the next stage tp x cp ranks on
+            return pipeline_send_s(self.topo, cfg.tp * cfg.cp * cfg.dp, size,
+                                   hop=cfg.tp * cfg.cp, pp=cfg.pp)
         return pipeline_send_s(self.topo, cfg.tp * cfg.cp * cfg.dp, size)
 
     def _stage_times(self):
@@ -158,6 +161,12 @@ class _StepSim(_StepCosts):
         # slowest, Megatron-Core's default order); the other stages run theirs on other GPUs
         stage = cfg.tp * cfg.cp * cfg.dp  # tp fastest, then cp, then dp
         groups = [np.arange(r, stage, cfg.tp) for r in range(cfg.tp)]  # dp x cp each
+        if cfg.tp_pp_dp_mapping and cfg.pp > 1:
+            # tp, cp, pp, then dp (--use-tp-pp-dp-mapping): the first stage's cp peers beside
+            # each other, its dp peers a model replica (tp x cp x pp GPUs) apart
+            replica = cfg.tp * cfg.cp * cfg.pp
+            groups = [(r + cfg.tp * np.arange(cfg.cp)[None, :]
+                       + replica * np.arange(cfg.dp)[:, None]).ravel() for r in range(cfg.tp)]
         # the routed experts' groups: expert TP fastest, then EP, then expert data-parallel
         # (Megatron-Core's expert rank order); one of each per (ETP, EP) rank
         block = cfg.expert_tp * cfg.ep

@@ -150,6 +150,10 @@ class StepConfig:
     # Megatron-Core's --pipeline-model-parallel-layout (simulator/layout/pp_layout.py): the
     # decoder layers of each model chunk; None: the even split (pipeline.py stage_layers)
     pp_layout: str | None = None
+    # Megatron-Core --use-tp-pp-dp-mapping (parallel_state.RankGenerator order "tp-cp-ep-pp-dp"
+    # against the default "tp-cp-ep-dp-pp"): a model replica's tp x cp x pp GPUs consecutive,
+    # so a stage's neighbour is tp x cp ranks away and its data-parallel peers a replica apart
+    tp_pp_dp_mapping: bool = False
 
     @property
     def keeps_pp_outputs(self) -> bool:
@@ -404,7 +408,9 @@ class StepConfig:
             raise UserError(f"gpus ({self.gpus}) must be a multiple of --tp {self.tp}")
         self._validate_pipeline()
         stage = self.gpus // self.pp
-        if self.pp > 1 and not _placeable(stage, self.domain):  # pp 1: the node-size rule
+        if self.tp_pp_dp_mapping and self.pp > 1:  # pp 1: the same order as the default
+            self._validate_mapping()
+        elif self.pp > 1 and not _placeable(stage, self.domain):  # pp 1: the node-size rule
             valid = [p for p in range(1, self.gpus + 1) if self.gpus % p == 0
                      and _placeable(self.gpus // p, self.domain)
                      and fills(self.model.arch.n_layers, p, self.chunks_pp)]
@@ -611,6 +617,22 @@ class StepConfig:
                                 f"alltoall or flex token dispatcher'), got "
                                 f"--moe-dispatcher {self.moe_dispatcher}")
 
+    def _validate_mapping(self) -> None:
+        """--use-tp-pp-dp-mapping: a model replica (tp x cp x pp consecutive GPUs) inside an
+        NVLink domain or over whole domains, so every data-parallel group has the same GPUs
+        on each domain it spans; and nothing laid out only in the default order."""
+        other = _refuse_mapping_with(self)
+        if other is not None:
+            raise UserError(f"--use-tp-pp-dp-mapping is not modelled with {other}: leave it "
+                            "out (Megatron's default rank order)")
+        replica = self.tp * self.cp * self.pp
+        if not _placeable(replica, self.domain):
+            raise UserError(f"--use-tp-pp-dp-mapping puts a model replica's tp x cp x pp = "
+                            f"{replica} GPUs on consecutive GPUs, which neither divide the "
+                            f"{self.domain} GPUs of a node nor fill whole nodes (its data-"
+                            "parallel groups need the same GPUs on every node they span): "
+                            "change --tp, --cp or --pp, or leave the mapping out")
+
     def _validate_pipeline(self) -> None:
         if self.pp < 1:
             raise UserError(f"--pp must be at least 1, got {self.pp}")
@@ -695,6 +717,19 @@ def refuse_expert_options(model: ModelProfile, given: list[str]) -> None:
     if model.moe is None and given:
         raise UserError(f"{', '.join(given)}: {model.name} has no experts (no [moe] table); "
                         "leave them out, or take a MoE model")
+
+
+def _refuse_mapping_with(cfg) -> str | None:
+    """What --use-tp-pp-dp-mapping is not modelled with on this step (None: nothing): the
+    expert, hybrid-sharding and DeepSpeed tied-embedding groups are laid out in Megatron's
+    default order only."""
+    if cfg.model.moe is not None:
+        return f"a model with experts ({cfg.model.name})"
+    if cfg.shard_group is not None:
+        return "--shard-group (hybrid sharding)"
+    if cfg.stack == "deepspeed":
+        return "--stack deepspeed"
+    return None
 
 
 def _placeable(ranks: int, domain: int) -> bool:

@@ -56,13 +56,16 @@ def union_length(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def pipeline_send_s(topo: Topology, stage: int, size: float) -> float:
+def pipeline_send_s(topo: Topology, stage: int, size: float, hop: int | None = None,
+                    pp: int = 1) -> float:
     """Seconds for every GPU of the first pipeline stage (ranks 0..stage-1) to send `size`
     bytes to its peer `stage` ranks on, all at once, on the network model (the NICs, rails
     and fabric between nodes, NVLink inside one): the send's latency and its bytes at the
     flows' rate (`_send_line`, remembered per topology and stage: the planner asks it for
-    every micro-batch size, scheme and layout)."""
-    latency, per_byte = _send_line(topo, stage)
+    every micro-batch size, scheme and layout). `hop` (with `pp` stages): the ranks order
+    tp, cp, pp, dp (--use-tp-pp-dp-mapping), so the first stage is every rank whose
+    (rank // hop) % pp is 0 and its peer is `hop` ranks on."""
+    latency, per_byte = _send_line(topo, stage, stage if hop is None else hop, pp)
     return latency + per_byte * size
 
 
@@ -71,7 +74,7 @@ LINE_BYTES = 1e9
 
 
 @functools.lru_cache(maxsize=1024)
-def _send_line(topo: Topology, stage: int) -> tuple[float, float]:
+def _send_line(topo: Topology, stage: int, hop: int, pp: int) -> tuple[float, float]:
     """(seconds, seconds a byte) of `pipeline_send_s`: one phase of equal flows, which
     network/engine.py time_alone runs as its latency and then every flow at its max-min rate,
     neither of which depends on the bytes; so its time is a line in the bytes, read here at 0
@@ -79,10 +82,13 @@ def _send_line(topo: Topology, stage: int) -> tuple[float, float]:
     from simulator.network.collectives.base import Phase
 
     src = np.arange(stage)
+    if hop != stage:  # tp, cp, pp, dp: the first stage's ranks, a replica apart
+        every = np.arange(stage * pp)
+        src = every[(every // hop) % pp == 0]
 
     def alone(size: float) -> float:
         return time_alone(topo, [Phase("pipeline send", 1, (topo.pairs(
-            "pipeline send", src, src + stage, size),))])
+            "pipeline send", src, src + hop, size),))])
 
     latency = alone(0.0)
     return latency, (alone(LINE_BYTES) - latency) / LINE_BYTES
