@@ -22,7 +22,9 @@ How a row becomes a step (each choice named, none fitted):
 - torchtitan rows compiled (torch.compile, as both torchtitan sources state; read from
   session 43 on, before which they were priced eager: late-constants.md row 56);
 - TP communication overlapped for NVIDIA's performance recipes with TP > 1 (their GPT-3 and
-  Nemotron recipes turn it on: profiles/external/step-calibration.csv); off elsewhere;
+  Nemotron recipes turn it on: profiles/external/step-calibration.csv); off elsewhere, and
+  wherever the run's own config turns it off (moe-recipes.csv tp_comm_overlap: the mlperf
+  source's University-of-Florida 405B runs);
 - recomputation: none where blank or none; full where full; Megatron's partial module lists
   ("selective: ...") as the norms recomputed with the attention core (selective-norm);
 - the MoE token dispatcher, expert-parallel overlap, FP8 parameter gather and CUDA graphs
@@ -34,6 +36,9 @@ How a row becomes a step (each choice named, none fitted):
   (or DeepSeek's DualPipe); FP8 gathers where fp8_param_gather is on. Read after the first
   table was seen (late-constants.md rows 31-32): `--defaults` prices every row with the tool's
   defaults instead (alltoall, no overlap, 16-bit gathers), the sensitivity;
+- Megatron-Core's tp-pp-dp rank order (--use-tp-pp-dp-mapping) where the run's config sets
+  it (moe-recipes.csv tp_pp_dp_mapping: the mlperf source's GB200 and University-of-Florida
+  405B runs); read after the first table was seen (late-constants.md row 71);
 - the MTP layers and Megatron-Core pipeline layout of the rows whose recipe states both
   (profiles/external/pipeline-layouts.csv: Megatron-Bridge's DeepSeek-V3 rows); read after
   the table was seen (late-constants.md row 59, with what they move);
@@ -242,7 +247,8 @@ def options(r, defaults: bool = False) -> StepOptions:
         moe_dispatcher=said.get("dispatcher") or None,
         moe_overlap=True if said.get("ep_overlap") == "true" else None,
         moe_shared_overlap=True if said.get("shared_expert_overlap") == "true" else None,
-        mtp_layers=_int(layout.get("mtp_layers")), pp_layout=layout.get("pp_layout") or None)
+        mtp_layers=_int(layout.get("mtp_layers")), pp_layout=layout.get("pp_layout") or None,
+        tp_pp_dp_mapping=True if said.get("tp_pp_dp_mapping") == "true" else None)
     nvidia = any(name in r.framework for name in NVIDIA)
     return StepOptions(
         r.model, r.hardware, int(r.gpus),
@@ -251,7 +257,10 @@ def options(r, defaults: bool = False) -> StepOptions:
         batch=Batch(_int(r.micro_batch, 1), int(r.seq), None, int(r.global_batch)),
         parallelism=parallel,
         precision=precision_of(r, said, defaults),
-        overlap=Overlap(tp_comm=True if (nvidia and tp > 1) else None),
+        # TP communication overlapped for NVIDIA's recipes with TP > 1, unless the run's own
+        # config says otherwise (moe-recipes.csv tp_comm_overlap)
+        overlap=Overlap(tp_comm=True if tp > 1 and (said.get("tp_comm_overlap") == "true" or (
+            nvidia and said.get("tp_comm_overlap", "") == "")) else None),
         # a torchtitan run keeps what torchtitan keeps (its loss, TP and pipeline buffers)
         pricing=Pricing(stack="torchtitan" if torchtitan else None,
                         attention=ATTENTION.get(r.case, {}).get("attention") or None,

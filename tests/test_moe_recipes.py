@@ -5,6 +5,7 @@ one, each value is one the bench reads, and each entry quotes where it was read
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import pandas as pd
@@ -57,7 +58,8 @@ def test_every_moe_row_has_an_entry_and_dense_rows_carry_only_their_graphs():
 def test_values_are_ones_the_bench_reads():
     assert set(RECIPES["dispatcher"]) <= {"", "alltoall", "allgather", "flex"}
     assert set(RECIPES["flex_backend"]) <= {"", "deepep", "hybridep", "deepseek-own"}
-    for col in ("ep_overlap", "shared_expert_overlap", "cuda_graphs", "fp8_param_gather"):
+    for col in ("ep_overlap", "shared_expert_overlap", "cuda_graphs", "fp8_param_gather",
+                "tp_comm_overlap", "tp_pp_dp_mapping"):
         assert set(RECIPES[col]) <= {"", "true", "false"}, col
     assert set(RECIPES["fp8_scope"]) <= {"", "all", "experts"}
     # a scope is said only of an FP8 row
@@ -73,3 +75,34 @@ def test_a_shared_expert_overlap_is_said_of_rows_whose_model_has_one_and_can_run
     models = STEPS.set_index("case").loc[on["case"], "model"]
     assert all(load_model(m).moe.shared_width > 0 for m in models)
     assert set(on["dispatcher"].str.split().str[0]) <= {"alltoall", "flex"}
+
+
+def test_a_run_config_s_tp_overlap_and_rank_order_are_priced_as_it_set_them():
+    """The mlperf rows: University-of-Florida's 405B config comments TP_COMM_OVERLAP out
+    (priced without it, against the bench's rule for NVIDIA recipes), NVIDIA's 512-GPU GB200
+    run sets TP_PP_DP_MAPPING (priced in that rank order), and every such row is read."""
+    from tests.test_fidelity_bands import _bench
+
+    bench = _bench("moe_steps")
+    rows = pd.read_csv(bench.DATA, comment="#")  # as the bench reads them
+    for case, off in (("mlperf51-llama31-405b-256-b200-uf", True),
+                      ("mlperf50-llama31-405b-512-gb200", False)):
+        cfg = bench.options(next(rows[rows["case"] == case].itertuples())).config()
+        assert cfg.tp_comm_overlap is (not off), case
+        assert cfg.tp_pp_dp_mapping, case
+        assert cfg.dtypes.grad_bytes == 2, case  # grad_reduce_in_fp32=False (step-optimizer)
+    mlperf = RECIPES[RECIPES["case"].str.startswith("mlperf")]
+    assert len(mlperf) == (STEPS["source"] == "mlperf").sum() >= 14
+    assert (mlperf["tp_pp_dp_mapping"] != "").all() and (mlperf["tp_comm_overlap"] != "").all()
+
+
+@pytest.mark.parametrize("path", sorted(EXTERNAL.glob("*.csv")), ids=lambda p: p.name)
+def test_every_data_file_reads_the_same_with_pandas_comments_as_with_csv(path):
+    """The benches read these files with pandas' comment='#', which cuts a line at a '#'
+    outside quotes (a quoted config line such as "#export ..." once lost a row its last two
+    columns): every row pandas reads equals the csv module's reading of the same line."""
+    table = pd.read_csv(path, comment="#", dtype=str, keep_default_na=False)
+    lines = [r for r in csv.reader(path.open(newline="")) if r and not r[0].startswith("#")]
+    assert list(table.columns) == lines[0]
+    width = len(lines[0])  # a short row's missing trailing cells read as empty
+    assert table.values.tolist() == [r + [""] * (width - len(r)) for r in lines[1:]], path.name
