@@ -371,6 +371,8 @@ def counts_check(rows: pd.DataFrame) -> str:
 
 
 def summary(df: pd.DataFrame, by: str) -> pd.DataFrame:
+    if "error_pct" not in df.columns:  # no row of this kind priced (e.g. --source mlperf)
+        df = df.assign(error_pct=float("nan"))
     priced = df.dropna(subset=["error_pct"])
     g = priced.groupby(by)["error_pct"]
     out = pd.DataFrame({"rows": g.size(), "median_abs_err_pct": g.apply(lambda e: e.abs().median()),

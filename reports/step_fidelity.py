@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 
 STEP_BANDS = (Path(__file__).resolve().parents[1] / "profiles" / "external"
               / "step-fidelity-bands.csv")
-# the mixture-of-experts and Blackwell rows' bands (bench/moe_steps.py --bands): keys of their
-# own (no band of one file is in the other: a test checks)
+# the mixture-of-experts and Blackwell rows' bands (bench/moe_steps.py --bands); a key it shares
+# with step-fidelity-bands.csv (MLPerf's 8B on H100 at TP 2) is merged by all_bands
 MOE_BANDS = STEP_BANDS.with_name("moe-step-fidelity-bands.csv")
 # torchtitan's own published H100 steps on their Grand Teton hosts (bench/torchtitan_steps.py
 # --bands): keys of their own too (grand-teton-h100 is no other file's profile)
@@ -46,11 +46,30 @@ BAND_FILES = ((STEP_BANDS, SOURCE),
 
 
 def all_bands() -> dict[tuple[str, ...], dict]:
-    """Every shipped step band by (hardware, layout, schemes), each with the file it is from."""
+    """Every shipped step band by (hardware, layout, schemes), each with the file it is from.
+    A key two files band (a class step_loso's runs and the MoE/Blackwell bench's both hold
+    out rows of) is one band: the first file's medians, every row counted and the larger
+    max |error| (what the answer's range uses), and `also` naming the other file's rows."""
     out: dict[tuple[str, ...], dict] = {}
     for path, source in BAND_FILES:
         for key, band in stored(path, tuple(KEYS)).items():
-            out.setdefault(key, {**band, "from": source})
+            first = out.get(key)
+            if first is None:
+                out[key] = {**band, "from": source}
+                continue
+            also = (f"{band['rows']} more from {source} (median |error| "
+                    f"{float(band['median_abs_err_pct']):g}%, max "
+                    f"{float(band['max_abs_err_pct']):g}%: {band['cases']})")
+            out[key] = {**first, "rows": str(int(first["rows"]) + int(band["rows"])),
+                        "max_abs_err_pct": str(max(float(first["max_abs_err_pct"]),
+                                                   float(band["max_abs_err_pct"]))),
+                        "sources": f"{first['sources']}; {band['sources']}",
+                        "first_rows": first.get("first_rows", first["rows"]),
+                        # the other file's rows as configurations of their own (its runs)
+                        "configs": (str(int(first["configs"]) + int(band.get("configs")
+                                                                    or band["rows"]))
+                                    if first.get("configs") else first.get("configs")),
+                        "also": "; ".join(filter(None, (first.get("also"), also)))}
     return out
 
 
@@ -209,6 +228,9 @@ def how_sure(hw, layout: str, schemes: list[str], mfu: float | None,
 
 
 def _figures(band: dict) -> str:
+    also = band.get("also")
     return (f"median |error| {float(band['median_abs_err_pct']):g}%, max "
             f"{float(band['max_abs_err_pct']):g}%, median {float(band['median_err_pct']):+g}% "
-            f"(-: the model is fast; {band.get('from', SOURCE)})")
+            f"(-: the model is fast; {band.get('from', SOURCE)}"
+            + (f"; the medians are of its {band['first_rows']} steps, the max of all, with "
+               f"{also}" if also else "") + ")")

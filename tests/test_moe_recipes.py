@@ -91,8 +91,17 @@ def test_a_run_config_s_tp_overlap_and_rank_order_are_priced_as_it_set_them():
         assert cfg.tp_comm_overlap is (not off), case
         assert cfg.tp_pp_dp_mapping, case
         assert cfg.dtypes.grad_bytes == 2, case  # grad_reduce_in_fp32=False (step-optimizer)
+    # session 53's rows: Eos keeps Megatron's default order and runs eager; Carina sets the
+    # tp-pp-dp order and full CUDA graphs; Cisco's 8B overlaps its TP 2 communication
+    for case, mapping, graphs, overlap in (
+            ("mlperf50-llama31-405b-8192-h100", None, False, True),
+            ("mlperf50-llama31-405b-2048-gb200-carina", True, True, True),
+            ("mlperf51-llama31-8b-128-h100-cisco", None, False, True)):
+        cfg = bench.options(next(rows[rows["case"] == case].itertuples())).config()
+        assert (cfg.tp_pp_dp_mapping or None, cfg.cuda_graphs, cfg.tp_comm_overlap) == (
+            mapping, graphs, overlap), case
     mlperf = RECIPES[RECIPES["case"].str.startswith("mlperf")]
-    assert len(mlperf) == (STEPS["source"] == "mlperf").sum() >= 14
+    assert len(mlperf) == (STEPS["source"] == "mlperf").sum() >= 28
     assert (mlperf["tp_pp_dp_mapping"] != "").all() and (mlperf["tp_comm_overlap"] != "").all()
 
 
