@@ -296,6 +296,12 @@ def plan_cmd(
         cols.insert(cols.index("dp"), "cp")
     if req.model.moe is not None:  # expert parallelism, searched or given
         cols[cols.index("dp"):cols.index("dp")] = ["ep", "etp"]
+    if "rank_order" in shown and (shown["rank_order"] != "default").any():
+        # a plan in Megatron-Core's tp-pp-dp order (a stage the default order cannot place)
+        cols.insert(cols.index("schedule") + 1, "rank_order")
+        header += ("\nrank_order: tp-pp-dp is Megatron-Core's --use-tp-pp-dp-mapping (a model "
+                   "replica on consecutive GPUs), searched where a pipeline stage would "
+                   "straddle NVLink domains unevenly in the default order")
     if density_warmup_frac > 0:
         cols.insert(cols.index("step_time_s") + 1, "run_mean_step_s")
         header += (f"\nscape: density warms up from 1 over {density_warmup_frac:.0%} of the run; "

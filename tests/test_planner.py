@@ -312,7 +312,7 @@ def test_pipelines_interleave_over_the_most_chunks_that_leave_a_layer_each():
     req = PlanRequest(load_model("llama-70b"), 1e12, (load_hardware("dgx-h100"),),
                       max_gpus=4096).validate()
     shapes = {(pp, schedule, chunks)
-              for tp, pp, schedule, chunks, _ in layouts(req, load_hardware("dgx-h100"), 4096)
+              for tp, pp, schedule, chunks, _, _ in layouts(req, load_hardware("dgx-h100"), 4096)
               if tp == 8}
     assert {(8, "1f1b", 1), (8, "interleaved", 2), (8, "interleaved", 8)} <= shapes
     assert (8, "interleaved", 4) not in shapes  # 8 chunks fit there

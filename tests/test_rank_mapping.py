@@ -6,6 +6,9 @@ moe-recipes.csv)."""
 
 from __future__ import annotations
 
+import io
+
+import pandas as pd
 import pytest
 
 from profiles import UserError
@@ -78,3 +81,73 @@ def test_the_mapping_puts_data_parallel_peers_in_other_racks():
     assert (mapped.exposed_comm_s + mapped.overlapped_comm_s
             > 2 * (plain.exposed_comm_s + plain.overlapped_comm_s))
     assert mapped.pipeline_bubble_s < plain.pipeline_bubble_s
+
+
+def test_the_planner_lays_out_in_the_replica_order_where_a_stage_cannot_be_placed():
+    """scape plan on GB200 NVL72 at 2,496 GPUs (39 racks of 64): layouts whose pipeline
+    stage straddles racks unevenly are searched in the tp-pp-dp order where the model replica
+    fills a rack or part of one (space.py replica_order), each plan's step set to that order
+    and said so (rank_order); layouts the default order places keep it; a model with experts
+    (whose groups the order is not modelled for) gets none."""
+    from profiles import load_hardware, load_model
+    from simulator.network.topology import domain_used
+    from simulator.planning.plan_request import PlanRequest
+    from simulator.planning.space import layouts
+
+    hw = load_hardware("gb200-nvl72")
+    req = PlanRequest(load_model("llama3-405b"), 1e11, (hw,), global_batch=1248, cp=2,
+                      max_gpus=2496).validate()
+    domain = domain_used(hw, 2496)
+    shapes = list(layouts(req, hw, 2496))
+    mapped = [s for s in shapes if s[5]]
+    assert mapped and any(not s[5] for s in shapes)
+    for tp, pp, _, _, _, mapping in shapes:
+        stage_fits = domain % (2496 // pp) == 0 or (2496 // pp) % domain == 0
+        replica = tp * 2 * pp
+        assert mapping == (not stage_fits), (tp, pp)
+        assert not mapping or domain % replica == 0 or replica % domain == 0
+    assert (4, 8) in {(s[0], s[1]) for s in mapped}  # MLPerf's own: TP 4 x CP 2 x PP 8
+    moe = PlanRequest(load_model("qwen3-30b-a3b"), 1e11, (hw,), global_batch=1248,
+                      max_gpus=2496).validate()
+    assert not any(s[5] for s in layouts(moe, hw, 2496))
+
+
+def test_a_planned_step_in_the_replica_order_runs_in_it():
+    """A plan laid out in the replica order builds its step in it (which validates and
+    prices), where the same layout in the default order is refused."""
+    from profiles import load_hardware, load_model
+    from simulator.planning.plan_request import PlanRequest
+    from simulator.planning.space import Candidate
+
+    hw = load_hardware("gb200-nvl72")
+    req = PlanRequest(load_model("llama3-405b"), 1e11, (hw,), global_batch=1248, cp=2,
+                      max_gpus=2496).validate()
+    cand = Candidate(hw, 2496, "dense-adamw", 4, 1, "none", 0.0, 8, "interleaved", 8, 2,
+                     mapping=True)
+    cfg = cand.step_config(req)
+    cfg.validate()
+    assert cfg.tp_pp_dp_mapping and simulate_step(cfg).step_time_s > 0
+    with pytest.raises(UserError, match="--pp 8 leaves 312 GPUs a stage"):
+        Candidate(hw, 2496, "dense-adamw", 4, 1, "none", 0.0, 8, "interleaved", 8,
+                  2).step_config(req).validate()
+
+
+def test_plan_says_which_plans_run_in_the_replica_order(capsys):
+    """The table shows rank_order (with its legend) where a plan runs in the tp-pp-dp order,
+    and a plan without such a layout (DGX H100, whose 8-GPU nodes place every stage) has no
+    such column at all."""
+    from tests.test_cli import scape
+
+    code, out, err = scape(capsys, "plan", "-m", "llama3-405b", "-H", "gb200-nvl72",
+                           "--tokens", "1e11", "--global-batch", "1248", "--cp", "2",
+                           "--max-gpus", "2496", "--format", "csv")
+    assert code == 0, err
+    rows = pd.read_csv(io.StringIO(out), comment="#")
+    assert set(rows["rank_order"]) == {"default", "tp-pp-dp"}
+    code, out, err = scape(capsys, "plan", "-m", "llama3-405b", "-H", "gb200-nvl72",
+                           "--tokens", "1e11", "--global-batch", "1248", "--cp", "2",
+                           "--max-gpus", "2496")
+    assert code == 0 and "rank_order: tp-pp-dp is Megatron-Core's" in out, err
+    code, out, err = scape(capsys, "plan", "-m", "llama-7b", "-H", "dgx-h100", "--tokens",
+                           "1e11", "--max-gpus", "64", "--format", "csv")
+    assert code == 0 and "rank_order" not in out, err

@@ -62,6 +62,11 @@ def _evaluate(args: tuple[Candidate, PlanRequest]) -> dict:
         "schedule": ("-" if cand.pp == 1 else cand.schedule if cand.chunks == 1
                      else f"{cand.schedule} x{cand.chunks}"),
         "chunks": cand.chunks,
+        # the rank order (Megatron-Core's tp-pp-dp where a stage alone could not be placed),
+        # where it can differ: a dense model on a profile whose NVLink domain spans nodes
+        **({"rank_order": "tp-pp-dp" if cand.mapping else "default"}
+           if req.model.moe is None and any(h.node.domain_gpus > h.node.gpus_per_node
+                                            for h in req.hardware) else {}),
         "dp": cfg.dp, "cp": cfg.cp, "tp_comm_overlap": cfg.tp_comm_overlap, "fp8": cfg.fp8,
         "micro_batch": cand.micro_batch,
         "grad_accum": cfg.accum, "recompute": cand.recompute, "memory_GB": cand.memory_GB,
@@ -181,7 +186,7 @@ def _layout_key(c: Candidate) -> tuple:
     data-parallel communication the bound leaves out). The expert degrees are in it: a key
     without them gave every EP of a layout the first one's bound (issue 57's planner)."""
     return (c.hardware.name, c.gpus, c.tp, c.pp, c.schedule, c.chunks, c.micro_batch,
-            c.recompute, c.cp, c.ep, c.etp)
+            c.recompute, c.cp, c.ep, c.etp, c.mapping)
 
 
 def _bounds_of(args: tuple[list[Candidate], PlanRequest]) -> list[float]:

@@ -274,7 +274,7 @@ class Search:
         elif node.level == TRY:
             t = node.item
             c = Candidate(hw, gpus, req.schemes[0], t.tp, t.micro_batch, "none", 0.0, t.pp,
-                          t.schedule, t.chunks, req.cp, t.ep, req.etp or 1)
+                          t.schedule, t.chunks, req.cp, t.ep, req.etp or 1, mapping=t.mapping)
             self._push(BOUNDED, self._bound(c), hw, gpus, t, parent=node)
         else:  # BOUNDED: the schemes that fit, each at its own bound
             found = try_fits(req, hw, gpus, node.item, self.why,

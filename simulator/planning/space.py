@@ -17,7 +17,7 @@ from simulator.memory.peak import first_fit, nccl_communicators, usable_bytes
 from simulator.network.topology import domain_used
 from simulator.planning.compare import parse_scheme
 from simulator.planning.plan_request import PlanRequest
-from simulator.step.step_config import StepConfig, stack_attention
+from simulator.step.step_config import StepConfig, placeable, stack_attention
 from vocabulary.recompute import RECIPE_MODULES, for_model
 
 MICRO_BATCHES = (1, 2, 4, 8)
@@ -78,6 +78,9 @@ class Candidate:
     ep: int = 1
     etp: int = 1
     shard_group: int | None = None  # hybrid sharding's group; None: every data-parallel rank
+    # Megatron-Core's tp, cp, pp, dp rank order (a model replica on consecutive GPUs), searched
+    # only where the default order cannot place a pipeline stage (layouts)
+    mapping: bool = False
 
     def step_config(self, req: PlanRequest) -> StepConfig:
         """The step this plan runs."""
@@ -92,7 +95,7 @@ class Candidate:
             virtual_stages=self.chunks if self.schedule == "interleaved" else None,
             tp_comm_overlap=req.tp_comm_overlap and self.tp > 1, cp=self.cp, fp8=req.fp8,
             fp8_recipe=req.precision.fp8_recipe, fp8_scope=req.precision.fp8_scope,
-            shard_group=self.shard_group,
+            shard_group=self.shard_group, tp_pp_dp_mapping=True if self.mapping else None,
             cuda_graphs=req.cuda_graphs,
             host_launch_us=req.host_launch_us, stack=req.stack, loss=req.loss,
             torch_compile=req.torch_compile, attention=stack_attention(req.stack, self.hardware),
@@ -166,12 +169,24 @@ def shard_groups(scheme: str, ranks: int, tp: int, domain: int) -> list[int | No
     return [None, inside]
 
 
+def replica_order(req: PlanRequest, domain: int, tp: int, pp: int) -> bool:
+    """Whether a layout whose pipeline stage the default rank order cannot place (part of an
+    NVLink domain, or domains and a part) runs in Megatron-Core's tp-pp-dp order instead: a
+    model replica of tp x cp x pp consecutive GPUs that divides a domain or fills whole ones
+    (an NVL72 rack holds 64 of 72: MLPerf's Llama 3.1 405B runs, TP 4 x CP 2 x PP 8), on a
+    step the order is modelled for (StepConfig._validate_mapping: no experts, no DeepSpeed)."""
+    return (req.model.moe is None and req.stack != "deepspeed"
+            and placeable(tp * req.cp * pp, domain))
+
+
 def layouts(req: PlanRequest, hw: HardwareProfile, gpus: int):
-    """(tp, pp, schedule, chunks, ep) a job of `gpus` GPUs can take: tensor parallelism inside
-    an NVLink domain dividing the heads and the sequence (sequence parallelism, on with tensor
-    parallelism, splits it; context parallelism first, `req.cp`), pipeline stages that leave
-    whole tensor- and context-parallel groups and at least a layer per model chunk, and for a
-    model with experts the expert-parallel degrees `expert_degrees` searches."""
+    """(tp, pp, schedule, chunks, ep, mapping) a job of `gpus` GPUs can take: tensor
+    parallelism inside an NVLink domain dividing the heads and the sequence (sequence
+    parallelism, on with tensor parallelism, splits it; context parallelism first, `req.cp`),
+    pipeline stages that leave whole tensor- and context-parallel groups and at least a layer
+    per model chunk, each stage in one NVLink domain or over whole ones (or else, `mapping`,
+    a model replica so: replica_order), and for a model with experts the expert-parallel
+    degrees `expert_degrees` searches."""
     n_layers, cp = req.model.arch.n_layers, req.cp
     domain = domain_used(hw, gpus)
     for tp in (t for t in TENSOR_DEGREES if domain % t == 0
@@ -179,17 +194,22 @@ def layouts(req: PlanRequest, hw: HardwareProfile, gpus: int):
                and t * cp <= gpus):
         for pp in pipeline_degrees(n_layers):
             stage = gpus // pp
-            if gpus % (tp * pp * cp) or (domain % stage and stage % domain):
-                continue  # a stage in part of a node, or in whole nodes
+            if gpus % (tp * pp * cp):
+                continue
+            # a stage in part of a node, or in whole nodes; else, pipelined, the replica order
+            # if it can place the replica (pp 1: the same order as the default)
+            mapping = not placeable(stage, domain)
+            if mapping and (pp == 1 or not replica_order(req, domain, tp, pp)):
+                continue
             for ep in expert_degrees(req, domain, gpus // pp):
                 if pp == 1:
-                    yield tp, pp, "1f1b", 1, ep
+                    yield tp, pp, "1f1b", 1, ep, mapping
                     continue
                 more = next((v for v in INTERLEAVED_MORE if pp * v <= n_layers), None)
                 for schedule, chunks in (*PIPELINE_SCHEDULES, *(() if more is None else
                                                                (("interleaved", more),))):
                     if pp * chunks <= n_layers:
-                        yield tp, pp, schedule, chunks, ep
+                        yield tp, pp, schedule, chunks, ep, mapping
 
 
 def measured_counts(hw: HardwareProfile) -> set[int] | None:
@@ -217,10 +237,11 @@ class Try:
     chunks: int
     ep: int
     micro_batch: int
+    mapping: bool = False  # the tp-pp-dp rank order (Candidate.mapping)
 
     @property
     def layout(self) -> tuple:  # what the schemes that fit no smaller micro-batch share
-        return self.tp, self.pp, self.schedule, self.chunks, self.ep
+        return self.tp, self.pp, self.schedule, self.chunks, self.ep, self.mapping
 
 
 def count_reasons(req: PlanRequest, hw: HardwareProfile, counts: list[int], gpus_only,
@@ -255,7 +276,7 @@ def count_tries(req: PlanRequest, hw: HardwareProfile, gpus: int, why: Counter) 
         why[f"{hw.name}: {gpus} GPUs: no tensor-parallel degree divides the heads and "
             f"the sequence{' over --cp ' + str(req.cp) if req.cp > 1 else ''}"] += 1
     out = []
-    for tp, pp, schedule, chunks, ep in shapes:
+    for tp, pp, schedule, chunks, ep, mapping in shapes:
         dp = gpus // (tp * pp * req.cp)
         for mb in MICRO_BATCHES:
             if req.batch % (mb * dp):
@@ -263,7 +284,7 @@ def count_tries(req: PlanRequest, hw: HardwareProfile, gpus: int, why: Counter) 
             elif chunks > 1 and (req.batch // (mb * dp)) % pp:
                 why["interleaved: micro-batches not a multiple of the stages"] += 1
             else:
-                out.append(Try(tp, pp, schedule, chunks, ep, mb))
+                out.append(Try(tp, pp, schedule, chunks, ep, mb, mapping))
     return out
 
 
@@ -300,7 +321,9 @@ def try_fits(req: PlanRequest, hw: HardwareProfile, gpus: int, t: Try, why: Coun
         if failed.get(spec, math.inf) <= mb:
             why[f"does not fit in {hw.name} memory ({usable_room(None)[1]})"] += 1
             continue
-        for shard in shard_groups(scheme.scheme, dp * req.cp, tp, domain):
+        # hybrid sharding is laid out in the default order only (_refuse_mapping_with)
+        for shard in ([None] if t.mapping else
+                      shard_groups(scheme.scheme, dp * req.cp, tp, domain)):
             usable, room = usable_room(shard)
             # what step_memory gives the plan's StepConfig (a test checks), without building
             # one for every try
@@ -316,7 +339,7 @@ def try_fits(req: PlanRequest, hw: HardwareProfile, gpus: int, t: Try, why: Coun
                 why[f"does not fit in {hw.name} memory ({room})"] += 1
                 break
             kept.append(Candidate(hw, gpus, spec, tp, mb, fit[0], fit[1] / 1e9, pp,
-                                  t.schedule, chunks, req.cp, ep, etp, shard))
+                                  t.schedule, chunks, req.cp, ep, etp, shard, t.mapping))
     return kept
 
 

@@ -380,7 +380,7 @@ class StepConfig:
                     f"--algo {self.algo} does not run {', '.join(unsupported)}"
                     f" (this step's collectives); use auto or one of: "
                     f"{', '.join(sorted(set.intersection(*(set(ALGORITHMS[o]) for o in used))))}")
-        if self.tp < 1 or not _placeable(self.tp, g) or self.tp > self.gpus:
+        if self.tp < 1 or not placeable(self.tp, g) or self.tp > self.gpus:
             raise UserError(f"tensor-parallel degree must divide the {g} GPUs of a "
                             f"{self.hardware.name} NVLink domain, or fill whole domains (over "
                             f"the network), got --tp {self.tp}{self._valid_tp()}")
@@ -410,9 +410,9 @@ class StepConfig:
         stage = self.gpus // self.pp
         if self.tp_pp_dp_mapping and self.pp > 1:  # pp 1: the same order as the default
             self._validate_mapping()
-        elif self.pp > 1 and not _placeable(stage, self.domain):  # pp 1: the node-size rule
+        elif self.pp > 1 and not placeable(stage, self.domain):  # pp 1: the node-size rule
             valid = [p for p in range(1, self.gpus + 1) if self.gpus % p == 0
-                     and _placeable(self.gpus // p, self.domain)
+                     and placeable(self.gpus // p, self.domain)
                      and fills(self.model.arch.n_layers, p, self.chunks_pp)]
             raise UserError(f"--pp {self.pp} leaves {stage} GPUs a stage, which neither divide "
                             f"the {self.domain} GPUs of a node nor fill whole nodes (a stage's "
@@ -495,7 +495,7 @@ class StepConfig:
         """The tensor-parallel degrees this step could take, for a refusal (only then)."""
         g = self.domain
         valid = [t for t in range(1, self.gpus + 1)
-                 if _placeable(t, g) and self.model.arch.splits_over(t)
+                 if placeable(t, g) and self.model.arch.splits_over(t)
                  and self.gpus % t == 0]
         return f": valid here {_nearest(valid, self.tp)}"
 
@@ -595,7 +595,7 @@ class StepConfig:
                                f"{_nearest(etps, self.expert_tp)}"
                                if etps and moe.n_experts % self.ep == 0 else ""))
         g = self.domain
-        if not _placeable(block, g):
+        if not placeable(block, g):
             raise UserError(f"--ep {self.ep} x --etp {self.expert_tp} = {block} GPUs must "
                             f"divide the {g} GPUs of a {self.hardware.name} NVLink domain or "
                             f"fill whole domains")
@@ -626,7 +626,7 @@ class StepConfig:
             raise UserError(f"--use-tp-pp-dp-mapping is not modelled with {other}: leave it "
                             "out (Megatron's default rank order)")
         replica = self.tp * self.cp * self.pp
-        if not _placeable(replica, self.domain):
+        if not placeable(replica, self.domain):
             raise UserError(f"--use-tp-pp-dp-mapping puts a model replica's tp x cp x pp = "
                             f"{replica} GPUs on consecutive GPUs, which neither divide the "
                             f"{self.domain} GPUs of a node nor fill whole nodes (its data-"
@@ -732,7 +732,7 @@ def _refuse_mapping_with(cfg) -> str | None:
     return None
 
 
-def _placeable(ranks: int, domain: int) -> bool:
+def placeable(ranks: int, domain: int) -> bool:
     """A group of `ranks` consecutive GPUs sits inside one NVLink domain of `domain` GPUs
     (dividing it) or spans whole domains."""
     return ranks >= 1 and (domain % ranks == 0 or ranks % domain == 0)
