@@ -39,6 +39,10 @@ How a row becomes a step (each choice named, none fitted):
 - Megatron-Core's tp-pp-dp rank order (--use-tp-pp-dp-mapping) where the run's config sets
   it (moe-recipes.csv tp_pp_dp_mapping: the mlperf source's GB200 and University-of-Florida
   405B runs); read after the first table was seen (late-constants.md row 71);
+- the next step's parameter all-gathers overlapped with its forward (Megatron-Core's
+  overlap_param_gather) where the run's config or log says so (moe-recipes.csv
+  overlap_param_gather: every mlperf row); read after the table was seen (late-constants.md
+  row 72); other rows Megatron's default (off), their recipes not read for it;
 - the MTP layers and Megatron-Core pipeline layout of the rows whose recipe states both
   (profiles/external/pipeline-layouts.csv: Megatron-Bridge's DeepSeek-V3 rows); read after
   the table was seen (late-constants.md row 59, with what they move);
@@ -260,7 +264,12 @@ def options(r, defaults: bool = False) -> StepOptions:
         # TP communication overlapped for NVIDIA's recipes with TP > 1, unless the run's own
         # config says otherwise (moe-recipes.csv tp_comm_overlap)
         overlap=Overlap(tp_comm=True if tp > 1 and (said.get("tp_comm_overlap") == "true" or (
-            nvidia and said.get("tp_comm_overlap", "") == "")) else None),
+            nvidia and said.get("tp_comm_overlap", "") == "")) else None,
+                        # the next step's parameter gathers overlapped with its forward, where
+                        # the run's config says (moe-recipes.csv overlap_param_gather; blank:
+                        # Megatron's default, off)
+                        param={"true": True, "false": False}.get(
+                            said.get("overlap_param_gather", ""))),
         # a torchtitan run keeps what torchtitan keeps (its loss, TP and pipeline buffers)
         pricing=Pricing(stack="torchtitan" if torchtitan else None,
                         attention=ATTENTION.get(r.case, {}).get("attention") or None,

@@ -59,7 +59,7 @@ def test_values_are_ones_the_bench_reads():
     assert set(RECIPES["dispatcher"]) <= {"", "alltoall", "allgather", "flex"}
     assert set(RECIPES["flex_backend"]) <= {"", "deepep", "hybridep", "deepseek-own"}
     for col in ("ep_overlap", "shared_expert_overlap", "cuda_graphs", "fp8_param_gather",
-                "tp_comm_overlap", "tp_pp_dp_mapping"):
+                "tp_comm_overlap", "tp_pp_dp_mapping", "overlap_param_gather"):
         assert set(RECIPES[col]) <= {"", "true", "false"}, col
     assert set(RECIPES["fp8_scope"]) <= {"", "all", "experts"}
     # a scope is said only of an FP8 row
@@ -100,9 +100,16 @@ def test_a_run_config_s_tp_overlap_and_rank_order_are_priced_as_it_set_them():
         cfg = bench.options(next(rows[rows["case"] == case].itertuples())).config()
         assert (cfg.tp_pp_dp_mapping or None, cfg.cuda_graphs, cfg.tp_comm_overlap) == (
             mapping, graphs, overlap), case
+        # overlap_param_gather, as every mlperf config or log sets it: the gathers wait in
+        # the next forward, not after the update
+        assert cfg.scheme.overlap_param_gather, case
+    off = rows[rows["source"] == "dgxc"].iloc[0]  # its recipe not read for it: the default
+    assert not bench.options(next(rows.loc[[off.name]].itertuples())).config(
+    ).scheme.overlap_param_gather
     mlperf = RECIPES[RECIPES["case"].str.startswith("mlperf")]
     assert len(mlperf) == (STEPS["source"] == "mlperf").sum() >= 28
     assert (mlperf["tp_pp_dp_mapping"] != "").all() and (mlperf["tp_comm_overlap"] != "").all()
+    assert (mlperf["overlap_param_gather"] != "").all()
 
 
 @pytest.mark.parametrize("path", sorted(EXTERNAL.glob("*.csv")), ids=lambda p: p.name)
