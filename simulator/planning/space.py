@@ -17,7 +17,12 @@ from simulator.memory.peak import first_fit, nccl_communicators, usable_bytes
 from simulator.network.topology import domain_used
 from simulator.planning.compare import parse_scheme
 from simulator.planning.plan_request import PlanRequest
-from simulator.step.step_config import StepConfig, placeable, stack_attention
+from simulator.step.step_config import (
+    StepConfig,
+    placeable,
+    refuse_mapping_with,
+    stack_attention,
+)
 from vocabulary.recompute import RECIPE_MODULES, for_model
 
 MICRO_BATCHES = (1, 2, 4, 8)
@@ -174,8 +179,9 @@ def replica_order(req: PlanRequest, domain: int, tp: int, pp: int) -> bool:
     NVLink domain, or domains and a part) runs in Megatron-Core's tp-pp-dp order instead: a
     model replica of tp x cp x pp consecutive GPUs that divides a domain or fills whole ones
     (an NVL72 rack holds 64 of 72: MLPerf's Llama 3.1 405B runs, TP 4 x CP 2 x PP 8), on a
-    step the order is modelled for (StepConfig._validate_mapping: no experts, no DeepSpeed)."""
-    return (req.model.moe is None and req.stack != "deepspeed"
+    step the order is modelled for (refuse_mapping_with, without hybrid sharding: try_fits
+    searches no shard group in this order)."""
+    return (refuse_mapping_with(req.model, None, req.stack) is None
             and placeable(tp * req.cp * pp, domain))
 
 
@@ -321,7 +327,7 @@ def try_fits(req: PlanRequest, hw: HardwareProfile, gpus: int, t: Try, why: Coun
         if failed.get(spec, math.inf) <= mb:
             why[f"does not fit in {hw.name} memory ({usable_room(None)[1]})"] += 1
             continue
-        # hybrid sharding is laid out in the default order only (_refuse_mapping_with)
+        # hybrid sharding is laid out in the default order only (refuse_mapping_with)
         for shard in ([None] if t.mapping else
                       shard_groups(scheme.scheme, dp * req.cp, tp, domain)):
             usable, room = usable_room(shard)

@@ -621,7 +621,7 @@ class StepConfig:
         """--use-tp-pp-dp-mapping: a model replica (tp x cp x pp consecutive GPUs) inside an
         NVLink domain or over whole domains, so every data-parallel group has the same GPUs
         on each domain it spans; and nothing laid out only in the default order."""
-        other = _refuse_mapping_with(self)
+        other = refuse_mapping_with(self.model, self.shard_group, self.stack)
         if other is not None:
             raise UserError(f"--use-tp-pp-dp-mapping is not modelled with {other}: leave it "
                             "out (Megatron's default rank order)")
@@ -719,15 +719,16 @@ def refuse_expert_options(model: ModelProfile, given: list[str]) -> None:
                         "leave them out, or take a MoE model")
 
 
-def _refuse_mapping_with(cfg) -> str | None:
-    """What --use-tp-pp-dp-mapping is not modelled with on this step (None: nothing): the
-    expert, hybrid-sharding and DeepSpeed tied-embedding groups are laid out in Megatron's
-    default order only."""
-    if cfg.model.moe is not None:
-        return f"a model with experts ({cfg.model.name})"
-    if cfg.shard_group is not None:
+def refuse_mapping_with(model, shard_group: int | None, stack: str | None) -> str | None:
+    """What --use-tp-pp-dp-mapping is not modelled with on a step of `model`, `shard_group`
+    and `stack` (None: nothing): the expert, hybrid-sharding and DeepSpeed tied-embedding
+    groups are laid out in Megatron's default order only. The planner asks it too
+    (simulator/planning/space.py replica_order)."""
+    if model.moe is not None:
+        return f"a model with experts ({model.name})"
+    if shard_group is not None:
         return "--shard-group (hybrid sharding)"
-    if cfg.stack == "deepspeed":
+    if stack == "deepspeed":
         return "--stack deepspeed"
     return None
 
