@@ -254,10 +254,10 @@ def options(r, defaults: bool = False) -> StepOptions:
         mtp_layers=_int(layout.get("mtp_layers")), pp_layout=layout.get("pp_layout") or None,
         tp_pp_dp_mapping=True if said.get("tp_pp_dp_mapping") == "true" else None)
     nvidia = any(name in r.framework for name in NVIDIA)
+    fsdp = torchtitan or r.sharding == "fsdp"
     return StepOptions(
         r.model, r.hardware, int(r.gpus),
-        scheme=(fsdp_scheme(pp) if torchtitan or r.sharding == "fsdp"
-                else SchemeOptions("dense-adamw")),
+        scheme=fsdp_scheme(pp) if fsdp else SchemeOptions("dense-adamw"),
         batch=Batch(_int(r.micro_batch, 1), int(r.seq), None, int(r.global_batch)),
         parallelism=parallel,
         precision=precision_of(r, said, defaults),
@@ -267,8 +267,9 @@ def options(r, defaults: bool = False) -> StepOptions:
             nvidia and said.get("tp_comm_overlap", "") == "")) else None,
                         # the next step's parameter gathers overlapped with its forward, where
                         # the run's config says (moe-recipes.csv overlap_param_gather; blank:
-                        # Megatron's default, off)
-                        param={"true": True, "false": False}.get(
+                        # Megatron's default, off); under Megatron-FSDP the same flag is FSDP's
+                        # all-gather prefetch, which the dense-zero3 scheme always prices
+                        param=None if fsdp else {"true": True, "false": False}.get(
                             said.get("overlap_param_gather", ""))),
         # a torchtitan run keeps what torchtitan keeps (its loss, TP and pipeline buffers)
         pricing=Pricing(stack="torchtitan" if torchtitan else None,
