@@ -41,8 +41,10 @@ How a row becomes a step (each choice named, none fitted):
   405B runs); read after the first table was seen (late-constants.md row 71);
 - the next step's parameter all-gathers overlapped with its forward (Megatron-Core's
   overlap_param_gather) where the run's config or log says so (moe-recipes.csv
-  overlap_param_gather: every mlperf row); read after the table was seen (late-constants.md
-  row 72); other rows Megatron's default (off), their recipes not read for it;
+  overlap_param_gather); read after the table was seen, for the mlperf rows in session 53
+  (late-constants.md row 72) and NVIDIA's other recipes in session 54 (row 73); blank (the
+  folding and mcore26 papers, the mcore baseline) Megatron's default, off; not passed for an
+  FSDP row, where Megatron-FSDP's flag is the all-gather prefetch dense-zero3 always prices;
 - the MTP layers and Megatron-Core pipeline layout of the rows whose recipe states both
   (profiles/external/pipeline-layouts.csv: Megatron-Bridge's DeepSeek-V3 rows); read after
   the table was seen (late-constants.md row 59, with what they move);
