@@ -218,14 +218,41 @@ def test_a_ring_pays_its_network_crossings_on_the_critical_path():
     inter = 4.0  # NET ring LL128
     tuner = nccl.latency_us("all_gather", "ring", "ll128", m)
     assert tuner == pytest.approx(14 + (31 - 3) * intra + 3 * inter)
+    # what the call pays: every step at least the network step's pace (RING_NET_PACED, next
+    # test), and the crossings along the critical path
     assert nccl.latency_us("all_gather", "ring", "ll128", m, paid=True) == pytest.approx(
-        14 + (31 - 4) * intra + 4 * inter)
+        14 + (31 - 4) * max(intra, inter) + 4 * inter)
     assert nccl.protocol("all_gather", "ring", "ll128", 2**20, m).latency_s == pytest.approx(
         nccl.latency_us("all_gather", "ring", "ll128", m, paid=True) * 1e-6)
     # one node: nothing crosses, both counts agree
     one = nccl.machine(H100, 8)
     assert nccl.latency_us("all_reduce", "ring", "simple", one, paid=True) == pytest.approx(
         nccl.latency_us("all_reduce", "ring", "simple", one))
+
+
+def test_a_ring_spanning_nodes_pays_each_step_at_the_network_steps_pace():
+    """RING_NET_PACED: on LL128, every step of a ring that spans nodes pays at least the
+    network step's tuner latency (hwLat NET plus latencyInter), where its NVLink steps paid
+    NVLink's hwLat; LL and Simple keep NCCL's sum; one node, and NCCL's own estimate (so its
+    choices), are unchanged. Four nodes of 8: 31 all-gather steps, 4 crossings paid."""
+    from dataclasses import replace
+
+    m = replace(nccl.machine(H100, 32), net_latency_us=2.0)
+    lat = {"ll": 2.7 + 2.0, "ll128": 4.0 + 2.0, "simple": 14.0 + 2 * 2.0}  # the network step
+    base = {"ll": 6.6, "ll128": 14.0, "simple": 8.4}
+    nvlink = {"ll": 0.6, "ll128": 1.9, "simple": 3.4}
+    overhead = {"ll": 1.0, "ll128": 1.0, "simple": 3.0}  # NCCL's net overhead floor
+    assert nccl.latency_us("all_gather", "ring", "ll128", m, paid=True) == pytest.approx(
+        base["ll128"] + 31 * lat["ll128"])
+    for proto in ("ll", "simple"):  # the NVLink steps at NCCL's floor, 4 crossings the network's
+        assert nccl.latency_us("all_gather", "ring", proto, m, paid=True) == pytest.approx(
+            base[proto] + 27 * max(nvlink[proto], overhead[proto]) + 4 * lat[proto])
+    for proto in ("ll", "ll128", "simple"):  # the tuner's estimate: NCCL's own sum
+        assert nccl.latency_us("all_gather", "ring", proto, m) == pytest.approx(
+            base[proto] + 28 * max(nvlink[proto], overhead[proto]) + 3 * lat[proto])
+    one = nccl.machine(H100, 8)
+    assert nccl.latency_us("all_gather", "ring", "ll128", one, paid=True) == pytest.approx(
+        14.0 + 7 * 1.9)
 
 
 def test_the_transport_message_cost_is_paid_per_network_step_and_unseen_by_the_tuner():

@@ -596,7 +596,9 @@ def test_several_nodes_recover_the_transports_cost_per_message(capsys, tmp_path,
     profile whose transport reaches `efficiency` of its NICs and pays `message_us` at each
     network step (A3 Mega's TCPXO through its own [transport]; a DGX H100 through one made of
     its NICs) are fitted back to both, and the held-out broadcast is priced as they price it.
-    Without the message cost the same transport prices a 64 KiB all-gather 2.5x too fast."""
+    Without the message cost the same transport prices a 64 KiB all-gather 1.9x too fast
+    (2.5x before every LL128 step of a ring spanning nodes paid the network step's pace,
+    nccl.RING_NET_PACED, which the cost-free transport pays too)."""
     from dataclasses import replace
 
     from calibration.nccl_tests_fit import with_transport
@@ -614,7 +616,7 @@ def test_several_nodes_recover_the_transports_cost_per_message(capsys, tmp_path,
     free = replace(truth, transport=replace(truth.transport, message_us=0.0))
     paid, unpaid = (sweep(hw, 16, "all_gather", "auto", [2**16])[0].time_s
                     for hw in (truth, free))
-    assert paid / unpaid > 2.0
+    assert paid / unpaid > 1.8
 
 
 def test_launches_that_add_to_the_call_are_told_from_g8_logs(capsys, tmp_path, monkeypatch):

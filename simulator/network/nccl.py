@@ -313,11 +313,30 @@ def ring_crossings(op: str, nodes: int, paid: bool = False) -> int:
     return nodes if paid else nodes - 1
 
 
+# Protocols whose ring, once it spans nodes, pays every step at the network step's pace: each
+# of its P - 1 (all-reduce 2(P - 1)) steps costs at least what NCCL's tuner charges a step
+# that crosses the network (hwLat NET of the algorithm and protocol plus latencyInter), not
+# only the nNodes steps that cross it. NCCL's tuner applies the same idea at a smaller scale
+# (tuning.cc: a ring spanning nodes takes its intra-node step latency as at least the net
+# overhead, `net_overhead_us` below). Found on public logs of one 10-node H100 cluster
+# (xxrjun/nccl-tests-cluster, NCCL 2.29.2): its 32-128 MiB all-gathers, on LL128, spend about
+# 7.5 us a step with 4 and with 8 GPUs a node (39 and 79 steps), where the sum of NCCL's hop
+# latencies gives 1.9 us an NVLink step. LL keeps NCCL's sum (a 4 x 8 H100 run's all-gathers
+# below 2 MiB take ~1.5 us a step), and so does Simple: its slices are large enough that a
+# step's latency hides under its bytes (with the floor, an A3 Mega 64 MiB all-gather priced
+# 32% slow, a 16 GiB ring all-reduce on 8 DGX H100 1.6 ms slower), and NCCL's ring plateau
+# factor already covers its large calls. A rule chosen after those errors were seen:
+# profiles/external/late-constants.md row 74, docs/research/multinode-nccl-tests.md
+# (session 55). What the call pays (`paid`), not what the tuner chooses by.
+RING_NET_PACED = ("ll128",)
+
+
 def latency_us(op: str, algo: str, proto: str, m: Machine, paid: bool = False) -> float:
     """NCCL's latency of one call (ncclTopoTuneModel), without launch costs: what its tuner
     chooses by. `paid`: what the call pays, a ring's network crossings counted along its
-    critical path (`ring_crossings`) and each network step charged the message cost the
-    plugin does not report (`Machine.message_us`)."""
+    critical path (`ring_crossings`), each network step charged the message cost the
+    plugin does not report (`Machine.message_us`), and, on a ring spanning nodes with LL128,
+    every step at least the network step's own tuner latency (`RING_NET_PACED`)."""
     c = constants()
     p = PROTOCOLS.index(proto)
     lat = c["base_lat"][algo][p]
@@ -325,6 +344,7 @@ def latency_us(op: str, algo: str, proto: str, m: Machine, paid: bool = False) -
     inter = hop_latency_us("tree" if m.ppn == 1 else algo, proto, "net") + m.net_latency_us
     if proto == "simple":  # "flush extra latency"
         inter += m.net_latency_us
+    net_step = inter  # the network step as NCCL's tuner prices it (RING_NET_PACED)
     if paid:
         inter += m.message_us
     if algo == "nvls":
@@ -339,6 +359,8 @@ def latency_us(op: str, algo: str, proto: str, m: Machine, paid: bool = False) -
         nsteps = _steps(op, m.ranks)
         overhead = c["factors"]["net_overhead_us"] * (3 if proto == "simple" else 1)
         intra = max(intra, overhead) if m.nodes > 1 else intra
+        if paid and m.nodes > 1 and proto in RING_NET_PACED:
+            intra = max(intra, net_step)
         n_inter = ring_crossings(op, m.nodes, paid)
         return lat + (nsteps - n_inter) * intra + n_inter * inter
     per_node = m.ranks // m.nodes
