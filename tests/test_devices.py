@@ -111,6 +111,7 @@ def test_the_kernel_probe_runs_and_its_host_figures_grow_with_the_experts(tmp_pa
     loop grows with the experts it runs (the slope it reports is that growth); an unknown part
     is refused."""
     import json
+    import os
     import subprocess
     import sys
     from pathlib import Path
@@ -121,7 +122,6 @@ def test_the_kernel_probe_runs_and_its_host_figures_grow_with_the_experts(tmp_pa
     # one intra-op thread and five repeats: the host figures are medians of wall times, and
     # beside another test worker on a 2-core host, torch's own threads and a single
     # descheduled repeat made the 1-expert loop read slower than the 32-expert one
-    import os
     quiet = {**os.environ, "OMP_NUM_THREADS": "1"}
     subprocess.run([sys.executable, script, "--quick", "--repeats", "5", "--out", str(out)],
                    check=True, cwd=repo, capture_output=True, timeout=300, env=quiet)

@@ -85,9 +85,13 @@ def test_a_run_config_s_tp_overlap_and_rank_order_are_priced_as_it_set_them():
 
     bench = _bench("moe_steps")
     rows = pd.read_csv(bench.DATA, comment="#")  # as the bench reads them
+
+    def config(case):
+        return bench.options(next(rows[rows["case"] == case].itertuples())).config()
+
     for case, off in (("mlperf51-llama31-405b-256-b200-uf", True),
                       ("mlperf50-llama31-405b-512-gb200", False)):
-        cfg = bench.options(next(rows[rows["case"] == case].itertuples())).config()
+        cfg = config(case)
         assert cfg.tp_comm_overlap is (not off), case
         assert cfg.tp_pp_dp_mapping, case
         assert cfg.dtypes.grad_bytes == 2, case  # grad_reduce_in_fp32=False (step-optimizer)
@@ -97,7 +101,7 @@ def test_a_run_config_s_tp_overlap_and_rank_order_are_priced_as_it_set_them():
             ("mlperf50-llama31-405b-8192-h100", None, False, True),
             ("mlperf50-llama31-405b-2048-gb200-carina", True, True, True),
             ("mlperf51-llama31-8b-128-h100-cisco", None, False, True)):
-        cfg = bench.options(next(rows[rows["case"] == case].itertuples())).config()
+        cfg = config(case)
         assert (cfg.tp_pp_dp_mapping or None, cfg.cuda_graphs, cfg.tp_comm_overlap) == (
             mapping, graphs, overlap), case
         # overlap_param_gather, as every mlperf config or log sets it: the gathers wait in
@@ -107,8 +111,7 @@ def test_a_run_config_s_tp_overlap_and_rank_order_are_priced_as_it_set_them():
     # 25.11 MXFP8 405B run false), the folding paper's runs unstated (Megatron's default, off),
     # and Megatron-FSDP's row priced with the zero-3 scheme's prefetch, not refused
     def gathers(case):
-        cfg = bench.options(next(rows[rows["case"] == case].itertuples())).config()
-        return cfg.scheme.overlap_param_gather
+        return config(case).scheme.overlap_param_gather
 
     assert gathers("dgxc-dsv3-1024-h100-bf16") and gathers("nemo25-mixtral-8x7b-64-b200")
     assert not gathers("mbridge-llama3-405b-128-b200-mx")
