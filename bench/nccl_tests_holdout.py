@@ -215,12 +215,9 @@ def one_op_per_file(paths: list[Path], folder: Path) -> list[Path]:
     return out
 
 
-def main() -> int:
-    import argparse
-
-    from calibration.nccl_tests import fit_rows, parse_log
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def with_logs_option(parser) -> dict:
+    """SYSTEMS, and the system of a --logs folder where one is given (the options this bench
+    and bench/nccl_protocol_oracle.py take): parses the command line."""
     parser.add_argument("--logs", default=None, help="a folder of one system's nccl-tests "
                         "logs to add (not shipped)")
     parser.add_argument("--gpu-from", default=None, help="their GPU's hardware profile")
@@ -241,6 +238,16 @@ def main() -> int:
             parser.error(f"--logs {args.logs}: no file there")
         systems[f"{args.logs} (--gpu-from {args.gpu_from})"] = (
             found, args.gpu_from, args.algo, args.nics_per_node)
+    return systems
+
+
+def main() -> int:
+    import argparse
+
+    from calibration.nccl_tests import fit_rows, parse_log
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    systems = with_logs_option(parser)
     with tempfile.TemporaryDirectory() as tmp:
         measured.FOLDER = Path(tmp)  # the profiles written go nowhere that lasts
         for system, (logs, gpu, algo, *shape) in systems.items():
