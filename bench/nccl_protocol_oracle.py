@@ -82,8 +82,9 @@ def system_lines(logs: list[Path], gpu: str, algo: str, nics: int | None) -> lis
         pinned = {p: busbw_errors(rows, protocol_times(fit.hardware, rows, fit.algo, p))
                   for p in PROTOCOLS}
         best = [min(PROTOCOLS, key=lambda p, i=i: abs(pinned[p][i])) for i in range(len(rows))]
-        chosen = [min(PROTOCOLS, key=lambda p, i=i: abs(pinned[p][i] - tuner[i]))
-                  for i in range(len(rows))]  # the protocol whose pinned time is the tuner's
+        chosen = [g.proto for g in sweep(  # the protocol the model's copy of the tuner picks
+            fit.hardware, int(rows[0]["world"]), held, fit.algo, sizes,
+            gpus_per_process=int(rows[0]["gpus_per_process"]))]
         oracle = [pinned[p][i] for i, p in enumerate(best)]
         out.append(f"  {FIT_OP} -> {held}:")
         out.append(f"    {'tuner:':<9}" + _band_text(sizes, tuner))
