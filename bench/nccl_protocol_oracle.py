@@ -42,19 +42,20 @@ from nccl_tests_holdout import (  # noqa: E402
 
 from calibration.nccl_tests import calibrate_from_logs, parse_log  # noqa: E402
 from profiles import measured  # noqa: E402
-from simulator.network.collective import sweep  # noqa: E402
+from simulator.network.collective import AUTO_PROTO, sweep  # noqa: E402
 from simulator.network.nccl import PROTOCOLS  # noqa: E402
 
 FIT_OP = "all_reduce"
 RING_OPS = ("all_gather", "reduce_scatter", "broadcast", "reduce")  # NCCL rings, three protocols
 
 
-def protocol_times(hw, rows: list[dict], algo: str, proto: str) -> list[float]:
-    """Seconds `hw` gives each row of one op with `proto` pinned (NCCL_PROTO), in order."""
-    got = sweep(hw, int(rows[0]["world"]), rows[0]["op"], algo,
-                [float(r["size_bytes"]) for r in rows], proto=proto,
-                gpus_per_process=int(rows[0]["gpus_per_process"]))
-    return [g.time_s for g in got]
+def priced(hw, rows: list[dict], algo: str, proto: str) -> list:
+    """`scape collective`'s result for each row of one op on `hw`, in order: `proto` pinned
+    (NCCL_PROTO), or AUTO_PROTO for the protocol the model's copy of NCCL's tuner picks (each
+    result names it)."""
+    return sweep(hw, int(rows[0]["world"]), rows[0]["op"], algo,
+                 [float(r["size_bytes"]) for r in rows], proto=proto,
+                 gpus_per_process=int(rows[0]["gpus_per_process"]))
 
 
 def busbw_errors(rows: list[dict], times: list[float]) -> list[float]:
@@ -72,19 +73,19 @@ def system_lines(logs: list[Path], gpu: str, algo: str, nics: int | None) -> lis
         return [f"  no {FIT_OP} log: nothing to fit on"]
     out = []
     for held in sorted(op for op in by_op if op in RING_OPS):
-        _, fit, _, table, _ = calibrate_from_logs(
+        _, fit, _, table, _ = calibrate_from_logs(  # the fit on all_reduce, the op's rows
             "oracle", by_op[FIT_OP] + by_op[held], holdout=held, min_bytes=MIN_BYTES,
             gpu_from=gpu, model="nccl", algo=algo, nics=nics, force=True,
             with_intervals=False)
         rows = table.to_dict("records")
         sizes = [r["size_bytes"] for r in rows]
-        tuner = busbw_errors(rows, list(table["predicted_s"]))
-        pinned = {p: busbw_errors(rows, protocol_times(fit.hardware, rows, fit.algo, p))
+        auto = priced(fit.hardware, rows, fit.algo, AUTO_PROTO)  # what the product predicts
+        tuner = busbw_errors(rows, [g.time_s for g in auto])
+        chosen = [g.proto for g in auto]
+        pinned = {p: busbw_errors(rows, [g.time_s for g in priced(fit.hardware, rows,
+                                                                   fit.algo, p)])
                   for p in PROTOCOLS}
         best = [min(PROTOCOLS, key=lambda p, i=i: abs(pinned[p][i])) for i in range(len(rows))]
-        chosen = [g.proto for g in sweep(  # the protocol the model's copy of the tuner picks
-            fit.hardware, int(rows[0]["world"]), held, fit.algo, sizes,
-            gpus_per_process=int(rows[0]["gpus_per_process"]))]
         oracle = [pinned[p][i] for i, p in enumerate(best)]
         out.append(f"  {FIT_OP} -> {held}:")
         out.append(f"    {'tuner:':<9}" + _band_text(sizes, tuner))
