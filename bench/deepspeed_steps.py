@@ -82,15 +82,19 @@ def shape_model(folder: Path, hidden: int, layers: int, heads: int) -> Path:
     return path
 
 
-def price(row, model: Path, stack: str, hardware: str) -> dict:
-    opts = StepOptions(
+def options(row, model: Path, stack: str, hardware: str) -> StepOptions:
+    """The row's step as its source states it (module docstring), by `stack` on `hardware`."""
+    return StepOptions(
         str(model), hardware, int(row.dp * row.tp * row.pp),
         scheme=SchemeOptions("dense-adamw"),
         batch=Batch(int(row.mbs), int(row.seq), None, int(row.gbs)),
         parallelism=Parallelism(tp=int(row.tp), pp=int(row.pp), recompute="full",
                                 sequence_parallel=False),
         pricing=Pricing(attention="unfused", stack=stack))
-    cfg = opts.config()
+
+
+def price(row, model: Path, stack: str, hardware: str) -> dict:
+    cfg = options(row, model, stack, hardware).config()
     res = simulate_step(cfg)
     mem = memory_columns(cfg)
     return {"step_s": res.step_time_s,
