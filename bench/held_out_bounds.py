@@ -43,6 +43,7 @@ import deepspeed_steps as ds  # noqa: E402
 import torchtitan_steps as tt  # noqa: E402
 
 from simulator.step.simulate import _fwd_bwd, simulate_step  # noqa: E402
+from vocabulary.recompute import modules_of  # noqa: E402
 
 LONG_SEQ = 32768  # the torchtitan rows from here up (check 1)
 K_GRID = np.arange(0.50, 1.50001, 0.001)  # the attention factors scanned (check 1)
@@ -57,8 +58,8 @@ def attention_split(cfg, step_s: float) -> tuple[float, float]:
     the busiest stage's layers (micro-batches + stages - 1) times through one (1F1B's fill
     and drain)."""
     t = _fwd_bwd(cfg)
-    n = cfg.model.arch.n_layers
-    layer = t.parts["attention"] / n + (t.attn_fwd_s if cfg.recompute != "none" else 0.0)
+    again = cfg.recompute == "full" or "core_attn" in (modules_of(cfg.recompute) or ())
+    layer = t.parts["attention"] / cfg.model.arch.n_layers + (t.attn_fwd_s if again else 0.0)
     attention = layer * passes(cfg)
     return attention, step_s - attention
 

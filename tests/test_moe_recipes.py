@@ -86,8 +86,11 @@ def test_a_run_config_s_tp_overlap_and_rank_order_are_priced_as_it_set_them():
     bench = _bench("moe_steps")
     rows = pd.read_csv(bench.DATA, comment="#")  # as the bench reads them
 
+    def row(case):
+        return next(rows[rows["case"] == case].itertuples())
+
     def config(case):
-        return bench.options(next(rows[rows["case"] == case].itertuples())).config()
+        return bench.options(row(case)).config()
 
     for case, off in (("mlperf51-llama31-405b-256-b200-uf", True),
                       ("mlperf50-llama31-405b-512-gb200", False)):
@@ -116,8 +119,7 @@ def test_a_run_config_s_tp_overlap_and_rank_order_are_priced_as_it_set_them():
     assert gathers("dgxc-dsv3-1024-h100-bf16") and gathers("nemo25-mixtral-8x7b-64-b200")
     assert not gathers("mbridge-llama3-405b-128-b200-mx")
     assert not gathers("folding-mixtral-8x22b-128-mcore")
-    fsdp = bench.evaluate(next(rows[rows["case"] == "mbridge-llama3-70b-64-gb200-fp8"
-                                    ].itertuples()))
+    fsdp = bench.evaluate(row("mbridge-llama3-70b-64-gb200-fp8"))
     assert not fsdp["note"].startswith("refused") and fsdp["predicted_s"] > 0
     mlperf = RECIPES[RECIPES["case"].str.startswith("mlperf")]
     assert len(mlperf) == (STEPS["source"] == "mlperf").sum() >= 28
