@@ -41,8 +41,15 @@ has: `--nics-per-node N` for a --logs folder; the shipped 10 x {1, 2, 4} H100 sy
 (xxrjun/nccl-tests-cluster @ 455de4f, the same 10 nodes running 1, 2 or 4 GPUs each:
 tests/fixtures/nccl-tests/SOURCES.md) take N = the GPUs a host ran. `built-in` is then "-".
 
+With --bands PATH it also writes the errors of the ops predicted from a fit on other ops (the
+`fit on one op` lines, and the leave-one-out nccl lines as fitted on "several"), by fitted op,
+predicted op, node count, launch and size class (reports/fidelity.py cross_op_bands): what
+`scape collective` quotes beside an op a calibrated profile did not measure
+(profiles/external/cross-op-bands.csv is shipped; the shipped logs only, all_to_all left out:
+its rows are in-sample for dgx-h100's all-to-all constants).
+
 Usage: python bench/nccl_tests_holdout.py [--logs DIR --gpu-from PROFILE [--algo ALGO]
-       [--nics-per-node N]]
+       [--nics-per-node N]] [--bands PATH]
 """
 
 from __future__ import annotations
@@ -56,6 +63,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from calibration.nccl_tests import calibrate_from_logs  # noqa: E402
+from cli.outputs import script_outputs  # noqa: E402
 from profiles import UserError, measured  # noqa: E402
 
 LOGS = REPO / "tests" / "fixtures" / "nccl-tests"
@@ -169,19 +177,40 @@ def _fitted(fit) -> str:
     return f" [{', '.join(found)}]" if found else ""
 
 
+def predicted_rows(case: str, gpu: str, fitted: str, log, table) -> list[dict]:
+    """The held-out rows of one fit as cross-op band rows (reports/fidelity.py
+    cross_op_bands): `gpu` the hardware profile whose NCCL path was fitted; `fitted` the op
+    fitted on, or "several"; `log` the predicted op's parsed
+    log (its ranks a host and GPUs a process); `table` calibrate_from_logs' held-out table.
+    Their error is the time's, predicted / measured - 1 (negative: the model is fast), as every
+    band `scape collective` quotes; the lines this bench prints are busbw errors, measured /
+    predicted - 1."""
+    per_host = max(log.host_ranks) if log.host_ranks else log.ranks
+    return [{"case": case, "hardware": gpu, "fitted": fitted, "op": log.op, "gpus": int(world),
+             "gpus_per_node": per_host, "gpus_per_process": log.gpus_per_process or 1,
+             "size_bytes": int(size), "err_pct": 100 * (p / t - 1)}
+            for world, size, t, p in zip(table["world"], table["size_bytes"], table["seconds"],
+                                         table["predicted_s"], strict=True)]
+
+
 def fit_on_one(logs: list[Path], parsed: list, gpu: str, algo: str,
-               nics: int | None = None) -> None:
+               nics: int | None = None, case: str = "") -> list[dict]:
     """Issue 41's stated protocol: fit on ONE op's rows and predict each other op of the run
     (the leave-one-out lines above fit on all the others, which is easier). The nccl model
     only, as `scape calibrate nccl-tests FIT_LOG OTHER_LOG --holdout OTHER` runs it; one line
     per (fitted op -> predicted op). `nics`: the NICs a node of the logs has, where the logs'
-    node shape differs from the profile's and they do not print it."""
+    node shape differs from the profile's and they do not print it. Returns the predicted rows
+    (`predicted_rows`, named `case`) but all_to_all's, which are in-sample for the profile's
+    own all-to-all constants (alltoall-latency.csv)."""
     from calibration.nccl_tests import calibrate_from_logs
 
     by_op: dict[str, list[str]] = {}
+    log_of = {}
     for path, log in zip(logs, parsed, strict=True):
         by_op.setdefault(log.op, []).append(str(path))
+        log_of[log.op] = log
     print("  fit on one op, predict another (nccl): median / max |busbw error| (rows)")
+    rows = []
     for fit_op in sorted(by_op):
         for held in sorted(set(by_op) - {fit_op}):
             _, fit, _, table, _ = calibrate_from_logs(
@@ -191,6 +220,9 @@ def fit_on_one(logs: list[Path], parsed: list, gpu: str, algo: str,
             err = 100 * (table["seconds"] / table["predicted_s"] - 1)
             print(f"    {fit_op} -> {held}: " + _band_text(list(table["size_bytes"]), list(err))
                   + _fitted(fit))
+            if held != "all_to_all":
+                rows += predicted_rows(case, gpu, fit_op, log_of[held], table)
+    return rows
 
 
 def one_op_per_file(paths: list[Path], folder: Path) -> list[Path]:
@@ -247,11 +279,21 @@ def main() -> int:
     from calibration.nccl_tests import fit_rows, parse_log
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bands", default=None,
+                        help="write the errors of the ops predicted from a fit on others, "
+                        "by band (reports/fidelity.py cross_op_bands; shipped: "
+                        "profiles/external/cross-op-bands.csv), from the shipped logs only")
     systems = with_logs_option(parser)
+    args = parser.parse_args()
+    if args.bands is not None and args.logs is not None:
+        parser.error("--bands writes the shipped logs' bands: leave --logs out")
+    script_outputs(parser, {"--bands": args.bands})
+    predicted = []
     with tempfile.TemporaryDirectory() as tmp:
         measured.FOLDER = Path(tmp)  # the profiles written go nowhere that lasts
         for system, (logs, gpu, algo, *shape) in systems.items():
             nics = shape[0] if shape else None
+            case = case_of(logs)
             logs = one_op_per_file(logs, Path(tmp))
             parsed = [parse_log(p) for p in logs]
             ops = sorted(log.op for log in parsed)
@@ -261,13 +303,13 @@ def main() -> int:
                 print(f"  {held} held out (fitted on the others): median / max |busbw error| "
                       "(rows)")
                 for model in ("nccl", "link"):
-                    _, fit, _, table, _ = calibrate_from_logs(
-                        "holdout", [str(p) for p in logs], holdout=held, min_bytes=MIN_BYTES,
-                        gpu_from=gpu, model=model, algo=algo if model == "nccl" else "auto",
-                        nics=nics, force=True, with_intervals=False)
+                    fit, table = held_out_fit(logs, held, gpu, algo, nics, model)
                     err = 100 * (table["seconds"] / table["predicted_s"] - 1)  # busbw error
                     print(f"    {model + ':':<11}" + _band_text(list(table["size_bytes"]),
                                                               list(err)) + _fitted(fit))
+                    if model == "nccl" and held != "all_to_all":  # (fit_on_one's reason)
+                        log = next(g for g in parsed if g.op == held)
+                        predicted += predicted_rows(case, gpu, "several", log, table)
                     print(f"    {'  outside:':<11}" + _band_text(*outside(table)))
                 print(f"    {'repeat:':<11}" + _band_text(*repeat(table)))
                 rows = fit_rows(parsed, MIN_BYTES)
@@ -277,8 +319,63 @@ def main() -> int:
                     print("    built-in:  " + _band_text(*built_in(rows, gpu, held, algo)))
                 except UserError as e:  # the profile's node is not the logs' (--nics-per-node)
                     print(f"    built-in:  - ({str(e).splitlines()[0][:120]})")
-            fit_on_one(logs, parsed, gpu, algo, nics)
+            predicted += fit_on_one(logs, parsed, gpu, algo, nics, case)
+    if args.bands is not None:
+        import pandas as pd
+
+        from reports.fidelity import cross_op_bands
+
+        try:
+            cross_op_bands(pd.DataFrame(predicted)).to_csv(args.bands, index=False)
+        except OSError as exc:
+            parser.exit(2, f"{parser.prog}: error: --bands {args.bands}: cannot write it "
+                           f"({exc.strerror or exc})\n")
+        print(f"wrote {args.bands}")
     return 0
+
+
+def held_out_fit(logs: list[Path], held: str, gpu: str, algo: str, nics: int | None,
+                 model: str = "nccl"):
+    """`scape calibrate nccl-tests` on every op of `logs` but `held`, with `model`, `held`
+    predicted: (the fit, the held-out table)."""
+    _, fit, _, table, _ = calibrate_from_logs(
+        "holdout", [str(p) for p in logs], holdout=held, min_bytes=MIN_BYTES, gpu_from=gpu,
+        model=model, algo=algo if model == "nccl" else "auto", nics=nics, force=True,
+        with_intervals=False)
+    return fit, table
+
+
+def cross_op_rows(tmp: Path) -> list[dict]:
+    """The rows of the cross-op bands alone (what `--bands` writes, without this bench's
+    other models), from the shipped logs; `tmp` holds the split logs (and, where the caller
+    points measured.FOLDER there, the profiles written)."""
+    from calibration.nccl_tests import parse_log
+
+    rows = []
+    for logs, gpu, algo, *shape in SYSTEMS.values():
+        nics = shape[0] if shape else None
+        case = case_of(logs)
+        logs = one_op_per_file(logs, tmp)
+        parsed = [parse_log(p) for p in logs]
+        for log in parsed:
+            if log.op != "all_to_all":  # (fit_on_one's reason)
+                rows += predicted_rows(case, gpu, "several", log,
+                                       held_out_fit(logs, log.op, gpu, algo, nics)[1])
+        rows += fit_on_one(logs, parsed, gpu, algo, nics, case)
+    return rows
+
+
+def case_of(logs: list[Path]) -> str:
+    """A system's short name in the bands' cases: its logs' file names less the op, or the
+    folder of a --logs system."""
+    stems = [Path(p).stem for p in logs]
+    if len(stems) == 1:
+        return stems[0]
+    # the longest leading run of characters the names share (a prefix of strings, not paths)
+    same = next((i for i, chars in enumerate(zip(*stems, strict=False))  # to the shortest
+                 if len(set(chars)) > 1), min(map(len, stems)))
+    common = stems[0][:same].rstrip("-_")
+    return common or Path(logs[0]).parent.name
 
 
 if __name__ == "__main__":

@@ -768,6 +768,12 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
     most_per_host = max(max(log.host_ranks, default=0) for log in logs)
     gpu_from, picked = gpu_profile(devices, gpu_from, per_node or most_per_host)
     base = load_hardware(gpu_from)
+    # the profile by its name where it is the one that name finds (a file given by path under
+    # another profile's name is not): the cross-op bands `scape collective` quotes are keyed so
+    try:
+        gpu_name = base.name if load_hardware(base.name).path == base.path else None
+    except UserError:  # a file by path whose name no profile folder holds
+        gpu_name = None
     gpu_said = picked + gpu_notes(devices, base)
     with scratch_dir() as scratch:
         base, doc, shape_said = shaped_profile(base, logs, per_node, nics, Path(scratch))
@@ -814,7 +820,7 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
     if (model or ("nccl" if shaped else "link")) == "nccl":
         path, fit, sweep, held, notes = _from_logs_nccl(name, paths, logs, base, doc, rows,
                                                         fitted, holdout, algo, notes,
-                                                        max(spans), with_intervals)
+                                                        max(spans), with_intervals, gpu_name)
         return path, fit, sweep, with_repeat(held), notes
     if typed and algo != "auto":
         raise UserError(f"--algo {algo}: the link fit prices every op as NCCL's ring; --algo "
@@ -881,11 +887,13 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
 
 def _from_logs_nccl(name: str, paths: list[str], logs, base, doc: dict, rows: list[dict],
                     fitted: list[dict], holdout: str | None, algo: str, notes: list[str],
-                    nodes: int = 1, with_intervals: bool = True):
+                    nodes: int = 1, with_intervals: bool = True,
+                    gpu_name: str | None = None):
     """calibrate_from_logs with the nccl model: the base profile's NCCL path, its NVLink
     efficiency (several nodes: its NICs' efficiency and GPUDirect RDMA) and launch cost
     fitted (calibration/nccl_tests_fit.py), written whole as measured/<name>.toml with the
-    rows beside it (<name>.nccl-tests.csv)."""
+    rows beside it (<name>.nccl-tests.csv); `gpu_name`: the --gpu-from profile's name, kept
+    as [measured] gpu_profile where that name finds it."""
     from datetime import UTC, datetime
 
     import pandas as pd
@@ -950,6 +958,10 @@ def _from_logs_nccl(name: str, paths: list[str], logs, base, doc: dict, rows: li
     doc["measured"] = {"network": f"nccl-tests logs ({logs_text}) of {len(logs)} run(s) on "
                                   f"{', '.join(devices) or 'an unnamed device'}",
                        "network_date": when, "network_backend": "nccl",
+                       # the profile (`gpu_name`, as --gpu-from found it) whose NCCL path
+                       # was fitted: the cross-op bands `scape collective` quotes are of its
+                       # GPU (reports/fidelity.py)
+                       **({"gpu_profile": gpu_name} if gpu_name is not None else {}),
                        **coverage(fitted, logs),
                        **({"fit_intervals": "; ".join(i.text() for i in fit.intervals)}
                           if fit.intervals else {})}

@@ -11,7 +11,7 @@ from cli.app import app
 from cli.common import ALGO_HELP, AlgoChoice, Format3, ProtoChoice
 from profiles import UserError, load_hardware
 from profiles.external import published_collective
-from reports.fidelity import lookup, shipped
+from reports.fidelity import cross_op_lookup, lookup, shipped
 from reports.schema import table_name, table_value
 from reports.tables import Records, check_format, render
 from simulator.network.collective import describe, fit_warning, sweep
@@ -88,13 +88,21 @@ def collective(
         for line in warning.splitlines():
             print(f"scape: {line}", file=sys.stderr)
     is_shipped = shipped(hw)
+    cross = _cross_op(hw, str(op), str(algo), str(proto))
+
+    def band(size: float) -> dict:
+        """How far published runs like this call were from the model: of the shipped profile,
+        or, for an op a calibrated profile did not measure, predicted from the ops it did."""
+        if cross is not None:
+            return cross_op_lookup(hw.measured["gpu_profile"], cross, str(op), gpus,
+                                   hw.node.gpus_per_node, gpus_per_process, size)
+        return lookup(hw.name if is_shipped and _banded(op, algo, proto) else "", gpus,
+                      hw.node.gpus_per_node, gpus_per_process, size)
+
     # one record a size (a plain table: pandas, 0.25 s of imports, only for CSV and JSON)
     df = Records([{**r.as_dict(), "algo_asked": algo, "proto_asked": proto,
                    "gpus_per_process": gpus_per_process,
-                   "hardware": hardware, "hardware_profile": hw.path,
-                   # how far published runs like this one were from the model
-                   **lookup(hw.name if is_shipped and _banded(op, algo, proto) else "", gpus,
-                            hw.node.gpus_per_node, gpus_per_process, r.size_bytes)}
+                   "hardware": hardware, "hardware_profile": hw.path, **band(r.size_bytes)}
                   for r in results])
     beyond, per_size = _beyond_logs(hw, str(op), gpus, size_list)
     if beyond is not None:  # a profile fitted on nccl-tests logs: where this goes past them
@@ -121,14 +129,26 @@ def collective(
     header = (f"{op}, algo {algo}, proto {proto}, gpus per process {gpus_per_process}, "
               f"{describe(build_topology(hw, gpus))}\n"
               f"profile {hw.path}\n"
-              "sizes in nccl-tests convention; GB/s = 1e9 bytes/s\n"
-              "held_out: median/max |error| of the model on N published runs' sizes like this "
-              "(all-reduce, all-gather and reduce-scatter with NCCL's choice or a forced ring, "
-              "pooled; same shipped profile, 1/2/3+ nodes, launch, size below 1 MiB/to 64 "
-              "MiB/above; "
-              "in brackets the median signed error, - = the model is fast; "
-              "profiles/external/fidelity-bands.csv from bench/fidelity_public.py); blank: no "
-              "published run like it")
+              "sizes in nccl-tests convention; GB/s = 1e9 bytes/s\n")
+    if cross is not None:
+        header += (
+            f"held_out: {op} is predicted from this profile's fit on "
+            f"{', '.join(cross)}: median/max |error| of such predictions on N sizes of the "
+            f"shipped public nccl-tests logs of {hw.measured['gpu_profile']}'s GPU like this "
+            "call (a fit on "
+            + (f"{cross[0]} only" if len(cross) == 1 else "the other ops of the same log")
+            + f" predicting {op}; 1/2/3+ nodes, launch, size below 1 MiB/to 64 MiB/above; in "
+            "brackets the median signed error, - = the model is fast; "
+            "profiles/external/cross-op-bands.csv from bench/nccl_tests_holdout.py --bands); "
+            "blank: no public log like it")
+    else:
+        header += (
+            "held_out: median/max |error| of the model on N published runs' sizes like this "
+            "(all-reduce, all-gather and reduce-scatter with NCCL's choice or a forced ring, "
+            "pooled; same shipped profile, 1/2/3+ nodes, launch, size below 1 MiB/to 64 "
+            "MiB/above; in brackets the median signed error, - = the model is fast; "
+            "profiles/external/fidelity-bands.csv from bench/fidelity_public.py); blank: no "
+            "published run like it")
     if warning is not None:
         header += f"\n{warning}"
     if beyond is not None:
@@ -174,6 +194,21 @@ def _beyond_logs(hw, op: str, gpus: int, sizes: list[int]
     per_size = [", ".join(words + (["size"] if not m["logs_min_bytes"] <= s
                                    <= m["logs_max_bytes"] else [])) for s in sizes]
     return [t for _, t in reasons], per_size
+
+
+def _cross_op(hw, op: str, algo: str, proto: str) -> list[str] | None:
+    """The ops a profile `scape calibrate nccl-tests` fitted with NCCL's path measured, where
+    this call asks another one as NCCL's tuner (or a forced ring) runs it: what the cross-op
+    bands were measured for (bench/nccl_tests_holdout.py); else None. A profile of the link
+    fit (no logs_nodes), one written before the profile it fitted was recorded ([measured]
+    gpu_profile) and the ops its logs measured have no such band."""
+    m = hw.measured
+    if "logs_ops" not in m or "logs_nodes" not in m or "gpu_profile" not in m:
+        return None
+    ops = m["logs_ops"].split(",")
+    if op in ops or algo not in ("auto", "ring") or proto != "auto":
+        return None
+    return ops
 
 
 def _banded(op: str, algo: str, proto: str) -> bool:
