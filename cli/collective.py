@@ -137,7 +137,8 @@ def collective(
             f"shipped public nccl-tests logs of {hw.measured['gpu_profile']}'s GPU like this "
             "call (a fit on "
             + (f"{cross[0]} only" if len(cross) == 1 else "the other ops of the same log")
-            + f" predicting {op}; 1/2/3+ nodes, launch, size below 1 MiB/to 64 MiB/above; in "
+            + f" predicting {op}, NCCL's choice or a forced ring, pooled; 1/2/3+ nodes, "
+            "launch, size below 1 MiB/to 64 MiB/above; in "
             "brackets the median signed error, - = the model is fast; "
             "profiles/external/cross-op-bands.csv from bench/nccl_tests_holdout.py --bands); "
             "blank: no public log like it")
