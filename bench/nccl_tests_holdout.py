@@ -202,21 +202,16 @@ def fit_on_one(logs: list[Path], parsed: list, gpu: str, algo: str,
     node shape differs from the profile's and they do not print it. Returns the predicted rows
     (`predicted_rows`, named `case`) but all_to_all's, which are in-sample for the profile's
     own all-to-all constants (alltoall-latency.csv)."""
-    from calibration.nccl_tests import calibrate_from_logs
-
-    by_op: dict[str, list[str]] = {}
+    by_op: dict[str, list[Path]] = {}
     log_of = {}
     for path, log in zip(logs, parsed, strict=True):
-        by_op.setdefault(log.op, []).append(str(path))
+        by_op.setdefault(log.op, []).append(path)
         log_of[log.op] = log
     print("  fit on one op, predict another (nccl): median / max |busbw error| (rows)")
     rows = []
     for fit_op in sorted(by_op):
         for held in sorted(set(by_op) - {fit_op}):
-            _, fit, _, table, _ = calibrate_from_logs(
-                "holdout", by_op[fit_op] + by_op[held], holdout=held, min_bytes=MIN_BYTES,
-                gpu_from=gpu, model="nccl", algo=algo, nics=nics, force=True,
-                with_intervals=False)
+            fit, table = held_out_fit(by_op[fit_op] + by_op[held], held, gpu, algo, nics)
             err = 100 * (table["seconds"] / table["predicted_s"] - 1)
             print(f"    {fit_op} -> {held}: " + _band_text(list(table["size_bytes"]), list(err))
                   + _fitted(fit))

@@ -735,7 +735,7 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
         scratch_dir,
         shaped_profile,
     )
-    from profiles import load_hardware
+    from profiles import load_hardware, shipped
     from profiles.measured import merge, path_of
     from simulator.network.fit import coefficients, fit_tier
 
@@ -770,10 +770,7 @@ def calibrate_from_logs(name: str, paths: list[str], op: str | None = None,
     base = load_hardware(gpu_from)
     # the profile by its name where it is the one that name finds (a file given by path under
     # another profile's name is not): the cross-op bands `scape collective` quotes are keyed so
-    try:
-        gpu_name = base.name if load_hardware(base.name).path == base.path else None
-    except UserError:  # a file by path whose name no profile folder holds
-        gpu_name = None
+    gpu_name = base.name if shipped(base) else None
     gpu_said = picked + gpu_notes(devices, base)
     with scratch_dir() as scratch:
         base, doc, shape_said = shaped_profile(base, logs, per_node, nics, Path(scratch))

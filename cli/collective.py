@@ -9,9 +9,9 @@ import typer
 
 from cli.app import app
 from cli.common import ALGO_HELP, AlgoChoice, Format3, ProtoChoice
-from profiles import UserError, load_hardware
+from profiles import UserError, load_hardware, shipped
 from profiles.external import published_collective
-from reports.fidelity import cross_op_lookup, lookup, shipped
+from reports.fidelity import cross_op_lookup, lookup
 from reports.schema import table_name, table_value
 from reports.tables import Records, check_format, render
 from simulator.network.collective import describe, fit_warning, sweep

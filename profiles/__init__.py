@@ -1,7 +1,7 @@
 """Profiles: hardware and model facts as sourced TOML data, read into frozen dataclasses."""
 
 from profiles.hardware import HardwareProfile
-from profiles.loader import KINDS, check_profile, find, load_hardware, load_model, names
+from profiles.loader import KINDS, check_profile, find, load_hardware, load_model, names, shipped
 from profiles.models import ModelProfile, count_params
 from vocabulary.errors import ProfileError, UserError
 
@@ -17,4 +17,5 @@ __all__ = [
     "load_hardware",
     "load_model",
     "names",
+    "shipped",
 ]

@@ -13,7 +13,7 @@ from profiles.hardware import HardwareProfile, parse_hardware
 from profiles.model_aliases import canonical_model
 from profiles.models import ModelProfile, parse_model
 from profiles.problems import Problems
-from vocabulary.errors import ProfileError
+from vocabulary.errors import ProfileError, UserError
 from vocabulary.suggest import did_you_mean
 
 
@@ -110,6 +110,20 @@ def load_hardware(name_or_path: str | Path) -> HardwareProfile:
     """A hardware profile by embedded name (`dgx-h100`) or by path to a TOML file."""
     kind = KINDS["hardware"]
     return _load_cached(kind.name, _resolve(kind, name_or_path))
+
+
+def shipped(hw: HardwareProfile) -> bool:
+    """Whether `hw` is the profile its own name finds (the shipped one for a shipped name): a
+    copy elsewhere, however named, has no published runs or bands of its own."""
+    return _path_by_name(hw.name) == hw.path
+
+
+@lru_cache(maxsize=64)
+def _path_by_name(name: str) -> Path | None:
+    try:
+        return load_hardware(name).path
+    except UserError:
+        return None
 
 
 def load_model(name_or_path: str | Path) -> ModelProfile:

@@ -20,8 +20,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from profiles import UserError, load_hardware
-
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -138,20 +136,6 @@ def heldout(band: dict | None, prefix: str = "heldout") -> dict:
         return dict(zip(names, (0, None, None, None), strict=True))
     return {names[0]: int(band["rows"]), **{
         name: float(band[col]) for name, col in zip(names[1:], STATS[1:4], strict=True)}}
-
-
-def shipped(hw) -> bool:
-    """Whether `hw` is the shipped profile of its name (a copy elsewhere, however named, has
-    no published runs of its own)."""
-    return _shipped_path(hw.name) == hw.path
-
-
-@lru_cache(maxsize=64)
-def _shipped_path(name: str):
-    try:
-        return load_hardware(name).path
-    except UserError:
-        return None
 
 
 def lookup(hardware: str, gpus: int, gpus_per_node: int, gpus_per_process: int,

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reports.fidelity import shipped, stored
+from profiles import shipped
+from reports.fidelity import stored
 
 MEMORY_BANDS = (Path(__file__).resolve().parents[1] / "profiles" / "external"
                 / "memory-fidelity-bands.csv")

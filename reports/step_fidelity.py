@@ -17,8 +17,9 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from profiles import shipped
 from reports.calibration_reach import beyond_measured
-from reports.fidelity import heldout, shipped, stored, summarize
+from reports.fidelity import heldout, stored, summarize
 from vocabulary.units import span
 
 if TYPE_CHECKING:
